@@ -1,0 +1,1011 @@
+// elaborate.c — checks a parsed program and builds its IR for a concrete
+// micro-batch: constants are folded, blocks instantiated once per repeat, every
+// tensor gets a shape and dtype, and every node keeps the location it came from.
+//
+// Nothing here knows a model architecture: ops come from the op table by name,
+// their attribute from the table's `attr` column.
+#include "frontend.h"
+
+#include <math.h>
+#include <stdarg.h>
+
+// A value while evaluating: a constant, or a tensor of the graph.
+typedef enum { V_NONE, V_INT, V_FLOAT, V_BOOL, V_STR, V_SIZE, V_TENSOR, V_LIST } VKind;
+
+typedef struct Value {
+    VKind kind;
+    int64_t i;      // V_INT, V_BOOL, V_SIZE; V_TENSOR: tensor id
+    double f;       // V_FLOAT
+    const char *s;  // V_STR
+    const Ast *ast; // V_LIST: the first element's AST (elements evaluated on demand)
+} Value;
+
+typedef struct Binding {
+    const char *name;
+    Value v;
+    int uses;       // how many times the name was bound, for unique tensor names
+} Binding;
+
+// A scope: model constants, a block instance, or the forward function.
+typedef struct Scope {
+    struct Scope *parent;
+    VEC(Binding) vars;
+    const char *prefix;     // tensor name prefix: "", "decoder.3."
+    const char *hf_prefix;  // checkpoint name prefix: "", "model.layers.3."
+    int layer;
+} Scope;
+
+typedef struct Elab {
+    FtSource *src;
+    const FtModel *m;
+    IrGraph *g;             // NULL while only checking constants
+    Arena *a;
+    Scope *model;           // constants and model params
+    int depth;              // block call depth, to stop runaway recursion
+    int counter;            // for unnamed tensors
+} Elab;
+
+static Value none(void) { return (Value){.kind = V_NONE}; }
+
+static Binding *lookup(Scope *s, const char *name) {
+    for (; s; s = s->parent)
+        for (int i = s->vars.len - 1; i >= 0; i--)
+            if (strcmp(s->vars.at[i].name, name) == 0)
+                return &s->vars.at[i];
+    return NULL;
+}
+
+static void bind(Scope *s, const char *name, Value v) {
+    for (int i = 0; i < s->vars.len; i++)
+        if (strcmp(s->vars.at[i].name, name) == 0) {
+            s->vars.at[i].v = v;
+            s->vars.at[i].uses++;
+            return;
+        }
+    vec_push(&s->vars, ((Binding){.name = name, .v = v, .uses = 1}));
+}
+
+static const char *vkind_name(VKind k) {
+    static const char *names[] = {"nothing", "an integer", "a number", "a boolean",
+                                  "a string", "a size", "a tensor", "a list"};
+    return names[k];
+}
+
+static const Ast *find_section(const Ast *prog, AstKind kind) {
+    for (const Ast *s = prog->body; s; s = s->next)
+        if (s->kind == kind)
+            return s;
+    return NULL;
+}
+
+static const Ast *find_block(const Elab *e, const char *name) {
+    const Ast *model = find_section(e->m->program, AST_MODEL);
+    for (const Ast *it = model->body; it; it = it->next)
+        if (it->kind == AST_BLOCK && strcmp(it->name, name) == 0)
+            return it;
+    return NULL;
+}
+
+static const Ast *find_forward(const Ast *prog) {
+    const Ast *model = find_section(prog, AST_MODEL);
+    for (const Ast *it = model ? model->body : NULL; it; it = it->next)
+        if (it->kind == AST_FORWARD)
+            return it;
+    return NULL;
+}
+
+static Value eval(Elab *e, Scope *s, const Ast *x, const char *name);
+
+// Evaluates `x` to an integer dimension; reports and returns -1 otherwise.
+static int64_t eval_dim(Elab *e, Scope *s, const Ast *x) {
+    Value v = eval(e, s, x, NULL);
+    if (v.kind == V_NONE)
+        return -1;
+    if (v.kind != V_INT) {
+        fe_error(e->src, x->loc, "a dimension must be an integer, but this is %s",
+                 vkind_name(v.kind));
+        return -1;
+    }
+    if (v.i <= 0) {
+        fe_error(e->src, x->loc, "a dimension must be positive, but this is %lld",
+                 (long long)v.i);
+        return -1;
+    }
+    return v.i;
+}
+
+// Evaluates a list of dims into `shape`; returns the rank, or -1 after an error.
+static int eval_dims(Elab *e, Scope *s, const Ast *dims, int64_t *shape, SrcLoc where) {
+    int n = 0, bad = 0;
+    for (const Ast *d = dims; d; d = d->next) {
+        if (n == IR_MAX_DIMS) {
+            fe_error(e->src, d->loc, "at most %d dimensions are supported", IR_MAX_DIMS);
+            return -1;
+        }
+        int64_t v = eval_dim(e, s, d);
+        bad |= v < 0;
+        shape[n++] = v;
+    }
+    if (n == 0 && !bad) {
+        fe_error(e->src, where, "a shape needs at least one dimension");
+        return -1;
+    }
+    return bad ? -1 : n;
+}
+
+static double as_float(Value v) { return v.kind == V_FLOAT ? v.f : (double)v.i; }
+static bool is_number(Value v) { return v.kind == V_INT || v.kind == V_FLOAT; }
+
+static const char *fresh_name(Elab *e, Scope *s, const char *base) {
+    return arena_printf(e->a, "%s%s.%d", s->prefix, base, e->counter++);
+}
+
+// The name a new tensor gets: the assigned variable's, made unique on reassignment.
+static const char *value_name(Elab *e, Scope *s, const char *var, const char *op) {
+    if (!var)
+        return fresh_name(e, s, op);
+    Binding *b = NULL;
+    for (int i = 0; i < s->vars.len; i++)
+        if (strcmp(s->vars.at[i].name, var) == 0)
+            b = &s->vars.at[i];
+    if (!b)
+        return arena_printf(e->a, "%s%s", s->prefix, var);
+    return arena_printf(e->a, "%s%s.%d", s->prefix, var, b->uses + 1);
+}
+
+static Value tensor(int id) { return (Value){.kind = V_TENSOR, .i = id}; }
+
+// Adds a node; reports a shape error at `loc` (or at the failing argument).
+static Value add_node(Elab *e, Scope *s, OpKind op, int nin, const int *in, IrAttr attr,
+                      const char *name, SrcLoc loc, const Ast *args) {
+    IrShapeErr err;
+    const char *nm = name ? name : fresh_name(e, s, op_info(op)->name);
+    int id = ir_node_add(e->g, op, nin, in, attr, nm, s->layer, loc, &err);
+    if (id < 0) {
+        SrcLoc at = loc;
+        const Ast *a = args;
+        for (int k = 0; a && k < err.arg; k++)
+            a = a->next;
+        if (a && err.arg >= 0)
+            at = a->loc;
+        fe_error(e->src, at, "%s", err.msg);
+        return none();
+    }
+    return tensor(e->g->nodes.at[id].out);
+}
+
+static Value binop_numbers(Elab *e, const Ast *x, Value l, Value r) {
+    if (l.kind == V_INT && r.kind == V_INT) {
+        int64_t a = l.i, b = r.i, v = 0;
+        bool ovf = false;
+        switch (x->op) {
+        case '+': ovf = __builtin_add_overflow(a, b, &v); break;
+        case '-': ovf = __builtin_sub_overflow(a, b, &v); break;
+        case '*': ovf = __builtin_mul_overflow(a, b, &v); break;
+        case '/':
+        case '%':
+            if (b == 0) {
+                fe_error(e->src, x->loc, "division by zero");
+                return none();
+            }
+            if (a == INT64_MIN && b == -1) {
+                ovf = true;
+                break;
+            }
+            if (x->op == '/' && a % b) {
+                fe_error(e->src, x->loc, "%lld / %lld is not a whole number", (long long)a,
+                         (long long)b);
+                return none();
+            }
+            v = x->op == '/' ? a / b : a % b;
+            break;
+        }
+        if (ovf) {
+            fe_error(e->src, x->loc, "integer overflow");
+            return none();
+        }
+        return (Value){.kind = V_INT, .i = v};
+    }
+    double a = as_float(l), b = as_float(r), v = 0;
+    switch (x->op) {
+    case '+': v = a + b; break;
+    case '-': v = a - b; break;
+    case '*': v = a * b; break;
+    case '/': v = a / b; break;
+    case '%': v = fmod(a, b); break;
+    }
+    return (Value){.kind = V_FLOAT, .f = v};
+}
+
+static Value eval_binop(Elab *e, Scope *s, const Ast *x, const char *name) {
+    Value l = eval(e, s, x->lhs, NULL), r = eval(e, s, x->rhs, NULL);
+    if (l.kind == V_NONE || r.kind == V_NONE)
+        return none();
+    if (is_number(l) && is_number(r))
+        return binop_numbers(e, x, l, r);
+    if (l.kind == V_TENSOR && r.kind == V_TENSOR && x->op != '%') {
+        OpKind op = x->op == '+' ? OP_ADD : x->op == '-' ? OP_SUB : x->op == '*' ? OP_MUL : OP_DIV;
+        int in[2] = {(int)l.i, (int)r.i};
+        return add_node(e, s, op, 2, in, (IrAttr){0}, value_name(e, s, name, op_info(op)->name),
+                        x->loc, NULL);
+    }
+    // tensor * c, c * tensor, tensor / c: a scale
+    Value t = l.kind == V_TENSOR ? l : r, c = l.kind == V_TENSOR ? r : l;
+    if (t.kind == V_TENSOR && is_number(c) &&
+        (x->op == '*' || (x->op == '/' && l.kind == V_TENSOR))) {
+        double k = as_float(c);
+        if (x->op == '/') {
+            if (k == 0) {
+                fe_error(e->src, x->loc, "division by zero");
+                return none();
+            }
+            k = 1 / k;
+        }
+        int in[1] = {(int)t.i};
+        return add_node(e, s, OP_SCALE, 1, in, (IrAttr){.f = k},
+                        value_name(e, s, name, "scale"), x->loc, NULL);
+    }
+    fe_error(e->src, x->loc, "operator '%c' does not apply to %s and %s", x->op,
+             vkind_name(l.kind), vkind_name(r.kind));
+    return none();
+}
+
+// Reads an op's attribute from a positional argument or `name = value`.
+static bool read_attr(Elab *e, Scope *s, const OpInfo *info, const Ast *arg, IrAttr *attr) {
+    const char *an = info->attr;
+    if (strcmp(an, "causal") == 0) {
+        // `causal` alone, or `causal = true|false`
+        if (!arg->name && arg->lhs->kind == AST_IDENT && strcmp(arg->lhs->name, "causal") == 0) {
+            attr->causal = true;
+            return true;
+        }
+        Value v = eval(e, s, arg->lhs, NULL);
+        if (v.kind != V_BOOL) {
+            if (v.kind != V_NONE)
+                fe_error(e->src, arg->lhs->loc, "'causal' must be true or false");
+            return false;
+        }
+        attr->causal = v.i != 0;
+        return true;
+    }
+    if (strcmp(an, "shape") == 0) {
+        if (arg->lhs->kind != AST_LIST) {
+            fe_error(e->src, arg->lhs->loc, "view needs a shape in brackets, e.g. [B, S, dim]");
+            return false;
+        }
+        attr->ndim = eval_dims(e, s, arg->lhs->args, attr->shape, arg->lhs->loc);
+        return attr->ndim > 0;
+    }
+    if (strcmp(an, "dims") == 0) {
+        const Ast *l = arg->lhs;
+        Value a = l->kind == AST_TUPLE || l->kind == AST_LIST ? eval(e, s, l->args, NULL) : none();
+        Value b = a.kind == V_INT && l->args->next ? eval(e, s, l->args->next, NULL) : none();
+        if (a.kind != V_INT || b.kind != V_INT || ast_count(l->args) != 2 || a.i < 0 ||
+            b.i < 0 || a.i >= IR_MAX_DIMS || b.i >= IR_MAX_DIMS) {
+            fe_error(e->src, l->loc, "transpose needs two dimension indices, e.g. [1, 2]");
+            return false;
+        }
+        attr->perm[0] = (int)a.i;
+        attr->perm[1] = (int)b.i;
+        return true;
+    }
+    Value v = eval(e, s, arg->lhs, NULL);
+    if (!is_number(v)) {
+        if (v.kind != V_NONE)
+            fe_error(e->src, arg->lhs->loc, "'%s' must be a number, but this is %s", an,
+                     vkind_name(v.kind));
+        return false;
+    }
+    attr->f = as_float(v);
+    return true;
+}
+
+static Value call_block(Elab *e, Scope *s, const Ast *blk, const Ast *args, int layer,
+                        SrcLoc loc);
+static int make_params(Elab *e, Scope *s, const Ast *items);
+
+static Value eval_call(Elab *e, Scope *s, const Ast *x, const char *name) {
+    OpKind op;
+    if (!op_lookup(x->name, &op) || op == OP_SCALE) {
+        const Ast *blk = find_block(e, x->name);
+        if (blk) {
+            Binding *count = lookup(e->model, arena_printf(e->a, "#calls.%s", blk->name));
+            int layer = count ? (int)count->v.i : 0;
+            bind(e->model, arena_printf(e->a, "#calls.%s", blk->name),
+                 (Value){.kind = V_INT, .i = layer + 1});
+            return call_block(e, s, blk, x->args, layer, x->loc);
+        }
+        fe_error(e->src, x->loc, "unknown function '%s'", x->name);
+        return none();
+    }
+    const OpInfo *info = op_info(op);
+    int nargs = ast_count(x->args), npos = 0, in[IR_MAX_INPUTS], nin = 0;
+    for (const Ast *a = x->args; a && !a->name; a = a->next)
+        npos++;
+    IrAttr attr = {0};
+    bool have_attr = false, ok = true;
+    // Positional arguments: tensors first (min_in..max_in), then the attribute.
+    int k = 0;
+    for (const Ast *a = x->args; a; a = a->next, k++) {
+        if (a->name) {
+            if (!info->attr || strcmp(a->name, info->attr) != 0) {
+                fe_error(e->src, a->loc, "%s has no argument named '%s'", info->name, a->name);
+                ok = false;
+                continue;
+            }
+            ok &= read_attr(e, s, info, a, &attr);
+            have_attr = true;
+            continue;
+        }
+        bool want_tensor = nin < info->min_in ||
+                           (nin < info->max_in && (!info->attr || npos - k > 1));
+        if (want_tensor) {
+            Value v = eval(e, s, a->lhs, NULL);
+            if (v.kind != V_TENSOR && v.kind != V_NONE)
+                fe_error(e->src, a->lhs->loc, "argument %d of %s must be a tensor, but this is %s",
+                         k + 1, info->name, vkind_name(v.kind));
+            ok &= v.kind == V_TENSOR;
+            in[nin++] = v.kind == V_TENSOR ? (int)v.i : -1;   // a failed argument still takes its place
+        } else if (info->attr && !have_attr) {
+            ok &= read_attr(e, s, info, a, &attr);
+            have_attr = true;
+        } else {
+            fe_error(e->src, a->loc, "too many arguments to %s (takes %d%s)", info->name,
+                     info->max_in, info->attr ? " and an attribute" : "");
+            return none();
+        }
+    }
+    if (!ok)
+        return none();
+    if (nin < info->min_in) {
+        fe_error(e->src, x->loc, "%s takes at least %d tensor arguments, got %d", info->name,
+                 info->min_in, nin);
+        return none();
+    }
+    if (info->attr && !have_attr && op != OP_ATTENTION && op != OP_DROPOUT) {
+        fe_error(e->src, x->loc, "%s needs its '%s' argument", info->name, info->attr);
+        return none();
+    }
+    (void)nargs;
+    return add_node(e, s, op, nin, in, attr, value_name(e, s, name, info->name), x->loc, x->args);
+}
+
+// Instantiates block `blk` for one call: its params get layer `layer`'s names.
+static Value call_block(Elab *e, Scope *s, const Ast *blk, const Ast *args, int layer,
+                        SrcLoc loc) {
+    if (!e->g) {
+        fe_error(e->src, loc, "a block can only be called from forward");
+        return none();
+    }
+    if (e->depth > 8) {
+        fe_error(e->src, loc, "blocks nest too deeply (is '%s' calling itself?)", blk->name);
+        return none();
+    }
+    int nin = ast_count(blk->inputs);
+    if (ast_count(args) != nin) {
+        fe_error(e->src, loc, "block '%s' takes %d argument%s, got %d", blk->name, nin,
+                 nin == 1 ? "" : "s", ast_count(args));
+        return none();
+    }
+    // Evaluate the arguments in the caller's scope before entering the block.
+    Value vals[IR_MAX_INPUTS * 4];
+    if (nin > (int)(sizeof vals / sizeof vals[0])) {
+        fe_error(e->src, loc, "too many block inputs");
+        return none();
+    }
+    int k = 0;
+    bool ok = true;
+    for (const Ast *a = args; a; a = a->next, k++) {
+        if (a->name) {
+            fe_error(e->src, a->loc, "block arguments are positional");
+            return none();
+        }
+        vals[k] = eval(e, s, a->lhs, NULL);
+        ok &= vals[k].kind != V_NONE;
+    }
+    if (!ok)
+        return none();
+    // "model.layers.{i}" -> "model.layers.3"
+    const char *pat = blk->str, *brace = strstr(pat, "{i}");
+    const char *hf = brace ? arena_printf(e->a, "%.*s%d%s", (int)(brace - pat), pat, layer, brace + 3)
+                           : pat;
+    Scope in = {.parent = e->model, .prefix = arena_printf(e->a, "%s.%d.", blk->name, layer),
+                .hf_prefix = *hf ? arena_printf(e->a, "%s.", hf) : "", .layer = layer};
+    Value ret = none();
+    k = 0;
+    for (const Ast *p = blk->inputs; p; p = p->next, k++) {
+        int64_t shape[IR_MAX_DIMS];
+        int nd = eval_dims(e, &in, p->args, shape, p->loc);
+        if (nd < 0)
+            goto out;
+        if (vals[k].kind != V_TENSOR) {
+            fe_error(e->src, loc, "argument %d of block '%s' must be a tensor", k + 1, blk->name);
+            goto out;
+        }
+        IrTensor *t = ir_tensor(e->g, (int)vals[k].i), want = {.dtype = t->dtype, .ndim = nd};
+        memcpy(want.shape, shape, sizeof shape);
+        bool same = t->ndim == nd;
+        for (int d = 0; same && d < nd; d++)
+            same = t->shape[d] == shape[d];
+        if (!same) {
+            char a[96], b[96];
+            ir_shape_str(a, sizeof a, t);
+            ir_shape_str(b, sizeof b, &want);
+            fe_error(e->src, loc, "block '%s' expects %s as '%s', got %s", blk->name, b, p->name,
+                     a);
+            fe_note(e->src, p->loc, "'%s' is declared here", p->name);
+            goto out;
+        }
+        bind(&in, p->name, vals[k]);
+    }
+    if (make_params(e, &in, blk->body) != 0)
+        goto out;
+    e->depth++;
+    for (const Ast *st = blk->body; st; st = st->next) {
+        if (st->kind == AST_ASSIGN) {
+            Value v = eval(e, &in, st->lhs, st->name);
+            if (v.kind == V_NONE)
+                break;
+            bind(&in, st->name, v);
+        } else if (st->kind == AST_RETURN) {
+            ret = eval(e, &in, st->lhs, "out");
+            break;
+        }
+    }
+    e->depth--;
+    if (ret.kind == V_NONE && e->src->errors == 0)
+        fe_error(e->src, blk->loc, "block '%s' does not return a value", blk->name);
+out:
+    vec_free(&in.vars);
+    return ret;
+}
+
+static Value eval_repeat(Elab *e, Scope *s, const Ast *x, const char *name) {
+    (void)name;
+    Value n = eval(e, s, x->lhs, NULL);
+    if (n.kind == V_NONE)
+        return none();
+    if (n.kind != V_INT || n.i < 1 || n.i > 100000) {
+        fe_error(e->src, x->lhs->loc, "repeat needs a positive integer count");
+        return none();
+    }
+    const Ast *blk = find_block(e, x->name);
+    if (!blk) {
+        fe_error(e->src, x->loc, "unknown block '%s'", x->name);
+        return none();
+    }
+    if (ast_count(blk->inputs) != 1 || ast_count(x->args) != 1) {
+        fe_error(e->src, x->loc, "repeat needs a block of one input, called with one argument");
+        return none();
+    }
+    if (x->args->name) {
+        fe_error(e->src, x->args->loc, "block arguments are positional");
+        return none();
+    }
+    Value v = eval(e, s, x->args->lhs, NULL);
+    for (int64_t i = 0; i < n.i && v.kind == V_TENSOR; i++) {
+        // Feed the previous layer's output in as a one-argument call.
+        Scope tmp = {.parent = s, .prefix = s->prefix, .hf_prefix = s->hf_prefix, .layer = s->layer};
+        bind(&tmp, "#x", v);
+        Ast id = {.kind = AST_IDENT, .loc = x->loc, .name = "#x"};
+        Ast arg = {.kind = AST_ARG, .loc = x->args->loc, .lhs = &id};
+        v = call_block(e, &tmp, blk, &arg, (int)i, x->loc);
+        vec_free(&tmp.vars);
+    }
+    return v;
+}
+
+static Value eval(Elab *e, Scope *s, const Ast *x, const char *name) {
+    switch (x->kind) {
+    case AST_INT: return (Value){.kind = V_INT, .i = x->ival};
+    case AST_FLOAT: return (Value){.kind = V_FLOAT, .f = x->fval};
+    case AST_SIZE: return (Value){.kind = V_SIZE, .i = x->ival};
+    case AST_BOOL: return (Value){.kind = V_BOOL, .i = x->ival};
+    case AST_STR: return (Value){.kind = V_STR, .s = x->name};
+    case AST_LIST:
+    case AST_TUPLE: return (Value){.kind = V_LIST, .ast = x};
+    case AST_IDENT: {
+        Binding *b = lookup(s, x->name);
+        if (!b) {
+            fe_error(e->src, x->loc, "unknown identifier '%s'", x->name);
+            return none();
+        }
+        return b->v;
+    }
+    case AST_NEG: {
+        Value v = eval(e, s, x->lhs, NULL);
+        if (v.kind == V_INT) {
+            if (v.i == INT64_MIN) {
+                fe_error(e->src, x->loc, "integer overflow");
+                return none();
+            }
+            return (Value){.kind = V_INT, .i = -v.i};
+        }
+        if (v.kind == V_FLOAT)
+            return (Value){.kind = V_FLOAT, .f = -v.f};
+        if (v.kind == V_TENSOR) {
+            int in[1] = {(int)v.i};
+            return add_node(e, s, OP_SCALE, 1, in, (IrAttr){.f = -1},
+                            value_name(e, s, name, "neg"), x->loc, NULL);
+        }
+        if (v.kind != V_NONE)
+            fe_error(e->src, x->loc, "cannot negate %s", vkind_name(v.kind));
+        return none();
+    }
+    case AST_BINOP: return eval_binop(e, s, x, name);
+    case AST_CALL:
+        if (!e->g) {
+            fe_error(e->src, x->loc, "'%s(...)' is not a constant", x->name);
+            return none();
+        }
+        return eval_call(e, s, x, name);
+    case AST_REPEAT:
+        if (!e->g) {
+            fe_error(e->src, x->loc, "repeat is only allowed in forward");
+            return none();
+        }
+        return eval_repeat(e, s, x, name);
+    case AST_INDEX: {
+        Value t = eval(e, s, x->lhs, NULL);
+        if (t.kind == V_NONE)
+            return none();
+        if (t.kind != V_TENSOR || ast_count(x->args) != 1 || x->args->name) {
+            fe_error(e->src, x->loc, "indexing needs an embedding table and one index tensor");
+            return none();
+        }
+        Value ids = eval(e, s, x->args->lhs, NULL);
+        if (ids.kind == V_NONE)
+            return none();
+        if (ids.kind != V_TENSOR) {
+            fe_error(e->src, x->args->loc, "an index must be a tensor of token ids");
+            return none();
+        }
+        int in[2] = {(int)t.i, (int)ids.i};
+        Ast args = {.kind = AST_ARG, .loc = x->lhs->loc, .next = x->args};
+        return add_node(e, s, OP_EMBED, 2, in, (IrAttr){0}, value_name(e, s, name, "embed"),
+                        x->loc, &args);
+    }
+    default:
+        fe_error(e->src, x->loc, "not an expression");
+        return none();
+    }
+}
+
+// Creates the params declared in `items` (a model or block body) in scope `s`.
+static int make_params(Elab *e, Scope *s, const Ast *items) {
+    int bad = 0;
+    for (const Ast *p = items; p; p = p->next) {
+        if (p->kind != AST_PARAM)
+            continue;
+        int64_t shape[IR_MAX_DIMS];
+        int nd = eval_dims(e, s, p->args, shape, p->loc);
+        DType dt = e->g ? e->g->step.weight_dt : DT_BF16;
+        if (p->dtype && !dtype_parse(p->dtype, &dt)) {
+            fe_error(e->src, p->dtype_loc, "unknown dtype '%s' (use f32, bf16, f16)", p->dtype);
+            bad++;
+            continue;
+        }
+        if (nd < 0) {
+            bad++;
+            continue;
+        }
+        if (!e->g)
+            continue;
+        const char *nm = arena_printf(e->a, "%s%s", s->prefix, p->name);
+        int id = ir_tensor_add(e->g, nm, TK_PARAM, dt, nd, shape, p->loc);
+        IrTensor *t = ir_tensor(e->g, id);
+        t->hf_name = arena_printf(e->a, "%s%s", s->hf_prefix, p->str);
+        t->decl = p->name;
+        t->layer = s->layer;
+        t->trainable = true;
+        t->requires_grad = true;
+        bind(s, p->name, tensor(id));
+    }
+    return bad ? -1 : 0;
+}
+
+//
+// Checking the sections and reading the train spec.
+//
+
+static bool reserved(const char *n) {
+    return strcmp(n, "B") == 0 || strcmp(n, "S") == 0;
+}
+
+// Checks names in a body: no duplicates among params/assignments of a scope.
+static void check_names(Elab *e, const Ast *items) {
+    for (const Ast *a = items; a; a = a->next) {
+        if ((a->kind == AST_PARAM || a->kind == AST_ASSIGN) && reserved(a->name))
+            fe_error(e->src, a->loc, "'%s' is reserved for the micro-batch and sequence sizes",
+                     a->name);
+        if (a->kind != AST_PARAM && a->kind != AST_BLOCK)
+            continue;
+        for (const Ast *b = items; b != a; b = b->next)
+            if ((b->kind == AST_PARAM || b->kind == AST_BLOCK) && strcmp(a->name, b->name) == 0) {
+                fe_error(e->src, a->loc, "'%s' is declared twice", a->name);
+                fe_note(e->src, b->loc, "first declared here");
+                break;
+            }
+    }
+}
+
+static Value want(Elab *e, Scope *s, const Ast *x, VKind k1, VKind k2, const char *what) {
+    Value v = eval(e, s, x, NULL);
+    if (v.kind == V_NONE)
+        return v;
+    if (v.kind != k1 && v.kind != k2) {
+        fe_error(e->src, x->loc, "%s must be %s, but this is %s", what, vkind_name(k1),
+                 vkind_name(v.kind));
+        return none();
+    }
+    return v;
+}
+
+static void read_optimizer(Elab *e, Scope *s, const Ast *x, TrainSpec *t) {
+    if (x->kind != AST_CALL || (strcmp(x->name, "adamw") != 0 && strcmp(x->name, "sgd") != 0)) {
+        fe_error(e->src, x->loc, "optimizer must be adamw(...) or sgd(...)");
+        return;
+    }
+    t->optimizer = x->name;
+    for (const Ast *a = x->args; a; a = a->next) {
+        if (!a->name) {
+            fe_error(e->src, a->loc, "optimizer arguments are named: lr = 2e-4, ...");
+            continue;
+        }
+        if (strcmp(a->name, "betas") == 0) {
+            if (a->lhs->kind != AST_TUPLE || ast_count(a->lhs->args) != 2) {
+                fe_error(e->src, a->lhs->loc, "betas must be a pair: (0.9, 0.999)");
+                continue;
+            }
+            Value b1 = want(e, s, a->lhs->args, V_FLOAT, V_INT, "beta1");
+            Value b2 = want(e, s, a->lhs->args->next, V_FLOAT, V_INT, "beta2");
+            t->beta1 = as_float(b1), t->beta2 = as_float(b2);
+            continue;
+        }
+        double *dst = strcmp(a->name, "lr") == 0             ? &t->lr
+                      : strcmp(a->name, "eps") == 0          ? &t->eps
+                      : strcmp(a->name, "weight_decay") == 0 ? &t->weight_decay
+                                                             : NULL;
+        if (!dst) {
+            fe_error(e->src, a->loc, "unknown optimizer argument '%s'", a->name);
+            continue;
+        }
+        Value v = want(e, s, a->lhs, V_FLOAT, V_INT, a->name);
+        if (v.kind != V_NONE)
+            *dst = as_float(v);
+    }
+}
+
+static void read_lora(Elab *e, Scope *s, const Ast *x, TrainSpec *t) {
+    t->lora = true;
+    t->lora_loc = x->loc;
+    t->lora_r = 8, t->lora_alpha = 16, t->lora_dropout = 0;
+    bool have_targets = false;
+    for (const Ast *a = x->args; a; a = a->next) {
+        if (!a->name) {
+            fe_error(e->src, a->loc, "lora arguments are named: r = 8, alpha = 16, ...");
+            continue;
+        }
+        if (strcmp(a->name, "targets") == 0) {
+            if (a->lhs->kind != AST_LIST || !a->lhs->args) {
+                fe_error(e->src, a->lhs->loc, "targets must be a list of names: [wq, wv]");
+                continue;
+            }
+            have_targets = true;
+            t->n_lora_targets = ast_count(a->lhs->args);
+            t->lora_targets = arena_alloc(e->a, sizeof(LoraTarget) * (size_t)t->n_lora_targets);
+            int k = 0;
+            for (const Ast *n = a->lhs->args; n; n = n->next, k++) {
+                if (n->kind != AST_IDENT && n->kind != AST_STR) {
+                    fe_error(e->src, n->loc, "a LoRA target is a parameter or module name");
+                    continue;
+                }
+                t->lora_targets[k] = (LoraTarget){n->name, n->loc};
+            }
+            continue;
+        }
+        if (strcmp(a->name, "r") == 0) {
+            Value v = want(e, s, a->lhs, V_INT, V_INT, "r");
+            if (v.kind == V_INT && v.i < 1)
+                fe_error(e->src, a->lhs->loc, "r must be positive");
+            t->lora_r = v.i;
+        } else if (strcmp(a->name, "alpha") == 0) {
+            t->lora_alpha = as_float(want(e, s, a->lhs, V_FLOAT, V_INT, "alpha"));
+        } else if (strcmp(a->name, "dropout") == 0) {
+            Value v = want(e, s, a->lhs, V_FLOAT, V_INT, "dropout");
+            if (v.kind != V_NONE && (as_float(v) < 0 || as_float(v) >= 1))
+                fe_error(e->src, a->lhs->loc, "dropout must be in [0, 1)");
+            t->lora_dropout = as_float(v);
+        } else {
+            fe_error(e->src, a->loc, "unknown lora argument '%s' (r, alpha, dropout, targets)",
+                     a->name);
+        }
+    }
+    if (!have_targets)
+        fe_error(e->src, x->loc, "lora needs targets = [...]");
+}
+
+static void read_quantize(Elab *e, Scope *s, const Ast *x, TrainSpec *t) {
+    t->quantize = true;
+    const Ast *a = x->args;
+    if (!a || a->name || a->lhs->kind != AST_IDENT || strcmp(a->lhs->name, "nf4") != 0) {
+        fe_error(e->src, a ? a->loc : x->loc, "quantize supports nf4: quantize(nf4, double_quant = true)");
+        return;
+    }
+    for (a = a->next; a; a = a->next) {
+        if (!a->name || strcmp(a->name, "double_quant") != 0) {
+            fe_error(e->src, a->loc, "unknown quantize argument (double_quant = true|false)");
+            continue;
+        }
+        Value v = want(e, s, a->lhs, V_BOOL, V_BOOL, "double_quant");
+        t->double_quant = v.kind == V_BOOL && v.i;
+    }
+}
+
+static void read_precision(Elab *e, const Ast *x, TrainSpec *t) {
+    static const struct { const char *name; Precision p; } names[] = {
+        {"bf16", PREC_BF16}, {"fp16", PREC_FP16}, {"fp32", PREC_FP32}, {"bf16_pure", PREC_BF16_PURE}};
+    for (size_t i = 0; x->kind == AST_IDENT && i < sizeof names / sizeof names[0]; i++)
+        if (strcmp(x->name, names[i].name) == 0) {
+            t->precision = names[i].p;
+            t->master_weights = t->precision == PREC_BF16 || t->precision == PREC_FP16;
+            t->optim_dtype = t->precision == PREC_BF16_PURE ? DT_BF16 : DT_F32;
+            return;
+        }
+    fe_error(e->src, x->loc, "precision must be bf16, fp16, fp32 or bf16_pure");
+}
+
+static void read_train(Elab *e, Scope *s, const Ast *train, TrainSpec *t) {
+    *t = (TrainSpec){.precision = PREC_BF16, .master_weights = true, .optim_dtype = DT_F32,
+                     .optimizer = "adamw", .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999,
+                     .eps = 1e-8, .weight_decay = 0.01};
+    bool have_seq = false, have_batch = false, have_loss = false;
+    for (const Ast *it = train->body; it; it = it->next) {
+        if (it->kind == AST_EXPR_STMT) {
+            const Ast *c = it->lhs;
+            if (strcmp(c->name, "lora") == 0)
+                read_lora(e, s, c, t);
+            else if (strcmp(c->name, "quantize") == 0)
+                read_quantize(e, s, c, t);
+            else
+                fe_error(e->src, c->loc, "unknown train directive '%s' (lora, quantize)", c->name);
+            continue;
+        }
+        const char *k = it->name;
+        if (strcmp(k, "seq") == 0 || strcmp(k, "batch") == 0 || strcmp(k, "micro_batch") == 0) {
+            Value v = want(e, s, it->lhs, V_INT, V_INT, k);
+            if (v.kind == V_INT && (v.i < 1 || v.i > (1 << 24))) {
+                fe_error(e->src, it->lhs->loc, "%s must be between 1 and %d", k, 1 << 24);
+                continue;
+            }
+            if (k[0] == 's')
+                t->seq = v.i, have_seq = v.kind == V_INT;
+            else if (k[0] == 'b')
+                t->batch = v.i, have_batch = v.kind == V_INT;
+            else
+                t->micro_batch = v.i;
+        } else if (strcmp(k, "budget") == 0 || strcmp(k, "host_mem") == 0) {
+            Value v = want(e, s, it->lhs, V_SIZE, V_SIZE, k);
+            if (v.kind == V_SIZE)
+                *(k[0] == 'b' ? &t->budget_bytes : &t->host_mem_bytes) = v.i;
+        } else if (strcmp(k, "loss") == 0) {
+            have_loss = true;
+            t->loss_loc = it->lhs->loc;
+        } else if (strcmp(k, "precision") == 0) {
+            read_precision(e, it->lhs, t);
+        } else if (strcmp(k, "master_weights") == 0) {
+            Value v = want(e, s, it->lhs, V_BOOL, V_BOOL, k);
+            t->master_weights = v.kind == V_BOOL && v.i;
+        } else if (strcmp(k, "optimizer") == 0) {
+            read_optimizer(e, s, it->lhs, t);
+        } else {
+            fe_error(e->src, it->loc,
+                     "unknown train setting '%s' (seq, batch, micro_batch, loss, precision, "
+                     "master_weights, optimizer, budget, host_mem)", k);
+        }
+    }
+    if (!have_seq)
+        fe_error(e->src, train->loc, "train needs seq = N");
+    if (!have_batch)
+        fe_error(e->src, train->loc, "train needs batch = N");
+    if (!have_loss)
+        fe_error(e->src, train->loc, "train needs loss = cross_entropy(forward(tokens), next(tokens))");
+    if (have_batch && t->micro_batch && t->batch % t->micro_batch)
+        fe_error(e->src, train->loc, "micro_batch %lld does not divide batch %lld",
+                 (long long)t->micro_batch, (long long)t->batch);
+    if (t->precision == PREC_FP32)
+        t->master_weights = false;
+}
+
+// Folds the model's constants into scope `s` (in order; later ones see earlier).
+static void fold_constants(Elab *e, Scope *s, const Ast *model) {
+    for (const Ast *it = model->body; it; it = it->next) {
+        if (it->kind != AST_ASSIGN)
+            continue;
+        Value v = eval(e, s, it->lhs, NULL);
+        if (v.kind == V_NONE)
+            continue;
+        if (v.kind == V_TENSOR || v.kind == V_LIST) {
+            fe_error(e->src, it->lhs->loc, "a model constant must be a number");
+            continue;
+        }
+        if (lookup(s, it->name) && !reserved(it->name)) {
+            fe_error(e->src, it->loc, "constant '%s' is defined twice", it->name);
+            continue;
+        }
+        bind(s, it->name, v);
+    }
+}
+
+int fe_check(FtSource *src, Ast *program, FtModel *m, Arena *a) {
+    memset(m, 0, sizeof *m);
+    m->program = program;
+    Elab e = {.src = src, .m = m, .a = a};
+    const Ast *model = NULL, *train = NULL;
+    for (const Ast *s = program->body; s; s = s->next) {
+        const Ast **slot = s->kind == AST_MODEL ? &model : &train;
+        if (*slot) {
+            fe_error(src, s->loc, "only one %s section is allowed", s->kind == AST_MODEL ? "model" : "train");
+            fe_note(src, (*slot)->loc, "the first one is here");
+        }
+        *slot = s;
+    }
+    if (!model)
+        fe_error(src, program->loc, "no model section");
+    if (!train)
+        fe_error(src, program->loc, "no train section");
+    if (!model || !train)
+        goto out;
+    m->name = model->name;
+    check_names(&e, model->body);
+    Scope consts = {.prefix = "", .hf_prefix = "", .layer = -1};
+    e.model = &consts;
+    bind(&consts, "B", (Value){.kind = V_INT, .i = 1});
+    bind(&consts, "S", (Value){.kind = V_INT, .i = 1});
+    fold_constants(&e, &consts, model);
+    make_params(&e, &consts, model->body);
+    int forwards = 0;
+    for (const Ast *it = model->body; it; it = it->next) {
+        if (it->kind == AST_FORWARD && forwards++)
+            fe_error(src, it->loc, "only one forward is allowed");
+        if (it->kind == AST_BLOCK)
+            check_names(&e, it->body);
+        if (it->kind == AST_BLOCK && ast_count(it->inputs) == 0)
+            fe_error(src, it->loc, "block '%s' needs at least one input", it->name);
+    }
+    if (!forwards)
+        fe_error(src, model->loc, "model '%s' has no forward", model->name);
+    read_train(&e, &consts, train, &m->train);
+    vec_free(&consts.vars);
+out:
+    return src->errors ? -1 : 0;
+}
+
+//
+// Building the graph.
+//
+
+static IrStep step_of(const TrainSpec *t) {
+    IrStep st = {.optim_dt = t->optim_dtype, .master = t->master_weights};
+    switch (t->precision) {
+    case PREC_BF16:
+    case PREC_BF16_PURE: st.weight_dt = st.compute_dt = st.grad_dt = DT_BF16; break;
+    case PREC_FP16: st.weight_dt = st.compute_dt = st.grad_dt = DT_F16; break;
+    case PREC_FP32: st.weight_dt = st.compute_dt = st.grad_dt = DT_F32; break;
+    }
+    st.optim_states = strcmp(t->optimizer, "adamw") == 0 ? 2 : 0;
+    return st;
+}
+
+// loss = cross_entropy(forward(ARGS), next(tokens)) — the only loss form for now.
+static int build_loss(Elab *e, Scope *train, const Ast *loss) {
+    const Ast *fwd = find_forward(e->m->program);
+    bool shape_ok = loss->kind == AST_CALL && strcmp(loss->name, "cross_entropy") == 0 &&
+                    ast_count(loss->args) == 2 && loss->args->lhs->kind == AST_CALL &&
+                    strcmp(loss->args->lhs->name, "forward") == 0 &&
+                    loss->args->next->lhs->kind == AST_CALL &&
+                    strcmp(loss->args->next->lhs->name, "next") == 0 &&
+                    ast_count(loss->args->next->lhs->args) == 1;
+    if (!shape_ok) {
+        fe_error(e->src, loss->loc, "loss must be cross_entropy(forward(tokens), next(tokens))");
+        return -1;
+    }
+    const Ast *fcall = loss->args->lhs, *ncall = loss->args->next->lhs;
+    if (ast_count(fcall->args) != ast_count(fwd->inputs)) {
+        fe_error(e->src, fcall->loc, "forward takes %d argument%s, got %d", ast_count(fwd->inputs),
+                 ast_count(fwd->inputs) == 1 ? "" : "s", ast_count(fcall->args));
+        return -1;
+    }
+    // The batch inputs: forward's declared inputs, named as the call names them.
+    Scope fs = {.parent = e->model, .prefix = "", .hf_prefix = "", .layer = -1};
+    const Ast *a = fcall->args;
+    for (const Ast *p = fwd->inputs; p; p = p->next, a = a->next) {
+        if (a->name || a->lhs->kind != AST_IDENT) {
+            fe_error(e->src, a->loc, "forward's arguments name the batch inputs, e.g. forward(tokens)");
+            goto fail;
+        }
+        int64_t shape[IR_MAX_DIMS];
+        int nd = eval_dims(e, &fs, p->args, shape, p->loc);
+        DType dt = e->g->step.compute_dt;
+        if (p->dtype && !dtype_parse(p->dtype, &dt)) {
+            fe_error(e->src, p->dtype_loc, "unknown dtype '%s'", p->dtype);
+            goto fail;
+        }
+        if (nd < 0)
+            goto fail;
+        int id = ir_tensor_add(e->g, a->lhs->name, TK_INPUT, dt, nd, shape, p->loc);
+        bind(train, a->lhs->name, tensor(id));
+        bind(&fs, p->name, tensor(id));
+    }
+    Value logits = none();
+    for (const Ast *st = fwd->body; st; st = st->next) {
+        if (st->kind == AST_ASSIGN) {
+            Value v = eval(e, &fs, st->lhs, st->name);
+            if (v.kind == V_NONE)
+                goto fail;
+            bind(&fs, st->name, v);
+        } else if (st->kind == AST_RETURN) {
+            logits = eval(e, &fs, st->lhs, "logits");
+            break;
+        }
+    }
+    if (logits.kind != V_TENSOR) {
+        if (!e->src->errors)
+            fe_error(e->src, fwd->loc, "forward must return a tensor of logits");
+        goto fail;
+    }
+    Value toks = eval(e, train, ncall->args->lhs, NULL);
+    if (toks.kind != V_TENSOR || ir_tensor(e->g, (int)toks.i)->kind != TK_INPUT) {
+        if (toks.kind != V_NONE)
+            fe_error(e->src, ncall->args->loc, "next(...) takes a batch input, e.g. next(tokens)");
+        goto fail;
+    }
+    // Targets are the input shifted by one: the data loader reads seq + 1 tokens.
+    IrTensor *tk = ir_tensor(e->g, (int)toks.i);
+    int tgt = ir_tensor_add(e->g, "targets", TK_INPUT, tk->dtype, tk->ndim, tk->shape, ncall->loc);
+    int in[2] = {(int)logits.i, tgt};
+    Value l = add_node(e, &fs, OP_CROSS_ENTROPY, 2, in, (IrAttr){0}, "loss", loss->loc, loss->args);
+    vec_free(&fs.vars);
+    if (l.kind != V_TENSOR)
+        return -1;
+    e->g->logits = (int)logits.i;
+    e->g->loss = (int)l.i;
+    return 0;
+fail:
+    vec_free(&fs.vars);
+    return -1;
+}
+
+IrGraph *fe_elaborate(FtSource *src, const FtModel *m, int64_t batch, Arena *a) {
+    const Ast *model = find_section(m->program, AST_MODEL);
+    const Ast *train = find_section(m->program, AST_TRAIN);
+    IrGraph *g = ir_graph_new(a);
+    g->batch = batch;
+    g->seq = m->train.seq;
+    g->step = step_of(&m->train);
+    Elab e = {.src = src, .m = m, .g = g, .a = a};
+    Scope consts = {.prefix = "", .hf_prefix = "", .layer = -1};
+    e.model = &consts;
+    bind(&consts, "B", (Value){.kind = V_INT, .i = batch});
+    bind(&consts, "S", (Value){.kind = V_INT, .i = m->train.seq});
+    int errors = src->errors;
+    fold_constants(&e, &consts, model);
+    if (src->errors == errors)
+        make_params(&e, &consts, model->body);
+    const Ast *loss = NULL;
+    for (const Ast *it = train->body; it; it = it->next)
+        if (it->kind == AST_ASSIGN && strcmp(it->name, "loss") == 0)
+            loss = it->lhs;
+    if (src->errors == errors && loss) {
+        Scope ts = {.parent = &consts, .prefix = "", .hf_prefix = "", .layer = -1};
+        build_loss(&e, &ts, loss);
+        vec_free(&ts.vars);
+    }
+    vec_free(&consts.vars);
+    if (src->errors != errors) {
+        ir_graph_free(g);
+        return NULL;
+    }
+    ir_mark_requires_grad(g);
+    return g;
+}

@@ -1,0 +1,332 @@
+// main.c — the ftc command-line driver: parses arguments, runs the pipeline,
+// prints results. Exit status: 0 success, 1 the request cannot be met (bad input,
+// does not fit), 2 usage error. Nothing reaches stdout unless the command succeeds.
+#include "frontend.h"
+#include "../passes/passes.h"
+
+#include <stdarg.h>
+
+enum { EXIT_NOFIT = 1, EXIT_USAGE = 2 };
+
+// The command line as a source, so argument errors get a caret too.
+typedef struct Cmdline {
+    FtSource src;
+    int *col;               // 1-based column of each argv[i]
+    int argc;
+    char **argv;
+} Cmdline;
+
+static void cmdline_init(Cmdline *c, int argc, char **argv) {
+    size_t len = 4;
+    for (int i = 1; i < argc; i++)
+        len += strlen(argv[i]) + 1;
+    char *text = malloc(len + 1), *p = text;
+    c->col = malloc(sizeof(int) * (size_t)(argc + 1));
+    for (int i = 0; i < argc; i++) {
+        // argv[0] shows as "ftc" so messages read the same however ftc was started
+        const char *arg = i ? argv[i] : "ftc";
+        c->col[i] = (int)(p - text) + 1;
+        p += sprintf(p, "%s%s", i ? " " : "", arg);
+        if (i)
+            c->col[i]++;
+    }
+    *p = '\0';
+    fe_source_from_string(&c->src, "<command line>", text);
+    free(text);
+    c->argc = argc;
+    c->argv = argv;
+}
+
+static void cmdline_free(Cmdline *c) {
+    fe_source_free(&c->src);
+    free(c->col);
+}
+
+__attribute__((format(printf, 3, 4)))
+static void arg_error(Cmdline *c, int i, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    SrcLoc loc = {c->src.path, 1, c->col[i], (int)strlen(c->argv[i])};
+    fe_error(&c->src, loc, "%s", msg);
+}
+
+static const char *commas(char *buf, int64_t v) {
+    char tmp[32];
+    int n = snprintf(tmp, sizeof tmp, "%lld", (long long)(v < 0 ? -v : v)), o = 0;
+    if (v < 0)
+        buf[o++] = '-';
+    for (int i = 0; i < n; i++) {
+        if (i && (n - i) % 3 == 0)
+            buf[o++] = ',';
+        buf[o++] = tmp[i];
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
+static void usage(FILE *f) {
+    fputs("usage: ftc <command> [options]\n"
+          "\n"
+          "commands:\n"
+          "  compile FILE.ft [--budget SIZE] [--gpu PRESET] [--micro-batch N] [--dump-ir]\n"
+          "                            parameter counts and the memory of one training step\n"
+          "  import CONFIG.json        write a .ft for a Hugging Face config on stdout\n"
+          "  help [COMMAND]            this text, or one command's\n"
+          "\n"
+          "sizes: 40G and 40GiB are 40*2^30 bytes, 40GB is 40*10^9 (K, M, G, T alike)\n",
+          f);
+}
+
+static void usage_compile(FILE *f) {
+    int n;
+    const GpuPreset *p = gpu_presets(&n);
+    fputs("usage: ftc compile FILE.ft [--budget SIZE] [--gpu PRESET] [--micro-batch N] [--dump-ir]\n"
+          "\n"
+          "  --budget SIZE     device memory the step must fit (default: the preset's memory)\n"
+          "  --gpu PRESET      GPU preset (default a100-40g):",
+          f);
+    for (int i = 0; i < n; i++)
+        fprintf(f, " %s", p[i].name);
+    fputs("\n"
+          "  --micro-batch N   sequences per micro-batch (default: the file's micro_batch, else\n"
+          "                    its global batch, i.e. no accumulation)\n"
+          "  --dump-ir         print the IR after elaboration (and after lora, if any)\n",
+          f);
+}
+
+// Sends pass errors through the .ft source's diagnostics.
+static void pass_to_fe(void *ctx, SrcLoc loc, const char *msg) { fe_error(ctx, loc, "%s", msg); }
+
+static const char *precision_name(Precision p) {
+    static const char *n[] = {"bf16 mixed (fp32 master weights and optimizer state)",
+                              "fp16 mixed (fp32 master weights and optimizer state)", "fp32",
+                              "pure bf16"};
+    return n[p];
+}
+
+// Prints the counts and the naive memory breakdown for `g` to `out`.
+static void report_compile(FILE *out, const char *path, const FtModel *m, const IrGraph *g,
+                           const GpuPreset *gpu, int64_t budget) {
+    char a[32], b[32], c[32];
+    ParamCount pc = count_params(g);
+    MemBreakdown mb = count_naive_memory(g, gpu->reserve_bytes);
+    const TrainSpec *t = &m->train;
+    fprintf(out, "ftc: %s: model %s, seq %lld, global batch %lld, micro-batch %lld, %s, %s\n",
+            path, m->name, (long long)t->seq, (long long)t->batch, (long long)g->batch,
+            precision_name(t->precision), t->optimizer);
+    if (t->lora)
+        fprintf(out, "lora: r=%lld alpha=%g dropout=%g on %d target%s\n", (long long)t->lora_r,
+                t->lora_alpha, t->lora_dropout, t->n_lora_targets, t->n_lora_targets == 1 ? "" : "s");
+    fprintf(out, "\nparameters: %s in %lld tensors\n", commas(a, pc.total), (long long)pc.tensors);
+    fprintf(out, "trainable params: %s || all params: %s || trainable%%: %.4f\n",
+            commas(a, pc.trainable), commas(b, pc.total),
+            pc.total ? 100.0 * (double)pc.trainable / (double)pc.total : 0.0);
+
+    fprintf(out, "\nmemory of one step with no technique applied (micro-batch %lld x seq %lld):\n",
+            (long long)g->batch, (long long)g->seq);
+    fprintf(out, "  %-12s %22s %12s %12s\n", "category", "bytes", "GiB", "GB");
+    static const MemCategory order[] = {MEM_WEIGHTS, MEM_GRADS, MEM_OPTIMIZER, MEM_MASTER,
+                                        MEM_ACTIVATIONS, MEM_COUNT, MEM_IO, MEM_RESERVE};
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
+        // MEM_COUNT marks the logits row: the logits and the loss's fp32 gradient
+        int64_t v = order[i] == MEM_COUNT ? mb.logits_bytes : mb.bytes[order[i]];
+        const char *name = order[i] == MEM_COUNT ? "logits" : mem_category_name(order[i]);
+        fprintf(out, "  %-12s %22s %12.2f %12.2f\n", name, commas(a, v), (double)v / 0x1p30,
+                (double)v / 1e9);
+    }
+    fprintf(out, "  %-12s %22s %12.2f %12.2f\n", "total", commas(a, mb.total),
+            (double)mb.total / 0x1p30, (double)mb.total / 1e9);
+
+    int64_t states = mb.bytes[MEM_WEIGHTS] + mb.bytes[MEM_GRADS] + mb.bytes[MEM_OPTIMIZER] +
+                     mb.bytes[MEM_MASTER];
+    fprintf(out, "\nmodel states (weights + grads + optimizer + master): %s bytes = %.2f GB, "
+                 "%.2f bytes/param\n",
+            commas(a, states), (double)states / 1e9, pc.total ? (double)states / (double)pc.total : 0.0);
+    if (mb.total <= budget)
+        fprintf(out, "budget %s bytes = %s (%s): fits, %s to spare\n", commas(b, budget),
+                fe_gib(a, sizeof a, budget), gpu->name, fe_gib(c, sizeof c, budget - mb.total));
+    else
+        fprintf(out, "budget %s bytes = %s (%s): does not fit with no technique applied "
+                     "(needs %s, %.1fx the budget)\n",
+                commas(b, budget), fe_gib(a, sizeof a, budget), gpu->name,
+                fe_gib(c, sizeof c, mb.total), (double)mb.total / (double)budget);
+}
+
+static int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
+    const char *path = NULL, *gpu_name = "a100-40g";
+    int path_arg = 0, gpu_arg = 0;
+    int64_t budget = 0, micro = 0;
+    bool dump_ir = false;
+    for (int i = first; i < argc; i++) {
+        const char *s = argv[i];
+        if (strcmp(s, "--help") == 0 || strcmp(s, "-h") == 0) {
+            usage_compile(stdout);
+            return 0;
+        } else if (strcmp(s, "--budget") == 0 || strcmp(s, "--gpu") == 0 ||
+                   strcmp(s, "--micro-batch") == 0) {
+            if (i + 1 >= argc) {
+                arg_error(cl, i, "%s needs a value", s);
+                return EXIT_USAGE;
+            }
+            const char *v = argv[++i];
+            if (s[2] == 'b') {
+                char why[160];
+                if (fe_size_parse(v, &budget, why, sizeof why) != 0 || budget <= 0) {
+                    arg_error(cl, i, "%s", budget <= 0 && !why[0] ? "budget must be positive" : why);
+                    return EXIT_USAGE;
+                }
+            } else if (s[2] == 'g') {
+                gpu_name = v;
+                gpu_arg = i;
+            } else {
+                char *end;
+                errno = 0;
+                micro = strtoll(v, &end, 10);
+                if (errno || *end || micro < 1) {
+                    arg_error(cl, i, "--micro-batch needs a positive integer");
+                    return EXIT_USAGE;
+                }
+            }
+        } else if (strcmp(s, "--dump-ir") == 0) {
+            dump_ir = true;
+        } else if (s[0] == '-' && s[1]) {
+            arg_error(cl, i, "unknown option '%s' (see ftc help compile)", s);
+            return EXIT_USAGE;
+        } else if (path) {
+            arg_error(cl, i, "one .ft file at a time (already have '%s')", path);
+            return EXIT_USAGE;
+        } else {
+            path = s;
+            path_arg = i;
+        }
+    }
+    if (!path) {
+        usage_compile(stderr);
+        return EXIT_USAGE;
+    }
+    const GpuPreset *gpu = gpu_preset(gpu_name);
+    if (!gpu) {
+        int n;
+        const GpuPreset *p = gpu_presets(&n);
+        char list[256] = "";
+        for (int i = 0; i < n; i++)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", p[i].name);
+        arg_error(cl, gpu_arg, "unknown GPU preset '%s' (one of: %s)", gpu_name, list);
+        return EXIT_USAGE;
+    }
+
+    FtSource src;
+    if (fe_source_read(&src, path) != 0) {
+        arg_error(cl, path_arg, "cannot open '%s': %s", path, strerror(errno));
+        return EXIT_NOFIT;
+    }
+    Arena *arena = arena_new();
+    char *text = NULL;
+    size_t text_len = 0;
+    FILE *out = open_memstream(&text, &text_len);
+    int rc = EXIT_NOFIT;
+    FtModel m;
+    IrGraph *g = NULL;
+    Ast *prog = fe_parse(&src, arena);
+    if (!prog || fe_check(&src, prog, &m, arena) != 0)
+        goto done;
+    if (!budget)
+        budget = m.train.budget_bytes ? m.train.budget_bytes : gpu->mem_bytes;
+    if (!micro)
+        micro = m.train.micro_batch ? m.train.micro_batch : m.train.batch;
+    if (m.train.batch % micro) {
+        arg_error(cl, path_arg, "micro-batch %lld does not divide the global batch %lld",
+                  (long long)micro, (long long)m.train.batch);
+        goto done;
+    }
+    g = fe_elaborate(&src, &m, micro, arena);
+    if (!g)
+        goto done;
+    if (dump_ir) {
+        fprintf(out, "# after elaborate\n");
+        ir_print(out, g);
+    }
+    if (m.train.lora) {
+        const char **names = arena_alloc(arena, sizeof(char *) * (size_t)m.train.n_lora_targets);
+        SrcLoc *locs = arena_alloc(arena, sizeof(SrcLoc) * (size_t)m.train.n_lora_targets);
+        for (int i = 0; i < m.train.n_lora_targets; i++)
+            names[i] = m.train.lora_targets[i].name, locs[i] = m.train.lora_targets[i].loc;
+        LoraSpec ls = {m.train.lora_r, m.train.lora_alpha, m.train.lora_dropout,
+                       m.train.n_lora_targets, names, locs};
+        PassDiag d = {pass_to_fe, &src, 0};
+        if (lora_apply(g, &ls, &d) != 0)
+            goto done;
+        if (dump_ir) {
+            fprintf(out, "# after lora\n");
+            ir_print(out, g);
+        }
+    }
+    if (ir_verify(g, stderr) != 0) {
+        fprintf(stderr, "%s: internal error: the IR failed verification\n", path);
+        goto done;
+    }
+    report_compile(out, path, &m, g, gpu, budget);
+    rc = 0;
+done:
+    fclose(out);
+    if (rc == 0)
+        fwrite(text, 1, text_len, stdout);
+    free(text);
+    if (g)
+        ir_graph_free(g);
+    arena_free(arena);
+    fe_source_free(&src);
+    return rc;
+}
+
+static int cmd_import(Cmdline *cl, int argc, char **argv, int first) {
+    if (argc - first != 1 || argv[first][0] == '-') {
+        if (argc - first == 1 && (strcmp(argv[first], "--help") == 0 || strcmp(argv[first], "-h") == 0)) {
+            fputs("usage: ftc import CONFIG.json > MODEL.ft\n", stdout);
+            return 0;
+        }
+        if (argc - first > 1)
+            arg_error(cl, first + 1, "import takes one config.json");
+        else
+            fputs("usage: ftc import CONFIG.json > MODEL.ft\n", stderr);
+        return EXIT_USAGE;
+    }
+    FILE *probe = fopen(argv[first], "rb");
+    if (!probe) {
+        arg_error(cl, first, "cannot open '%s': %s", argv[first], strerror(errno));
+        return EXIT_NOFIT;
+    }
+    fclose(probe);
+    return fe_import(argv[first], stdout);
+}
+
+int main(int argc, char **argv) {
+    Cmdline cl;
+    cmdline_init(&cl, argc, argv);
+    int rc;
+    const char *cmd = argc > 1 ? argv[1] : NULL;
+    if (!cmd || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 ||
+        (strcmp(cmd, "help") == 0 && argc == 2)) {
+        usage(cmd ? stdout : stderr);
+        rc = cmd ? 0 : EXIT_USAGE;
+    } else if (strcmp(cmd, "help") == 0) {
+        if (strcmp(argv[2], "compile") == 0)
+            usage_compile(stdout), rc = 0;
+        else if (strcmp(argv[2], "import") == 0)
+            fputs("usage: ftc import CONFIG.json > MODEL.ft\n", stdout), rc = 0;
+        else
+            arg_error(&cl, 2, "no such command '%s'", argv[2]), rc = EXIT_USAGE;
+    } else if (strcmp(cmd, "compile") == 0) {
+        rc = cmd_compile(&cl, argc, argv, 2);
+    } else if (strcmp(cmd, "import") == 0) {
+        rc = cmd_import(&cl, argc, argv, 2);
+    } else {
+        arg_error(&cl, 1, "unknown command '%s' (compile, import, help)", cmd);
+        rc = EXIT_USAGE;
+    }
+    cmdline_free(&cl);
+    return rc;
+}

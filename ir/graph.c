@@ -1,0 +1,144 @@
+// graph.c — building the graph: tensors, nodes, dtypes and categories.
+#include "ir.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const struct { const char *name; int bits; } dtypes[DT_COUNT] = {
+    [DT_F32] = {"f32", 32}, [DT_BF16] = {"bf16", 16}, [DT_F16] = {"f16", 16},
+    [DT_I32] = {"i32", 32}, [DT_U8] = {"u8", 8},      [DT_NF4] = {"nf4", 4},
+};
+
+static const char *categories[MEM_COUNT] = {
+    [MEM_WEIGHTS] = "weights",         [MEM_GRADS] = "grads",
+    [MEM_OPTIMIZER] = "optimizer",     [MEM_MASTER] = "master",
+    [MEM_ACTIVATIONS] = "activations", [MEM_RECOMPUTE] = "recompute",
+    [MEM_TEMPORARIES] = "temporaries", [MEM_WORKSPACE] = "workspace",
+    [MEM_IO] = "io",                   [MEM_RESERVE] = "reserve",
+};
+
+const char *dtype_name(DType t) { return t < DT_COUNT ? dtypes[t].name : "?"; }
+
+bool dtype_parse(const char *s, DType *out) {
+    for (int i = 0; i < DT_COUNT; i++)
+        if (strcmp(s, dtypes[i].name) == 0) {
+            *out = (DType)i;
+            return true;
+        }
+    return false;
+}
+
+int64_t dtype_bytes(DType t, int64_t elems) { return (elems * dtypes[t].bits + 7) / 8; }
+
+const char *mem_category_name(MemCategory c) { return c < MEM_COUNT ? categories[c] : "?"; }
+
+IrGraph *ir_graph_new(Arena *a) {
+    IrGraph *g = arena_alloc(a, sizeof *g);
+    g->arena = a;
+    g->loss = g->logits = -1;
+    return g;
+}
+
+void ir_graph_free(IrGraph *g) {
+    if (!g)
+        return;
+    vec_free(&g->tensors);
+    vec_free(&g->nodes);
+}
+
+int ir_tensor_add(IrGraph *g, const char *name, TensorKind kind, DType dt, int ndim,
+                  const int64_t *shape, SrcLoc loc) {
+    IR_ASSERT(ndim >= 0 && ndim <= IR_MAX_DIMS);
+    IrTensor t = {
+        .id = g->tensors.len, .name = arena_strdup(g->arena, name), .kind = kind,
+        .dtype = dt, .ndim = ndim, .producer = -1, .alias_of = -1, .layer = -1,
+        .cat = kind == TK_PARAM ? MEM_WEIGHTS : kind == TK_INPUT ? MEM_IO : MEM_TEMPORARIES,
+        .loc = loc,
+    };
+    for (int i = 0; i < ndim; i++)
+        t.shape[i] = shape[i];
+    vec_push(&g->tensors, t);
+    return t.id;
+}
+
+IrTensor *ir_tensor(IrGraph *g, int id) {
+    IR_ASSERT(id >= 0 && id < g->tensors.len);
+    return &g->tensors.at[id];
+}
+
+int64_t ir_tensor_elems(const IrTensor *t) {
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++)
+        n *= t->shape[i];
+    return n;
+}
+
+int64_t ir_tensor_bytes(const IrTensor *t) {
+    return t->alias_of >= 0 ? 0 : dtype_bytes(t->dtype, ir_tensor_elems(t));
+}
+
+int ir_tensor_base(const IrGraph *g, int id) {
+    while (g->tensors.at[id].alias_of >= 0)
+        id = g->tensors.at[id].alias_of;
+    return id;
+}
+
+int ir_shape_str(char *buf, size_t cap, const IrTensor *t) {
+    size_t n = 0;
+    n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, "%s[", dtype_name(t->dtype));
+    for (int i = 0; i < t->ndim; i++)
+        n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, "%s%lld", i ? ", " : "",
+                              (long long)t->shape[i]);
+    n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, "]");
+    return (int)n;
+}
+
+int ir_node_add(IrGraph *g, OpKind op, int nin, const int *in, IrAttr attr,
+                const char *name, int layer, SrcLoc loc, IrShapeErr *err) {
+    const OpInfo *info = op_info(op);
+    IR_ASSERT(nin >= info->min_in && nin <= info->max_in);
+    IrNode n = {.id = g->nodes.len, .op = op, .nin = nin, .out = -1, .aux = -1,
+                .attr = attr, .layer = layer, .loc = loc};
+    for (int i = 0; i < IR_MAX_INPUTS; i++)
+        n.in[i] = i < nin ? in[i] : -1;
+    IrTensor out = {.alias_of = -1}, aux = {.ndim = -1};
+    err->msg[0] = '\0';
+    err->arg = -1;
+    if (!info->shape(g, &n, &out, &aux, err))
+        return -1;
+    n.out = ir_tensor_add(g, name, TK_VALUE, out.dtype, out.ndim, out.shape, loc);
+    IrTensor *o = ir_tensor(g, n.out);
+    o->producer = n.id;
+    o->alias_of = out.alias_of;
+    o->layer = layer;
+    if (aux.ndim >= 0) {
+        char *aname = arena_printf(g->arena, "%s.%s", name, op == OP_ATTENTION ? "lse"
+                                                   : op == OP_DROPOUT     ? "mask"
+                                                                          : "stats");
+        n.aux = ir_tensor_add(g, aname, TK_VALUE, aux.dtype, aux.ndim, aux.shape, loc);
+        ir_tensor(g, n.aux)->producer = n.id;
+        ir_tensor(g, n.aux)->layer = layer;
+    }
+    bool rg = false;
+    for (int i = 0; i < nin; i++)
+        if (n.in[i] >= 0 && g->tensors.at[n.in[i]].requires_grad)
+            rg = true;
+    ir_tensor(g, n.out)->requires_grad = rg;
+    vec_push(&g->nodes, n);
+    return n.id;
+}
+
+void ir_mark_requires_grad(IrGraph *g) {
+    for (int i = 0; i < g->tensors.len; i++) {
+        IrTensor *t = &g->tensors.at[i];
+        t->requires_grad = t->kind == TK_PARAM && t->trainable;
+    }
+    for (int i = 0; i < g->nodes.len; i++) {
+        const IrNode *n = &g->nodes.at[i];
+        bool rg = false;
+        for (int k = 0; k < n->nin; k++)
+            if (n->in[k] >= 0 && g->tensors.at[n->in[k]].requires_grad)
+                rg = true;
+        g->tensors.at[n->out].requires_grad = rg;
+    }
+}

@@ -1,0 +1,232 @@
+// ir.h — the graph every stage of ftc speaks: tensors with concrete shapes and
+// dtypes, nodes that apply an op from the op table, and the arena they live in.
+//
+// The op table (op.c) is the single place that knows an op: arity, shape rule,
+// FLOPs, bytes moved, and what its backward needs. Passes see only this graph;
+// nothing here knows "a transformer".
+#ifndef FTC_IR_H
+#define FTC_IR_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+//
+// arena.c — compile-time objects live in one arena per compilation, freed at once.
+//
+
+typedef struct Arena Arena;
+
+Arena *arena_new(void);
+void arena_free(Arena *a);
+void *arena_alloc(Arena *a, size_t bytes);          // zeroed, 16-byte aligned
+char *arena_strdup(Arena *a, const char *s);
+char *arena_strndup(Arena *a, const char *s, size_t n);
+char *arena_printf(Arena *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+// A growable array of T carved from the heap; freed with vec_free.
+#define VEC(T) struct { T *at; int len, cap; }
+#define vec_push(v, x)                                                          \
+    do {                                                                        \
+        if ((v)->len == (v)->cap) vec_grow_((void **)&(v)->at, &(v)->cap, sizeof *(v)->at); \
+        (v)->at[(v)->len++] = (x);                                              \
+    } while (0)
+#define vec_free(v) (free((v)->at), (v)->at = NULL, (v)->len = (v)->cap = 0)
+void vec_grow_(void **at, int *cap, size_t elem);
+
+//
+// A source location: every token, AST node and IR node carries one, so every
+// error (including one found in backward) points at the line the user wrote.
+//
+
+typedef struct SrcLoc {
+    const char *file;   // path as given by the user; NULL for generated code
+    int line, col;      // 1-based
+    int len;            // bytes underlined by the caret
+} SrcLoc;
+
+//
+// Dtypes and memory categories.
+//
+
+typedef enum DType {
+    DT_F32,
+    DT_BF16,
+    DT_F16,
+    DT_I32,
+    DT_U8,
+    DT_NF4,      // 4-bit NormalFloat, two per byte; scales are separate tensors
+    DT_COUNT
+} DType;
+
+typedef enum MemCategory {
+    MEM_WEIGHTS,      // parameters in their compute/storage dtype
+    MEM_GRADS,        // parameter gradients
+    MEM_OPTIMIZER,    // optimizer state (AdamW m, v)
+    MEM_MASTER,       // fp32 master copies of trainable parameters
+    MEM_ACTIVATIONS,  // forward tensors saved for backward
+    MEM_RECOMPUTE,    // tensors rebuilt in backward
+    MEM_TEMPORARIES,  // everything else with a short life
+    MEM_WORKSPACE,    // GEMM workspace, kernel scratch
+    MEM_IO,           // token batches
+    MEM_RESERVE,      // modeled CUDA context and library handles
+    MEM_COUNT
+} MemCategory;
+
+const char *dtype_name(DType t);
+bool dtype_parse(const char *s, DType *out);
+int64_t dtype_bytes(DType t, int64_t elems);   // storage bytes, NF4 packed two per byte
+const char *mem_category_name(MemCategory c);
+
+//
+// Tensors and nodes.
+//
+
+enum { IR_MAX_DIMS = 6, IR_MAX_INPUTS = 4 };
+
+typedef enum TensorKind {
+    TK_PARAM,     // a parameter (trainable or frozen); hf_name is its checkpoint name
+    TK_INPUT,     // a batch input (token ids, targets)
+    TK_VALUE,     // produced by a node
+} TensorKind;
+
+typedef struct IrTensor {
+    int id;
+    const char *name;       // unique, readable: "decoder.3.h", "model.norm.weight"
+    const char *hf_name;    // TK_PARAM only: Hugging Face safetensors name
+    TensorKind kind;
+    DType dtype;
+    int ndim;
+    int64_t shape[IR_MAX_DIMS];
+    MemCategory cat;
+    int producer;           // node id, -1 for params and inputs
+    int alias_of;           // a view shares its base's bytes: base tensor id, else -1
+    int layer;              // repeat index, -1 outside any repeated block
+    bool trainable;         // TK_PARAM: gets a gradient and optimizer state
+    const char *decl;       // TK_PARAM: the name in the .ft ("wq"); LoRA targets match it
+    bool requires_grad;     // some trainable parameter flows into it
+    SrcLoc loc;
+} IrTensor;
+
+typedef enum OpKind {
+#define OP(kind) kind,
+#include "ops.def"
+#undef OP
+    OP_COUNT
+} OpKind;
+
+// Attributes by op. Only the fields an op's row names are meaningful.
+typedef struct IrAttr {
+    double f;               // eps (norms), theta (rope), p (dropout), c (scale)
+    bool causal;            // attention
+    int perm[2];            // transpose: the two dims swapped
+    int64_t chunk_rows;     // cross_entropy: rows per chunk (0 = all at once)
+    int ndim;               // view: the new shape
+    int64_t shape[IR_MAX_DIMS];
+} IrAttr;
+
+typedef struct IrNode {
+    int id;
+    OpKind op;
+    int nin;
+    int in[IR_MAX_INPUTS];  // tensor ids; -1 for an absent optional input
+    int out;                // tensor id
+    int aux;                // second output (norm rstd, attention lse, dropout mask), -1 if none
+    IrAttr attr;
+    int layer;              // repeat index, -1 outside any repeated block
+    SrcLoc loc;
+} IrNode;
+
+// What a training step does with the parameters: the dtypes of each copy.
+typedef struct IrStep {
+    DType weight_dt;        // parameters as the forward reads them
+    DType compute_dt;       // activations
+    DType grad_dt;          // parameter gradients
+    bool master;            // fp32 master copies of trainable parameters
+    DType optim_dt;         // optimizer state elements
+    int optim_states;       // state tensors per parameter: AdamW 2, SGD 0
+} IrStep;
+
+typedef struct IrGraph {
+    Arena *arena;
+    VEC(IrTensor) tensors;
+    VEC(IrNode) nodes;      // in a valid execution order (every input made earlier)
+    int loss;               // the scalar loss tensor, -1 while there is none
+    int logits;             // the tensor fed to the loss, -1 while there is none
+    int64_t batch, seq;     // B and S the graph was elaborated for
+    IrStep step;
+} IrGraph;
+
+// graph.c
+IrGraph *ir_graph_new(Arena *a);
+void ir_graph_free(IrGraph *g);   // frees the vectors; the arena belongs to the caller
+int ir_tensor_add(IrGraph *g, const char *name, TensorKind kind, DType dt, int ndim,
+                  const int64_t *shape, SrcLoc loc);
+IrTensor *ir_tensor(IrGraph *g, int id);
+int64_t ir_tensor_elems(const IrTensor *t);
+int64_t ir_tensor_bytes(const IrTensor *t);     // 0 for a view: its base owns the bytes
+int ir_tensor_base(const IrGraph *g, int id);   // follows alias_of to the owner
+// Recomputes requires_grad of every value from the trainable flags of the params.
+void ir_mark_requires_grad(IrGraph *g);
+int ir_shape_str(char *buf, size_t cap, const IrTensor *t);  // "[2, 2048, 3584] bf16"
+
+// The shape rule of `op` checks the inputs and fills the output; on a mismatch it
+// returns false and writes a message naming both shapes into `err`.
+typedef struct IrShapeErr { char msg[256]; int arg; } IrShapeErr;
+
+// Appends a node; runs the op's shape rule and, on success, creates its output
+// (and aux) tensors named `name`. Returns the node id, or -1 with `err` filled.
+int ir_node_add(IrGraph *g, OpKind op, int nin, const int *in, IrAttr attr,
+                const char *name, int layer, SrcLoc loc, IrShapeErr *err);
+
+//
+// op.c — the op table.
+//
+
+enum {                      // bits of OpInfo.grad_needs: what a backward reads
+    NEED_IN0 = 1 << 0, NEED_IN1 = 1 << 1, NEED_IN2 = 1 << 2, NEED_IN3 = 1 << 3,
+    NEED_OUT = 1 << 4, NEED_AUX = 1 << 5,
+};
+
+typedef struct OpInfo {
+    const char *name;       // as written in .ft and in plans
+    int min_in, max_in;
+    bool elementwise;       // may run in place on an input of the same shape
+    // Output shape and dtype from the inputs; false with err filled on a mismatch.
+    bool (*shape)(const IrGraph *g, const IrNode *n, IrTensor *out, IrTensor *aux,
+                  IrShapeErr *err);
+    int64_t (*flops)(const IrGraph *g, const IrNode *n);
+    int64_t (*bytes_read)(const IrGraph *g, const IrNode *n);   // NULL: all inputs once
+    // grad_needs[i]: what computing the gradient of input i reads (NEED_* bits).
+    // An input with requires_grad set makes its row's tensors saved for backward.
+    uint8_t grad_needs[IR_MAX_INPUTS];
+    int64_t (*scratch_bytes)(const IrGraph *g, const IrNode *n); // NULL: none
+    // The op's one attribute as written in .ft after the tensor arguments, or NULL:
+    // "eps", "theta", "p", "c" (IrAttr.f), "causal", "shape" (view), "dims" (transpose).
+    const char *attr;
+} OpInfo;
+
+const OpInfo *op_info(OpKind op);
+bool op_lookup(const char *name, OpKind *out);
+int64_t op_flops(const IrGraph *g, const IrNode *n);
+int64_t op_bytes_read(const IrGraph *g, const IrNode *n);
+int64_t op_bytes_written(const IrGraph *g, const IrNode *n);
+
+//
+// print.c, verify.c
+//
+
+void ir_print(FILE *f, const IrGraph *g);
+// Checks structural invariants; prints each violation to `f` and returns how many.
+int ir_verify(const IrGraph *g, FILE *f);
+
+// Internal errors: print where, dump nothing more, abort. Never for user errors.
+#define IR_ASSERT(c)                                                            \
+    do {                                                                        \
+        if (!(c)) ir_fatal_(__FILE__, __LINE__, #c);                            \
+    } while (0)
+_Noreturn void ir_fatal_(const char *file, int line, const char *what);
+
+#endif

@@ -1,0 +1,64 @@
+// verify.c — structural invariants of a graph, checked between passes.
+#include "ir.h"
+
+#include <stdlib.h>
+
+#define BAD(...) (fprintf(f, "ir: "), fprintf(f, __VA_ARGS__), fputc('\n', f), bad++)
+
+int ir_verify(const IrGraph *g, FILE *f) {
+    int bad = 0, nt = g->tensors.len;
+    signed char *made = calloc((size_t)nt, 1);   // 1 once the tensor exists in order
+    for (int i = 0; i < nt; i++) {
+        const IrTensor *t = &g->tensors.at[i];
+        if (t->id != i)
+            BAD("tensor %s has id %d at index %d", t->name, t->id, i);
+        if (t->ndim < 0 || t->ndim > IR_MAX_DIMS)
+            BAD("tensor %s has rank %d", t->name, t->ndim);
+        for (int d = 0; d < t->ndim && d < IR_MAX_DIMS; d++)
+            if (t->shape[d] <= 0)
+                BAD("tensor %s has dim %d = %lld", t->name, d, (long long)t->shape[d]);
+        if (t->kind != TK_VALUE)
+            made[i] = 1;
+        if (t->kind == TK_PARAM && !t->hf_name)
+            BAD("param %s has no checkpoint name", t->name);
+        if (t->alias_of >= nt || (t->alias_of >= 0 && g->tensors.at[t->alias_of].alias_of >= 0))
+            BAD("tensor %s aliases %d, which is not a base tensor", t->name, t->alias_of);
+    }
+    for (int i = 0; i < g->nodes.len; i++) {
+        const IrNode *n = &g->nodes.at[i];
+        const OpInfo *op = op_info(n->op);
+        if (n->nin < op->min_in || n->nin > op->max_in)
+            BAD("node %d (%s) has %d inputs", i, op->name, n->nin);
+        for (int k = 0; k < n->nin; k++) {
+            int t = n->in[k];
+            if (t < 0 && k < op->min_in)
+                BAD("node %d (%s) lacks input %d", i, op->name, k);
+            else if (t >= nt)
+                BAD("node %d (%s) input %d out of range", i, op->name, k);
+            else if (t >= 0 && !made[t])
+                BAD("node %d (%s) reads %s before it is made", i, op->name, g->tensors.at[t].name);
+        }
+        int outs[2] = {n->out, n->aux};
+        for (int k = 0; k < 2; k++) {
+            int t = outs[k];
+            if (t < 0 && k == 0)
+                BAD("node %d (%s) has no output", i, op->name);
+            if (t < 0 || t >= nt)
+                continue;
+            if (made[t])
+                BAD("node %d (%s) writes %s, which already exists", i, op->name,
+                    g->tensors.at[t].name);
+            if (g->tensors.at[t].producer != i)
+                BAD("tensor %s names producer %d, not %d", g->tensors.at[t].name,
+                    g->tensors.at[t].producer, i);
+            made[t] = 1;
+        }
+    }
+    for (int i = 0; i < nt; i++)
+        if (!made[i])
+            BAD("tensor %s is never made", g->tensors.at[i].name);
+    if (g->loss >= 0 && (g->loss >= nt || g->tensors.at[g->loss].ndim != 0))
+        BAD("loss tensor %d is not a scalar", g->loss);
+    free(made);
+    return bad;
+}

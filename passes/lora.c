@@ -1,0 +1,129 @@
+// lora.c — the LoRA pass. Each targeted linear y = x Wᵀ (+ b) gains a low-rank
+// path: y' = y + (alpha/r) · (dropout(x) Aᵀ) Bᵀ, A [r, in], B [out, r]. Every
+// original parameter is frozen; only A and B train.
+#include "passes.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+// The module name of a checkpoint name: "…self_attn.q_proj.weight" -> "q_proj".
+static bool module_is(const char *hf, const char *want) {
+    const char *end = strrchr(hf, '.');
+    if (!end || strcmp(end, ".weight") != 0)
+        return false;
+    const char *start = end;
+    while (start > hf && start[-1] != '.')
+        start--;
+    return (size_t)(end - start) == strlen(want) && strncmp(start, want, (size_t)(end - start)) == 0;
+}
+
+static bool matches(const IrTensor *t, const char *target) {
+    return t->kind == TK_PARAM && ((t->decl && strcmp(t->decl, target) == 0) ||
+                                   (t->hf_name && module_is(t->hf_name, target)));
+}
+
+// Which target (index) a linear's weight matches, or -1.
+static int target_of(const LoraSpec *s, const IrTensor *w) {
+    for (int k = 0; k < s->n_targets; k++)
+        if (matches(w, s->targets[k]))
+            return k;
+    return -1;
+}
+
+static int add(IrGraph *g, OpKind op, int nin, const int *in, IrAttr attr, const char *name,
+               const IrNode *at) {
+    IrShapeErr err;
+    int id = ir_node_add(g, op, nin, in, attr, name, at->layer, at->loc, &err);
+    IR_ASSERT(id >= 0);
+    return g->nodes.at[id].out;
+}
+
+static int add_param(IrGraph *g, const IrTensor *w, const char *which, int64_t d0, int64_t d1) {
+    int64_t shape[2] = {d0, d1};
+    char *hf = arena_strdup(g->arena, w->hf_name);
+    hf[strlen(hf) - strlen(".weight")] = '\0';
+    int id = ir_tensor_add(g, arena_printf(g->arena, "%s.lora_%s", w->name, which), TK_PARAM,
+                           w->dtype == DT_NF4 ? g->step.weight_dt : w->dtype, 2, shape, w->loc);
+    IrTensor *t = ir_tensor(g, id);
+    t->hf_name = arena_printf(g->arena, "%s.lora_%s.weight", hf, which);
+    t->decl = arena_printf(g->arena, "%s.lora_%s", w->decl, which);
+    t->layer = w->layer;
+    t->trainable = true;
+    return id;
+}
+
+int lora_apply(IrGraph *g, const LoraSpec *spec, PassDiag *d) {
+    int nt = g->tensors.len;
+    // Every target must name at least one linear weight.
+    for (int k = 0; k < spec->n_targets; k++) {
+        bool param = false, linear = false;
+        for (int i = 0; i < nt; i++)
+            param |= matches(&g->tensors.at[i], spec->targets[k]);
+        for (int i = 0; i < g->nodes.len; i++) {
+            const IrNode *n = &g->nodes.at[i];
+            linear |= n->op == OP_LINEAR && matches(&g->tensors.at[n->in[1]], spec->targets[k]);
+        }
+        if (!param)
+            pass_error(d, spec->target_locs[k],
+                       "unknown LoRA target '%s': no parameter or module has that name",
+                       spec->targets[k]);
+        else if (!linear)
+            pass_error(d, spec->target_locs[k], "LoRA target '%s' is not the weight of a linear",
+                       spec->targets[k]);
+    }
+    if (d->errors)
+        return -1;
+
+    int *remap = malloc(sizeof(int) * (size_t)nt);
+    for (int i = 0; i < nt; i++)
+        remap[i] = i;
+    // Rebuild the node list, emitting each adapter right after its linear.
+    IrNode *old = g->nodes.at;
+    int nold = g->nodes.len;
+    g->nodes.at = NULL;
+    g->nodes.len = g->nodes.cap = 0;
+    double scale = spec->alpha / (double)spec->r;
+    for (int i = 0; i < nold; i++) {
+        IrNode n = old[i];
+        for (int k = 0; k < n.nin; k++)
+            if (n.in[k] >= 0 && n.in[k] < nt)
+                n.in[k] = remap[n.in[k]];
+        n.id = g->nodes.len;
+        if (n.op == OP_VIEW)   // a view of a rewritten linear aliases the new sum
+            g->tensors.at[n.out].alias_of = ir_tensor_base(g, n.in[0]);
+        g->tensors.at[n.out].producer = n.id;
+        if (n.aux >= 0)
+            g->tensors.at[n.aux].producer = n.id;
+        vec_push(&g->nodes, n);
+        if (n.op != OP_LINEAR || target_of(spec, &g->tensors.at[n.in[1]]) < 0)
+            continue;
+        const IrTensor *w = &g->tensors.at[n.in[1]];
+        const IrTensor wc = *w;   // the vector may move as tensors are added
+        int a = add_param(g, &wc, "A", spec->r, wc.shape[1]);
+        int b = add_param(g, &wc, "B", wc.shape[0], spec->r);
+        const char *base = g->tensors.at[n.out].name;
+        int x = n.in[0];
+        if (spec->dropout > 0)
+            x = add(g, OP_DROPOUT, 1, &x, (IrAttr){.f = spec->dropout},
+                    arena_printf(g->arena, "%s.lora_drop", base), &n);
+        int in1[2] = {x, a};
+        int t = add(g, OP_LINEAR, 2, in1, (IrAttr){0}, arena_printf(g->arena, "%s.lora_a", base), &n);
+        int in2[2] = {t, b};
+        int u = add(g, OP_LINEAR, 2, in2, (IrAttr){0}, arena_printf(g->arena, "%s.lora_b", base), &n);
+        int s = add(g, OP_SCALE, 1, &u, (IrAttr){.f = scale},
+                    arena_printf(g->arena, "%s.lora_scale", base), &n);
+        int in3[2] = {n.out, s};
+        remap[n.out] = add(g, OP_ADD, 2, in3, (IrAttr){0}, arena_printf(g->arena, "%s.lora", base), &n);
+    }
+    free(old);
+    if (g->loss >= 0 && g->loss < nt)
+        g->loss = remap[g->loss];
+    if (g->logits >= 0 && g->logits < nt)
+        g->logits = remap[g->logits];
+    free(remap);
+    for (int i = 0; i < nt; i++)
+        if (g->tensors.at[i].kind == TK_PARAM)
+            g->tensors.at[i].trainable = false;
+    ir_mark_requires_grad(g);
+    return 0;
+}

@@ -1,0 +1,72 @@
+// passes.h — graph-to-graph passes and the analyses the planner runs on them.
+// Passes see only the IR; they never print user errors themselves but hand them
+// to a PassDiag so the driver can show the source line.
+#ifndef FTC_PASSES_H
+#define FTC_PASSES_H
+
+#include "../ir/ir.h"
+
+typedef struct PassDiag {
+    void (*error)(void *ctx, SrcLoc loc, const char *msg);
+    void *ctx;
+    int errors;
+} PassDiag;
+
+void pass_error(PassDiag *d, SrcLoc loc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+//
+// lora.c — y = x Wᵀ (+ b) becomes y + (alpha/r) · dropout(x) Aᵀ Bᵀ for each targeted W.
+//
+
+typedef struct LoraSpec {
+    int64_t r;
+    double alpha, dropout;
+    int n_targets;
+    const char **targets;   // a param's .ft name (wq) or its module name (q_proj)
+    const SrcLoc *target_locs;
+} LoraSpec;
+
+// Rewrites `g` in place: adapters added, every original parameter frozen.
+// Returns 0, or -1 after reporting unknown or unusable targets to `d`.
+int lora_apply(IrGraph *g, const LoraSpec *spec, PassDiag *d);
+
+//
+// gpu.c — GPU presets for budgets and the cost model (REFERENCE.md §5).
+//
+
+typedef struct GpuPreset {
+    const char *name;
+    int64_t mem_bytes;          // device memory
+    double bf16_tflops;         // dense tensor-core peak
+    double hbm_gbps;            // memory bandwidth, GB/s
+    double link_gbps;           // achieved host link, GB/s
+    int64_t reserve_bytes;      // CUDA context + library handles, outside any arena
+    int64_t workspace_bytes;    // cuBLASLt workspace
+} GpuPreset;
+
+const GpuPreset *gpu_preset(const char *name);   // NULL if unknown
+const GpuPreset *gpu_presets(int *n);
+
+//
+// count.c — parameter counts and the memory a step needs with no technique applied.
+//
+
+typedef struct ParamCount {
+    int64_t total, trainable;
+    int64_t tensors;
+} ParamCount;
+
+ParamCount count_params(const IrGraph *g);
+
+typedef struct MemBreakdown {
+    int64_t bytes[MEM_COUNT];   // per category; activations exclude the logits
+    int64_t logits_bytes;       // the logits and the loss's fp32 gradient of them
+    int64_t total;              // all categories plus logits_bytes
+} MemBreakdown;
+
+// The naive step: all weights, gradients, optimizer state and master copies on the
+// device, every tensor the backward reads kept from the forward, the logits and the
+// loss's working set, the batch, and `reserve_bytes` of context.
+MemBreakdown count_naive_memory(const IrGraph *g, int64_t reserve_bytes);
+
+#endif

@@ -1,0 +1,323 @@
+// kernels.h: the cpu backend's reference kernels, forward and backward, for every op ftc knows.
+//
+// This is the clean, minimal reference: plain C11 over contiguous row-major float arrays,
+// correctness first, speed second. Every other backend is tested against it. It does not
+// allocate (callers pass scratch where a kernel needs it), keeps no global state, and runs
+// single-threaded apart from the GEMMs, which go through CBLAS (link with -lopenblas -lm).
+//
+// Shape legend (each parameter's shape is in a comment next to it):
+//   N = rows (tokens, B*S), C = channels (last dim), Cin = in features, Cout = out features,
+//   V = vocab size, B = batch, S = sequence length, H = query heads, Hkv = key/value heads,
+//   D = head dim, Bt = batch count of a batched matmul (M, K, N its matrix dims), n = elements.
+//
+// Conventions:
+//   - Parameter gradients (dW, db, dw, dtable) are accumulated with `+=`, so micro-batches
+//     add up; the caller zeroes them once per optimizer step.
+//   - Activation gradients (dx, da, dq, dk, dv, dlogits, ...) are assigned with `=`.
+//   - A gradient pointer documented "may be NULL" skips that gradient.
+//   - Elementwise kernels may run in place (out == an input); other kernels must not alias
+//     an output with an input unless the comment says so.
+//   - Deterministic: fixed loop orders, sums of many terms accumulated in double in index
+//     order, no threads of our own. Same inputs give bitwise-same outputs (OpenBLAS's GEMMs
+//     are deterministic for a fixed library build and thread count).
+//   - bf16 storage is emulated by keeping fp32 arrays and rounding them through bf16
+//     (cpu_round_bf16) at the points where the real backend would store bf16.
+#ifndef FTC_RUNTIME_CPU_KERNELS_H
+#define FTC_RUNTIME_CPU_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+// Status returned by the kernels that can reject their input. On an error nothing is written.
+typedef enum {
+  CPU_OK = 0,        // success, outputs written
+  CPU_ERR_INDEX = 1, // a token id or target is outside [0, V) (targets may also be < 0: ignored)
+  CPU_ERR_ARG = 2,   // a size or scalar argument is invalid (odd head dim, H % Hkv != 0, p > 1)
+} CpuStatus;
+
+// ---------------------------------------------------------------------------------------------
+// Number formats
+
+// Rounds f to bf16 to nearest even; every NaN becomes 0x7fff (matches __float2bfloat16_rn).
+uint16_t cpu_f32_to_bf16(float f);
+// Widens the bf16 bit pattern h to fp32 (exact).
+float cpu_bf16_to_f32(uint16_t h);
+// Rounds f to IEEE binary16 to nearest even, with subnormals, overflow to inf, NaN kept NaN.
+uint16_t cpu_f32_to_f16(float f);
+// Widens the binary16 bit pattern h to fp32 (exact, NaN payload and sign kept).
+float cpu_f16_to_f32(uint16_t h);
+// Rounds each of the n values of x in place through bf16, emulating bf16 storage.
+void cpu_round_bf16(float *x, size_t n);
+
+// ---------------------------------------------------------------------------------------------
+// Embedding
+
+// Gathers rows: out[n, :] = table[idx[n], :]; CPU_ERR_INDEX if some idx is outside [0, V).
+int cpu_embedding_forward(float *out,           // (N, C)
+                          const int32_t *idx,   // (N)
+                          const float *table,   // (V, C)
+                          size_t N, size_t V, size_t C);
+// Scatters gradients: dtable[idx[n], :] += dout[n, :] in order n = 0..N-1; CPU_ERR_INDEX if some
+// idx is outside [0, V) (checked before anything is written).
+int cpu_embedding_backward(float *dtable,        // (V, C) +=
+                           const float *dout,    // (N, C)
+                           const int32_t *idx,   // (N)
+                           size_t N, size_t V, size_t C);
+
+// ---------------------------------------------------------------------------------------------
+// Linear and matmul (CBLAS sgemm; every dimension must be below 2^31)
+
+// Computes y = x · w^T + b; b may be NULL (no bias).
+void cpu_linear_forward(float *y,             // (N, Cout)
+                        const float *x,       // (N, Cin)
+                        const float *w,       // (Cout, Cin)
+                        const float *b,       // (Cout) or NULL
+                        size_t N, size_t Cin, size_t Cout);
+// Computes dx = dy · w (assigned), dw += dy^T · x, db += column sums of dy; each may be NULL.
+void cpu_linear_backward(float *dx,           // (N, Cin) =
+                         float *dw,           // (Cout, Cin) +=
+                         float *db,           // (Cout) +=
+                         const float *dy,     // (N, Cout)
+                         const float *x,      // (N, Cin)
+                         const float *w,      // (Cout, Cin)
+                         size_t N, size_t Cin, size_t Cout);
+
+// Computes out[t] = a[t] · b[t] for each of the Bt matrices.
+void cpu_matmul_forward(float *out,           // (Bt, M, N)
+                        const float *a,       // (Bt, M, K)
+                        const float *b,       // (Bt, K, N)
+                        size_t Bt, size_t M, size_t K, size_t N);
+// Computes da = dout · b^T and db = a^T · dout per matrix, both assigned; either may be NULL.
+void cpu_matmul_backward(float *da,           // (Bt, M, K) =
+                         float *db,           // (Bt, K, N) =
+                         const float *dout,   // (Bt, M, N)
+                         const float *a,      // (Bt, M, K)
+                         const float *b,      // (Bt, K, N)
+                         size_t Bt, size_t M, size_t K, size_t N);
+
+// ---------------------------------------------------------------------------------------------
+// Elementwise, all (n) arrays of one shape; gradients assigned, da/db may be NULL
+
+// out = a + b.
+void cpu_add_forward(float *out, const float *a, const float *b, size_t n);
+// da = dout, db = dout.
+void cpu_add_backward(float *da, float *db, const float *dout, size_t n);
+// out = a - b.
+void cpu_sub_forward(float *out, const float *a, const float *b, size_t n);
+// da = dout, db = -dout.
+void cpu_sub_backward(float *da, float *db, const float *dout, size_t n);
+// out = a * b.
+void cpu_mul_forward(float *out, const float *a, const float *b, size_t n);
+// da = dout * b, db = dout * a.
+void cpu_mul_backward(float *da, float *db, const float *dout, const float *a, const float *b,
+                      size_t n);
+// out = a / b.
+void cpu_div_forward(float *out, const float *a, const float *b, size_t n);
+// da = dout / b, db = -dout * a / (b * b).
+void cpu_div_backward(float *da, float *db, const float *dout, const float *a, const float *b,
+                      size_t n);
+// out = x * c for the constant c.
+void cpu_scale_forward(float *out, const float *x, float c, size_t n);
+// dx = dout * c.
+void cpu_scale_backward(float *dx, const float *dout, float c, size_t n);
+// out = x * sigmoid(x), computed as x / (1 + exp(-x)) like torch.
+void cpu_silu_forward(float *out, const float *x, size_t n);
+// dx = dout * s * (1 + x * (1 - s)) with s = sigmoid(x).
+void cpu_silu_backward(float *dx, const float *dout, const float *x, size_t n);
+// out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), GPT-2 "gelu_new" / gelu(approximate="tanh").
+void cpu_gelu_forward(float *out, const float *x, size_t n);
+// dx = dout * d gelu(x) / dx for the tanh approximation.
+void cpu_gelu_backward(float *dx, const float *dout, const float *x, size_t n);
+// out = exp(x).
+void cpu_exp_forward(float *out, const float *x, size_t n);
+// dx = dout * out, where out is the forward's result.
+void cpu_exp_backward(float *dx, const float *dout, const float *out, size_t n);
+
+// ---------------------------------------------------------------------------------------------
+// Reductions
+
+// Sums each row of x over its last dim in index order, in double: out[r] = sum_c x[r, c].
+void cpu_sum_forward(float *out,         // (N)
+                     const float *x,     // (N, C)
+                     size_t N, size_t C);
+// Broadcasts the row gradient back: dx[r, c] = dout[r] (assigned).
+void cpu_sum_backward(float *dx,         // (N, C) =
+                      const float *dout, // (N)
+                      size_t N, size_t C);
+
+// ---------------------------------------------------------------------------------------------
+// Normalisation (Hugging Face Qwen2RMSNorm / LlamaRMSNorm, torch layer_norm)
+
+// y = (x * rstd) * w with rstd = 1 / sqrt(mean(x^2) + eps) per row; saves rstd.
+void cpu_rmsnorm_forward(float *y,          // (N, C)
+                         float *rstd,       // (N) fp32, saved for backward
+                         const float *x,    // (N, C)
+                         const float *w,    // (C)
+                         size_t N, size_t C, float eps);
+// dx (assigned) and dw (+=, may be NULL) from dy, x, w and the saved rstd.
+void cpu_rmsnorm_backward(float *dx,          // (N, C) =
+                          float *dw,          // (C) +=
+                          const float *dy,    // (N, C)
+                          const float *x,     // (N, C)
+                          const float *w,     // (C)
+                          const float *rstd,  // (N)
+                          size_t N, size_t C);
+
+// y = (x - mean) * rstd * w + b with the biased variance; saves mean and rstd per row.
+void cpu_layernorm_forward(float *y,          // (N, C)
+                           float *mean,       // (N)
+                           float *rstd,       // (N)
+                           const float *x,    // (N, C)
+                           const float *w,    // (C)
+                           const float *b,    // (C)
+                           size_t N, size_t C, float eps);
+// dx (assigned), dw and db (+=, may be NULL) from dy, x, w and the saved mean and rstd.
+void cpu_layernorm_backward(float *dx,          // (N, C) =
+                            float *dw,          // (C) +=
+                            float *db,          // (C) +=
+                            const float *dy,    // (N, C)
+                            const float *x,     // (N, C)
+                            const float *w,     // (C)
+                            const float *mean,  // (N)
+                            const float *rstd,  // (N)
+                            size_t N, size_t C);
+
+// ---------------------------------------------------------------------------------------------
+// Rotary position embedding, Hugging Face "rotate_half" (non-interleaved) convention.
+//
+// Angle arithmetic follows HF's fp32 code exactly: inv_freq[i] = 1 / theta^(2i/D) in fp32
+// (exponent (float)(2i) / (float)D, the power rounded once to fp32, the reciprocal in fp32),
+// angle = (float)s * inv_freq[i] in fp32 with position s = 0..S-1, then cos/sin of that fp32
+// angle rounded once to fp32. Only the power, cos and sin can differ from torch, by at most
+// the last-ulp differences between libm and SLEEF.
+
+// Fills the (S, D/2) cos and sin tables with the angles above; CPU_ERR_ARG if D is odd.
+int cpu_rope_angles(float *cos_out,   // (S, D/2)
+                    float *sin_out,   // (S, D/2)
+                    size_t S, size_t D, double theta);
+// out[.., i] = x[i] cos - x[i + D/2] sin, out[.., i + D/2] = x[i + D/2] cos + x[i] sin for
+// i < D/2, at position s; CPU_ERR_ARG if D is odd. May run in place (out == x).
+int cpu_rope_forward(float *out,      // (B, S, H, D)
+                     const float *x,  // (B, S, H, D)
+                     size_t B, size_t S, size_t H, size_t D, double theta);
+// dx = the inverse rotation of dout (assigned); CPU_ERR_ARG if D is odd. May run in place.
+int cpu_rope_backward(float *dx,         // (B, S, H, D) =
+                      const float *dout, // (B, S, H, D)
+                      size_t B, size_t S, size_t H, size_t D, double theta);
+
+// ---------------------------------------------------------------------------------------------
+// Softmax over the last dim
+
+// y = exp(x - max) / sum(exp(x - max)) per row.
+void cpu_softmax_forward(float *y,        // (N, C)
+                         const float *x,  // (N, C)
+                         size_t N, size_t C);
+// dx = y * (dy - sum(dy * y)) per row (assigned).
+void cpu_softmax_backward(float *dx,        // (N, C) =
+                          const float *dy,  // (N, C)
+                          const float *y,   // (N, C)
+                          size_t N, size_t C);
+
+// ---------------------------------------------------------------------------------------------
+// Attention, scaled dot product with GQA: query head h reads kv head h / (H / Hkv).
+// Scores are scale * q·k with scale = 1 / sqrt(D); causal masks keys t > s for query s.
+
+// o = softmax(scores) · v and lse = logsumexp of each row of scaled scores; scratch holds one
+// row of scores, S floats. CPU_ERR_ARG if Hkv == 0 or H % Hkv != 0.
+int cpu_attention_forward(float *o,          // (B, S, H, D)
+                          float *lse,        // (B, H, S) fp32
+                          float *scratch,    // (S)
+                          const float *q,    // (B, S, H, D)
+                          const float *k,    // (B, S, Hkv, D)
+                          const float *v,    // (B, S, Hkv, D)
+                          size_t B, size_t S, size_t H, size_t Hkv, size_t D, int causal);
+// dq, dk, dv (all assigned; dk and dv summed over the H/Hkv query heads of each group) from
+// dout, q, k, v, o and lse, recomputing P = exp(score - lse) flash-attention style. Needs no
+// scratch. CPU_ERR_ARG if Hkv == 0 or H % Hkv != 0.
+int cpu_attention_backward(float *dq,          // (B, S, H, D) =
+                           float *dk,          // (B, S, Hkv, D) =
+                           float *dv,          // (B, S, Hkv, D) =
+                           const float *dout,  // (B, S, H, D)
+                           const float *q,     // (B, S, H, D)
+                           const float *k,     // (B, S, Hkv, D)
+                           const float *v,     // (B, S, Hkv, D)
+                           const float *o,     // (B, S, H, D)
+                           const float *lse,   // (B, H, S)
+                           size_t B, size_t S, size_t H, size_t Hkv, size_t D, int causal);
+
+// ---------------------------------------------------------------------------------------------
+// Dropout with a counter-based RNG: element i keeps iff
+// cpu_dropout_hash(seed, offset + i) >= cpu_dropout_threshold(p); kept values are scaled by
+// 1 / (1 - p) (computed as 1.0f / (1.0f - p)). p == 1 drops everything.
+
+// Returns the 32-bit hash of (seed, counter): splitmix64 as described in README.md.
+uint32_t cpu_dropout_hash(uint64_t seed, uint64_t counter);
+// Returns floor(p * 2^32) for p in [0, 1), the keep threshold of the hash.
+uint32_t cpu_dropout_threshold(float p);
+// out = keep ? x / (1 - p) : 0; writes mask[i] = keep (mask may be NULL); CPU_ERR_ARG unless
+// 0 <= p <= 1. Chunks with matching offsets reproduce one whole call.
+int cpu_dropout_forward(float *out,          // (n)
+                        uint8_t *mask,       // (n) or NULL
+                        const float *x,      // (n)
+                        size_t n, float p, uint64_t seed, uint64_t offset);
+// dx = keep ? dout / (1 - p) : 0 (assigned), keep read from mask, or recomputed from
+// (seed, offset) when mask is NULL; CPU_ERR_ARG unless 0 <= p <= 1.
+int cpu_dropout_backward(float *dx,            // (n) =
+                         const float *dout,    // (n)
+                         const uint8_t *mask,  // (n) or NULL
+                         size_t n, float p, uint64_t seed, uint64_t offset);
+
+// ---------------------------------------------------------------------------------------------
+// Cross entropy over logits (N, V) with int32 targets; a target < 0 is ignored (torch's
+// ignore_index, e.g. -100). loss = mean over non-ignored rows of (logsumexp(row) - row[target]),
+// each row computed in double with max subtraction. With no valid row the loss is NaN (0/0, as
+// torch) and every gradient is 0.
+//
+// Chunking: the whole-batch calls are exactly the row-range calls on one range, so calling the
+// _rows variants on consecutive ranges [r0, r1) in increasing order (passing logits + r0*V,
+// targets + r0, R = r1 - r0) reproduces them bitwise.
+
+// Returns how many targets are >= 0.
+size_t cpu_cross_entropy_count_valid(const int32_t *targets, size_t N);
+// Adds the R rows' losses, in row order, to *loss_sum (double); writes lse per row if lse is
+// not NULL (0 for ignored rows); CPU_ERR_INDEX if some target >= V. The loss of the batch is
+// (float)(loss_sum / n_valid) over all chunks.
+int cpu_cross_entropy_forward_rows(double *loss_sum,
+                                   float *lse,              // (R) or NULL
+                                   const float *logits,     // (R, V)
+                                   const int32_t *targets,  // (R)
+                                   size_t R, size_t V);
+// loss = the mean above for the whole batch; lse may be NULL; CPU_ERR_INDEX if target >= V.
+int cpu_cross_entropy_forward(float *loss,             // scalar
+                              float *lse,              // (N) or NULL
+                              const float *logits,     // (N, V)
+                              const int32_t *targets,  // (N)
+                              size_t N, size_t V);
+// dlogits = (softmax(row) - onehot(target)) * dloss / n_valid for the R rows, with n_valid the
+// count over the whole batch; ignored rows get 0 (assigned); CPU_ERR_INDEX if target >= V.
+int cpu_cross_entropy_backward_rows(float *dlogits,          // (R, V) =
+                                    const float *logits,     // (R, V)
+                                    const int32_t *targets,  // (R)
+                                    size_t R, size_t V, float dloss, size_t n_valid);
+// The whole-batch backward: the _rows call over all N rows with n_valid counted from targets.
+int cpu_cross_entropy_backward(float *dlogits,          // (N, V) =
+                               const float *logits,     // (N, V)
+                               const int32_t *targets,  // (N)
+                               size_t N, size_t V, float dloss);
+
+// ---------------------------------------------------------------------------------------------
+// Optimizer
+
+// One torch.optim.AdamW step (default: non-foreach, non-amsgrad, non-fused) at 1-based step t,
+// in torch's fp32 arithmetic: scalars cast to fp32 as torch's CPU kernels do,
+// param *= 1 - lr*wd; m = lerp(m, g, 1 - beta1) (fused multiply-add, as torch's vectorised
+// lerp); v = v*beta2 + ((1 - beta2)*g)*g; denom = sqrt(v) / sqrt(1 - beta2^t) + eps;
+// param += (-(lr / (1 - beta1^t)) * m) / denom. Bias corrections are computed in double.
+void cpu_adamw_step(float *param,       // (n)
+                    const float *grad,  // (n)
+                    float *m,           // (n) first moment, starts at 0
+                    float *v,           // (n) second moment, starts at 0
+                    size_t n, double lr, double beta1, double beta2, double eps,
+                    double weight_decay, int64_t t);
+
+#endif

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# setup.sh — installs what ftc needs on Debian (when missing), configures and builds.
+#   bash setup.sh          set up and build into build/
+#   bash setup.sh test     set up, build, run the whole suite with ctest, then again
+#                          under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/)
+# The CUDA Toolkit is optional here: when /usr/local/cuda (or nvcc on PATH) exists,
+# CMake finds NVRTC, cuBLAS and cuBLASLt; nothing needs a GPU to build or to start.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+packages=(gcc make cmake flex bison pkg-config libopenblas-dev libjansson-dev)
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "setup: installing ${missing[*]}"
+    sudo=""
+    [ "$(id -u)" = 0 ] || sudo=sudo
+    export DEBIAN_FRONTEND=noninteractive
+    $sudo apt-get update -qq
+    $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if [ -d /usr/local/cuda/bin ] && ! command -v nvcc >/dev/null; then
+    export PATH=/usr/local/cuda/bin:$PATH
+fi
+jobs=$(nproc 2>/dev/null || echo 2)
+
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j "$jobs"
+
+if [ "${1:-}" = test ]; then
+    ctest --test-dir build --output-on-failure -j "$jobs"
+    cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DFTC_SANITIZE=ON >/dev/null
+    cmake --build build-asan -j "$jobs"
+    ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+        ctest --test-dir build-asan --output-on-failure -j "$jobs"
+fi

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The command line end to end: exact parameter counts for every shipped model and
+# for the imported configs, the memory figures the issues pin, and usage errors.
+# usage: cli.sh FTC SOURCE_DIR
+set -u
+ftc=$1 src=$2
+cd "$src" || exit 2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+ok() { echo "ok   $1"; pass=$((pass+1)); }
+bad() { echo "FAIL $1: $2"; fail=$((fail+1)); }
+
+# expect NAME FILE LINE: `ftc compile FILE` succeeds and prints LINE exactly.
+expect() {
+    local name=$1 file=$2 line=$3 out
+    if ! out=$("$ftc" compile "$file" 2>&1); then bad "$name" "compile failed: $out"; return; fi
+    if grep -qxF -- "$line" <<<"$out"; then ok "$name"; else bad "$name" "no line '$line' in:
+$out"; fi
+}
+counts() { echo "trainable params: $1 || all params: $1 || trainable%: 100.0000"; }
+
+expect qwen2-7b     models/qwen2.ft      "$(counts 7,615,616,512)"
+expect qwen2-0.5b   models/qwen2-0.5b.ft "$(counts 494,032,768)"
+expect qwen2-1.5b   models/qwen2-1.5b.ft "$(counts 1,543,714,304)"
+expect qwen2-72b    models/qwen2-72b.ft  "$(counts 72,706,203,648)"
+expect llama2-7b    models/llama2-7b.ft  "$(counts 6,738,415,616)"
+expect tiny         models/tiny.ft       "$(counts 125,504)"
+
+# LoRA r=8 on q_proj, v_proj of Qwen2-7B, reported as PEFT does.
+sed 's/^  optimizer = .*/&\n  lora(r = 8, alpha = 16, dropout = 0.05, targets = [q_proj, v_proj])/' \
+    models/qwen2.ft > "$tmp/qwen2-lora.ft"
+expect qwen2-lora "$tmp/qwen2-lora.ft" \
+    "trainable params: 2,523,136 || all params: 7,618,139,648 || trainable%: 0.0331"
+
+# bf16 mixed-precision AdamW: 16 bytes per parameter of model states.
+expect qwen2-16-bytes models/qwen2.ft \
+    "model states (weights + grads + optimizer + master): 121,849,864,192 bytes = 121.85 GB, 16.00 bytes/param"
+# The field report's 7B fp16 + fp32 Adam state: 14 + 14 + 56 = 84 GB.
+expect seed-84gb tests/ft/seed-7b.ft \
+    "model states (weights + grads + optimizer + master): 84,000,000,000 bytes = 84.00 GB, 12.00 bytes/param"
+sed 's/^  precision = bf16/  precision = fp16\n  master_weights = false/' models/qwen2.ft > "$tmp/qwen2-fp16.ft"
+expect qwen2-fp16-12-bytes "$tmp/qwen2-fp16.ft" \
+    "model states (weights + grads + optimizer + master): 91,387,398,144 bytes = 91.39 GB, 12.00 bytes/param"
+
+# ftc import of the official configs gives the same counts; Qwen2-7B's is models/qwen2.ft.
+for pair in qwen2-7b:7,615,616,512 qwen2-0.5b:494,032,768 llama2-7b:6,738,415,616 mistral-7b:7,241,732,096; do
+    n=${pair%%:*} c=${pair#*:}
+    if "$ftc" import "tests/fixtures/$n.config.json" > "$tmp/$n.ft" 2>"$tmp/err"; then
+        expect "import-$n" "$tmp/$n.ft" "$(counts "$c")"
+    else
+        bad "import-$n" "$(cat "$tmp/err")"
+    fi
+done
+if diff <(tail -n +3 "$tmp/qwen2-7b.ft") <(tail -n +2 models/qwen2.ft) >/dev/null; then
+    ok import-qwen2-is-model
+else
+    bad import-qwen2-is-model "$(diff <(tail -n +3 "$tmp/qwen2-7b.ft") <(tail -n +2 models/qwen2.ft))"
+fi
+
+# Budgets: preset memory by default, sizes in both unit systems.
+expect budget-default models/tiny.ft "budget 42,949,672,960 bytes = 40.00 GiB (a100-40g): fits, 39.50 GiB to spare"
+out=$("$ftc" compile models/tiny.ft --budget 40GB --gpu h100-80g)
+grep -q "^budget 40,000,000,000 bytes = 37.25 GiB (h100-80g): fits" <<<"$out" && ok budget-gb || bad budget-gb "$out"
+out=$("$ftc" compile models/qwen2.ft --budget 40G --micro-batch 1)
+grep -q "does not fit with no technique applied" <<<"$out" && ok qwen2-40g-no-technique || bad qwen2-40g-no-technique "$out"
+
+# --dump-ir shows the graph, every node with the line it came from.
+out=$("$ftc" compile models/tiny.ft --dump-ir)
+grep -q "= attention .*causal=true .*@36:9" <<<"$out" && ok dump-ir || bad dump-ir "$(head -20 <<<"$out")"
+
+# Usage: help succeeds, no command is a usage error (2), a bad micro-batch too.
+"$ftc" help >/dev/null && ok help || bad help "exit $?"
+"$ftc" >/dev/null 2>&1; [ $? = 2 ] && ok no-command || bad no-command "exit not 2"
+"$ftc" compile models/tiny.ft --micro-batch 3 >"$tmp/o" 2>"$tmp/e"; rc=$?
+[ $rc = 1 ] && [ ! -s "$tmp/o" ] && grep -q "does not divide the global batch 8" "$tmp/e" \
+    && ok micro-batch-divides || bad micro-batch-divides "exit $rc: $(cat "$tmp/e")"
+
+# The largest model compiles in well under a second.
+start=$(date +%s%N)
+"$ftc" compile models/qwen2-72b.ft >/dev/null; rc=$?
+ms=$(( ($(date +%s%N) - start) / 1000000 ))
+[ $rc = 0 ] && [ "$ms" -lt 1000 ] && ok "qwen2-72b-fast (${ms} ms)" || bad qwen2-72b-fast "exit $rc, ${ms} ms"
+
+echo "$pass passed, $fail failed"
+[ "$fail" = 0 ]

@@ -1,0 +1,1 @@
+1 compile tests/errors/no-such-file.ft

@@ -1,0 +1,1 @@
+2 compiel tests/errors/ok.ft

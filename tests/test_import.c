@@ -1,0 +1,344 @@
+// test_import.c — `ftc import`: each fixture config.json against its golden .ft byte for byte,
+// small configs for the options the fixtures lack, and bad configs whose error (location and
+// text) is pinned and which must leave the output empty.
+// Usage: test_import FIXTURES_DIR   (exits non-zero on any failure)
+#include "frontend.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+static int passed, failed;
+static char tmpdir[] = "/tmp/test_import.XXXXXX";
+
+// Prints one result line and counts it; `why` says what went wrong.
+static void report(const char *name, bool ok, const char *why) {
+    if (ok) {
+        printf("ok   %s\n", name);
+        passed++;
+    } else {
+        printf("FAIL %s: %s\n", name, why);
+        failed++;
+    }
+}
+
+// Reads the file at `path` into a NUL-terminated heap buffer; NULL when unreadable.
+static char *slurp(const char *path, size_t *len) {
+    FtSource src;
+    if (fe_source_read(&src, path) != 0)
+        return NULL;
+    if (len)
+        *len = src.len;
+    return src.text;
+}
+
+// Writes `text` to `name` in the temp dir; returns its path, valid until the next call.
+static const char *write_tmp(const char *name, const char *text) {
+    static char path[512];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    FILE *f = fopen(path, "w");
+    if (!f || fputs(text, f) < 0 || fclose(f) != 0) {
+        perror(path);
+        exit(2);
+    }
+    return path;
+}
+
+typedef struct Run {
+    int rc;
+    char *out;          // what fe_import wrote to its stream
+    size_t out_len;
+    char *err;          // what it wrote to stderr
+} Run;
+
+// Calls fe_import on `path` with stdout going to memory and stderr captured in a file.
+static Run run_import(const char *path) {
+    Run r = {0};
+    char errpath[512];
+    snprintf(errpath, sizeof errpath, "%s/stderr", tmpdir);
+    int fd = open(errpath, O_RDWR | O_CREAT | O_TRUNC, 0600), saved = dup(2);
+    FILE *mem = open_memstream(&r.out, &r.out_len);
+    if (fd < 0 || saved < 0 || !mem) {
+        perror("test_import: capture");
+        exit(2);
+    }
+    fflush(stderr);
+    dup2(fd, 2);
+    r.rc = fe_import(path, mem);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    close(fd);
+    fclose(mem);
+    r.err = slurp(errpath, NULL);
+    if (!r.err)
+        r.err = calloc(1, 1);
+    return r;
+}
+
+static void run_free(Run *r) {
+    free(r->out);
+    free(r->err);
+}
+
+// Compares `got` with `want`; on a mismatch describes the first differing line in `why`.
+static bool same_text(const char *got, size_t got_len, const char *want, size_t want_len,
+                      char *why, size_t cap) {
+    size_t i = 0;
+    int line = 1;
+    while (i < got_len && i < want_len && got[i] == want[i])
+        if (got[i++] == '\n')
+            line++;
+    if (i == got_len && i == want_len)
+        return true;
+    snprintf(why, cap, "differs at line %d (byte %zu; lengths %zu vs %zu expected)", line, i,
+             got_len, want_len);
+    return false;
+}
+
+// Imports fixture `name`.config.json and compares it with `name`.expected.ft.
+static void check_golden(const char *dir, const char *name) {
+    char cfg[512], ft[512], why[1024] = "";
+    snprintf(cfg, sizeof cfg, "%s/%s.config.json", dir, name);
+    snprintf(ft, sizeof ft, "%s/%s.expected.ft", dir, name);
+    size_t want_len;
+    char *want = slurp(ft, &want_len);
+    Run r = run_import(cfg);
+    bool ok = false;
+    if (!want)
+        snprintf(why, sizeof why, "cannot read %s", ft);
+    else if (r.rc != 0)
+        snprintf(why, sizeof why, "returned %d: %s", r.rc, r.err);
+    else if (r.err[0])
+        snprintf(why, sizeof why, "wrote to stderr: %s", r.err);
+    else
+        ok = same_text(r.out, r.out_len, want, want_len, why, sizeof why);
+    report(name, ok, why);
+    free(want);
+    run_free(&r);
+}
+
+// Removes every line that starts with '#' from `s` in place; returns the new length.
+static size_t strip_comments(char *s) {
+    char *w = s;
+    for (const char *p = s; *p;) {
+        const char *nl = strchr(p, '\n');
+        size_t n = nl ? (size_t)(nl - p + 1) : strlen(p);
+        if (*p != '#') {
+            memmove(w, p, n);
+            w += n;
+        }
+        p += n;
+    }
+    *w = '\0';
+    return (size_t)(w - s);
+}
+
+// The Qwen2-7B import must be models/qwen2.ft apart from the header comment.
+static void check_matches_model(const char *dir) {
+    char cfg[512], model[512], why[1024] = "";
+    snprintf(cfg, sizeof cfg, "%s/qwen2-7b.config.json", dir);
+    snprintf(model, sizeof model, "%s/../../models/qwen2.ft", dir);
+    char *want = slurp(model, NULL);
+    if (!want) {
+        printf("skip qwen2-7b-is-models-qwen2 (no %s)\n", model);
+        return;
+    }
+    Run r = run_import(cfg);
+    bool ok = r.rc == 0;
+    if (ok) {
+        char *got = realloc(r.out, r.out_len + 1);
+        got[r.out_len] = '\0';
+        r.out = got;
+        size_t got_len = strip_comments(got), want_len = strip_comments(want);
+        ok = same_text(got, got_len, want, want_len, why, sizeof why);
+    } else {
+        snprintf(why, sizeof why, "returned %d", r.rc);
+    }
+    report("qwen2-7b-is-models-qwen2", ok, why);
+    free(want);
+    run_free(&r);
+}
+
+// Imports `json` and checks that the output contains each of the NULL-terminated `wants`.
+static void check_contains(const char *name, const char *json, const char *const *wants) {
+    char file[128], why[1024] = "";
+    snprintf(file, sizeof file, "%s.json", name);
+    Run r = run_import(write_tmp(file, json));
+    bool ok = r.rc == 0 && !r.err[0];
+    if (!ok)
+        snprintf(why, sizeof why, "returned %d: %s", r.rc, r.err);
+    for (const char *const *w = wants; ok && *w; w++) {
+        r.out = realloc(r.out, r.out_len + 1);
+        r.out[r.out_len] = '\0';
+        if (!strstr(r.out, *w)) {
+            snprintf(why, sizeof why, "no \"%s\" in the output", *w);
+            ok = false;
+        }
+    }
+    report(name, ok, why);
+    run_free(&r);
+}
+
+// Counts the occurrences of `needle` in `s`.
+static int count(const char *s, const char *needle) {
+    int n = 0;
+    for (const char *p = s; (p = strstr(p, needle)); p++)
+        n++;
+    return n;
+}
+
+// Imports `json` (or the file `path` when `json` is NULL) and checks that it fails with
+// exactly one error, at `line`:`col`, whose text contains `text`, writing no output.
+static void check_error(const char *name, const char *json, const char *path, int line, int col,
+                        const char *text) {
+    char file[128], where[640], why[1024] = "";
+    snprintf(file, sizeof file, "%s.json", name);
+    if (json)
+        path = write_tmp(file, json);
+    if (line > 0)
+        snprintf(where, sizeof where, "%s:%d:%d: error: ", path, line, col);
+    else
+        snprintf(where, sizeof where, "%s: error: ", path);
+    Run r = run_import(path);
+    if (r.rc != 1)
+        snprintf(why, sizeof why, "returned %d, want 1", r.rc);
+    else if (r.out_len != 0)
+        snprintf(why, sizeof why, "wrote %zu bytes of output", r.out_len);
+    else if (!strstr(r.err, where) || !strstr(r.err, text))
+        snprintf(why, sizeof why, "want \"%s...%s\", got: %s", where, text, r.err);
+    else if (count(r.err, ": error: ") != 1)
+        snprintf(why, sizeof why, "want one error, got: %s", r.err);
+    report(name, !why[0], why);
+    run_free(&r);
+}
+
+static void golden_tests(const char *dir) {
+    check_golden(dir, "qwen2-7b");
+    check_golden(dir, "qwen2-0.5b");
+    check_golden(dir, "llama2-7b");
+    check_golden(dir, "mistral-7b");
+    check_matches_model(dir);
+}
+
+static void option_tests(void) {
+    check_contains("llama-biases",
+                   "{\"model_type\": \"llama\", \"vocab_size\": 32000, \"hidden_size\": 4096,\n"
+                   " \"intermediate_size\": 11008, \"num_hidden_layers\": 32,\n"
+                   " \"num_attention_heads\": 32, \"num_key_value_heads\": 8,\n"
+                   " \"attention_bias\": true, \"mlp_bias\": true}\n",
+                   (const char *const[]){
+                       "# GQA, q/k/v/o bias, MLP bias, RoPE, SwiGLU, untied lm_head.\n",
+                       "    param bo [dim]                               as "
+                       "\"self_attn.o_proj.bias\"\n",
+                       "    param bd [dim]                               as "
+                       "\"mlp.down_proj.bias\"\n",
+                       "q = rope(view(linear(h, wq, bq), [B, S, heads, head_dim]), theta)\n",
+                       "x = x + linear(view(a, [B, S, heads * head_dim]), wo, bo)\n",
+                       "return x + linear(silu(linear(h, wg, bg)) * linear(h, wu, bu), wd, bd)\n",
+                       "  eps      = 1e-6\n  theta    = 10000.0\n",
+                       NULL});
+    check_contains("by-architectures",
+                   "{\"architectures\": [\"LlamaForCausalLM\"], \"vocab_size\": 128256,\n"
+                   " \"hidden_size\": 2048, \"intermediate_size\": 8192,\n"
+                   " \"num_hidden_layers\": 16,\n"
+                   " \"num_attention_heads\": 32, \"head_dim\": 64, \"rms_norm_eps\": 1.5e-06,\n"
+                   " \"rope_theta\": 500000, \"tie_word_embeddings\": true,\n"
+                   " \"max_position_embeddings\": 1024, \"rope_scaling\": null}\n",
+                   (const char *const[]){
+                       "from by-architectures.json (LlamaForCausalLM).\n",
+                       "# MHA, RoPE, SwiGLU, tied lm_head; max_position_embeddings = 1024.\n",
+                       "model llama {\n",
+                       "  kv_heads = 32\n  head_dim = dim / heads\n",
+                       "  eps      = 1.5e-6\n  theta    = 500000.0\n",
+                       "return linear(rmsnorm(x, final_norm, eps), embed)\n",
+                       "  seq       = 1024\n",
+                       NULL});
+    check_contains("head-dim-literal",
+                   "{\"model_type\": \"mistral\", \"vocab_size\": 131072, \"hidden_size\": 5120,\n"
+                   " \"intermediate_size\": 14336, \"num_hidden_layers\": 40,\n"
+                   " \"num_attention_heads\": 32, \"num_key_value_heads\": 8, \"head_dim\": 128,\n"
+                   " \"rope_theta\": 1000000.0, \"sliding_window\": null}\n",
+                   (const char *const[]){
+                       "# GQA, RoPE, SwiGLU, untied lm_head.\nmodel mistral {\n",
+                       "  head_dim = 128\n",
+                       NULL});
+}
+
+static void error_tests(void) {
+    check_error("syntax",
+                "{\n  \"model_type\": \"llama\",\n  \"hidden_size\": 4096\n"
+                "  \"vocab_size\": 32000\n}\n",
+                NULL, 4, 3, "invalid JSON: '}' expected near '\"vocab_size\"'");
+    check_error("missing-hidden-size",
+                "{\n  \"model_type\": \"llama\",\n  \"vocab_size\": 32000,\n"
+                "  \"intermediate_size\": 11008,\n  \"num_hidden_layers\": 32,\n"
+                "  \"num_attention_heads\": 32\n}\n",
+                NULL, 1, 1, "missing key \"hidden_size\"");
+    check_error("model-type-gpt2",
+                "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
+                "  \"n_embd\": 768\n}\n",
+                NULL, 3, 3, "unsupported model_type \"gpt2\"");
+    check_error("rope-scaling",
+                "{\n  \"model_type\": \"llama\",\n  \"vocab_size\": 32000,\n"
+                "  \"hidden_size\": 4096,\n  \"intermediate_size\": 11008,\n"
+                "  \"num_hidden_layers\": 32,\n  \"num_attention_heads\": 32,\n"
+                "  \"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0}\n}\n",
+                NULL, 8, 3, "rope_scaling is not supported");
+    check_error("hidden-act-gelu",
+                "{\n  \"model_type\": \"mistral\",\n"
+                "  \"quantization_config\": {\"hidden_act\": \"silu\"},\n"
+                "  \"vocab_size\": 32000, \"hidden_size\": 4096, \"intermediate_size\": 14336,\n"
+                "  \"num_hidden_layers\": 32, \"num_attention_heads\": 32,\n"
+                "  \"num_key_value_heads\": 8,   \"hidden_act\": \"gelu\"\n}\n",
+                NULL, 6, 31, "hidden_act \"gelu\" is not supported");
+    check_error("kv-heads-divide",
+                "{\"model_type\": \"qwen2\", \"vocab_size\": 32000, \"hidden_size\": 4096,\n"
+                " \"intermediate_size\": 11008, \"num_hidden_layers\": 32,\n"
+                " \"num_attention_heads\": 32, \"num_key_value_heads\": 5}\n",
+                NULL, 3, 29, "is not a multiple of num_key_value_heads (5)");
+    check_error("hidden-size-string",
+                "{\"model_type\": \"qwen2\", \"vocab_size\": 32000, \"hidden_size\": \"4096\",\n"
+                " \"intermediate_size\": 11008, \"num_hidden_layers\": 32,\n"
+                " \"num_attention_heads\": 32}\n",
+                NULL, 1, 46, "\"hidden_size\" must be a positive integer");
+    check_error("arch-mismatch",
+                "{\"model_type\": \"llama\",\n \"architectures\": [\"Qwen2ForCausalLM\"]}\n", NULL,
+                2, 2, "architecture \"Qwen2ForCausalLM\" does not match model_type \"llama\"");
+    check_error("not-an-object", "\n  [1, 2]\n", NULL, 2, 3, "expected a JSON object");
+    char absent[600];
+    snprintf(absent, sizeof absent, "%s/absent.json", tmpdir);
+    check_error("unreadable", NULL, absent, 0, 0, "cannot read");
+}
+
+// Removes the temp dir and the files the tests wrote in it.
+static void remove_tmpdir(void) {
+    DIR *d = opendir(tmpdir);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        char path[600];
+        snprintf(path, sizeof path, "%s/%s", tmpdir, e->d_name);
+        if (e->d_name[0] != '.')
+            unlink(path);
+    }
+    if (d)
+        closedir(d);
+    if (rmdir(tmpdir) != 0)
+        perror(tmpdir);
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s FIXTURES_DIR\n", argv[0]);
+        return 2;
+    }
+    if (!mkdtemp(tmpdir)) {
+        perror("mkdtemp");
+        return 2;
+    }
+    golden_tests(argv[1]);
+    option_tests();
+    error_tests();
+    remove_tmpdir();
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,213 @@
+// test_ir.c — the op table's shape rules, FLOPs and bytes; views; the verifier.
+#include "../ir/ir.h"
+#include "check.h"
+
+static SrcLoc here = {"test.ft", 1, 1, 1};
+
+static int param(IrGraph *g, const char *name, DType dt, int nd, int64_t a, int64_t b) {
+    int64_t s[2] = {a, b};
+    int id = ir_tensor_add(g, name, TK_PARAM, dt, nd, s, here);
+    ir_tensor(g, id)->hf_name = name;
+    ir_tensor(g, id)->trainable = true;
+    ir_tensor(g, id)->requires_grad = true;
+    return id;
+}
+
+static int input(IrGraph *g, const char *name, DType dt, int nd, const int64_t *s) {
+    return ir_tensor_add(g, name, TK_INPUT, dt, nd, s, here);
+}
+
+static int node(IrGraph *g, OpKind op, int nin, int a, int b, int c, IrAttr attr, IrShapeErr *err) {
+    int in[3] = {a, b, c};
+    int id = ir_node_add(g, op, nin, in, attr, "t", -1, here, err);
+    return id < 0 ? -1 : g->nodes.at[id].out;
+}
+
+static void test_dtype_bytes(void) {
+    CHECK_EQ(4, dtype_bytes(DT_F32, 1));
+    CHECK_EQ(2, dtype_bytes(DT_BF16, 1));
+    CHECK_EQ(32, dtype_bytes(DT_NF4, 64));       // two 4-bit values a byte
+    CHECK_EQ(1, dtype_bytes(DT_NF4, 1));          // rounds up to whole bytes
+    DType t;
+    CHECK(dtype_parse("bf16", &t) && t == DT_BF16);
+    CHECK(!dtype_parse("f64", &t));
+    CHECK_STR("optimizer", mem_category_name(MEM_OPTIMIZER));
+}
+
+static void test_linear(void) {
+    Arena *a = arena_new();
+    IrGraph *g = ir_graph_new(a);
+    IrShapeErr err;
+    int64_t xs[3] = {2, 16, 64};
+    int x = input(g, "x", DT_BF16, 3, xs);
+    int w = param(g, "w", DT_BF16, 2, 96, 64), b = param(g, "b", DT_BF16, 1, 96, 0);
+    int y = node(g, OP_LINEAR, 3, x, w, b, (IrAttr){0}, &err);
+    CHECK(y >= 0);
+    const IrTensor *t = ir_tensor(g, y);
+    CHECK_EQ(3, t->ndim);
+    CHECK_EQ(96, t->shape[2]);
+    CHECK_EQ(2 * 16 * 96 * 2, ir_tensor_bytes(t));
+    CHECK(t->requires_grad);
+    const IrNode *n = &g->nodes.at[0];
+    CHECK_EQ(2LL * 32 * 96 * 64 + 32 * 96, op_flops(g, n));
+    CHECK_EQ((32 * 64 + 96 * 64 + 96) * 2, op_bytes_read(g, n));
+    CHECK_EQ(32 * 96 * 2, op_bytes_written(g, n));
+    // mismatch: both shapes in the message, blamed on the weight
+    int w2 = param(g, "w2", DT_BF16, 2, 96, 65);
+    CHECK_EQ(-1, node(g, OP_LINEAR, 2, x, w2, -1, (IrAttr){0}, &err));
+    CHECK(strstr(err.msg, "bf16[2, 16, 64]") && strstr(err.msg, "bf16[96, 65]"));
+    CHECK_EQ(1, err.arg);
+    CHECK_EQ(0, ir_verify(g, stdout));
+    ir_graph_free(g);
+    arena_free(a);
+}
+
+static void test_attention(void) {
+    Arena *a = arena_new();
+    IrGraph *g = ir_graph_new(a);
+    IrShapeErr err;
+    int64_t qs[4] = {2, 8, 4, 16}, ks[4] = {2, 8, 2, 16}, bad[4] = {2, 8, 3, 16};
+    int q = input(g, "q", DT_BF16, 4, qs), k = input(g, "k", DT_BF16, 4, ks);
+    int kb = input(g, "kb", DT_BF16, 4, bad);
+    int o = node(g, OP_ATTENTION, 3, q, k, k, (IrAttr){.causal = true}, &err);
+    CHECK(o >= 0);
+    const IrNode *n = &g->nodes.at[0];
+    CHECK(n->aux >= 0);
+    const IrTensor *lse = ir_tensor(g, n->aux);
+    CHECK_EQ(DT_F32, lse->dtype);
+    CHECK_EQ(3, lse->ndim);
+    CHECK_EQ(4, lse->shape[1]);                   // [B, H, S]
+    int64_t pairs = 8 * 9 / 2;
+    CHECK_EQ(4 * 2 * 4 * 16 * pairs + 5 * 2 * 4 * pairs, op_flops(g, n));
+    CHECK_EQ(-1, node(g, OP_ATTENTION, 3, q, kb, kb, (IrAttr){.causal = true}, &err));
+    CHECK(strstr(err.msg, "does not fit q"));
+    ir_graph_free(g);
+    arena_free(a);
+}
+
+static void test_view_aliases(void) {
+    Arena *a = arena_new();
+    IrGraph *g = ir_graph_new(a);
+    IrShapeErr err;
+    int64_t xs[3] = {2, 16, 64};
+    int x = input(g, "x", DT_BF16, 3, xs);
+    int s = node(g, OP_SILU, 1, x, -1, -1, (IrAttr){0}, &err);
+    IrAttr v = {.ndim = 4, .shape = {2, 16, 4, 16}};
+    int y = node(g, OP_VIEW, 1, s, -1, -1, v, &err);
+    CHECK(y >= 0);
+    CHECK_EQ(s, ir_tensor(g, y)->alias_of);
+    CHECK_EQ(0, ir_tensor_bytes(ir_tensor(g, y)));
+    IrAttr v2 = {.ndim = 2, .shape = {32, 16}};
+    int z = node(g, OP_VIEW, 1, y, -1, -1, v2, &err);
+    CHECK_EQ(-1, z);
+    CHECK(strstr(err.msg, "element counts differ"));
+    IrAttr v3 = {.ndim = 2, .shape = {32, 64}};
+    z = node(g, OP_VIEW, 1, y, -1, -1, v3, &err);
+    CHECK_EQ(s, ir_tensor(g, z)->alias_of);       // a view of a view shares the base
+    CHECK_EQ(s, ir_tensor_base(g, z));
+    ir_graph_free(g);
+    arena_free(a);
+}
+
+static void test_shape_errors(void) {
+    Arena *a = arena_new();
+    IrGraph *g = ir_graph_new(a);
+    IrShapeErr err;
+    int64_t xs[3] = {2, 16, 64}, ys[3] = {2, 16, 32}, ids[2] = {2, 16}, rs[4] = {2, 16, 4, 15};
+    int x = input(g, "x", DT_BF16, 3, xs), y = input(g, "y", DT_BF16, 3, ys);
+    int tok = input(g, "tok", DT_I32, 2, ids), r = input(g, "r", DT_BF16, 4, rs);
+    int w = param(g, "w", DT_BF16, 1, 32, 0), tab = param(g, "tab", DT_BF16, 2, 256, 64);
+    CHECK_EQ(-1, node(g, OP_ADD, 2, x, y, -1, (IrAttr){0}, &err));
+    CHECK(strstr(err.msg, "bf16[2, 16, 64]") && strstr(err.msg, "bf16[2, 16, 32]"));
+    CHECK_EQ(-1, node(g, OP_RMSNORM, 2, x, w, -1, (IrAttr){.f = 1e-6}, &err));
+    CHECK_EQ(1, err.arg);
+    CHECK_EQ(-1, node(g, OP_ROPE, 1, r, -1, -1, (IrAttr){.f = 1e4}, &err));
+    CHECK_EQ(-1, node(g, OP_EMBED, 2, tab, x, -1, (IrAttr){0}, &err));   // float ids
+    CHECK_EQ(-1, node(g, OP_SILU, 1, tok, -1, -1, (IrAttr){0}, &err));   // int input
+    CHECK_EQ(-1, node(g, OP_DROPOUT, 1, x, -1, -1, (IrAttr){.f = 1.0}, &err));
+    int e = node(g, OP_EMBED, 2, tab, tok, -1, (IrAttr){0}, &err);
+    CHECK_EQ(64, ir_tensor(g, e)->shape[2]);
+    CHECK_EQ(2 * 16 * 64 * 2 + 2 * 16 * 4, op_bytes_read(g, &g->nodes.at[g->nodes.len - 1]));
+    int lg = node(g, OP_LINEAR, 2, e, tab, -1, (IrAttr){0}, &err);
+    int loss = node(g, OP_CROSS_ENTROPY, 2, lg, tok, -1, (IrAttr){0}, &err);
+    CHECK_EQ(0, ir_tensor(g, loss)->ndim);
+    CHECK_EQ(-1, node(g, OP_CROSS_ENTROPY, 2, lg, x, -1, (IrAttr){0}, &err));
+    // cross-entropy scratch: fp32 rows x vocab, or one chunk of rows
+    const IrNode *ce = &g->nodes.at[g->nodes.len - 1];
+    CHECK_EQ(32 * 256 * 4, op_info(OP_CROSS_ENTROPY)->scratch_bytes(g, ce));
+    IrNode chunked = *ce;
+    chunked.attr.chunk_rows = 8;
+    CHECK_EQ(8 * 256 * 4, op_info(OP_CROSS_ENTROPY)->scratch_bytes(g, &chunked));
+    CHECK_EQ(0, ir_verify(g, stdout));
+    ir_graph_free(g);
+    arena_free(a);
+}
+
+static void test_op_table(void) {
+    OpKind k;
+    for (int i = 0; i < OP_COUNT; i++) {
+        const OpInfo *op = op_info((OpKind)i);
+        CHECK(op->name && op->shape && op->flops);
+        CHECK(op->min_in >= 1 && op->max_in <= IR_MAX_INPUTS && op->min_in <= op->max_in);
+        CHECK(op_lookup(op->name, &k) && k == (OpKind)i);
+    }
+    CHECK(!op_lookup("conv2d", &k));
+}
+
+static void test_requires_grad(void) {
+    Arena *a = arena_new();
+    IrGraph *g = ir_graph_new(a);
+    IrShapeErr err;
+    int64_t xs[2] = {4, 8};
+    int x = input(g, "x", DT_F32, 2, xs);
+    int w = param(g, "w", DT_F32, 2, 8, 8);
+    int h = node(g, OP_SILU, 1, x, -1, -1, (IrAttr){0}, &err);
+    int y = node(g, OP_LINEAR, 2, h, w, -1, (IrAttr){0}, &err);
+    CHECK(!ir_tensor(g, h)->requires_grad);
+    CHECK(ir_tensor(g, y)->requires_grad);
+    ir_tensor(g, w)->trainable = false;
+    ir_mark_requires_grad(g);
+    CHECK(!ir_tensor(g, y)->requires_grad);
+    ir_graph_free(g);
+    arena_free(a);
+}
+
+// The verifier rejects each kind of broken graph, saying what is wrong.
+static void test_verify_catches(void) {
+    Arena *a = arena_new();
+    IrGraph *g = ir_graph_new(a);
+    IrShapeErr err;
+    int64_t xs[2] = {4, 8};
+    int x = input(g, "x", DT_F32, 2, xs);
+    int h = node(g, OP_SILU, 1, x, -1, -1, (IrAttr){0}, &err);
+    node(g, OP_EXP, 1, h, -1, -1, (IrAttr){0}, &err);
+    CHECK_EQ(0, ir_verify(g, stdout));
+    FILE *sink = tmpfile();
+    IrNode saved = g->nodes.at[0];
+    g->nodes.at[0].in[0] = h;                     // reads its own output: before it is made
+    CHECK(ir_verify(g, sink) > 0);
+    g->nodes.at[0] = saved;
+    g->tensors.at[h].shape[1] = 0;                // a zero dimension
+    CHECK(ir_verify(g, sink) > 0);
+    g->tensors.at[h].shape[1] = 8;
+    g->nodes.at[1].out = h;                       // two nodes write one tensor
+    CHECK(ir_verify(g, sink) > 0);
+    rewind(sink);
+    char line[256] = "";
+    CHECK(fgets(line, sizeof line, sink) && strstr(line, "ir: "));
+    fclose(sink);
+    ir_graph_free(g);
+    arena_free(a);
+}
+
+int main(void) {
+    RUN(test_dtype_bytes);
+    RUN(test_linear);
+    RUN(test_attention);
+    RUN(test_view_aliases);
+    RUN(test_shape_errors);
+    RUN(test_op_table);
+    RUN(test_requires_grad);
+    RUN(test_verify_catches);
+    return CHECK_DONE();
+}

@@ -1,0 +1,204 @@
+// test_passes.c — parameter counts, the naive memory breakdown, the LoRA pass and
+// the GPU presets, on the shipped models.
+#include "../frontend/frontend.h"
+#include "../passes/passes.h"
+#include "check.h"
+
+static const char *srcdir = ".";
+
+typedef struct Loaded {
+    Arena *a;
+    FtSource src;
+    FtModel m;
+    IrGraph *g;
+} Loaded;
+
+// Loads `rel` (relative to the source dir), appending `extra` to the train section.
+static bool load(Loaded *l, const char *rel, const char *extra, int64_t batch) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", srcdir, rel);
+    memset(l, 0, sizeof *l);
+    l->a = arena_new();
+    if (fe_source_read(&l->src, path) != 0)
+        return false;
+    if (extra) {   // insert before the file's last '}' (the train section's)
+        char *end = strrchr(l->src.text, '}');
+        size_t head = (size_t)(end - l->src.text);
+        char *t = malloc(l->src.len + strlen(extra) + 2);
+        sprintf(t, "%.*s%s\n%s", (int)head, l->src.text, extra, end);
+        free(l->src.text);
+        l->src.text = t;
+        l->src.len = strlen(t);
+    }
+    Ast *p = fe_parse(&l->src, l->a);
+    if (!p || fe_check(&l->src, p, &l->m, l->a) != 0)
+        return false;
+    l->g = fe_elaborate(&l->src, &l->m, batch, l->a);
+    if (l->g && l->m.train.lora) {
+        const char *names[8];
+        SrcLoc locs[8];
+        for (int i = 0; i < l->m.train.n_lora_targets && i < 8; i++)
+            names[i] = l->m.train.lora_targets[i].name, locs[i] = l->m.train.lora_targets[i].loc;
+        LoraSpec s = {l->m.train.lora_r, l->m.train.lora_alpha, l->m.train.lora_dropout,
+                      l->m.train.n_lora_targets, names, locs};
+        PassDiag d = {0};
+        if (lora_apply(l->g, &s, &d) != 0)
+            return false;
+    }
+    return l->g != NULL;
+}
+
+static void unload(Loaded *l) {
+    if (l->g)
+        ir_graph_free(l->g);
+    fe_source_free(&l->src);
+    arena_free(l->a);
+}
+
+static int64_t states(const MemBreakdown *m) {
+    return m->bytes[MEM_WEIGHTS] + m->bytes[MEM_GRADS] + m->bytes[MEM_OPTIMIZER] +
+           m->bytes[MEM_MASTER];
+}
+
+// bf16 mixed-precision AdamW: 2 + 2 + 4 + 8 = 16 bytes per parameter.
+static void test_bytes_per_param(void) {
+    static const struct { const char *extra; int64_t per_param; } cases[] = {
+        {NULL, 16},                                         // bf16 + fp32 master + fp32 m, v
+        {"precision = fp32", 16},                           // 4 + 4 + 8, no master
+        {"precision = bf16_pure", 8},                       // 2 + 2 + 2 + 2
+        {"precision = fp16\n master_weights = false", 12},  // the field report's regime
+        {"optimizer = sgd(lr = 0.1)", 8},                   // 2 + 2 + master 4
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        Loaded l;
+        CHECK(load(&l, "models/qwen2.ft", cases[i].extra, 1));
+        if (l.g) {
+            MemBreakdown m = count_naive_memory(l.g, 0);
+            CHECK_EQ(cases[i].per_param * 7615616512LL, states(&m));
+        }
+        unload(&l);
+    }
+}
+
+// The field report: 7B fp16 + AdamW = 14 + 14 + 56 = 84 GB.
+static void test_seed_84gb(void) {
+    Loaded l;
+    CHECK(load(&l, "tests/ft/seed-7b.ft", NULL, 1));
+    if (l.g) {
+        MemBreakdown m = count_naive_memory(l.g, 0);
+        CHECK_EQ(7000000000LL, count_params(l.g).total);
+        CHECK_EQ(14000000000LL, m.bytes[MEM_WEIGHTS]);
+        CHECK_EQ(14000000000LL, m.bytes[MEM_GRADS]);
+        CHECK_EQ(56000000000LL, m.bytes[MEM_OPTIMIZER]);
+        CHECK_EQ(0, m.bytes[MEM_MASTER]);
+        CHECK_EQ(84000000000LL, states(&m));
+    }
+    unload(&l);
+}
+
+// Saved activations of a Qwen2 block: 12h + 4·g·d + 8·I bytes per token in bf16
+// (REFERENCE.md §3), plus two fp32 norm statistics and one fp32 logsumexp per head.
+static void test_activation_formula(void) {
+    Loaded l;
+    int64_t B = 2, S = 2048, h = 3584, gd = 4 * 128, I = 18944, H = 28, L = 28, V = 152064;
+    CHECK(load(&l, "models/qwen2.ft", NULL, B));
+    if (l.g) {
+        MemBreakdown m = count_naive_memory(l.g, 0);
+        int64_t per_layer = 12 * h + 4 * gd + 8 * I + 2 * 4 + 4 * H;
+        int64_t final = 2 * h + 4 + 2 * h;          // final norm input, rstd, lm_head input
+        CHECK_EQ(B * S * (L * per_layer + final), m.bytes[MEM_ACTIVATIONS]);
+        CHECK_EQ(B * S * V * (2 + 4), m.logits_bytes);   // bf16 logits + fp32 gradient
+        CHECK_EQ(2 * B * S * 4, m.bytes[MEM_IO]);        // tokens and targets
+    }
+    unload(&l);
+}
+
+static void test_lora(void) {
+    Loaded l;
+    CHECK(load(&l, "models/qwen2.ft", "lora(r = 8, alpha = 16, targets = [q_proj, v_proj])", 1));
+    if (l.g) {
+        CHECK_EQ(0, ir_verify(l.g, stdout));
+        ParamCount pc = count_params(l.g);
+        CHECK_EQ(2523136, pc.trainable);
+        CHECK_EQ(7615616512LL + 2523136, pc.total);
+        int adapters = 0;
+        for (int i = 0; i < l.g->tensors.len; i++) {
+            const IrTensor *t = &l.g->tensors.at[i];
+            if (t->kind != TK_PARAM)
+                continue;
+            if (strstr(t->name, "lora_")) {
+                adapters++;
+                CHECK(t->trainable);
+                if (strcmp(t->name, "decoder.5.wv.lora_A") == 0) {
+                    CHECK_STR("model.layers.5.self_attn.v_proj.lora_A.weight", t->hf_name);
+                    CHECK_EQ(8, t->shape[0]);
+                    CHECK_EQ(3584, t->shape[1]);
+                }
+            } else {
+                CHECK(!t->trainable);
+            }
+        }
+        CHECK_EQ(2 * 2 * 28, adapters);
+        // No gradient, no optimizer state, no master copy for the frozen base; only the
+        // adapters carry them: 2,523,136 x (2 + 8 + 4) bytes.
+        MemBreakdown m = count_naive_memory(l.g, 0);
+        CHECK_EQ(2 * (7615616512LL + 2523136), m.bytes[MEM_WEIGHTS]);
+        CHECK_EQ(2523136LL * 2, m.bytes[MEM_GRADS]);
+        CHECK_EQ(2523136LL * 8, m.bytes[MEM_OPTIMIZER]);
+        CHECK_EQ(2523136LL * 4, m.bytes[MEM_MASTER]);
+        // The scale alpha/r sits on the adapter path.
+        bool scale = false;
+        for (int i = 0; i < l.g->nodes.len; i++)
+            if (l.g->nodes.at[i].op == OP_SCALE)
+                scale |= l.g->nodes.at[i].attr.f == 2.0;
+        CHECK(scale);
+    }
+    unload(&l);
+    // Llama-2-7B, r = 8 on q, v: 4,194,304 (REFERENCE.md §1)
+    CHECK(load(&l, "models/llama2-7b.ft", "lora(r = 8, targets = [wq, wv])", 1));
+    if (l.g)
+        CHECK_EQ(4194304, count_params(l.g).trainable);
+    unload(&l);
+}
+
+static void test_lora_errors(void) {
+    Loaded l;
+    memset(&l, 0, sizeof l);
+    CHECK(load(&l, "models/tiny.ft", NULL, 1));
+    const char *names[2] = {"nope", "attn_norm"};
+    SrcLoc locs[2] = {{"x.ft", 3, 4, 4}, {"x.ft", 3, 10, 9}};
+    LoraSpec s = {4, 8, 0, 2, names, locs};
+    PassDiag d = {0};
+    FILE *saved = stderr;
+    stderr = tmpfile();
+    CHECK_EQ(-1, lora_apply(l.g, &s, &d));
+    fclose(stderr);
+    stderr = saved;
+    CHECK_EQ(2, d.errors);
+    CHECK_EQ(0, ir_verify(l.g, stdout));         // the graph is untouched on error
+    CHECK_EQ(125504, count_params(l.g).trainable);
+    unload(&l);
+}
+
+static void test_presets(void) {
+    const GpuPreset *p = gpu_preset("a100-40g");
+    CHECK(p && p->mem_bytes == 40LL << 30);
+    CHECK(gpu_preset("h100-80g") && gpu_preset("h100-80g")->bf16_tflops == 989);
+    CHECK(gpu_preset("l4") && gpu_preset("l4")->mem_bytes == 24000000000LL);
+    CHECK(gpu_preset("a100") == NULL);
+    int n;
+    gpu_presets(&n);
+    CHECK_EQ(6, n);
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1)
+        srcdir = argv[1];
+    RUN(test_bytes_per_param);
+    RUN(test_seed_84gb);
+    RUN(test_activation_formula);
+    RUN(test_lora);
+    RUN(test_lora_errors);
+    RUN(test_presets);
+    return CHECK_DONE();
+}
