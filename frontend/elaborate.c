@@ -171,7 +171,7 @@ static Value add_node(Elab *e, Scope *s, OpKind op, int nin, const int *in, IrAt
         fe_error(e->src, at, "%s", err.msg);
         return none();
     }
-    return tensor(e->g->nodes.at[id].out);
+    return tensor(e->g->nodes.at[id].out[0]);
 }
 
 static Value binop_numbers(Elab *e, const Ast *x, Value l, Value r) {
@@ -1007,5 +1007,6 @@ IrGraph *fe_elaborate(FtSource *src, const FtModel *m, int64_t batch, Arena *a) 
         return NULL;
     }
     ir_mark_requires_grad(g);
+    ir_set_param_init(g);
     return g;
 }

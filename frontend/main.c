@@ -264,6 +264,11 @@ static int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
             ir_print(out, g);
         }
     }
+    autodiff_apply(g, (int)(m.train.batch / micro));
+    if (dump_ir) {
+        fprintf(out, "# after autodiff\n");
+        ir_print(out, g);
+    }
     if (ir_verify(g, stderr) != 0) {
         fprintf(stderr, "%s: internal error: the IR failed verification\n", path);
         goto done;

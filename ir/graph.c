@@ -52,8 +52,10 @@ int ir_tensor_add(IrGraph *g, const char *name, TensorKind kind, DType dt, int n
     IrTensor t = {
         .id = g->tensors.len, .name = arena_strdup(g->arena, name), .kind = kind,
         .dtype = dt, .ndim = ndim, .producer = -1, .alias_of = -1, .layer = -1,
-        .cat = kind == TK_PARAM ? MEM_WEIGHTS : kind == TK_INPUT ? MEM_IO : MEM_TEMPORARIES,
-        .loc = loc,
+        .cat = kind == TK_PARAM ? MEM_WEIGHTS : kind == TK_INPUT ? MEM_IO
+             : kind == TK_GRAD  ? MEM_GRADS   : kind == TK_STATE ? MEM_OPTIMIZER
+                                                                 : MEM_TEMPORARIES,
+        .loc = loc, .of = -1, .init = INIT_NORMAL, .init_scale = 0.02,
     };
     for (int i = 0; i < ndim; i++)
         t.shape[i] = shape[i];
@@ -93,37 +95,74 @@ int ir_shape_str(char *buf, size_t cap, const IrTensor *t) {
     return (int)n;
 }
 
-int ir_node_add(IrGraph *g, OpKind op, int nin, const int *in, IrAttr attr,
-                const char *name, int layer, SrcLoc loc, IrShapeErr *err) {
-    const OpInfo *info = op_info(op);
-    IR_ASSERT(nin >= info->min_in && nin <= info->max_in);
-    IrNode n = {.id = g->nodes.len, .op = op, .nin = nin, .out = -1, .aux = -1,
-                .attr = attr, .layer = layer, .loc = loc};
-    for (int i = 0; i < IR_MAX_INPUTS; i++)
-        n.in[i] = i < nin ? in[i] : -1;
-    IrTensor out = {.alias_of = -1}, aux = {.ndim = -1};
+static const char *stat_name(OpKind op) {
+    return op == OP_ATTENTION ? "lse" : op == OP_DROPOUT ? "mask" : "stats";
+}
+
+// Runs the shape rule of a new node into outs[]; false with err filled.
+static bool run_shape(IrGraph *g, IrNode *n, IrTensor *outs, IrShapeErr *err) {
+    for (int k = 0; k < IR_MAX_OUTPUTS; k++)
+        outs[k] = (IrTensor){.ndim = -1, .alias_of = -1};
+    outs[0].ndim = 0;   // a rule must fill out[0]; scalars keep rank 0
     err->msg[0] = '\0';
     err->arg = -1;
-    if (!info->shape(g, &n, &out, &aux, err))
+    return op_info(n->op)->shape(g, n, outs, err);
+}
+
+static IrNode new_node(IrGraph *g, OpKind op, int nin, const int *in, IrAttr attr, int layer,
+                       SrcLoc loc) {
+    const OpInfo *info = op_info(op);
+    IR_ASSERT(nin >= info->min_in && nin <= info->max_in);
+    IrNode n = {.id = g->nodes.len, .op = op, .nin = nin, .attr = attr, .layer = layer,
+                .loc = loc};
+    for (int i = 0; i < IR_MAX_INPUTS; i++)
+        n.in[i] = i < nin ? in[i] : -1;
+    for (int k = 0; k < IR_MAX_OUTPUTS; k++)
+        n.out[k] = -1;
+    n.phase = g->nodes.len ? g->nodes.at[g->nodes.len - 1].phase : PHASE_FORWARD;
+    return n;
+}
+
+int ir_node_add(IrGraph *g, OpKind op, int nin, const int *in, IrAttr attr,
+                const char *name, int layer, SrcLoc loc, IrShapeErr *err) {
+    IrNode n = new_node(g, op, nin, in, attr, layer, loc);
+    IrTensor outs[IR_MAX_OUTPUTS];
+    if (!run_shape(g, &n, outs, err))
         return -1;
-    n.out = ir_tensor_add(g, name, TK_VALUE, out.dtype, out.ndim, out.shape, loc);
-    IrTensor *o = ir_tensor(g, n.out);
-    o->producer = n.id;
-    o->alias_of = out.alias_of;
-    o->layer = layer;
-    if (aux.ndim >= 0) {
-        char *aname = arena_printf(g->arena, "%s.%s", name, op == OP_ATTENTION ? "lse"
-                                                   : op == OP_DROPOUT     ? "mask"
-                                                                          : "stats");
-        n.aux = ir_tensor_add(g, aname, TK_VALUE, aux.dtype, aux.ndim, aux.shape, loc);
-        ir_tensor(g, n.aux)->producer = n.id;
-        ir_tensor(g, n.aux)->layer = layer;
-    }
     bool rg = false;
     for (int i = 0; i < nin; i++)
         if (n.in[i] >= 0 && g->tensors.at[n.in[i]].requires_grad)
             rg = true;
-    ir_tensor(g, n.out)->requires_grad = rg;
+    for (int k = 0; k < IR_MAX_OUTPUTS && outs[k].ndim >= 0; k++) {
+        const char *nm = k == 0 ? name
+                       : k == 1 && op_info(op)->backward
+                           ? arena_printf(g->arena, "%s.%s", name, stat_name(op))
+                           : arena_printf(g->arena, "%s.%d", name, k);
+        n.out[k] = ir_tensor_add(g, nm, TK_VALUE, outs[k].dtype, outs[k].ndim, outs[k].shape, loc);
+        IrTensor *o = ir_tensor(g, n.out[k]);
+        o->producer = n.id;
+        o->layer = layer;
+        o->alias_of = k == 0 ? outs[0].alias_of : -1;
+        o->requires_grad = k == 0 && rg;
+    }
+    vec_push(&g->nodes, n);
+    return n.id;
+}
+
+int ir_node_add_update(IrGraph *g, OpKind op, int nin, const int *in, IrAttr attr,
+                       int nout, const int *outs, int layer, SrcLoc loc) {
+    IrNode n = new_node(g, op, nin, in, attr, layer, loc);
+    IrTensor want[IR_MAX_OUTPUTS];
+    IrShapeErr err;
+    IR_ASSERT(run_shape(g, &n, want, &err));
+    for (int k = 0; k < nout; k++) {
+        n.out[k] = outs[k];
+        n.update |= (uint8_t)(1u << k);
+        // optimizer ops update tensors of one size; the others one of the rule's shape
+        if (nin > 0)
+            IR_ASSERT(ir_tensor_elems(ir_tensor(g, outs[k])) ==
+                      ir_tensor_elems(&want[op == OP_ADAMW || op == OP_SGD ? 0 : k]));
+    }
     vec_push(&g->nodes, n);
     return n.id;
 }
@@ -139,6 +178,21 @@ void ir_mark_requires_grad(IrGraph *g) {
         for (int k = 0; k < n->nin; k++)
             if (n->in[k] >= 0 && g->tensors.at[n->in[k]].requires_grad)
                 rg = true;
-        g->tensors.at[n->out].requires_grad = rg;
+        if (!n->update)
+            g->tensors.at[n->out[0]].requires_grad = rg;
+    }
+}
+
+void ir_set_param_init(IrGraph *g) {
+    for (int i = 0; i < g->nodes.len; i++) {
+        const IrNode *n = &g->nodes.at[i];
+        const OpInfo *op = op_info(n->op);
+        for (int k = 0; k < n->nin; k++) {
+            if (n->in[k] < 0 || !op->init[k])
+                continue;
+            IrTensor *t = &g->tensors.at[n->in[k]];
+            if (t->kind == TK_PARAM)
+                t->init = (IrInit)op->init[k];
+        }
     }
 }

@@ -84,13 +84,23 @@ const char *mem_category_name(MemCategory c);
 // Tensors and nodes.
 //
 
-enum { IR_MAX_DIMS = 6, IR_MAX_INPUTS = 4 };
+enum { IR_MAX_DIMS = 6, IR_MAX_INPUTS = 6, IR_MAX_OUTPUTS = 4 };
 
 typedef enum TensorKind {
     TK_PARAM,     // a parameter (trainable or frozen); hf_name is its checkpoint name
     TK_INPUT,     // a batch input (token ids, targets)
     TK_VALUE,     // produced by a node
+    TK_GRAD,      // a parameter's gradient, accumulated over micro-batches; `of` the param
+    TK_STATE,     // optimizer state or fp32 master copy of param `of`; cat says which
 } TensorKind;
+
+// How the runtime initialises a parameter that no checkpoint provides.
+typedef enum IrInit {
+    INIT_NORMAL,          // normal(0, init_scale)
+    INIT_ONES,            // norm weights
+    INIT_ZEROS,           // biases, LoRA B
+    INIT_KAIMING_UNIFORM, // uniform(-init_scale, init_scale): LoRA A, as PEFT does
+} IrInit;
 
 typedef struct IrTensor {
     int id;
@@ -107,6 +117,9 @@ typedef struct IrTensor {
     bool trainable;         // TK_PARAM: gets a gradient and optimizer state
     const char *decl;       // TK_PARAM: the name in the .ft ("wq"); LoRA targets match it
     bool requires_grad;     // some trainable parameter flows into it
+    IrInit init;            // TK_PARAM: how to initialise it without a checkpoint
+    double init_scale;
+    int of;                 // TK_GRAD, TK_STATE: the parameter; else -1
     SrcLoc loc;
 } IrTensor;
 
@@ -119,7 +132,7 @@ typedef enum OpKind {
 
 // Attributes by op. Only the fields an op's row names are meaningful.
 typedef struct IrAttr {
-    double f;               // eps (norms), theta (rope), p (dropout), c (scale)
+    double f;               // eps (norms), theta (rope), p (dropout), c (scale), loss scale
     bool causal;            // attention
     int perm[2];            // transpose: the two dims swapped
     int64_t chunk_rows;     // cross_entropy: rows per chunk (0 = all at once)
@@ -127,17 +140,33 @@ typedef struct IrAttr {
     int64_t shape[IR_MAX_DIMS];
 } IrAttr;
 
+typedef enum IrPhase {
+    PHASE_FORWARD,          // the micro-step's forward and loss
+    PHASE_BACKWARD,         // the micro-step's backward
+    PHASE_OPTIMIZER,        // once per step, after the last micro-step
+} IrPhase;
+
 typedef struct IrNode {
     int id;
     OpKind op;
     int nin;
     int in[IR_MAX_INPUTS];  // tensor ids; -1 for an absent optional input
-    int out;                // tensor id
-    int aux;                // second output (norm rstd, attention lse, dropout mask), -1 if none
+    int out[IR_MAX_OUTPUTS];// out[0] the result; forward ops keep a statistic for backward
+                            // in out[1] (norm rstd, attention lse, dropout mask); -1 unused
+    uint8_t update;         // bit k: out[k] already exists and is read-modify-written
+                            // (+= into a gradient, an optimizer update in place)
     IrAttr attr;
     int layer;              // repeat index, -1 outside any repeated block
+    IrPhase phase;
     SrcLoc loc;
 } IrNode;
+
+static inline int ir_node_nout(const IrNode *n) {
+    int k = 0;
+    while (k < IR_MAX_OUTPUTS && n->out[k] >= 0)
+        k++;
+    return k;
+}
 
 // What a training step does with the parameters: the dtypes of each copy.
 typedef struct IrStep {
@@ -170,6 +199,9 @@ int64_t ir_tensor_bytes(const IrTensor *t);     // 0 for a view: its base owns t
 int ir_tensor_base(const IrGraph *g, int id);   // follows alias_of to the owner
 // Recomputes requires_grad of every value from the trainable flags of the params.
 void ir_mark_requires_grad(IrGraph *g);
+// Sets each parameter's initialisation from the op-table role it plays (norm weights
+// ones, biases zeros); the rest stay normal(0, 0.02).
+void ir_set_param_init(IrGraph *g);
 int ir_shape_str(char *buf, size_t cap, const IrTensor *t);  // "[2, 2048, 3584] bf16"
 
 // The shape rule of `op` checks the inputs and fills the output; on a mismatch it
@@ -177,9 +209,14 @@ int ir_shape_str(char *buf, size_t cap, const IrTensor *t);  // "[2, 2048, 3584]
 typedef struct IrShapeErr { char msg[256]; int arg; } IrShapeErr;
 
 // Appends a node; runs the op's shape rule and, on success, creates its output
-// (and aux) tensors named `name`. Returns the node id, or -1 with `err` filled.
+// tensors named `name` (a statistic gets a suffix). Returns the node id, or -1 with
+// `err` filled.
 int ir_node_add(IrGraph *g, OpKind op, int nin, const int *in, IrAttr attr,
                 const char *name, int layer, SrcLoc loc, IrShapeErr *err);
+// Appends a node that read-modify-writes existing tensors `outs` (gradients, optimizer
+// state); their element counts must match what the shape rule computes. Node id.
+int ir_node_add_update(IrGraph *g, OpKind op, int nin, const int *in, IrAttr attr,
+                       int nout, const int *outs, int layer, SrcLoc loc);
 
 //
 // op.c — the op table.
@@ -187,16 +224,18 @@ int ir_node_add(IrGraph *g, OpKind op, int nin, const int *in, IrAttr attr,
 
 enum {                      // bits of OpInfo.grad_needs: what a backward reads
     NEED_IN0 = 1 << 0, NEED_IN1 = 1 << 1, NEED_IN2 = 1 << 2, NEED_IN3 = 1 << 3,
-    NEED_OUT = 1 << 4, NEED_AUX = 1 << 5,
+    NEED_OUT = 1 << 4, NEED_AUX = 1 << 5,   // out[0], out[1]
 };
+
+typedef struct Autodiff Autodiff;   // passes/autodiff.c
 
 typedef struct OpInfo {
     const char *name;       // as written in .ft and in plans
     int min_in, max_in;
     bool elementwise;       // may run in place on an input of the same shape
-    // Output shape and dtype from the inputs; false with err filled on a mismatch.
-    bool (*shape)(const IrGraph *g, const IrNode *n, IrTensor *out, IrTensor *aux,
-                  IrShapeErr *err);
+    // Output shapes and dtypes from the inputs into out[0..]: an output the op does
+    // not make keeps ndim = -1. False with err filled on a mismatch.
+    bool (*shape)(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err);
     int64_t (*flops)(const IrGraph *g, const IrNode *n);
     int64_t (*bytes_read)(const IrGraph *g, const IrNode *n);   // NULL: all inputs once
     // grad_needs[i]: what computing the gradient of input i reads (NEED_* bits).
@@ -206,6 +245,11 @@ typedef struct OpInfo {
     // The op's one attribute as written in .ft after the tensor arguments, or NULL:
     // "eps", "theta", "p", "c" (IrAttr.f), "causal", "shape" (view), "dims" (transpose).
     const char *attr;
+    // Appends the gradient nodes of forward node `n` (the derivative rule); NULL for
+    // ops that are not differentiated (backward and optimizer ops).
+    void (*backward)(Autodiff *ad, const IrNode *n);
+    uint8_t init[IR_MAX_INPUTS];    // how a parameter in input k is initialised (IrInit)
+    bool user;                      // may be written in .ft
 } OpInfo;
 
 const OpInfo *op_info(OpKind op);
@@ -213,6 +257,35 @@ bool op_lookup(const char *name, OpKind *out);
 int64_t op_flops(const IrGraph *g, const IrNode *n);
 int64_t op_bytes_read(const IrGraph *g, const IrNode *n);
 int64_t op_bytes_written(const IrGraph *g, const IrNode *n);
+
+//
+// grad.c — what a derivative rule (an op row's `backward`) may call. The autodiff
+// pass (passes/autodiff.c) owns the walk; a rule only reads the gradient of its
+// node's outputs and contributes gradients to its inputs.
+//
+
+struct Autodiff {
+    IrGraph *g;
+    int *grad;          // per tensor id: its gradient so far, -1 if none; params: TK_GRAD
+    int cap;            // entries in `grad`
+    double loss_scale;  // d(loss)/d(micro-batch loss): 1 / accumulation steps
+};
+
+// Whether tensor `t` needs a gradient (some trainable parameter flows into it).
+bool ad_needs(const Autodiff *ad, int t);
+// The gradient of forward node `n`'s output k, or -1 when none reaches it.
+int ad_dy(Autodiff *ad, const IrNode *n, int k);
+// Appends op `op` for forward node `n` (same layer, location) and returns its node id.
+int ad_node(Autodiff *ad, const IrNode *n, OpKind op, int nin, const int *in, IrAttr attr,
+            const char *what);
+// Appends op `op` and returns its out[0].
+int ad_op(Autodiff *ad, const IrNode *n, OpKind op, int nin, const int *in, IrAttr attr,
+          const char *what);
+// Adds `contribution` to the gradient of `t` (a parameter: += into its TK_GRAD).
+void ad_add(Autodiff *ad, const IrNode *n, int t, int contribution);
+// For ops whose kernels accumulate (linear dW, embedding, norm weights, sums): writes
+// straight into `t`'s TK_GRAD when `t` is a trainable parameter, else contributes.
+void ad_acc(Autodiff *ad, const IrNode *n, int t, OpKind op, int nin, const int *in, IrAttr attr);
 
 //
 // print.c, verify.c

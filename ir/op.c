@@ -1,5 +1,5 @@
 // op.c — the op table: one row per op, the only place that knows an op's arity,
-// shape rule, FLOPs, bytes moved, and what its backward reads.
+// shape rule, FLOPs, bytes moved, what its backward reads, and its derivative rule.
 #include "ir.h"
 
 #include <string.h>
@@ -31,6 +31,15 @@ static void same_as(IrTensor *out, const IrTensor *t) {
 
 static bool is_float(DType t) { return t == DT_F32 || t == DT_BF16 || t == DT_F16; }
 
+static bool same_shape(const IrTensor *a, const IrTensor *b) {
+    if (a->ndim != b->ndim)
+        return false;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i])
+            return false;
+    return true;
+}
+
 // Formats "bf16[2, 16, 64]" into a rotating buffer, so two fit in one message.
 static const char *sh(const IrTensor *t) {
     static char buf[4][96];
@@ -40,15 +49,14 @@ static const char *sh(const IrTensor *t) {
     return buf[k];
 }
 
-static int64_t elems_out(const IrGraph *g, const IrNode *n) { return ir_tensor_elems(T(n->out)); }
+static int64_t elems_out(const IrGraph *g, const IrNode *n) { return ir_tensor_elems(T(n->out[0])); }
+static int64_t elems_in0(const IrGraph *g, const IrNode *n) { return ir_tensor_elems(IN(0)); }
 
 //
-// Shape rules.
+// Shape rules: forward ops.
 //
 
-static bool shape_embed(const IrGraph *g, const IrNode *n, IrTensor *out, IrTensor *aux,
-                        IrShapeErr *err) {
-    (void)aux;
+static bool shape_embed(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
     const IrTensor *tab = IN(0), *ids = IN(1);
     if (tab->ndim != 2)
         return fail(err, 0, "embedding table must be 2-D [vocab, dim], got %s", sh(tab));
@@ -62,9 +70,7 @@ static bool shape_embed(const IrGraph *g, const IrNode *n, IrTensor *out, IrTens
     return true;
 }
 
-static bool shape_linear(const IrGraph *g, const IrNode *n, IrTensor *out, IrTensor *aux,
-                         IrShapeErr *err) {
-    (void)aux;
+static bool shape_linear(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
     const IrTensor *x = IN(0), *w = IN(1);
     if (x->ndim < 1 || !is_float(x->dtype))
         return fail(err, 0, "linear input must be a float tensor, got %s", sh(x));
@@ -83,9 +89,7 @@ static bool shape_linear(const IrGraph *g, const IrNode *n, IrTensor *out, IrTen
     return true;
 }
 
-static bool shape_matmul(const IrGraph *g, const IrNode *n, IrTensor *out, IrTensor *aux,
-                         IrShapeErr *err) {
-    (void)aux;
+static bool shape_matmul(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
     const IrTensor *a = IN(0), *b = IN(1);
     if (a->ndim < 2 || a->ndim != b->ndim)
         return fail(err, 1, "matmul needs two tensors of equal rank >= 2, got %s and %s",
@@ -101,45 +105,45 @@ static bool shape_matmul(const IrGraph *g, const IrNode *n, IrTensor *out, IrTen
     return true;
 }
 
+static bool suffix_of(const IrTensor *b, const IrTensor *a) {
+    if (b->ndim > a->ndim)
+        return false;
+    for (int i = 0; i < b->ndim; i++)
+        if (b->shape[b->ndim - 1 - i] != a->shape[a->ndim - 1 - i])
+            return false;
+    return true;
+}
+
 // Binary elementwise: equal shapes, or b's shape a suffix of a's (broadcast).
-static bool shape_binary(const IrGraph *g, const IrNode *n, IrTensor *out, IrTensor *aux,
-                         IrShapeErr *err) {
-    (void)aux;
+static bool shape_binary(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
     const IrTensor *a = IN(0), *b = IN(1);
-    bool ok = b->ndim <= a->ndim;
-    for (int i = 0; ok && i < b->ndim; i++)
-        ok = b->shape[b->ndim - 1 - i] == a->shape[a->ndim - 1 - i];
-    if (!ok || !is_float(a->dtype) || !is_float(b->dtype))
+    if (!suffix_of(b, a) || !is_float(a->dtype) || !is_float(b->dtype))
         return fail(err, 1, "%s: shapes %s and %s do not match", op_info(n->op)->name, sh(a),
                     sh(b));
     same_as(out, a);
     return true;
 }
 
-static bool shape_unary(const IrGraph *g, const IrNode *n, IrTensor *out, IrTensor *aux,
-                        IrShapeErr *err) {
-    (void)aux;
+static bool shape_unary(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
     if (!is_float(IN(0)->dtype))
         return fail(err, 0, "%s needs a float tensor, got %s", op_info(n->op)->name, sh(IN(0)));
     same_as(out, IN(0));
     return true;
 }
 
-static bool shape_dropout(const IrGraph *g, const IrNode *n, IrTensor *out, IrTensor *aux,
-                          IrShapeErr *err) {
-    if (!shape_unary(g, n, out, aux, err))
+static bool shape_dropout(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
+    if (!shape_unary(g, n, out, err))
         return false;
     if (n->attr.f < 0 || n->attr.f >= 1)
         return fail(err, 0, "dropout probability must be in [0, 1), got %g", n->attr.f);
     if (n->attr.f > 0) {
-        same_as(aux, IN(0));
-        aux->dtype = DT_U8;
+        same_as(&out[1], IN(0));
+        out[1].dtype = DT_U8;
     }
     return true;
 }
 
-static bool shape_norm(const IrGraph *g, const IrNode *n, IrTensor *out, IrTensor *aux,
-                       IrShapeErr *err) {
+static bool shape_norm(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
     const IrTensor *x = IN(0);
     if (x->ndim < 1 || !is_float(x->dtype))
         return fail(err, 0, "%s input must be a float tensor, got %s", op_info(n->op)->name,
@@ -151,19 +155,17 @@ static bool shape_norm(const IrGraph *g, const IrNode *n, IrTensor *out, IrTenso
             return fail(err, k, "%s: %s %s does not match input %s", op_info(n->op)->name,
                         k == 1 ? "weight" : "bias", sh(w), sh(x));
     }
-    same_as(out, x);
-    same_as(aux, x);
-    aux->dtype = DT_F32;
+    same_as(&out[0], x);
+    same_as(&out[1], x);
+    out[1].dtype = DT_F32;
     if (n->op == OP_RMSNORM)
-        aux->ndim--;                           // rstd per row
+        out[1].ndim--;                            // rstd per row
     else
-        aux->shape[aux->ndim - 1] = 2;         // mean and rstd per row
+        out[1].shape[out[1].ndim - 1] = 2;        // mean and rstd per row
     return true;
 }
 
-static bool shape_rope(const IrGraph *g, const IrNode *n, IrTensor *out, IrTensor *aux,
-                       IrShapeErr *err) {
-    (void)aux;
+static bool shape_rope(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
     const IrTensor *x = IN(0);
     if (x->ndim != 4 || x->shape[3] % 2)
         return fail(err, 0, "rope needs [B, S, heads, head_dim] with an even head_dim, got %s",
@@ -172,32 +174,29 @@ static bool shape_rope(const IrGraph *g, const IrNode *n, IrTensor *out, IrTenso
     return true;
 }
 
-static bool shape_attention(const IrGraph *g, const IrNode *n, IrTensor *out, IrTensor *aux,
-                            IrShapeErr *err) {
+static bool shape_attention(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
     const IrTensor *q = IN(0), *k = IN(1), *v = IN(2);
     if (q->ndim != 4)
         return fail(err, 0, "attention: q must be [B, S, heads, head_dim], got %s", sh(q));
     for (int i = 1; i <= 2; i++) {
         const IrTensor *t = IN(i);
         if (t->ndim != 4 || t->shape[0] != q->shape[0] || t->shape[1] != q->shape[1] ||
-            t->shape[3] != q->shape[3] || t->shape[2] == 0 || q->shape[2] % t->shape[2])
+            t->shape[3] != q->shape[3] || q->shape[2] % t->shape[2])
             return fail(err, i, "attention: %s %s does not fit q %s", i == 1 ? "k" : "v", sh(t),
                         sh(q));
     }
     if (k->shape[2] != v->shape[2])
         return fail(err, 2, "attention: k %s and v %s differ in heads", sh(k), sh(v));
-    same_as(out, q);
-    aux->dtype = DT_F32;
-    aux->ndim = 3;
-    aux->shape[0] = q->shape[0];
-    aux->shape[1] = q->shape[2];
-    aux->shape[2] = q->shape[1];
+    same_as(&out[0], q);
+    out[1].dtype = DT_F32;
+    out[1].ndim = 3;
+    out[1].shape[0] = q->shape[0];
+    out[1].shape[1] = q->shape[2];
+    out[1].shape[2] = q->shape[1];
     return true;
 }
 
-static bool shape_view(const IrGraph *g, const IrNode *n, IrTensor *out, IrTensor *aux,
-                       IrShapeErr *err) {
-    (void)aux;
+static bool shape_view(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
     const IrTensor *x = IN(0);
     IrTensor want = {.dtype = x->dtype, .ndim = n->attr.ndim};
     memcpy(want.shape, n->attr.shape, sizeof want.shape);
@@ -209,9 +208,7 @@ static bool shape_view(const IrGraph *g, const IrNode *n, IrTensor *out, IrTenso
     return true;
 }
 
-static bool shape_transpose(const IrGraph *g, const IrNode *n, IrTensor *out, IrTensor *aux,
-                            IrShapeErr *err) {
-    (void)aux;
+static bool shape_transpose(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
     const IrTensor *x = IN(0);
     int a = n->attr.perm[0], b = n->attr.perm[1];
     if (a < 0 || b < 0 || a >= x->ndim || b >= x->ndim)
@@ -222,9 +219,8 @@ static bool shape_transpose(const IrGraph *g, const IrNode *n, IrTensor *out, Ir
     return true;
 }
 
-static bool shape_cross_entropy(const IrGraph *g, const IrNode *n, IrTensor *out, IrTensor *aux,
+static bool shape_cross_entropy(const IrGraph *g, const IrNode *n, IrTensor *out,
                                 IrShapeErr *err) {
-    (void)aux;
     const IrTensor *lg = IN(0), *tg = IN(1);
     bool ok = tg->dtype == DT_I32 && lg->ndim == tg->ndim + 1;
     for (int i = 0; ok && i < tg->ndim; i++)
@@ -238,6 +234,89 @@ static bool shape_cross_entropy(const IrGraph *g, const IrNode *n, IrTensor *out
 }
 
 //
+// Shape rules: backward and optimizer ops. Autodiff builds these from graphs that
+// already passed the forward rules, so a failure here is an internal error.
+//
+
+static bool shape_like_in(const IrGraph *g, const IrNode *n, IrTensor *out, int k) {
+    same_as(out, IN(k));
+    return true;
+}
+
+static bool shape_attr(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
+    (void)err;
+    out->dtype = IN(0)->dtype;
+    out->ndim = n->attr.ndim;
+    memcpy(out->shape, n->attr.shape, sizeof out->shape);
+    return true;
+}
+
+static bool shape_like0(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
+    (void)err;
+    return shape_like_in(g, n, out, 0);
+}
+
+static bool shape_like1(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
+    (void)err;
+    return shape_like_in(g, n, out, 1);
+}
+
+static bool shape_linear_dx(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
+    (void)err;
+    same_as(out, IN(0));
+    out->shape[out->ndim - 1] = IN(1)->shape[1];
+    return true;
+}
+
+static bool shape_linear_dw(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
+    (void)err;
+    const IrTensor *dy = IN(0), *x = IN(1);
+    out->dtype = dy->dtype;
+    out->ndim = 2;
+    out->shape[0] = dy->shape[dy->ndim - 1];
+    out->shape[1] = x->shape[x->ndim - 1];
+    return true;
+}
+
+static bool shape_matmul_da(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
+    (void)err;
+    same_as(out, IN(0));
+    out->shape[out->ndim - 1] = IN(1)->shape[IN(1)->ndim - 2];
+    return true;
+}
+
+static bool shape_matmul_db(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
+    (void)err;
+    same_as(out, IN(1));
+    out->shape[out->ndim - 2] = IN(0)->shape[IN(0)->ndim - 1];
+    return true;
+}
+
+static bool shape_norm_dw(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
+    (void)err;
+    out->dtype = IN(0)->dtype;
+    out->ndim = 1;
+    out->shape[0] = IN(1)->shape[IN(1)->ndim - 1];
+    return true;
+}
+
+static bool shape_attention_bwd(const IrGraph *g, const IrNode *n, IrTensor *out,
+                                IrShapeErr *err) {
+    (void)err;
+    for (int k = 0; k < 3; k++)
+        same_as(&out[k], IN(1 + k));
+    return true;
+}
+
+// Optimizer ops and OP_ACC / OP_ZERO update existing tensors of the input's size.
+static bool shape_update(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
+    (void)err;
+    if (n->nin > 0)
+        same_as(out, IN(0));
+    return true;
+}
+
+//
 // FLOPs, bytes and scratch.
 //
 
@@ -245,6 +324,8 @@ static int64_t flops_zero(const IrGraph *g, const IrNode *n) { (void)g, (void)n;
 static int64_t flops_elems(const IrGraph *g, const IrNode *n) { return elems_out(g, n); }
 static int64_t flops_4elems(const IrGraph *g, const IrNode *n) { return 4 * elems_out(g, n); }
 static int64_t flops_8elems(const IrGraph *g, const IrNode *n) { return 8 * elems_out(g, n); }
+static int64_t flops_8in0(const IrGraph *g, const IrNode *n) { return 8 * elems_in0(g, n); }
+static int64_t flops_adamw(const IrGraph *g, const IrNode *n) { return 12 * elems_in0(g, n); }
 
 static int64_t flops_linear(const IrGraph *g, const IrNode *n) {
     const IrTensor *x = IN(0), *w = IN(1);
@@ -252,17 +333,45 @@ static int64_t flops_linear(const IrGraph *g, const IrNode *n) {
     return 2 * m * nn * k + (n->nin == 3 && n->in[2] >= 0 ? m * nn : 0);
 }
 
+// dx = dy W and dW = dyᵀ x: 2·M·N·K each, M the rows of dy.
+static int64_t flops_linear_bwd(const IrGraph *g, const IrNode *n) {
+    const IrTensor *dy = IN(0), *o = T(n->out[0]);
+    int64_t m = prod(dy->shape, 0, dy->ndim - 1), nn = dy->shape[dy->ndim - 1];
+    int64_t k = n->op == OP_LINEAR_DX ? o->shape[o->ndim - 1] : o->shape[1];
+    return 2 * m * nn * k;
+}
+
 static int64_t flops_matmul(const IrGraph *g, const IrNode *n) {
     const IrTensor *a = IN(0), *b = IN(1);
     return 2 * prod(a->shape, 0, a->ndim) * b->shape[b->ndim - 1];
 }
 
+static int64_t flops_matmul_bwd(const IrGraph *g, const IrNode *n) {
+    const IrTensor *x = IN(0), *y = IN(1);
+    // da = dy·bᵀ: dy [.., M, N], b [.., K, N]; db = aᵀ·dy: a [.., M, K], dy [.., M, N]
+    int64_t batch = prod(x->shape, 0, x->ndim - 2);
+    int64_t m = x->shape[x->ndim - 2], p = x->shape[x->ndim - 1];
+    int64_t q = n->op == OP_MATMUL_DA ? y->shape[y->ndim - 2] : y->shape[y->ndim - 1];
+    return 2 * batch * m * p * q;
+}
+
 // QK^T and PV: 4·B·H·D per (query, key) pair; causal keeps S(S+1)/2 pairs.
+static int64_t attention_pairs(const IrTensor *q, bool causal) {
+    int64_t s = q->shape[1];
+    return causal ? s * (s + 1) / 2 : s * s;
+}
+
 static int64_t flops_attention(const IrGraph *g, const IrNode *n) {
     const IrTensor *q = IN(0);
-    int64_t b = q->shape[0], s = q->shape[1], h = q->shape[2], d = q->shape[3];
-    int64_t pairs = n->attr.causal ? s * (s + 1) / 2 : s * s;
-    return 4 * b * h * d * pairs + 5 * b * h * pairs;   // + softmax
+    int64_t bh = q->shape[0] * q->shape[2], d = q->shape[3], pairs = attention_pairs(q, n->attr.causal);
+    return 4 * bh * d * pairs + 5 * bh * pairs;   // + softmax
+}
+
+// Backward recomputes QKᵀ and forms dV, dP, dQ, dK: five GEMM-sized products.
+static int64_t flops_attention_bwd(const IrGraph *g, const IrNode *n) {
+    const IrTensor *q = IN(1);
+    int64_t bh = q->shape[0] * q->shape[2], d = q->shape[3], pairs = attention_pairs(q, n->attr.causal);
+    return 10 * bh * d * pairs + 8 * bh * pairs;
 }
 
 static int64_t flops_cross_entropy(const IrGraph *g, const IrNode *n) {
@@ -271,10 +380,10 @@ static int64_t flops_cross_entropy(const IrGraph *g, const IrNode *n) {
 
 static int64_t read_embed(const IrGraph *g, const IrNode *n) {
     const IrTensor *ids = IN(1);
-    return ir_tensor_bytes(ids) + dtype_bytes(IN(0)->dtype, ir_tensor_elems(T(n->out)));
+    return ir_tensor_bytes(ids) + dtype_bytes(IN(0)->dtype, ir_tensor_elems(T(n->out[0])));
 }
 
-static int64_t read_view(const IrGraph *g, const IrNode *n) { (void)g, (void)n; return 0; }
+static int64_t read_nothing(const IrGraph *g, const IrNode *n) { (void)g, (void)n; return 0; }
 
 // Cross-entropy keeps the fp32 gradient of each row chunk of logits it works on.
 static int64_t scratch_cross_entropy(const IrGraph *g, const IrNode *n) {
@@ -286,6 +395,203 @@ static int64_t scratch_cross_entropy(const IrGraph *g, const IrNode *n) {
 }
 
 //
+// Derivative rules. Each appends the gradient nodes of forward node n; ad_dy is the
+// gradient reaching output k, ad_add / ad_acc hand gradients to the inputs.
+//
+
+#define T_AD(ad, id) (&(ad)->g->tensors.at[(id)])
+
+// Sums `d` down to input k's shape when k was broadcast (its shape a suffix).
+static int unbroadcast(Autodiff *ad, const IrNode *n, int d, int k) {
+    const IrTensor *t = T_AD(ad, n->in[k]), *dt = T_AD(ad, d);
+    if (same_shape(t, dt))
+        return d;
+    IrAttr a = {.ndim = t->ndim};
+    memcpy(a.shape, t->shape, sizeof a.shape);
+    return ad_op(ad, n, OP_SUM_TO, 1, &d, a, "sum");
+}
+
+static void bwd_add_sub(Autodiff *ad, const IrNode *n) {
+    int dy = ad_dy(ad, n, 0);
+    if (dy < 0)
+        return;
+    if (ad_needs(ad, n->in[0]))
+        ad_add(ad, n, n->in[0], dy);
+    if (ad_needs(ad, n->in[1])) {
+        int d = dy;
+        if (n->op == OP_SUB)
+            d = ad_op(ad, n, OP_SCALE, 1, &dy, (IrAttr){.f = -1}, "neg");
+        ad_add(ad, n, n->in[1], unbroadcast(ad, n, d, 1));
+    }
+}
+
+static void bwd_mul(Autodiff *ad, const IrNode *n) {
+    int dy = ad_dy(ad, n, 0);
+    if (dy < 0)
+        return;
+    if (ad_needs(ad, n->in[0])) {
+        int in[2] = {dy, n->in[1]};
+        ad_add(ad, n, n->in[0], ad_op(ad, n, OP_MUL, 2, in, (IrAttr){0}, "da"));
+    }
+    if (ad_needs(ad, n->in[1])) {
+        int in[2] = {dy, n->in[0]};
+        int d = ad_op(ad, n, OP_MUL, 2, in, (IrAttr){0}, "db");
+        ad_add(ad, n, n->in[1], unbroadcast(ad, n, d, 1));
+    }
+}
+
+// y = a / b: da = dy / b; db = -sum(dy·a / b²).
+static void bwd_div(Autodiff *ad, const IrNode *n) {
+    int dy = ad_dy(ad, n, 0);
+    if (dy < 0)
+        return;
+    int a = n->in[0], b = n->in[1];
+    if (ad_needs(ad, a)) {
+        int in[2] = {dy, b};
+        ad_add(ad, n, a, ad_op(ad, n, OP_DIV, 2, in, (IrAttr){0}, "da"));
+    }
+    if (ad_needs(ad, b)) {
+        int i1[2] = {dy, a}, i2[2] = {b, b};
+        int t = ad_op(ad, n, OP_MUL, 2, i1, (IrAttr){0}, "dya");
+        int bb = ad_op(ad, n, OP_MUL, 2, i2, (IrAttr){0}, "bb");
+        int i3[2] = {t, bb};
+        int q = ad_op(ad, n, OP_DIV, 2, i3, (IrAttr){0}, "q");
+        int d = ad_op(ad, n, OP_SCALE, 1, &q, (IrAttr){.f = -1}, "db");
+        ad_add(ad, n, b, unbroadcast(ad, n, d, 1));
+    }
+}
+
+static void bwd_scale(Autodiff *ad, const IrNode *n) {
+    int dy = ad_dy(ad, n, 0);
+    if (dy >= 0 && ad_needs(ad, n->in[0]))
+        ad_add(ad, n, n->in[0], ad_op(ad, n, OP_SCALE, 1, &dy, n->attr, "dx"));
+}
+
+// Unary ops whose backward op reads (dy, x) or (dy, y).
+static void bwd_unary(Autodiff *ad, const IrNode *n) {
+    int dy = ad_dy(ad, n, 0);
+    if (dy < 0 || !ad_needs(ad, n->in[0]))
+        return;
+    int d;
+    if (n->op == OP_EXP) {
+        int in[2] = {dy, n->out[0]};
+        d = ad_op(ad, n, OP_MUL, 2, in, (IrAttr){0}, "dx");
+    } else if (n->op == OP_ROPE) {
+        d = ad_op(ad, n, OP_ROPE_BWD, 1, &dy, n->attr, "dx");
+    } else if (n->op == OP_SOFTMAX) {
+        int in[2] = {dy, n->out[0]};
+        d = ad_op(ad, n, OP_SOFTMAX_BWD, 2, in, n->attr, "dx");
+    } else if (n->op == OP_DROPOUT) {
+        if (n->attr.f == 0) {
+            d = dy;
+        } else {
+            int in[2] = {dy, n->out[1]};
+            d = ad_op(ad, n, OP_DROPOUT_BWD, 2, in, n->attr, "dx");
+        }
+    } else {
+        int in[2] = {dy, n->in[0]};
+        d = ad_op(ad, n, n->op == OP_SILU ? OP_SILU_BWD : OP_GELU_BWD, 2, in, n->attr, "dx");
+    }
+    ad_add(ad, n, n->in[0], d);
+}
+
+static void bwd_embed(Autodiff *ad, const IrNode *n) {
+    int dy = ad_dy(ad, n, 0);
+    if (dy < 0 || !ad_needs(ad, n->in[0]))
+        return;
+    const IrTensor *tab = T_AD(ad, n->in[0]);
+    IrAttr a = {.ndim = 2, .shape = {tab->shape[0], tab->shape[1]}};
+    int in[2] = {dy, n->in[1]};
+    ad_acc(ad, n, n->in[0], OP_EMBED_BWD, 2, in, a);
+}
+
+static void bwd_linear(Autodiff *ad, const IrNode *n) {
+    int dy = ad_dy(ad, n, 0);
+    if (dy < 0)
+        return;
+    if (ad_needs(ad, n->in[0])) {
+        int in[2] = {dy, n->in[1]};
+        ad_add(ad, n, n->in[0], ad_op(ad, n, OP_LINEAR_DX, 2, in, (IrAttr){0}, "dx"));
+    }
+    if (ad_needs(ad, n->in[1])) {
+        int in[2] = {dy, n->in[0]};
+        ad_acc(ad, n, n->in[1], OP_LINEAR_DW, 2, in, (IrAttr){0});
+    }
+    if (n->nin == 3 && n->in[2] >= 0 && ad_needs(ad, n->in[2])) {
+        IrAttr a = {.ndim = 1, .shape = {T_AD(ad, n->in[2])->shape[0]}};
+        ad_acc(ad, n, n->in[2], OP_SUM_TO, 1, &dy, a);
+    }
+}
+
+static void bwd_matmul(Autodiff *ad, const IrNode *n) {
+    int dy = ad_dy(ad, n, 0);
+    if (dy < 0)
+        return;
+    if (ad_needs(ad, n->in[0])) {
+        int in[2] = {dy, n->in[1]};
+        ad_add(ad, n, n->in[0], ad_op(ad, n, OP_MATMUL_DA, 2, in, (IrAttr){0}, "da"));
+    }
+    if (ad_needs(ad, n->in[1])) {
+        int in[2] = {n->in[0], dy};
+        ad_add(ad, n, n->in[1], ad_op(ad, n, OP_MATMUL_DB, 2, in, (IrAttr){0}, "db"));
+    }
+}
+
+static void bwd_norm(Autodiff *ad, const IrNode *n) {
+    int dy = ad_dy(ad, n, 0);
+    if (dy < 0)
+        return;
+    bool rms = n->op == OP_RMSNORM;
+    if (ad_needs(ad, n->in[0])) {
+        int in[4] = {dy, n->in[0], n->in[1], n->out[1]};
+        ad_add(ad, n, n->in[0],
+               ad_op(ad, n, rms ? OP_RMSNORM_DX : OP_LAYERNORM_DX, 4, in, n->attr, "dx"));
+    }
+    if (ad_needs(ad, n->in[1])) {
+        int in[3] = {dy, n->in[0], n->out[1]};
+        ad_acc(ad, n, n->in[1], rms ? OP_RMSNORM_DW : OP_LAYERNORM_DW, 3, in, n->attr);
+    }
+    if (!rms && ad_needs(ad, n->in[2])) {
+        IrAttr a = {.ndim = 1, .shape = {T_AD(ad, n->in[2])->shape[0]}};
+        ad_acc(ad, n, n->in[2], OP_SUM_TO, 1, &dy, a);
+    }
+}
+
+static void bwd_attention(Autodiff *ad, const IrNode *n) {
+    int dy = ad_dy(ad, n, 0);
+    if (dy < 0)
+        return;
+    int in[6] = {dy, n->in[0], n->in[1], n->in[2], n->out[0], n->out[1]};
+    int id = ad_node(ad, n, OP_ATTENTION_BWD, 6, in, n->attr, "d");
+    for (int k = 0; k < 3; k++)
+        if (ad_needs(ad, n->in[k]))
+            ad_add(ad, n, n->in[k], ad->g->nodes.at[id].out[k]);
+}
+
+static void bwd_view(Autodiff *ad, const IrNode *n) {
+    int dy = ad_dy(ad, n, 0);
+    if (dy < 0 || !ad_needs(ad, n->in[0]))
+        return;
+    const IrTensor *x = T_AD(ad, n->in[0]);
+    IrAttr a = n->attr;
+    if (n->op == OP_VIEW) {
+        a.ndim = x->ndim;
+        memcpy(a.shape, x->shape, sizeof a.shape);
+    }
+    ad_add(ad, n, n->in[0], ad_op(ad, n, n->op, 1, &dy, a, "dx"));
+}
+
+// The loss is the root: its gradient is the accumulation scale, folded into the op.
+static void bwd_cross_entropy(Autodiff *ad, const IrNode *n) {
+    if (!ad_needs(ad, n->in[0]))
+        return;
+    int in[2] = {n->in[0], n->in[1]};
+    IrAttr a = n->attr;
+    a.f = ad->loss_scale;
+    ad_add(ad, n, n->in[0], ad_op(ad, n, OP_CROSS_ENTROPY_BWD, 2, in, a, "dlogits"));
+}
+
+//
 // The table.
 //
 
@@ -294,32 +600,115 @@ static int64_t scratch_cross_entropy(const IrGraph *g, const IrNode *n) {
 #define I2 NEED_IN2
 #define O NEED_OUT
 #define A NEED_AUX
+#define ALL3 (I0 | I1 | I2 | O | A)
 
 static const OpInfo ops[OP_COUNT] = {
-    [OP_EMBED] = {"embed", 2, 2, false, shape_embed, flops_zero, read_embed, {I1, 0}, NULL, NULL},
-    [OP_LINEAR] = {"linear", 2, 3, false, shape_linear, flops_linear, NULL, {I1, I0, 0}, NULL, NULL},
-    [OP_MATMUL] = {"matmul", 2, 2, false, shape_matmul, flops_matmul, NULL, {I1, I0}, NULL, NULL},
-    [OP_ADD] = {"add", 2, 2, true, shape_binary, flops_elems, NULL, {0, 0}, NULL, NULL},
-    [OP_SUB] = {"sub", 2, 2, true, shape_binary, flops_elems, NULL, {0, 0}, NULL, NULL},
-    [OP_MUL] = {"mul", 2, 2, true, shape_binary, flops_elems, NULL, {I1, I0}, NULL, NULL},
-    [OP_DIV] = {"div", 2, 2, true, shape_binary, flops_elems, NULL, {I1, I0 | I1}, NULL, NULL},
-    [OP_SCALE] = {"scale", 1, 1, true, shape_unary, flops_elems, NULL, {0}, NULL, "c"},
-    [OP_SILU] = {"silu", 1, 1, true, shape_unary, flops_4elems, NULL, {I0}, NULL, NULL},
-    [OP_GELU] = {"gelu", 1, 1, true, shape_unary, flops_8elems, NULL, {I0}, NULL, NULL},
-    [OP_EXP] = {"exp", 1, 1, true, shape_unary, flops_elems, NULL, {O}, NULL, NULL},
-    [OP_RMSNORM] = {"rmsnorm", 2, 2, false, shape_norm, flops_4elems, NULL,
-                    {I0 | I1 | A, I0 | A}, NULL, "eps"},
-    [OP_LAYERNORM] = {"layernorm", 3, 3, false, shape_norm, flops_8elems, NULL,
-                      {I0 | I1 | A, I0 | A, 0}, NULL, "eps"},
-    [OP_ROPE] = {"rope", 1, 1, true, shape_rope, flops_4elems, NULL, {0}, NULL, "theta"},
-    [OP_SOFTMAX] = {"softmax", 1, 1, true, shape_unary, flops_4elems, NULL, {O}, NULL, NULL},
-    [OP_ATTENTION] = {"attention", 3, 3, false, shape_attention, flops_attention, NULL,
-                      {I0 | I1 | I2 | O | A, I0 | I1 | I2 | O | A, I0 | I1 | I2 | O | A}, NULL, "causal"},
-    [OP_VIEW] = {"view", 1, 1, false, shape_view, flops_zero, read_view, {0}, NULL, "shape"},
-    [OP_TRANSPOSE] = {"transpose", 1, 1, false, shape_transpose, flops_zero, NULL, {0}, NULL, "dims"},
-    [OP_DROPOUT] = {"dropout", 1, 1, false, shape_dropout, flops_elems, NULL, {A}, NULL, "p"},
-    [OP_CROSS_ENTROPY] = {"cross_entropy", 2, 2, false, shape_cross_entropy, flops_cross_entropy,
-                          NULL, {I0 | I1, 0}, scratch_cross_entropy, NULL},
+    // forward ops, written in .ft
+    [OP_EMBED] = {.name = "embed", .min_in = 2, .max_in = 2, .shape = shape_embed,
+                  .flops = flops_zero, .bytes_read = read_embed, .grad_needs = {I1},
+                  .backward = bwd_embed, .user = true},
+    [OP_LINEAR] = {.name = "linear", .min_in = 2, .max_in = 3, .shape = shape_linear,
+                   .flops = flops_linear, .grad_needs = {I1, I0}, .backward = bwd_linear,
+                   .init = {0, 0, INIT_ZEROS}, .user = true},
+    [OP_MATMUL] = {.name = "matmul", .min_in = 2, .max_in = 2, .shape = shape_matmul,
+                   .flops = flops_matmul, .grad_needs = {I1, I0}, .backward = bwd_matmul,
+                   .user = true},
+    [OP_ADD] = {.name = "add", .min_in = 2, .max_in = 2, .elementwise = true,
+                .shape = shape_binary, .flops = flops_elems, .backward = bwd_add_sub, .user = true},
+    [OP_SUB] = {.name = "sub", .min_in = 2, .max_in = 2, .elementwise = true,
+                .shape = shape_binary, .flops = flops_elems, .backward = bwd_add_sub, .user = true},
+    [OP_MUL] = {.name = "mul", .min_in = 2, .max_in = 2, .elementwise = true,
+                .shape = shape_binary, .flops = flops_elems, .grad_needs = {I1, I0},
+                .backward = bwd_mul, .user = true},
+    [OP_DIV] = {.name = "div", .min_in = 2, .max_in = 2, .elementwise = true,
+                .shape = shape_binary, .flops = flops_elems, .grad_needs = {I1, I0 | I1},
+                .backward = bwd_div, .user = true},
+    [OP_SCALE] = {.name = "scale", .min_in = 1, .max_in = 1, .elementwise = true,
+                  .shape = shape_unary, .flops = flops_elems, .attr = "c",
+                  .backward = bwd_scale},
+    [OP_SILU] = {.name = "silu", .min_in = 1, .max_in = 1, .elementwise = true,
+                 .shape = shape_unary, .flops = flops_4elems, .grad_needs = {I0},
+                 .backward = bwd_unary, .user = true},
+    [OP_GELU] = {.name = "gelu", .min_in = 1, .max_in = 1, .elementwise = true,
+                 .shape = shape_unary, .flops = flops_8elems, .grad_needs = {I0},
+                 .backward = bwd_unary, .user = true},
+    [OP_EXP] = {.name = "exp", .min_in = 1, .max_in = 1, .elementwise = true,
+                .shape = shape_unary, .flops = flops_elems, .grad_needs = {O},
+                .backward = bwd_unary, .user = true},
+    [OP_RMSNORM] = {.name = "rmsnorm", .min_in = 2, .max_in = 2, .shape = shape_norm,
+                    .flops = flops_4elems, .grad_needs = {I0 | I1 | A, I0 | A}, .attr = "eps",
+                    .backward = bwd_norm, .init = {0, INIT_ONES}, .user = true},
+    [OP_LAYERNORM] = {.name = "layernorm", .min_in = 3, .max_in = 3, .shape = shape_norm,
+                      .flops = flops_8elems, .grad_needs = {I0 | I1 | A, I0 | A, 0},
+                      .attr = "eps", .backward = bwd_norm,
+                      .init = {0, INIT_ONES, INIT_ZEROS}, .user = true},
+    [OP_ROPE] = {.name = "rope", .min_in = 1, .max_in = 1, .elementwise = true,
+                 .shape = shape_rope, .flops = flops_4elems, .attr = "theta",
+                 .backward = bwd_unary, .user = true},
+    [OP_SOFTMAX] = {.name = "softmax", .min_in = 1, .max_in = 1, .elementwise = true,
+                    .shape = shape_unary, .flops = flops_4elems, .grad_needs = {O},
+                    .backward = bwd_unary, .user = true},
+    [OP_ATTENTION] = {.name = "attention", .min_in = 3, .max_in = 3, .shape = shape_attention,
+                      .flops = flops_attention, .grad_needs = {ALL3, ALL3, ALL3},
+                      .attr = "causal", .backward = bwd_attention, .user = true},
+    [OP_VIEW] = {.name = "view", .min_in = 1, .max_in = 1, .shape = shape_view,
+                 .flops = flops_zero, .bytes_read = read_nothing, .attr = "shape",
+                 .backward = bwd_view, .user = true},
+    [OP_TRANSPOSE] = {.name = "transpose", .min_in = 1, .max_in = 1, .shape = shape_transpose,
+                      .flops = flops_zero, .attr = "dims", .backward = bwd_view, .user = true},
+    [OP_DROPOUT] = {.name = "dropout", .min_in = 1, .max_in = 1, .shape = shape_dropout,
+                    .flops = flops_elems, .grad_needs = {A}, .attr = "p",
+                    .backward = bwd_unary, .user = true},
+    [OP_CROSS_ENTROPY] = {.name = "cross_entropy", .min_in = 2, .max_in = 2,
+                          .shape = shape_cross_entropy, .flops = flops_cross_entropy,
+                          .grad_needs = {I0 | I1}, .scratch_bytes = scratch_cross_entropy,
+                          .backward = bwd_cross_entropy, .user = true},
+    // backward ops
+    [OP_EMBED_BWD] = {.name = "embed_bwd", .min_in = 2, .max_in = 2, .shape = shape_attr,
+                      .flops = flops_elems},
+    [OP_LINEAR_DX] = {.name = "linear_dx", .min_in = 2, .max_in = 2, .shape = shape_linear_dx,
+                      .flops = flops_linear_bwd},
+    [OP_LINEAR_DW] = {.name = "linear_dw", .min_in = 2, .max_in = 2, .shape = shape_linear_dw,
+                      .flops = flops_linear_bwd},
+    [OP_SUM_TO] = {.name = "sum_to", .min_in = 1, .max_in = 1, .shape = shape_attr,
+                   .flops = flops_elems},
+    [OP_MATMUL_DA] = {.name = "matmul_da", .min_in = 2, .max_in = 2, .shape = shape_matmul_da,
+                      .flops = flops_matmul_bwd},
+    [OP_MATMUL_DB] = {.name = "matmul_db", .min_in = 2, .max_in = 2, .shape = shape_matmul_db,
+                      .flops = flops_matmul_bwd},
+    [OP_SILU_BWD] = {.name = "silu_bwd", .min_in = 2, .max_in = 2, .shape = shape_like1,
+                     .flops = flops_8elems},
+    [OP_GELU_BWD] = {.name = "gelu_bwd", .min_in = 2, .max_in = 2, .shape = shape_like1,
+                     .flops = flops_8elems},
+    [OP_RMSNORM_DX] = {.name = "rmsnorm_dx", .min_in = 4, .max_in = 4, .shape = shape_like1,
+                       .flops = flops_8elems, .attr = "eps"},
+    [OP_RMSNORM_DW] = {.name = "rmsnorm_dw", .min_in = 3, .max_in = 3, .shape = shape_norm_dw,
+                       .flops = flops_8in0, .attr = "eps"},
+    [OP_LAYERNORM_DX] = {.name = "layernorm_dx", .min_in = 4, .max_in = 4, .shape = shape_like1,
+                         .flops = flops_8elems, .attr = "eps"},
+    [OP_LAYERNORM_DW] = {.name = "layernorm_dw", .min_in = 3, .max_in = 3, .shape = shape_norm_dw,
+                         .flops = flops_8in0, .attr = "eps"},
+    [OP_ROPE_BWD] = {.name = "rope_bwd", .min_in = 1, .max_in = 1, .shape = shape_like0,
+                     .flops = flops_4elems, .attr = "theta"},
+    [OP_SOFTMAX_BWD] = {.name = "softmax_bwd", .min_in = 2, .max_in = 2, .shape = shape_like1,
+                        .flops = flops_4elems},
+    [OP_ATTENTION_BWD] = {.name = "attention_bwd", .min_in = 6, .max_in = 6,
+                          .shape = shape_attention_bwd, .flops = flops_attention_bwd,
+                          .attr = "causal"},
+    [OP_DROPOUT_BWD] = {.name = "dropout_bwd", .min_in = 2, .max_in = 2, .shape = shape_like0,
+                        .flops = flops_elems, .attr = "p"},
+    [OP_CROSS_ENTROPY_BWD] = {.name = "cross_entropy_bwd", .min_in = 2, .max_in = 2,
+                              .shape = shape_like0, .flops = flops_cross_entropy,
+                              .scratch_bytes = scratch_cross_entropy},
+    // optimizer ops
+    [OP_ACC] = {.name = "acc", .min_in = 1, .max_in = 1, .shape = shape_update,
+                .flops = flops_elems},
+    [OP_ADAMW] = {.name = "adamw", .min_in = 1, .max_in = 1, .shape = shape_update,
+                  .flops = flops_adamw},
+    [OP_SGD] = {.name = "sgd", .min_in = 1, .max_in = 1, .shape = shape_update,
+                .flops = flops_elems},
+    [OP_ZERO] = {.name = "zero", .min_in = 0, .max_in = 0, .shape = shape_update,
+                 .flops = flops_zero},
 };
 
 const OpInfo *op_info(OpKind op) {
@@ -345,12 +734,16 @@ int64_t op_bytes_read(const IrGraph *g, const IrNode *n) {
     for (int i = 0; i < n->nin; i++)
         if (n->in[i] >= 0)
             b += dtype_bytes(T(n->in[i])->dtype, ir_tensor_elems(T(n->in[i])));
+    for (int k = 0; k < IR_MAX_OUTPUTS; k++)   // read-modify-write reads its outputs too
+        if (n->out[k] >= 0 && (n->update & (1u << k)))
+            b += dtype_bytes(T(n->out[k])->dtype, ir_tensor_elems(T(n->out[k])));
     return b;
 }
 
 int64_t op_bytes_written(const IrGraph *g, const IrNode *n) {
-    int64_t b = ir_tensor_bytes(T(n->out));
-    if (n->aux >= 0)
-        b += ir_tensor_bytes(T(n->aux));
+    int64_t b = 0;
+    for (int k = 0; k < IR_MAX_OUTPUTS; k++)
+        if (n->out[k] >= 0)
+            b += ir_tensor_bytes(T(n->out[k]));   // a view writes nothing
     return b;
 }

@@ -21,6 +21,10 @@ int ir_verify(const IrGraph *g, FILE *f) {
             made[i] = 1;
         if (t->kind == TK_PARAM && !t->hf_name)
             BAD("param %s has no checkpoint name", t->name);
+        if ((t->kind == TK_GRAD || t->kind == TK_STATE) &&
+            (t->of < 0 || t->of >= nt || g->tensors.at[t->of].kind != TK_PARAM))
+            BAD("%s %s does not belong to a parameter", t->kind == TK_GRAD ? "gradient" : "state",
+                t->name);
         if (t->alias_of >= nt || (t->alias_of >= 0 && g->tensors.at[t->alias_of].alias_of >= 0))
             BAD("tensor %s aliases %d, which is not a base tensor", t->name, t->alias_of);
     }
@@ -38,13 +42,22 @@ int ir_verify(const IrGraph *g, FILE *f) {
             else if (t >= 0 && !made[t])
                 BAD("node %d (%s) reads %s before it is made", i, op->name, g->tensors.at[t].name);
         }
-        int outs[2] = {n->out, n->aux};
-        for (int k = 0; k < 2; k++) {
-            int t = outs[k];
-            if (t < 0 && k == 0)
-                BAD("node %d (%s) has no output", i, op->name);
-            if (t < 0 || t >= nt)
+        if (n->out[0] < 0)
+            BAD("node %d (%s) has no output", i, op->name);
+        for (int k = 0; k < IR_MAX_OUTPUTS; k++) {
+            int t = n->out[k];
+            if (t < 0)
                 continue;
+            if (t >= nt) {
+                BAD("node %d (%s) output %d out of range", i, op->name, k);
+                continue;
+            }
+            if ((n->update >> k) & 1) {   // read-modify-write of an existing tensor
+                if (!made[t])
+                    BAD("node %d (%s) updates %s before it is made", i, op->name,
+                        g->tensors.at[t].name);
+                continue;
+            }
             if (made[t])
                 BAD("node %d (%s) writes %s, which already exists", i, op->name,
                     g->tensors.at[t].name);
@@ -53,6 +66,9 @@ int ir_verify(const IrGraph *g, FILE *f) {
                     g->tensors.at[t].producer, i);
             made[t] = 1;
         }
+        if (i > 0 && n->phase < g->nodes.at[i - 1].phase)
+            BAD("node %d (%s) is in phase %d after phase %d", i, op->name, (int)n->phase,
+                (int)g->nodes.at[i - 1].phase);
     }
     for (int i = 0; i < nt; i++)
         if (!made[i])

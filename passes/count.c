@@ -41,6 +41,8 @@ MemBreakdown count_naive_memory(const IrGraph *g, int64_t reserve_bytes) {
     for (int i = 0; i < g->nodes.len; i++) {
         const IrNode *n = &g->nodes.at[i];
         const OpInfo *op = op_info(n->op);
+        if (n->phase != PHASE_FORWARD)
+            continue;
         uint8_t need = 0;
         for (int k = 0; k < n->nin; k++)
             if (n->in[k] >= 0 && g->tensors.at[n->in[k]].requires_grad)
@@ -49,9 +51,9 @@ MemBreakdown count_naive_memory(const IrGraph *g, int64_t reserve_bytes) {
             if ((need & (NEED_IN0 << k)) && n->in[k] >= 0)
                 saved[ir_tensor_base(g, n->in[k])] = 1;
         if (need & NEED_OUT)
-            saved[ir_tensor_base(g, n->out)] = 1;
-        if ((need & NEED_AUX) && n->aux >= 0)
-            saved[n->aux] = 1;
+            saved[ir_tensor_base(g, n->out[0])] = 1;
+        if ((need & NEED_AUX) && n->out[1] >= 0)
+            saved[n->out[1]] = 1;
     }
     for (int i = 0; i < g->tensors.len; i++) {
         const IrTensor *t = &g->tensors.at[i];
@@ -65,7 +67,7 @@ MemBreakdown count_naive_memory(const IrGraph *g, int64_t reserve_bytes) {
         m.logits_bytes = ir_tensor_bytes(&g->tensors.at[ir_tensor_base(g, g->logits)]);
     for (int i = 0; i < g->nodes.len; i++) {
         const IrNode *n = &g->nodes.at[i];
-        if (op_info(n->op)->scratch_bytes)
+        if (op_info(n->op)->scratch_bytes && n->phase == PHASE_FORWARD)
             m.logits_bytes += op_info(n->op)->scratch_bytes(g, n);
     }
     m.bytes[MEM_RESERVE] = reserve_bytes;

@@ -3,6 +3,7 @@
 // original parameter is frozen; only A and B train.
 #include "passes.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,7 +36,7 @@ static int add(IrGraph *g, OpKind op, int nin, const int *in, IrAttr attr, const
     IrShapeErr err;
     int id = ir_node_add(g, op, nin, in, attr, name, at->layer, at->loc, &err);
     IR_ASSERT(id >= 0);
-    return g->nodes.at[id].out;
+    return g->nodes.at[id].out[0];
 }
 
 static int add_param(IrGraph *g, const IrTensor *w, const char *which, int64_t d0, int64_t d1) {
@@ -90,10 +91,9 @@ int lora_apply(IrGraph *g, const LoraSpec *spec, PassDiag *d) {
                 n.in[k] = remap[n.in[k]];
         n.id = g->nodes.len;
         if (n.op == OP_VIEW)   // a view of a rewritten linear aliases the new sum
-            g->tensors.at[n.out].alias_of = ir_tensor_base(g, n.in[0]);
-        g->tensors.at[n.out].producer = n.id;
-        if (n.aux >= 0)
-            g->tensors.at[n.aux].producer = n.id;
+            g->tensors.at[n.out[0]].alias_of = ir_tensor_base(g, n.in[0]);
+        for (int k = 0; k < IR_MAX_OUTPUTS && n.out[k] >= 0; k++)
+            g->tensors.at[n.out[k]].producer = n.id;
         vec_push(&g->nodes, n);
         if (n.op != OP_LINEAR || target_of(spec, &g->tensors.at[n.in[1]]) < 0)
             continue;
@@ -101,7 +101,11 @@ int lora_apply(IrGraph *g, const LoraSpec *spec, PassDiag *d) {
         const IrTensor wc = *w;   // the vector may move as tensors are added
         int a = add_param(g, &wc, "A", spec->r, wc.shape[1]);
         int b = add_param(g, &wc, "B", wc.shape[0], spec->r);
-        const char *base = g->tensors.at[n.out].name;
+        // As PEFT: A ~ kaiming_uniform(a = sqrt(5)), i.e. U(-1/sqrt(in), 1/sqrt(in)); B = 0.
+        ir_tensor(g, a)->init = INIT_KAIMING_UNIFORM;
+        ir_tensor(g, a)->init_scale = 1.0 / sqrt((double)wc.shape[1]);
+        ir_tensor(g, b)->init = INIT_ZEROS;
+        const char *base = g->tensors.at[n.out[0]].name;
         int x = n.in[0];
         if (spec->dropout > 0)
             x = add(g, OP_DROPOUT, 1, &x, (IrAttr){.f = spec->dropout},
@@ -112,8 +116,8 @@ int lora_apply(IrGraph *g, const LoraSpec *spec, PassDiag *d) {
         int u = add(g, OP_LINEAR, 2, in2, (IrAttr){0}, arena_printf(g->arena, "%s.lora_b", base), &n);
         int s = add(g, OP_SCALE, 1, &u, (IrAttr){.f = scale},
                     arena_printf(g->arena, "%s.lora_scale", base), &n);
-        int in3[2] = {n.out, s};
-        remap[n.out] = add(g, OP_ADD, 2, in3, (IrAttr){0}, arena_printf(g->arena, "%s.lora", base), &n);
+        int in3[2] = {n.out[0], s};
+        remap[n.out[0]] = add(g, OP_ADD, 2, in3, (IrAttr){0}, arena_printf(g->arena, "%s.lora", base), &n);
     }
     free(old);
     if (g->loss >= 0 && g->loss < nt)

@@ -31,6 +31,15 @@ typedef struct LoraSpec {
 int lora_apply(IrGraph *g, const LoraSpec *spec, PassDiag *d);
 
 //
+// autodiff.c — the training step: backward of the loss, then the optimizer.
+//
+
+// Appends to forward graph `g` the backward nodes (the loss gradient scaled by
+// 1/accum_steps), a TK_GRAD per trainable parameter, optimizer state and master
+// copies as g->step asks, and the optimizer phase. Returns 0.
+int autodiff_apply(IrGraph *g, int accum_steps);
+
+//
 // gpu.c — GPU presets for budgets and the cost model (REFERENCE.md §5).
 //
 

@@ -20,7 +20,7 @@ static int input(IrGraph *g, const char *name, DType dt, int nd, const int64_t *
 static int node(IrGraph *g, OpKind op, int nin, int a, int b, int c, IrAttr attr, IrShapeErr *err) {
     int in[3] = {a, b, c};
     int id = ir_node_add(g, op, nin, in, attr, "t", -1, here, err);
-    return id < 0 ? -1 : g->nodes.at[id].out;
+    return id < 0 ? -1 : g->nodes.at[id].out[0];
 }
 
 static void test_dtype_bytes(void) {
@@ -72,8 +72,8 @@ static void test_attention(void) {
     int o = node(g, OP_ATTENTION, 3, q, k, k, (IrAttr){.causal = true}, &err);
     CHECK(o >= 0);
     const IrNode *n = &g->nodes.at[0];
-    CHECK(n->aux >= 0);
-    const IrTensor *lse = ir_tensor(g, n->aux);
+    CHECK(n->out[1] >= 0);
+    const IrTensor *lse = ir_tensor(g, n->out[1]);
     CHECK_EQ(DT_F32, lse->dtype);
     CHECK_EQ(3, lse->ndim);
     CHECK_EQ(4, lse->shape[1]);                   // [B, H, S]
@@ -148,7 +148,7 @@ static void test_op_table(void) {
     for (int i = 0; i < OP_COUNT; i++) {
         const OpInfo *op = op_info((OpKind)i);
         CHECK(op->name && op->shape && op->flops);
-        CHECK(op->min_in >= 1 && op->max_in <= IR_MAX_INPUTS && op->min_in <= op->max_in);
+        CHECK(op->min_in >= (op->user ? 1 : 0) && op->max_in <= IR_MAX_INPUTS && op->min_in <= op->max_in);
         CHECK(op_lookup(op->name, &k) && k == (OpKind)i);
     }
     CHECK(!op_lookup("conv2d", &k));
@@ -190,7 +190,7 @@ static void test_verify_catches(void) {
     g->tensors.at[h].shape[1] = 0;                // a zero dimension
     CHECK(ir_verify(g, sink) > 0);
     g->tensors.at[h].shape[1] = 8;
-    g->nodes.at[1].out = h;                       // two nodes write one tensor
+    g->nodes.at[1].out[0] = h;                       // two nodes write one tensor
     CHECK(ir_verify(g, sink) > 0);
     rewind(sink);
     char line[256] = "";

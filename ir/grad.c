@@ -1,0 +1,92 @@
+// grad.c — the calls a derivative rule makes: read the gradient of a node's
+// outputs, emit backward ops, hand gradients to inputs. Gradients of values are
+// single-assignment (a second contribution is added with a new node); a trainable
+// parameter's gradient is its TK_GRAD tensor, accumulated in place.
+#include "ir.h"
+
+#include <stdlib.h>
+
+static void ensure(Autodiff *ad) {
+    int n = ad->g->tensors.len;
+    if (n <= ad->cap)
+        return;
+    int cap = n * 2;
+    ad->grad = realloc(ad->grad, sizeof(int) * (size_t)cap);
+    IR_ASSERT(ad->grad);
+    for (int i = ad->cap; i < cap; i++)
+        ad->grad[i] = -1;
+    ad->cap = cap;
+}
+
+bool ad_needs(const Autodiff *ad, int t) {
+    return t >= 0 && ad->g->tensors.at[t].requires_grad;
+}
+
+int ad_dy(Autodiff *ad, const IrNode *n, int k) {
+    ensure(ad);
+    return n->out[k] >= 0 ? ad->grad[n->out[k]] : -1;
+}
+
+static const char *grad_name(Autodiff *ad, const IrNode *n, const char *what) {
+    return arena_printf(ad->g->arena, "%s.%s", ad->g->tensors.at[n->out[0]].name, what);
+}
+
+int ad_node(Autodiff *ad, const IrNode *n, OpKind op, int nin, const int *in, IrAttr attr,
+            const char *what) {
+    IrShapeErr err;
+    int id = ir_node_add(ad->g, op, nin, in, attr, grad_name(ad, n, what), n->layer, n->loc, &err);
+    if (id < 0) {
+        fprintf(stderr, "autodiff: %s of %s: %s\n", op_info(op)->name,
+                op_info(n->op)->name, err.msg);
+        IR_ASSERT(id >= 0);
+    }
+    IrNode *made = &ad->g->nodes.at[id];
+    made->phase = PHASE_BACKWARD;
+    for (int k = 0; k < IR_MAX_OUTPUTS && made->out[k] >= 0; k++) {
+        IrTensor *t = &ad->g->tensors.at[made->out[k]];
+        t->requires_grad = false;   // no second derivatives
+    }
+    ensure(ad);
+    return id;
+}
+
+int ad_op(Autodiff *ad, const IrNode *n, OpKind op, int nin, const int *in, IrAttr attr,
+          const char *what) {
+    int id = ad_node(ad, n, op, nin, in, attr, what);   // may move g->nodes
+    return ad->g->nodes.at[id].out[0];
+}
+
+static bool is_trainable(const Autodiff *ad, int t) {
+    const IrTensor *x = &ad->g->tensors.at[t];
+    return x->kind == TK_PARAM && x->trainable;
+}
+
+void ad_add(Autodiff *ad, const IrNode *n, int t, int contribution) {
+    ensure(ad);
+    if (is_trainable(ad, t)) {
+        int gt = ad->grad[t];
+        int id = ir_node_add_update(ad->g, OP_ACC, 1, &contribution, (IrAttr){0}, 1, &gt,
+                                    n->layer, n->loc);
+        ad->g->nodes.at[id].phase = PHASE_BACKWARD;
+        return;
+    }
+    if (ad->grad[t] < 0) {
+        ad->grad[t] = contribution;
+        return;
+    }
+    int in[2] = {ad->grad[t], contribution};
+    int sum = ad_op(ad, n, OP_ADD, 2, in, (IrAttr){0}, "dsum");
+    ensure(ad);
+    ad->grad[t] = sum;
+}
+
+void ad_acc(Autodiff *ad, const IrNode *n, int t, OpKind op, int nin, const int *in, IrAttr attr) {
+    ensure(ad);
+    if (is_trainable(ad, t)) {
+        int gt = ad->grad[t];
+        int id = ir_node_add_update(ad->g, op, nin, in, attr, 1, &gt, n->layer, n->loc);
+        ad->g->nodes.at[id].phase = PHASE_BACKWARD;
+        return;
+    }
+    ad_add(ad, n, t, ad_op(ad, n, op, nin, in, attr, "dacc"));
+}

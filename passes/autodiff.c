@@ -1,0 +1,68 @@
+// autodiff.c — reverse mode over the forward graph: turns forward + loss into the
+// whole training step. Each forward node's derivative rule (its op-table row) emits
+// its backward nodes; trainable parameters get a gradient tensor that accumulates
+// (+=) across micro-batches, optimizer state, an fp32 master copy when the precision
+// asks for one, and an update node followed by a zeroing of the gradient.
+#include "passes.h"
+
+#include <stdlib.h>
+
+static int state_tensor(IrGraph *g, const IrTensor *p, const char *what, DType dt, MemCategory cat,
+                        TensorKind kind) {
+    int id = ir_tensor_add(g, arena_printf(g->arena, "%s.%s", what, p->name), kind, dt, p->ndim,
+                           p->shape, p->loc);
+    IrTensor *t = ir_tensor(g, id);
+    t->of = p->id;
+    t->layer = p->layer;
+    t->cat = cat;
+    return id;
+}
+
+int autodiff_apply(IrGraph *g, int accum_steps) {
+    IR_ASSERT(g->loss >= 0 && accum_steps >= 1);
+    const IrStep *st = &g->step;
+    int nparams = g->tensors.len, nfwd = g->nodes.len;
+    Autodiff ad = {.g = g, .loss_scale = 1.0 / accum_steps};
+    ad.cap = g->tensors.len * 2;
+    ad.grad = malloc(sizeof(int) * (size_t)ad.cap);
+    for (int i = 0; i < ad.cap; i++)
+        ad.grad[i] = -1;
+    // Gradient tensors first, so rules can accumulate into them.
+    int *grads = malloc(sizeof(int) * (size_t)nparams);
+    for (int i = 0; i < nparams; i++) {
+        grads[i] = -1;
+        const IrTensor *p = &g->tensors.at[i];
+        if (p->kind == TK_PARAM && p->trainable)
+            ad.grad[i] = grads[i] = state_tensor(g, p, "grad", st->grad_dt, MEM_GRADS, TK_GRAD);
+    }
+    // Walk the forward nodes backwards; a rule does nothing when no gradient reaches it.
+    for (int i = nfwd - 1; i >= 0; i--) {
+        IrNode n = g->nodes.at[i];   // a copy: rules append nodes and may move the array
+        const OpInfo *op = op_info(n.op);
+        if (n.phase != PHASE_FORWARD || !op->backward)
+            continue;
+        op->backward(&ad, &n);
+    }
+    // The optimizer: one update per trainable parameter, then its gradient is zeroed.
+    for (int i = 0; i < nparams; i++) {
+        if (grads[i] < 0)
+            continue;
+        const IrTensor p = g->tensors.at[i];
+        int outs[4], nout = 0;
+        outs[nout++] = i;
+        if (st->optim_states == 2) {
+            outs[nout++] = state_tensor(g, &p, "adam_m", st->optim_dt, MEM_OPTIMIZER, TK_STATE);
+            outs[nout++] = state_tensor(g, &p, "adam_v", st->optim_dt, MEM_OPTIMIZER, TK_STATE);
+        }
+        if (st->master)
+            outs[nout++] = state_tensor(g, &p, "master", DT_F32, MEM_MASTER, TK_STATE);
+        int id = ir_node_add_update(g, st->optim_states == 2 ? OP_ADAMW : OP_SGD, 1, &grads[i],
+                                    (IrAttr){0}, nout, outs, p.layer, p.loc);
+        g->nodes.at[id].phase = PHASE_OPTIMIZER;
+        id = ir_node_add_update(g, OP_ZERO, 0, NULL, (IrAttr){0}, 1, &grads[i], p.layer, p.loc);
+        g->nodes.at[id].phase = PHASE_OPTIMIZER;
+    }
+    free(grads);
+    free(ad.grad);
+    return 0;
+}

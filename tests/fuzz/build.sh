@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# build.sh — builds the libFuzzer harness for the .ft frontend and runs it.
+#
+# usage: tests/fuzz/build.sh [SECONDS] [LIBFUZZER_FLAG...]
+#   SECONDS   how long to fuzz (default 60); 0 only builds.
+#   flags     passed to the fuzzer as they are, e.g. -jobs=4 -workers=4, -fork=2.
+#
+# Builds, from the sources directly (not through CMake):
+#   tests/fuzz/fuzz_ft   the fuzzer: clang -fsanitize=fuzzer,address,undefined
+#   tests/fuzz/replay    the same harness with a plain main(), ASan+UBSan, no libFuzzer
+# then fuzzes with the seed corpus tests/fuzz/corpus (read-only), writing new inputs
+# to tests/fuzz/out/corpus and crashes, timeouts and leaks to tests/fuzz/out/artifacts/.
+#
+# Environment:
+#   CC                clang to use (default clang; needs libFuzzer: on Debian/Ubuntu
+#                     `apt-get install -y clang libclang-rt-14-dev`)
+#   BUILD_DIR         where CMake generated lexer.c/parser.c (default build); when they
+#                     are missing or older than lexer.l/parser.y this runs
+#                     `cmake -S . -B $BUILD_DIR && make -C $BUILD_DIR ftc` first
+#   FTC_FUZZ_VERBOSE  set to show the frontend's diagnostics (normally silenced)
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+cd "$root"
+
+secs=${1:-60}
+[ $# -gt 0 ] && shift
+case $secs in
+    '' | *[!0-9]*) echo "build.sh: SECONDS must be a whole number, got '$secs'" >&2; exit 2 ;;
+esac
+
+CC=${CC:-clang}
+BUILD_DIR=${BUILD_DIR:-build}
+out=tests/fuzz/out
+
+# The lexer and parser come from flex and bison through CMake.
+if [ ! -f "$BUILD_DIR/lexer.c" ] || [ ! -f "$BUILD_DIR/parser.c" ] ||
+   [ frontend/lexer.l -nt "$BUILD_DIR/lexer.c" ] || [ frontend/parser.y -nt "$BUILD_DIR/parser.c" ]; then
+    echo "build.sh: generating the lexer and parser in $BUILD_DIR"
+    cmake -S . -B "$BUILD_DIR" >/dev/null
+    make -C "$BUILD_DIR" ftc >/dev/null
+fi
+
+# Does this clang have libFuzzer?
+probe=$(mktemp -d)
+trap 'rm -rf "$probe"' EXIT
+printf '#include <stddef.h>\n#include <stdint.h>\nint LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) { (void)d; (void)n; return 0; }\n' \
+    > "$probe/p.c"
+if ! "$CC" -fsanitize=fuzzer,address,undefined "$probe/p.c" -o "$probe/p" 2>"$probe/err"; then
+    cat "$probe/err" >&2
+    echo "build.sh: $CC cannot build a libFuzzer target; install clang and its runtime," >&2
+    echo "          e.g. apt-get install -y clang libclang-rt-14-dev" >&2
+    exit 1
+fi
+
+srcs=()
+for f in frontend/*.c ir/*.c passes/*.c; do
+    [ "$f" = frontend/main.c ] || srcs+=("$f")
+done
+srcs+=("$BUILD_DIR/lexer.c" "$BUILD_DIR/parser.c")
+
+jansson_cflags=$(pkg-config --cflags jansson 2>/dev/null || true)
+jansson_libs=$(pkg-config --libs jansson 2>/dev/null || echo -ljansson)
+cflags=(-std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer
+        -Wall -Wextra -Wno-sign-compare -Wno-unused-parameter -Wno-unused-function
+        -Ifrontend -Iir -Ipasses -I"$BUILD_DIR" $jansson_cflags)
+san=(-fsanitize=address,undefined -fno-sanitize-recover=all)
+
+echo "build.sh: building tests/fuzz/fuzz_ft and tests/fuzz/replay with $CC"
+"$CC" "${cflags[@]}" "${san[@]}" -fsanitize=fuzzer \
+    tests/fuzz/fuzz_ft.c "${srcs[@]}" $jansson_libs -lm -o tests/fuzz/fuzz_ft
+"$CC" "${cflags[@]}" "${san[@]}" \
+    tests/fuzz/replay.c tests/fuzz/fuzz_ft.c "${srcs[@]}" $jansson_libs -lm -o tests/fuzz/replay
+
+[ "$secs" -gt 0 ] || exit 0
+
+mkdir -p "$out/corpus" "$out/artifacts"
+echo "build.sh: fuzzing for ${secs}s (new inputs in $out/corpus, findings in $out/artifacts/)"
+exec tests/fuzz/fuzz_ft "$out/corpus" tests/fuzz/corpus \
+    -dict=tests/fuzz/ft.dict -max_len=8192 -timeout=5 -max_total_time="$secs" \
+    -artifact_prefix="$out/artifacts/" -print_final_stats=1 "$@"
