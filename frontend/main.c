@@ -3,6 +3,9 @@
 // does not fit), 2 usage error. Nothing reaches stdout unless the command succeeds.
 #include "frontend.h"
 #include "../passes/passes.h"
+#include "../codegen/codegen.h"
+#include "../runtime/runtime.h"
+#include "../runtime/data.h"
 
 #include <stdarg.h>
 
@@ -71,8 +74,12 @@ static void usage(FILE *f) {
     fputs("usage: ftc <command> [options]\n"
           "\n"
           "commands:\n"
-          "  compile FILE.ft [--budget SIZE] [--gpu PRESET] [--micro-batch N] [--dump-ir]\n"
-          "                            parameter counts and the memory of one training step\n"
+          "  compile FILE.ft [--budget SIZE] [--gpu PRESET] [--micro-batch N] [-o DIR] [--dump-ir]\n"
+          "                            counts, the memory of one training step, and the plan\n"
+          "  run DIR --data FILE [--weights PATH] [--steps N] [--save DIR] [--seed N] [--poison]\n"
+          "                            train: execute the plan in DIR on the cpu\n"
+          "  data (--bytes|--u16|--u32) FILE -o OUT\n"
+          "                            make a token file\n"
           "  import CONFIG.json        write a .ft for a Hugging Face config on stdout\n"
           "  help [COMMAND]            this text, or one command's\n"
           "\n"
@@ -83,7 +90,7 @@ static void usage(FILE *f) {
 static void usage_compile(FILE *f) {
     int n;
     const GpuPreset *p = gpu_presets(&n);
-    fputs("usage: ftc compile FILE.ft [--budget SIZE] [--gpu PRESET] [--micro-batch N] [--dump-ir]\n"
+    fputs("usage: ftc compile FILE.ft [--budget SIZE] [--gpu PRESET] [--micro-batch N] [-o DIR] [--dump-ir]\n"
           "\n"
           "  --budget SIZE     device memory the step must fit (default: the preset's memory)\n"
           "  --gpu PRESET      GPU preset (default a100-40g):",
@@ -93,7 +100,8 @@ static void usage_compile(FILE *f) {
     fputs("\n"
           "  --micro-batch N   sequences per micro-batch (default: the file's micro_batch, else\n"
           "                    its global batch, i.e. no accumulation)\n"
-          "  --dump-ir         print the IR after elaboration (and after lora, if any)\n",
+          "  -o DIR            the plan directory to write (default: NAME.plan, NAME the file's stem)\n"
+          "  --dump-ir         print the IR after each pass (elaborate, lora, autodiff)\n",
           f);
 }
 
@@ -156,7 +164,7 @@ static void report_compile(FILE *out, const char *path, const FtModel *m, const 
 }
 
 static int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
-    const char *path = NULL, *gpu_name = "a100-40g";
+    const char *path = NULL, *gpu_name = "a100-40g", *outdir = NULL;
     int path_arg = 0, gpu_arg = 0;
     int64_t budget = 0, micro = 0;
     bool dump_ir = false;
@@ -190,6 +198,12 @@ static int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
                     return EXIT_USAGE;
                 }
             }
+        } else if (strcmp(s, "-o") == 0) {
+            if (i + 1 >= argc) {
+                arg_error(cl, i, "-o needs a directory");
+                return EXIT_USAGE;
+            }
+            outdir = argv[++i];
         } else if (strcmp(s, "--dump-ir") == 0) {
             dump_ir = true;
         } else if (s[0] == '-' && s[1]) {
@@ -274,6 +288,24 @@ static int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
         goto done;
     }
     report_compile(out, path, &m, g, gpu, budget);
+    char dir[4096], err[1024];
+    if (outdir) {
+        snprintf(dir, sizeof dir, "%s", outdir);
+    } else {   // NAME.plan in the current directory
+        const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+        const char *dot = strrchr(base, '.');
+        snprintf(dir, sizeof dir, "%.*s.plan", (int)(dot && dot != base ? dot - base : (long)strlen(base)), base);
+    }
+    static const char *prec[] = {"bf16", "fp16", "fp32", "bf16_pure"};
+    PlanMeta meta = {.model = m.name, .source = path, .gpu = gpu->name, .budget_bytes = budget,
+                     .accum = m.train.batch / micro, .precision = prec[m.train.precision],
+                     .optimizer = m.train.optimizer, .lr = m.train.lr, .beta1 = m.train.beta1,
+                     .beta2 = m.train.beta2, .eps = m.train.eps, .weight_decay = m.train.weight_decay};
+    if (codegen_plan_dir(dir, g, &meta, err, sizeof err) != 0) {
+        fprintf(stderr, "ftc compile: error: %s\n", err);
+        goto done;
+    }
+    fprintf(out, "plan: %s/plan\n", dir);
     rc = 0;
 done:
     fclose(out);
@@ -285,6 +317,120 @@ done:
     arena_free(arena);
     fe_source_free(&src);
     return rc;
+}
+
+// Reads a non-negative integer option value; reports at argument i.
+static bool arg_count(Cmdline *cl, int i, const char *v, int64_t *out) {
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (errno || *end || end == v || x < 0) {
+        arg_error(cl, i, "'%s' needs a non-negative integer", cl->argv[i - 1]);
+        return false;
+    }
+    *out = x;
+    return true;
+}
+
+static int cmd_run(Cmdline *cl, int argc, char **argv, int first) {
+    RunOptions o = {.steps = 10, .seed = 1234, .layout = LAYOUT_PLANNED, .out = stdout};
+    int64_t v;
+    for (int i = first; i < argc; i++) {
+        const char *s = argv[i];
+        bool takes = strcmp(s, "--data") == 0 || strcmp(s, "--weights") == 0 ||
+                     strcmp(s, "--steps") == 0 || strcmp(s, "--save") == 0 ||
+                     strcmp(s, "--seed") == 0 || strcmp(s, "--device") == 0;
+        if (strcmp(s, "--help") == 0 || strcmp(s, "-h") == 0) {
+            fputs("usage: ftc run DIR --data FILE [--weights PATH] [--steps N] [--save DIR] [--seed N]\n"
+                  "                   [--poison] [--unplanned] [--device cpu]\n", stdout);
+            return 0;
+        }
+        if (takes && i + 1 >= argc) {
+            arg_error(cl, i, "%s needs a value", s);
+            return EXIT_USAGE;
+        }
+        if (strcmp(s, "--data") == 0)
+            o.data = argv[++i];
+        else if (strcmp(s, "--weights") == 0)
+            o.weights = argv[++i];
+        else if (strcmp(s, "--save") == 0)
+            o.save = argv[++i];
+        else if (strcmp(s, "--steps") == 0) {
+            i++;
+            if (!arg_count(cl, i, argv[i], &o.steps))
+                return EXIT_USAGE;
+        } else if (strcmp(s, "--seed") == 0) {
+            i++;
+            if (!arg_count(cl, i, argv[i], &v))
+                return EXIT_USAGE;
+            o.seed = (uint64_t)v;
+        } else if (strcmp(s, "--device") == 0) {
+            if (strcmp(argv[++i], "cpu") != 0) {
+                arg_error(cl, i, "this build runs plans on the cpu only (--device cpu)");
+                return EXIT_USAGE;
+            }
+        } else if (strcmp(s, "--poison") == 0)
+            o.poison = true;
+        else if (strcmp(s, "--unplanned") == 0)
+            o.layout = LAYOUT_UNPLANNED;
+        else if (s[0] == '-' && s[1]) {
+            arg_error(cl, i, "unknown option '%s' (see ftc help run)", s);
+            return EXIT_USAGE;
+        } else if (o.plan_dir) {
+            arg_error(cl, i, "one plan directory at a time");
+            return EXIT_USAGE;
+        } else
+            o.plan_dir = s;
+    }
+    if (!o.plan_dir || !o.data) {
+        fputs("usage: ftc run DIR --data FILE [--weights PATH] [--steps N] [--save DIR] [--seed N]\n", stderr);
+        return EXIT_USAGE;
+    }
+    return rt_train(&o);
+}
+
+static int cmd_data(Cmdline *cl, int argc, char **argv, int first) {
+    const char *in = NULL, *out = NULL;
+    int mode = -1, mode_arg = 0;
+    for (int i = first; i < argc; i++) {
+        const char *s = argv[i];
+        if (strcmp(s, "--bytes") == 0 || strcmp(s, "--u16") == 0 || strcmp(s, "--u32") == 0) {
+            if (mode >= 0) {
+                arg_error(cl, i, "one of --bytes, --u16, --u32");
+                return EXIT_USAGE;
+            }
+            mode = s[2] == 'b' ? DATA_BYTES : s[3] == '1' ? DATA_U16 : DATA_U32;
+            mode_arg = i;
+        } else if (strcmp(s, "-o") == 0) {
+            if (i + 1 >= argc) {
+                arg_error(cl, i, "-o needs a file");
+                return EXIT_USAGE;
+            }
+            out = argv[++i];
+        } else if (s[0] == '-' && s[1]) {
+            arg_error(cl, i, "unknown option '%s'", s);
+            return EXIT_USAGE;
+        } else if (in) {
+            arg_error(cl, i, "one input file at a time");
+            return EXIT_USAGE;
+        } else {
+            in = s;
+        }
+    }
+    (void)mode_arg;
+    if (mode < 0 || !in || !out) {
+        fputs("usage: ftc data (--bytes|--u16|--u32) FILE -o OUT.bin\n", stderr);
+        return EXIT_USAGE;
+    }
+    char err[1024];
+    uint64_t n = 0;
+    if (data_convert(in, out, (DataMode)mode, &n, err, sizeof err) != 0) {
+        fprintf(stderr, "ftc data: error: %s\n", err);
+        return EXIT_NOFIT;
+    }
+    printf("%s: %llu tokens (%s)\n", out, (unsigned long long)n,
+           mode == DATA_BYTES ? "bytes, vocab 256" : mode == DATA_U16 ? "u16" : "u32");
+    return 0;
 }
 
 static int cmd_import(Cmdline *cl, int argc, char **argv, int first) {
@@ -328,8 +474,12 @@ int main(int argc, char **argv) {
         rc = cmd_compile(&cl, argc, argv, 2);
     } else if (strcmp(cmd, "import") == 0) {
         rc = cmd_import(&cl, argc, argv, 2);
+    } else if (strcmp(cmd, "run") == 0) {
+        rc = cmd_run(&cl, argc, argv, 2);
+    } else if (strcmp(cmd, "data") == 0) {
+        rc = cmd_data(&cl, argc, argv, 2);
     } else {
-        arg_error(&cl, 1, "unknown command '%s' (compile, import, help)", cmd);
+        arg_error(&cl, 1, "unknown command '%s' (compile, run, data, import, help)", cmd);
         rc = EXIT_USAGE;
     }
     cmdline_free(&cl);

@@ -158,10 +158,12 @@ static bool shape_norm(const IrGraph *g, const IrNode *n, IrTensor *out, IrShape
     same_as(&out[0], x);
     same_as(&out[1], x);
     out[1].dtype = DT_F32;
-    if (n->op == OP_RMSNORM)
+    if (n->op == OP_RMSNORM) {
         out[1].ndim--;                            // rstd per row
-    else
-        out[1].shape[out[1].ndim - 1] = 2;        // mean and rstd per row
+    } else {                                      // mean per row, then rstd per row
+        memmove(out[1].shape + 1, out[1].shape, sizeof(int64_t) * (size_t)(x->ndim - 1));
+        out[1].shape[0] = 2;
+    }
     return true;
 }
 

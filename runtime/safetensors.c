@@ -729,8 +729,8 @@ static int check_write(const char *path, const StWrite *w, uint64_t *bytes, char
   if (!dtype_valid(w->dtype))
     return fail(err, errlen, "%s: tensor '%s': invalid dtype %d", path, w->name, (int)w->dtype);
   if (w->ndim < 0 || w->ndim > ST_MAX_DIMS || (w->ndim > 0 && !w->shape))
-    return fail(err, errlen, "%s: tensor '%s': ndim %d is not in 0..%d with a shape", path,
-                w->name, w->ndim, ST_MAX_DIMS);
+    return fail(err, errlen, "%s: tensor '%s': ndim %d is not in 0..%d, or its shape is NULL",
+                path, w->name, w->ndim, ST_MAX_DIMS);
   for (int d = 0; d < w->ndim; d++)
     if (w->shape[d] < 0)
       return fail(err, errlen, "%s: tensor '%s': dimension %d is negative (%lld)", path, w->name,

@@ -345,7 +345,7 @@ void cpu_rmsnorm_forward(float *y, float *rstd, const float *x, const float *w, 
 void cpu_rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x, const float *w,
                           const float *rstd, size_t N, size_t C) {
   // y = w x r, r = (mean(x^2) + eps)^-1/2: dx = r w dy - (r^3 / C) x sum(w dy x).
-  for (size_t n = 0; n < N; n++) {
+  for (size_t n = 0; dx && n < N; n++) {
     const float *xr = x + n * C, *g = dy + n * C;
     double r = rstd[n];
     double dot = 0.0;
@@ -392,7 +392,7 @@ void cpu_layernorm_backward(float *dx, float *dw, float *db, const float *dy, co
                             const float *w, const float *mean, const float *rstd, size_t N,
                             size_t C) {
   // With xhat = (x - mean) r and g = w dy: dx = r (g - mean(g) - xhat mean(g xhat)).
-  for (size_t n = 0; n < N; n++) {
+  for (size_t n = 0; dx && n < N; n++) {
     const float *xr = x + n * C, *d = dy + n * C;
     double mu = mean[n], r = rstd[n];
     double sg = 0.0, sgx = 0.0;

@@ -154,7 +154,7 @@ void cpu_rmsnorm_forward(float *y,          // (N, C)
                          const float *x,    // (N, C)
                          const float *w,    // (C)
                          size_t N, size_t C, float eps);
-// dx (assigned) and dw (+=, may be NULL) from dy, x, w and the saved rstd.
+// dx (assigned) and dw (+=), either may be NULL, from dy, x, w and the saved rstd.
 void cpu_rmsnorm_backward(float *dx,          // (N, C) =
                           float *dw,          // (C) +=
                           const float *dy,    // (N, C)
@@ -171,7 +171,7 @@ void cpu_layernorm_forward(float *y,          // (N, C)
                            const float *w,    // (C)
                            const float *b,    // (C)
                            size_t N, size_t C, float eps);
-// dx (assigned), dw and db (+=, may be NULL) from dy, x, w and the saved mean and rstd.
+// dx (assigned), dw and db (+=), each may be NULL, from dy, x, w and the saved mean and rstd.
 void cpu_layernorm_backward(float *dx,          // (N, C) =
                             float *dw,          // (C) +=
                             float *db,          // (C) +=

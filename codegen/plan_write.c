@@ -1,0 +1,202 @@
+// plan_write.c — the plan file (format in runtime/plan.h) and the plan directory.
+// For now every buffer gets its own region: the layout the memory planner replaces.
+#include "codegen.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+enum { ALIGN = 256 };
+
+static const char *kind_name(TensorKind k) {
+    static const char *n[] = {"param", "input", "value", "grad", "state"};
+    return n[k];
+}
+
+static const char *init_name(IrInit i) {
+    static const char *n[] = {"normal", "ones", "zeros", "kaiming_uniform"};
+    return n[i];
+}
+
+static void shape_str(FILE *f, const IrTensor *t) {
+    if (t->ndim == 0)
+        fputc('-', f);
+    for (int i = 0; i < t->ndim; i++)
+        fprintf(f, "%s%lld", i ? "x" : "", (long long)t->shape[i]);
+}
+
+static void list(FILE *f, const char *key, const int *v, int n) {
+    fprintf(f, " %s=", key);
+    for (int i = 0; i < n; i++)
+        fprintf(f, "%s%d", i ? "," : "", v[i]);
+}
+
+int codegen_plan_write(FILE *f, const IrGraph *g, const PlanMeta *meta) {
+    int nt = g->tensors.len, nn = g->nodes.len;
+    int *first = malloc(sizeof(int) * (size_t)nt), *last = malloc(sizeof(int) * (size_t)nt);
+    int64_t *offset = malloc(sizeof(int64_t) * (size_t)nt);
+    for (int i = 0; i < nt; i++)
+        first[i] = nn, last[i] = -1;
+    for (int i = 0; i < nn; i++) {
+        const IrNode *n = &g->nodes.at[i];
+        for (int k = 0; k < n->nin; k++)
+            if (n->in[k] >= 0) {
+                int b = ir_tensor_base(g, n->in[k]);
+                if (first[b] > i) first[b] = i;
+                if (last[b] < i) last[b] = i;
+            }
+        for (int k = 0; k < IR_MAX_OUTPUTS && n->out[k] >= 0; k++) {
+            int b = ir_tensor_base(g, n->out[k]);
+            if (first[b] > i) first[b] = i;
+            if (last[b] < i) last[b] = i;
+        }
+    }
+    int64_t arena = 0;
+    for (int i = 0; i < nt; i++) {
+        const IrTensor *t = &g->tensors.at[i];
+        if (t->kind == TK_PARAM || t->kind == TK_GRAD || t->kind == TK_STATE || t->kind == TK_INPUT)
+            first[i] = 0, last[i] = nn - 1;   // live across the whole step
+        if (last[i] < 0)
+            first[i] = last[i] = 0;           // never touched (a dead value)
+        if (t->alias_of >= 0)
+            continue;
+        offset[i] = arena;
+        arena += (ir_tensor_bytes(t) + ALIGN - 1) / ALIGN * ALIGN;
+    }
+    const IrTensor *logits = &g->tensors.at[g->logits];
+    fprintf(f, "ftc-plan %d\n", PLAN_VERSION);
+    fprintf(f, "# written by ftc compile from %s; the layout is one region per buffer\n",
+            meta->source);
+    fprintf(f, "model %s\nsource %s\ngpu %s\nbudget %lld\n", meta->model, meta->source, meta->gpu,
+            (long long)meta->budget_bytes);
+    fprintf(f, "seq %lld\nmicro_batch %lld\naccum %lld\nvocab %lld\nprecision %s\n",
+            (long long)g->seq, (long long)g->batch, (long long)meta->accum,
+            (long long)logits->shape[logits->ndim - 1], meta->precision);
+    fprintf(f, "optimizer %s lr=%.17g beta1=%.17g beta2=%.17g eps=%.17g weight_decay=%.17g\n",
+            meta->optimizer, meta->lr, meta->beta1, meta->beta2, meta->eps, meta->weight_decay);
+    fprintf(f, "rank 0 ranks 1\narena device %lld\narena host 0\nbuffers %d\n", (long long)arena, nt);
+    for (int i = 0; i < nt; i++) {
+        const IrTensor *t = &g->tensors.at[i];
+        int base = ir_tensor_base(g, i);
+        fprintf(f, "buffer %d %s %s device %lld %lld %s ", i, t->name, mem_category_name(t->cat),
+                (long long)offset[base], (long long)ir_tensor_bytes(t), dtype_name(t->dtype));
+        shape_str(f, t);
+        fprintf(f, " %d %d kind=%s", first[base], last[base], kind_name(t->kind));
+        if (t->alias_of >= 0)
+            fprintf(f, " view=%d", t->alias_of);
+        if (t->kind == TK_PARAM)
+            fprintf(f, " hf=%s init=%s scale=%.17g train=%d", t->hf_name, init_name(t->init),
+                    t->init_scale, t->trainable ? 1 : 0);
+        if (t->of >= 0)
+            fprintf(f, " of=%d", t->of);
+        if (i == g->loss)
+            fprintf(f, " role=loss");
+        else if (i == g->logits)
+            fprintf(f, " role=logits");
+        else if (t->kind == TK_INPUT)
+            fprintf(f, " role=%s", strcmp(t->name, "targets") == 0 ? "targets" : "tokens");
+        fputc('\n', f);
+    }
+    static const char *phases[] = {"forward", "backward", "optimizer"};
+    int i = 0;
+    for (int ph = PHASE_FORWARD; ph <= PHASE_OPTIMIZER; ph++) {
+        int count = 0;
+        for (int j = 0; j < nn; j++)
+            count += g->nodes.at[j].phase == (IrPhase)ph;
+        fprintf(f, "phase %s %d\n", phases[ph], count);
+        for (int j = 0; j < nn; j++) {
+            const IrNode *n = &g->nodes.at[j];
+            if (n->phase != (IrPhase)ph)
+                continue;
+            fprintf(f, "%d %s", i++, op_info(n->op)->name);
+            list(f, "out", n->out, ir_node_nout(n));
+            list(f, "in", n->in, n->nin);
+            if (n->update)
+                fprintf(f, " update=%u", n->update);
+            if (n->attr.f != 0)
+                fprintf(f, " f=%.17g", n->attr.f);
+            if (n->attr.causal)
+                fprintf(f, " causal=1");
+            if (n->op == OP_TRANSPOSE)
+                fprintf(f, " perm=%d,%d", n->attr.perm[0], n->attr.perm[1]);
+            if (n->attr.ndim > 0) {
+                IrTensor s = {.ndim = n->attr.ndim};
+                memcpy(s.shape, n->attr.shape, sizeof s.shape);
+                fprintf(f, " shape=");
+                shape_str(f, &s);
+            }
+            if (n->attr.chunk_rows)
+                fprintf(f, " chunk=%lld", (long long)n->attr.chunk_rows);
+            if (n->layer >= 0)
+                fprintf(f, " layer=%d", n->layer);
+            if (n->loc.line)
+                fprintf(f, " loc=%d:%d", n->loc.line, n->loc.col);
+            fputc('\n', f);
+        }
+    }
+    fprintf(f, "end\n");
+    free(first), free(last), free(offset);
+    return 0;
+}
+
+// Removes a directory of plain files (a plan directory we wrote).
+static void remove_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        char p[4096];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        unlink(p);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+int codegen_plan_dir(const char *dir, const IrGraph *g, const PlanMeta *meta, char *err,
+                     size_t errlen) {
+    char tmp[4096], old[4096], path[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", dir, (int)getpid());
+    snprintf(old, sizeof old, "%s.old.%d", dir, (int)getpid());
+    remove_dir(tmp);
+    if (mkdir(tmp, 0777) != 0) {
+        snprintf(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
+        return -1;
+    }
+    snprintf(path, sizeof path, "%s/plan", tmp);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+        remove_dir(tmp);
+        return -1;
+    }
+    codegen_plan_write(f, g, meta);
+    if (ferror(f) | fclose(f)) {
+        snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+        remove_dir(tmp);
+        return -1;
+    }
+    struct stat st;
+    bool had = stat(dir, &st) == 0;
+    if (had && (!S_ISDIR(st.st_mode) || rename(dir, old) != 0)) {
+        snprintf(err, errlen, "cannot replace %s: %s", dir,
+                 S_ISDIR(st.st_mode) ? strerror(errno) : "not a directory");
+        remove_dir(tmp);
+        return -1;
+    }
+    if (rename(tmp, dir) != 0) {
+        snprintf(err, errlen, "cannot create %s: %s", dir, strerror(errno));
+        if (had)
+            rename(old, dir);
+        remove_dir(tmp);
+        return -1;
+    }
+    if (had)
+        remove_dir(old);
+    return 0;
+}

@@ -1,0 +1,515 @@
+// backend.c — the cpu backend: runs each plan instruction with the reference
+// kernels of kernels.c. Tensors stored as bf16 or f16 are widened to fp32 scratch
+// before a kernel and rounded back after it, so the arithmetic is fp32 and the
+// storage is exactly what a bf16 plan stores. One table maps an op name to its
+// kernel; prepare() refuses a plan with an op missing from it.
+#include "../runtime.h"
+#include "kernels.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+// Operands of one instruction, as the kernels want them.
+typedef struct Arg {
+    const PlanBuffer *b;
+    void *raw;          // the buffer's bytes
+    float *f;           // fp32 view: raw itself for f32, else scratch
+    int64_t n;          // elements
+} Arg;
+
+typedef struct Call {
+    Exec *x;
+    const PlanInstr *in;
+    Arg a[PLAN_MAX_IN];     // inputs
+    Arg o[PLAN_MAX_OUT];    // outputs
+    char *err;
+    size_t errlen;
+} Call;
+
+typedef int (*Kernel)(Call *c);
+
+typedef struct CpuState {
+    float *scratch;         // per-instruction fp32 scratch, grown as needed
+    size_t cap, used;
+    Kernel *kernel;         // per instruction id
+    int nkernel;
+} CpuState;
+
+static bool is_float(PlanDType t) { return t == PDT_F32 || t == PDT_BF16 || t == PDT_F16; }
+
+static float *scratch(CpuState *s, int64_t n) {
+    // prepare() sized the scratch for the largest instruction, so pointers handed out
+    // earlier in an instruction stay valid: it never grows while one runs.
+    if (s->used + (size_t)n + 16 > s->cap) {
+        fprintf(stderr, "ftc: internal error: cpu scratch too small\n");
+        abort();
+    }
+    float *p = s->scratch + s->used;
+    s->used += ((size_t)n + 15) & ~(size_t)15;
+    return p;
+}
+
+static void reserve(CpuState *s, size_t n) {
+    if (n <= s->cap)
+        return;
+    free(s->scratch);
+    s->cap = n * 2;
+    s->scratch = malloc(s->cap * sizeof(float));
+    if (!s->scratch) {
+        fprintf(stderr, "ftc: out of memory (cpu scratch)\n");
+        abort();
+    }
+}
+
+static void widen(float *dst, const Arg *a) {
+    if (a->b->dtype == PDT_BF16)
+        for (int64_t i = 0; i < a->n; i++)
+            dst[i] = cpu_bf16_to_f32(((const uint16_t *)a->raw)[i]);
+    else
+        for (int64_t i = 0; i < a->n; i++)
+            dst[i] = cpu_f16_to_f32(((const uint16_t *)a->raw)[i]);
+}
+
+static void narrow(const Arg *a) {
+    if (a->b->dtype == PDT_BF16)
+        for (int64_t i = 0; i < a->n; i++)
+            ((uint16_t *)a->raw)[i] = cpu_f32_to_bf16(a->f[i]);
+    else if (a->b->dtype == PDT_F16)
+        for (int64_t i = 0; i < a->n; i++)
+            ((uint16_t *)a->raw)[i] = cpu_f32_to_f16(a->f[i]);
+}
+
+static int fail(Call *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(Call *c, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->err, c->errlen, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+// Shape helpers: rows = product of all dims but the last; last = the last dim.
+static int64_t last_dim(const PlanBuffer *b) { return b->ndim ? b->shape[b->ndim - 1] : 1; }
+static int64_t rows(const PlanBuffer *b) { return last_dim(b) ? plan_elems(b) / last_dim(b) : 0; }
+
+#define IN(k) (c->a[k].f)
+#define OUT(k) (c->o[k].f)
+#define RAW(k) (c->a[k].raw)
+#define B(k) (c->a[k].b)
+#define OB(k) (c->o[k].b)
+#define N(k) (c->a[k].n)
+#define ON(k) (c->o[k].n)
+#define UPDATE(k) ((c->in->update >> (k)) & 1u)
+
+// Kernels that accumulate (+=) start from zero when the plan assigns.
+static void zero_unless_update(Call *c, int k) {
+    if (!UPDATE(k))
+        memset(OUT(k), 0, sizeof(float) * (size_t)ON(k));
+}
+
+static int status(Call *c, int st) {
+    if (st == CPU_OK)
+        return 0;
+    return fail(c, st == CPU_ERR_INDEX ? "a token id or target is outside the vocabulary"
+                                       : "invalid argument");
+}
+
+//
+// Forward ops.
+//
+
+static int k_embed(Call *c) {
+    int64_t C = last_dim(OB(0)), V = B(0)->shape[0];
+    return status(c, cpu_embedding_forward(OUT(0), RAW(1), IN(0), (size_t)N(1), (size_t)V, (size_t)C));
+}
+
+static int k_linear(Call *c) {
+    int64_t K = last_dim(B(0)), Nn = B(1)->shape[0];
+    cpu_linear_forward(OUT(0), IN(0), IN(1), c->in->nin > 2 && c->in->in[2] >= 0 ? IN(2) : NULL,
+                       (size_t)rows(B(0)), (size_t)K, (size_t)Nn);
+    return 0;
+}
+
+static int k_matmul(Call *c) {
+    const PlanBuffer *a = B(0), *b = B(1);
+    int64_t M = a->shape[a->ndim - 2], K = a->shape[a->ndim - 1], Nn = b->shape[b->ndim - 1];
+    cpu_matmul_forward(OUT(0), IN(0), IN(1), (size_t)(N(0) / (M * K)), (size_t)M, (size_t)K, (size_t)Nn);
+    return 0;
+}
+
+// a op b with b's shape a suffix of a's: the kernel runs once per repetition of b.
+static int k_binary(Call *c) {
+    int64_t nb = N(1), reps = N(0) / nb;
+    void (*f)(float *, const float *, const float *, size_t) =
+        strcmp(c->in->op, "add") == 0   ? cpu_add_forward
+        : strcmp(c->in->op, "sub") == 0 ? cpu_sub_forward
+        : strcmp(c->in->op, "mul") == 0 ? cpu_mul_forward
+                                        : cpu_div_forward;
+    for (int64_t r = 0; r < reps; r++)
+        f(OUT(0) + r * nb, IN(0) + r * nb, IN(1), (size_t)nb);
+    return 0;
+}
+
+static int k_scale(Call *c) { cpu_scale_forward(OUT(0), IN(0), (float)c->in->f, (size_t)N(0)); return 0; }
+static int k_silu(Call *c) { cpu_silu_forward(OUT(0), IN(0), (size_t)N(0)); return 0; }
+static int k_gelu(Call *c) { cpu_gelu_forward(OUT(0), IN(0), (size_t)N(0)); return 0; }
+static int k_exp(Call *c) { cpu_exp_forward(OUT(0), IN(0), (size_t)N(0)); return 0; }
+
+static int k_rmsnorm(Call *c) {
+    cpu_rmsnorm_forward(OUT(0), OUT(1), IN(0), IN(1), (size_t)rows(B(0)), (size_t)last_dim(B(0)),
+                        (float)c->in->f);
+    return 0;
+}
+
+static int k_layernorm(Call *c) {
+    int64_t r = rows(B(0));
+    cpu_layernorm_forward(OUT(0), OUT(1), OUT(1) + r, IN(0), IN(1), IN(2), (size_t)r,
+                          (size_t)last_dim(B(0)), (float)c->in->f);
+    return 0;
+}
+
+static int k_rope(Call *c) {
+    const int64_t *s = B(0)->shape;
+    return status(c, cpu_rope_forward(OUT(0), IN(0), (size_t)s[0], (size_t)s[1], (size_t)s[2],
+                                      (size_t)s[3], c->in->f));
+}
+
+static int k_softmax(Call *c) {
+    cpu_softmax_forward(OUT(0), IN(0), (size_t)rows(B(0)), (size_t)last_dim(B(0)));
+    return 0;
+}
+
+static int k_attention(Call *c) {
+    const int64_t *q = B(0)->shape;
+    float *row = scratch(c->x->be->state, q[1]);
+    return status(c, cpu_attention_forward(OUT(0), OUT(1), row, IN(0), IN(1), IN(2), (size_t)q[0],
+                                           (size_t)q[1], (size_t)q[2], (size_t)B(1)->shape[2],
+                                           (size_t)q[3], c->in->causal));
+}
+
+// A view shares its base's bytes: nothing to run.
+static int k_view(Call *c) { (void)c; return 0; }
+
+// Swaps dims perm[0] and perm[1]: the output index (…, i, …, j, …) reads input (…, j, …, i, …).
+static int k_transpose(Call *c) {
+    const PlanBuffer *x = B(0);
+    int nd = x->ndim, a = c->in->perm[0], b = c->in->perm[1];
+    int64_t in_stride[PLAN_MAX_DIMS], idx[PLAN_MAX_DIMS] = {0};
+    in_stride[nd - 1] = 1;
+    for (int d = nd - 2; d >= 0; d--)
+        in_stride[d] = in_stride[d + 1] * x->shape[d + 1];
+    const int64_t *oshape = OB(0)->shape;
+    for (int64_t o = 0; o < ON(0); o++) {
+        int64_t src = 0;
+        for (int d = 0; d < nd; d++)
+            src += idx[d] * in_stride[d == a ? b : d == b ? a : d];
+        OUT(0)[o] = IN(0)[src];
+        for (int d = nd - 1; d >= 0 && ++idx[d] == oshape[d]; d--)
+            idx[d] = 0;
+    }
+    return 0;
+}
+
+// The dropout stream of one instruction in one micro-step: the same in a recompute.
+static uint64_t dropout_seed(const Call *c) {
+    return c->x->seed * 0x9e3779b97f4a7c15ull + (uint64_t)c->x->step * 1000003ull +
+           (uint64_t)c->x->micro * 10007ull + (uint64_t)c->in->out[0];
+}
+
+static int k_dropout(Call *c) {
+    uint8_t *mask = c->in->nout > 1 ? c->o[1].raw : NULL;
+    return status(c, cpu_dropout_forward(OUT(0), mask, IN(0), (size_t)N(0), (float)c->in->f,
+                                         dropout_seed(c), 0));
+}
+
+static int k_cross_entropy(Call *c) {
+    int64_t V = last_dim(B(0));
+    return status(c, cpu_cross_entropy_forward(OUT(0), NULL, IN(0), RAW(1), (size_t)rows(B(0)),
+                                               (size_t)V));
+}
+
+//
+// Backward ops.
+//
+
+static int k_embed_bwd(Call *c) {
+    zero_unless_update(c, 0);
+    int64_t C = last_dim(B(0)), V = OB(0)->shape[0];
+    return status(c, cpu_embedding_backward(OUT(0), IN(0), RAW(1), (size_t)rows(B(0)), (size_t)V,
+                                            (size_t)C));
+}
+
+static int k_linear_dx(Call *c) {
+    int64_t Nn = last_dim(B(0)), K = B(1)->shape[1];
+    cpu_linear_backward(OUT(0), NULL, NULL, IN(0), NULL, IN(1), (size_t)rows(B(0)), (size_t)K,
+                        (size_t)Nn);
+    return 0;
+}
+
+static int k_linear_dw(Call *c) {
+    zero_unless_update(c, 0);
+    int64_t Nn = last_dim(B(0)), K = last_dim(B(1));
+    cpu_linear_backward(NULL, OUT(0), NULL, IN(0), IN(1), NULL, (size_t)rows(B(0)), (size_t)K,
+                        (size_t)Nn);
+    return 0;
+}
+
+// Sums dy over its leading dims down to the output's shape, in double, row order.
+static int k_sum_to(Call *c) {
+    zero_unless_update(c, 0);
+    int64_t n = ON(0), reps = N(0) / n;
+    for (int64_t j = 0; j < n; j++) {
+        double s = 0;
+        for (int64_t r = 0; r < reps; r++)
+            s += IN(0)[r * n + j];
+        OUT(0)[j] += (float)s;
+    }
+    return 0;
+}
+
+static int k_matmul_da(Call *c) {   // dy [.., M, N], b [.., K, N] -> da [.., M, K]
+    const PlanBuffer *dy = B(0), *b = B(1);
+    int64_t M = dy->shape[dy->ndim - 2], Nn = dy->shape[dy->ndim - 1], K = b->shape[b->ndim - 2];
+    cpu_matmul_backward(OUT(0), NULL, IN(0), NULL, IN(1), (size_t)(N(0) / (M * Nn)), (size_t)M,
+                        (size_t)K, (size_t)Nn);
+    return 0;
+}
+
+static int k_matmul_db(Call *c) {   // a [.., M, K], dy [.., M, N] -> db [.., K, N]
+    const PlanBuffer *a = B(0), *dy = B(1);
+    int64_t M = a->shape[a->ndim - 2], K = a->shape[a->ndim - 1], Nn = dy->shape[dy->ndim - 1];
+    cpu_matmul_backward(NULL, OUT(0), IN(1), IN(0), NULL, (size_t)(N(0) / (M * K)), (size_t)M,
+                        (size_t)K, (size_t)Nn);
+    return 0;
+}
+
+static int k_silu_bwd(Call *c) { cpu_silu_backward(OUT(0), IN(0), IN(1), (size_t)N(0)); return 0; }
+static int k_gelu_bwd(Call *c) { cpu_gelu_backward(OUT(0), IN(0), IN(1), (size_t)N(0)); return 0; }
+
+static int k_rmsnorm_dx(Call *c) {
+    cpu_rmsnorm_backward(OUT(0), NULL, IN(0), IN(1), IN(2), IN(3), (size_t)rows(B(1)),
+                         (size_t)last_dim(B(1)));
+    return 0;
+}
+
+static int k_rmsnorm_dw(Call *c) {
+    zero_unless_update(c, 0);
+    cpu_rmsnorm_backward(NULL, OUT(0), IN(0), IN(1), NULL, IN(2), (size_t)rows(B(1)),
+                         (size_t)last_dim(B(1)));
+    return 0;
+}
+
+static int k_layernorm_dx(Call *c) {
+    int64_t r = rows(B(1));
+    cpu_layernorm_backward(OUT(0), NULL, NULL, IN(0), IN(1), IN(2), IN(3), IN(3) + r, (size_t)r,
+                           (size_t)last_dim(B(1)));
+    return 0;
+}
+
+static int k_layernorm_dw(Call *c) {
+    zero_unless_update(c, 0);
+    int64_t r = rows(B(1));
+    cpu_layernorm_backward(NULL, OUT(0), NULL, IN(0), IN(1), NULL, IN(2), IN(2) + r, (size_t)r,
+                           (size_t)last_dim(B(1)));
+    return 0;
+}
+
+static int k_rope_bwd(Call *c) {
+    const int64_t *s = B(0)->shape;
+    return status(c, cpu_rope_backward(OUT(0), IN(0), (size_t)s[0], (size_t)s[1], (size_t)s[2],
+                                       (size_t)s[3], c->in->f));
+}
+
+static int k_softmax_bwd(Call *c) {
+    cpu_softmax_backward(OUT(0), IN(0), IN(1), (size_t)rows(B(1)), (size_t)last_dim(B(1)));
+    return 0;
+}
+
+static int k_attention_bwd(Call *c) {
+    const int64_t *q = B(1)->shape;
+    return status(c, cpu_attention_backward(OUT(0), OUT(1), OUT(2), IN(0), IN(1), IN(2), IN(3),
+                                            IN(4), IN(5), (size_t)q[0], (size_t)q[1], (size_t)q[2],
+                                            (size_t)B(2)->shape[2], (size_t)q[3], c->in->causal));
+}
+
+static int k_dropout_bwd(Call *c) {
+    return status(c, cpu_dropout_backward(OUT(0), IN(0), RAW(1), (size_t)N(0), (float)c->in->f, 0, 0));
+}
+
+static int k_cross_entropy_bwd(Call *c) {
+    int64_t V = last_dim(B(0));
+    return status(c, cpu_cross_entropy_backward(OUT(0), IN(0), RAW(1), (size_t)rows(B(0)),
+                                                (size_t)V, (float)c->in->f));
+}
+
+//
+// Optimizer ops.
+//
+
+static int k_acc(Call *c) {
+    for (int64_t i = 0; i < ON(0); i++)
+        OUT(0)[i] += IN(0)[i];
+    return 0;
+}
+
+static int k_zero(Call *c) {
+    memset(OUT(0), 0, sizeof(float) * (size_t)ON(0));
+    return 0;
+}
+
+// The parameter (and its master copy, when the plan keeps one) after an update: the
+// master is updated in fp32 and the weight is its rounding.
+static float *master_of(Call *c, int k) { return c->in->nout > k ? OUT(k) : NULL; }
+
+static int k_adamw(Call *c) {
+    const Plan *p = c->x->plan;
+    float *master = master_of(c, 3), *w = master ? master : OUT(0);
+    cpu_adamw_step(w, IN(0), OUT(1), OUT(2), (size_t)ON(0), p->lr, p->beta1, p->beta2, p->eps,
+                   p->weight_decay, c->x->step);
+    if (master)
+        memcpy(OUT(0), master, sizeof(float) * (size_t)ON(0));
+    return 0;
+}
+
+static int k_sgd(Call *c) {
+    const Plan *p = c->x->plan;
+    float *master = master_of(c, 1), *w = master ? master : OUT(0);
+    for (int64_t i = 0; i < ON(0); i++)
+        w[i] -= (float)p->lr * IN(0)[i];
+    if (master)
+        memcpy(OUT(0), master, sizeof(float) * (size_t)ON(0));
+    return 0;
+}
+
+//
+// The table.
+//
+
+static const struct { const char *op; Kernel k; } table[] = {
+    {"embed", k_embed},           {"linear", k_linear},         {"matmul", k_matmul},
+    {"add", k_binary},            {"sub", k_binary},            {"mul", k_binary},
+    {"div", k_binary},            {"scale", k_scale},           {"silu", k_silu},
+    {"gelu", k_gelu},             {"exp", k_exp},               {"rmsnorm", k_rmsnorm},
+    {"layernorm", k_layernorm},   {"rope", k_rope},             {"softmax", k_softmax},
+    {"attention", k_attention},   {"view", k_view},             {"transpose", k_transpose},
+    {"dropout", k_dropout},       {"cross_entropy", k_cross_entropy},
+    {"embed_bwd", k_embed_bwd},   {"linear_dx", k_linear_dx},   {"linear_dw", k_linear_dw},
+    {"sum_to", k_sum_to},         {"matmul_da", k_matmul_da},   {"matmul_db", k_matmul_db},
+    {"silu_bwd", k_silu_bwd},     {"gelu_bwd", k_gelu_bwd},     {"rmsnorm_dx", k_rmsnorm_dx},
+    {"rmsnorm_dw", k_rmsnorm_dw}, {"layernorm_dx", k_layernorm_dx},
+    {"layernorm_dw", k_layernorm_dw}, {"rope_bwd", k_rope_bwd}, {"softmax_bwd", k_softmax_bwd},
+    {"attention_bwd", k_attention_bwd}, {"dropout_bwd", k_dropout_bwd},
+    {"cross_entropy_bwd", k_cross_entropy_bwd},
+    {"acc", k_acc},               {"adamw", k_adamw},           {"sgd", k_sgd},
+    {"zero", k_zero},
+};
+
+static Kernel lookup(const char *op) {
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+        if (strcmp(table[i].op, op) == 0)
+            return table[i].k;
+    return NULL;
+}
+
+static int cpu_prepare(Backend *be, const Plan *p, char *err, size_t errlen) {
+    CpuState *s = be->state;
+    int n = 0;
+    for (int ph = 0; ph < PHASE_COUNT; ph++)
+        n += p->nins[ph];
+    free(s->kernel);
+    s->kernel = calloc((size_t)n + 1, sizeof(Kernel));
+    s->nkernel = n;
+    size_t most = 0;
+    for (int ph = 0; ph < PHASE_COUNT; ph++)
+        for (int i = 0; i < p->nins[ph]; i++) {
+            const PlanInstr *in = &p->ins[ph][i];
+            if (!(s->kernel[in->id] = lookup(in->op))) {
+                snprintf(err, errlen, "instruction %d: the cpu backend has no kernel for '%s'",
+                         in->id, in->op);
+                return -1;
+            }
+            // scratch: every operand widened, plus an attention row
+            size_t need = 64 + (size_t)p->seq;
+            for (int k = 0; k < in->nin + in->nout; k++) {
+                int id = k < in->nin ? in->in[k] : in->out[k - in->nin];
+                if (id >= 0)
+                    need += (size_t)plan_elems(&p->buf[id]) + 16;
+            }
+            if (need > most)
+                most = need;
+        }
+    reserve(s, most);
+    return 0;
+}
+
+static int cpu_run(Backend *be, Exec *x, const PlanInstr *in, char *err, size_t errlen) {
+    CpuState *s = be->state;
+    Call c = {.x = x, .in = in, .err = err, .errlen = errlen};
+    s->used = 0;
+    for (int k = 0; k < in->nin; k++) {
+        Arg *a = &c.a[k];
+        if (in->in[k] < 0)
+            continue;
+        a->b = &x->plan->buf[in->in[k]];
+        a->raw = x->ptr[in->in[k]];
+        a->n = plan_elems(a->b);
+        if (a->b->dtype == PDT_F32)
+            a->f = a->raw;
+        else if (is_float(a->b->dtype))
+            widen(a->f = scratch(s, a->n), a);
+    }
+    for (int k = 0; k < in->nout; k++) {
+        Arg *o = &c.o[k];
+        o->b = &x->plan->buf[in->out[k]];
+        o->raw = x->ptr[in->out[k]];
+        o->n = plan_elems(o->b);
+        if (o->b->dtype == PDT_F32)
+            o->f = o->raw;
+        else if (is_float(o->b->dtype)) {
+            o->f = scratch(s, o->n);
+            if ((in->update >> k) & 1u)
+                widen(o->f, o);
+        }
+    }
+    int rc = s->kernel[in->id](&c);
+    if (rc == 0)
+        for (int k = 0; k < in->nout; k++)
+            if (c.o[k].b->dtype != PDT_F32 && is_float(c.o[k].b->dtype) && c.o[k].b->bytes)
+                narrow(&c.o[k]);
+    return rc;
+}
+
+static void *cpu_alloc(Backend *be, int64_t bytes) {
+    (void)be;
+    void *p = NULL;
+    if (posix_memalign(&p, 256, (size_t)bytes) != 0)
+        return NULL;
+    memset(p, 0, (size_t)bytes);
+    return p;
+}
+
+static void cpu_free(Backend *be, void *p) { (void)be; free(p); }
+
+static void cpu_copy(Backend *be, void *dst, const void *src, int64_t bytes) {
+    (void)be;
+    memcpy(dst, src, (size_t)bytes);
+}
+
+static void cpu_destroy(Backend *be) {
+    CpuState *s = be->state;
+    free(s->scratch);
+    free(s->kernel);
+    free(s);
+    free(be);
+}
+
+Backend *rt_cpu_backend(void) {
+    Backend *be = calloc(1, sizeof *be);
+    CpuState *s = calloc(1, sizeof *s);
+    *be = (Backend){.name = "cpu", .prepare = cpu_prepare, .alloc = cpu_alloc, .free = cpu_free,
+                    .upload = cpu_copy, .download = cpu_copy, .run = cpu_run,
+                    .destroy = cpu_destroy, .state = s};
+    return be;
+}

@@ -1,0 +1,432 @@
+// plan.c — reads a plan file (the format is in plan.h) and checks what the runtime
+// relies on: every id in range, every buffer inside its arena, every instruction's
+// operands present.
+#include "plan.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *dtype_names[PDT_COUNT] = {"f32", "bf16", "f16", "i32", "u8", "nf4"};
+static const int dtype_bits[PDT_COUNT] = {32, 16, 16, 32, 8, 4};
+static const char *phase_names[PHASE_COUNT] = {"forward", "backward", "optimizer"};
+
+const char *plan_dtype_name(PlanDType t) { return t < PDT_COUNT ? dtype_names[t] : "?"; }
+int64_t plan_dtype_bytes(PlanDType t, int64_t elems) { return (elems * dtype_bits[t] + 7) / 8; }
+const char *plan_phase_name(PlanPhase p) { return phase_names[p]; }
+
+int64_t plan_elems(const PlanBuffer *b) {
+    int64_t n = 1;
+    for (int i = 0; i < b->ndim; i++)
+        n *= b->shape[i];
+    return n;
+}
+
+typedef struct Reader {
+    FILE *f;
+    const char *path;
+    int line;
+    char *buf;
+    size_t cap;
+    char *err;
+    size_t errlen;
+} Reader;
+
+static int bad(Reader *r, const char *fmt, ...) {
+    int n = snprintf(r->err, r->errlen, "%s:%d: ", r->path, r->line);
+    va_list ap;
+    va_start(ap, fmt);
+    if (n >= 0 && (size_t)n < r->errlen)
+        vsnprintf(r->err + n, r->errlen - (size_t)n, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+// Reads the next non-empty, non-comment line; NULL at end of file.
+static char *next_line(Reader *r) {
+    for (;;) {
+        ssize_t n = getline(&r->buf, &r->cap, r->f);
+        if (n < 0)
+            return NULL;
+        r->line++;
+        while (n > 0 && (r->buf[n - 1] == '\n' || r->buf[n - 1] == '\r'))
+            r->buf[--n] = '\0';
+        char *p = r->buf;
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (*p && *p != '#')
+            return p;
+    }
+}
+
+static char *xstrdup(const char *s) {
+    char *p = strdup(s);
+    if (!p) {
+        fprintf(stderr, "ftc: out of memory\n");
+        abort();
+    }
+    return p;
+}
+
+// Splits `s` at spaces into at most `max` words (in place).
+static int words(char *s, char **w, int max) {
+    int n = 0;
+    for (char *p = strtok(s, " \t"); p && n < max; p = strtok(NULL, " \t"))
+        w[n++] = p;
+    return n;
+}
+
+static bool parse_i64(const char *s, int64_t *v) {
+    char *end;
+    errno = 0;
+    long long x = strtoll(s, &end, 10);
+    if (errno || end == s || *end)
+        return false;
+    *v = x;
+    return true;
+}
+
+static bool parse_int(const char *s, int *v) {
+    int64_t x;
+    if (!parse_i64(s, &x) || x < -1 || x > 1 << 30)
+        return false;
+    *v = (int)x;
+    return true;
+}
+
+static bool parse_f64(const char *s, double *v) {
+    char *end;
+    errno = 0;
+    *v = strtod(s, &end);
+    return !errno && end != s && !*end;
+}
+
+// "8x64x64" or "-" (a scalar).
+static bool parse_shape(const char *s, int *ndim, int64_t *shape) {
+    *ndim = 0;
+    if (strcmp(s, "-") == 0)
+        return true;
+    char tmp[256];
+    snprintf(tmp, sizeof tmp, "%s", s);
+    for (char *save, *p = strtok_r(tmp, "x", &save); p; p = strtok_r(NULL, "x", &save)) {
+        if (*ndim == PLAN_MAX_DIMS || !parse_i64(p, &shape[*ndim]) || shape[*ndim] <= 0)
+            return false;
+        (*ndim)++;
+    }
+    return *ndim > 0;
+}
+
+// "3,4,-1" into at most `max` ints.
+static int parse_list(const char *s, int *v, int max) {
+    char tmp[256];
+    snprintf(tmp, sizeof tmp, "%s", s);
+    int n = 0;
+    for (char *save, *p = strtok_r(tmp, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
+        if (n == max || !parse_int(p, &v[n]))
+            return -1;
+        n++;
+    }
+    return n;
+}
+
+static bool parse_dtype(const char *s, PlanDType *t) {
+    for (int i = 0; i < PDT_COUNT; i++)
+        if (strcmp(s, dtype_names[i]) == 0) {
+            *t = (PlanDType)i;
+            return true;
+        }
+    return false;
+}
+
+static int read_header(Reader *r, Plan *p) {
+    char *line;
+    while ((line = next_line(r))) {
+        char *w[16] = {0};
+        int n = words(line, w, 16);
+        if (strcmp(w[0], "buffers") == 0) {
+            int64_t nb;
+            if (n != 2 || !parse_i64(w[1], &nb) || nb < 0 || nb > 50000000)
+                return bad(r, "bad buffer count");
+            p->nbuf = (int)nb;
+            return 0;
+        }
+        if (n < 2)
+            return bad(r, "'%s' needs a value", w[0]);
+        bool ok = true;
+        if (strcmp(w[0], "model") == 0)
+            p->model = xstrdup(w[1]);
+        else if (strcmp(w[0], "seq") == 0)
+            ok = parse_i64(w[1], &p->seq) && p->seq > 0;
+        else if (strcmp(w[0], "micro_batch") == 0)
+            ok = parse_i64(w[1], &p->micro_batch) && p->micro_batch > 0;
+        else if (strcmp(w[0], "accum") == 0)
+            ok = parse_i64(w[1], &p->accum) && p->accum > 0;
+        else if (strcmp(w[0], "vocab") == 0)
+            ok = parse_i64(w[1], &p->vocab) && p->vocab > 0;
+        else if (strcmp(w[0], "precision") == 0)
+            p->precision = xstrdup(w[1]);
+        else if (strcmp(w[0], "rank") == 0)
+            ok = n == 4 && parse_int(w[1], &p->rank) && parse_int(w[3], &p->ranks);
+        else if (strcmp(w[0], "arena") == 0) {
+            PlanArena a = strcmp(w[1], "device") == 0 ? ARENA_DEVICE : ARENA_HOST;
+            ok = n == 3 && (a == ARENA_DEVICE || strcmp(w[1], "host") == 0) &&
+                 parse_i64(w[2], &p->arena_bytes[a]) && p->arena_bytes[a] >= 0;
+        } else if (strcmp(w[0], "optimizer") == 0) {
+            p->optimizer = xstrdup(w[1]);
+            for (int i = 2; ok && i < n; i++) {
+                char *eq = strchr(w[i], '=');
+                if (!eq)
+                    return bad(r, "optimizer settings are key=value");
+                *eq = '\0';
+                double *dst = strcmp(w[i], "lr") == 0             ? &p->lr
+                              : strcmp(w[i], "beta1") == 0        ? &p->beta1
+                              : strcmp(w[i], "beta2") == 0        ? &p->beta2
+                              : strcmp(w[i], "eps") == 0          ? &p->eps
+                              : strcmp(w[i], "weight_decay") == 0 ? &p->weight_decay
+                                                                  : NULL;
+                ok = dst && parse_f64(eq + 1, dst);
+            }
+        }
+        // other header keys (gpu, budget, source, ...) are for people; skip them
+        if (!ok)
+            return bad(r, "bad value for '%s'", w[0]);
+    }
+    return bad(r, "unexpected end of file before 'buffers'");
+}
+
+static int read_buffer(Reader *r, Plan *p, int i, char *line) {
+    char *w[32] = {0};
+    int n = words(line, w, 32);
+    PlanBuffer *b = &p->buf[i];
+    *b = (PlanBuffer){.id = i, .of = -1, .view = -1, .kind = PK_VALUE, .init_scale = 0.02};
+    int64_t id;
+    if (n < 11 || strcmp(w[0], "buffer") != 0 || !parse_i64(w[1], &id) || id != i)
+        return bad(r, "expected 'buffer %d NAME CATEGORY ARENA OFFSET BYTES DTYPE SHAPE FIRST LAST'", i);
+    b->name = xstrdup(w[2]);
+    b->category = xstrdup(w[3]);
+    if (strcmp(w[4], "device") == 0)
+        b->arena = ARENA_DEVICE;
+    else if (strcmp(w[4], "host") == 0)
+        b->arena = ARENA_HOST;
+    else
+        return bad(r, "buffer %s: unknown arena '%s'", b->name, w[4]);
+    if (!parse_i64(w[5], &b->offset) || !parse_i64(w[6], &b->bytes) || b->offset < 0 || b->bytes < 0)
+        return bad(r, "buffer %s: bad offset or size", b->name);
+    if (!parse_dtype(w[7], &b->dtype))
+        return bad(r, "buffer %s: unknown dtype '%s'", b->name, w[7]);
+    if (!parse_shape(w[8], &b->ndim, b->shape))
+        return bad(r, "buffer %s: bad shape '%s'", b->name, w[8]);
+    if (!parse_int(w[9], &b->first) || !parse_int(w[10], &b->last))
+        return bad(r, "buffer %s: bad lifetime", b->name);
+    for (int k = 11; k < n; k++) {
+        char *eq = strchr(w[k], '=');
+        if (!eq)
+            return bad(r, "buffer %s: '%s' is not key=value", b->name, w[k]);
+        *eq = '\0';
+        const char *key = w[k], *v = eq + 1;
+        bool ok = true;
+        if (strcmp(key, "kind") == 0) {
+            static const char *kinds[] = {"param", "grad", "state", "input", "value"};
+            ok = false;
+            for (int j = 0; j < 5; j++)
+                if (strcmp(v, kinds[j]) == 0)
+                    b->kind = (PlanKind)j, ok = true;
+        } else if (strcmp(key, "hf") == 0) {
+            b->hf = xstrdup(v);
+        } else if (strcmp(key, "init") == 0) {
+            static const char *inits[] = {"normal", "ones", "zeros", "kaiming_uniform"};
+            ok = false;
+            for (int j = 0; j < 4; j++)
+                if (strcmp(v, inits[j]) == 0)
+                    b->init = (PlanInit)j, ok = true;
+        } else if (strcmp(key, "scale") == 0) {
+            ok = parse_f64(v, &b->init_scale);
+        } else if (strcmp(key, "train") == 0) {
+            b->trainable = strcmp(v, "1") == 0;
+        } else if (strcmp(key, "of") == 0) {
+            ok = parse_int(v, &b->of);
+        } else if (strcmp(key, "view") == 0) {
+            ok = parse_int(v, &b->view);
+        } else if (strcmp(key, "role") == 0) {
+            b->role = xstrdup(v);
+        }
+        if (!ok)
+            return bad(r, "buffer %s: bad %s", b->name, key);
+    }
+    return 0;
+}
+
+static int read_instr(Reader *r, Plan *p, PlanInstr *in, int want_id, char *line) {
+    char *w[32] = {0};
+    int n = words(line, w, 32);
+    int id;
+    *in = (PlanInstr){.layer = -1};
+    if (n < 3 || !parse_int(w[0], &id) || id != want_id)
+        return bad(r, "expected instruction %d", want_id);
+    in->id = id;
+    in->op = xstrdup(w[1]);
+    for (int k = 2; k < n; k++) {
+        char *eq = strchr(w[k], '=');
+        if (!eq)
+            return bad(r, "instruction %d: '%s' is not key=value", id, w[k]);
+        *eq = '\0';
+        const char *key = w[k], *v = eq + 1;
+        bool ok = true;
+        int tmp[2];
+        if (strcmp(key, "out") == 0)
+            ok = (in->nout = parse_list(v, in->out, PLAN_MAX_OUT)) > 0;
+        else if (strcmp(key, "in") == 0)
+            ok = (in->nin = parse_list(v, in->in, PLAN_MAX_IN)) >= 0;
+        else if (strcmp(key, "update") == 0)
+            ok = parse_int(v, &tmp[0]) && tmp[0] >= 0 && (in->update = (unsigned)tmp[0], true);
+        else if (strcmp(key, "f") == 0)
+            ok = parse_f64(v, &in->f);
+        else if (strcmp(key, "causal") == 0)
+            in->causal = strcmp(v, "1") == 0;
+        else if (strcmp(key, "perm") == 0)
+            ok = parse_list(v, in->perm, 2) == 2;
+        else if (strcmp(key, "shape") == 0)
+            ok = parse_shape(v, &in->ndim, in->shape);
+        else if (strcmp(key, "chunk") == 0)
+            ok = parse_i64(v, &in->chunk);
+        else if (strcmp(key, "layer") == 0)
+            ok = parse_int(v, &in->layer);
+        else if (strcmp(key, "loc") == 0)
+            ok = sscanf(v, "%d:%d", &in->line, &in->col) == 2;
+        if (!ok)
+            return bad(r, "instruction %d: bad %s", id, key);
+    }
+    if (in->nout == 0)
+        return bad(r, "instruction %d (%s) has no outputs", id, in->op);
+    for (int k = 0; k < in->nin; k++)
+        if (in->in[k] >= p->nbuf)
+            return bad(r, "instruction %d (%s): input %d names buffer %d of %d", id, in->op, k,
+                       in->in[k], p->nbuf);
+    for (int k = 0; k < in->nout; k++)
+        if (in->out[k] < 0 || in->out[k] >= p->nbuf)
+            return bad(r, "instruction %d (%s): output %d names buffer %d of %d", id, in->op, k,
+                       in->out[k], p->nbuf);
+    return 0;
+}
+
+static int check_buffers(Reader *r, Plan *p) {
+    for (int i = 0; i < p->nbuf; i++) {
+        PlanBuffer *b = &p->buf[i];
+        if (b->view >= 0) {
+            if (b->view >= p->nbuf || p->buf[b->view].view >= 0)
+                return bad(r, "buffer %s: view of %d, which is not a base buffer", b->name, b->view);
+            const PlanBuffer *base = &p->buf[b->view];
+            if (plan_dtype_bytes(b->dtype, plan_elems(b)) > base->bytes)
+                return bad(r, "buffer %s: larger than its base %s", b->name, base->name);
+            continue;
+        }
+        if (b->bytes < plan_dtype_bytes(b->dtype, plan_elems(b)))
+            return bad(r, "buffer %s: %lld bytes cannot hold %lld %s elements", b->name,
+                       (long long)b->bytes, (long long)plan_elems(b), plan_dtype_name(b->dtype));
+        if (b->offset + b->bytes > p->arena_bytes[b->arena])
+            return bad(r, "buffer %s: [%lld, %lld) lies past the end of the %s arena (%lld bytes)",
+                       b->name, (long long)b->offset, (long long)(b->offset + b->bytes),
+                       b->arena == ARENA_DEVICE ? "device" : "host",
+                       (long long)p->arena_bytes[b->arena]);
+        if (b->of >= p->nbuf)
+            return bad(r, "buffer %s: of=%d out of range", b->name, b->of);
+    }
+    return 0;
+}
+
+int plan_load(Plan **out, const char *path, char *err, size_t errlen) {
+    *out = NULL;
+    Reader r = {.path = path, .err = err, .errlen = errlen};
+    r.f = fopen(path, "r");
+    if (!r.f) {
+        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    Plan *p = calloc(1, sizeof *p);
+    p->ranks = 1;
+    int rc = -1;
+    char *line = next_line(&r), *w[4] = {0};
+    if (!line || words(line, w, 4) != 2 || strcmp(w[0], "ftc-plan") != 0) {
+        bad(&r, "not an ftc plan (no 'ftc-plan VERSION' line)");
+        goto done;
+    }
+    p->version = atoi(w[1]);
+    if (p->version != PLAN_VERSION) {
+        bad(&r, "plan version %s; this runtime reads version %d", w[1], PLAN_VERSION);
+        goto done;
+    }
+    if (read_header(&r, p) != 0)
+        goto done;
+    if (!p->model || !p->seq || !p->micro_batch || !p->accum || !p->optimizer || !p->precision) {
+        bad(&r, "the header lacks model, seq, micro_batch, accum, precision or optimizer");
+        goto done;
+    }
+    p->buf = calloc((size_t)p->nbuf + 1, sizeof *p->buf);
+    for (int i = 0; i < p->nbuf; i++) {
+        if (!(line = next_line(&r))) {
+            bad(&r, "unexpected end of file in the buffer list");
+            goto done;
+        }
+        if (read_buffer(&r, p, i, line) != 0)
+            goto done;
+    }
+    if (check_buffers(&r, p) != 0)
+        goto done;
+    int next_id = 0;
+    for (int ph = 0; ph < PHASE_COUNT; ph++) {
+        int64_t n;
+        if (!(line = next_line(&r)) || words(line, w, 4) != 3 || strcmp(w[0], "phase") != 0 ||
+            strcmp(w[1], phase_names[ph]) != 0 || !parse_i64(w[2], &n) || n < 0 || n > 100000000) {
+            bad(&r, "expected 'phase %s N'", phase_names[ph]);
+            goto done;
+        }
+        p->nins[ph] = (int)n;
+        p->ins[ph] = calloc((size_t)n + 1, sizeof(PlanInstr));
+        for (int i = 0; i < n; i++) {
+            if (!(line = next_line(&r))) {
+                bad(&r, "unexpected end of file in phase %s", phase_names[ph]);
+                goto done;
+            }
+            if (read_instr(&r, p, &p->ins[ph][i], next_id++, line) != 0)
+                goto done;
+        }
+    }
+    if (!(line = next_line(&r)) || strcmp(line, "end") != 0) {
+        bad(&r, "expected 'end'");
+        goto done;
+    }
+    rc = 0;
+done:
+    free(r.buf);
+    fclose(r.f);
+    if (rc == 0)
+        *out = p;
+    else
+        plan_free(p);
+    return rc;
+}
+
+void plan_free(Plan *p) {
+    if (!p)
+        return;
+    for (int i = 0; i < p->nbuf && p->buf; i++) {
+        PlanBuffer *b = &p->buf[i];
+        free(b->name), free(b->category), free(b->hf), free(b->role);
+    }
+    free(p->buf);
+    for (int ph = 0; ph < PHASE_COUNT; ph++) {
+        for (int i = 0; i < p->nins[ph] && p->ins[ph]; i++)
+            free(p->ins[ph][i].op);
+        free(p->ins[ph]);
+    }
+    free(p->model), free(p->precision), free(p->optimizer);
+    free(p);
+}
+
+const PlanBuffer *plan_role(const Plan *p, const char *role) {
+    for (int i = 0; i < p->nbuf; i++)
+        if (p->buf[i].role && strcmp(p->buf[i].role, role) == 0)
+            return &p->buf[i];
+    return NULL;
+}

@@ -1,0 +1,113 @@
+// plan.h — the contract between the compiler and the runtime: the plan file.
+//
+// A plan is line-oriented text, versioned, diffable, and complete: the runtime needs
+// nothing else (not the .ft, not the compiler) to execute a training step.
+//
+//   ftc-plan 1
+//   model tiny
+//   seq 64
+//   micro_batch 8
+//   accum 1
+//   vocab 256
+//   precision bf16
+//   optimizer adamw lr=0.003 beta1=0.9 beta2=0.999 eps=1e-08 weight_decay=0
+//   rank 0 ranks 1
+//   arena device BYTES
+//   arena host BYTES
+//   buffers N
+//   buffer ID NAME CATEGORY ARENA OFFSET BYTES DTYPE SHAPE FIRST LAST [key=value ...]
+//   ...
+//   phase forward N          (then N instruction lines; likewise backward, optimizer)
+//   ID OP out=A,B in=C,D,E [update=MASK] [f=X] [causal=1] [perm=A,B] [shape=AxB]
+//      [chunk=ROWS] [layer=L] [loc=LINE:COL]
+//   end
+//
+// SHAPE is "8x64x64", or "-" for a scalar. FIRST and LAST are the indices (over all
+// phases in order) of the first and last instruction touching the buffer; a buffer
+// that lives for the whole step has FIRST 0 and LAST the final instruction.
+// Buffer keys: kind=param|grad|state|input|value, hf=CHECKPOINT_NAME, init=normal|ones|
+// zeros|kaiming_uniform, scale=X, train=0|1, of=PARAM_ID, view=BASE_ID (no bytes of its
+// own: it reads its base's), role=tokens|targets|loss|logits.
+//
+// Room for later: `rank`/`ranks` in the header, and collective ops (all_reduce,
+// reduce_scatter, all_gather) as instructions naming buffers like any other op.
+#ifndef FTC_RUNTIME_PLAN_H
+#define FTC_RUNTIME_PLAN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+enum { PLAN_VERSION = 1, PLAN_MAX_DIMS = 6, PLAN_MAX_IN = 6, PLAN_MAX_OUT = 4 };
+
+typedef enum PlanDType { PDT_F32, PDT_BF16, PDT_F16, PDT_I32, PDT_U8, PDT_NF4, PDT_COUNT } PlanDType;
+typedef enum PlanArena { ARENA_DEVICE, ARENA_HOST, ARENA_COUNT } PlanArena;
+typedef enum PlanKind { PK_PARAM, PK_GRAD, PK_STATE, PK_INPUT, PK_VALUE } PlanKind;
+typedef enum PlanInit { PINIT_NORMAL, PINIT_ONES, PINIT_ZEROS, PINIT_KAIMING_UNIFORM } PlanInit;
+typedef enum PlanPhase { PHASE_FWD, PHASE_BWD, PHASE_OPT, PHASE_COUNT } PlanPhase;
+
+typedef struct PlanBuffer {
+    int id;
+    char *name;
+    char *category;         // weights, grads, optimizer, master, activations, ...
+    PlanArena arena;
+    int64_t offset, bytes;
+    PlanDType dtype;
+    int ndim;
+    int64_t shape[PLAN_MAX_DIMS];
+    int first, last;        // instruction indices, over all phases
+    PlanKind kind;
+    char *hf;               // PK_PARAM: checkpoint name
+    PlanInit init;
+    double init_scale;
+    bool trainable;
+    int of;                 // PK_GRAD, PK_STATE: the parameter's buffer id; else -1
+    int view;               // a view of buffer `view` (shares its bytes); else -1
+    char *role;             // "tokens", "targets", "loss", "logits", or NULL
+} PlanBuffer;
+
+typedef struct PlanInstr {
+    int id;                 // index over all phases
+    char *op;               // op name, as in the compiler's op table
+    int nin, nout;
+    int in[PLAN_MAX_IN];    // buffer ids; -1 for an absent optional input
+    int out[PLAN_MAX_OUT];
+    unsigned update;        // bit k: out[k] is read-modify-written (+=, in place)
+    double f;               // eps, theta, p, c, loss scale
+    bool causal;
+    int perm[2];
+    int ndim;               // target shape of sum_to, embed_bwd, view
+    int64_t shape[PLAN_MAX_DIMS];
+    int64_t chunk;
+    int layer;
+    int line, col;          // where in the .ft it came from
+} PlanInstr;
+
+typedef struct Plan {
+    int version;
+    char *model;
+    int64_t seq, micro_batch, accum, vocab;
+    char *precision;
+    char *optimizer;        // "adamw" or "sgd"
+    double lr, beta1, beta2, eps, weight_decay;
+    int rank, ranks;
+    int64_t arena_bytes[ARENA_COUNT];
+    PlanBuffer *buf;
+    int nbuf;
+    PlanInstr *ins[PHASE_COUNT];
+    int nins[PHASE_COUNT];
+} Plan;
+
+const char *plan_dtype_name(PlanDType t);
+int64_t plan_dtype_bytes(PlanDType t, int64_t elems);
+int64_t plan_elems(const PlanBuffer *b);
+const char *plan_phase_name(PlanPhase p);
+
+// Reads the plan at `path`; 0, or -1 with "path:line: message" in err.
+int plan_load(Plan **out, const char *path, char *err, size_t errlen);
+void plan_free(Plan *p);
+// The buffer with role `role`, or NULL.
+const PlanBuffer *plan_role(const Plan *p, const char *role);
+
+#endif

@@ -1,0 +1,166 @@
+// train.c — `ftc run`: the training loop. Each step runs `accum` micro-steps
+// (forward, backward) on windows of seq + 1 tokens drawn in a seeded shuffled order,
+// then the optimizer phase, and prints one progress line:
+//
+//   step 3/20  loss 4.812345  tok/s 10234  lr 3.000e-03  elapsed 0.41s  mem 3.2 MiB
+//
+// Fields are "name value" pairs separated by two spaces, so a program can split them.
+#include "runtime.h"
+#include "data.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+__attribute__((format(printf, 1, 2)))
+static int error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "ftc run: error: ");
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return 1;
+}
+
+// Fills the tokens and targets buffers with the next micro_batch windows.
+static int load_batch(Exec *x, DataFile *d, const uint64_t *order, uint64_t nwin, uint64_t *cursor,
+                      int32_t *window, char *err, size_t errlen) {
+    const Plan *p = x->plan;
+    const PlanBuffer *tb = plan_role(p, "tokens"), *gb = plan_role(p, "targets");
+    int32_t *tokens = x->ptr[tb->id], *targets = x->ptr[gb->id];
+    int S = (int)p->seq;
+    for (int64_t b = 0; b < p->micro_batch; b++) {
+        uint64_t w = order[(*cursor)++ % nwin];
+        if (data_read_window(d, w, S, window, (int32_t)p->vocab, err, errlen) != 0)
+            return -1;
+        memcpy(tokens + b * S, window, sizeof(int32_t) * (size_t)S);
+        memcpy(targets + b * S, window + 1, sizeof(int32_t) * (size_t)S);
+    }
+    return 0;
+}
+
+static void fmt_bytes(char *buf, size_t cap, int64_t b) {
+    if (b >= (1LL << 30))
+        snprintf(buf, cap, "%.2f GiB", (double)b / 0x1p30);
+    else
+        snprintf(buf, cap, "%.1f MiB", (double)b / 0x1p20);
+}
+
+int rt_train(const RunOptions *o) {
+    char err[1024], path[4096];
+    snprintf(path, sizeof path, "%s/plan", o->plan_dir);
+    Plan *p = NULL;
+    if (plan_load(&p, path, err, sizeof err) != 0)
+        return error("%s", err);
+    if (!plan_role(p, "tokens") || !plan_role(p, "targets") || !plan_role(p, "loss")) {
+        plan_free(p);
+        return error("%s: the plan has no tokens, targets or loss buffer", path);
+    }
+    DataFile *d = NULL;
+    if (data_open(&d, o->data, err, sizeof err) != 0) {
+        plan_free(p);
+        return error("%s", err);
+    }
+    uint64_t nwin = 0;
+    if (data_window_count(d, (int)p->seq, &nwin, err, sizeof err) != 0) {
+        data_close(d);
+        plan_free(p);
+        return error("%s", err);
+    }
+    Backend *be = rt_cpu_backend();
+    Exec x;
+    int rc = 1;
+    uint64_t *order = malloc(sizeof(uint64_t) * nwin);
+    int32_t *window = malloc(sizeof(int32_t) * (size_t)(p->seq + 1));
+    data_shuffle(order, nwin, o->seed);
+    if (rt_exec_init(&x, p, be, o->layout, err, sizeof err) != 0) {
+        error("%s", err);
+        goto out;
+    }
+    x.seed = o->seed;
+    x.poison = o->poison;
+    if (o->weights) {
+        if (rt_weights_load(&x, o->weights, err, sizeof err) != 0) {
+            error("%s", err);
+            goto out;
+        }
+    } else {
+        rt_weights_init(&x, o->seed);
+    }
+    int64_t mem = 0;
+    for (int a = 0; a < ARENA_COUNT; a++)
+        mem += p->arena_bytes[a];
+    char mems[32];
+    fmt_bytes(mems, sizeof mems, mem);
+    int64_t tokens_per_step = p->seq * p->micro_batch * p->accum;
+    fprintf(o->out, "ftc run: %s on cpu, %lld steps of %lld x %lld x %lld tokens (micro-batch x accumulation x seq), %llu windows in %s\n",
+            p->model, (long long)o->steps, (long long)p->micro_batch, (long long)p->accum,
+            (long long)p->seq, (unsigned long long)nwin, o->data);
+    const PlanBuffer *lossb = plan_role(p, "loss");
+    double t0 = now_s(), first_loss = 0, last_loss = 0;
+    uint64_t cursor = 0;
+    for (int64_t step = 1; step <= o->steps; step++) {
+        double ts = now_s(), loss = 0;
+        x.step = step;
+        for (int64_t m = 0; m < p->accum; m++) {
+            x.micro = m;
+            if (load_batch(&x, d, order, nwin, &cursor, window, err, sizeof err) != 0 ||
+                rt_exec_phase(&x, PHASE_FWD, err, sizeof err) != 0 ||
+                rt_exec_phase(&x, PHASE_BWD, err, sizeof err) != 0) {
+                error("step %lld: %s", (long long)step, err);
+                goto out;
+            }
+            float l;
+            rt_read_f32(&x, lossb->id, &l);
+            loss += l;
+        }
+        if (rt_exec_phase(&x, PHASE_OPT, err, sizeof err) != 0) {
+            error("step %lld: %s", (long long)step, err);
+            goto out;
+        }
+        loss /= (double)p->accum;
+        if (step == 1)
+            first_loss = loss;
+        last_loss = loss;
+        double t1 = now_s();
+        fprintf(o->out, "step %lld/%lld  loss %.6f  tok/s %.0f  lr %.3e  elapsed %.2fs  mem %s\n",
+                (long long)step, (long long)o->steps, loss, (double)tokens_per_step / (t1 - ts),
+                p->lr, t1 - t0, mems);
+        fflush(o->out);
+    }
+    double total = now_s() - t0;
+    fprintf(o->out, "done: %lld steps, %lld tokens, loss %.4f -> %.4f, %.2fs, %.0f tok/s\n",
+            (long long)o->steps, (long long)(tokens_per_step * o->steps), first_loss, last_loss,
+            total, total > 0 ? (double)(tokens_per_step * o->steps) / total : 0.0);
+    if (o->save) {
+        if (mkdir(o->save, 0777) != 0 && errno != EEXIST) {
+            error("cannot create %s: %s", o->save, strerror(errno));
+            goto out;
+        }
+        snprintf(path, sizeof path, "%s/model.safetensors", o->save);
+        if (rt_weights_save(&x, path, false, err, sizeof err) != 0) {
+            error("%s", err);
+            goto out;
+        }
+        fprintf(o->out, "saved %s\n", path);
+    }
+    rc = 0;
+out:
+    rt_exec_free(&x);
+    be->destroy(be);
+    free(order);
+    free(window);
+    data_close(d);
+    plan_free(p);
+    return rc;
+}

@@ -1,0 +1,165 @@
+// weights.c — where parameters come from and go: seeded initialisation (the scheme
+// is the plan's per-parameter init, which the compiler takes from each parameter's
+// role: norm weights ones, biases zeros, LoRA A kaiming-uniform, LoRA B zeros, the
+// rest normal(0, 0.02) as Hugging Face initialises Qwen2 and Llama), checkpoint
+// loading by Hugging Face name, and saving.
+#include "runtime.h"
+#include "safetensors.h"
+#include "cpu/kernels.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t splitmix64(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+// Uniform in (0, 1): 53 random bits, never 0.
+static double uniform(uint64_t *s) { return ((double)(splitmix64(s) >> 11) + 0.5) * 0x1p-53; }
+
+// Fills n values per the init scheme; the stream depends only on (seed, buffer id).
+static void fill(float *v, int64_t n, PlanInit init, double scale, uint64_t seed, int id) {
+    uint64_t s = seed ^ ((uint64_t)id * 0xd1b54a32d192ed03ull);
+    for (int64_t i = 0; i < n; i++) {
+        switch (init) {
+        case PINIT_ONES: v[i] = 1.0f; break;
+        case PINIT_ZEROS: v[i] = 0.0f; break;
+        case PINIT_KAIMING_UNIFORM: v[i] = (float)((2 * uniform(&s) - 1) * scale); break;
+        case PINIT_NORMAL: {   // Box-Muller, one value per pair of draws
+            double u1 = uniform(&s), u2 = uniform(&s);
+            v[i] = (float)(scale * sqrt(-2 * log(u1)) * cos(2 * M_PI * u2));
+            break;
+        }
+        }
+    }
+}
+
+// Master copies start equal to their (loaded or initialised) parameter.
+static void sync_masters(Exec *x) {
+    const Plan *p = x->plan;
+    for (int i = 0; i < p->nbuf; i++) {
+        const PlanBuffer *b = &p->buf[i];
+        if (b->kind != PK_STATE || strcmp(b->category, "master") != 0 || b->of < 0)
+            continue;
+        float *tmp = malloc(sizeof(float) * (size_t)plan_elems(b));
+        rt_read_f32(x, b->of, tmp);
+        rt_write_f32(x, i, tmp);
+        free(tmp);
+    }
+}
+
+// Zeroes gradients and optimizer moments.
+static void zero_state(Exec *x) {
+    const Plan *p = x->plan;
+    for (int i = 0; i < p->nbuf; i++) {
+        const PlanBuffer *b = &p->buf[i];
+        if (b->view < 0 && (b->kind == PK_GRAD || (b->kind == PK_STATE && strcmp(b->category, "master"))))
+            memset(x->ptr[i], 0, (size_t)b->bytes);
+    }
+}
+
+void rt_weights_init(Exec *x, uint64_t seed) {
+    const Plan *p = x->plan;
+    for (int i = 0; i < p->nbuf; i++) {
+        const PlanBuffer *b = &p->buf[i];
+        if (b->kind != PK_PARAM)
+            continue;
+        int64_t n = plan_elems(b);
+        float *v = malloc(sizeof(float) * (size_t)n);
+        fill(v, n, b->init, b->init_scale, seed, i);
+        rt_write_f32(x, i, v);
+        free(v);
+    }
+    zero_state(x);
+    sync_masters(x);
+}
+
+int rt_weights_load(Exec *x, const char *path, char *err, size_t errlen) {
+    const Plan *p = x->plan;
+    StSet *st;
+    if (st_open(&st, path, err, errlen) != 0)
+        return -1;
+    int rc = 0;
+    for (int i = 0; i < p->nbuf && rc == 0; i++) {
+        const PlanBuffer *b = &p->buf[i];
+        if (b->kind != PK_PARAM)
+            continue;
+        const StTensor *t = st_find(st, b->hf);
+        if (!t) {
+            // A LoRA adapter is new: it keeps its initialisation.
+            if (strstr(b->hf, ".lora_A.") || strstr(b->hf, ".lora_B."))
+                continue;
+            snprintf(err, errlen, "%s: no tensor '%s' (parameter %s of the plan)", path, b->hf, b->name);
+            rc = -1;
+            break;
+        }
+        bool same = t->ndim == b->ndim;
+        for (int d = 0; same && d < b->ndim; d++)
+            same = t->shape[d] == b->shape[d];
+        if (!same) {
+            char want[128] = "", got[128] = "";
+            for (int d = 0; d < b->ndim; d++)
+                snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", d ? ", " : "",
+                         (long long)b->shape[d]);
+            for (int d = 0; d < t->ndim; d++)
+                snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "",
+                         (long long)t->shape[d]);
+            snprintf(err, errlen, "%s: tensor '%s' has shape [%s], the model expects [%s]", path,
+                     b->hf, got, want);
+            rc = -1;
+            break;
+        }
+        int64_t n = plan_elems(b);
+        float *v = malloc(sizeof(float) * (size_t)n);
+        char why[512];
+        if (st_read_f32(st, t, v, n, why, sizeof why) != 0) {
+            snprintf(err, errlen, "%s", why);
+            rc = -1;
+        } else {
+            rt_write_f32(x, i, v);
+        }
+        free(v);
+    }
+    st_close(st);
+    if (rc == 0) {
+        zero_state(x);
+        sync_masters(x);
+    }
+    return rc;
+}
+
+int rt_weights_save(Exec *x, const char *path, bool trainable_only, char *err, size_t errlen) {
+    const Plan *p = x->plan;
+    int n = 0;
+    StWrite *w = calloc((size_t)p->nbuf + 1, sizeof *w);
+    void **data = calloc((size_t)p->nbuf + 1, sizeof(void *));
+    // The fp32 master copy where the plan keeps one: the most exact value trained.
+    int *master = malloc(sizeof(int) * (size_t)p->nbuf);
+    for (int i = 0; i < p->nbuf; i++)
+        master[i] = -1;
+    for (int i = 0; i < p->nbuf; i++)
+        if (p->buf[i].kind == PK_STATE && strcmp(p->buf[i].category, "master") == 0 && p->buf[i].of >= 0)
+            master[p->buf[i].of] = i;
+    for (int i = 0; i < p->nbuf; i++) {
+        const PlanBuffer *b = &p->buf[i];
+        if (b->kind != PK_PARAM || (trainable_only && !b->trainable))
+            continue;
+        int src = master[i] >= 0 ? master[i] : i;
+        const PlanBuffer *sb = &p->buf[src];
+        float *v = malloc(sizeof(float) * (size_t)plan_elems(sb));
+        rt_read_f32(x, src, v);
+        data[n] = v;
+        w[n] = (StWrite){.name = b->hf, .dtype = ST_F32, .ndim = b->ndim, .shape = b->shape, .data = v};
+        n++;
+    }
+    const char *meta[] = {"format", "pt", "producer", "ftc", NULL};
+    int rc = st_write(path, w, n, meta, err, errlen);
+    for (int i = 0; i < n; i++)
+        free(data[i]);
+    free(data), free(w), free(master);
+    return rc;
+}
