@@ -266,6 +266,17 @@ static int read_config(FtSource *src, json_t *root, HfConfig *c) {
     read_heads(src, root, c, dim_ok);
     read_real(src, root, "rms_norm_eps", 1e-6, &c->eps);
     read_real(src, root, "rope_theta", 10000.0, &c->theta);
+    // transformers 5 moved the rotary settings into "rope_parameters"
+    json_t *rp = json_object_get(root, "rope_parameters");
+    if (rp && !json_is_null(rp)) {
+        json_t *type = json_object_get(rp, "rope_type");
+        if (!json_is_object(rp) || (type && (!json_is_string(type) ||
+                                             strcmp(json_string_value(type), "default") != 0)))
+            fe_error(src, key_loc(src, "rope_parameters"),
+                     "rope_parameters other than the default rope (rope scaling) are not supported");
+        else if (json_object_get(rp, "rope_theta"))
+            read_real(src, rp, "rope_theta", 10000.0, &c->theta);
+    }
     read_bool(src, root, "tie_word_embeddings", false, &c->tied);
     read_int(src, root, "max_position_embeddings", false, 0, &c->max_pos);
     read_window(src, root, c);

@@ -7,13 +7,15 @@
 
 #include <stdlib.h>
 
-static int state_tensor(IrGraph *g, const IrTensor *p, const char *what, DType dt, MemCategory cat,
+// A tensor shaped like parameter `param` that belongs to it (gradient, state, master).
+static int state_tensor(IrGraph *g, int param, const char *what, DType dt, MemCategory cat,
                         TensorKind kind) {
-    int id = ir_tensor_add(g, arena_printf(g->arena, "%s.%s", what, p->name), kind, dt, p->ndim,
-                           p->shape, p->loc);
+    const IrTensor p = g->tensors.at[param];   // a copy: adding a tensor may move the array
+    int id = ir_tensor_add(g, arena_printf(g->arena, "%s.%s", what, p.name), kind, dt, p.ndim,
+                           p.shape, p.loc);
     IrTensor *t = ir_tensor(g, id);
-    t->of = p->id;
-    t->layer = p->layer;
+    t->of = param;
+    t->layer = p.layer;
     t->cat = cat;
     return id;
 }
@@ -31,9 +33,8 @@ int autodiff_apply(IrGraph *g, int accum_steps) {
     int *grads = malloc(sizeof(int) * (size_t)nparams);
     for (int i = 0; i < nparams; i++) {
         grads[i] = -1;
-        const IrTensor *p = &g->tensors.at[i];
-        if (p->kind == TK_PARAM && p->trainable)
-            ad.grad[i] = grads[i] = state_tensor(g, p, "grad", st->grad_dt, MEM_GRADS, TK_GRAD);
+        if (g->tensors.at[i].kind == TK_PARAM && g->tensors.at[i].trainable)
+            ad.grad[i] = grads[i] = state_tensor(g, i, "grad", st->grad_dt, MEM_GRADS, TK_GRAD);
     }
     // Walk the forward nodes backwards; a rule does nothing when no gradient reaches it.
     for (int i = nfwd - 1; i >= 0; i--) {
@@ -51,11 +52,11 @@ int autodiff_apply(IrGraph *g, int accum_steps) {
         int outs[4], nout = 0;
         outs[nout++] = i;
         if (st->optim_states == 2) {
-            outs[nout++] = state_tensor(g, &p, "adam_m", st->optim_dt, MEM_OPTIMIZER, TK_STATE);
-            outs[nout++] = state_tensor(g, &p, "adam_v", st->optim_dt, MEM_OPTIMIZER, TK_STATE);
+            outs[nout++] = state_tensor(g, i, "adam_m", st->optim_dt, MEM_OPTIMIZER, TK_STATE);
+            outs[nout++] = state_tensor(g, i, "adam_v", st->optim_dt, MEM_OPTIMIZER, TK_STATE);
         }
         if (st->master)
-            outs[nout++] = state_tensor(g, &p, "master", DT_F32, MEM_MASTER, TK_STATE);
+            outs[nout++] = state_tensor(g, i, "master", DT_F32, MEM_MASTER, TK_STATE);
         int id = ir_node_add_update(g, st->optim_states == 2 ? OP_ADAMW : OP_SGD, 1, &grads[i],
                                     (IrAttr){0}, nout, outs, p.layer, p.loc);
         g->nodes.at[id].phase = PHASE_OPTIMIZER;

@@ -14,7 +14,7 @@ bad() { echo "FAIL $1: $2"; fail=$((fail+1)); }
 # expect NAME FILE LINE: `ftc compile FILE` succeeds and prints LINE exactly.
 expect() {
     local name=$1 file=$2 line=$3 out
-    if ! out=$("$ftc" compile "$file" 2>&1); then bad "$name" "compile failed: $out"; return; fi
+    if ! out=$("$ftc" compile "$file" -o "$tmp/out.plan" 2>&1); then bad "$name" "compile failed: $out"; return; fi
     if grep -qxF -- "$line" <<<"$out"; then ok "$name"; else bad "$name" "no line '$line' in:
 $out"; fi
 }
@@ -60,25 +60,25 @@ fi
 
 # Budgets: preset memory by default, sizes in both unit systems.
 expect budget-default models/tiny.ft "budget 42,949,672,960 bytes = 40.00 GiB (a100-40g): fits, 39.50 GiB to spare"
-out=$("$ftc" compile models/tiny.ft --budget 40GB --gpu h100-80g)
+out=$("$ftc" compile models/tiny.ft --budget 40GB --gpu h100-80g -o "$tmp/out.plan")
 grep -q "^budget 40,000,000,000 bytes = 37.25 GiB (h100-80g): fits" <<<"$out" && ok budget-gb || bad budget-gb "$out"
-out=$("$ftc" compile models/qwen2.ft --budget 40G --micro-batch 1)
+out=$("$ftc" compile models/qwen2.ft --budget 40G --micro-batch 1 -o "$tmp/out.plan")
 grep -q "does not fit with no technique applied" <<<"$out" && ok qwen2-40g-no-technique || bad qwen2-40g-no-technique "$out"
 
 # --dump-ir shows the graph, every node with the line it came from.
-out=$("$ftc" compile models/tiny.ft --dump-ir)
+out=$("$ftc" compile models/tiny.ft --dump-ir -o "$tmp/out.plan")
 grep -q "= attention .*causal=true .*@36:9" <<<"$out" && ok dump-ir || bad dump-ir "$(head -20 <<<"$out")"
 
 # Usage: help succeeds, no command is a usage error (2), a bad micro-batch too.
 "$ftc" help >/dev/null && ok help || bad help "exit $?"
 "$ftc" >/dev/null 2>&1; [ $? = 2 ] && ok no-command || bad no-command "exit not 2"
-"$ftc" compile models/tiny.ft --micro-batch 3 >"$tmp/o" 2>"$tmp/e"; rc=$?
+"$ftc" compile models/tiny.ft --micro-batch 3 -o "$tmp/out.plan" >"$tmp/o" 2>"$tmp/e"; rc=$?
 [ $rc = 1 ] && [ ! -s "$tmp/o" ] && grep -q "does not divide the global batch 8" "$tmp/e" \
     && ok micro-batch-divides || bad micro-batch-divides "exit $rc: $(cat "$tmp/e")"
 
 # The largest model compiles in well under a second.
 start=$(date +%s%N)
-"$ftc" compile models/qwen2-72b.ft >/dev/null; rc=$?
+"$ftc" compile models/qwen2-72b.ft -o "$tmp/out.plan" >/dev/null; rc=$?
 ms=$(( ($(date +%s%N) - start) / 1000000 ))
 [ $rc = 0 ] && [ "$ms" -lt 1000 ] && ok "qwen2-72b-fast (${ms} ms)" || bad qwen2-72b-fast "exit $rc, ${ms} ms"
 
