@@ -107,7 +107,7 @@ int rt_train(const RunOptions *o) {
             p->model, (long long)o->steps, (long long)p->micro_batch, (long long)p->accum,
             (long long)p->seq, (unsigned long long)nwin, o->data);
     const PlanBuffer *lossb = plan_role(p, "loss");
-    double t0 = now_s(), first_loss = 0, last_loss = 0;
+    double t0 = now_s(), first_loss = 0, recent[10] = {0};
     uint64_t cursor = 0;
     for (int64_t step = 1; step <= o->steps; step++) {
         double ts = now_s(), loss = 0;
@@ -131,17 +131,22 @@ int rt_train(const RunOptions *o) {
         loss /= (double)p->accum;
         if (step == 1)
             first_loss = loss;
-        last_loss = loss;
+        recent[(step - 1) % 10] = loss;
         double t1 = now_s();
         fprintf(o->out, "step %lld/%lld  loss %.6f  tok/s %.0f  lr %.3e  elapsed %.2fs  mem %s\n",
                 (long long)step, (long long)o->steps, loss, (double)tokens_per_step / (t1 - ts),
                 p->lr, t1 - t0, mems);
         fflush(o->out);
     }
-    double total = now_s() - t0;
-    fprintf(o->out, "done: %lld steps, %lld tokens, loss %.4f -> %.4f, %.2fs, %.0f tok/s\n",
-            (long long)o->steps, (long long)(tokens_per_step * o->steps), first_loss, last_loss,
-            total, total > 0 ? (double)(tokens_per_step * o->steps) / total : 0.0);
+    double total = now_s() - t0, tail = 0;
+    int ntail = o->steps < 10 ? (int)o->steps : 10;
+    for (int i = 0; i < ntail; i++)
+        tail += recent[i];
+    fprintf(o->out, "done: %lld steps, %lld tokens, loss %.4f at step 1, %.4f over the last %d steps, "
+                    "%.2fs, %.0f tok/s\n",
+            (long long)o->steps, (long long)(tokens_per_step * o->steps), first_loss,
+            ntail ? tail / ntail : 0.0, ntail, total,
+            total > 0 ? (double)(tokens_per_step * o->steps) / total : 0.0);
     if (o->save) {
         if (mkdir(o->save, 0777) != 0 && errno != EEXIST) {
             error("cannot create %s: %s", o->save, strerror(errno));

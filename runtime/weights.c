@@ -108,8 +108,8 @@ int rt_weights_load(Exec *x, const char *path, char *err, size_t errlen) {
             for (int d = 0; d < t->ndim; d++)
                 snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "",
                          (long long)t->shape[d]);
-            snprintf(err, errlen, "%s: tensor '%s' has shape [%s], the model expects [%s]", path,
-                     b->hf, got, want);
+            snprintf(err, errlen, "%s: tensor '%s' has shape [%s], the model expects [%s]",
+                     st_file_path(st, t->file), b->hf, got, want);
             rc = -1;
             break;
         }

@@ -413,8 +413,31 @@ static Kernel lookup(const char *op) {
     return NULL;
 }
 
+// OpenBLAS's threads cost more than they give on small GEMMs (2x on tiny.ft here):
+// below ~64 MFLOP per GEMM use one thread, unless the user set the thread count.
+extern void openblas_set_num_threads(int) __attribute__((weak));
+
+static void choose_blas_threads(const Plan *p) {
+    if (!openblas_set_num_threads || getenv("OPENBLAS_NUM_THREADS") || getenv("OMP_NUM_THREADS"))
+        return;
+    double most = 0;
+    for (int ph = 0; ph < PHASE_COUNT; ph++)
+        for (int i = 0; i < p->nins[ph]; i++) {
+            const PlanInstr *in = &p->ins[ph][i];
+            if (strcmp(in->op, "linear") && strcmp(in->op, "linear_dx") && strcmp(in->op, "linear_dw"))
+                continue;
+            const PlanBuffer *a = &p->buf[in->in[0]], *b = &p->buf[in->in[1]];
+            double f = 2.0 * (double)plan_elems(a) * (double)(b->ndim ? b->shape[b->ndim - 1] : 1);
+            if (f > most)
+                most = f;
+        }
+    if (most < 64e6)
+        openblas_set_num_threads(1);
+}
+
 static int cpu_prepare(Backend *be, const Plan *p, char *err, size_t errlen) {
     CpuState *s = be->state;
+    choose_blas_threads(p);
     int n = 0;
     for (int ph = 0; ph < PHASE_COUNT; ph++)
         n += p->nins[ph];
