@@ -339,10 +339,22 @@ static int cmd_run(Cmdline *cl, int argc, char **argv, int first) {
         const char *s = argv[i];
         bool takes = strcmp(s, "--data") == 0 || strcmp(s, "--weights") == 0 ||
                      strcmp(s, "--steps") == 0 || strcmp(s, "--save") == 0 ||
+                     strcmp(s, "--save-every") == 0 ||
                      strcmp(s, "--seed") == 0 || strcmp(s, "--device") == 0;
         if (strcmp(s, "--help") == 0 || strcmp(s, "-h") == 0) {
-            fputs("usage: ftc run DIR --data FILE [--weights PATH] [--steps N] [--save DIR] [--seed N]\n"
-                  "                   [--poison] [--unplanned] [--device cpu]\n", stdout);
+            fputs("usage: ftc run DIR --data FILE [--weights PATH] [--steps N] [--save DIR]\n"
+                  "                   [--save-every N] [--seed N] [--poison] [--unplanned] [--device cpu]\n"
+                  "\n"
+                  "  --data FILE       token file (ftc data makes one)\n"
+                  "  --weights PATH    Hugging Face safetensors: a file, or a directory (sharded too);\n"
+                  "                    without it, seeded initialisation\n"
+                  "  --steps N         optimizer steps (default 10)\n"
+                  "  --save DIR        write DIR/model.safetensors at the end (and every N steps with\n"
+                  "                    --save-every N)\n"
+                  "  --seed N          initialisation, data order and dropout (default 1234)\n"
+                  "  --poison          fill each buffer with NaN when its lifetime ends\n"
+                  "  --unplanned       every buffer its own allocation instead of the planned arena\n",
+                  stdout);
             return 0;
         }
         if (takes && i + 1 >= argc) {
@@ -358,6 +370,10 @@ static int cmd_run(Cmdline *cl, int argc, char **argv, int first) {
         else if (strcmp(s, "--steps") == 0) {
             i++;
             if (!arg_count(cl, i, argv[i], &o.steps))
+                return EXIT_USAGE;
+        } else if (strcmp(s, "--save-every") == 0) {
+            i++;
+            if (!arg_count(cl, i, argv[i], &o.save_every))
                 return EXIT_USAGE;
         } else if (strcmp(s, "--seed") == 0) {
             i++;

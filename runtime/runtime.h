@@ -87,6 +87,7 @@ int rt_weights_save(Exec *x, const char *path, bool trainable_only, char *err, s
 typedef struct RunOptions {
     const char *plan_dir, *data, *weights, *save;
     int64_t steps;
+    int64_t save_every;     // also save after every this many steps (0: only at the end)
     uint64_t seed;
     bool poison;
     ExecLayout layout;

@@ -49,6 +49,18 @@ static int load_batch(Exec *x, DataFile *d, const uint64_t *order, uint64_t nwin
     return 0;
 }
 
+// Saves the weights into DIR/model.safetensors (atomically); -1 after printing why.
+static int save(Exec *x, const char *dir, FILE *out) {
+    char path[4096], err[1024];
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+        return error("cannot create %s: %s", dir, strerror(errno)), -1;
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if (rt_weights_save(x, path, false, err, sizeof err) != 0)
+        return error("%s", err), -1;
+    fprintf(out, "saved %s (step %lld)\n", path, (long long)x->step);
+    return 0;
+}
+
 static void fmt_bytes(char *buf, size_t cap, int64_t b) {
     if (b >= (1LL << 30))
         snprintf(buf, cap, "%.2f GiB", (double)b / 0x1p30);
@@ -137,6 +149,9 @@ int rt_train(const RunOptions *o) {
                 (long long)step, (long long)o->steps, loss, (double)tokens_per_step / (t1 - ts),
                 p->lr, t1 - t0, mems);
         fflush(o->out);
+        if (o->save && o->save_every > 0 && step % o->save_every == 0 && step < o->steps &&
+            save(&x, o->save, o->out) != 0)
+            goto out;
     }
     double total = now_s() - t0, tail = 0;
     int ntail = o->steps < 10 ? (int)o->steps : 10;
@@ -147,18 +162,8 @@ int rt_train(const RunOptions *o) {
             (long long)o->steps, (long long)(tokens_per_step * o->steps), first_loss,
             ntail ? tail / ntail : 0.0, ntail, total,
             total > 0 ? (double)(tokens_per_step * o->steps) / total : 0.0);
-    if (o->save) {
-        if (mkdir(o->save, 0777) != 0 && errno != EEXIST) {
-            error("cannot create %s: %s", o->save, strerror(errno));
-            goto out;
-        }
-        snprintf(path, sizeof path, "%s/model.safetensors", o->save);
-        if (rt_weights_save(&x, path, false, err, sizeof err) != 0) {
-            error("%s", err);
-            goto out;
-        }
-        fprintf(o->out, "saved %s\n", path);
-    }
+    if (o->save && save(&x, o->save, o->out) != 0)
+        goto out;
     rc = 0;
 out:
     rt_exec_free(&x);
