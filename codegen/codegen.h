@@ -13,14 +13,15 @@ typedef struct PlanMeta {
     const char *precision;      // "bf16", "fp16", "fp32", "bf16_pure"
     const char *optimizer;      // "adamw", "sgd"
     double lr, beta1, beta2, eps, weight_decay;
+    int64_t arena_bytes;        // the device arena the offsets were assigned in
 } PlanMeta;
 
 //
 // plan_write.c
 //
 
-// Writes the plan of `g` to `f` with the simple layout: every buffer its own region
-// of the device arena, 256-byte aligned. Returns 0.
+// Writes the plan of `g` to `f`: buffers at the offsets and lifetimes the liveness
+// and alloc passes assigned. Returns 0.
 int codegen_plan_write(FILE *f, const IrGraph *g, const PlanMeta *meta);
 
 // Writes directory `dir` (plan and friends) atomically: everything goes to a fresh

@@ -1,5 +1,5 @@
 // plan_write.c — the plan file (format in runtime/plan.h) and the plan directory.
-// For now every buffer gets its own region: the layout the memory planner replaces.
+// Offsets and lifetimes come from the liveness and alloc passes.
 #include "codegen.h"
 
 #include <dirent.h>
@@ -9,10 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-enum { ALIGN = 256 };
-
 static const char *kind_name(TensorKind k) {
-    static const char *n[] = {"param", "input", "value", "grad", "state"};
+    static const char *n[] = {"param", "input", "value", "grad", "state", "workspace"};
     return n[k];
 }
 
@@ -36,40 +34,10 @@ static void list(FILE *f, const char *key, const int *v, int n) {
 
 int codegen_plan_write(FILE *f, const IrGraph *g, const PlanMeta *meta) {
     int nt = g->tensors.len, nn = g->nodes.len;
-    int *first = malloc(sizeof(int) * (size_t)nt), *last = malloc(sizeof(int) * (size_t)nt);
-    int64_t *offset = malloc(sizeof(int64_t) * (size_t)nt);
-    for (int i = 0; i < nt; i++)
-        first[i] = nn, last[i] = -1;
-    for (int i = 0; i < nn; i++) {
-        const IrNode *n = &g->nodes.at[i];
-        for (int k = 0; k < n->nin; k++)
-            if (n->in[k] >= 0) {
-                int b = ir_tensor_base(g, n->in[k]);
-                if (first[b] > i) first[b] = i;
-                if (last[b] < i) last[b] = i;
-            }
-        for (int k = 0; k < IR_MAX_OUTPUTS && n->out[k] >= 0; k++) {
-            int b = ir_tensor_base(g, n->out[k]);
-            if (first[b] > i) first[b] = i;
-            if (last[b] < i) last[b] = i;
-        }
-    }
-    int64_t arena = 0;
-    for (int i = 0; i < nt; i++) {
-        const IrTensor *t = &g->tensors.at[i];
-        if (t->kind == TK_PARAM || t->kind == TK_GRAD || t->kind == TK_STATE || t->kind == TK_INPUT)
-            first[i] = 0, last[i] = nn - 1;   // live across the whole step
-        if (last[i] < 0)
-            first[i] = last[i] = 0;           // never touched (a dead value)
-        if (t->alias_of >= 0)
-            continue;
-        offset[i] = arena;
-        arena += (ir_tensor_bytes(t) + ALIGN - 1) / ALIGN * ALIGN;
-    }
+    int64_t arena = meta->arena_bytes;
     const IrTensor *logits = &g->tensors.at[g->logits];
     fprintf(f, "ftc-plan %d\n", PLAN_VERSION);
-    fprintf(f, "# written by ftc compile from %s; the layout is one region per buffer\n",
-            meta->source);
+    fprintf(f, "# written by ftc compile from %s\n", meta->source);
     fprintf(f, "model %s\nsource %s\ngpu %s\nbudget %lld\n", meta->model, meta->source, meta->gpu,
             (long long)meta->budget_bytes);
     fprintf(f, "seq %lld\nmicro_batch %lld\naccum %lld\nvocab %lld\nprecision %s\n",
@@ -81,17 +49,24 @@ int codegen_plan_write(FILE *f, const IrGraph *g, const PlanMeta *meta) {
     for (int i = 0; i < nt; i++) {
         const IrTensor *t = &g->tensors.at[i];
         int base = ir_tensor_base(g, i);
+        const IrTensor *b = &g->tensors.at[base];
+        IR_ASSERT(b->offset >= 0);
         fprintf(f, "buffer %d %s %s device %lld %lld %s ", i, t->name, mem_category_name(t->cat),
-                (long long)offset[base], (long long)ir_tensor_bytes(t), dtype_name(t->dtype));
+                (long long)b->offset, (long long)ir_tensor_bytes(t), dtype_name(t->dtype));
         shape_str(f, t);
-        fprintf(f, " %d %d kind=%s", first[base], last[base], kind_name(t->kind));
+        fprintf(f, " %d %d kind=%s", b->first < 0 ? 0 : b->first, b->last < 0 ? 0 : b->last,
+                kind_name(t->kind));
         if (t->alias_of >= 0)
             fprintf(f, " view=%d", t->alias_of);
+        if (t->reuse >= 0)
+            fprintf(f, " reuse=%d", t->reuse);
         if (t->kind == TK_PARAM)
             fprintf(f, " hf=%s init=%s scale=%.17g train=%d", t->hf_name, init_name(t->init),
                     t->init_scale, t->trainable ? 1 : 0);
         if (t->of >= 0)
             fprintf(f, " of=%d", t->of);
+        if (t->layer >= 0)
+            fprintf(f, " layer=%d", t->layer);
         if (i == g->loss)
             fprintf(f, " role=loss");
         else if (i == g->logits)
@@ -130,6 +105,10 @@ int codegen_plan_write(FILE *f, const IrGraph *g, const PlanMeta *meta) {
             }
             if (n->attr.chunk_rows)
                 fprintf(f, " chunk=%lld", (long long)n->attr.chunk_rows);
+            if (n->ws >= 0)
+                fprintf(f, " ws=%d", n->ws);
+            fprintf(f, " flops=%lld bytes=%lld", (long long)op_flops(g, n),
+                    (long long)(op_bytes_read(g, n) + op_bytes_written(g, n)));
             if (n->layer >= 0)
                 fprintf(f, " layer=%d", n->layer);
             if (n->loc.line)
@@ -138,7 +117,6 @@ int codegen_plan_write(FILE *f, const IrGraph *g, const PlanMeta *meta) {
         }
     }
     fprintf(f, "end\n");
-    free(first), free(last), free(offset);
     return 0;
 }
 
@@ -178,6 +156,21 @@ int codegen_plan_dir(const char *dir, const IrGraph *g, const PlanMeta *meta, ch
     codegen_plan_write(f, g, meta);
     if (ferror(f) | fclose(f)) {
         snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+        remove_dir(tmp);
+        return -1;
+    }
+    // Read it back as the runtime will, and verify it independently of the allocator.
+    Plan *p = NULL;
+    char why[1024];
+    if (plan_load(&p, path, why, sizeof why) != 0) {
+        snprintf(err, errlen, "internal error: the plan does not read back: %s", why);
+        remove_dir(tmp);
+        return -1;
+    }
+    int problems = plan_verify(p, stderr);
+    plan_free(p);
+    if (problems) {
+        snprintf(err, errlen, "internal error: the plan failed verification (%d problems)", problems);
         remove_dir(tmp);
         return -1;
     }

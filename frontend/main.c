@@ -283,6 +283,11 @@ static int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
         fprintf(out, "# after autodiff\n");
         ir_print(out, g);
     }
+    ScheduleStats ss;
+    AllocStats as;
+    schedule_apply(g, &ss);
+    liveness_apply(g, true);
+    alloc_apply(g, &as);
     if (ir_verify(g, stderr) != 0) {
         fprintf(stderr, "%s: internal error: the IR failed verification\n", path);
         goto done;
@@ -300,11 +305,18 @@ static int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
     PlanMeta meta = {.model = m.name, .source = path, .gpu = gpu->name, .budget_bytes = budget,
                      .accum = m.train.batch / micro, .precision = prec[m.train.precision],
                      .optimizer = m.train.optimizer, .lr = m.train.lr, .beta1 = m.train.beta1,
-                     .beta2 = m.train.beta2, .eps = m.train.eps, .weight_decay = m.train.weight_decay};
+                     .beta2 = m.train.beta2, .eps = m.train.eps, .weight_decay = m.train.weight_decay,
+                     .arena_bytes = as.arena_bytes};
     if (codegen_plan_dir(dir, g, &meta, err, sizeof err) != 0) {
         fprintf(stderr, "ftc compile: error: %s\n", err);
         goto done;
     }
+    char a1[32], a2[32];
+    fprintf(out, "\nplanned step (micro-batch %lld, no recompute or offload yet): device arena %s, "
+                 "liveness lower bound %s (%.2f%% above it, %s order)\n",
+            (long long)micro, fe_gib(a1, sizeof a1, as.arena_bytes), fe_gib(a2, sizeof a2, as.lower_bound),
+            as.lower_bound ? 100.0 * (double)(as.arena_bytes - as.lower_bound) / (double)as.lower_bound : 0.0,
+            as.strategy);
     fprintf(out, "plan: %s/plan\n", dir);
     rc = 0;
 done:

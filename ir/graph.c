@@ -56,6 +56,7 @@ int ir_tensor_add(IrGraph *g, const char *name, TensorKind kind, DType dt, int n
              : kind == TK_GRAD  ? MEM_GRADS   : kind == TK_STATE ? MEM_OPTIMIZER
                                                                  : MEM_TEMPORARIES,
         .loc = loc, .of = -1, .init = INIT_NORMAL, .init_scale = 0.02,
+        .first = -1, .last = -1, .reuse = -1, .offset = -1,
     };
     for (int i = 0; i < ndim; i++)
         t.shape[i] = shape[i];
@@ -114,7 +115,7 @@ static IrNode new_node(IrGraph *g, OpKind op, int nin, const int *in, IrAttr att
     const OpInfo *info = op_info(op);
     IR_ASSERT(nin >= info->min_in && nin <= info->max_in);
     IrNode n = {.id = g->nodes.len, .op = op, .nin = nin, .attr = attr, .layer = layer,
-                .loc = loc};
+                .loc = loc, .ws = -1};
     for (int i = 0; i < IR_MAX_INPUTS; i++)
         n.in[i] = i < nin ? in[i] : -1;
     for (int k = 0; k < IR_MAX_OUTPUTS; k++)

@@ -92,6 +92,7 @@ typedef enum TensorKind {
     TK_VALUE,     // produced by a node
     TK_GRAD,      // a parameter's gradient, accumulated over micro-batches; `of` the param
     TK_STATE,     // optimizer state or fp32 master copy of param `of`; cat says which
+    TK_WORKSPACE, // scratch of one node (`producer`), live only while it runs
 } TensorKind;
 
 // How the runtime initialises a parameter that no checkpoint provides.
@@ -120,6 +121,11 @@ typedef struct IrTensor {
     IrInit init;            // TK_PARAM: how to initialise it without a checkpoint
     double init_scale;
     int of;                 // TK_GRAD, TK_STATE: the parameter; else -1
+    // Set by liveness and alloc (passes/); -1 before.
+    int first, last;        // node indices of its first write and last use
+    int reuse;              // shares the bytes of this tensor (in place), else -1
+    int arena;              // 0 device, 1 host
+    int64_t offset;         // in its arena
     SrcLoc loc;
 } IrTensor;
 
@@ -158,6 +164,7 @@ typedef struct IrNode {
     IrAttr attr;
     int layer;              // repeat index, -1 outside any repeated block
     IrPhase phase;
+    int ws;                 // its TK_WORKSPACE tensor (set by liveness), else -1
     SrcLoc loc;
 } IrNode;
 

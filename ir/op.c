@@ -387,7 +387,8 @@ static int64_t read_embed(const IrGraph *g, const IrNode *n) {
 
 static int64_t read_nothing(const IrGraph *g, const IrNode *n) { (void)g, (void)n; return 0; }
 
-// Cross-entropy keeps the fp32 gradient of each row chunk of logits it works on.
+// The loss's backward forms the fp32 gradient of each row chunk of logits it works on
+// before storing it in the logits' dtype.
 static int64_t scratch_cross_entropy(const IrGraph *g, const IrNode *n) {
     const IrTensor *lg = IN(0);
     int64_t v = lg->shape[lg->ndim - 1], rows = ir_tensor_elems(lg) / (v ? v : 1);
@@ -663,8 +664,7 @@ static const OpInfo ops[OP_COUNT] = {
                     .backward = bwd_unary, .user = true},
     [OP_CROSS_ENTROPY] = {.name = "cross_entropy", .min_in = 2, .max_in = 2,
                           .shape = shape_cross_entropy, .flops = flops_cross_entropy,
-                          .grad_needs = {I0 | I1}, .scratch_bytes = scratch_cross_entropy,
-                          .backward = bwd_cross_entropy, .user = true},
+                          .grad_needs = {I0 | I1}, .backward = bwd_cross_entropy, .user = true},
     // backward ops
     [OP_EMBED_BWD] = {.name = "embed_bwd", .min_in = 2, .max_in = 2, .shape = shape_attr,
                       .flops = flops_elems},

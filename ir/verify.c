@@ -18,7 +18,7 @@ int ir_verify(const IrGraph *g, FILE *f) {
             if (t->shape[d] <= 0)
                 BAD("tensor %s has dim %d = %lld", t->name, d, (long long)t->shape[d]);
         if (t->kind != TK_VALUE)
-            made[i] = 1;
+            made[i] = 1;   // params, inputs, gradients, state and workspace exist up front
         if (t->kind == TK_PARAM && !t->hf_name)
             BAD("param %s has no checkpoint name", t->name);
         if ((t->kind == TK_GRAD || t->kind == TK_STATE) &&

@@ -61,14 +61,11 @@ MemBreakdown count_naive_memory(const IrGraph *g, int64_t reserve_bytes) {
             m.bytes[MEM_ACTIVATIONS] += ir_tensor_bytes(t);
     }
     free(saved);
-    // The logits live into the loss's backward whatever else is saved, and the loss
-    // works on an fp32 gradient of them (in one piece when not chunked).
-    if (g->logits >= 0)
-        m.logits_bytes = ir_tensor_bytes(&g->tensors.at[ir_tensor_base(g, g->logits)]);
-    for (int i = 0; i < g->nodes.len; i++) {
-        const IrNode *n = &g->nodes.at[i];
-        if (op_info(n->op)->scratch_bytes && n->phase == PHASE_FORWARD)
-            m.logits_bytes += op_info(n->op)->scratch_bytes(g, n);
+    // The logits live into the loss's backward whatever else is saved, and the loss's
+    // backward forms an fp32 gradient of them (in one piece: no technique applied).
+    if (g->logits >= 0) {
+        const IrTensor *lg = &g->tensors.at[ir_tensor_base(g, g->logits)];
+        m.logits_bytes = ir_tensor_bytes(lg) + dtype_bytes(DT_F32, ir_tensor_elems(lg));
     }
     m.bytes[MEM_RESERVE] = reserve_bytes;
     m.total = m.logits_bytes;

@@ -40,6 +40,43 @@ int lora_apply(IrGraph *g, const LoraSpec *spec, PassDiag *d);
 int autodiff_apply(IrGraph *g, int accum_steps);
 
 //
+// schedule.c — a memory-aware execution order within each phase.
+//
+
+typedef struct ScheduleStats {
+    int64_t peak_emitted, peak_greedy;  // transient bytes at the peak of each order
+    bool greedy;                        // the greedy order was kept
+} ScheduleStats;
+
+int schedule_apply(IrGraph *g, ScheduleStats *st);
+
+//
+// liveness.c — lifetimes, categories, workspace tensors, in-place reuse.
+//
+
+// Sets first/last of every tensor in the current order, categories from lifetimes,
+// a TK_WORKSPACE tensor for each node that needs scratch, and (when `in_place`) reuse
+// links for elementwise outputs that can take over a dying input's bytes. Returns 0.
+int liveness_apply(IrGraph *g, bool in_place);
+// The tensor whose bytes `t` occupies (through views and reuse links).
+int liveness_root(const IrGraph *g, int t);
+
+//
+// alloc.c — static offsets in the device arena.
+//
+
+typedef struct AllocStats {
+    int64_t arena_bytes;        // the device arena
+    int64_t lower_bound;        // the most bytes live at any node (256-byte aligned sizes)
+    int lower_bound_at;         // that node
+    int64_t fixed_bytes;        // of which live for the whole step
+    const char *strategy;       // the order that won
+    int64_t tried[3];           // arena under each order: size, area, start
+} AllocStats;
+
+int alloc_apply(IrGraph *g, AllocStats *st);
+
+//
 // gpu.c — GPU presets for budgets and the cost model (REFERENCE.md §5).
 //
 

@@ -98,6 +98,8 @@ int rt_exec_phase(Exec *x, PlanPhase ph, char *err, size_t errlen) {
         }
         if (!x->poison)
             continue;
+        if (in->ws >= 0)
+            poison(x, &p->buf[in->ws]);
         // A buffer whose last use this was is dead: its bytes must never be read again.
         for (int k = 0; k < in->nin + in->nout; k++) {
             int id = k < in->nin ? in->in[k] : in->out[k - in->nin];
@@ -105,7 +107,14 @@ int rt_exec_phase(Exec *x, PlanPhase ph, char *err, size_t errlen) {
                 continue;
             const PlanBuffer *b = &p->buf[id];
             const PlanBuffer *base = b->view >= 0 ? &p->buf[b->view] : b;
-            if (base->last == in->id && !persistent(base) && !base->role)
+            if (base->last != in->id || persistent(base) || base->role)
+                continue;
+            // An output written in place over it now owns these bytes.
+            bool taken = false;
+            for (int o = 0; o < in->nout; o++)
+                taken |= in->out[o] >= 0 && in->out[o] != base->id &&
+                         plan_root(p, in->out[o]) == plan_root(p, base->id);
+            if (!taken)
                 poison(x, base);
         }
     }

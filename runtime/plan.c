@@ -199,7 +199,8 @@ static int read_buffer(Reader *r, Plan *p, int i, char *line) {
     char *w[32] = {0};
     int n = words(line, w, 32);
     PlanBuffer *b = &p->buf[i];
-    *b = (PlanBuffer){.id = i, .of = -1, .view = -1, .kind = PK_VALUE, .init_scale = 0.02};
+    *b = (PlanBuffer){.id = i, .of = -1, .view = -1, .reuse = -1, .layer = -1, .kind = PK_VALUE,
+                      .init_scale = 0.02};
     int64_t id;
     if (n < 11 || strcmp(w[0], "buffer") != 0 || !parse_i64(w[1], &id) || id != i)
         return bad(r, "expected 'buffer %d NAME CATEGORY ARENA OFFSET BYTES DTYPE SHAPE FIRST LAST'", i);
@@ -227,9 +228,9 @@ static int read_buffer(Reader *r, Plan *p, int i, char *line) {
         const char *key = w[k], *v = eq + 1;
         bool ok = true;
         if (strcmp(key, "kind") == 0) {
-            static const char *kinds[] = {"param", "grad", "state", "input", "value"};
+            static const char *kinds[] = {"param", "grad", "state", "input", "value", "workspace"};
             ok = false;
-            for (int j = 0; j < 5; j++)
+            for (int j = 0; j < 6; j++)
                 if (strcmp(v, kinds[j]) == 0)
                     b->kind = (PlanKind)j, ok = true;
         } else if (strcmp(key, "hf") == 0) {
@@ -248,6 +249,10 @@ static int read_buffer(Reader *r, Plan *p, int i, char *line) {
             ok = parse_int(v, &b->of);
         } else if (strcmp(key, "view") == 0) {
             ok = parse_int(v, &b->view);
+        } else if (strcmp(key, "reuse") == 0) {
+            ok = parse_int(v, &b->reuse) && b->reuse < i && b->reuse >= 0;
+        } else if (strcmp(key, "layer") == 0) {
+            ok = parse_int(v, &b->layer);
         } else if (strcmp(key, "role") == 0) {
             b->role = xstrdup(v);
         }
@@ -261,7 +266,7 @@ static int read_instr(Reader *r, Plan *p, PlanInstr *in, int want_id, char *line
     char *w[32] = {0};
     int n = words(line, w, 32);
     int id;
-    *in = (PlanInstr){.layer = -1};
+    *in = (PlanInstr){.layer = -1, .ws = -1};
     if (n < 3 || !parse_int(w[0], &id) || id != want_id)
         return bad(r, "expected instruction %d", want_id);
     in->id = id;
@@ -292,6 +297,12 @@ static int read_instr(Reader *r, Plan *p, PlanInstr *in, int want_id, char *line
             ok = parse_i64(v, &in->chunk);
         else if (strcmp(key, "layer") == 0)
             ok = parse_int(v, &in->layer);
+        else if (strcmp(key, "ws") == 0)
+            ok = parse_int(v, &in->ws) && in->ws >= 0 && in->ws < p->nbuf;
+        else if (strcmp(key, "flops") == 0)
+            ok = parse_i64(v, &in->flops);
+        else if (strcmp(key, "bytes") == 0)
+            ok = parse_i64(v, &in->bytes);
         else if (strcmp(key, "loc") == 0)
             ok = sscanf(v, "%d:%d", &in->line, &in->col) == 2;
         if (!ok)
@@ -324,6 +335,8 @@ static int check_buffers(Reader *r, Plan *p) {
         if (b->bytes < plan_dtype_bytes(b->dtype, plan_elems(b)))
             return bad(r, "buffer %s: %lld bytes cannot hold %lld %s elements", b->name,
                        (long long)b->bytes, (long long)plan_elems(b), plan_dtype_name(b->dtype));
+        if (b->reuse >= 0 && p->buf[b->reuse].offset != b->offset)
+            return bad(r, "buffer %s: reuses %s but lies elsewhere", b->name, p->buf[b->reuse].name);
         if (b->offset + b->bytes > p->arena_bytes[b->arena])
             return bad(r, "buffer %s: [%lld, %lld) lies past the end of the %s arena (%lld bytes)",
                        b->name, (long long)b->offset, (long long)(b->offset + b->bytes),
@@ -428,5 +441,33 @@ const PlanBuffer *plan_role(const Plan *p, const char *role) {
     for (int i = 0; i < p->nbuf; i++)
         if (p->buf[i].role && strcmp(p->buf[i].role, role) == 0)
             return &p->buf[i];
+    return NULL;
+}
+
+int plan_root(const Plan *p, int id) {
+    for (;;) {
+        const PlanBuffer *b = &p->buf[id];
+        if (b->view >= 0)
+            id = b->view;
+        else if (b->reuse >= 0)
+            id = b->reuse;
+        else
+            return id;
+    }
+}
+
+int plan_instr_count(const Plan *p) {
+    int n = 0;
+    for (int ph = 0; ph < PHASE_COUNT; ph++)
+        n += p->nins[ph];
+    return n;
+}
+
+const PlanInstr *plan_instr(const Plan *p, int id) {
+    for (int ph = 0; ph < PHASE_COUNT; ph++) {
+        if (id < p->nins[ph])
+            return id >= 0 ? &p->ins[ph][id] : NULL;
+        id -= p->nins[ph];
+    }
     return NULL;
 }

@@ -25,9 +25,11 @@
 // SHAPE is "8x64x64", or "-" for a scalar. FIRST and LAST are the indices (over all
 // phases in order) of the first and last instruction touching the buffer; a buffer
 // that lives for the whole step has FIRST 0 and LAST the final instruction.
-// Buffer keys: kind=param|grad|state|input|value, hf=CHECKPOINT_NAME, init=normal|ones|
-// zeros|kaiming_uniform, scale=X, train=0|1, of=PARAM_ID, view=BASE_ID (no bytes of its
-// own: it reads its base's), role=tokens|targets|loss|logits.
+// Buffer keys: kind=param|grad|state|input|value|workspace, hf=CHECKPOINT_NAME,
+// init=normal|ones|zeros|kaiming_uniform, scale=X, train=0|1, of=PARAM_ID, view=BASE_ID
+// (no bytes of its own: it reads its base's), reuse=ID (written in place over buffer ID,
+// whose last use is this buffer's first write), layer=L, role=tokens|targets|loss|logits.
+// Instruction keys beyond operands: ws=ID (scratch), flops=N, bytes=N (estimates).
 //
 // Room for later: `rank`/`ranks` in the header, and collective ops (all_reduce,
 // reduce_scatter, all_gather) as instructions naming buffers like any other op.
@@ -43,7 +45,7 @@ enum { PLAN_VERSION = 1, PLAN_MAX_DIMS = 6, PLAN_MAX_IN = 6, PLAN_MAX_OUT = 4 };
 
 typedef enum PlanDType { PDT_F32, PDT_BF16, PDT_F16, PDT_I32, PDT_U8, PDT_NF4, PDT_COUNT } PlanDType;
 typedef enum PlanArena { ARENA_DEVICE, ARENA_HOST, ARENA_COUNT } PlanArena;
-typedef enum PlanKind { PK_PARAM, PK_GRAD, PK_STATE, PK_INPUT, PK_VALUE } PlanKind;
+typedef enum PlanKind { PK_PARAM, PK_GRAD, PK_STATE, PK_INPUT, PK_VALUE, PK_WORKSPACE } PlanKind;
 typedef enum PlanInit { PINIT_NORMAL, PINIT_ONES, PINIT_ZEROS, PINIT_KAIMING_UNIFORM } PlanInit;
 typedef enum PlanPhase { PHASE_FWD, PHASE_BWD, PHASE_OPT, PHASE_COUNT } PlanPhase;
 
@@ -64,6 +66,9 @@ typedef struct PlanBuffer {
     bool trainable;
     int of;                 // PK_GRAD, PK_STATE: the parameter's buffer id; else -1
     int view;               // a view of buffer `view` (shares its bytes); else -1
+    int reuse;              // written in place over buffer `reuse`, which dies as this is
+                            // born (same bytes, same offset); else -1
+    int layer;              // repeat index of the block that made it, else -1
     char *role;             // "tokens", "targets", "loss", "logits", or NULL
 } PlanBuffer;
 
@@ -80,6 +85,8 @@ typedef struct PlanInstr {
     int ndim;               // target shape of sum_to, embed_bwd, view
     int64_t shape[PLAN_MAX_DIMS];
     int64_t chunk;
+    int ws;                 // its workspace buffer, else -1
+    int64_t flops, bytes;   // estimated work and traffic (for the cost model and traces)
     int layer;
     int line, col;          // where in the .ft it came from
 } PlanInstr;
@@ -109,5 +116,21 @@ int plan_load(Plan **out, const char *path, char *err, size_t errlen);
 void plan_free(Plan *p);
 // The buffer with role `role`, or NULL.
 const PlanBuffer *plan_role(const Plan *p, const char *role);
+// The buffer whose bytes `id` uses (through view and reuse links).
+int plan_root(const Plan *p, int id);
+// The instruction with index `id` over all phases, or NULL.
+const PlanInstr *plan_instr(const Plan *p, int id);
+int plan_instr_count(const Plan *p);
+
+//
+// verify.c — the plan verifier, independent of the allocator that made the plan.
+//
+
+// Checks that buffers whose lifetimes overlap share no bytes (but for a declared
+// in-place reuse), every buffer lies inside its arena, every instruction's operands
+// exist, every read follows a write, and every touch lies inside the buffer's lifetime.
+// Returns the number of problems; each is written to `out` (if not NULL) naming the
+// buffers and instructions.
+int plan_verify(const Plan *p, FILE *out);
 
 #endif

@@ -44,8 +44,13 @@ static bool harness_compile(Harness *h, const char *name, const char *text, int6
         PassDiag d = {0};
         ok = lora_apply(g, &ls, &d) == 0;
     }
+    AllocStats as = {0};
     if (ok) {
         autodiff_apply(g, (int)(h->m.train.batch / batch));
+        ScheduleStats ss;
+        schedule_apply(g, &ss);
+        liveness_apply(g, true);
+        alloc_apply(g, &as);
         ok = ir_verify(g, stdout) == 0;
     }
     if (ok) {
@@ -56,7 +61,7 @@ static bool harness_compile(Harness *h, const char *name, const char *text, int6
                          .accum = h->m.train.batch / batch, .precision = prec[h->m.train.precision],
                          .optimizer = h->m.train.optimizer, .lr = h->m.train.lr,
                          .beta1 = h->m.train.beta1, .beta2 = h->m.train.beta2, .eps = h->m.train.eps,
-                         .weight_decay = h->m.train.weight_decay};
+                         .weight_decay = h->m.train.weight_decay, .arena_bytes = as.arena_bytes};
         ok = codegen_plan_dir(h->dir, g, &meta, err, sizeof err) == 0;
         snprintf(path, sizeof path, "%s/plan", h->dir);
         if (ok && plan_load(&h->plan, path, err, sizeof err) != 0)
@@ -92,7 +97,7 @@ static void harness_free(Harness *h) {
 }
 
 // Runs forward and backward once; false after printing why.
-static bool harness_step(Harness *h) {
+__attribute__((unused)) static bool harness_step(Harness *h) {
     char err[1024];
     if (rt_exec_phase(&h->x, PHASE_FWD, err, sizeof err) == 0 &&
         rt_exec_phase(&h->x, PHASE_BWD, err, sizeof err) == 0)
@@ -102,7 +107,7 @@ static bool harness_step(Harness *h) {
 }
 
 // The loss of the last forward.
-static float harness_loss(Harness *h) {
+__attribute__((unused)) static float harness_loss(Harness *h) {
     float l;
     rt_read_f32(&h->x, plan_role(h->plan, "loss")->id, &l);
     return l;

@@ -132,12 +132,12 @@ static void test_shape_errors(void) {
     int loss = node(g, OP_CROSS_ENTROPY, 2, lg, tok, -1, (IrAttr){0}, &err);
     CHECK_EQ(0, ir_tensor(g, loss)->ndim);
     CHECK_EQ(-1, node(g, OP_CROSS_ENTROPY, 2, lg, x, -1, (IrAttr){0}, &err));
-    // cross-entropy scratch: fp32 rows x vocab, or one chunk of rows
+    // the loss backward's scratch: fp32 rows x vocab, or one chunk of rows (same inputs)
     const IrNode *ce = &g->nodes.at[g->nodes.len - 1];
-    CHECK_EQ(32 * 256 * 4, op_info(OP_CROSS_ENTROPY)->scratch_bytes(g, ce));
+    CHECK_EQ(32 * 256 * 4, op_info(OP_CROSS_ENTROPY_BWD)->scratch_bytes(g, ce));
     IrNode chunked = *ce;
     chunked.attr.chunk_rows = 8;
-    CHECK_EQ(8 * 256 * 4, op_info(OP_CROSS_ENTROPY)->scratch_bytes(g, &chunked));
+    CHECK_EQ(8 * 256 * 4, op_info(OP_CROSS_ENTROPY_BWD)->scratch_bytes(g, &chunked));
     CHECK_EQ(0, ir_verify(g, stdout));
     ir_graph_free(g);
     arena_free(a);

@@ -9,15 +9,9 @@
 // result: 2e-2, or 1.5x PyTorch's own bf16 error where that is larger. Comparing two
 // bf16 runs with each other measures noise: PyTorch's bf16 run is itself up to 4.4%
 // (L2) from exact on these fixtures, whose weights (std 0.2) make the attention sharp.
-#include "../codegen/codegen.h"
-#include "../frontend/frontend.h"
-#include "../passes/passes.h"
-#include "../runtime/runtime.h"
 #include "../runtime/safetensors.h"
 #include "check.h"
-
-#include <stdlib.h>
-#include <unistd.h>
+#include "harness.h"
 
 static const char *refdir = ".";
 
@@ -46,12 +40,10 @@ static char *set_line(char *text, const char *key, const char *line) {
 }
 
 typedef struct Run {
-    Arena *a;
-    Plan *plan;
-    Backend *be;
-    Exec x;
+    Harness h;
+    Plan *plan;             // h.plan
+    Exec x;                 // a copy of h.x's addresses, for brevity
     StSet *expect;
-    char dir[256];
 } Run;
 
 // Imports, compiles and loads case `name` at `precision`; false on failure.
@@ -73,34 +65,12 @@ static bool setup(Run *r, const char *name, const char *precision) {
     text = set_line(text, "precision ", prec);
     text = set_line(text, "optimizer ",
                     "  optimizer = adamw(lr = 1e-2, betas = (0.9, 0.95), eps = 1e-8, weight_decay = 0.1)");
-    FtSource src;
-    fe_source_from_string(&src, name, text);
+    bool ok = harness_compile(&r->h, name, text, 2);
     free(text);
-    r->a = arena_new();
-    FtModel m;
-    Ast *p = fe_parse(&src, r->a);
-    IrGraph *g = p && fe_check(&src, p, &m, r->a) == 0 ? fe_elaborate(&src, &m, 2, r->a) : NULL;
-    if (!g) {
-        fe_source_free(&src);
+    if (!ok)
         return false;
-    }
-    autodiff_apply(g, 1);
-    CHECK_EQ(0, ir_verify(g, stdout));
-    snprintf(r->dir, sizeof r->dir, "/tmp/ftc-ref-%d-%s-%s", (int)getpid(), name, precision);
-    PlanMeta meta = {.model = m.name, .source = name, .gpu = "none", .accum = 1,
-                     .precision = precision, .optimizer = "adamw", .lr = m.train.lr,
-                     .beta1 = m.train.beta1, .beta2 = m.train.beta2, .eps = m.train.eps,
-                     .weight_decay = m.train.weight_decay};
-    bool ok = codegen_plan_dir(r->dir, g, &meta, err, sizeof err) == 0;
-    ir_graph_free(g);
-    fe_source_free(&src);
-    snprintf(path, sizeof path, "%s/plan", r->dir);
-    if (!ok || plan_load(&r->plan, path, err, sizeof err) != 0)
-        return printf("  %s\n", err), false;
-    r->be = rt_cpu_backend();
-    if (rt_exec_init(&r->x, r->plan, r->be, LAYOUT_PLANNED, err, sizeof err) != 0)
-        return printf("  %s\n", err), false;
-    r->x.poison = true;
+    r->plan = r->h.plan;
+    r->x = r->h.x;
     snprintf(path, sizeof path, "%s/%s/model.safetensors", refdir, name);
     if (rt_weights_load(&r->x, path, err, sizeof err) != 0)
         return printf("  %s\n", err), false;
@@ -120,17 +90,9 @@ static bool setup(Run *r, const char *name, const char *precision) {
 }
 
 static void teardown(Run *r) {
-    rt_exec_free(&r->x);
-    if (r->be)
-        r->be->destroy(r->be);
-    plan_free(r->plan);
     if (r->expect)
         st_close(r->expect);
-    arena_free(r->a);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", r->dir);
-    if (r->dir[0] && system(cmd) != 0)
-        printf("  could not remove %s\n", r->dir);
+    harness_free(&r->h);
 }
 
 // Relative error of buffer `id` against tensor `name`: ||ftc - torch||₂ / ||torch||₂ when

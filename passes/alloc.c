@@ -1,0 +1,152 @@
+// alloc.c — static offsets: every tensor of the step gets a place in its arena.
+//
+// Storage blocks are the tensors that own bytes (views share their base's; an in-place
+// output shares its input's, so a reuse chain is one block over the union of the
+// lifetimes). Tensors live for the whole step (parameters, gradients, optimizer state)
+// are stacked first; the rest are placed best-fit among the blocks they overlap in time,
+// under three orders — by size, by size x lifetime, by start — keeping the smallest
+// arena, as XLA's heap simulator keeps the best of several. The liveness lower bound (the
+// most bytes live at any node) is reported beside the arena.
+#include "passes.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { ALIGN = 256 };
+
+typedef struct Block {
+    int root;               // the tensor owning the bytes
+    int first, last;
+    int64_t size;           // aligned
+    int64_t offset;
+} Block;
+
+static int64_t align(int64_t b) { return (b + ALIGN - 1) / ALIGN * ALIGN; }
+
+static const char *order_name[] = {"size", "area", "start"};
+static int order_kind;
+
+static int cmp_blocks(const void *pa, const void *pb) {
+    const Block *a = pa, *b = pb;
+    int64_t ka = 0, kb = 0;
+    switch (order_kind) {
+    case 0: ka = a->size, kb = b->size; break;
+    case 1:
+        ka = a->size * (a->last - a->first + 1), kb = b->size * (b->last - b->first + 1);
+        break;
+    case 2:   // earliest first, larger first among equals
+        if (a->first != b->first)
+            return a->first < b->first ? -1 : 1;
+        ka = a->size, kb = b->size;
+        break;
+    }
+    if (ka != kb)
+        return ka > kb ? -1 : 1;
+    return a->root < b->root ? -1 : a->root > b->root;
+}
+
+// Places blocks[] (already ordered) best-fit above `base`; returns the arena top.
+static int64_t place(Block *blocks, int n, int64_t base) {
+    // placed: indices into blocks, sorted by offset
+    int *placed = malloc(sizeof(int) * (size_t)(n + 1)), np = 0;
+    int64_t top = base;
+    for (int i = 0; i < n; i++) {
+        Block *b = &blocks[i];
+        int64_t prev_end = base, best = -1, best_gap = 0;
+        for (int k = 0; k < np; k++) {
+            const Block *p = &blocks[placed[k]];
+            if (p->last < b->first || p->first > b->last)
+                continue;   // not live at the same time
+            int64_t gap = p->offset - prev_end;
+            if (gap >= b->size && (best < 0 || gap < best_gap))
+                best = prev_end, best_gap = gap;
+            if (p->offset + p->size > prev_end)
+                prev_end = p->offset + p->size;
+        }
+        b->offset = best >= 0 ? best : prev_end;
+        if (b->offset + b->size > top)
+            top = b->offset + b->size;
+        int k = np;   // insert, keeping placed sorted by offset
+        while (k > 0 && blocks[placed[k - 1]].offset > b->offset) {
+            placed[k] = placed[k - 1];
+            k--;
+        }
+        placed[k] = i;
+        np++;
+    }
+    free(placed);
+    return top;
+}
+
+int alloc_apply(IrGraph *g, AllocStats *st) {
+    memset(st, 0, sizeof *st);
+    int nt = g->tensors.len, n = g->nodes.len;
+    Block *blocks = malloc(sizeof(Block) * (size_t)(nt + 1));
+    int nb = 0;
+    int64_t fixed = 0;   // the stack of whole-step tensors
+    for (int i = 0; i < nt; i++) {
+        IrTensor *t = &g->tensors.at[i];
+        t->arena = 0;
+        if (t->alias_of >= 0 || t->reuse >= 0 || ir_tensor_bytes(t) == 0)
+            continue;
+        if (t->first == 0 && t->last == n - 1 && t->kind != TK_VALUE && t->kind != TK_INPUT) {
+            t->offset = fixed;
+            fixed += align(ir_tensor_bytes(t));
+            continue;
+        }
+        Block b = {.root = i, .first = t->first, .last = t->last, .size = align(ir_tensor_bytes(t))};
+        if (b.first < 0)
+            b.first = b.last = 0;   // never touched: a dead value still gets its bytes
+        blocks[nb++] = b;
+    }
+    // A reuse chain extends its root's block to the chain's last use.
+    for (int i = 0; i < nt; i++) {
+        const IrTensor *t = &g->tensors.at[i];
+        if (t->reuse < 0 || t->alias_of >= 0)
+            continue;
+        int r = liveness_root(g, i);
+        for (int k = 0; k < nb; k++)
+            if (blocks[k].root == r && t->last > blocks[k].last)
+                blocks[k].last = t->last;
+    }
+    // The lower bound: the most bytes live at one node.
+    int64_t *delta = calloc((size_t)n + 2, sizeof(int64_t));
+    for (int k = 0; k < nb; k++) {
+        delta[blocks[k].first] += blocks[k].size;
+        delta[blocks[k].last + 1] -= blocks[k].size;
+    }
+    int64_t live = 0;
+    st->lower_bound = fixed;
+    for (int i = 0; i < n; i++) {
+        live += delta[i];
+        if (fixed + live > st->lower_bound)
+            st->lower_bound = fixed + live, st->lower_bound_at = i;
+    }
+    free(delta);
+    // Best of the orders.
+    Block *best = malloc(sizeof(Block) * (size_t)(nb + 1));
+    st->arena_bytes = -1;
+    for (int o = 0; o < 3; o++) {
+        order_kind = o;
+        qsort(blocks, (size_t)nb, sizeof(Block), cmp_blocks);
+        int64_t top = place(blocks, nb, fixed);
+        st->tried[o] = top;
+        if (st->arena_bytes < 0 || top < st->arena_bytes) {
+            st->arena_bytes = top;
+            st->strategy = order_name[o];
+            memcpy(best, blocks, sizeof(Block) * (size_t)nb);
+        }
+    }
+    if (nb == 0)
+        st->arena_bytes = fixed, st->strategy = order_name[0];
+    for (int k = 0; k < nb; k++)
+        g->tensors.at[best[k].root].offset = best[k].offset;
+    for (int i = 0; i < nt; i++) {
+        IrTensor *t = &g->tensors.at[i];
+        if (t->alias_of >= 0 || t->reuse >= 0)
+            t->offset = g->tensors.at[liveness_root(g, i)].offset;
+    }
+    st->fixed_bytes = fixed;
+    free(blocks), free(best);
+    return 0;
+}

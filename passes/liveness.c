@@ -1,0 +1,117 @@
+// liveness.c — for every tensor, the first and last node that touch it, in the
+// scheduled order; categories from lifetimes; workspace tensors for nodes that need
+// scratch; and in-place reuse: an elementwise node whose input dies at that node
+// writes its output over the input's bytes when sizes and dtypes agree.
+//
+// Lifetimes are node indices over all phases. Parameters, gradients and optimizer
+// state live for the whole step; the batch (tokens, targets) from node 0, since the
+// runtime fills it before the micro-step starts; the loss and the logits to the end of
+// the micro-step, since the runtime reads them after it.
+#include "passes.h"
+
+#include <stdlib.h>
+
+static bool persistent(const IrTensor *t) {
+    return t->kind == TK_PARAM || t->kind == TK_GRAD || t->kind == TK_STATE;
+}
+
+// The tensor whose bytes `t` finally occupies: its base, then along reuse links.
+int liveness_root(const IrGraph *g, int t) {
+    t = ir_tensor_base(g, t);
+    while (g->tensors.at[t].reuse >= 0)
+        t = g->tensors.at[t].reuse;
+    return t;
+}
+
+static void touch(IrGraph *g, int t, int i) {
+    IrTensor *x = &g->tensors.at[ir_tensor_base(g, t)];
+    if (x->first < 0 || i < x->first)
+        x->first = i;
+    if (i > x->last)
+        x->last = i;
+}
+
+int liveness_apply(IrGraph *g, bool in_place) {
+    int n = g->nodes.len;
+    for (int i = 0; i < g->tensors.len; i++) {
+        IrTensor *t = &g->tensors.at[i];
+        t->first = t->last = -1;
+        t->reuse = -1;
+    }
+    for (int i = 0; i < n; i++) {
+        IrNode *nd = &g->nodes.at[i];
+        nd->id = i;
+        for (int k = 0; k < nd->nin; k++)
+            if (nd->in[k] >= 0)
+                touch(g, nd->in[k], i);
+        for (int k = 0; k < IR_MAX_OUTPUTS && nd->out[k] >= 0; k++)
+            touch(g, nd->out[k], i);
+    }
+    // The loss and the logits are read by the runtime after the micro-step's last node.
+    int end = -1;
+    for (int i = 0; i < n; i++)
+        if (g->nodes.at[i].phase != PHASE_OPTIMIZER)
+            end = i;
+    int roles[2] = {g->loss, g->logits};
+    for (int k = 0; k < 2; k++)
+        if (roles[k] >= 0 && end > g->tensors.at[ir_tensor_base(g, roles[k])].last)
+            g->tensors.at[ir_tensor_base(g, roles[k])].last = end;
+    for (int i = 0; i < g->tensors.len; i++) {
+        IrTensor *t = &g->tensors.at[i];
+        if (persistent(t))
+            t->first = 0, t->last = n - 1;
+        else if (t->kind == TK_INPUT)
+            t->first = 0;
+        if (t->alias_of >= 0) {   // a view lives and dies with its base
+            t->first = g->tensors.at[t->alias_of].first;
+            t->last = g->tensors.at[t->alias_of].last;
+        }
+        // Saved for backward: made in the forward phase, read in the backward phase.
+        if (t->kind == TK_VALUE && t->alias_of < 0 && t->producer >= 0 && t->last >= 0) {
+            bool fwd = g->nodes.at[t->producer].phase == PHASE_FORWARD;
+            bool bwd = g->nodes.at[t->last].phase != PHASE_FORWARD;
+            t->cat = fwd && bwd ? MEM_ACTIVATIONS : MEM_TEMPORARIES;
+        }
+    }
+    // Scratch of a node: a tensor of its own, live only while the node runs.
+    for (int i = 0; i < n; i++) {
+        const OpInfo *op = op_info(g->nodes.at[i].op);
+        if (!op->scratch_bytes || g->nodes.at[i].ws >= 0)
+            continue;
+        int64_t bytes = op->scratch_bytes(g, &g->nodes.at[i]);
+        if (bytes <= 0)
+            continue;
+        const char *name = arena_printf(g->arena, "%s.workspace",
+                                        g->tensors.at[g->nodes.at[i].out[0]].name);
+        int ws = ir_tensor_add(g, name, TK_WORKSPACE, DT_U8, 1, &bytes, g->nodes.at[i].loc);
+        IrTensor *t = ir_tensor(g, ws);
+        t->cat = MEM_WORKSPACE;
+        t->producer = i;
+        t->first = t->last = i;
+        t->layer = g->nodes.at[i].layer;
+        g->nodes.at[i].ws = ws;
+    }
+    if (!in_place)
+        return 0;
+    // In place: the output takes over the bytes of an input that dies here.
+    for (int i = 0; i < n; i++) {
+        IrNode *nd = &g->nodes.at[i];
+        if (!op_info(nd->op)->elementwise || nd->update)
+            continue;
+        IrTensor *o = &g->tensors.at[nd->out[0]];
+        if (o->kind != TK_VALUE || o->alias_of >= 0 || nd->out[0] == g->loss)
+            continue;
+        for (int k = 0; k < nd->nin; k++) {
+            if (nd->in[k] < 0)
+                continue;
+            int b = ir_tensor_base(g, nd->in[k]);
+            const IrTensor *x = &g->tensors.at[b];
+            if (x->kind != TK_VALUE || x->last != i || x->dtype != o->dtype ||
+                ir_tensor_bytes(x) != ir_tensor_bytes(o) || b == g->logits)
+                continue;
+            o->reuse = b;
+            break;
+        }
+    }
+    return 0;
+}

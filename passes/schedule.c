@@ -1,0 +1,213 @@
+// schedule.c — the execution order of the training step: within each phase, a
+// memory-aware topological order. A list scheduler repeatedly runs, among the nodes
+// whose inputs are ready, the one that frees the most bytes net of what it allocates
+// (ties: the order autodiff emitted), so gradients of activations are consumed as soon
+// as they exist and a parameter's gradient contribution runs as soon as its inputs do.
+// The greedy order is kept only when its peak is lower than the emitted order's.
+// Writers of one tensor (+= into a gradient) keep their relative order, so every sum is
+// formed in the same order whatever the schedule: results stay bitwise identical.
+#include "passes.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct Sched {
+    IrGraph *g;
+    int n;                  // nodes
+    int *indeg;             // unscheduled predecessors
+    int **succ, *nsucc;     // successors
+    int *readers;           // per base tensor: readers not yet scheduled
+    bool *done;
+} Sched;
+
+static bool transient(const IrTensor *t) { return t->kind == TK_VALUE && t->alias_of < 0; }
+
+static int64_t bytes_of(const IrGraph *g, int t) { return ir_tensor_bytes(&g->tensors.at[t]); }
+
+static void add_edge(Sched *s, int from, int to, int *cap) {
+    for (int k = 0; k < s->nsucc[from]; k++)
+        if (s->succ[from][k] == to)
+            return;
+    if (s->nsucc[from] == cap[from]) {
+        cap[from] = cap[from] ? cap[from] * 2 : 4;
+        s->succ[from] = realloc(s->succ[from], sizeof(int) * (size_t)cap[from]);
+    }
+    s->succ[from][s->nsucc[from]++] = to;
+    s->indeg[to]++;
+}
+
+// The peak of transient bytes over an order (node indices into g->nodes).
+static int64_t order_peak(const IrGraph *g, const int *order, int n) {
+    int nt = g->tensors.len;
+    int *last = malloc(sizeof(int) * (size_t)nt);
+    int *pos = malloc(sizeof(int) * (size_t)g->nodes.len);
+    for (int i = 0; i < nt; i++)
+        last[i] = -1;
+    for (int i = 0; i < n; i++)
+        pos[order[i]] = i;
+    for (int i = 0; i < n; i++) {
+        const IrNode *nd = &g->nodes.at[order[i]];
+        for (int k = 0; k < nd->nin; k++)
+            if (nd->in[k] >= 0)
+                last[ir_tensor_base(g, nd->in[k])] = i;
+        for (int k = 0; k < IR_MAX_OUTPUTS && nd->out[k] >= 0; k++) {
+            int b = ir_tensor_base(g, nd->out[k]);
+            if (last[b] < i)
+                last[b] = i;
+        }
+    }
+    int64_t live = 0, peak = 0;
+    int64_t *freed = calloc((size_t)n + 1, sizeof(int64_t));
+    for (int i = 0; i < n; i++) {
+        const IrNode *nd = &g->nodes.at[order[i]];
+        for (int k = 0; k < IR_MAX_OUTPUTS && nd->out[k] >= 0; k++) {
+            int t = nd->out[k];
+            if (!((nd->update >> k) & 1) && transient(&g->tensors.at[t])) {
+                live += bytes_of(g, t);
+                freed[last[t]] += bytes_of(g, t);
+            }
+        }
+        if (live > peak)
+            peak = live;
+        live -= freed[i];
+    }
+    (void)pos;
+    free(last), free(pos), free(freed);
+    return peak;
+}
+
+// The bytes running node i would free (inputs whose last reader it is) minus the
+// bytes of the new tensors it makes.
+static int64_t score_of(const Sched *s, int i) {
+    const IrGraph *g = s->g;
+    const IrNode *nd = &g->nodes.at[i];
+    int64_t score = 0;
+    for (int k = 0; k < nd->nin; k++) {
+        if (nd->in[k] < 0)
+            continue;
+        int b = ir_tensor_base(g, nd->in[k]);
+        bool dup = false;   // a tensor read twice by one node counts once
+        for (int j = 0; j < k; j++)
+            dup |= nd->in[j] >= 0 && ir_tensor_base(g, nd->in[j]) == b;
+        if (!dup && transient(&g->tensors.at[b]) && s->readers[b] == 1)
+            score += bytes_of(g, b);
+    }
+    for (int k = 0; k < IR_MAX_OUTPUTS && nd->out[k] >= 0; k++)
+        if (!((nd->update >> k) & 1) && transient(&g->tensors.at[nd->out[k]]))
+            score -= bytes_of(g, nd->out[k]);
+    return score;
+}
+
+// Greedy order of the nodes [lo, hi) of one phase into order[].
+static void greedy(Sched *s, int lo, int hi, int *order) {
+    IrGraph *g = s->g;
+    int *ready = malloc(sizeof(int) * (size_t)(hi - lo)), nready = 0, m = 0;
+    for (int i = lo; i < hi; i++)
+        if (!s->indeg[i])
+            ready[nready++] = i;
+    while (m < hi - lo) {
+        IR_ASSERT(nready > 0);   // a phase's nodes form a DAG
+        int pick = 0;
+        int64_t best = score_of(s, ready[0]);
+        for (int r = 1; r < nready; r++) {
+            int64_t sc = score_of(s, ready[r]);
+            if (sc > best || (sc == best && ready[r] < ready[pick]))
+                pick = r, best = sc;
+        }
+        int node = ready[pick];
+        ready[pick] = ready[--nready];
+        s->done[node] = true;
+        order[m++] = node;
+        const IrNode *nd = &g->nodes.at[node];
+        for (int k = 0; k < nd->nin; k++) {
+            if (nd->in[k] < 0)
+                continue;
+            int b = ir_tensor_base(g, nd->in[k]);
+            bool dup = false;
+            for (int j = 0; j < k; j++)
+                dup |= nd->in[j] >= 0 && ir_tensor_base(g, nd->in[j]) == b;
+            if (!dup)
+                s->readers[b]--;
+        }
+        for (int k = 0; k < s->nsucc[node]; k++) {
+            int t = s->succ[node][k];
+            if (--s->indeg[t] == 0 && t >= lo && t < hi)
+                ready[nready++] = t;
+        }
+    }
+    free(ready);
+}
+
+int schedule_apply(IrGraph *g, ScheduleStats *st) {
+    int n = g->nodes.len, nt = g->tensors.len;
+    Sched s = {.g = g, .n = n};
+    s.indeg = calloc((size_t)n, sizeof(int));
+    s.succ = calloc((size_t)n, sizeof(int *));
+    s.nsucc = calloc((size_t)n, sizeof(int));
+    s.readers = calloc((size_t)nt, sizeof(int));
+    s.done = calloc((size_t)n, sizeof(bool));
+    int *cap = calloc((size_t)n, sizeof(int));
+    int *writer = malloc(sizeof(int) * (size_t)nt);   // last node writing each base tensor
+    for (int i = 0; i < nt; i++)
+        writer[i] = -1;
+    for (int i = 0; i < n; i++) {
+        const IrNode *nd = &g->nodes.at[i];
+        for (int k = 0; k < nd->nin; k++) {
+            if (nd->in[k] < 0)
+                continue;
+            int b = ir_tensor_base(g, nd->in[k]);
+            bool dup = false;
+            for (int j = 0; j < k; j++)
+                dup |= nd->in[j] >= 0 && ir_tensor_base(g, nd->in[j]) == b;
+            if (!dup)
+                s.readers[b]++;
+            if (writer[b] >= 0)
+                add_edge(&s, writer[b], i, cap);
+        }
+        for (int k = 0; k < IR_MAX_OUTPUTS && nd->out[k] >= 0; k++) {
+            int b = ir_tensor_base(g, nd->out[k]);
+            if (writer[b] >= 0)   // read-modify-writes of one tensor keep their order
+                add_edge(&s, writer[b], i, cap);
+            writer[b] = i;
+        }
+    }
+    // Views read their base's bytes: a view node depends on the base's writer (above,
+    // via ir_tensor_base), and readers of a view depend on the view node (its output).
+    int *order = calloc((size_t)n + 1, sizeof(int)), *emitted = calloc((size_t)n + 1, sizeof(int));
+    for (int i = 0; i < n; i++)
+        emitted[i] = i;
+    int lo = 0;
+    while (lo < n) {
+        int hi = lo;
+        while (hi < n && g->nodes.at[hi].phase == g->nodes.at[lo].phase)
+            hi++;
+        if (g->nodes.at[lo].phase == PHASE_OPTIMIZER)
+            for (int i = lo; i < hi; i++)
+                order[i] = i;
+        else
+            greedy(&s, lo, hi, order + lo);
+        lo = hi;
+    }
+    int64_t before = order_peak(g, emitted, n), after = order_peak(g, order, n);
+    st->peak_emitted = before;
+    st->peak_greedy = after;
+    st->greedy = after < before;
+    if (st->greedy) {
+        // Permute the nodes; producers follow.
+        IrNode *old = malloc(sizeof(IrNode) * (size_t)n);
+        memcpy(old, g->nodes.at, sizeof(IrNode) * (size_t)n);
+        for (int i = 0; i < n; i++) {
+            g->nodes.at[i] = old[order[i]];
+            g->nodes.at[i].id = i;
+            for (int k = 0; k < IR_MAX_OUTPUTS && g->nodes.at[i].out[k] >= 0; k++)
+                if (!((g->nodes.at[i].update >> k) & 1))
+                    g->tensors.at[g->nodes.at[i].out[k]].producer = i;
+        }
+        free(old);
+    }
+    for (int i = 0; i < n; i++)
+        free(s.succ[i]);
+    free(s.indeg), free(s.succ), free(s.nsucc), free(s.readers), free(s.done), free(cap);
+    free(writer), free(order), free(emitted);
+    return 0;
+}
