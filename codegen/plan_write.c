@@ -38,8 +38,8 @@ int codegen_plan_write(FILE *f, const IrGraph *g, const PlanMeta *meta) {
     const IrTensor *logits = &g->tensors.at[g->logits];
     fprintf(f, "ftc-plan %d\n", PLAN_VERSION);
     fprintf(f, "# written by ftc compile from %s\n", meta->source);
-    fprintf(f, "model %s\nsource %s\ngpu %s\nbudget %lld\n", meta->model, meta->source, meta->gpu,
-            (long long)meta->budget_bytes);
+    fprintf(f, "model %s\nsource %s\ngpu %s\nbudget %lld\nreserve %lld\n", meta->model, meta->source,
+            meta->gpu, (long long)meta->budget_bytes, (long long)meta->reserve_bytes);
     fprintf(f, "seq %lld\nmicro_batch %lld\naccum %lld\nvocab %lld\nprecision %s\n",
             (long long)g->seq, (long long)g->batch, (long long)meta->accum,
             (long long)logits->shape[logits->ndim - 1], meta->precision);
@@ -168,9 +168,16 @@ int codegen_plan_dir(const char *dir, const IrGraph *g, const PlanMeta *meta, ch
         return -1;
     }
     int problems = plan_verify(p, stderr);
-    plan_free(p);
     if (problems) {
+        plan_free(p);
         snprintf(err, errlen, "internal error: the plan failed verification (%d problems)", problems);
+        remove_dir(tmp);
+        return -1;
+    }
+    MemMeta mm = {meta->budget_bytes, meta->reserve_bytes, meta->flops_per_s, meta->bytes_per_s};
+    int rc = codegen_dumps(tmp, p, &mm, err, errlen);
+    plan_free(p);
+    if (rc != 0) {
         remove_dir(tmp);
         return -1;
     }

@@ -78,6 +78,8 @@ static void usage(FILE *f) {
           "                            counts, the memory of one training step, and the plan\n"
           "  run DIR --data FILE [--weights PATH] [--steps N] [--save DIR] [--seed N] [--poison]\n"
           "                            train: execute the plan in DIR on the cpu\n"
+          "  inspect DIR [--at peak|N] [--buffer NAME] [--top K] [--json]\n"
+          "                            the memory schedule of a plan\n"
           "  data (--bytes|--u16|--u32) FILE -o OUT\n"
           "                            make a token file\n"
           "  import CONFIG.json        write a .ft for a Hugging Face config on stdout\n"
@@ -306,7 +308,8 @@ static int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
                      .accum = m.train.batch / micro, .precision = prec[m.train.precision],
                      .optimizer = m.train.optimizer, .lr = m.train.lr, .beta1 = m.train.beta1,
                      .beta2 = m.train.beta2, .eps = m.train.eps, .weight_decay = m.train.weight_decay,
-                     .arena_bytes = as.arena_bytes};
+                     .arena_bytes = as.arena_bytes, .reserve_bytes = gpu->reserve_bytes,
+                     .flops_per_s = gpu->bf16_tflops * 1e12, .bytes_per_s = gpu->hbm_gbps * 1e9};
     if (codegen_plan_dir(dir, g, &meta, err, sizeof err) != 0) {
         fprintf(stderr, "ftc compile: error: %s\n", err);
         goto done;
@@ -461,6 +464,90 @@ static int cmd_data(Cmdline *cl, int argc, char **argv, int first) {
     return 0;
 }
 
+static void usage_inspect(FILE *f) {
+    fputs("usage: ftc inspect DIR [--at peak|N] [--buffer NAME] [--top K] [--json]\n"
+          "\n"
+          "  (no option)       the summary: budget, peak and where, breakdown, largest buffers,\n"
+          "                    timeline (what DIR/memory.txt holds)\n"
+          "  --at peak|N       what is live at the peak or at instruction N\n"
+          "  --buffer NAME     one buffer: place, lifetime, the instructions touching it\n"
+          "  --top K           how many buffers to list (default 20)\n"
+          "  --json            everything, for programs (what DIR/memory.json holds)\n",
+          f);
+}
+
+static int cmd_inspect(Cmdline *cl, int argc, char **argv, int first) {
+    const char *dir = NULL, *at = NULL, *buffer = NULL;
+    int64_t top = 20;
+    bool json = false;
+    for (int i = first; i < argc; i++) {
+        const char *s = argv[i];
+        if (strcmp(s, "--help") == 0 || strcmp(s, "-h") == 0) {
+            usage_inspect(stdout);
+            return 0;
+        }
+        bool takes = strcmp(s, "--at") == 0 || strcmp(s, "--buffer") == 0 || strcmp(s, "--top") == 0;
+        if (takes && i + 1 >= argc) {
+            arg_error(cl, i, "%s needs a value", s);
+            return EXIT_USAGE;
+        }
+        if (strcmp(s, "--at") == 0)
+            at = argv[++i];
+        else if (strcmp(s, "--buffer") == 0)
+            buffer = argv[++i];
+        else if (strcmp(s, "--top") == 0) {
+            i++;
+            if (!arg_count(cl, i, argv[i], &top))
+                return EXIT_USAGE;
+        } else if (strcmp(s, "--json") == 0)
+            json = true;
+        else if (s[0] == '-' && s[1]) {
+            arg_error(cl, i, "unknown option '%s' (see ftc help inspect)", s);
+            return EXIT_USAGE;
+        } else if (dir) {
+            arg_error(cl, i, "one plan directory at a time");
+            return EXIT_USAGE;
+        } else
+            dir = s;
+    }
+    if (!dir) {
+        usage_inspect(stderr);
+        return EXIT_USAGE;
+    }
+    char path[4096], err[1024];
+    snprintf(path, sizeof path, "%s/plan", dir);
+    Plan *p;
+    if (plan_load(&p, path, err, sizeof err) != 0) {
+        fprintf(stderr, "ftc inspect: error: %s\n", err);
+        return EXIT_NOFIT;
+    }
+    const GpuPreset *gpu = p->gpu ? gpu_preset(p->gpu) : NULL;
+    MemMeta mm = {p->budget_bytes, p->reserve_bytes, gpu ? gpu->bf16_tflops * 1e12 : 312e12,
+                  gpu ? gpu->hbm_gbps * 1e9 : 1555e9};
+    MemView v;
+    mv_init(&v, p);
+    int rc = 0;
+    if (at) {
+        char *end;
+        long n = strcmp(at, "peak") == 0 ? v.peak_at : strtol(at, &end, 10);
+        if (strcmp(at, "peak") != 0 && (*end || n < 0 || n >= v.n)) {
+            fprintf(stderr, "ftc inspect: error: --at takes 'peak' or an instruction 0..%d\n", v.n - 1);
+            rc = EXIT_USAGE;
+        } else {
+            mv_print_at(stdout, &v, (int)n, (int)top);
+        }
+    } else if (buffer) {
+        rc = mv_print_buffer(stdout, &v, buffer) == 0 ? 0 : EXIT_NOFIT;
+    } else if (json) {
+        mv_write_json(stdout, &v, &mm);
+    } else {
+        mv_write_txt(stdout, &v, &mm);
+    }
+    mv_free(&v);
+    plan_free(p);
+    return rc;
+}
+
 static int cmd_import(Cmdline *cl, int argc, char **argv, int first) {
     if (argc - first != 1 || argv[first][0] == '-') {
         if (argc - first == 1 && (strcmp(argv[first], "--help") == 0 || strcmp(argv[first], "-h") == 0)) {
@@ -494,6 +581,8 @@ int main(int argc, char **argv) {
     } else if (strcmp(cmd, "help") == 0) {
         if (strcmp(argv[2], "compile") == 0)
             usage_compile(stdout), rc = 0;
+        else if (strcmp(argv[2], "inspect") == 0)
+            usage_inspect(stdout), rc = 0;
         else if (strcmp(argv[2], "import") == 0)
             fputs("usage: ftc import CONFIG.json > MODEL.ft\n", stdout), rc = 0;
         else
@@ -506,8 +595,10 @@ int main(int argc, char **argv) {
         rc = cmd_run(&cl, argc, argv, 2);
     } else if (strcmp(cmd, "data") == 0) {
         rc = cmd_data(&cl, argc, argv, 2);
+    } else if (strcmp(cmd, "inspect") == 0) {
+        rc = cmd_inspect(&cl, argc, argv, 2);
     } else {
-        arg_error(&cl, 1, "unknown command '%s' (compile, run, data, import, help)", cmd);
+        arg_error(&cl, 1, "unknown command '%s' (compile, run, inspect, data, import, help)", cmd);
         rc = EXIT_USAGE;
     }
     cmdline_free(&cl);

@@ -156,6 +156,12 @@ static int read_header(Reader *r, Plan *p) {
         bool ok = true;
         if (strcmp(w[0], "model") == 0)
             p->model = xstrdup(w[1]);
+        else if (strcmp(w[0], "gpu") == 0)
+            p->gpu = xstrdup(w[1]);
+        else if (strcmp(w[0], "budget") == 0)
+            ok = parse_i64(w[1], &p->budget_bytes) && p->budget_bytes >= 0;
+        else if (strcmp(w[0], "reserve") == 0)
+            ok = parse_i64(w[1], &p->reserve_bytes) && p->reserve_bytes >= 0;
         else if (strcmp(w[0], "seq") == 0)
             ok = parse_i64(w[1], &p->seq) && p->seq > 0;
         else if (strcmp(w[0], "micro_batch") == 0)
@@ -188,7 +194,7 @@ static int read_header(Reader *r, Plan *p) {
                 ok = dst && parse_f64(eq + 1, dst);
             }
         }
-        // other header keys (gpu, budget, source, ...) are for people; skip them
+        // other header keys (source, ...) are for people; skip them
         if (!ok)
             return bad(r, "bad value for '%s'", w[0]);
     }
@@ -250,7 +256,7 @@ static int read_buffer(Reader *r, Plan *p, int i, char *line) {
         } else if (strcmp(key, "view") == 0) {
             ok = parse_int(v, &b->view);
         } else if (strcmp(key, "reuse") == 0) {
-            ok = parse_int(v, &b->reuse) && b->reuse < i && b->reuse >= 0;
+            ok = parse_int(v, &b->reuse) && b->reuse >= 0 && b->reuse != i;
         } else if (strcmp(key, "layer") == 0) {
             ok = parse_int(v, &b->layer);
         } else if (strcmp(key, "role") == 0) {
@@ -322,6 +328,20 @@ static int read_instr(Reader *r, Plan *p, PlanInstr *in, int want_id, char *line
 }
 
 static int check_buffers(Reader *r, Plan *p) {
+    for (int i = 0; i < p->nbuf; i++) {   // view and reuse links end at a base buffer
+        int id = i, steps = 0;
+        while (steps++ <= p->nbuf) {
+            const PlanBuffer *b = &p->buf[id];
+            int next = b->view >= 0 ? b->view : b->reuse;
+            if (next < 0)
+                break;
+            if (next >= p->nbuf)
+                return bad(r, "buffer %s: links to buffer %d of %d", b->name, next, p->nbuf);
+            id = next;
+        }
+        if (steps > p->nbuf)
+            return bad(r, "buffer %s: its view/reuse links form a cycle", p->buf[i].name);
+    }
     for (int i = 0; i < p->nbuf; i++) {
         PlanBuffer *b = &p->buf[i];
         if (b->view >= 0) {
@@ -433,7 +453,7 @@ void plan_free(Plan *p) {
             free(p->ins[ph][i].op);
         free(p->ins[ph]);
     }
-    free(p->model), free(p->precision), free(p->optimizer);
+    free(p->model), free(p->gpu), free(p->precision), free(p->optimizer);
     free(p);
 }
 

@@ -94,6 +94,8 @@ typedef struct PlanInstr {
 typedef struct Plan {
     int version;
     char *model;
+    char *gpu;              // the preset it was planned for, or NULL
+    int64_t budget_bytes, reserve_bytes;
     int64_t seq, micro_batch, accum, vocab;
     char *precision;
     char *optimizer;        // "adamw" or "sgd"

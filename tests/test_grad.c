@@ -64,12 +64,18 @@ static double check_case(const char *name, const char *body) {
         rt_write_f32(&h.x, i, v);
         free(v);
     }
+    // The batch; refilled before every forward, as the runtime does each micro-step
+    // (the plan may reuse its bytes once backward no longer needs them).
     const char *roles[2] = {"tokens", "targets"};
-    for (int r = 0; r < 2; r++) {
-        const PlanBuffer *b = plan_role(p, roles[r]);
-        for (int64_t k = 0; k < plan_elems(b); k++)
-            ((int32_t *)h.x.ptr[b->id])[k] = (int32_t)(urand() * 7);
-    }
+    int32_t batch[2][64];
+    for (int r = 0; r < 2; r++)
+        for (int64_t k = 0; k < plan_elems(plan_role(p, roles[r])); k++)
+            batch[r][k] = (int32_t)(urand() * 7);
+#define LOAD_BATCH()                                                                    \
+    for (int r = 0; r < 2; r++)                                                         \
+        memcpy(h.x.ptr[plan_role(p, roles[r])->id], batch[r],                           \
+               (size_t)plan_role(p, roles[r])->bytes)
+    LOAD_BATCH();
     if (!harness_step(&h)) {
         CHECK(!"runs");
         harness_free(&h);
@@ -92,6 +98,7 @@ static double check_case(const char *name, const char *body) {
             for (int s = 0; s < 2; s++) {
                 w[k] = keep + (s ? -step : step);
                 rt_write_f32(&h.x, g->of, w);
+                LOAD_BATCH();
                 CHECK(rt_exec_phase(&h.x, PHASE_FWD, err, sizeof err) == 0);
                 l[s] = harness_loss(&h);
             }

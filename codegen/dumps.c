@@ -1,0 +1,493 @@
+// dumps.c — the memory schedule, for people and for tools, computed from the plan
+// itself (so `ftc inspect` and `ftc compile` print the same thing): memory.txt,
+// memory.json, memory.html (self-contained SVG, nothing fetched) and trace.json
+// (Chrome/Perfetto). Live bytes count each buffer that owns bytes over its lifetime; a
+// buffer written in place over another counts from the instruction after it takes over.
+#include "codegen.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *cat_names[MV_CATS] = {
+    "weights", "grads", "optimizer", "master", "activations", "recompute",
+    "temporaries", "workspace", "io", "reserve", "other"};
+
+static const char *cat_colors[MV_CATS] = {
+    "#4e79a7", "#f28e2b", "#e15759", "#b07aa1", "#59a14f", "#9c755f",
+    "#edc948", "#bab0ac", "#76b7b2", "#555555", "#ff9da7"};
+
+static const char cat_letters[MV_CATS + 1] = "WGOMARTXIZ?";
+
+int mv_category(const char *name) {
+    for (int c = 0; c < MV_CATS - 1; c++)
+        if (strcmp(name, cat_names[c]) == 0)
+            return c;
+    return MV_CATS - 1;
+}
+
+const char *mv_category_name(int c) { return cat_names[c]; }
+
+static bool owns(const PlanBuffer *b) { return b->view < 0 && b->bytes > 0; }
+
+// The instructions over which b's bytes are counted.
+static int count_from(const PlanBuffer *b) { return b->first + (b->reuse >= 0 ? 1 : 0); }
+
+int mv_init(MemView *v, const Plan *p) {
+    memset(v, 0, sizeof *v);
+    v->p = p;
+    v->n = plan_instr_count(p);
+    int n = v->n > 0 ? v->n : 1;
+    v->live = calloc((size_t)n * MV_CATS, sizeof(int64_t));
+    v->total = calloc((size_t)n, sizeof(int64_t));
+    int64_t *delta = calloc((size_t)(n + 1) * MV_CATS, sizeof(int64_t));
+    for (int i = 0; i < p->nbuf; i++) {
+        const PlanBuffer *b = &p->buf[i];
+        if (!owns(b) || b->arena != ARENA_DEVICE || count_from(b) > b->last)
+            continue;
+        int c = mv_category(b->category);
+        delta[(size_t)count_from(b) * MV_CATS + c] += b->bytes;
+        delta[(size_t)(b->last + 1) * MV_CATS + c] -= b->bytes;
+    }
+    int64_t run[MV_CATS] = {0};
+    for (int i = 0; i < v->n; i++) {
+        for (int c = 0; c < MV_CATS; c++) {
+            run[c] += delta[(size_t)i * MV_CATS + c];
+            v->live[(size_t)i * MV_CATS + c] = run[c];
+            v->total[i] += run[c];
+        }
+        if (v->total[i] > v->peak)
+            v->peak = v->total[i], v->peak_at = i;
+    }
+    free(delta);
+    for (int ph = 0, base = 0; ph < PHASE_COUNT; base += p->nins[ph], ph++) {
+        v->phase_peak_at[ph] = -1;
+        for (int i = base; i < base + p->nins[ph]; i++)
+            if (v->phase_peak_at[ph] < 0 || v->total[i] > v->phase_peak[ph])
+                v->phase_peak[ph] = v->total[i], v->phase_peak_at[ph] = i;
+    }
+    return 0;
+}
+
+void mv_free(MemView *v) {
+    free(v->live);
+    free(v->total);
+    memset(v, 0, sizeof *v);
+}
+
+static PlanPhase phase_of(const Plan *p, int id) {
+    for (int ph = 0; ph < PHASE_COUNT; ph++) {
+        if (id < p->nins[ph])
+            return (PlanPhase)ph;
+        id -= p->nins[ph];
+    }
+    return PHASE_OPT;
+}
+
+static const char *gib(char *buf, int64_t b) {
+    if (b >= (1LL << 30))
+        sprintf(buf, "%.2f GiB", (double)b / 0x1p30);
+    else if (b >= (1LL << 20))
+        sprintf(buf, "%.1f MiB", (double)b / 0x1p20);
+    else
+        sprintf(buf, "%.1f KiB", (double)b / 0x1p10);
+    return buf;
+}
+
+static void shape(FILE *f, const PlanBuffer *b) {
+    fputc('[', f);
+    for (int d = 0; d < b->ndim; d++)
+        fprintf(f, "%s%lld", d ? ", " : "", (long long)b->shape[d]);
+    fputc(']', f);
+}
+
+static void instr_desc(FILE *f, const Plan *p, int id) {
+    const PlanInstr *in = plan_instr(p, id);
+    fprintf(f, "instruction %d (%s %s", id, plan_phase_name(phase_of(p, id)), in->op);
+    if (in->nout > 0)
+        fprintf(f, " -> %s", p->buf[in->out[0]].name);
+    if (in->line)
+        fprintf(f, ", .ft line %d", in->line);
+    fputc(')', f);
+}
+
+// Buffers sorted by bytes, largest first (ids into p->buf).
+static int *largest(const Plan *p, int *count) {
+    int *ids = malloc(sizeof(int) * (size_t)(p->nbuf + 1)), n = 0;
+    for (int i = 0; i < p->nbuf; i++)
+        if (owns(&p->buf[i]))
+            ids[n++] = i;
+    for (int i = 1; i < n; i++) {   // insertion sort is fine at plan sizes; stable
+        int x = ids[i], j = i;
+        while (j > 0 && p->buf[ids[j - 1]].bytes < p->buf[x].bytes)
+            ids[j] = ids[j - 1], j--;
+        ids[j] = x;
+    }
+    *count = n;
+    return ids;
+}
+
+void mv_print_at(FILE *f, const MemView *v, int at, int top) {
+    const Plan *p = v->p;
+    char a[32], b[32];
+    if (at < 0 || at >= v->n) {
+        fprintf(f, "no instruction %d (the plan has %d)\n", at, v->n);
+        return;
+    }
+    fprintf(f, "live at ");
+    instr_desc(f, p, at);
+    fprintf(f, ": %s\n", gib(a, v->total[at]));
+    for (int c = 0; c < MV_CATS; c++) {
+        int64_t x = v->live[(size_t)at * MV_CATS + c];
+        if (x)
+            fprintf(f, "  %-12s %12s  %5.1f%%\n", cat_names[c], gib(b, x),
+                    100.0 * (double)x / (double)(v->total[at] ? v->total[at] : 1));
+    }
+    int n, *ids = largest(p, &n), shown = 0;
+    fprintf(f, "  largest buffers live there:\n");
+    for (int k = 0; k < n && shown < top; k++) {
+        const PlanBuffer *x = &p->buf[ids[k]];
+        if (count_from(x) > at || x->last < at)
+            continue;
+        fprintf(f, "    %-44s %-12s %12s  %s ", x->name, x->category, gib(a, x->bytes),
+                plan_dtype_name(x->dtype));
+        shape(f, x);
+        fprintf(f, "  [%d, %d]\n", x->first, x->last);
+        shown++;
+    }
+    free(ids);
+}
+
+int mv_print_buffer(FILE *f, const MemView *v, const char *name) {
+    const Plan *p = v->p;
+    for (int i = 0; i < p->nbuf; i++) {
+        const PlanBuffer *b = &p->buf[i];
+        if (strcmp(b->name, name) != 0)
+            continue;
+        char a[32];
+        fprintf(f, "buffer %s\n  category %s, %s ", b->name, b->category, plan_dtype_name(b->dtype));
+        shape(f, b);
+        fprintf(f, ", %lld bytes (%s)\n", (long long)b->bytes, gib(a, b->bytes));
+        const PlanBuffer *base = b->view >= 0 ? &p->buf[b->view] : b;
+        fprintf(f, "  %s arena, offset %lld", base->arena == ARENA_DEVICE ? "device" : "host",
+                (long long)base->offset);
+        if (b->view >= 0)
+            fprintf(f, " (a view of %s)", base->name);
+        if (b->reuse >= 0)
+            fprintf(f, " (written in place over %s)", p->buf[b->reuse].name);
+        fprintf(f, "\n  lives from instruction %d to %d\n", base->first, base->last);
+        if (b->hf)
+            fprintf(f, "  checkpoint name %s%s\n", b->hf, b->trainable ? ", trainable" : ", frozen");
+        fprintf(f, "  touched by:\n");
+        for (int id = 0; id < v->n; id++) {
+            const PlanInstr *in = plan_instr(p, id);
+            for (int k = 0; k < in->nin + in->nout; k++) {
+                int x = k < in->nin ? in->in[k] : in->out[k - in->nin];
+                if (x != i)
+                    continue;
+                fprintf(f, "    %s ", k < in->nin ? "read by   " : "written by");
+                instr_desc(f, p, id);
+                fputc('\n', f);
+                break;
+            }
+        }
+        return 0;
+    }
+    fprintf(f, "no buffer named %s\n", name);
+    return -1;
+}
+
+void mv_write_txt(FILE *f, const MemView *v, const MemMeta *m) {
+    const Plan *p = v->p;
+    char a[32], b[32], c[32];
+    int64_t device = p->arena_bytes[ARENA_DEVICE];
+    fprintf(f, "memory schedule of %s (micro-batch %lld x seq %lld, accumulation %lld)\n\n",
+            p->model, (long long)p->micro_batch, (long long)p->seq, (long long)p->accum);
+    fprintf(f, "budget        %s (%lld bytes)\n", gib(a, m->budget_bytes), (long long)m->budget_bytes);
+    fprintf(f, "device arena  %s, plus %s context reserve = %s: %s\n", gib(a, device),
+            gib(b, m->reserve_bytes), gib(c, device + m->reserve_bytes),
+            device + m->reserve_bytes <= m->budget_bytes ? "fits" : "DOES NOT FIT");
+    fprintf(f, "peak live     %s at ", gib(a, v->peak));
+    instr_desc(f, p, v->peak_at);
+    fprintf(f, "\nlower bound   %s (the most bytes live at one instruction); arena is %.2f%% above it\n",
+            gib(a, v->peak), v->peak ? 100.0 * (double)(device - v->peak) / (double)v->peak : 0.0);
+    fprintf(f, "\npeak by phase\n");
+    for (int ph = 0; ph < PHASE_COUNT; ph++)
+        if (v->phase_peak_at[ph] >= 0)
+            fprintf(f, "  %-10s %12s at instruction %d\n", plan_phase_name((PlanPhase)ph),
+                    gib(a, v->phase_peak[ph]), v->phase_peak_at[ph]);
+    fprintf(f, "\nat the peak, by category\n");
+    for (int k = 0; k < MV_CATS; k++) {
+        int64_t x = v->live[(size_t)v->peak_at * MV_CATS + k];
+        if (x)
+            fprintf(f, "  %-12s %12s  %5.1f%%\n", cat_names[k], gib(a, x),
+                    100.0 * (double)x / (double)(v->peak ? v->peak : 1));
+    }
+    int n, *ids = largest(p, &n);
+    fprintf(f, "\nthe %d largest buffers\n", n < 20 ? n : 20);
+    fprintf(f, "  %-44s %-12s %12s  %-9s %s\n", "name", "category", "bytes", "lifetime", "shape");
+    for (int k = 0; k < n && k < 20; k++) {
+        const PlanBuffer *x = &p->buf[ids[k]];
+        char life[32];
+        snprintf(life, sizeof life, "%d..%d", x->first, x->last);
+        fprintf(f, "  %-44s %-12s %12s  %-9s %s ", x->name, x->category, gib(a, x->bytes), life,
+                plan_dtype_name(x->dtype));
+        shape(f, x);
+        fputc('\n', f);
+    }
+    free(ids);
+    // The timeline: one row per slice of instructions, its peak as a bar of letters.
+    int rows = v->n < 48 ? v->n : 48, width = 64;
+    fprintf(f, "\ntimeline (each row a slice of instructions, its most live bytes; each character "
+               "%s)\n", gib(a, (v->peak + width - 1) / width));
+    fprintf(f, "  W weights  G grads  O optimizer  M master  A activations  R recompute  "
+               "T temporaries  X workspace  I io\n");
+    for (int r = 0; r < rows; r++) {
+        int lo = (int)((int64_t)r * v->n / rows), hi = (int)((int64_t)(r + 1) * v->n / rows);
+        int at = lo;
+        for (int i = lo; i < hi; i++)
+            if (v->total[i] > v->total[at])
+                at = i;
+        fprintf(f, "  %6d %-9s %10s |", lo, plan_phase_name(phase_of(p, at)), gib(a, v->total[at]));
+        double per = (double)(v->peak ? v->peak : 1) / width, acc = 0;
+        int drawn = 0;
+        for (int k = 0; k < MV_CATS; k++) {
+            acc += (double)v->live[(size_t)at * MV_CATS + k];
+            int upto = (int)floor(acc / per + 0.5);
+            for (; drawn < upto && drawn < width; drawn++)
+                fputc(cat_letters[k], f);
+        }
+        fprintf(f, "%s\n", lo <= v->peak_at && v->peak_at < hi ? "  <- peak" : "");
+    }
+}
+
+static void json_str(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            fprintf(f, "\\%c", *s);
+        else if ((unsigned char)*s < 0x20)
+            fprintf(f, "\\u%04x", *s);
+        else
+            fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+void mv_write_json(FILE *f, const MemView *v, const MemMeta *m) {
+    const Plan *p = v->p;
+    fprintf(f, "{\n  \"model\": ");
+    json_str(f, p->model);
+    fprintf(f, ",\n  \"budget_bytes\": %lld,\n  \"reserve_bytes\": %lld,\n  \"peak_bytes\": %lld,\n"
+               "  \"peak_instruction\": %d,\n  \"lower_bound_bytes\": %lld,\n"
+               "  \"arena_bytes\": {\"device\": %lld, \"host\": %lld},\n",
+            (long long)m->budget_bytes, (long long)m->reserve_bytes, (long long)v->peak, v->peak_at,
+            (long long)v->peak, (long long)p->arena_bytes[ARENA_DEVICE],
+            (long long)p->arena_bytes[ARENA_HOST]);
+    fprintf(f, "  \"phases\": [");
+    for (int ph = 0, base = 0; ph < PHASE_COUNT; base += p->nins[ph], ph++)
+        fprintf(f, "%s{\"name\": \"%s\", \"first\": %d, \"count\": %d, \"peak_bytes\": %lld}",
+                ph ? ", " : "", plan_phase_name((PlanPhase)ph), base, p->nins[ph],
+                (long long)v->phase_peak[ph]);
+    fprintf(f, "],\n  \"categories\": [");
+    for (int c = 0; c < MV_CATS; c++)
+        fprintf(f, "%s\"%s\"", c ? ", " : "", cat_names[c]);
+    fprintf(f, "],\n  \"buffers\": [\n");
+    for (int i = 0; i < p->nbuf; i++) {
+        const PlanBuffer *b = &p->buf[i];
+        const PlanBuffer *base = b->view >= 0 ? &p->buf[b->view] : b;
+        fprintf(f, "    {\"id\": %d, \"name\": ", i);
+        json_str(f, b->name);
+        fprintf(f, ", \"category\": \"%s\", \"arena\": \"%s\", \"offset\": %lld, \"bytes\": %lld, "
+                   "\"first\": %d, \"last\": %d, \"dtype\": \"%s\", \"shape\": [",
+                b->category, base->arena == ARENA_DEVICE ? "device" : "host", (long long)base->offset,
+                (long long)(b->view >= 0 ? 0 : b->bytes), base->first, base->last,
+                plan_dtype_name(b->dtype));
+        for (int d = 0; d < b->ndim; d++)
+            fprintf(f, "%s%lld", d ? ", " : "", (long long)b->shape[d]);
+        fprintf(f, "]");
+        if (b->view >= 0)
+            fprintf(f, ", \"view_of\": %d", b->view);
+        if (b->reuse >= 0)
+            fprintf(f, ", \"reuses\": %d", b->reuse);
+        fprintf(f, "}%s\n", i + 1 < p->nbuf ? "," : "");
+    }
+    fprintf(f, "  ],\n  \"instructions\": [\n");
+    for (int id = 0; id < v->n; id++) {
+        const PlanInstr *in = plan_instr(p, id);
+        fprintf(f, "    {\"id\": %d, \"op\": \"%s\", \"phase\": \"%s\", \"layer\": %d, \"line\": %d}%s\n",
+                id, in->op, plan_phase_name(phase_of(p, id)), in->layer, in->line,
+                id + 1 < v->n ? "," : "");
+    }
+    fprintf(f, "  ],\n  \"live_bytes\": {\n");
+    for (int c = 0; c < MV_CATS; c++) {
+        fprintf(f, "    \"%s\": [", cat_names[c]);
+        for (int i = 0; i < v->n; i++)
+            fprintf(f, "%s%lld", i ? "," : "", (long long)v->live[(size_t)i * MV_CATS + c]);
+        fprintf(f, "]%s\n", c + 1 < MV_CATS ? "," : "");
+    }
+    fprintf(f, "  }\n}\n");
+}
+
+static void xml_str(FILE *f, const char *s) {
+    for (; *s; s++)
+        switch (*s) {
+        case '<': fputs("&lt;", f); break;
+        case '>': fputs("&gt;", f); break;
+        case '&': fputs("&amp;", f); break;
+        case '"': fputs("&quot;", f); break;
+        default: fputc(*s, f);
+        }
+}
+
+void mv_write_html(FILE *f, const MemView *v, const MemMeta *m) {
+    const Plan *p = v->p;
+    char a[32], b[32];
+    const double W = 1100, H = 420, H2 = 220, L = 70;   // plot sizes, left margin
+    int n = v->n > 0 ? v->n : 1;
+    int64_t arena = p->arena_bytes[ARENA_DEVICE] > 0 ? p->arena_bytes[ARENA_DEVICE] : 1;
+    double xs = W / n;
+    fprintf(f, "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">\n<title>ftc memory: ");
+    xml_str(f, p->model);
+    fprintf(f, "</title>\n<style>\n"
+               "body{font:13px sans-serif;margin:16px;color:#222}\n"
+               "rect.buf{stroke:#0003;stroke-width:0.3}\nrect.buf:hover{stroke:#000;stroke-width:1.5}\n"
+               "#info{font-family:monospace;white-space:pre;min-height:3em;background:#f6f6f6;padding:6px}\n"
+               ".peak{stroke:#d00;stroke-width:1.5;stroke-dasharray:4 3}\n"
+               ".lg span{display:inline-block;width:12px;height:12px;margin:0 4px 0 12px;vertical-align:middle}\n"
+               "</style></head><body>\n");
+    fprintf(f, "<h2>");
+    xml_str(f, p->model);
+    fprintf(f, ": micro-batch %lld &times; seq %lld, accumulation %lld</h2>\n", (long long)p->micro_batch,
+            (long long)p->seq, (long long)p->accum);
+    fprintf(f, "<p><b>Peak %s</b> at instruction %d (%s <code>%s</code>, %s phase) &mdash; "
+               "device arena %s, budget %s. The red line marks the peak; hover over a rectangle "
+               "for its buffer.</p>\n",
+            gib(a, v->peak), v->peak_at, plan_instr(p, v->peak_at) ? "op" : "", plan_instr(p, v->peak_at) ?
+            plan_instr(p, v->peak_at)->op : "", plan_phase_name(phase_of(p, v->peak_at)),
+            gib(b, arena), gib(a, m->budget_bytes));
+    fprintf(f, "<div class=\"lg\">");
+    for (int c = 0; c < MV_CATS - 1; c++)
+        fprintf(f, "<span style=\"background:%s\"></span>%s", cat_colors[c], cat_names[c]);
+    fprintf(f, "</div>\n<div id=\"info\">hover over a buffer</div>\n");
+    // Address over time: each buffer a rectangle (instructions x offsets).
+    fprintf(f, "<h3>Address over time</h3>\n<svg id=\"addr\" width=\"%.0f\" height=\"%.0f\" "
+               "xmlns=\"http://www.w3.org/2000/svg\">\n", W + L + 10, H + 30);
+    fprintf(f, "<g transform=\"translate(%.0f,5)\">\n<rect x=\"0\" y=\"0\" width=\"%.0f\" height=\"%.0f\" "
+               "fill=\"#fafafa\" stroke=\"#ccc\"/>\n", L, W, H);
+    for (int i = 0; i < p->nbuf; i++) {
+        const PlanBuffer *x = &p->buf[i];
+        if (!owns(x) || x->arena != ARENA_DEVICE)
+            continue;
+        double x0 = x->first * xs, w = (x->last - x->first + 1) * xs;
+        double y1 = H - (double)x->offset / (double)arena * H;
+        double h = (double)x->bytes / (double)arena * H;
+        fprintf(f, "<rect class=\"buf\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" "
+                   "fill=\"%s\" data-n=\"",
+                x0, y1 - h, w > 0.4 ? w : 0.4, h > 0.3 ? h : 0.3, cat_colors[mv_category(x->category)]);
+        xml_str(f, x->name);
+        fprintf(f, "\" data-c=\"%s\" data-s=\"%s ", x->category, plan_dtype_name(x->dtype));
+        fputc('[', f);
+        for (int d = 0; d < x->ndim; d++)
+            fprintf(f, "%s%lld", d ? ", " : "", (long long)x->shape[d]);
+        fprintf(f, "]\" data-b=\"%lld\" data-l=\"%d..%d\" data-o=\"%lld\"><title>", (long long)x->bytes,
+                x->first, x->last, (long long)x->offset);
+        xml_str(f, x->name);
+        fprintf(f, " (%s, %s, instructions %d..%d)</title></rect>\n", x->category, gib(a, x->bytes),
+                x->first, x->last);
+    }
+    fprintf(f, "<line class=\"peak\" x1=\"%.2f\" y1=\"0\" x2=\"%.2f\" y2=\"%.0f\"/>\n",
+            (v->peak_at + 0.5) * xs, (v->peak_at + 0.5) * xs, H);
+    fprintf(f, "<text x=\"-6\" y=\"%.0f\" text-anchor=\"end\">0</text>"
+               "<text x=\"-6\" y=\"12\" text-anchor=\"end\">%s</text>"
+               "<text x=\"0\" y=\"%.0f\">instruction 0</text>"
+               "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"end\">%d</text>\n",
+            H, gib(a, arena), H + 18, W, H + 18, v->n - 1);
+    fprintf(f, "</g></svg>\n");
+    // Stacked categories over time.
+    fprintf(f, "<h3>Live bytes by category</h3>\n<svg id=\"cats\" width=\"%.0f\" height=\"%.0f\" "
+               "xmlns=\"http://www.w3.org/2000/svg\">\n<g transform=\"translate(%.0f,5)\">\n",
+            W + L + 10, H2 + 30, L);
+    int step = v->n > 2000 ? v->n / 2000 : 1;
+    double ys = H2 / (double)(v->peak ? v->peak : 1);
+    for (int c = MV_CATS - 1; c >= 0; c--) {   // draw from the top of the stack down
+        fprintf(f, "<path fill=\"%s\" d=\"M0,%.0f", cat_colors[c], H2);
+        for (int i = 0; i < v->n; i += step) {
+            int64_t below = 0;
+            for (int k = 0; k <= c; k++)
+                below += v->live[(size_t)i * MV_CATS + k];
+            fprintf(f, " L%.2f,%.2f L%.2f,%.2f", i * xs, H2 - below * ys, (i + step) * xs,
+                    H2 - below * ys);
+        }
+        fprintf(f, " L%.0f,%.0f Z\"><title>%s</title></path>\n", W, H2, cat_names[c]);
+    }
+    fprintf(f, "<line class=\"peak\" x1=\"%.2f\" y1=\"0\" x2=\"%.2f\" y2=\"%.0f\"/>\n",
+            (v->peak_at + 0.5) * xs, (v->peak_at + 0.5) * xs, H2);
+    fprintf(f, "<text x=\"-6\" y=\"12\" text-anchor=\"end\">%s</text></g></svg>\n", gib(a, v->peak));
+    fprintf(f, "<script>\n"
+               "const info = document.getElementById('info');\n"
+               "document.getElementById('addr').addEventListener('mouseover', e => {\n"
+               "  const d = e.target.dataset;\n"
+               "  if (!d || !d.n) return;\n"
+               "  info.textContent = d.n + '  (' + d.c + ')\\n' + d.s + ', ' + Number(d.b).toLocaleString() +\n"
+               "    ' bytes at offset ' + Number(d.o).toLocaleString() + ', live over instructions ' + d.l;\n"
+               "});\n</script>\n</body></html>\n");
+}
+
+// Estimated duration of an instruction: the roofline of its FLOPs and bytes.
+static double est_us(const PlanInstr *in, const MemMeta *m) {
+    double t = fmax((double)in->flops / m->flops_per_s, (double)in->bytes / m->bytes_per_s);
+    return t * 1e6 + 2.0;   // a kernel launch
+}
+
+void mv_write_trace(FILE *f, const MemView *v, const MemMeta *m) {
+    const Plan *p = v->p;
+    fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
+    fprintf(f, "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 1, \"args\": {\"name\": \"ftc plan ");
+    json_str(f, p->model);
+    fprintf(f, " (estimated)\"}},\n");
+    fprintf(f, "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": 1, \"args\": {\"name\": \"compute stream\"}},\n");
+    double ts = 0;
+    for (int id = 0; id < v->n; id++) {
+        const PlanInstr *in = plan_instr(p, id);
+        double dur = est_us(in, m);
+        fprintf(f, "{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"ts\": %.3f, \"dur\": %.3f, "
+                   "\"pid\": 1, \"tid\": 1, \"args\": {\"instruction\": %d, \"out\": ",
+                in->op, plan_phase_name(phase_of(p, id)), ts, dur, id);
+        json_str(f, in->nout ? p->buf[in->out[0]].name : "");
+        fprintf(f, ", \"flops\": %lld, \"bytes\": %lld}},\n", (long long)in->flops, (long long)in->bytes);
+        fprintf(f, "{\"name\": \"memory\", \"ph\": \"C\", \"ts\": %.3f, \"pid\": 1, \"args\": {", ts);
+        for (int c = 0; c < MV_CATS; c++)
+            fprintf(f, "%s\"%s\": %lld", c ? ", " : "", cat_names[c],
+                    (long long)v->live[(size_t)id * MV_CATS + c]);
+        fprintf(f, "}},\n");
+        ts += dur;
+    }
+    fprintf(f, "{\"name\": \"end of step\", \"ph\": \"i\", \"s\": \"g\", \"ts\": %.3f, \"pid\": 1, \"tid\": 1}\n]}\n", ts);
+}
+
+int codegen_dumps(const char *dir, const Plan *p, const MemMeta *m, char *err, size_t errlen) {
+    MemView v;
+    mv_init(&v, p);
+    static const char *names[] = {"memory.txt", "memory.json", "memory.html", "trace.json"};
+    void (*writers[])(FILE *, const MemView *, const MemMeta *) = {mv_write_txt, mv_write_json,
+                                                                    mv_write_html, mv_write_trace};
+    int rc = 0;
+    for (int k = 0; k < 4 && rc == 0; k++) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%s", dir, names[k]);
+        FILE *f = fopen(path, "w");
+        if (!f) {
+            snprintf(err, errlen, "cannot write %s", path);
+            rc = -1;
+            break;
+        }
+        writers[k](f, &v, m);
+        if (ferror(f) | fclose(f)) {
+            snprintf(err, errlen, "cannot write %s", path);
+            rc = -1;
+        }
+    }
+    mv_free(&v);
+    return rc;
+}
