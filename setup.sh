@@ -9,6 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 packages=(gcc make cmake flex bison pkg-config libopenblas-dev libjansson-dev)
+# the test suite also opens memory.html in a headless browser
+[ "${1:-}" = test ] && packages+=(chromium)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -342,7 +342,7 @@ static void xml_str(FILE *f, const char *s) {
 
 void mv_write_html(FILE *f, const MemView *v, const MemMeta *m) {
     const Plan *p = v->p;
-    char a[32], b[32];
+    char a[32], b[32], c[32];
     const double W = 1100, H = 420, H2 = 220, L = 70;   // plot sizes, left margin
     int n = v->n > 0 ? v->n : 1;
     int64_t arena = p->arena_bytes[ARENA_DEVICE] > 0 ? p->arena_bytes[ARENA_DEVICE] : 1;
@@ -365,7 +365,37 @@ void mv_write_html(FILE *f, const MemView *v, const MemMeta *m) {
                "for its buffer.</p>\n",
             gib(a, v->peak), v->peak_at, plan_instr(p, v->peak_at) ? "op" : "", plan_instr(p, v->peak_at) ?
             plan_instr(p, v->peak_at)->op : "", plan_phase_name(phase_of(p, v->peak_at)),
-            gib(b, arena), gib(a, m->budget_bytes));
+            gib(b, arena), gib(c, m->budget_bytes));
+    // What the peak is made of, largest first: the answer to "why this much".
+    fprintf(f, "<p>At the peak:");
+    bool used[MV_CATS] = {0};
+    for (int r = 0; r < MV_CATS; r++) {
+        int best = -1;
+        for (int k = 0; k < MV_CATS; k++)
+            if (!used[k] && (best < 0 || v->live[(size_t)v->peak_at * MV_CATS + k] >
+                                             v->live[(size_t)v->peak_at * MV_CATS + best]))
+                best = k;
+        int64_t x = v->live[(size_t)v->peak_at * MV_CATS + best];
+        used[best] = true;
+        if (!x)
+            break;
+        fprintf(f, "%s <span style=\"color:%s\">&#9632;</span> %s %s (%.1f%%)", r ? "," : "",
+                cat_colors[best], cat_names[best], gib(a, x),
+                100.0 * (double)x / (double)(v->peak ? v->peak : 1));
+    }
+    int nl, *ids = largest(p, &nl), shown = 0;
+    fprintf(f, ".<br>Largest buffers live there:");
+    for (int k = 0; k < nl && shown < 5; k++) {
+        const PlanBuffer *x = &p->buf[ids[k]];
+        if (count_from(x) > v->peak_at || x->last < v->peak_at)
+            continue;
+        fprintf(f, "%s <code>", shown ? "," : "");
+        xml_str(f, x->name);
+        fprintf(f, "</code> %s", gib(a, x->bytes));
+        shown++;
+    }
+    free(ids);
+    fprintf(f, ".</p>\n");
     fprintf(f, "<div class=\"lg\">");
     for (int c = 0; c < MV_CATS - 1; c++)
         fprintf(f, "<span style=\"background:%s\"></span>%s", cat_colors[c], cat_names[c]);

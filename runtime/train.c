@@ -74,6 +74,10 @@ int rt_train(const RunOptions *o) {
     Plan *p = NULL;
     if (plan_load(&p, path, err, sizeof err) != 0)
         return error("%s", err);
+    if (plan_verify(p, stderr) != 0) {
+        plan_free(p);
+        return error("%s: the plan failed verification; it was not run", path);
+    }
     if (!plan_role(p, "tokens") || !plan_role(p, "targets") || !plan_role(p, "loss")) {
         plan_free(p);
         return error("%s: the plan has no tokens, targets or loss buffer", path);

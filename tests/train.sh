@@ -25,20 +25,28 @@ fi
 first=$(grep '^step 1/' <<<"$out" | awk '{print $4}')
 awk -v l="$first" 'BEGIN { exit !(l > 5.3 && l < 5.8) }' && ok "first-loss-ln256 ($first)" || bad first-loss-ln256 "$first"
 
-# Same seed, same losses, bitwise; another seed, other losses.
-a=$("$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 6 --seed 7 | losses)
-b=$("$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 6 --seed 7 | losses)
-c=$("$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 6 --seed 8 | losses)
+# Same seed, same losses, bitwise; another seed, other losses. Poison is on in every
+# run here: a buffer is NaN the moment its lifetime ends.
+a=$("$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 6 --seed 7 --poison | losses)
+b=$("$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 6 --seed 7 --poison | losses)
+c=$("$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 6 --seed 8 --poison | losses)
 [ -n "$a" ] && [ "$a" = "$b" ] && ok same-seed-same-losses || bad same-seed-same-losses "$a / $b"
 [ "$a" != "$c" ] && ok other-seed-other-losses || bad other-seed-other-losses "$a"
-# Poison on, and every buffer in its own allocation: the same losses.
-p=$("$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 6 --seed 7 --poison | losses)
-u=$("$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 6 --seed 7 --unplanned --poison | losses)
-[ "$a" = "$p" ] && ok poison-same-losses || bad poison-same-losses "$p"
-[ "$a" = "$u" ] && ok unplanned-same-losses || bad unplanned-same-losses "$u"
+np=$("$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 6 --seed 7 | losses)
+[ "$a" = "$np" ] && ok poison-changes-nothing || bad poison-changes-nothing "$np"
+# The planned arena (shared offsets, in-place reuse) against every buffer in its own
+# allocation: identical losses and weights, bitwise, over 20 steps.
+"$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 20 --seed 7 --poison --save "$tmp/planned" > "$tmp/p.out"
+"$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 20 --seed 7 --poison --unplanned --save "$tmp/unplanned" > "$tmp/u.out"
+if [ "$(losses < "$tmp/p.out")" = "$(losses < "$tmp/u.out")" ] && [ "$(losses < "$tmp/p.out" | wc -l)" = 20 ] &&
+   cmp -s "$tmp/planned/model.safetensors" "$tmp/unplanned/model.safetensors"; then
+    ok planned-equals-unplanned-20-steps
+else
+    bad planned-equals-unplanned-20-steps "$(diff <(losses < "$tmp/p.out") <(losses < "$tmp/u.out") | head -4)"
+fi
 
 # Save, then start from the saved weights.
-if "$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 3 --save "$tmp/ck" >/dev/null &&
+if "$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 3 --poison --save "$tmp/ck" >/dev/null &&
    [ -s "$tmp/ck/model.safetensors" ] &&
    "$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 1 --weights "$tmp/ck" >/dev/null; then
     ok save-and-reload

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# memory.html in headless Chromium: it renders with no console output (so no errors),
+# asks for nothing over the network (it is one self-contained file: nothing to fetch,
+# and the run has no route out anyway), draws one rectangle per buffer that owns bytes,
+# and yields a screenshot. Skips (77) where Chromium is missing.
+# usage: html.sh FTC SOURCE_DIR
+set -u
+ftc=$1 src=$2
+browser=$(command -v chromium || command -v chromium-browser || true)
+[ -n "$browser" ] || { echo "skip: no chromium"; exit 77; }
+cd "$src" || exit 2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+ok() { echo "ok   $1"; pass=$((pass+1)); }
+bad() { echo "FAIL $1: $2"; fail=$((fail+1)); }
+
+"$ftc" compile models/tiny.ft -o "$tmp/tiny.plan" >/dev/null || { echo "FAIL compile"; exit 1; }
+html="$tmp/tiny.plan/memory.html"
+
+# Self-contained: no script or style or image fetched, no URL but the SVG namespace.
+if grep -qiE '(src|href)=|url\(|@import|fetch\(|XMLHttpRequest|<link|<iframe' "$html" ||
+   [ -n "$(grep -oE 'https?://[^"]*' "$html" | grep -v '^http://www.w3.org/2000/svg$')" ]; then
+    bad self-contained "the page refers to something outside itself"
+else
+    ok self-contained
+fi
+
+run() {   # chromium headless, no network (proxy to a closed port), logs to stderr
+    HOME="$tmp" timeout 120 "$browser" --headless --no-sandbox --disable-gpu \
+        --no-first-run --disable-extensions --disable-background-networking \
+        --proxy-server=127.0.0.1:9 --proxy-bypass-list='<-loopback>' \
+        --enable-logging=stderr --v=0 --window-size=1300,1000 "$@" 2>"$tmp/log"
+}
+run --dump-dom "file://$html" > "$tmp/dom.html"
+[ -s "$tmp/dom.html" ] && ok renders || bad renders "no DOM"
+if grep -E 'CONSOLE|Uncaught|net::ERR' "$tmp/log" >/dev/null; then
+    bad no-console-errors "$(grep -E 'CONSOLE|Uncaught|net::ERR' "$tmp/log" | head -3)"
+else
+    ok no-console-errors
+fi
+# One rectangle per buffer owning bytes (a view owns none; the host arena is empty here).
+want=$(grep -c '"bytes": [1-9]' "$tmp/tiny.plan/memory.json")
+got=$(grep -o 'class="buf"' "$tmp/dom.html" | wc -l)
+[ "$want" -gt 0 ] && [ "$got" = "$want" ] && ok "one-rect-per-buffer ($got)" || bad one-rect-per-buffer "$got rects, $want buffers"
+run --screenshot="$tmp/shot.png" "file://$html" >/dev/null
+if [ "$(head -c 8 "$tmp/shot.png" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ] &&
+   [ "$(stat -c %s "$tmp/shot.png")" -gt 10000 ]; then
+    ok screenshot
+    [ -n "${FTC_KEEP_SHOT:-}" ] && cp "$tmp/shot.png" "$FTC_KEEP_SHOT"
+else
+    bad screenshot "no PNG"
+fi
+echo "$pass passed, $fail failed"
+[ "$fail" = 0 ]

@@ -1,0 +1,152 @@
+// test_verify.c — the plan verifier catches what it must: a compiled plan passes,
+// and each injected fault (overlapping offsets, a read before its write, a buffer past
+// the arena's end, an early free, a loss freed before the runtime reads it) is
+// rejected with a message naming the buffers and the instruction.
+#include "check.h"
+#include "harness.h"
+
+static Harness h;
+
+static const char *tiny_text(void) {
+    static char text[8192];
+    FILE *f = fopen("models/tiny.ft", "r");
+    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    if (f)
+        fclose(f);
+    text[n] = '\0';
+    return text;
+}
+
+// Runs the verifier on the (corrupted) plan; returns its messages.
+static char *verify(int *problems) {
+    static char *buf;
+    size_t len;
+    free(buf);
+    buf = NULL;
+    FILE *f = open_memstream(&buf, &len);
+    *problems = plan_verify(h.plan, f);
+    fclose(f);
+    return buf;
+}
+
+// Two transient buffers live at the same time, in different places.
+static void pick_overlapping(int *a, int *b) {
+    const Plan *p = h.plan;
+    for (int i = 0; i < p->nbuf; i++)
+        for (int j = i + 1; j < p->nbuf; j++) {
+            const PlanBuffer *x = &p->buf[i], *y = &p->buf[j];
+            if (x->kind != PK_VALUE || y->kind != PK_VALUE || x->view >= 0 || y->view >= 0 ||
+                x->reuse >= 0 || y->reuse >= 0 || x->bytes != y->bytes || x->bytes == 0)
+                continue;
+            if (x->first < y->last && y->first < x->last && x->offset != y->offset) {
+                *a = i, *b = j;
+                return;
+            }
+        }
+    *a = *b = -1;
+}
+
+static void test_clean_plan_passes(void) {
+    int n;
+    char *msg = verify(&n);
+    CHECK_EQ(0, n);
+    if (n)
+        printf("%s", msg);
+}
+
+static void test_overlapping_offsets(void) {
+    int a, b, n;
+    pick_overlapping(&a, &b);
+    CHECK(a >= 0);
+    if (a < 0)
+        return;
+    int64_t keep = h.plan->buf[b].offset;
+    h.plan->buf[b].offset = h.plan->buf[a].offset;
+    char *msg = verify(&n);
+    h.plan->buf[b].offset = keep;
+    CHECK(n > 0);
+    CHECK(strstr(msg, "share bytes while both live"));
+    CHECK(strstr(msg, h.plan->buf[a].name) && strstr(msg, h.plan->buf[b].name));
+}
+
+static void test_read_before_write(void) {
+    // Make an early instruction read a buffer that a later instruction first writes.
+    PlanInstr *in = &h.plan->ins[PHASE_FWD][1];
+    const PlanBuffer *late = NULL;
+    for (int i = 0; i < h.plan->nbuf; i++)
+        if (h.plan->buf[i].kind == PK_VALUE && h.plan->buf[i].view < 0 && h.plan->buf[i].first > 10) {
+            late = &h.plan->buf[i];
+            break;
+        }
+    CHECK(late != NULL);
+    if (!late)
+        return;
+    int keep = in->in[0], n;
+    in->in[0] = late->id;
+    char *msg = verify(&n);
+    in->in[0] = keep;
+    CHECK(n > 0);
+    char want[256];
+    snprintf(want, sizeof want, "instruction 1 (%s) reads %s before any instruction writes it", in->op,
+             late->name);
+    CHECK(strstr(msg, want));
+}
+
+static void test_past_arena_end(void) {
+    PlanBuffer *b = NULL;
+    for (int i = 0; i < h.plan->nbuf && !b; i++)
+        if (h.plan->buf[i].view < 0 && h.plan->buf[i].bytes > 256)
+            b = &h.plan->buf[i];
+    int64_t keep = b->offset;
+    b->offset = h.plan->arena_bytes[ARENA_DEVICE] - 128;
+    int n;
+    char *msg = verify(&n);
+    b->offset = keep;
+    CHECK(n > 0);
+    CHECK(strstr(msg, b->name) && strstr(msg, "lies outside the device arena"));
+}
+
+static void test_early_free(void) {
+    // A saved activation whose lifetime is cut to its first instruction.
+    PlanBuffer *b = NULL;
+    for (int i = 0; i < h.plan->nbuf && !b; i++)
+        if (!strcmp(h.plan->buf[i].category, "activations") && h.plan->buf[i].view < 0 &&
+            h.plan->buf[i].last > h.plan->buf[i].first + 5 && !h.plan->buf[i].role)
+            b = &h.plan->buf[i];
+    CHECK(b != NULL);
+    if (!b)
+        return;
+    int keep = b->last, n;
+    b->last = b->first;
+    char *msg = verify(&n);
+    b->last = keep;
+    CHECK(n > 0);
+    CHECK(strstr(msg, b->name) && strstr(msg, "it was freed too early"));
+}
+
+static void test_loss_freed_early(void) {
+    PlanBuffer *loss = (PlanBuffer *)plan_role(h.plan, "loss");
+    int keep = loss->last, n;
+    loss->last = loss->first;
+    char *msg = verify(&n);
+    loss->last = keep;
+    CHECK(n > 0);
+    CHECK(strstr(msg, "before the runtime reads it"));
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && chdir(argv[1]) != 0)
+        return 2;
+    if (!harness_compile(&h, "models/tiny.ft", tiny_text(), 8)) {
+        printf("FAIL compile\n");
+        return 1;
+    }
+    RUN(test_clean_plan_passes);
+    RUN(test_overlapping_offsets);
+    RUN(test_read_before_write);
+    RUN(test_past_arena_end);
+    RUN(test_early_free);
+    RUN(test_loss_freed_early);
+    harness_free(&h);
+    return CHECK_DONE();
+}
