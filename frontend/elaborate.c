@@ -43,6 +43,8 @@ typedef struct Elab {
     Scope *model;           // constants and model params
     int depth;              // block call depth, to stop runaway recursion
     int counter;            // for unnamed tensors
+    int calls;              // block instances made
+    bool too_big;           // a size limit was reported
 } Elab;
 
 static Value none(void) { return (Value){.kind = V_NONE}; }
@@ -130,6 +132,14 @@ static int eval_dims(Elab *e, Scope *s, const Ast *dims, int64_t *shape, SrcLoc 
         fe_error(e->src, where, "a shape needs at least one dimension");
         return -1;
     }
+    // Keep every byte count far from overflow: at most 2^50 elements in one tensor.
+    int64_t elems = 1;
+    for (int i = 0; !bad && i < n; i++) {
+        if (__builtin_mul_overflow(elems, shape[i], &elems) || elems > (1LL << 50)) {
+            fe_error(e->src, where, "this shape has more than 2^50 elements");
+            return -1;
+        }
+    }
     return bad ? -1 : n;
 }
 
@@ -155,10 +165,18 @@ static const char *value_name(Elab *e, Scope *s, const char *var, const char *op
 
 static Value tensor(int id) { return (Value){.kind = V_TENSOR, .i = id}; }
 
+enum { MAX_NODES = 1000000, MAX_CALLS = 200000 };   // far beyond any real model; stop runaway fan-out
+
 // Adds a node; reports a shape error at `loc` (or at the failing argument).
 static Value add_node(Elab *e, Scope *s, OpKind op, int nin, const int *in, IrAttr attr,
                       const char *name, SrcLoc loc, const Ast *args) {
     IrShapeErr err;
+    if (e->g->nodes.len >= MAX_NODES) {
+        if (!e->too_big)
+            fe_error(e->src, loc, "the model has more than %d operations", MAX_NODES);
+        e->too_big = true;
+        return none();
+    }
     const char *nm = name ? name : fresh_name(e, s, op_info(op)->name);
     int id = ir_node_add(e->g, op, nin, in, attr, nm, s->layer, loc, &err);
     if (id < 0) {
@@ -278,8 +296,9 @@ static bool read_attr(Elab *e, Scope *s, const OpInfo *info, const Ast *arg, IrA
     }
     if (strcmp(an, "dims") == 0) {
         const Ast *l = arg->lhs;
-        Value a = l->kind == AST_TUPLE || l->kind == AST_LIST ? eval(e, s, l->args, NULL) : none();
-        Value b = a.kind == V_INT && l->args->next ? eval(e, s, l->args->next, NULL) : none();
+        bool pair = (l->kind == AST_TUPLE || l->kind == AST_LIST) && ast_count(l->args) == 2;
+        Value a = pair ? eval(e, s, l->args, NULL) : none();
+        Value b = a.kind == V_INT ? eval(e, s, l->args->next, NULL) : none();
         if (a.kind != V_INT || b.kind != V_INT || ast_count(l->args) != 2 || a.i < 0 ||
             b.i < 0 || a.i >= IR_MAX_DIMS || b.i >= IR_MAX_DIMS) {
             fe_error(e->src, l->loc, "transpose needs two dimension indices, e.g. [1, 2]");
@@ -379,6 +398,12 @@ static Value call_block(Elab *e, Scope *s, const Ast *blk, const Ast *args, int 
     }
     if (e->depth > 8) {
         fe_error(e->src, loc, "blocks nest too deeply (is '%s' calling itself?)", blk->name);
+        return none();
+    }
+    if (++e->calls > MAX_CALLS) {
+        if (!e->too_big)
+            fe_error(e->src, loc, "more than %d block instances", MAX_CALLS);
+        e->too_big = true;
         return none();
     }
     int nin = ast_count(blk->inputs);

@@ -41,8 +41,10 @@ static int add(IrGraph *g, OpKind op, int nin, const int *in, IrAttr attr, const
 
 static int add_param(IrGraph *g, const IrTensor *w, const char *which, int64_t d0, int64_t d1) {
     int64_t shape[2] = {d0, d1};
-    char *hf = arena_strdup(g->arena, w->hf_name);
-    hf[strlen(hf) - strlen(".weight")] = '\0';
+    char *hf = arena_strdup(g->arena, w->hf_name);   // "….q_proj.weight" -> "….q_proj"
+    size_t len = strlen(hf), sfx = strlen(".weight");
+    if (len > sfx && strcmp(hf + len - sfx, ".weight") == 0)
+        hf[len - sfx] = '\0';
     int id = ir_tensor_add(g, arena_printf(g->arena, "%s.lora_%s", w->name, which), TK_PARAM,
                            w->dtype == DT_NF4 ? g->step.weight_dt : w->dtype, 2, shape, w->loc);
     IrTensor *t = ir_tensor(g, id);
