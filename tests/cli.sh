@@ -80,7 +80,11 @@ grep -q "= attention .*causal=true .*@36:9" <<<"$out" && ok dump-ir || bad dump-
 start=$(date +%s%N)
 "$ftc" compile models/qwen2-72b.ft -o "$tmp/out.plan" >/dev/null; rc=$?
 ms=$(( ($(date +%s%N) - start) / 1000000 ))
-[ $rc = 0 ] && [ "$ms" -lt 1000 ] && ok "qwen2-72b-fast (${ms} ms)" || bad qwen2-72b-fast "exit $rc, ${ms} ms"
+if [ -n "${FTC_SANITIZED:-}" ]; then   # timings of a sanitizer build say nothing
+    [ $rc = 0 ] && ok "qwen2-72b-compiles (${ms} ms, sanitized build: not timed)" || bad qwen2-72b-compiles "exit $rc"
+else
+    [ $rc = 0 ] && [ "$ms" -lt 1000 ] && ok "qwen2-72b-fast (${ms} ms)" || bad qwen2-72b-fast "exit $rc, ${ms} ms"
+fi
 
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]
