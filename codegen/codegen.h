@@ -14,8 +14,10 @@ typedef struct PlanMeta {
     const char *optimizer;      // "adamw", "sgd"
     double lr, beta1, beta2, eps, weight_decay;
     int64_t arena_bytes;        // the device arena the offsets were assigned in
+    int64_t host_bytes;         // the host arena
     int64_t reserve_bytes;      // modeled CUDA context, outside the arena
     double flops_per_s, bytes_per_s;   // the GPU preset's peak rates, for trace.json
+    const char *report;         // report.txt: the planner's decision and candidates, or NULL
 } PlanMeta;
 
 //

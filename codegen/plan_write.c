@@ -45,14 +45,16 @@ int codegen_plan_write(FILE *f, const IrGraph *g, const PlanMeta *meta) {
             (long long)logits->shape[logits->ndim - 1], meta->precision);
     fprintf(f, "optimizer %s lr=%.17g beta1=%.17g beta2=%.17g eps=%.17g weight_decay=%.17g\n",
             meta->optimizer, meta->lr, meta->beta1, meta->beta2, meta->eps, meta->weight_decay);
-    fprintf(f, "rank 0 ranks 1\narena device %lld\narena host 0\nbuffers %d\n", (long long)arena, nt);
+    fprintf(f, "rank 0 ranks 1\narena device %lld\narena host %lld\nbuffers %d\n", (long long)arena,
+            (long long)meta->host_bytes, nt);
     for (int i = 0; i < nt; i++) {
         const IrTensor *t = &g->tensors.at[i];
         int base = ir_tensor_base(g, i);
         const IrTensor *b = &g->tensors.at[base];
         IR_ASSERT(b->offset >= 0);
-        fprintf(f, "buffer %d %s %s device %lld %lld %s ", i, t->name, mem_category_name(t->cat),
-                (long long)b->offset, (long long)ir_tensor_bytes(t), dtype_name(t->dtype));
+        fprintf(f, "buffer %d %s %s %s %lld %lld %s ", i, t->name, mem_category_name(t->cat),
+                b->arena ? "host" : "device", (long long)b->offset, (long long)ir_tensor_bytes(t),
+                dtype_name(t->dtype));
         shape_str(f, t);
         fprintf(f, " %d %d kind=%s", b->first < 0 ? 0 : b->first, b->last < 0 ? 0 : b->last,
                 kind_name(t->kind));
@@ -107,6 +109,12 @@ int codegen_plan_write(FILE *f, const IrGraph *g, const PlanMeta *meta) {
                 fprintf(f, " chunk=%lld", (long long)n->attr.chunk_rows);
             if (n->ws >= 0)
                 fprintf(f, " ws=%d", n->ws);
+            if (n->attr.seed)
+                fprintf(f, " seed=%lld", (long long)n->attr.seed);
+            if (n->recompute)
+                fprintf(f, " recompute=1");
+            if (n->host)
+                fprintf(f, " host=1");
             fprintf(f, " flops=%lld bytes=%lld", (long long)op_flops(g, n),
                     (long long)(op_bytes_read(g, n) + op_bytes_written(g, n)));
             if (n->layer >= 0)
@@ -173,6 +181,16 @@ int codegen_plan_dir(const char *dir, const IrGraph *g, const PlanMeta *meta, ch
         snprintf(err, errlen, "internal error: the plan failed verification (%d problems)", problems);
         remove_dir(tmp);
         return -1;
+    }
+    if (meta->report) {
+        snprintf(path, sizeof path, "%s/report.txt", tmp);
+        FILE *r = fopen(path, "w");
+        if (!r || fputs(meta->report, r) < 0 || fclose(r) != 0) {
+            plan_free(p);
+            snprintf(err, errlen, "cannot write %s", path);
+            remove_dir(tmp);
+            return -1;
+        }
     }
     MemMeta mm = {meta->budget_bytes, meta->reserve_bytes, meta->flops_per_s, meta->bytes_per_s};
     int rc = codegen_dumps(tmp, p, &mm, err, errlen);

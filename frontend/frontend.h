@@ -4,6 +4,7 @@
 #define FTC_FRONTEND_H
 
 #include "../ir/ir.h"
+#include "../passes/passes.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -160,6 +161,37 @@ typedef struct FtModel {
 int fe_check(FtSource *src, Ast *program, FtModel *m, Arena *a);
 // Builds the forward graph and loss for micro-batch `batch`; NULL after errors.
 IrGraph *fe_elaborate(FtSource *src, const FtModel *m, int64_t batch, Arena *a);
+
+//
+// pipeline.c — the compile pipeline and the planner's report.
+//
+
+typedef struct BuildStats {
+    RematStats remat;
+    OffloadStats offload;
+    ScheduleStats schedule;
+    AllocStats alloc;
+} BuildStats;
+
+// Runs elaborate → lora → autodiff → chunked loss → remat → offload → schedule →
+// liveness → alloc for choice `c` in arena `a` (printing the IR after each pass to
+// `dump_to` if not NULL). NULL after reporting errors.
+IrGraph *fe_build(FtSource *src, const FtModel *m, const PlanChoice *c, Arena *a, BuildStats *bs,
+                  FILE *dump_to);
+
+typedef struct CompileOptions {
+    int64_t budget_bytes, host_bytes;
+    int64_t micro;          // fixed by the user, else 0
+    int remat, offload;     // fixed by the user (RematPolicy, offload level 0..2), else -1
+    int nlayers;
+    MemBreakdown states;    // weights, grads, optimizer, master of the model
+} CompileOptions;
+
+// Searches for the fastest plan that fits; prints the decision and the candidates to
+// `out` (and `report`, if not NULL). Returns 0 with *chosen set, or -1 after printing
+// why nothing fits and what would.
+int fe_compile_plan(FtSource *src, const FtModel *m, const GpuPreset *gpu, const CompileOptions *o,
+                    FILE *out, FILE *report, PlanChoice *chosen);
 
 //
 // import.c — Hugging Face config.json to .ft.

@@ -8,6 +8,7 @@
 #include "../runtime/data.h"
 
 #include <stdarg.h>
+#include <unistd.h>
 
 enum { EXIT_NOFIT = 1, EXIT_USAGE = 2 };
 
@@ -92,29 +93,37 @@ static void usage(FILE *f) {
 static void usage_compile(FILE *f) {
     int n;
     const GpuPreset *p = gpu_presets(&n);
-    fputs("usage: ftc compile FILE.ft [--budget SIZE] [--gpu PRESET] [--micro-batch N] [-o DIR] [--dump-ir]\n"
+    fputs("usage: ftc compile FILE.ft [--budget SIZE] [--gpu PRESET] [--host-mem SIZE] [-o DIR]\n"
+          "                   [--micro-batch N] [--remat P] [--offload L] [--dump-ir]\n"
           "\n"
           "  --budget SIZE     device memory the step must fit (default: the preset's memory)\n"
+          "  --host-mem SIZE   host memory for offloaded state (default: this machine's RAM)\n"
           "  --gpu PRESET      GPU preset (default a100-40g):",
           f);
     for (int i = 0; i < n; i++)
         fprintf(f, " %s", p[i].name);
     fputs("\n"
-          "  --micro-batch N   sequences per micro-batch (default: the file's micro_batch, else\n"
-          "                    its global batch, i.e. no accumulation)\n"
           "  -o DIR            the plan directory to write (default: NAME.plan, NAME the file's stem)\n"
-          "  --dump-ir         print the IR after each pass (elaborate, lora, autodiff)\n",
+          "  --dump-ir         print the IR after each pass of the chosen plan\n"
+          "The planner chooses these; each fixes one:\n"
+          "  --micro-batch N   sequences per micro-batch (the rest of the global batch accumulates)\n"
+          "  --remat P         keep, selective or full recompute in every block\n"
+          "  --offload L       none, optimizer (moments and master weights on the host, CPU AdamW)\n"
+          "                    or grads (the gradients too)\n"
+          "Exit status 1 when nothing fits: the smallest plan and what would fit are printed.\n",
           f);
 }
 
-// Sends pass errors through the .ft source's diagnostics.
-static void pass_to_fe(void *ctx, SrcLoc loc, const char *msg) { fe_error(ctx, loc, "%s", msg); }
 
-static const char *precision_name(Precision p) {
-    static const char *n[] = {"bf16 mixed (fp32 master weights and optimizer state)",
-                              "fp16 mixed (fp32 master weights and optimizer state)", "fp32",
-                              "pure bf16"};
-    return n[p];
+static const char *precision_name(const TrainSpec *t) {
+    switch (t->precision) {
+    case PREC_BF16: return t->master_weights ? "bf16 mixed (fp32 master weights and optimizer state)"
+                                             : "bf16 weights, fp32 optimizer state, no master copy";
+    case PREC_FP16: return t->master_weights ? "fp16 mixed (fp32 master weights and optimizer state)"
+                                             : "fp16 weights, fp32 optimizer state, no master copy";
+    case PREC_FP32: return "fp32";
+    default: return "pure bf16";
+    }
 }
 
 // Prints the counts and the naive memory breakdown for `g` to `out`.
@@ -126,7 +135,7 @@ static void report_compile(FILE *out, const char *path, const FtModel *m, const 
     const TrainSpec *t = &m->train;
     fprintf(out, "ftc: %s: model %s, seq %lld, global batch %lld, micro-batch %lld, %s, %s\n",
             path, m->name, (long long)t->seq, (long long)t->batch, (long long)g->batch,
-            precision_name(t->precision), t->optimizer);
+            precision_name(t), t->optimizer);
     if (t->lora)
         fprintf(out, "lora: r=%lld alpha=%g dropout=%g on %d target%s\n", (long long)t->lora_r,
                 t->lora_alpha, t->lora_dropout, t->n_lora_targets, t->n_lora_targets == 1 ? "" : "s");
@@ -167,46 +176,63 @@ static void report_compile(FILE *out, const char *path, const FtModel *m, const 
 
 static int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
     const char *path = NULL, *gpu_name = "a100-40g", *outdir = NULL;
-    int path_arg = 0, gpu_arg = 0;
-    int64_t budget = 0, micro = 0;
+    int path_arg = 0, gpu_arg = 0, remat = -1, offload = -1;
+    int64_t budget = 0, host = 0, micro = 0;
     bool dump_ir = false;
     for (int i = first; i < argc; i++) {
         const char *s = argv[i];
         if (strcmp(s, "--help") == 0 || strcmp(s, "-h") == 0) {
             usage_compile(stdout);
             return 0;
-        } else if (strcmp(s, "--budget") == 0 || strcmp(s, "--gpu") == 0 ||
-                   strcmp(s, "--micro-batch") == 0) {
-            if (i + 1 >= argc) {
-                arg_error(cl, i, "%s needs a value", s);
+        }
+        bool takes = !strcmp(s, "--budget") || !strcmp(s, "--gpu") || !strcmp(s, "--micro-batch") ||
+                     !strcmp(s, "-o") || !strcmp(s, "--remat") || !strcmp(s, "--offload") ||
+                     !strcmp(s, "--host-mem");
+        if (takes && i + 1 >= argc) {
+            arg_error(cl, i, "%s needs a value", s);
+            return EXIT_USAGE;
+        }
+        if (!strcmp(s, "--budget") || !strcmp(s, "--host-mem")) {
+            char why[160] = "";
+            int64_t *dst = s[2] == 'b' ? &budget : &host;
+            i++;
+            if (fe_size_parse(argv[i], dst, why, sizeof why) != 0 || *dst <= 0) {
+                arg_error(cl, i, "%s", why[0] ? why : "a size must be positive");
                 return EXIT_USAGE;
             }
-            const char *v = argv[++i];
-            if (s[2] == 'b') {
-                char why[160];
-                if (fe_size_parse(v, &budget, why, sizeof why) != 0 || budget <= 0) {
-                    arg_error(cl, i, "%s", budget <= 0 && !why[0] ? "budget must be positive" : why);
-                    return EXIT_USAGE;
-                }
-            } else if (s[2] == 'g') {
-                gpu_name = v;
-                gpu_arg = i;
-            } else {
-                char *end;
-                errno = 0;
-                micro = strtoll(v, &end, 10);
-                if (errno || *end || micro < 1) {
-                    arg_error(cl, i, "--micro-batch needs a positive integer");
-                    return EXIT_USAGE;
-                }
-            }
-        } else if (strcmp(s, "-o") == 0) {
-            if (i + 1 >= argc) {
-                arg_error(cl, i, "-o needs a directory");
+        } else if (!strcmp(s, "--gpu")) {
+            gpu_name = argv[++i];
+            gpu_arg = i;
+        } else if (!strcmp(s, "--micro-batch")) {
+            char *end;
+            errno = 0;
+            micro = strtoll(argv[++i], &end, 10);
+            if (errno || *end || micro < 1) {
+                arg_error(cl, i, "--micro-batch needs a positive integer");
                 return EXIT_USAGE;
             }
+        } else if (!strcmp(s, "-o")) {
             outdir = argv[++i];
-        } else if (strcmp(s, "--dump-ir") == 0) {
+        } else if (!strcmp(s, "--remat")) {
+            i++;
+            for (int p = REMAT_KEEP; p <= REMAT_FULL; p++)
+                if (strcmp(argv[i], remat_policy_name((RematPolicy)p)) == 0)
+                    remat = p;
+            if (remat < 0) {
+                arg_error(cl, i, "--remat takes keep, selective or full");
+                return EXIT_USAGE;
+            }
+        } else if (!strcmp(s, "--offload")) {
+            i++;
+            static const char *lv[] = {"none", "optimizer", "grads"};
+            for (int k = 0; k < 3; k++)
+                if (strcmp(argv[i], lv[k]) == 0)
+                    offload = k;
+            if (offload < 0) {
+                arg_error(cl, i, "--offload takes none, optimizer or grads");
+                return EXIT_USAGE;
+            }
+        } else if (!strcmp(s, "--dump-ir")) {
             dump_ir = true;
         } else if (s[0] == '-' && s[1]) {
             arg_error(cl, i, "unknown option '%s' (see ftc help compile)", s);
@@ -240,61 +266,61 @@ static int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
         return EXIT_NOFIT;
     }
     Arena *arena = arena_new();
-    char *text = NULL;
-    size_t text_len = 0;
-    FILE *out = open_memstream(&text, &text_len);
+    char *text = NULL, *rtext = NULL;
+    size_t text_len = 0, rlen = 0;
+    FILE *out = open_memstream(&text, &text_len), *rep = open_memstream(&rtext, &rlen);
     int rc = EXIT_NOFIT;
+    bool show = false;   // print `out` even though the request failed (nothing fits)
     FtModel m;
-    IrGraph *g = NULL;
+    IrGraph *g = NULL, *naive = NULL;
     Ast *prog = fe_parse(&src, arena);
     if (!prog || fe_check(&src, prog, &m, arena) != 0)
         goto done;
     if (!budget)
         budget = m.train.budget_bytes ? m.train.budget_bytes : gpu->mem_bytes;
+    if (!host)
+        host = m.train.host_mem_bytes ? m.train.host_mem_bytes
+                                      : (int64_t)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGE_SIZE);
     if (!micro)
-        micro = m.train.micro_batch ? m.train.micro_batch : m.train.batch;
-    if (m.train.batch % micro) {
+        micro = m.train.micro_batch;
+    if (micro && m.train.batch % micro) {
         arg_error(cl, path_arg, "micro-batch %lld does not divide the global batch %lld",
                   (long long)micro, (long long)m.train.batch);
         goto done;
     }
-    g = fe_elaborate(&src, &m, micro, arena);
+    // The step with no technique applied: the whole global batch at once, all on the device.
+    PlanChoice none = {micro ? micro : m.train.batch, REMAT_KEEP, 0, REMAT_KEEP, {false, false}};
+    BuildStats bs;
+    Arena *na = arena_new();
+    naive = fe_elaborate(&src, &m, none.micro, na);
+    if (naive && m.train.lora) {
+        arena_free(na);
+        na = arena_new();
+        naive = fe_build(&src, &m, &none, na, &bs, NULL);
+    }
+    if (!naive) {
+        arena_free(na);
+        goto done;
+    }
+    report_compile(out, path, &m, naive, gpu, budget);
+    CompileOptions co = {.budget_bytes = budget, .host_bytes = host, .micro = micro,
+                         .remat = remat, .offload = offload, .nlayers = ir_layers(naive),
+                         .states = count_naive_memory(naive, 0)};
+    ir_graph_free(naive);
+    arena_free(na);
+    naive = NULL;
+    PlanChoice best;
+    if (fe_compile_plan(&src, &m, gpu, &co, out, rep, &best) != 0) {
+        show = true;   // the analysis of why nothing fits is the answer
+        goto done;
+    }
+    g = fe_build(&src, &m, &best, arena, &bs, dump_ir ? out : NULL);
     if (!g)
         goto done;
-    if (dump_ir) {
-        fprintf(out, "# after elaborate\n");
-        ir_print(out, g);
-    }
-    if (m.train.lora) {
-        const char **names = arena_alloc(arena, sizeof(char *) * (size_t)m.train.n_lora_targets);
-        SrcLoc *locs = arena_alloc(arena, sizeof(SrcLoc) * (size_t)m.train.n_lora_targets);
-        for (int i = 0; i < m.train.n_lora_targets; i++)
-            names[i] = m.train.lora_targets[i].name, locs[i] = m.train.lora_targets[i].loc;
-        LoraSpec ls = {m.train.lora_r, m.train.lora_alpha, m.train.lora_dropout,
-                       m.train.n_lora_targets, names, locs};
-        PassDiag d = {pass_to_fe, &src, 0};
-        if (lora_apply(g, &ls, &d) != 0)
-            goto done;
-        if (dump_ir) {
-            fprintf(out, "# after lora\n");
-            ir_print(out, g);
-        }
-    }
-    autodiff_apply(g, (int)(m.train.batch / micro));
-    if (dump_ir) {
-        fprintf(out, "# after autodiff\n");
-        ir_print(out, g);
-    }
-    ScheduleStats ss;
-    AllocStats as;
-    schedule_apply(g, &ss);
-    liveness_apply(g, true);
-    alloc_apply(g, &as);
     if (ir_verify(g, stderr) != 0) {
         fprintf(stderr, "%s: internal error: the IR failed verification\n", path);
         goto done;
     }
-    report_compile(out, path, &m, g, gpu, budget);
     char dir[4096], err[1024];
     if (outdir) {
         snprintf(dir, sizeof dir, "%s", outdir);
@@ -303,30 +329,36 @@ static int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
         const char *dot = strrchr(base, '.');
         snprintf(dir, sizeof dir, "%.*s.plan", (int)(dot && dot != base ? dot - base : (long)strlen(base)), base);
     }
+    fclose(rep);
+    rep = NULL;
     static const char *prec[] = {"bf16", "fp16", "fp32", "bf16_pure"};
     PlanMeta meta = {.model = m.name, .source = path, .gpu = gpu->name, .budget_bytes = budget,
-                     .accum = m.train.batch / micro, .precision = prec[m.train.precision],
+                     .accum = m.train.batch / best.micro, .precision = prec[m.train.precision],
                      .optimizer = m.train.optimizer, .lr = m.train.lr, .beta1 = m.train.beta1,
                      .beta2 = m.train.beta2, .eps = m.train.eps, .weight_decay = m.train.weight_decay,
-                     .arena_bytes = as.arena_bytes, .reserve_bytes = gpu->reserve_bytes,
-                     .flops_per_s = gpu->bf16_tflops * 1e12, .bytes_per_s = gpu->hbm_gbps * 1e9};
+                     .arena_bytes = bs.alloc.arena_bytes, .host_bytes = bs.alloc.host_bytes,
+                     .reserve_bytes = gpu->reserve_bytes, .flops_per_s = gpu->bf16_tflops * 1e12,
+                     .bytes_per_s = gpu->hbm_gbps * 1e9, .report = rtext};
     if (codegen_plan_dir(dir, g, &meta, err, sizeof err) != 0) {
         fprintf(stderr, "ftc compile: error: %s\n", err);
         goto done;
     }
     char a1[32], a2[32];
-    fprintf(out, "\nplanned step (micro-batch %lld, no recompute or offload yet): device arena %s, "
-                 "liveness lower bound %s (%.2f%% above it, %s order)\n",
-            (long long)micro, fe_gib(a1, sizeof a1, as.arena_bytes), fe_gib(a2, sizeof a2, as.lower_bound),
-            as.lower_bound ? 100.0 * (double)(as.arena_bytes - as.lower_bound) / (double)as.lower_bound : 0.0,
-            as.strategy);
-    fprintf(out, "plan: %s/plan\n", dir);
+    fprintf(out, "\ndevice arena %s, liveness lower bound %s (%.2f%% above it)\n",
+            fe_gib(a1, sizeof a1, bs.alloc.arena_bytes), fe_gib(a2, sizeof a2, bs.alloc.lower_bound),
+            bs.alloc.lower_bound ? 100.0 * (double)(bs.alloc.arena_bytes - bs.alloc.lower_bound) /
+                                       (double)bs.alloc.lower_bound
+                                 : 0.0);
+    fprintf(out, "plan: %s/plan (memory.txt, memory.html, report.txt beside it)\n", dir);
     rc = 0;
 done:
     fclose(out);
-    if (rc == 0)
+    if (rep)
+        fclose(rep);
+    if (rc == 0 || show)
         fwrite(text, 1, text_len, stdout);
     free(text);
+    free(rtext);
     if (g)
         ir_graph_free(g);
     arena_free(arena);

@@ -126,6 +126,8 @@ static IrNode new_node(IrGraph *g, OpKind op, int nin, const int *in, IrAttr att
 
 int ir_node_add(IrGraph *g, OpKind op, int nin, const int *in, IrAttr attr,
                 const char *name, int layer, SrcLoc loc, IrShapeErr *err) {
+    if (op == OP_DROPOUT && !attr.seed)
+        attr.seed = g->nodes.len + 1;   // its own stream, kept by any copy of the node
     IrNode n = new_node(g, op, nin, in, attr, layer, loc);
     IrTensor outs[IR_MAX_OUTPUTS];
     if (!run_shape(g, &n, outs, err))
@@ -196,4 +198,12 @@ void ir_set_param_init(IrGraph *g) {
                 t->init = (IrInit)op->init[k];
         }
     }
+}
+
+int ir_layers(const IrGraph *g) {
+    int n = 0;
+    for (int i = 0; i < g->nodes.len; i++)
+        if (g->nodes.at[i].layer + 1 > n)
+            n = g->nodes.at[i].layer + 1;
+    return n;
 }

@@ -142,6 +142,7 @@ typedef struct IrAttr {
     bool causal;            // attention
     int perm[2];            // transpose: the two dims swapped
     int64_t chunk_rows;     // cross_entropy: rows per chunk (0 = all at once)
+    int64_t seed;           // dropout: its random stream (a recompute repeats it)
     int ndim;               // view: the new shape
     int64_t shape[IR_MAX_DIMS];
 } IrAttr;
@@ -165,6 +166,8 @@ typedef struct IrNode {
     int layer;              // repeat index, -1 outside any repeated block
     IrPhase phase;
     int ws;                 // its TK_WORKSPACE tensor (set by liveness), else -1
+    bool recompute;         // a forward node re-run in backward (remat)
+    bool host;              // runs on the CPU (an offloaded optimizer, a host gradient add)
     SrcLoc loc;
 } IrNode;
 
@@ -206,6 +209,8 @@ int64_t ir_tensor_bytes(const IrTensor *t);     // 0 for a view: its base owns t
 int ir_tensor_base(const IrGraph *g, int id);   // follows alias_of to the owner
 // Recomputes requires_grad of every value from the trainable flags of the params.
 void ir_mark_requires_grad(IrGraph *g);
+// The number of repeated-block instances (the largest layer index + 1).
+int ir_layers(const IrGraph *g);
 // Sets each parameter's initialisation from the op-table role it plays (norm weights
 // ones, biases zeros); the rest stay normal(0, 0.02).
 void ir_set_param_init(IrGraph *g);

@@ -78,16 +78,15 @@ static int64_t place(Block *blocks, int n, int64_t base) {
     return top;
 }
 
-int alloc_apply(IrGraph *g, AllocStats *st) {
-    memset(st, 0, sizeof *st);
+// Places the tensors of arena `a`; returns its size, and the lower bound in *lb.
+static int64_t alloc_arena(IrGraph *g, int a, AllocStats *st, int64_t *lb, int *lb_at) {
     int nt = g->tensors.len, n = g->nodes.len;
     Block *blocks = malloc(sizeof(Block) * (size_t)(nt + 1));
     int nb = 0;
     int64_t fixed = 0;   // the stack of whole-step tensors
     for (int i = 0; i < nt; i++) {
         IrTensor *t = &g->tensors.at[i];
-        t->arena = 0;
-        if (t->alias_of >= 0 || t->reuse >= 0 || ir_tensor_bytes(t) == 0)
+        if (t->alias_of >= 0 || t->reuse >= 0 || ir_tensor_bytes(t) == 0 || t->arena != a)
             continue;
         if (t->first == 0 && t->last == n - 1 && t->kind != TK_VALUE && t->kind != TK_INPUT) {
             t->offset = fixed;
@@ -116,37 +115,50 @@ int alloc_apply(IrGraph *g, AllocStats *st) {
         delta[blocks[k].last + 1] -= blocks[k].size;
     }
     int64_t live = 0;
-    st->lower_bound = fixed;
+    *lb = fixed, *lb_at = 0;
     for (int i = 0; i < n; i++) {
         live += delta[i];
-        if (fixed + live > st->lower_bound)
-            st->lower_bound = fixed + live, st->lower_bound_at = i;
+        if (fixed + live > *lb)
+            *lb = fixed + live, *lb_at = i;
     }
     free(delta);
     // Best of the orders.
     Block *best = malloc(sizeof(Block) * (size_t)(nb + 1));
-    st->arena_bytes = -1;
+    int64_t arena = -1;
     for (int o = 0; o < 3; o++) {
         order_kind = o;
         qsort(blocks, (size_t)nb, sizeof(Block), cmp_blocks);
         int64_t top = place(blocks, nb, fixed);
-        st->tried[o] = top;
-        if (st->arena_bytes < 0 || top < st->arena_bytes) {
-            st->arena_bytes = top;
-            st->strategy = order_name[o];
+        if (a == 0)
+            st->tried[o] = top;
+        if (arena < 0 || top < arena) {
+            arena = top;
+            if (a == 0)
+                st->strategy = order_name[o];
             memcpy(best, blocks, sizeof(Block) * (size_t)nb);
         }
     }
-    if (nb == 0)
-        st->arena_bytes = fixed, st->strategy = order_name[0];
     for (int k = 0; k < nb; k++)
         g->tensors.at[best[k].root].offset = best[k].offset;
-    for (int i = 0; i < nt; i++) {
-        IrTensor *t = &g->tensors.at[i];
-        if (t->alias_of >= 0 || t->reuse >= 0)
-            t->offset = g->tensors.at[liveness_root(g, i)].offset;
-    }
-    st->fixed_bytes = fixed;
+    if (a == 0)
+        st->fixed_bytes = fixed;
     free(blocks), free(best);
+    return arena;
+}
+
+int alloc_apply(IrGraph *g, AllocStats *st) {
+    memset(st, 0, sizeof *st);
+    int64_t lb;
+    int lb_at;
+    st->arena_bytes = alloc_arena(g, 0, st, &st->lower_bound, &st->lower_bound_at);
+    st->host_bytes = alloc_arena(g, 1, st, &lb, &lb_at);
+    for (int i = 0; i < g->tensors.len; i++) {
+        IrTensor *t = &g->tensors.at[i];
+        if (t->alias_of >= 0 || t->reuse >= 0) {
+            int r = liveness_root(g, i);
+            t->offset = g->tensors.at[r].offset;
+            t->arena = g->tensors.at[r].arena;
+        }
+    }
     return 0;
 }

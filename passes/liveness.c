@@ -70,7 +70,9 @@ int liveness_apply(IrGraph *g, bool in_place) {
         if (t->kind == TK_VALUE && t->alias_of < 0 && t->producer >= 0 && t->last >= 0) {
             bool fwd = g->nodes.at[t->producer].phase == PHASE_FORWARD;
             bool bwd = g->nodes.at[t->last].phase != PHASE_FORWARD;
-            t->cat = fwd && bwd ? MEM_ACTIVATIONS : MEM_TEMPORARIES;
+            t->cat = g->nodes.at[t->producer].recompute ? MEM_RECOMPUTE
+                     : fwd && bwd                       ? MEM_ACTIVATIONS
+                                                        : MEM_TEMPORARIES;
         }
     }
     // Scratch of a node: a tensor of its own, live only while the node runs.

@@ -40,6 +40,40 @@ int lora_apply(IrGraph *g, const LoraSpec *spec, PassDiag *d);
 int autodiff_apply(IrGraph *g, int accum_steps);
 
 //
+// remat.c — keep or recompute, per block (repeat index).
+//
+
+typedef enum RematPolicy { REMAT_KEEP, REMAT_SELECTIVE, REMAT_FULL } RematPolicy;
+
+typedef struct RematStats {
+    int64_t recompute_flops;    // forward FLOPs run again in backward
+    int recompute_nodes;
+    int dropped_unused;         // tensors not kept that backward never needed
+} RematStats;
+
+const char *remat_policy_name(RematPolicy p);
+// Applies policy[layer] to each of the `nlayers` blocks of the training-step graph `g`
+// (after autodiff): backward reads recomputed copies of the tensors not kept.
+int remat_apply(IrGraph *g, const RematPolicy *policy, int nlayers, RematStats *st);
+
+//
+// offload.c — what lives in host memory.
+//
+
+typedef struct OffloadSpec {
+    bool optimizer;         // AdamW moments and fp32 master weights on the host; CPU AdamW
+    bool grads;             // gradients accumulate on the host, streamed as made
+} OffloadSpec;
+
+typedef struct OffloadStats {
+    int64_t host_bytes;     // tensors moved to the host arena
+    int64_t d2h_bytes;      // per micro-step: gradients sent to the host
+    int64_t h2d_bytes;      // per step: updated weights sent back
+} OffloadStats;
+
+int offload_apply(IrGraph *g, const OffloadSpec *o, OffloadStats *st);
+
+//
 // schedule.c — a memory-aware execution order within each phase.
 //
 
@@ -67,6 +101,7 @@ int liveness_root(const IrGraph *g, int t);
 
 typedef struct AllocStats {
     int64_t arena_bytes;        // the device arena
+    int64_t host_bytes;         // the host arena
     int64_t lower_bound;        // the most bytes live at any node (256-byte aligned sizes)
     int lower_bound_at;         // that node
     int64_t fixed_bytes;        // of which live for the whole step
@@ -92,6 +127,78 @@ typedef struct GpuPreset {
 
 const GpuPreset *gpu_preset(const char *name);   // NULL if unknown
 const GpuPreset *gpu_presets(int *n);
+
+//
+// cost.c — the estimated step time on a GPU preset.
+//
+
+typedef struct CostModel {
+    const GpuPreset *gpu;
+    double host_adam_params_per_s;  // CPU AdamW rate, measured on this machine
+} CostModel;
+
+typedef struct StepCost {
+    double micro_us;        // one micro-step (forward + backward, gradient copies overlapped)
+    double opt_us;          // the optimizer phase (on the device, or CPU AdamW + copies)
+    double step_us;         // accum · micro + opt
+    double recompute_us;    // of step_us, spent recomputing
+    double copy_us;         // link time per step (overlapped where it can be)
+    int64_t model_flops;    // per step, without recompute
+    double tokens_per_s, mfu;
+} StepCost;
+
+double cost_node_us(const IrGraph *g, const IrNode *n, const CostModel *cm);
+StepCost cost_step(const IrGraph *g, const CostModel *cm, int64_t accum, int64_t tokens_per_step);
+
+//
+// planner.c — the search for the fastest plan that fits.
+//
+
+typedef struct PlanChoice {
+    int64_t micro;              // sequences per micro-step; accumulation = batch / micro
+    RematPolicy policy;         // for the first n_policy blocks ...
+    int n_policy;
+    RematPolicy rest;           // ... and this for the others
+    OffloadSpec offload;
+} PlanChoice;
+
+typedef struct PlanOutcome {
+    int64_t device_bytes;       // arena + context reserve
+    int64_t host_bytes;
+    StepCost cost;
+    RematStats remat;
+    int64_t live[MEM_COUNT];    // device bytes at the peak, by category
+} PlanOutcome;
+
+typedef struct Candidate {
+    PlanChoice c;
+    PlanOutcome o;
+    bool fits;
+} Candidate;
+
+typedef struct PlannerInput {
+    int64_t global_batch;
+    int nlayers;
+    int64_t budget_bytes, host_budget_bytes;
+    int64_t weights_bytes, grads_bytes, states_bytes, reserve_bytes;
+    int64_t micro;              // fixed by the user, else 0
+    int remat, offload;         // fixed by the user (a RematPolicy, an offload level 0..2), else -1
+    // Builds choice c into a fresh graph and plans it; 0, or -1 on failure.
+    int (*build)(void *ctx, const PlanChoice *c, PlanOutcome *out);
+    void *ctx;
+} PlannerInput;
+
+typedef struct PlannerResult {
+    VEC(Candidate) tried;       // every choice built, in the order tried
+    int best;                   // the fastest that fits, or -1
+    int smallest;               // the smallest device footprint of all tried, or -1
+    int pruned_levels;          // offload levels skipped: their model states alone do not fit
+} PlannerResult;
+
+// Searches micro-batch sizes, recompute policies (uniform, and mixed across blocks)
+// and offload levels; returns 0.
+int planner_search(const PlannerInput *in, PlannerResult *r);
+void planner_choice_str(char *buf, size_t cap, const PlanChoice *c, int nlayers);
 
 //
 // count.c — parameter counts and the memory a step needs with no technique applied.

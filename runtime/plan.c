@@ -307,6 +307,12 @@ static int read_instr(Reader *r, Plan *p, PlanInstr *in, int want_id, char *line
             ok = parse_int(v, &in->ws) && in->ws >= 0 && in->ws < p->nbuf;
         else if (strcmp(key, "flops") == 0)
             ok = parse_i64(v, &in->flops);
+        else if (strcmp(key, "seed") == 0)
+            ok = parse_i64(v, &in->seed);
+        else if (strcmp(key, "recompute") == 0)
+            in->recompute = strcmp(v, "1") == 0;
+        else if (strcmp(key, "host") == 0)
+            in->host = strcmp(v, "1") == 0;
         else if (strcmp(key, "bytes") == 0)
             ok = parse_i64(v, &in->bytes);
         else if (strcmp(key, "loc") == 0)

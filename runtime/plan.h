@@ -29,7 +29,9 @@
 // init=normal|ones|zeros|kaiming_uniform, scale=X, train=0|1, of=PARAM_ID, view=BASE_ID
 // (no bytes of its own: it reads its base's), reuse=ID (written in place over buffer ID,
 // whose last use is this buffer's first write), layer=L, role=tokens|targets|loss|logits.
-// Instruction keys beyond operands: ws=ID (scratch), flops=N, bytes=N (estimates).
+// Instruction keys beyond operands: ws=ID (scratch), seed=N (dropout stream),
+// recompute=1 (a forward op re-run in backward), host=1 (runs on the CPU), flops=N,
+// bytes=N (estimates).
 //
 // Room for later: `rank`/`ranks` in the header, and collective ops (all_reduce,
 // reduce_scatter, all_gather) as instructions naming buffers like any other op.
@@ -86,6 +88,9 @@ typedef struct PlanInstr {
     int64_t shape[PLAN_MAX_DIMS];
     int64_t chunk;
     int ws;                 // its workspace buffer, else -1
+    int64_t seed;           // dropout: its random stream
+    bool recompute;         // a forward op re-run in backward
+    bool host;              // runs on the CPU (offloaded optimizer, host gradient add)
     int64_t flops, bytes;   // estimated work and traffic (for the cost model and traces)
     int layer;
     int line, col;          // where in the .ft it came from

@@ -11,10 +11,13 @@ pass=0 fail=0
 ok() { echo "ok   $1"; pass=$((pass+1)); }
 bad() { echo "FAIL $1: $2"; fail=$((fail+1)); }
 
-# expect NAME FILE LINE: `ftc compile FILE` succeeds and prints LINE exactly.
+# expect NAME FILE LINE: `ftc compile FILE` prints LINE exactly. It may exit 1: the
+# counts and the step with no technique applied come before the planner's verdict, and
+# on this machine's RAM (the default --host-mem) the 7B plans that offload do not fit.
 expect() {
-    local name=$1 file=$2 line=$3 out
-    if ! out=$("$ftc" compile "$file" -o "$tmp/out.plan" 2>&1); then bad "$name" "compile failed: $out"; return; fi
+    local name=$1 file=$2 line=$3 out rc
+    out=$("$ftc" compile "$file" -o "$tmp/out.plan" 2>&1); rc=$?
+    if [ $rc -gt 1 ]; then bad "$name" "compile failed ($rc): $out"; return; fi
     if grep -qxF -- "$line" <<<"$out"; then ok "$name"; else bad "$name" "no line '$line' in:
 $out"; fi
 }
@@ -62,8 +65,26 @@ fi
 expect budget-default models/tiny.ft "budget 42,949,672,960 bytes = 40.00 GiB (a100-40g): fits, 39.50 GiB to spare"
 out=$("$ftc" compile models/tiny.ft --budget 40GB --gpu h100-80g -o "$tmp/out.plan")
 grep -q "^budget 40,000,000,000 bytes = 37.25 GiB (h100-80g): fits" <<<"$out" && ok budget-gb || bad budget-gb "$out"
-out=$("$ftc" compile models/qwen2.ft --budget 40G --micro-batch 1 -o "$tmp/out.plan")
+out=$("$ftc" compile models/qwen2.ft --budget 40G --host-mem 256G -o "$tmp/q.plan")
 grep -q "does not fit with no technique applied" <<<"$out" && ok qwen2-40g-no-technique || bad qwen2-40g-no-technique "$out"
+# Full fine-tuning of Qwen2-7B fits 40G: weights on the device, the rest offloaded.
+if grep -q '^plan: micro-batch [0-9]*, .*offload optimizer+master' <<<"$out" && [ -f "$tmp/q.plan/report.txt" ] &&
+   grep -q 'DOES NOT FIT' "$tmp/q.plan/memory.txt"; then
+    bad qwen2-full-ft-fits-40g "memory.txt says it does not fit"
+elif grep -q '^plan: micro-batch' <<<"$out"; then
+    ok "qwen2-full-ft-fits-40g ($(grep '^plan: micro' <<<"$out" | sed 's/^plan: //'))"
+else
+    bad qwen2-full-ft-fits-40g "$out"
+fi
+# Nothing fits: exit 1, the smallest plan and what would fit, nothing written.
+"$ftc" compile models/qwen2.ft --budget 16G --host-mem 256G -o "$tmp/none.plan" > "$tmp/o" 2>&1; rc=$?
+if [ $rc = 1 ] && [ ! -e "$tmp/none.plan" ] && grep -q '^nothing fits 16.00 GiB: the smallest plan needs' "$tmp/o" &&
+   grep -q 'with lora(r = 8, targets = \[q_proj, v_proj\]): [0-9.]* GiB on the device' "$tmp/o" &&
+   grep -q 'and quantize(nf4, double_quant = true): about [0-9.]* GiB on the device (fits' "$tmp/o"; then
+    ok nothing-fits-16g
+else
+    bad nothing-fits-16g "exit $rc: $(tail -8 "$tmp/o")"
+fi
 
 # --dump-ir shows the graph, every node with the line it came from.
 out=$("$ftc" compile models/tiny.ft --dump-ir -o "$tmp/out.plan")
@@ -76,9 +97,10 @@ grep -q "= attention .*causal=true .*@36:9" <<<"$out" && ok dump-ir || bad dump-
 [ $rc = 1 ] && [ ! -s "$tmp/o" ] && grep -q "does not divide the global batch 8" "$tmp/e" \
     && ok micro-batch-divides || bad micro-batch-divides "exit $rc: $(cat "$tmp/e")"
 
-# The largest model compiles in well under a second.
+# The largest model compiles, planner search included, in under a second.
 start=$(date +%s%N)
-"$ftc" compile models/qwen2-72b.ft -o "$tmp/out.plan" >/dev/null; rc=$?
+"$ftc" compile models/qwen2-72b.ft --budget 80G -o "$tmp/out.plan" >/dev/null; rc=$?
+[ $rc = 1 ] && rc=0   # the bf16 weights alone exceed 80G: the planner says so
 ms=$(( ($(date +%s%N) - start) / 1000000 ))
 if [ -n "${FTC_SANITIZED:-}" ]; then   # timings of a sanitizer build say nothing
     [ $rc = 0 ] && ok "qwen2-72b-compiles (${ms} ms, sanitized build: not timed)" || bad qwen2-72b-compiles "exit $rc"

@@ -212,10 +212,11 @@ static int k_transpose(Call *c) {
     return 0;
 }
 
-// The dropout stream of one instruction in one micro-step: the same in a recompute.
+// The dropout stream of one node in one micro-step: a recompute of the node (same
+// seed in the plan) draws the same mask.
 static uint64_t dropout_seed(const Call *c) {
     return c->x->seed * 0x9e3779b97f4a7c15ull + (uint64_t)c->x->step * 1000003ull +
-           (uint64_t)c->x->micro * 10007ull + (uint64_t)c->in->out[0];
+           (uint64_t)c->x->micro * 10007ull + (uint64_t)c->in->seed;
 }
 
 static int k_dropout(Call *c) {

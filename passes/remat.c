@@ -1,0 +1,151 @@
+// remat.c — rematerialisation: which forward tensors backward finds kept, and which
+// it recomputes. Each repeated block (layer) gets a policy:
+//   keep       every tensor backward reads stays from the forward;
+//   selective  keep what is costly to make (GEMM outputs, attention's output and
+//              logsumexp, embeddings) and the block's outputs; recompute norms,
+//              elementwise ops and rope from them;
+//   full       keep only the block's outputs (the next block's input); recompute the
+//              rest of the block from its input.
+// Tensors outside any block are kept. A backward node that reads a tensor not kept
+// reads a copy made by re-running its forward producers just before it (inputs kept
+// or themselves recomputed); a dropout re-run draws the same mask (same seed). The
+// arithmetic is the forward's, so results are bitwise those of keeping everything.
+#include "passes.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+const char *remat_policy_name(RematPolicy p) {
+    static const char *n[] = {"keep", "selective", "full"};
+    return n[p];
+}
+
+typedef struct Remat {
+    IrGraph *g;
+    const RematPolicy *policy;
+    int nlayers;
+    int nfwd;               // forward nodes come first
+    bool *kept;             // per tensor (forward values): kept from the forward
+    int *copy;              // per tensor: its recomputed copy in backward, or -1
+    int *consumer_layer;    // per tensor: -2 none, a layer, or -3 for several / outside
+    RematStats *st;
+} Remat;
+
+static bool costly(OpKind op) {
+    return op == OP_LINEAR || op == OP_MATMUL || op == OP_ATTENTION || op == OP_EMBED;
+}
+
+// Decides, per forward value, whether backward finds it kept.
+static void decide(Remat *r) {
+    IrGraph *g = r->g;
+    int nt = g->tensors.len;
+    for (int i = 0; i < nt; i++)
+        r->consumer_layer[i] = -2;
+    for (int i = 0; i < r->nfwd; i++) {
+        const IrNode *n = &g->nodes.at[i];
+        for (int k = 0; k < n->nin; k++) {
+            if (n->in[k] < 0)
+                continue;
+            int b = ir_tensor_base(g, n->in[k]);
+            int *c = &r->consumer_layer[b];
+            *c = *c == -2 ? n->layer : *c == n->layer ? *c : -3;
+        }
+    }
+    for (int i = 0; i < nt; i++) {
+        const IrTensor *t = &g->tensors.at[i];
+        r->kept[i] = true;
+        if (t->kind != TK_VALUE || t->producer < 0 || t->producer >= r->nfwd)
+            continue;
+        const IrNode *p = &g->nodes.at[t->producer];
+        int layer = p->layer;
+        if (layer < 0 || layer >= r->nlayers || r->policy[layer] == REMAT_KEEP)
+            continue;
+        int b = ir_tensor_base(g, i);
+        // A block's output: read by another block or outside any block.
+        int c = r->consumer_layer[b];
+        bool output = c == -3 || (c >= -1 && c != layer) || b == g->logits || b == g->loss;
+        if (output)
+            continue;
+        if (t->alias_of >= 0)         // a view is kept when its base is: below
+            continue;
+        r->kept[i] = r->policy[layer] == REMAT_SELECTIVE && costly(p->op);
+    }
+    for (int i = 0; i < nt; i++)
+        if (g->tensors.at[i].alias_of >= 0)
+            r->kept[i] = r->kept[g->tensors.at[i].alias_of];
+}
+
+// The tensor backward should read in place of forward tensor t: t itself when kept,
+// else its copy, recomputed (with whatever it needs) on first use.
+static int recompute(Remat *r, int t, const IrNode *user) {
+    IrGraph *g = r->g;
+    if (t < 0 || r->kept[t])
+        return t;
+    if (r->copy[t] >= 0)
+        return r->copy[t];
+    IrNode src = g->nodes.at[g->tensors.at[t].producer];   // a copy: the array grows
+    int in[IR_MAX_INPUTS];
+    for (int k = 0; k < src.nin; k++)
+        in[k] = recompute(r, src.in[k], user);
+    IrShapeErr err;
+    const char *name = arena_printf(g->arena, "%s.re", g->tensors.at[src.out[0]].name);
+    int id = ir_node_add(g, src.op, src.nin, in, src.attr, name, src.layer, src.loc, &err);
+    IR_ASSERT(id >= 0);
+    IrNode *made = &g->nodes.at[id];
+    made->phase = PHASE_BACKWARD;
+    made->recompute = true;
+    r->st->recompute_flops += op_flops(g, made);
+    r->st->recompute_nodes++;
+    for (int k = 0; k < IR_MAX_OUTPUTS && src.out[k] >= 0; k++) {
+        int o = made->out[k];
+        g->tensors.at[o].requires_grad = false;
+        r->copy[src.out[k]] = o;
+    }
+    return r->copy[t];
+}
+
+int remat_apply(IrGraph *g, const RematPolicy *policy, int nlayers, RematStats *st) {
+    memset(st, 0, sizeof *st);
+    int n = g->nodes.len, nt0 = g->tensors.len;
+    Remat r = {.g = g, .policy = policy, .nlayers = nlayers, .st = st};
+    while (r.nfwd < n && g->nodes.at[r.nfwd].phase == PHASE_FORWARD)
+        r.nfwd++;
+    r.kept = malloc(sizeof(bool) * (size_t)nt0);
+    r.consumer_layer = malloc(sizeof(int) * (size_t)nt0);
+    decide(&r);
+    bool any = false;
+    for (int i = 0; i < nt0; i++)
+        any |= !r.kept[i];
+    if (!any) {
+        free(r.kept), free(r.consumer_layer);
+        return 0;
+    }
+    // Copies can be made of tensors created during the rebuild too; size generously.
+    r.copy = malloc(sizeof(int) * (size_t)nt0);
+    for (int i = 0; i < nt0; i++)
+        r.copy[i] = -1;
+    // Rebuild the node list: forward untouched; before each backward node, the
+    // recomputes it needs.
+    IrNode *old = g->nodes.at;
+    g->nodes.at = NULL;
+    g->nodes.len = g->nodes.cap = 0;
+    for (int i = 0; i < n; i++) {
+        IrNode nd = old[i];
+        if (nd.phase == PHASE_BACKWARD) {
+            for (int k = 0; k < nd.nin; k++)
+                if (nd.in[k] >= 0 && nd.in[k] < nt0)
+                    nd.in[k] = recompute(&r, nd.in[k], &nd);
+        }
+        nd.id = g->nodes.len;
+        for (int k = 0; k < IR_MAX_OUTPUTS && nd.out[k] >= 0; k++)
+            if (!((nd.update >> k) & 1))
+                g->tensors.at[nd.out[k]].producer = nd.id;
+        vec_push(&g->nodes, nd);
+    }
+    free(old);
+    for (int i = 0; i < nt0; i++)
+        if (!r.kept[i] && r.copy[i] < 0 && g->tensors.at[i].kind == TK_VALUE)
+            st->dropped_unused++;
+    free(r.kept), free(r.copy), free(r.consumer_layer);
+    return 0;
+}
