@@ -105,6 +105,7 @@ static void usage_compile(FILE *f) {
     fputs("\n"
           "  -o DIR            the plan directory to write (default: NAME.plan, NAME the file's stem)\n"
           "  --dump-ir         print the IR after each pass of the chosen plan\n"
+          "  --emit-graph F    write the training graph (FLOPs, bytes, edges) as JSON to F\n"
           "The planner chooses these; each fixes one:\n"
           "  --micro-batch N   sequences per micro-batch (the rest of the global batch accumulates)\n"
           "  --remat P         keep, selective or full recompute in every block\n"
@@ -175,7 +176,7 @@ static void report_compile(FILE *out, const char *path, const FtModel *m, const 
 }
 
 static int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
-    const char *path = NULL, *gpu_name = "a100-40g", *outdir = NULL;
+    const char *path = NULL, *gpu_name = "a100-40g", *outdir = NULL, *emit = NULL;
     int path_arg = 0, gpu_arg = 0, remat = -1, offload = -1;
     int64_t budget = 0, host = 0, micro = 0;
     bool dump_ir = false;
@@ -187,7 +188,7 @@ static int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
         }
         bool takes = !strcmp(s, "--budget") || !strcmp(s, "--gpu") || !strcmp(s, "--micro-batch") ||
                      !strcmp(s, "-o") || !strcmp(s, "--remat") || !strcmp(s, "--offload") ||
-                     !strcmp(s, "--host-mem");
+                     !strcmp(s, "--host-mem") || !strcmp(s, "--emit-graph");
         if (takes && i + 1 >= argc) {
             arg_error(cl, i, "%s needs a value", s);
             return EXIT_USAGE;
@@ -213,6 +214,8 @@ static int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
             }
         } else if (!strcmp(s, "-o")) {
             outdir = argv[++i];
+        } else if (!strcmp(s, "--emit-graph")) {
+            emit = argv[++i];
         } else if (!strcmp(s, "--remat")) {
             i++;
             for (int p = REMAT_KEEP; p <= REMAT_FULL; p++)
@@ -322,6 +325,28 @@ static int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
         goto done;
     }
     char dir[4096], err[1024];
+    if (emit) {   // the training graph before remat and offload, for external solvers
+        Arena *ea = arena_new();
+        PlanChoice plain = {best.micro, REMAT_KEEP, 0, REMAT_KEEP, {false, false}};
+        BuildStats ebs;
+        IrGraph *eg = fe_build(&src, &m, &plain, ea, &ebs, NULL);
+        char tmp[4200];
+        snprintf(tmp, sizeof tmp, "%s.tmp.%d", emit, (int)getpid());
+        FILE *ef = eg ? fopen(tmp, "w") : NULL;
+        bool ok = ef != NULL;
+        if (ef) {
+            ir_write_json(ef, eg);
+            ok = !ferror(ef) & !fclose(ef) && rename(tmp, emit) == 0;
+        }
+        if (eg)
+            ir_graph_free(eg);
+        arena_free(ea);
+        if (!ok) {
+            unlink(tmp);
+            fprintf(stderr, "ftc compile: error: cannot write %s\n", emit);
+            goto done;
+        }
+    }
     if (outdir) {
         snprintf(dir, sizeof dir, "%s", outdir);
     } else {   // NAME.plan in the current directory

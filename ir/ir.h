@@ -304,6 +304,9 @@ void ad_acc(Autodiff *ad, const IrNode *n, int t, OpKind op, int nin, const int 
 //
 
 void ir_print(FILE *f, const IrGraph *g);
+// The graph as JSON for external tools: tensors (bytes, category), nodes (op, phase,
+// layer, FLOPs, output bytes, inputs, outputs) and edges [producer, consumer, tensor].
+void ir_write_json(FILE *f, const IrGraph *g);
 // Checks structural invariants; prints each violation to `f` and returns how many.
 int ir_verify(const IrGraph *g, FILE *f);
 

@@ -55,3 +55,59 @@ void ir_print(FILE *f, const IrGraph *g) {
         fputc('\n', f);
     }
 }
+
+static void json_name(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++)
+        if (*s == '"' || *s == '\\')
+            fprintf(f, "\\%c", *s);
+        else if ((unsigned char)*s < 0x20)
+            fprintf(f, "\\u%04x", *s);
+        else
+            fputc(*s, f);
+    fputc('"', f);
+}
+
+void ir_write_json(FILE *f, const IrGraph *g) {
+    static const char *phase[] = {"forward", "backward", "optimizer"};
+    fprintf(f, "{\n  \"batch\": %lld, \"seq\": %lld, \"loss\": %d,\n  \"tensors\": [\n",
+            (long long)g->batch, (long long)g->seq, g->loss);
+    for (int i = 0; i < g->tensors.len; i++) {
+        const IrTensor *t = &g->tensors.at[i];
+        fprintf(f, "    {\"id\": %d, \"name\": ", i);
+        json_name(f, t->name);
+        fprintf(f, ", \"category\": \"%s\", \"dtype\": \"%s\", \"bytes\": %lld, \"producer\": %d, "
+                   "\"view_of\": %d, \"layer\": %d}%s\n",
+                mem_category_name(t->cat), dtype_name(t->dtype), (long long)ir_tensor_bytes(t),
+                t->producer, t->alias_of, t->layer, i + 1 < g->tensors.len ? "," : "");
+    }
+    fprintf(f, "  ],\n  \"nodes\": [\n");
+    for (int i = 0; i < g->nodes.len; i++) {
+        const IrNode *n = &g->nodes.at[i];
+        fprintf(f, "    {\"id\": %d, \"op\": \"%s\", \"phase\": \"%s\", \"layer\": %d, \"flops\": %lld, "
+                   "\"out_bytes\": %lld, \"inputs\": [",
+                i, op_info(n->op)->name, phase[n->phase], n->layer, (long long)op_flops(g, n),
+                (long long)op_bytes_written(g, n));
+        for (int k = 0; k < n->nin; k++)
+            fprintf(f, "%s%d", k ? ", " : "", n->in[k]);
+        fprintf(f, "], \"outputs\": [");
+        for (int k = 0; k < IR_MAX_OUTPUTS && n->out[k] >= 0; k++)
+            fprintf(f, "%s%d", k ? ", " : "", n->out[k]);
+        fprintf(f, "], \"updates\": %u}%s\n", n->update, i + 1 < g->nodes.len ? "," : "");
+    }
+    // Edges: producer node -> consumer node, through a tensor (a view's readers depend
+    // on the view node, which depends on its base's producer).
+    fprintf(f, "  ],\n  \"edges\": [");
+    bool first = true;
+    for (int i = 0; i < g->nodes.len; i++) {
+        const IrNode *n = &g->nodes.at[i];
+        for (int k = 0; k < n->nin; k++) {
+            int t = n->in[k];
+            if (t < 0 || g->tensors.at[t].producer < 0)
+                continue;
+            fprintf(f, "%s\n    [%d, %d, %d]", first ? "" : ",", g->tensors.at[t].producer, i, t);
+            first = false;
+        }
+    }
+    fprintf(f, "\n  ]\n}\n");
+}

@@ -90,6 +90,15 @@ fi
 out=$("$ftc" compile models/tiny.ft --dump-ir -o "$tmp/out.plan")
 grep -q "= attention .*causal=true .*@36:9" <<<"$out" && ok dump-ir || bad dump-ir "$(head -20 <<<"$out")"
 
+# --emit-graph: the training graph for external solvers.
+if "$ftc" compile models/tiny.ft --emit-graph "$tmp/g.json" -o "$tmp/g.plan" >/dev/null &&
+   grep -q '"op": "attention_bwd", "phase": "backward"' "$tmp/g.json" && grep -q '"edges": \[' "$tmp/g.json" &&
+   [ "$(grep -c '"op":' "$tmp/g.json")" -gt 100 ]; then
+    ok emit-graph
+else
+    bad emit-graph "$(head -c 300 "$tmp/g.json" 2>&1)"
+fi
+
 # Usage: help succeeds, no command is a usage error (2), a bad micro-batch too.
 "$ftc" help >/dev/null && ok help || bad help "exit $?"
 "$ftc" >/dev/null 2>&1; [ $? = 2 ] && ok no-command || bad no-command "exit not 2"

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The README's budget table: Qwen2-7B, seq 2048, global batch 32, --gpu a100-40g, host
+# memory 256G, at budgets 80G, 40G, 24G and 16G, for full fine-tuning (bf16 mixed AdamW)
+# and LoRA (r = 8 on q_proj, v_proj). Prints markdown rows.
+#     tests/bench/budget_table.sh [FTC]
+set -u
+ftc=${1:-build/ftc}
+cd "$(dirname "$0")/../.." || exit 2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+sed 's/^  optimizer = .*/&\n  lora(r = 8, alpha = 16, dropout = 0.05, targets = [q_proj, v_proj])/' models/qwen2.ft > "$tmp/lora.ft"
+echo "| fine-tuning | budget | fits | plan | device peak | est. step | tokens/s | MFU |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
+for kind in full lora; do
+    ft=models/qwen2.ft
+    [ $kind = lora ] && ft="$tmp/lora.ft"
+    for b in 80G 40G 24G 16G; do
+        out=$("$ftc" compile "$ft" --budget $b --gpu a100-40g --host-mem 256G -o "$tmp/p.plan" 2>&1)
+        if grep -q '^plan: micro' <<<"$out"; then
+            plan=$(grep '^plan: micro' <<<"$out" | sed 's/^plan: //')
+            dev=$(grep -o 'device [0-9.]* GiB of' <<<"$out" | head -1 | awk '{print $2" GiB"}')
+            step=$(grep -o 'estimated step [0-9.]* s' <<<"$out" | awk '{print $3" s"}')
+            tps=$(grep -o '[0-9]* tokens/s' <<<"$out" | head -1 | awk '{print $1}')
+            mfu=$(grep -o 'MFU [0-9.]*%' <<<"$out" | head -1 | awk '{print $2}')
+            echo "| $kind | $b | yes | $plan | $dev | $step | $tps | $mfu |"
+        else
+            need=$(grep -o 'the smallest plan needs [0-9.]* GiB' <<<"$out" | awk '{print $5" GiB"}')
+            echo "| $kind | $b | no | smallest plan needs $need | | | | |"
+        fi
+    done
+done
