@@ -178,7 +178,13 @@ static void suggestions(FILE *f, Ctx *x, const PlannerInput *pin, int64_t budget
         arena_free(ar);
     }
     int64_t lora_device = -1;
-    if (!x->m.train.lora && has_qv) {
+    // The bf16 weights stay on the device: when they alone exceed the budget, neither
+    // LoRA nor a shorter sequence can help; only a smaller base (NF4) can.
+    bool weights_too_big = pin->weights_bytes + pin->reserve_bytes > budget;
+    if (weights_too_big)
+        fprintf(f, "  the bf16 weights alone take %s: LoRA or a shorter sequence cannot help\n",
+                gib(a, pin->weights_bytes));
+    if (!x->m.train.lora && has_qv && !weights_too_big) {
         Ctx y = *x;
         static LoraTarget targets[2];
         targets[0] = (LoraTarget){"q_proj", {0}};
@@ -213,7 +219,12 @@ static void suggestions(FILE *f, Ctx *x, const PlannerInput *pin, int64_t budget
             ir_graph_free(g);
         arena_free(ar);
     }
-    if (linear_w && lora_device > 0) {
+    if (linear_w && weights_too_big) {
+        int64_t est = pin->weights_bytes - linear_w + nf4 + largest + pin->reserve_bytes;
+        fprintf(f, "  with lora and quantize(nf4, double_quant = true): the weights take about %s "
+                   "(the blocks' linear weights %s instead of %s; an estimate, NF4 plans are not "
+                   "executed yet)\n", gib(a, est), gib(b, nf4), gib(c, linear_w));
+    } else if (linear_w && lora_device > 0) {
         // NF4 storage replaces the bf16 block weights; one bf16 scratch holds the weight
         // being dequantised. An estimate: ftc does not execute NF4 plans yet.
         int64_t est = lora_device - linear_w + nf4 + largest;
@@ -226,7 +237,7 @@ static void suggestions(FILE *f, Ctx *x, const PlannerInput *pin, int64_t budget
                    "would take %s instead of %s\n", gib(a, nf4), gib(b, linear_w));
     }
     // Shorter sequences.
-    for (int64_t s = x->m.train.seq / 2; s >= 64; s /= 2) {
+    for (int64_t s = x->m.train.seq / 2; s >= 64 && !weights_too_big; s /= 2) {
         Ctx y = *x;
         y.m.train.seq = s;
         PlanOutcome o;
@@ -237,7 +248,6 @@ static void suggestions(FILE *f, Ctx *x, const PlannerInput *pin, int64_t budget
         }
     }
     fprintf(f, "  a smaller global batch changes only the accumulation at micro-batch 1, not the memory\n");
-    (void)pin;
 }
 
 static double measure_host_adamw(void) {
