@@ -133,7 +133,8 @@ int plan_instr_count(const Plan *p);
 // verify.c — the plan verifier, independent of the allocator that made the plan.
 //
 
-// Checks that buffers whose lifetimes overlap share no bytes (but for a declared
+// Checks that the device arena plus the context reserve fits the plan's budget, that
+// buffers whose lifetimes overlap share no bytes (but for a declared
 // in-place reuse), every buffer lies inside its arena, every instruction's operands
 // exist, every read follows a write, and every touch lies inside the buffer's lifetime.
 // Returns the number of problems; each is written to `out` (if not NULL) naming the

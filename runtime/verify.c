@@ -44,6 +44,10 @@ static int by_offset(const void *x, const void *y, void *ctx) {
 
 int plan_verify(const Plan *p, FILE *out) {
     int bad = 0, nbuf = p->nbuf, ni = plan_instr_count(p);
+    if (p->budget_bytes > 0 && p->arena_bytes[ARENA_DEVICE] + p->reserve_bytes > p->budget_bytes)
+        PROBLEM("the device arena (%lld bytes) and the context reserve (%lld) exceed the budget "
+                "(%lld)", (long long)p->arena_bytes[ARENA_DEVICE], (long long)p->reserve_bytes,
+                (long long)p->budget_bytes);
     // Every buffer inside its arena, with a sane lifetime.
     for (int i = 0; i < nbuf; i++) {
         const PlanBuffer *b = &p->buf[i];

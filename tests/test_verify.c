@@ -134,6 +134,16 @@ static void test_loss_freed_early(void) {
     CHECK(strstr(msg, "before the runtime reads it"));
 }
 
+static void test_over_budget(void) {
+    int64_t keep = h.plan->budget_bytes;
+    int n;
+    h.plan->budget_bytes = h.plan->arena_bytes[ARENA_DEVICE] - 1;
+    char *msg = verify(&n);
+    h.plan->budget_bytes = keep;
+    CHECK(n > 0);
+    CHECK(strstr(msg, "exceed the budget"));
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && chdir(argv[1]) != 0)
         return 2;
@@ -147,6 +157,7 @@ int main(int argc, char **argv) {
     RUN(test_past_arena_end);
     RUN(test_early_free);
     RUN(test_loss_freed_early);
+    RUN(test_over_budget);
     harness_free(&h);
     return CHECK_DONE();
 }

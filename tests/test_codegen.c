@@ -1,0 +1,103 @@
+// test_codegen.c — the plan writer and the dumps: a written plan reads back with the
+// same buffers and instructions, lays every buffer inside its arena, and the dumps say
+// the same peak the buffer table implies.
+#include "check.h"
+#include "harness.h"
+
+static Harness h;
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return NULL;
+    static char buf[1 << 20];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+static void test_plan_round_trip(void) {
+    const Plan *p = h.plan;
+    CHECK_EQ(PLAN_VERSION, p->version);
+    CHECK_STR("tiny", p->model);
+    CHECK_EQ(64, p->seq);
+    CHECK(p->nbuf > 100);
+    CHECK(p->nins[PHASE_FWD] > 20 && p->nins[PHASE_BWD] > 20 && p->nins[PHASE_OPT] > 20);
+    CHECK(plan_role(p, "tokens") && plan_role(p, "targets") && plan_role(p, "loss") &&
+          plan_role(p, "logits"));
+    int params = 0, grads = 0;
+    for (int i = 0; i < p->nbuf; i++) {
+        const PlanBuffer *b = &p->buf[i];
+        params += b->kind == PK_PARAM;
+        grads += b->kind == PK_GRAD;
+        if (b->view < 0)
+            CHECK(b->offset + b->bytes <= p->arena_bytes[b->arena]);
+        if (b->kind == PK_GRAD)
+            CHECK(b->of >= 0 && p->buf[b->of].kind == PK_PARAM);
+    }
+    CHECK_EQ(27, params);
+    CHECK_EQ(27, grads);
+    CHECK_EQ(0, plan_verify(p, stdout));
+}
+
+static void test_dumps_agree(void) {
+    MemView v;
+    mv_init(&v, h.plan);
+    CHECK(v.peak > 0 && v.peak <= h.plan->arena_bytes[ARENA_DEVICE]);
+    // The peak is the most bytes live: recompute it from the buffer table.
+    int64_t most = 0;
+    for (int i = 0; i < v.n; i++) {
+        int64_t live = 0;
+        for (int b = 0; b < h.plan->nbuf; b++) {
+            const PlanBuffer *x = &h.plan->buf[b];
+            int from = x->first + (x->reuse >= 0);
+            if (x->view < 0 && x->arena == ARENA_DEVICE && from <= i && i <= x->last)
+                live += x->bytes;
+        }
+        if (live > most)
+            most = live;
+    }
+    CHECK_EQ(most, v.peak);
+    char path[600];
+    snprintf(path, sizeof path, "%s/memory.json", h.dir);
+    char *json = slurp(path);
+    CHECK(json != NULL);
+    if (json) {
+        const char *keys[] = {"\"budget_bytes\"", "\"peak_bytes\"", "\"lower_bound_bytes\"",
+                              "\"arena_bytes\": {\"device\"", "\"buffers\"", "\"live_bytes\"",
+                              "\"first\"", "\"last\"", "\"offset\""};
+        for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
+            CHECK(strstr(json, keys[k]) != NULL);
+        char want[64];
+        snprintf(want, sizeof want, "\"peak_bytes\": %lld,", (long long)v.peak);
+        CHECK(strstr(json, want) != NULL);
+    }
+    snprintf(path, sizeof path, "%s/memory.txt", h.dir);
+    char *txt = slurp(path);
+    CHECK(txt && strstr(txt, "peak live") && strstr(txt, "at the peak, by category") &&
+          strstr(txt, "the 20 largest buffers") && strstr(txt, "<- peak"));
+    snprintf(path, sizeof path, "%s/trace.json", h.dir);
+    char *trace = slurp(path);
+    CHECK(trace && strstr(trace, "\"traceEvents\"") && strstr(trace, "\"ph\": \"C\""));
+    mv_free(&v);
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && chdir(argv[1]) != 0)
+        return 2;
+    static char text[8192];
+    FILE *f = fopen("models/tiny.ft", "r");
+    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    if (f)
+        fclose(f);
+    text[n] = '\0';
+    if (!harness_compile(&h, "models/tiny.ft", text, 8)) {
+        printf("FAIL compile\n");
+        return 1;
+    }
+    RUN(test_plan_round_trip);
+    RUN(test_dumps_agree);
+    harness_free(&h);
+    return CHECK_DONE();
+}
