@@ -5,7 +5,8 @@
 // lifetimes). Tensors live for the whole step (parameters, gradients, optimizer state)
 // are stacked first; the rest are placed best-fit among the blocks they overlap in time,
 // under three orders — by size, by size x lifetime, by start — keeping the smallest
-// arena, as XLA's heap simulator keeps the best of several. The liveness lower bound (the
+// arena, as XLA's heap simulator keeps the best of several (stopping early when one
+// reaches the lower bound). The liveness lower bound (the
 // most bytes live at any node) is reported beside the arena.
 #include "passes.h"
 
@@ -137,6 +138,8 @@ static int64_t alloc_arena(IrGraph *g, int a, AllocStats *st, int64_t *lb, int *
                 st->strategy = order_name[o];
             memcpy(best, blocks, sizeof(Block) * (size_t)nb);
         }
+        if (arena == *lb)
+            break;   // at the lower bound: no order can do better
     }
     for (int k = 0; k < nb; k++)
         g->tensors.at[best[k].root].offset = best[k].offset;
