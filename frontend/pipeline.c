@@ -212,7 +212,7 @@ static void suggestions(FILE *f, Ctx *x, const PlannerInput *pin, int64_t budget
                 linear_w += ir_tensor_bytes(w);
                 if (ir_tensor_bytes(w) > largest)
                     largest = ir_tensor_bytes(w);
-                nf4 += e / 2 + (e + 63) / 64 + 4 * ((e + 64 * 256 - 1) / (64 * 256)) + 4;
+                nf4 += (e + 1) / 2 + (e + 63) / 64 + 4 * ((e + 64 * 256 - 1) / (64 * 256)) + 4;
             }
         }
         if (g)

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { ALIGN = 256 };
+enum { ALIGN = 256, LARGE = 4000 };   // blocks beyond which only the linear order runs
 
 typedef struct Block {
     int root;               // the tensor owning the bytes
@@ -23,6 +23,33 @@ typedef struct Block {
 } Block;
 
 static int64_t align(int64_t b) { return (b + ALIGN - 1) / ALIGN * ALIGN; }
+static int64_t place_by_start(Block *blocks, int n, int64_t base);
+
+// liveness_root of every tensor, each link followed once (in-place chains can be long).
+static int *roots(const IrGraph *g) {
+    int nt = g->tensors.len;
+    int *r = malloc(sizeof(int) * (size_t)(nt + 1));
+    for (int i = 0; i < nt; i++)
+        r[i] = -1;
+    int *stack = malloc(sizeof(int) * (size_t)(nt + 1));
+    for (int i = 0; i < nt; i++) {
+        int n = 0, t = i;
+        while (r[t] < 0) {
+            const IrTensor *x = &g->tensors.at[t];
+            int next = x->alias_of >= 0 ? x->alias_of : x->reuse;
+            if (next < 0) {
+                r[t] = t;
+                break;
+            }
+            stack[n++] = t;
+            t = next;
+        }
+        while (n > 0)
+            r[stack[--n]] = r[t];
+    }
+    free(stack);
+    return r;
+}
 
 static const char *order_name[] = {"size", "area", "start"};
 static int order_kind;
@@ -100,15 +127,18 @@ static int64_t alloc_arena(IrGraph *g, int a, AllocStats *st, int64_t *lb, int *
         blocks[nb++] = b;
     }
     // A reuse chain extends its root's block to the chain's last use.
+    int *root = roots(g), *block_of = malloc(sizeof(int) * (size_t)(nt + 1));
+    for (int i = 0; i < nt; i++)
+        block_of[i] = -1;
+    for (int k = 0; k < nb; k++)
+        block_of[blocks[k].root] = k;
     for (int i = 0; i < nt; i++) {
         const IrTensor *t = &g->tensors.at[i];
-        if (t->reuse < 0 || t->alias_of >= 0)
-            continue;
-        int r = liveness_root(g, i);
-        for (int k = 0; k < nb; k++)
-            if (blocks[k].root == r && t->last > blocks[k].last)
-                blocks[k].last = t->last;
+        int k = t->reuse >= 0 && t->alias_of < 0 ? block_of[root[i]] : -1;
+        if (k >= 0 && t->last > blocks[k].last)
+            blocks[k].last = t->last;
     }
+    free(root), free(block_of);
     // The lower bound: the most bytes live at one node.
     int64_t *delta = calloc((size_t)n + 2, sizeof(int64_t));
     for (int k = 0; k < nb; k++) {
@@ -126,10 +156,11 @@ static int64_t alloc_arena(IrGraph *g, int a, AllocStats *st, int64_t *lb, int *
     // Best of the orders.
     Block *best = malloc(sizeof(Block) * (size_t)(nb + 1));
     int64_t arena = -1;
-    for (int o = 0; o < 3; o++) {
+    // Very large graphs get only the start order, whose placement is near-linear.
+    for (int o = nb > LARGE ? 2 : 0; o < 3; o++) {
         order_kind = o;
         qsort(blocks, (size_t)nb, sizeof(Block), cmp_blocks);
-        int64_t top = place(blocks, nb, fixed);
+        int64_t top = o == 2 ? place_by_start(blocks, nb, fixed) : place(blocks, nb, fixed);
         if (a == 0)
             st->tried[o] = top;
         if (arena < 0 || top < arena) {
@@ -149,19 +180,56 @@ static int64_t alloc_arena(IrGraph *g, int a, AllocStats *st, int64_t *lb, int *
     return arena;
 }
 
+// Best fit for blocks sorted by start: only the blocks still live can overlap a later
+// one, so the scan keeps just those (sorted by offset). O(n·k), k the live blocks.
+static int64_t place_by_start(Block *blocks, int n, int64_t base) {
+    int *active = malloc(sizeof(int) * (size_t)(n + 1)), na = 0;
+    int64_t top = base;
+    for (int i = 0; i < n; i++) {
+        Block *b = &blocks[i];
+        int keep = 0;   // drop the blocks that died before this one starts
+        for (int k = 0; k < na; k++)
+            if (blocks[active[k]].last >= b->first)
+                active[keep++] = active[k];
+        na = keep;
+        int64_t prev_end = base, best = -1, best_gap = 0;
+        for (int k = 0; k < na; k++) {
+            const Block *p = &blocks[active[k]];
+            int64_t gap = p->offset - prev_end;
+            if (gap >= b->size && (best < 0 || gap < best_gap))
+                best = prev_end, best_gap = gap;
+            if (p->offset + p->size > prev_end)
+                prev_end = p->offset + p->size;
+        }
+        b->offset = best >= 0 ? best : prev_end;
+        if (b->offset + b->size > top)
+            top = b->offset + b->size;
+        int k = na;
+        while (k > 0 && blocks[active[k - 1]].offset > b->offset) {
+            active[k] = active[k - 1];
+            k--;
+        }
+        active[k] = i;
+        na++;
+    }
+    free(active);
+    return top;
+}
+
 int alloc_apply(IrGraph *g, AllocStats *st) {
     memset(st, 0, sizeof *st);
     int64_t lb;
     int lb_at;
     st->arena_bytes = alloc_arena(g, 0, st, &st->lower_bound, &st->lower_bound_at);
     st->host_bytes = alloc_arena(g, 1, st, &lb, &lb_at);
+    int *root = roots(g);
     for (int i = 0; i < g->tensors.len; i++) {
         IrTensor *t = &g->tensors.at[i];
         if (t->alias_of >= 0 || t->reuse >= 0) {
-            int r = liveness_root(g, i);
-            t->offset = g->tensors.at[r].offset;
-            t->arena = g->tensors.at[r].arena;
+            t->offset = g->tensors.at[root[i]].offset;
+            t->arena = g->tensors.at[root[i]].arena;
         }
     }
+    free(root);
     return 0;
 }

@@ -19,6 +19,7 @@ int rt_exec_init(Exec *x, const Plan *p, Backend *be, ExecLayout layout, char *e
     if (be->prepare(be, p, err, errlen) != 0)
         return -1;
     x->ptr = calloc((size_t)p->nbuf + 1, sizeof(void *));
+    x->root = plan_roots(p);
     if (layout == LAYOUT_PLANNED) {
         for (int a = 0; a < ARENA_COUNT; a++) {
             if (!p->arena_bytes[a])
@@ -63,6 +64,7 @@ void rt_exec_free(Exec *x) {
         if (x->arena[a])
             x->be->free(x->be, x->arena[a]);
     free(x->ptr);
+    free(x->root);
     memset(x, 0, sizeof *x);
 }
 
@@ -113,7 +115,7 @@ int rt_exec_phase(Exec *x, PlanPhase ph, char *err, size_t errlen) {
             bool taken = false;
             for (int o = 0; o < in->nout; o++)
                 taken |= in->out[o] >= 0 && in->out[o] != base->id &&
-                         plan_root(p, in->out[o]) == plan_root(p, base->id);
+                         x->root[in->out[o]] == x->root[base->id];
             if (!taken)
                 poison(x, base);
         }

@@ -334,20 +334,38 @@ static int read_instr(Reader *r, Plan *p, PlanInstr *in, int want_id, char *line
 }
 
 static int check_buffers(Reader *r, Plan *p) {
-    for (int i = 0; i < p->nbuf; i++) {   // view and reuse links end at a base buffer
-        int id = i, steps = 0;
-        while (steps++ <= p->nbuf) {
+    // View and reuse links end at a base buffer: follow each link once (0 unvisited,
+    // 1 on the current path, 2 known to end well).
+    char *state = calloc((size_t)p->nbuf + 1, 1);
+    int *path = malloc(sizeof(int) * (size_t)(p->nbuf + 1));
+    for (int i = 0; i < p->nbuf; i++) {
+        int n = 0, id = i;
+        while (state[id] == 0) {
+            state[id] = 1;
+            path[n++] = id;
             const PlanBuffer *b = &p->buf[id];
             int next = b->view >= 0 ? b->view : b->reuse;
             if (next < 0)
                 break;
-            if (next >= p->nbuf)
+            if (next >= p->nbuf) {
+                free(state), free(path);
                 return bad(r, "buffer %s: links to buffer %d of %d", b->name, next, p->nbuf);
+            }
             id = next;
         }
-        if (steps > p->nbuf)
+        if (state[id] == 1 && n > 0 && id != path[n - 1]) {   // came back onto the path
+            free(state), free(path);
             return bad(r, "buffer %s: its view/reuse links form a cycle", p->buf[i].name);
+        }
+        const PlanBuffer *end = &p->buf[id];
+        if (state[id] == 1 && (end->view >= 0 || end->reuse >= 0)) {   // a self-loop
+            free(state), free(path);
+            return bad(r, "buffer %s: its view/reuse links form a cycle", p->buf[i].name);
+        }
+        while (n > 0)
+            state[path[--n]] = 2;
     }
+    free(state), free(path);
     for (int i = 0; i < p->nbuf; i++) {
         PlanBuffer *b = &p->buf[i];
         if (b->view >= 0) {
@@ -496,4 +514,28 @@ const PlanInstr *plan_instr(const Plan *p, int id) {
         id -= p->nins[ph];
     }
     return NULL;
+}
+
+int *plan_roots(const Plan *p) {
+    int n = p->nbuf;
+    int *r = malloc(sizeof(int) * (size_t)(n + 1)), *stack = malloc(sizeof(int) * (size_t)(n + 1));
+    for (int i = 0; i < n; i++)
+        r[i] = -1;
+    for (int i = 0; i < n; i++) {
+        int k = 0, t = i;
+        while (r[t] < 0) {
+            const PlanBuffer *b = &p->buf[t];
+            int next = b->view >= 0 ? b->view : b->reuse;
+            if (next < 0) {
+                r[t] = t;
+                break;
+            }
+            stack[k++] = t;
+            t = next;
+        }
+        while (k > 0)
+            r[stack[--k]] = r[t];
+    }
+    free(stack);
+    return r;
 }

@@ -125,6 +125,8 @@ void plan_free(Plan *p);
 const PlanBuffer *plan_role(const Plan *p, const char *role);
 // The buffer whose bytes `id` uses (through view and reuse links).
 int plan_root(const Plan *p, int id);
+// plan_root of every buffer at once (malloc'd; each link followed once).
+int *plan_roots(const Plan *p);
 // The instruction with index `id` over all phases, or NULL.
 const PlanInstr *plan_instr(const Plan *p, int id);
 int plan_instr_count(const Plan *p);

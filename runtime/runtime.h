@@ -50,6 +50,7 @@ struct Exec {
     ExecLayout layout;
     void *arena[ARENA_COUNT];
     void **ptr;             // per buffer: its address (a view: its base's)
+    int *root;              // per buffer: the buffer owning its bytes (plan_roots)
     uint64_t seed;          // dropout and initialisation
     int64_t step;           // optimizer steps taken (1-based inside the optimizer phase)
     int64_t micro;          // micro-step within the step

@@ -26,20 +26,18 @@ static bool owns_bytes(const PlanBuffer *b) { return b->view < 0 && b->bytes > 0
 
 // Two byte-sharing buffers may overlap in time only at the instant one is written in
 // place over the other (a declared reuse).
-static bool reuse_pair(const Plan *p, const PlanBuffer *a, const PlanBuffer *b) {
-    if (plan_root(p, a->id) != plan_root(p, b->id))
+static bool reuse_pair(const int *root, const PlanBuffer *a, const PlanBuffer *b) {
+    if (root[a->id] != root[b->id])
         return false;
     int lo = a->first > b->first ? a->first : b->first;
     int hi = a->last < b->last ? a->last : b->last;
     return lo == hi && (a->last == b->first || b->last == a->first);
 }
 
-static int by_offset(const void *x, const void *y, void *ctx) {
+static int by_first(const void *x, const void *y, void *ctx) {
     const Plan *p = ctx;
     const PlanBuffer *a = &p->buf[*(const int *)x], *b = &p->buf[*(const int *)y];
-    if (a->arena != b->arena)
-        return a->arena < b->arena ? -1 : 1;
-    return a->offset < b->offset ? -1 : a->offset > b->offset ? 1 : a->id - b->id;
+    return a->first != b->first ? a->first - b->first : a->id - b->id;
 }
 
 int plan_verify(const Plan *p, FILE *out) {
@@ -79,28 +77,37 @@ int plan_verify(const Plan *p, FILE *out) {
                         "after instruction %d", b->name, b->role, base->last, end);
         }
     }
-    // No two buffers live at once share bytes: sweep the buffers in offset order.
+    // No two buffers live at once share bytes. Sweep time: two buffers overlapping in
+    // time are both alive when the later one starts, so each is checked against the
+    // buffers alive then (O(n·k), k the live buffers).
+    int *root = plan_roots(p);
     int *ord = malloc(sizeof(int) * (size_t)(nbuf + 1)), n = 0;
+    int *alive = malloc(sizeof(int) * (size_t)(nbuf + 1)), na = 0;
     for (int i = 0; i < nbuf; i++)
-        if (owns_bytes(&p->buf[i]))
+        if (owns_bytes(&p->buf[i]) && p->buf[i].first >= 0 && p->buf[i].last >= p->buf[i].first)
             ord[n++] = i;
-    qsort_r(ord, (size_t)n, sizeof(int), by_offset, (void *)p);
+    qsort_r(ord, (size_t)n, sizeof(int), by_first, (void *)p);
     for (int x = 0; x < n; x++) {
-        const PlanBuffer *a = &p->buf[ord[x]];
-        for (int y = x + 1; y < n; y++) {
-            const PlanBuffer *b = &p->buf[ord[y]];
-            if (b->arena != a->arena || b->offset >= a->offset + a->bytes)
-                break;
-            bool in_time = a->first <= b->last && b->first <= a->last;
-            if (in_time && !reuse_pair(p, a, b))
+        const PlanBuffer *b = &p->buf[ord[x]];
+        int keep = 0;
+        for (int k = 0; k < na; k++)
+            if (p->buf[alive[k]].last >= b->first)
+                alive[keep++] = alive[k];
+        na = keep;
+        for (int k = 0; k < na; k++) {
+            const PlanBuffer *a = &p->buf[alive[k]];
+            bool bytes = a->arena == b->arena && a->offset < b->offset + b->bytes &&
+                         b->offset < a->offset + a->bytes;
+            if (bytes && !reuse_pair(root, a, b))
                 PROBLEM("buffers %s [%lld, %lld) and %s [%lld, %lld) share bytes while both live "
                         "(instructions %d..%d and %d..%d)",
                         a->name, (long long)a->offset, (long long)(a->offset + a->bytes), b->name,
                         (long long)b->offset, (long long)(b->offset + b->bytes), a->first, a->last,
                         b->first, b->last);
         }
+        alive[na++] = ord[x];
     }
-    free(ord);
+    free(ord), free(alive), free(root);
     // Replay: operands exist, reads follow writes, touches fall inside lifetimes.
     bool *written = calloc((size_t)nbuf + 1, sizeof(bool));
     for (int i = 0; i < nbuf; i++) {

@@ -316,7 +316,7 @@ static void hash_vector(float *x, size_t n) {
 
 static void test_mean_mt(const char *arg) {
   (void)arg;
-  static const size_t sizes[] = {1000, 40000, 100003};
+  static const size_t sizes[] = {1000, 40000, 100003, 17000003};
   size_t nt = 0;
   const int32_t *threads = fx_get("mean_mt", "threads", "i32", &nt);
   if (!threads) return;
@@ -344,14 +344,16 @@ static void test_mean_mt(const char *arg) {
 
 static void test_storage_bytes(const char *arg) {
   (void)arg;
-  CHECK(cpu_nf4_packed_bytes(0) == 0 && cpu_nf4_packed_bytes(1) == 1 && cpu_nf4_packed_bytes(777) == 389);
+  CHECK(cpu_nf4_packed_bytes(0) == 0 && cpu_nf4_packed_bytes(1) == 1);
+  CHECK(cpu_nf4_packed_bytes(777) == 389);
   CHECK(cpu_nf4_blocks(0) == 0 && cpu_nf4_blocks(64) == 1 && cpu_nf4_blocks(65) == 2);
   CHECK(cpu_nf4_absmax_scales(256) == 1 && cpu_nf4_absmax_scales(257) == 2);
   // n = 1000: 500 packed + 16 blocks
   CHECK(cpu_nf4_storage_bytes(1000, 0) == 500 + 4 * 16);
   CHECK(cpu_nf4_storage_bytes(1000, 1) == 500 + 16 + 4 * 1 + 4);
   // n = 777: 389 packed + 13 blocks
-  CHECK(cpu_nf4_storage_bytes(777, 0) == 389 + 52 && cpu_nf4_storage_bytes(777, 1) == 389 + 13 + 4 + 4);
+  CHECK(cpu_nf4_storage_bytes(777, 0) == 389 + 52);
+  CHECK(cpu_nf4_storage_bytes(777, 1) == 389 + 13 + 4 + 4);
   static const size_t big[][2] = {{4096, 4096}, {4096, 11008}, {8192, 28672}};
   for (size_t i = 0; i < 3; i++) {
     size_t n = big[i][0] * big[i][1];
@@ -505,6 +507,56 @@ static void test_detects_shortcuts(const char *arg) {
   CHECK(wrong > 0);
 }
 
+// Full blocks multiply by the reciprocal of absmax, the trailing partial block divides, and the
+// 8-bit step multiplies by 1/scale: swapping either rule changes codes in the "rounding" and
+// "absmax_rounding" fixtures (made so that the two rules disagree there).
+static void test_detects_mul_div(const char *arg) {
+  (void)arg;
+  size_t n = 0, np = 0, nb = 0, nb2 = 0, nc = 0, nm = 0;
+  float *w = fx_f32("rounding", "w", &n);
+  uint8_t *packed = fx_u8("rounding", "packed", &np);
+  float *absmax = fx_f32("rounding", "absmax", &nb);
+  float *am8 = fx_f32("absmax_rounding", "absmax", &nb2);
+  uint8_t *codes = fx_u8("absmax_rounding", "dq_codes", &nc);
+  float *mean = fx_f32("absmax_rounding", "dq_mean", &nm);
+  if (case_failures) return;
+  float mid[15];
+  for (int i = 0; i < 15; i++) mid[i] = (cpu_nf4_code[i] + cpu_nf4_code[i + 1]) / 2.0f;
+  size_t swapped4[2] = {0, 0};
+  for (size_t i = 0; i < n; i++) {
+    float a = absmax[i / 64];
+    int full = i / 64 < n / 64;
+    float s = full ? w[i] / a : w[i] * (1.0f / a); // the other block kind's rule
+    s = s < -1.0f ? -1.0f : s > 1.0f ? 1.0f : s;
+    unsigned q = 0;
+    while (q < 15 && mid[q] < s) q++;
+    unsigned want = i % 2 == 0 ? packed[i / 2] >> 4 : packed[i / 2] & 0xfu;
+    swapped4[!full] += q != want;
+  }
+  // 8-bit: the same lookup-table rule, but (absmax - mean) / scale instead of * (1/scale)
+  float dmid[255];
+  for (int i = 0; i < 255; i++)
+    dmid[i] = 0.5f * (cpu_nf4_dynamic_code[i] + cpu_nf4_dynamic_code[i + 1]);
+  size_t swapped8 = 0;
+  for (size_t b = 0; b < cpu_nf4_absmax_scales(nb2); b++) {
+    size_t lo = b * 256, len = nb2 - lo < 256 ? nb2 - lo : 256;
+    float sc = 0.0f;
+    for (size_t i = 0; i < len; i++)
+      if (fabsf(am8[lo + i] - mean[0]) > sc) sc = fabsf(am8[lo + i] - mean[0]);
+    for (size_t i = 0; i < len; i++) {
+      float v = (am8[lo + i] - mean[0]) / sc;
+      uint16_t k = (uint16_t)(int32_t)fmaf((v + 1.0f) * 0.5f, 65535.0f, 0.5f);
+      float c = (2.0f * (float)k) / 65535.0f - 1.0f;
+      unsigned q = 0;
+      while (q < 255 && dmid[q] < c) q++;
+      swapped8 += q != codes[lo + i];
+    }
+  }
+  printf("#    swapped rules: %zu full-block and %zu partial-block NF4 codes, %zu absmax codes "
+         "differ from bitsandbytes\n", swapped4[0], swapped4[1], swapped8);
+  CHECK(swapped4[0] > 0 && swapped4[1] > 0 && swapped8 > 0);
+}
+
 // ---------------------------------------------------------------------------------------------
 
 int main(int argc, char **argv) {
@@ -514,10 +566,12 @@ int main(int argc, char **argv) {
   }
   if (!load_fixture(argv[1])) return 2;
   run("tables match bitsandbytes", test_tables, NULL);
-  static const char *tensors[] = {"normal_outliers", "odd_length", "zeros", "codebook", "ties", "tiny"};
+  static const char *tensors[] = {"normal_outliers", "odd_length", "zeros", "codebook",
+                                  "ties",            "rounding",   "tiny"};
   for (size_t i = 0; i < sizeof tensors / sizeof tensors[0]; i++)
     run("bit-exact quantize/dequantize/double quant:", test_tensor, tensors[i]);
   run("bit-exact double quant:", test_absmax, "big_absmax");
+  run("bit-exact double quant:", test_absmax, "absmax_rounding");
   run("bit-exact double quant:", test_absmax, "const_absmax");
   run("torch mean with 1..16 threads bit-exact", test_mean_mt, NULL);
   run("storage bytes", test_storage_bytes, NULL);
@@ -525,6 +579,7 @@ int main(int argc, char **argv) {
   run("self-test: one ulp / one nibble is caught", test_detects_one_ulp, NULL);
   run("self-test: ties-up rule is caught", test_detects_tie_rule, NULL);
   run("self-test: shortcuts are caught", test_detects_shortcuts, NULL);
+  run("self-test: multiply-vs-divide is caught", test_detects_mul_div, NULL);
   (void)current_arg;
   free(fx_blob);
   printf("%d passed, %d failed\n", n_passed, n_failed);

@@ -25,9 +25,9 @@
 //     s = clamp(w / absmax, -1, 1). Code = number of midpoints m[i] = (c[i] + c[i+1]) / 2
 //     with m[i] < s (torch.bucketize: a value exactly on a midpoint takes the lower code).
 //     Dequantised w = c[code] * absmax.
-//   mean: torch's fp32 float32 `tensor.mean()` = cascade sum (8-lane vectors, 4-way ILP,
-//     levels of 16) / n; with several torch threads and n >= 32768 the sum is split per thread
-//     (cpu_nf4_mean's torch_threads).
+//   mean: torch's float32 `tensor.mean()` = cascade sum (8-lane vectors, 4-way ILP, levels
+//     of 16 or more) / n; with several torch threads and n >= 32768 the sum is split per
+//     thread (cpu_nf4_mean's torch_threads).
 //   8-bit (libbitsandbytes_cpu quantize_cpu, blocks of 256): scale = max |y|; an all-zero
 //     block gets codes 0. Otherwise v = clamp(y * (1 / scale), -1, 1),
 //     k = (uint16)(int)fmaf((v + 1) * 0.5, 65535, 0.5) and the code is the number of
