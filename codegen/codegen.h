@@ -18,6 +18,10 @@ typedef struct PlanMeta {
     int64_t reserve_bytes;      // modeled CUDA context, outside the arena
     double flops_per_s, bytes_per_s;   // the GPU preset's peak rates, for trace.json
     const char *report;         // report.txt: the planner's decision and candidates, or NULL
+    // LoRA, for the adapter files the runtime writes (r = 0: none)
+    int64_t lora_r;
+    double lora_alpha, lora_dropout;
+    const char *lora_targets;   // comma-separated module names
 } PlanMeta;
 
 //

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 static const char *kind_name(TensorKind k) {
-    static const char *n[] = {"param", "input", "value", "grad", "state", "workspace"};
+    static const char *n[] = {"param", "input", "value", "grad", "state", "workspace", "quant"};
     return n[k];
 }
 
@@ -45,6 +45,9 @@ int codegen_plan_write(FILE *f, const IrGraph *g, const PlanMeta *meta) {
             (long long)logits->shape[logits->ndim - 1], meta->precision);
     fprintf(f, "optimizer %s lr=%.17g beta1=%.17g beta2=%.17g eps=%.17g weight_decay=%.17g\n",
             meta->optimizer, meta->lr, meta->beta1, meta->beta2, meta->eps, meta->weight_decay);
+    if (meta->lora_r > 0)
+        fprintf(f, "lora r=%lld alpha=%.17g dropout=%.17g targets=%s\n", (long long)meta->lora_r,
+                meta->lora_alpha, meta->lora_dropout, meta->lora_targets);
     fprintf(f, "rank 0 ranks 1\narena device %lld\narena host %lld\nbuffers %d\n", (long long)arena,
             (long long)meta->host_bytes, nt);
     for (int i = 0; i < nt; i++) {
@@ -67,6 +70,8 @@ int codegen_plan_write(FILE *f, const IrGraph *g, const PlanMeta *meta) {
                     t->init_scale, t->trainable ? 1 : 0);
         if (t->of >= 0)
             fprintf(f, " of=%d", t->of);
+        if (t->kind == TK_QUANT)
+            fprintf(f, " role=%s", t->decl);
         if (t->layer >= 0)
             fprintf(f, " layer=%d", t->layer);
         if (i == g->loss)

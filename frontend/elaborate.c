@@ -835,6 +835,9 @@ static void read_train(Elab *e, Scope *s, const Ast *train, TrainSpec *t) {
         fe_error(e->src, train->loc, "train needs batch = N");
     if (!have_loss)
         fe_error(e->src, train->loc, "train needs loss = cross_entropy(forward(tokens), next(tokens))");
+    if (t->quantize && !t->lora)
+        fe_error(e->src, train->loc, "quantize(nf4) stores frozen weights: add lora(...) to train "
+                                     "adapters on the quantised base");
     if (have_batch && t->micro_batch && t->batch % t->micro_batch)
         fe_error(e->src, train->loc, "micro_batch %lld does not divide batch %lld",
                  (long long)t->micro_batch, (long long)t->batch);

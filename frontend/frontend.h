@@ -167,13 +167,14 @@ IrGraph *fe_elaborate(FtSource *src, const FtModel *m, int64_t batch, Arena *a);
 //
 
 typedef struct BuildStats {
+    QuantStats quant;
     RematStats remat;
     OffloadStats offload;
     ScheduleStats schedule;
     AllocStats alloc;
 } BuildStats;
 
-// Runs elaborate → lora → autodiff → chunked loss → remat → offload → schedule →
+// Runs elaborate → lora → autodiff → quantize → chunked loss → remat → offload → schedule →
 // liveness → alloc for choice `c` in arena `a` (printing the IR after each pass to
 // `dump_to` if not NULL). NULL after reporting errors.
 IrGraph *fe_build(FtSource *src, const FtModel *m, const PlanChoice *c, Arena *a, BuildStats *bs,

@@ -364,6 +364,27 @@ static int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
                      .arena_bytes = bs.alloc.arena_bytes, .host_bytes = bs.alloc.host_bytes,
                      .reserve_bytes = gpu->reserve_bytes, .flops_per_s = gpu->bf16_tflops * 1e12,
                      .bytes_per_s = gpu->hbm_gbps * 1e9, .report = rtext};
+    char targets[1024] = "";
+    if (m.train.lora) {   // the module names the adapters attach to, for adapter_config.json
+        for (int i = 0; i < g->tensors.len; i++) {
+            const char *hf = g->tensors.at[i].hf_name, *a = hf ? strstr(hf, ".lora_A.weight") : NULL;
+            if (!a)
+                continue;
+            const char *s0 = a;
+            while (s0 > hf && s0[-1] != '.')
+                s0--;
+            char mod[128];
+            snprintf(mod, sizeof mod, "%.*s", (int)(a - s0), s0);
+            bool seen = false;
+            for (char *t = strstr(targets, mod); t; t = strstr(t + 1, mod))
+                seen |= (t == targets || t[-1] == ',') && (t[strlen(mod)] == ',' || !t[strlen(mod)]);
+            if (!seen)
+                snprintf(targets + strlen(targets), sizeof targets - strlen(targets), "%s%s",
+                         targets[0] ? "," : "", mod);
+        }
+        meta.lora_r = m.train.lora_r, meta.lora_alpha = m.train.lora_alpha;
+        meta.lora_dropout = m.train.lora_dropout, meta.lora_targets = targets;
+    }
     if (codegen_plan_dir(dir, g, &meta, err, sizeof err) != 0) {
         fprintf(stderr, "ftc compile: error: %s\n", err);
         goto done;
@@ -425,7 +446,9 @@ static int cmd_run(Cmdline *cl, int argc, char **argv, int first) {
                   "                    --save-every N)\n"
                   "  --seed N          initialisation, data order and dropout (default 1234)\n"
                   "  --poison          fill each buffer with NaN when its lifetime ends\n"
-                  "  --unplanned       every buffer its own allocation instead of the planned arena\n",
+                  "  --unplanned       every buffer its own allocation instead of the planned arena\n"
+                  "  --merge           with LoRA: also save the merged weights (model.safetensors);\n"
+                  "                    --save alone writes the adapters in PEFT's layout\n",
                   stdout);
             return 0;
         }
@@ -461,6 +484,8 @@ static int cmd_run(Cmdline *cl, int argc, char **argv, int first) {
             o.poison = true;
         else if (strcmp(s, "--unplanned") == 0)
             o.layout = LAYOUT_UNPLANNED;
+        else if (strcmp(s, "--merge") == 0)
+            o.merge = true;
         else if (s[0] == '-' && s[1]) {
             arg_error(cl, i, "unknown option '%s' (see ftc help run)", s);
             return EXIT_USAGE;

@@ -47,6 +47,10 @@ IrGraph *fe_build(FtSource *src, const FtModel *m, const PlanChoice *c, Arena *a
     }
     autodiff_apply(g, (int)(t->batch / c->micro));
     dump(dump_to, "autodiff", g);
+    if (t->quantize) {
+        quantize_apply(g, t->double_quant, &bs->quant);
+        dump(dump_to, "quantize", g);
+    }
     for (int i = 0; i < g->nodes.len; i++) {   // the loss over row chunks
         IrNode *n = &g->nodes.at[i];
         if (n->op != OP_CROSS_ENTROPY_BWD)

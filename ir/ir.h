@@ -93,6 +93,7 @@ typedef enum TensorKind {
     TK_GRAD,      // a parameter's gradient, accumulated over micro-batches; `of` the param
     TK_STATE,     // optimizer state or fp32 master copy of param `of`; cat says which
     TK_WORKSPACE, // scratch of one node (`producer`), live only while it runs
+    TK_QUANT,     // quantisation data of NF4 param `of` (absmax, or its codes/scales/mean)
 } TensorKind;
 
 // How the runtime initialises a parameter that no checkpoint provides.

@@ -310,6 +310,14 @@ static bool shape_attention_bwd(const IrGraph *g, const IrNode *n, IrTensor *out
     return true;
 }
 
+// The dequantised weight: W's shape in the compute dtype.
+static bool shape_dequant(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
+    (void)err;
+    same_as(out, IN(0));
+    out->dtype = g->step.compute_dt;
+    return true;
+}
+
 // Optimizer ops and OP_ACC / OP_ZERO update existing tensors of the input's size.
 static bool shape_update(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
     (void)err;
@@ -702,6 +710,9 @@ static const OpInfo ops[OP_COUNT] = {
     [OP_CROSS_ENTROPY_BWD] = {.name = "cross_entropy_bwd", .min_in = 2, .max_in = 2,
                               .shape = shape_like0, .flops = flops_cross_entropy,
                               .scratch_bytes = scratch_cross_entropy},
+    // storage
+    [OP_DEQUANT] = {.name = "dequant", .min_in = 2, .max_in = 4, .shape = shape_dequant,
+                    .flops = flops_4elems},
     // optimizer ops
     [OP_ACC] = {.name = "acc", .min_in = 1, .max_in = 1, .shape = shape_update,
                 .flops = flops_elems},

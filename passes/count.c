@@ -34,6 +34,8 @@ MemBreakdown count_naive_memory(const IrGraph *g, int64_t reserve_bytes) {
                 m.bytes[MEM_MASTER] += dtype_bytes(DT_F32, n);
         } else if (t->kind == TK_INPUT) {
             m.bytes[MEM_IO] += ir_tensor_bytes(t);
+        } else if (t->kind == TK_QUANT) {
+            m.bytes[MEM_WEIGHTS] += ir_tensor_bytes(t);
         }
     }
     // Saved for backward: every tensor some backward reads, counted once, by its base.

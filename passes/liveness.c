@@ -12,7 +12,7 @@
 #include <stdlib.h>
 
 static bool persistent(const IrTensor *t) {
-    return t->kind == TK_PARAM || t->kind == TK_GRAD || t->kind == TK_STATE;
+    return t->kind == TK_PARAM || t->kind == TK_GRAD || t->kind == TK_STATE || t->kind == TK_QUANT;
 }
 
 // The tensor whose bytes `t` finally occupies: its base, then along reuse links.

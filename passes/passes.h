@@ -112,6 +112,22 @@ typedef struct AllocStats {
 int alloc_apply(IrGraph *g, AllocStats *st);
 
 //
+// quantize.c — NF4 storage for the frozen linear weights of the blocks (QLoRA).
+//
+
+typedef struct QuantStats {
+    int64_t weights;            // parameters stored as NF4
+    int64_t bf16_bytes;         // what they took before
+    int64_t nf4_bytes;          // packed nibbles and their scales
+} QuantStats;
+
+// After autodiff: every frozen 2-D weight read by a linear inside a block is stored as
+// NF4 (blocks of 64, absmax per block; with double_quant the absmaxes as 8-bit codes in
+// blocks of 256 with an fp32 scale each, and their mean), and each node that reads it
+// reads a bf16 copy made by a dequant node just before. Returns 0.
+int quantize_apply(IrGraph *g, bool double_quant, QuantStats *st);
+
+//
 // gpu.c — GPU presets for budgets and the cost model (REFERENCE.md §5).
 //
 

@@ -3,12 +3,32 @@
 // lifetime has ended so that a liveness bug shows up as a wrong loss.
 #include "runtime.h"
 #include "cpu/kernels.h"
+#include "cpu/nf4.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 static bool persistent(const PlanBuffer *b) {
-    return b->kind == PK_PARAM || b->kind == PK_GRAD || b->kind == PK_STATE || b->kind == PK_INPUT;
+    return b->kind == PK_PARAM || b->kind == PK_GRAD || b->kind == PK_STATE || b->kind == PK_INPUT ||
+           b->kind == PK_QUANT;
+}
+
+// The quantisation buffers of NF4 parameter `id`: absmax (plain), or codes, scales
+// and mean (double quantisation); -1 for those absent.
+static void nf4_parts(const Exec *x, int id, int *absmax, int *codes, int *scales, int *mean) {
+    *absmax = *codes = *scales = *mean = -1;
+    for (int i = 0; i < x->plan->nbuf; i++) {
+        const PlanBuffer *b = &x->plan->buf[i];
+        if (b->kind != PK_QUANT || b->of != id || !b->role)
+            continue;
+        int *slot = !strcmp(b->role, "nf4_absmax")          ? absmax
+                    : !strcmp(b->role, "nf4_absmax_codes")  ? codes
+                    : !strcmp(b->role, "nf4_absmax_scales") ? scales
+                    : !strcmp(b->role, "nf4_absmax_mean")   ? mean
+                                                            : NULL;
+        if (slot)
+            *slot = i;
+    }
 }
 
 int rt_exec_init(Exec *x, const Plan *p, Backend *be, ExecLayout layout, char *err, size_t errlen) {
@@ -127,6 +147,20 @@ void rt_read_f32(const Exec *x, int id, float *dst) {
     const PlanBuffer *b = &x->plan->buf[id];
     int64_t n = plan_elems(b);
     const void *p = x->ptr[id];
+    if (b->dtype == PDT_NF4) {   // dequantise through its scales
+        int am, codes, scales, mean;
+        nf4_parts(x, id, &am, &codes, &scales, &mean);
+        size_t blocks = cpu_nf4_blocks((size_t)n);
+        float *absmax = malloc(sizeof(float) * blocks);
+        if (am >= 0)
+            memcpy(absmax, x->ptr[am], sizeof(float) * blocks);
+        else
+            cpu_nf4_dequantize_absmax(absmax, x->ptr[codes], x->ptr[scales], *(float *)x->ptr[mean],
+                                      blocks);
+        cpu_nf4_dequantize(dst, p, absmax, (size_t)n);
+        free(absmax);
+        return;
+    }
     for (int64_t i = 0; i < n; i++)
         dst[i] = b->dtype == PDT_F32    ? ((const float *)p)[i]
                  : b->dtype == PDT_BF16 ? cpu_bf16_to_f32(((const uint16_t *)p)[i])
@@ -139,6 +173,18 @@ void rt_write_f32(Exec *x, int id, const float *src) {
     const PlanBuffer *b = &x->plan->buf[id];
     int64_t n = plan_elems(b);
     void *p = x->ptr[id];
+    if (b->dtype == PDT_NF4) {   // quantise, as bitsandbytes does on load
+        int am, codes, scales, mean;
+        nf4_parts(x, id, &am, &codes, &scales, &mean);
+        size_t blocks = cpu_nf4_blocks((size_t)n);
+        float *absmax = am >= 0 ? x->ptr[am] : malloc(sizeof(float) * blocks);
+        cpu_nf4_quantize(p, absmax, src, (size_t)n);
+        if (am < 0) {
+            cpu_nf4_quantize_absmax(x->ptr[codes], x->ptr[scales], x->ptr[mean], absmax, blocks);
+            free(absmax);
+        }
+        return;
+    }
     for (int64_t i = 0; i < n; i++) {
         if (b->dtype == PDT_F32)
             ((float *)p)[i] = src[i];

@@ -172,7 +172,22 @@ static int read_header(Reader *r, Plan *p) {
             ok = parse_i64(w[1], &p->vocab) && p->vocab > 0;
         else if (strcmp(w[0], "precision") == 0)
             p->precision = xstrdup(w[1]);
-        else if (strcmp(w[0], "rank") == 0)
+        else if (strcmp(w[0], "lora") == 0) {
+            for (int i = 1; ok && i < n; i++) {
+                char *eq = strchr(w[i], '=');
+                if (!eq)
+                    return bad(r, "lora settings are key=value");
+                *eq = '\0';
+                if (!strcmp(w[i], "r"))
+                    ok = parse_i64(eq + 1, &p->lora_r) && p->lora_r > 0;
+                else if (!strcmp(w[i], "alpha"))
+                    ok = parse_f64(eq + 1, &p->lora_alpha);
+                else if (!strcmp(w[i], "dropout"))
+                    ok = parse_f64(eq + 1, &p->lora_dropout);
+                else if (!strcmp(w[i], "targets"))
+                    p->lora_targets = xstrdup(eq + 1);
+            }
+        } else if (strcmp(w[0], "rank") == 0)
             ok = n == 4 && parse_int(w[1], &p->rank) && parse_int(w[3], &p->ranks);
         else if (strcmp(w[0], "arena") == 0) {
             PlanArena a = strcmp(w[1], "device") == 0 ? ARENA_DEVICE : ARENA_HOST;
@@ -234,9 +249,10 @@ static int read_buffer(Reader *r, Plan *p, int i, char *line) {
         const char *key = w[k], *v = eq + 1;
         bool ok = true;
         if (strcmp(key, "kind") == 0) {
-            static const char *kinds[] = {"param", "grad", "state", "input", "value", "workspace"};
+            static const char *kinds[] = {"param", "grad", "state", "input", "value", "workspace",
+                                          "quant"};
             ok = false;
-            for (int j = 0; j < 6; j++)
+            for (int j = 0; j < 7; j++)
                 if (strcmp(v, kinds[j]) == 0)
                     b->kind = (PlanKind)j, ok = true;
         } else if (strcmp(key, "hf") == 0) {
@@ -477,7 +493,7 @@ void plan_free(Plan *p) {
             free(p->ins[ph][i].op);
         free(p->ins[ph]);
     }
-    free(p->model), free(p->gpu), free(p->precision), free(p->optimizer);
+    free(p->model), free(p->gpu), free(p->precision), free(p->optimizer), free(p->lora_targets);
     free(p);
 }
 

@@ -11,6 +11,7 @@
 //   vocab 256
 //   precision bf16
 //   optimizer adamw lr=0.003 beta1=0.9 beta2=0.999 eps=1e-08 weight_decay=0
+//   lora r=8 alpha=16 dropout=0.05 targets=q_proj,v_proj     (only with LoRA)
 //   rank 0 ranks 1
 //   arena device BYTES
 //   arena host BYTES
@@ -25,10 +26,12 @@
 // SHAPE is "8x64x64", or "-" for a scalar. FIRST and LAST are the indices (over all
 // phases in order) of the first and last instruction touching the buffer; a buffer
 // that lives for the whole step has FIRST 0 and LAST the final instruction.
-// Buffer keys: kind=param|grad|state|input|value|workspace, hf=CHECKPOINT_NAME,
+// Buffer keys: kind=param|grad|state|input|value|workspace|quant, hf=CHECKPOINT_NAME,
 // init=normal|ones|zeros|kaiming_uniform, scale=X, train=0|1, of=PARAM_ID, view=BASE_ID
 // (no bytes of its own: it reads its base's), reuse=ID (written in place over buffer ID,
-// whose last use is this buffer's first write), layer=L, role=tokens|targets|loss|logits.
+// whose last use is this buffer's first write), layer=L, role=tokens|targets|loss|logits
+// (a quant buffer: nf4_absmax, or nf4_absmax_codes|nf4_absmax_scales|nf4_absmax_mean for
+// double quantisation, of=the NF4 parameter).
 // Instruction keys beyond operands: ws=ID (scratch), seed=N (dropout stream),
 // recompute=1 (a forward op re-run in backward), host=1 (runs on the CPU), flops=N,
 // bytes=N (estimates).
@@ -47,7 +50,7 @@ enum { PLAN_VERSION = 1, PLAN_MAX_DIMS = 6, PLAN_MAX_IN = 6, PLAN_MAX_OUT = 4 };
 
 typedef enum PlanDType { PDT_F32, PDT_BF16, PDT_F16, PDT_I32, PDT_U8, PDT_NF4, PDT_COUNT } PlanDType;
 typedef enum PlanArena { ARENA_DEVICE, ARENA_HOST, ARENA_COUNT } PlanArena;
-typedef enum PlanKind { PK_PARAM, PK_GRAD, PK_STATE, PK_INPUT, PK_VALUE, PK_WORKSPACE } PlanKind;
+typedef enum PlanKind { PK_PARAM, PK_GRAD, PK_STATE, PK_INPUT, PK_VALUE, PK_WORKSPACE, PK_QUANT } PlanKind;
 typedef enum PlanInit { PINIT_NORMAL, PINIT_ONES, PINIT_ZEROS, PINIT_KAIMING_UNIFORM } PlanInit;
 typedef enum PlanPhase { PHASE_FWD, PHASE_BWD, PHASE_OPT, PHASE_COUNT } PlanPhase;
 
@@ -106,6 +109,9 @@ typedef struct Plan {
     char *optimizer;        // "adamw" or "sgd"
     double lr, beta1, beta2, eps, weight_decay;
     int rank, ranks;
+    int64_t lora_r;         // 0 without LoRA
+    double lora_alpha, lora_dropout;
+    char *lora_targets;     // comma-separated module names
     int64_t arena_bytes[ARENA_COUNT];
     PlanBuffer *buf;
     int nbuf;

@@ -80,6 +80,12 @@ int rt_weights_load(Exec *x, const char *path, char *err, size_t errlen);
 // Saves the parameters (fp32 master copies where there are, else the weights) as
 // safetensors at `path` (atomically); -1 with err.
 int rt_weights_save(Exec *x, const char *path, bool trainable_only, char *err, size_t errlen);
+// LoRA: writes DIR/adapter_model.safetensors (PEFT's names,
+// base_model.model.<module>.lora_A.weight, fp32) and DIR/adapter_config.json; -1 with err.
+int rt_adapters_save(Exec *x, const char *dir, const char *base_model, char *err, size_t errlen);
+// Writes the base parameters with each adapter merged in (W + alpha/r · B A, fp32),
+// under their checkpoint names: a plain model for transformers; -1 with err.
+int rt_weights_save_merged(Exec *x, const char *path, char *err, size_t errlen);
 
 //
 // train.c — ftc run.
@@ -92,7 +98,7 @@ typedef struct RunOptions {
     uint64_t seed;
     bool poison;
     ExecLayout layout;
-    const char *dump;       // after the first micro-step, save logits, loss, grads here
+    bool merge;             // with LoRA: also save the merged weights
     FILE *out;              // progress lines
 } RunOptions;
 

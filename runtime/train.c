@@ -49,11 +49,26 @@ static int load_batch(Exec *x, DataFile *d, const uint64_t *order, uint64_t nwin
     return 0;
 }
 
-// Saves the weights into DIR/model.safetensors (atomically); -1 after printing why.
-static int save(Exec *x, const char *dir, FILE *out) {
+// Saves into DIR (atomically, file by file): the weights as model.safetensors; with
+// LoRA the adapters in PEFT's layout instead, and the merged weights when asked.
+// -1 after printing why.
+static int save(Exec *x, const char *dir, bool merge, FILE *out) {
     char path[4096], err[1024];
     if (mkdir(dir, 0777) != 0 && errno != EEXIST)
         return error("cannot create %s: %s", dir, strerror(errno)), -1;
+    if (x->plan->lora_r > 0) {
+        if (rt_adapters_save(x, dir, NULL, err, sizeof err) != 0)
+            return error("%s", err), -1;
+        fprintf(out, "saved %s/adapter_model.safetensors and adapter_config.json (step %lld)\n", dir,
+                (long long)x->step);
+        if (!merge)
+            return 0;
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        if (rt_weights_save_merged(x, path, err, sizeof err) != 0)
+            return error("%s", err), -1;
+        fprintf(out, "saved %s (merged)\n", path);
+        return 0;
+    }
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     if (rt_weights_save(x, path, false, err, sizeof err) != 0)
         return error("%s", err), -1;
@@ -154,7 +169,7 @@ int rt_train(const RunOptions *o) {
                 p->lr, t1 - t0, mems);
         fflush(o->out);
         if (o->save && o->save_every > 0 && step % o->save_every == 0 && step < o->steps &&
-            save(&x, o->save, o->out) != 0)
+            save(&x, o->save, o->merge, o->out) != 0)
             goto out;
     }
     double total = now_s() - t0, tail = 0;
@@ -166,7 +181,7 @@ int rt_train(const RunOptions *o) {
             (long long)o->steps, (long long)(tokens_per_step * o->steps), first_loss,
             ntail ? tail / ntail : 0.0, ntail, total,
             total > 0 ? (double)(tokens_per_step * o->steps) / total : 0.0);
-    if (o->save && save(&x, o->save, o->out) != 0)
+    if (o->save && save(&x, o->save, o->merge, o->out) != 0)
         goto out;
     rc = 0;
 out:

@@ -18,7 +18,7 @@
     } while (0)
 
 static bool whole_step(const PlanBuffer *b) {
-    return b->kind == PK_PARAM || b->kind == PK_GRAD || b->kind == PK_STATE;
+    return b->kind == PK_PARAM || b->kind == PK_GRAD || b->kind == PK_STATE || b->kind == PK_QUANT;
 }
 
 // A buffer's own bytes: views have none.

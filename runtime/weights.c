@@ -7,6 +7,8 @@
 #include "safetensors.h"
 #include "cpu/kernels.h"
 
+#include <jansson.h>
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -161,5 +163,125 @@ int rt_weights_save(Exec *x, const char *path, bool trainable_only, char *err, s
     for (int i = 0; i < n; i++)
         free(data[i]);
     free(data), free(w), free(master);
+    return rc;
+}
+
+// The adapter pair of base parameter `id` (its lora_A and lora_B), or false.
+static bool adapters_of(const Plan *p, int id, int *a, int *b) {
+    const char *hf = p->buf[id].hf;
+    size_t len = strlen(hf), sfx = strlen(".weight");
+    if (len <= sfx || strcmp(hf + len - sfx, ".weight") != 0)
+        return false;
+    *a = *b = -1;
+    for (int i = 0; i < p->nbuf; i++) {
+        const PlanBuffer *x = &p->buf[i];
+        if (x->kind != PK_PARAM || !x->hf || strncmp(x->hf, hf, len - sfx) != 0)
+            continue;
+        if (!strcmp(x->hf + len - sfx, ".lora_A.weight"))
+            *a = i;
+        else if (!strcmp(x->hf + len - sfx, ".lora_B.weight"))
+            *b = i;
+    }
+    return *a >= 0 && *b >= 0;
+}
+
+static bool is_adapter(const PlanBuffer *b) {
+    return b->hf && (strstr(b->hf, ".lora_A.weight") || strstr(b->hf, ".lora_B.weight"));
+}
+
+// A parameter's most exact value: its fp32 master copy where the plan keeps one.
+static float *param_values(Exec *x, int id) {
+    const Plan *p = x->plan;
+    int src = id;
+    for (int i = 0; i < p->nbuf; i++)
+        if (p->buf[i].kind == PK_STATE && p->buf[i].of == id && !strcmp(p->buf[i].category, "master"))
+            src = i;
+    float *v = malloc(sizeof(float) * (size_t)plan_elems(&p->buf[id]));
+    rt_read_f32(x, src, v);
+    return v;
+}
+
+int rt_adapters_save(Exec *x, const char *dir, const char *base_model, char *err, size_t errlen) {
+    const Plan *p = x->plan;
+    int n = 0;
+    StWrite *w = calloc((size_t)p->nbuf + 1, sizeof *w);
+    char **names = calloc((size_t)p->nbuf + 1, sizeof(char *));
+    for (int i = 0; i < p->nbuf; i++) {
+        const PlanBuffer *b = &p->buf[i];
+        if (b->kind != PK_PARAM || !is_adapter(b))
+            continue;
+        // PEFT's names: base_model.model.<module>.lora_A.weight
+        size_t len = strlen(b->hf) + 32;
+        names[n] = malloc(len);
+        snprintf(names[n], len, "base_model.model.%s", b->hf);
+        w[n] = (StWrite){.name = names[n], .dtype = ST_F32, .ndim = b->ndim, .shape = b->shape,
+                         .data = param_values(x, i)};
+        n++;
+    }
+    char path[4200];
+    snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
+    const char *meta[] = {"format", "pt", "producer", "ftc", NULL};
+    int rc = st_write(path, w, n, meta, err, errlen);
+    for (int i = 0; i < n; i++)
+        free(names[i]), free((void *)w[i].data);
+    free(names), free(w);
+    if (rc != 0)
+        return rc;
+    // adapter_config.json, as PEFT's LoraConfig writes it
+    json_t *cfg = json_object(), *targets = json_array();
+    char *list = strdup(p->lora_targets ? p->lora_targets : "");
+    for (char *save, *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save))
+        json_array_append_new(targets, json_string(t));
+    free(list);
+    json_object_set_new(cfg, "peft_type", json_string("LORA"));
+    json_object_set_new(cfg, "task_type", json_string("CAUSAL_LM"));
+    json_object_set_new(cfg, "r", json_integer(p->lora_r));
+    json_object_set_new(cfg, "lora_alpha", json_real(p->lora_alpha));
+    json_object_set_new(cfg, "lora_dropout", json_real(p->lora_dropout));
+    json_object_set_new(cfg, "target_modules", targets);
+    json_object_set_new(cfg, "bias", json_string("none"));
+    json_object_set_new(cfg, "fan_in_fan_out", json_false());
+    json_object_set_new(cfg, "inference_mode", json_true());
+    json_object_set_new(cfg, "base_model_name_or_path", json_string(base_model ? base_model : p->model));
+    snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+    char tmp[4300];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    rc = json_dump_file(cfg, tmp, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(9)) == 0 && rename(tmp, path) == 0 ? 0 : -1;
+    json_decref(cfg);
+    if (rc != 0)
+        snprintf(err, errlen, "cannot write %s", path);
+    return rc;
+}
+
+int rt_weights_save_merged(Exec *x, const char *path, char *err, size_t errlen) {
+    const Plan *p = x->plan;
+    double scale = p->lora_r > 0 ? p->lora_alpha / (double)p->lora_r : 0;
+    int n = 0;
+    StWrite *w = calloc((size_t)p->nbuf + 1, sizeof *w);
+    for (int i = 0; i < p->nbuf; i++) {
+        const PlanBuffer *b = &p->buf[i];
+        if (b->kind != PK_PARAM || is_adapter(b))
+            continue;
+        float *v = param_values(x, i);
+        int a, bb;
+        if (b->ndim == 2 && adapters_of(p, i, &a, &bb)) {   // W += scale · B A
+            float *A = param_values(x, a), *B = param_values(x, bb);
+            int64_t rows = b->shape[0], cols = b->shape[1], r = p->buf[a].shape[0];
+            for (int64_t o = 0; o < rows; o++)
+                for (int64_t c = 0; c < cols; c++) {
+                    double s = 0;
+                    for (int64_t k = 0; k < r; k++)
+                        s += (double)B[o * r + k] * A[k * cols + c];
+                    v[o * cols + c] += (float)(scale * s);
+                }
+            free(A), free(B);
+        }
+        w[n++] = (StWrite){.name = b->hf, .dtype = ST_F32, .ndim = b->ndim, .shape = b->shape, .data = v};
+    }
+    const char *meta[] = {"format", "pt", "producer", "ftc", NULL};
+    int rc = st_write(path, w, n, meta, err, errlen);
+    for (int i = 0; i < n; i++)
+        free((void *)w[i].data);
+    free(w);
     return rc;
 }

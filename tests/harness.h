@@ -10,6 +10,7 @@
 #include "../runtime/runtime.h"
 
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 typedef struct Harness {
@@ -31,28 +32,17 @@ static bool harness_compile(Harness *h, const char *name, const char *text, int6
     fe_source_from_string(&src, name, text);
     h->a = arena_new();
     Ast *p = fe_parse(&src, h->a);
-    IrGraph *g = p && fe_check(&src, p, &h->m, h->a) == 0 ? fe_elaborate(&src, &h->m, batch, h->a)
-                                                           : NULL;
-    bool ok = g != NULL;
-    if (ok && h->m.train.lora) {
-        const char **names = arena_alloc(h->a, sizeof(char *) * (size_t)h->m.train.n_lora_targets);
-        SrcLoc *locs = arena_alloc(h->a, sizeof(SrcLoc) * (size_t)h->m.train.n_lora_targets);
-        for (int i = 0; i < h->m.train.n_lora_targets; i++)
-            names[i] = h->m.train.lora_targets[i].name, locs[i] = h->m.train.lora_targets[i].loc;
-        LoraSpec ls = {h->m.train.lora_r, h->m.train.lora_alpha, h->m.train.lora_dropout,
-                       h->m.train.n_lora_targets, names, locs};
-        PassDiag d = {0};
-        ok = lora_apply(g, &ls, &d) == 0;
-    }
-    AllocStats as = {0};
-    if (ok) {
-        autodiff_apply(g, (int)(h->m.train.batch / batch));
-        ScheduleStats ss;
-        schedule_apply(g, &ss);
-        liveness_apply(g, true);
-        alloc_apply(g, &as);
-        ok = ir_verify(g, stdout) == 0;
-    }
+    bool ok = p && fe_check(&src, p, &h->m, h->a) == 0;
+    // The compile pipeline itself, everything kept and on the device.
+    PlanChoice c = {batch, REMAT_KEEP, 0, REMAT_KEEP, {false, false}};
+    BuildStats bs = {0};
+    IrGraph *g = ok ? fe_build(&src, &h->m, &c, h->a, &bs, NULL) : NULL;
+    ok = g != NULL && ir_verify(g, stdout) == 0;
+    AllocStats as = bs.alloc;
+    char targets[512] = "";
+    for (int i = 0; i < h->m.train.n_lora_targets; i++)
+        snprintf(targets + strlen(targets), sizeof targets - strlen(targets), "%s%s", i ? "," : "",
+                 h->m.train.lora_targets[i].name);
     if (ok) {
         static const char *prec[] = {"bf16", "fp16", "fp32", "bf16_pure"};
         snprintf(h->dir, sizeof h->dir, "%s/ftc-test-%d-%d", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
@@ -61,7 +51,10 @@ static bool harness_compile(Harness *h, const char *name, const char *text, int6
                          .accum = h->m.train.batch / batch, .precision = prec[h->m.train.precision],
                          .optimizer = h->m.train.optimizer, .lr = h->m.train.lr,
                          .beta1 = h->m.train.beta1, .beta2 = h->m.train.beta2, .eps = h->m.train.eps,
-                         .weight_decay = h->m.train.weight_decay, .arena_bytes = as.arena_bytes};
+                         .weight_decay = h->m.train.weight_decay, .arena_bytes = as.arena_bytes,
+                         .host_bytes = as.host_bytes, .lora_r = h->m.train.lora ? h->m.train.lora_r : 0,
+                         .lora_alpha = h->m.train.lora_alpha, .lora_dropout = h->m.train.lora_dropout,
+                         .lora_targets = targets};
         ok = codegen_plan_dir(h->dir, g, &meta, err, sizeof err) == 0;
         snprintf(path, sizeof path, "%s/plan", h->dir);
         if (ok && plan_load(&h->plan, path, err, sizeof err) != 0)

@@ -5,6 +5,7 @@
 // kernel; prepare() refuses a plan with an op missing from it.
 #include "../runtime.h"
 #include "kernels.h"
+#include "nf4.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -346,6 +347,23 @@ static int k_cross_entropy_bwd(Call *c) {
 }
 
 //
+// Storage.
+//
+
+// W (NF4) to the compute dtype: absmax, or its double-quantised codes, scales, mean.
+static int k_dequant(Call *c) {
+    size_t n = (size_t)ON(0), blocks = cpu_nf4_blocks(n);
+    if (c->in->nin == 2) {
+        cpu_nf4_dequantize(OUT(0), RAW(0), IN(1), n);
+        return 0;
+    }
+    float *absmax = scratch(c->x->be->state, (int64_t)blocks);
+    cpu_nf4_dequantize_absmax(absmax, RAW(1), IN(2), IN(3)[0], blocks);
+    cpu_nf4_dequantize(OUT(0), RAW(0), absmax, n);
+    return 0;
+}
+
+//
 // Optimizer ops.
 //
 
@@ -403,6 +421,7 @@ static const struct { const char *op; Kernel k; } table[] = {
     {"layernorm_dw", k_layernorm_dw}, {"rope_bwd", k_rope_bwd}, {"softmax_bwd", k_softmax_bwd},
     {"attention_bwd", k_attention_bwd}, {"dropout_bwd", k_dropout_bwd},
     {"cross_entropy_bwd", k_cross_entropy_bwd},
+    {"dequant", k_dequant},
     {"acc", k_acc},               {"adamw", k_adamw},           {"sgd", k_sgd},
     {"zero", k_zero},
 };
