@@ -161,7 +161,7 @@ static void decision(FILE *f, const Candidate *c, const FtModel *m, const GpuPre
 
 // What user-side changes would need, when nothing fits.
 static void suggestions(FILE *f, Ctx *x, const PlannerInput *pin, int64_t budget) {
-    char a[32], b[32], c[32];
+    char a[32];
     const PlanChoice frugal = {1, REMAT_FULL, 1 << 30, REMAT_FULL, {true, true}};
     fprintf(f, "what would fit (each alone, with the most frugal plan: micro-batch 1, full recompute, "
                "everything offloadable on the host):\n");
@@ -181,12 +181,11 @@ static void suggestions(FILE *f, Ctx *x, const PlannerInput *pin, int64_t budget
             ir_graph_free(g);
         arena_free(ar);
     }
-    int64_t lora_device = -1;
     // The bf16 weights stay on the device: when they alone exceed the budget, neither
     // LoRA nor a shorter sequence can help; only a smaller base (NF4) can.
     bool weights_too_big = pin->weights_bytes + pin->reserve_bytes > budget;
     if (weights_too_big)
-        fprintf(f, "  the bf16 weights alone take %s: LoRA or a shorter sequence cannot help\n",
+        fprintf(f, "  the bf16 weights alone take %s: LoRA alone or a shorter sequence cannot help\n",
                 gib(a, pin->weights_bytes));
     if (!x->m.train.lora && has_qv && !weights_too_big) {
         Ctx y = *x;
@@ -197,48 +196,27 @@ static void suggestions(FILE *f, Ctx *x, const PlannerInput *pin, int64_t budget
         y.m.train.lora_r = 8, y.m.train.lora_alpha = 16, y.m.train.lora_dropout = 0;
         y.m.train.lora_targets = targets, y.m.train.n_lora_targets = 2;
         PlanOutcome o;
-        if (build_cb(&y, &frugal, &o) == 0) {
-            lora_device = o.device_bytes;
+        if (build_cb(&y, &frugal, &o) == 0)
             fprintf(f, "  with lora(r = 8, targets = [q_proj, v_proj]): %s on the device (%s)\n",
                     gib(a, o.device_bytes), o.device_bytes <= budget ? "fits" : "still too much");
-        }
     }
-    // Frozen linear weights as NF4 (4.127 bits each with double quantisation).
-    int64_t linear_w = 0, nf4 = 0, largest = 0;
-    {
-        Arena *ar = arena_new();
-        IrGraph *g = fe_elaborate(x->src, &x->m, 1, ar);
-        for (int i = 0; g && i < g->nodes.len; i++) {
-            const IrNode *n = &g->nodes.at[i];
-            const IrTensor *w = n->op == OP_LINEAR ? &g->tensors.at[n->in[1]] : NULL;
-            if (w && w->kind == TK_PARAM && w->layer >= 0) {
-                int64_t e = ir_tensor_elems(w);
-                linear_w += ir_tensor_bytes(w);
-                if (ir_tensor_bytes(w) > largest)
-                    largest = ir_tensor_bytes(w);
-                nf4 += (e + 1) / 2 + (e + 63) / 64 + 4 * ((e + 64 * 256 - 1) / (64 * 256)) + 4;
-            }
+    // QLoRA: the same adapters on a base whose block weights are NF4 with double quantisation.
+    if (!x->m.train.quantize && has_qv) {
+        Ctx y = *x;
+        static LoraTarget targets[2];
+        targets[0] = (LoraTarget){"q_proj", {0}};
+        targets[1] = (LoraTarget){"v_proj", {0}};
+        if (!y.m.train.lora) {
+            y.m.train.lora = true;
+            y.m.train.lora_r = 8, y.m.train.lora_alpha = 16, y.m.train.lora_dropout = 0;
+            y.m.train.lora_targets = targets, y.m.train.n_lora_targets = 2;
         }
-        if (g)
-            ir_graph_free(g);
-        arena_free(ar);
-    }
-    if (linear_w && weights_too_big) {
-        int64_t est = pin->weights_bytes - linear_w + nf4 + largest + pin->reserve_bytes;
-        fprintf(f, "  with lora and quantize(nf4, double_quant = true): the weights take about %s "
-                   "(the blocks' linear weights %s instead of %s; an estimate, NF4 plans are not "
-                   "executed yet)\n", gib(a, est), gib(b, nf4), gib(c, linear_w));
-    } else if (linear_w && lora_device > 0) {
-        // NF4 storage replaces the bf16 block weights; one bf16 scratch holds the weight
-        // being dequantised. An estimate: ftc does not execute NF4 plans yet.
-        int64_t est = lora_device - linear_w + nf4 + largest;
-        fprintf(f, "  with lora(r = 8, targets = [q_proj, v_proj]) and quantize(nf4, double_quant = true): "
-                   "about %s on the device (%s; the blocks' linear weights take %s instead of %s; "
-                   "an estimate, NF4 plans are not executed yet)\n",
-                gib(a, est), est <= budget ? "fits" : "still too much", gib(b, nf4), gib(c, linear_w));
-    } else if (linear_w) {
-        fprintf(f, "  with quantize(nf4, double_quant = true) on a LoRA base: the blocks' linear weights "
-                   "would take %s instead of %s\n", gib(a, nf4), gib(b, linear_w));
+        y.m.train.quantize = y.m.train.double_quant = true;
+        PlanOutcome o;
+        if (build_cb(&y, &frugal, &o) == 0)
+            fprintf(f, "  with lora(r = 8, targets = [q_proj, v_proj]) and quantize(nf4, double_quant = true): "
+                       "%s on the device (%s)\n",
+                    gib(a, o.device_bytes), o.device_bytes <= budget ? "fits" : "still too much");
     }
     // Shorter sequences.
     for (int64_t s = x->m.train.seq / 2; s >= 64 && !weights_too_big; s /= 2) {

@@ -180,6 +180,57 @@ static void test_lora_errors(void) {
     unload(&l);
 }
 
+// NF4 storage of n weights: packed codes, then an fp32 absmax per 64 (plain), or 8-bit
+// absmax codes, an fp32 scale per 256 of them and their mean (double quantisation).
+static int64_t nf4_bytes(int64_t n, bool dq) {
+    int64_t blocks = (n + 63) / 64;
+    return (n + 1) / 2 + (dq ? blocks + 4 * ((blocks + 255) / 256) + 4 : 4 * blocks);
+}
+
+// Qwen2-7B QLoRA: the weights are exactly the packed blocks' linear weights plus the
+// bf16 remainder (embeddings, lm_head, norms, biases) and the bf16 adapters.
+static void test_qlora_weights_exact(void) {
+    for (int dq = 0; dq < 2; dq++) {
+        Loaded l;
+        memset(&l, 0, sizeof l);
+        char path[1024];
+        snprintf(path, sizeof path, "%s/models/qwen2.ft", srcdir);
+        l.a = arena_new();
+        CHECK_EQ(0, fe_source_read(&l.src, path));
+        char *end = strrchr(l.src.text, '}');
+        const char *extra = dq ? "  lora(r = 8, alpha = 16, targets = [q_proj, v_proj])\n  quantize(nf4, double_quant = true)\n"
+                               : "  lora(r = 8, alpha = 16, targets = [q_proj, v_proj])\n  quantize(nf4, double_quant = false)\n";
+        char *t = malloc(l.src.len + strlen(extra) + 2);
+        sprintf(t, "%.*s%s%s", (int)(end - l.src.text), l.src.text, extra, end);
+        free(l.src.text);
+        l.src.text = t;
+        l.src.len = strlen(t);
+        Ast *p = fe_parse(&l.src, l.a);
+        CHECK(p && fe_check(&l.src, p, &l.m, l.a) == 0);
+        PlanChoice c = {1, REMAT_KEEP, 0, REMAT_KEEP, {false, false}};
+        BuildStats bs;
+        l.g = fe_build(&l.src, &l.m, &c, l.a, &bs, NULL);
+        CHECK(l.g != NULL);
+        if (l.g) {
+            int64_t dim = 3584, kv = 512, ffn = 18944, layers = 28;
+            int64_t mats[7] = {dim * dim, kv * dim, kv * dim, dim * dim, ffn * dim, ffn * dim, dim * ffn};
+            int64_t quant = 0, packed = 0;
+            for (int k = 0; k < 7; k++)
+                quant += mats[k] * layers, packed += nf4_bytes(mats[k], dq) * layers;
+            int64_t rest = 7615616512LL + 2523136 - quant;   // bf16: everything else
+            MemBreakdown mb = count_naive_memory(l.g, 0);
+            CHECK_EQ(packed + 2 * rest, mb.bytes[MEM_WEIGHTS]);
+            CHECK_EQ(2523136, count_params(l.g).trainable);
+            CHECK_EQ(quant, bs.quant.weights);
+            double bits = 8.0 * (double)packed / (double)quant;
+            printf("  %s: %lld weights as NF4, %.4f bits each; all weights %lld bytes\n",
+                   dq ? "double quant" : "plain", (long long)quant, bits, (long long)mb.bytes[MEM_WEIGHTS]);
+            CHECK(dq ? fabs(bits - 4.127) < 0.001 : fabs(bits - 4.5) < 0.001);
+        }
+        unload(&l);
+    }
+}
+
 static void test_presets(void) {
     const GpuPreset *p = gpu_preset("a100-40g");
     CHECK(p && p->mem_bytes == 40LL << 30);
@@ -199,6 +250,7 @@ int main(int argc, char **argv) {
     RUN(test_activation_formula);
     RUN(test_lora);
     RUN(test_lora_errors);
+    RUN(test_qlora_weights_exact);
     RUN(test_presets);
     return CHECK_DONE();
 }

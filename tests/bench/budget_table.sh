@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README's budget table: Qwen2-7B, seq 2048, global batch 32, --gpu a100-40g, host
-# memory 256G, at budgets 80G, 40G, 24G and 16G, for full fine-tuning (bf16 mixed AdamW)
-# and LoRA (r = 8 on q_proj, v_proj). Prints markdown rows.
+# memory 256G, at budgets 80G, 40G, 24G and 16G, for full fine-tuning (bf16 mixed AdamW),
+# LoRA (r = 8 on q_proj, v_proj) and QLoRA (the same on an NF4 base, double quantisation).
+# Prints markdown rows.
 #     tests/bench/budget_table.sh [FTC]
 set -u
 ftc=${1:-build/ftc}
@@ -9,11 +10,13 @@ cd "$(dirname "$0")/../.." || exit 2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 sed 's/^  optimizer = .*/&\n  lora(r = 8, alpha = 16, dropout = 0.05, targets = [q_proj, v_proj])/' models/qwen2.ft > "$tmp/lora.ft"
+sed 's/^  optimizer = .*/&\n  lora(r = 8, alpha = 16, dropout = 0.05, targets = [q_proj, v_proj])\n  quantize(nf4, double_quant = true)/' models/qwen2.ft > "$tmp/qlora.ft"
 echo "| fine-tuning | budget | fits | plan | device peak | est. step | tokens/s | MFU |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
-for kind in full lora; do
+for kind in full lora qlora; do
     ft=models/qwen2.ft
     [ $kind = lora ] && ft="$tmp/lora.ft"
+    [ $kind = qlora ] && ft="$tmp/qlora.ft"
     for b in 80G 40G 24G 16G; do
         out=$("$ftc" compile "$ft" --budget $b --gpu a100-40g --host-mem 256G -o "$tmp/p.plan" 2>&1)
         if grep -q '^plan: micro' <<<"$out"; then
