@@ -46,8 +46,9 @@ typedef struct Run {
     StSet *expect;
 } Run;
 
-// Imports, compiles and loads case `name` at `precision`; false on failure.
-static bool setup(Run *r, const char *name, const char *precision) {
+// Imports, compiles and loads case `name` at `precision` (with `lora`, a lora(...)
+// line, or NULL); false on failure.
+static bool setup(Run *r, const char *name, const char *precision, const char *lora) {
     char path[1024], err[1024];
     memset(r, 0, sizeof *r);
     snprintf(path, sizeof path, "%s/%s/config.json", refdir, name);
@@ -63,8 +64,10 @@ static bool setup(Run *r, const char *name, const char *precision) {
     char prec[64];
     snprintf(prec, sizeof prec, "  precision = %s", precision);
     text = set_line(text, "precision ", prec);
-    text = set_line(text, "optimizer ",
-                    "  optimizer = adamw(lr = 1e-2, betas = (0.9, 0.95), eps = 1e-8, weight_decay = 0.1)");
+    char opt[256];
+    snprintf(opt, sizeof opt, "  optimizer = adamw(lr = 1e-2, betas = (0.9, 0.95), eps = 1e-8, weight_decay = 0.1)%s%s",
+             lora ? "\n" : "", lora ? lora : "");
+    text = set_line(text, "optimizer ", opt);
     bool ok = harness_compile(&r->h, name, text, 2);
     free(text);
     if (!ok)
@@ -168,10 +171,10 @@ static void expect_close(Run *r, int id, const char *name, double tol, double *w
     CHECK(e <= tol);
 }
 
-static void run_case(const char *name, const char *precision, double tol) {
+static void run_case_lora(const char *name, const char *precision, double tol, const char *lora) {
     Run r;
     char err[1024];
-    bool ok = setup(&r, name, precision);
+    bool ok = setup(&r, name, precision, lora);
     CHECK(ok);
     if (!ok) {
         teardown(&r);
@@ -209,7 +212,7 @@ static void run_case(const char *name, const char *precision, double tol) {
         params += strncmp(st_at(r.expect, i)->name, "grad.", 5) == 0;
     CHECK_EQ(params, grads);   // every parameter's gradient was compared
     double worst_after = 0;
-    if (!bf16) {
+    if (!bf16 && !lora) {
         // The optimizer alone: torch's gradients in, torch's AdamW step out.
         for (int i = 0; i < r.plan->nbuf; i++) {
             const PlanBuffer *b = &r.plan->buf[i];
@@ -238,13 +241,22 @@ static void run_case(const char *name, const char *precision, double tol) {
     else
         printf("  %s fp32: logits, loss, %d gradients: worst max rel err %.2e (tolerance %.0e)",
                name, grads, worst, tol);
-    if (!bf16)
+    if (!bf16 && !lora)
         printf(", AdamW step worst %.2e (tolerance 1e-06)", worst_after);
     printf("\n");
     teardown(&r);
 }
 
+static void run_case(const char *name, const char *precision, double tol) {
+    run_case_lora(name, precision, tol, NULL);
+}
+
 static void test_qwen2_fp32(void) { run_case("qwen2_tiny", "fp32", 1e-4); }
+// PEFT's LoRA (r = 4, alpha = 8 on q_proj, v_proj): logits, loss and the adapters' gradients.
+static void test_qwen2_peft_lora_fp32(void) {
+    run_case_lora("qwen2_tiny_lora", "fp32", 1e-4,
+                  "  lora(r = 4, alpha = 8, dropout = 0.0, targets = [q_proj, v_proj])");
+}
 static void test_llama_tied_fp32(void) { run_case("llama_tiny_tied", "fp32", 1e-4); }
 static void test_llama_gqa_fp32(void) { run_case("llama_tiny_gqa_untied", "fp32", 1e-4); }
 static void test_qwen2_bf16(void) { run_case("qwen2_tiny", "bf16", 0); }
@@ -257,6 +269,7 @@ int main(int argc, char **argv) {
     RUN(test_qwen2_fp32);
     RUN(test_llama_tied_fp32);
     RUN(test_llama_gqa_fp32);
+    RUN(test_qwen2_peft_lora_fp32);
     RUN(test_qwen2_bf16);
     RUN(test_llama_tied_bf16);
     RUN(test_llama_gqa_bf16);
