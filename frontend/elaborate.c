@@ -225,12 +225,20 @@ static Value binop_numbers(Elab *e, const Ast *x, Value l, Value r) {
         return (Value){.kind = V_INT, .i = v};
     }
     double a = as_float(l), b = as_float(r), v = 0;
+    if ((x->op == '/' || x->op == '%') && b == 0) {
+        fe_error(e->src, x->loc, "division by zero");
+        return none();
+    }
     switch (x->op) {
     case '+': v = a + b; break;
     case '-': v = a - b; break;
     case '*': v = a * b; break;
     case '/': v = a / b; break;
     case '%': v = fmod(a, b); break;
+    }
+    if (!isfinite(v)) {
+        fe_error(e->src, x->loc, "this number is not finite");
+        return none();
     }
     return (Value){.kind = V_FLOAT, .f = v};
 }
@@ -738,7 +746,7 @@ static void read_lora(Elab *e, Scope *s, const Ast *x, TrainSpec *t) {
             t->lora_alpha = as_float(want(e, s, a->lhs, V_FLOAT, V_INT, "alpha"));
         } else if (strcmp(a->name, "dropout") == 0) {
             Value v = want(e, s, a->lhs, V_FLOAT, V_INT, "dropout");
-            if (v.kind != V_NONE && (as_float(v) < 0 || as_float(v) >= 1))
+            if (v.kind != V_NONE && !(as_float(v) >= 0 && as_float(v) < 1))
                 fe_error(e->src, a->lhs->loc, "dropout must be in [0, 1)");
             t->lora_dropout = as_float(v);
         } else {

@@ -297,6 +297,7 @@ static int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
     Arena *na = arena_new();
     naive = fe_elaborate(&src, &m, none.micro, na);
     if (naive && m.train.lora) {
+        ir_graph_free(naive);
         arena_free(na);
         na = arena_new();
         naive = fe_build(&src, &m, &none, na, &bs, NULL);

@@ -134,7 +134,7 @@ static bool shape_unary(const IrGraph *g, const IrNode *n, IrTensor *out, IrShap
 static bool shape_dropout(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
     if (!shape_unary(g, n, out, err))
         return false;
-    if (n->attr.f < 0 || n->attr.f >= 1)
+    if (!(n->attr.f >= 0 && n->attr.f < 1))
         return fail(err, 0, "dropout probability must be in [0, 1), got %g", n->attr.f);
     if (n->attr.f > 0) {
         same_as(&out[1], IN(0));
