@@ -261,23 +261,10 @@ void mv_write_txt(FILE *f, const MemView *v, const MemMeta *m) {
     }
 }
 
-static void json_str(FILE *f, const char *s) {
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\')
-            fprintf(f, "\\%c", *s);
-        else if ((unsigned char)*s < 0x20)
-            fprintf(f, "\\u%04x", *s);
-        else
-            fputc(*s, f);
-    }
-    fputc('"', f);
-}
-
 void mv_write_json(FILE *f, const MemView *v, const MemMeta *m) {
     const Plan *p = v->p;
     fprintf(f, "{\n  \"model\": ");
-    json_str(f, p->model);
+    ir_json_str(f, p->model);
     fprintf(f, ",\n  \"budget_bytes\": %lld,\n  \"reserve_bytes\": %lld,\n  \"peak_bytes\": %lld,\n"
                "  \"peak_instruction\": %d,\n  \"lower_bound_bytes\": %lld,\n"
                "  \"arena_bytes\": {\"device\": %lld, \"host\": %lld},\n",
@@ -297,7 +284,7 @@ void mv_write_json(FILE *f, const MemView *v, const MemMeta *m) {
         const PlanBuffer *b = &p->buf[i];
         const PlanBuffer *base = b->view >= 0 ? &p->buf[b->view] : b;
         fprintf(f, "    {\"id\": %d, \"name\": ", i);
-        json_str(f, b->name);
+        ir_json_str(f, b->name);
         fprintf(f, ", \"category\": \"%s\", \"arena\": \"%s\", \"offset\": %lld, \"bytes\": %lld, "
                    "\"first\": %d, \"last\": %d, \"dtype\": \"%s\", \"shape\": [",
                 b->category, base->arena == ARENA_DEVICE ? "device" : "host", (long long)base->offset,
@@ -474,7 +461,7 @@ void mv_write_trace(FILE *f, const MemView *v, const MemMeta *m) {
     const Plan *p = v->p;
     fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
     fprintf(f, "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 1, \"args\": {\"name\": \"ftc plan ");
-    json_str(f, p->model);
+    ir_json_str(f, p->model);
     fprintf(f, " (estimated)\"}},\n");
     fprintf(f, "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": 1, \"args\": {\"name\": \"compute stream\"}},\n");
     double ts = 0;
@@ -484,7 +471,7 @@ void mv_write_trace(FILE *f, const MemView *v, const MemMeta *m) {
         fprintf(f, "{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"ts\": %.3f, \"dur\": %.3f, "
                    "\"pid\": 1, \"tid\": 1, \"args\": {\"instruction\": %d, \"out\": ",
                 in->op, plan_phase_name(phase_of(p, id)), ts, dur, id);
-        json_str(f, in->nout ? p->buf[in->out[0]].name : "");
+        ir_json_str(f, in->nout ? p->buf[in->out[0]].name : "");
         fprintf(f, ", \"flops\": %lld, \"bytes\": %lld}},\n", (long long)in->flops, (long long)in->bytes);
         fprintf(f, "{\"name\": \"memory\", \"ph\": \"C\", \"ts\": %.3f, \"pid\": 1, \"args\": {", ts);
         for (int c = 0; c < MV_CATS; c++)

@@ -308,6 +308,8 @@ void ir_print(FILE *f, const IrGraph *g);
 // The graph as JSON for external tools: tensors (bytes, category), nodes (op, phase,
 // layer, FLOPs, output bytes, inputs, outputs) and edges [producer, consumer, tensor].
 void ir_write_json(FILE *f, const IrGraph *g);
+// Writes `s` as a JSON string, quoted and escaped.
+void ir_json_str(FILE *f, const char *s);
 // Checks structural invariants; prints each violation to `f` and returns how many.
 int ir_verify(const IrGraph *g, FILE *f);
 

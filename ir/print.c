@@ -56,7 +56,7 @@ void ir_print(FILE *f, const IrGraph *g) {
     }
 }
 
-static void json_name(FILE *f, const char *s) {
+void ir_json_str(FILE *f, const char *s) {
     fputc('"', f);
     for (; *s; s++)
         if (*s == '"' || *s == '\\')
@@ -75,7 +75,7 @@ void ir_write_json(FILE *f, const IrGraph *g) {
     for (int i = 0; i < g->tensors.len; i++) {
         const IrTensor *t = &g->tensors.at[i];
         fprintf(f, "    {\"id\": %d, \"name\": ", i);
-        json_name(f, t->name);
+        ir_json_str(f, t->name);
         fprintf(f, ", \"category\": \"%s\", \"dtype\": \"%s\", \"bytes\": %lld, \"producer\": %d, "
                    "\"view_of\": %d, \"layer\": %d}%s\n",
                 mem_category_name(t->cat), dtype_name(t->dtype), (long long)ir_tensor_bytes(t),

@@ -73,6 +73,24 @@ static int cmp_blocks(const void *pa, const void *pb) {
     return a->root < b->root ? -1 : a->root > b->root;
 }
 
+// The best-fitting offset above `base` for a block of `size` among the blocks `ids`
+// (sorted by offset) it must not overlap: the smallest gap that holds it, else the top.
+static int64_t best_fit(const Block *blocks, const int *ids, int n, int64_t base, int64_t size,
+                        const Block *b) {
+    int64_t prev_end = base, best = -1, best_gap = 0;
+    for (int k = 0; k < n; k++) {
+        const Block *p = &blocks[ids[k]];
+        if (b && (p->last < b->first || p->first > b->last))
+            continue;   // not live at the same time
+        int64_t gap = p->offset - prev_end;
+        if (gap >= size && (best < 0 || gap < best_gap))
+            best = prev_end, best_gap = gap;
+        if (p->offset + p->size > prev_end)
+            prev_end = p->offset + p->size;
+    }
+    return best >= 0 ? best : prev_end;
+}
+
 // Places blocks[] (already ordered) best-fit above `base`; returns the arena top.
 static int64_t place(Block *blocks, int n, int64_t base) {
     // placed: indices into blocks, sorted by offset
@@ -80,18 +98,7 @@ static int64_t place(Block *blocks, int n, int64_t base) {
     int64_t top = base;
     for (int i = 0; i < n; i++) {
         Block *b = &blocks[i];
-        int64_t prev_end = base, best = -1, best_gap = 0;
-        for (int k = 0; k < np; k++) {
-            const Block *p = &blocks[placed[k]];
-            if (p->last < b->first || p->first > b->last)
-                continue;   // not live at the same time
-            int64_t gap = p->offset - prev_end;
-            if (gap >= b->size && (best < 0 || gap < best_gap))
-                best = prev_end, best_gap = gap;
-            if (p->offset + p->size > prev_end)
-                prev_end = p->offset + p->size;
-        }
-        b->offset = best >= 0 ? best : prev_end;
+        b->offset = best_fit(blocks, placed, np, base, b->size, b);
         if (b->offset + b->size > top)
             top = b->offset + b->size;
         int k = np;   // insert, keeping placed sorted by offset
@@ -192,16 +199,7 @@ static int64_t place_by_start(Block *blocks, int n, int64_t base) {
             if (blocks[active[k]].last >= b->first)
                 active[keep++] = active[k];
         na = keep;
-        int64_t prev_end = base, best = -1, best_gap = 0;
-        for (int k = 0; k < na; k++) {
-            const Block *p = &blocks[active[k]];
-            int64_t gap = p->offset - prev_end;
-            if (gap >= b->size && (best < 0 || gap < best_gap))
-                best = prev_end, best_gap = gap;
-            if (p->offset + p->size > prev_end)
-                prev_end = p->offset + p->size;
-        }
-        b->offset = best >= 0 ? best : prev_end;
+        b->offset = best_fit(blocks, active, na, base, b->size, NULL);   // all of them are live
         if (b->offset + b->size > top)
             top = b->offset + b->size;
         int k = na;

@@ -22,6 +22,16 @@ typedef struct Sched {
 
 static bool transient(const IrTensor *t) { return t->kind == TK_VALUE && t->alias_of < 0; }
 
+// Whether input k of node n reads a tensor (by base) that an earlier input already reads:
+// a node reading one tensor twice counts as one reader.
+static bool repeated(const IrGraph *g, const IrNode *n, int k) {
+    int b = ir_tensor_base(g, n->in[k]);
+    for (int j = 0; j < k; j++)
+        if (n->in[j] >= 0 && ir_tensor_base(g, n->in[j]) == b)
+            return true;
+    return false;
+}
+
 static int64_t bytes_of(const IrGraph *g, int t) { return ir_tensor_bytes(&g->tensors.at[t]); }
 
 static void add_edge(Sched *s, int from, int to, int *cap) {
@@ -86,10 +96,7 @@ static int64_t score_of(const Sched *s, int i) {
         if (nd->in[k] < 0)
             continue;
         int b = ir_tensor_base(g, nd->in[k]);
-        bool dup = false;   // a tensor read twice by one node counts once
-        for (int j = 0; j < k; j++)
-            dup |= nd->in[j] >= 0 && ir_tensor_base(g, nd->in[j]) == b;
-        if (!dup && transient(&g->tensors.at[b]) && s->readers[b] == 1)
+        if (!repeated(g, nd, k) && transient(&g->tensors.at[b]) && s->readers[b] == 1)
             score += bytes_of(g, b);
     }
     for (int k = 0; k < IR_MAX_OUTPUTS && nd->out[k] >= 0; k++)
@@ -122,12 +129,8 @@ static void greedy(Sched *s, int lo, int hi, int *order) {
         for (int k = 0; k < nd->nin; k++) {
             if (nd->in[k] < 0)
                 continue;
-            int b = ir_tensor_base(g, nd->in[k]);
-            bool dup = false;
-            for (int j = 0; j < k; j++)
-                dup |= nd->in[j] >= 0 && ir_tensor_base(g, nd->in[j]) == b;
-            if (!dup)
-                s->readers[b]--;
+            if (!repeated(g, nd, k))
+                s->readers[ir_tensor_base(g, nd->in[k])]--;
         }
         for (int k = 0; k < s->nsucc[node]; k++) {
             int t = s->succ[node][k];
@@ -156,10 +159,7 @@ int schedule_apply(IrGraph *g, ScheduleStats *st) {
             if (nd->in[k] < 0)
                 continue;
             int b = ir_tensor_base(g, nd->in[k]);
-            bool dup = false;
-            for (int j = 0; j < k; j++)
-                dup |= nd->in[j] >= 0 && ir_tensor_base(g, nd->in[j]) == b;
-            if (!dup)
+            if (!repeated(g, nd, k))
                 s.readers[b]++;
             if (writer[b] >= 0)
                 add_edge(&s, writer[b], i, cap);
