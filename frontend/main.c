@@ -292,7 +292,7 @@ static int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
         goto done;
     }
     // The step with no technique applied: the whole global batch at once, all on the device.
-    PlanChoice none = {micro ? micro : m.train.batch, REMAT_KEEP, 0, REMAT_KEEP, {false, false}};
+    PlanChoice none = {micro ? micro : m.train.batch, REMAT_KEEP, 0, REMAT_KEEP, {false, false}, NULL};
     BuildStats bs;
     Arena *na = arena_new();
     naive = fe_elaborate(&src, &m, none.micro, na);
@@ -328,7 +328,7 @@ static int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
     char dir[4096], err[1024];
     if (emit) {   // the training graph before remat and offload, for external solvers
         Arena *ea = arena_new();
-        PlanChoice plain = {best.micro, REMAT_KEEP, 0, REMAT_KEEP, {false, false}};
+        PlanChoice plain = {best.micro, REMAT_KEEP, 0, REMAT_KEEP, {false, false}, NULL};
         BuildStats ebs;
         IrGraph *eg = fe_build(&src, &m, &plain, ea, &ebs, NULL);
         char tmp[4200];

@@ -61,10 +61,10 @@ IrGraph *fe_build(FtSource *src, const FtModel *m, const PlanChoice *c, Arena *a
         n->attr.chunk_rows = chunk >= 1 && chunk < rows ? chunk : chunk < 1 ? 1 : 0;
     }
     int layers = ir_layers(g);
-    if (layers > 0 && (c->policy != REMAT_KEEP || c->rest != REMAT_KEEP)) {
+    if (layers > 0 && (c->per_layer || c->policy != REMAT_KEEP || c->rest != REMAT_KEEP)) {
         RematPolicy *pol = arena_alloc(a, sizeof(RematPolicy) * (size_t)layers);
         for (int l = 0; l < layers; l++)
-            pol[l] = l < c->n_policy ? c->policy : c->rest;
+            pol[l] = c->per_layer ? c->per_layer[l] : l < c->n_policy ? c->policy : c->rest;
         remat_apply(g, pol, layers, &bs->remat);
         dump(dump_to, "remat", g);
     }
@@ -162,7 +162,7 @@ static void decision(FILE *f, const Candidate *c, const FtModel *m, const GpuPre
 // What user-side changes would need, when nothing fits.
 static void suggestions(FILE *f, Ctx *x, const PlannerInput *pin, int64_t budget) {
     char a[32];
-    const PlanChoice frugal = {1, REMAT_FULL, 1 << 30, REMAT_FULL, {true, true}};
+    const PlanChoice frugal = {1, REMAT_FULL, 1 << 30, REMAT_FULL, {true, true}, NULL};
     fprintf(f, "what would fit (each alone, with the most frugal plan: micro-batch 1, full recompute, "
                "everything offloadable on the host):\n");
     // LoRA on the attention's q and v projections, as the field usually starts.

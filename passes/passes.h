@@ -176,6 +176,7 @@ typedef struct PlanChoice {
     int n_policy;
     RematPolicy rest;           // ... and this for the others
     OffloadSpec offload;
+    const RematPolicy *per_layer;   // if not NULL, each block's policy (overrides the above)
 } PlanChoice;
 
 typedef struct PlanOutcome {
@@ -214,6 +215,11 @@ typedef struct PlannerResult {
 // Searches micro-batch sizes, recompute policies (uniform, and mixed across blocks)
 // and offload levels; returns 0.
 int planner_search(const PlannerInput *in, PlannerResult *r);
+// The optimum over every per-block policy assignment (3^nlayers, nlayers <= 10) at one
+// micro-batch and offload level: the fastest that fits, into *best (per_layer points
+// into `policies`, nlayers entries). Returns the number of assignments that fit, or -1.
+int planner_exact(const PlannerInput *in, int64_t micro, int level, RematPolicy *policies,
+                  Candidate *best);
 void planner_choice_str(char *buf, size_t cap, const PlanChoice *c, int nlayers);
 
 //

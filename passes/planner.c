@@ -12,6 +12,7 @@
 #include "passes.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const OffloadSpec levels[3] = {{false, false}, {true, false}, {true, true}};
@@ -70,7 +71,7 @@ int planner_search(const PlannerInput *in, PlannerResult *r) {
             int lo = 0, hi = nm - 1;
             while (lo <= hi) {
                 int mid = (lo + hi) / 2;
-                PlanChoice c = {micros[mid], (RematPolicy)pol, in->nlayers, (RematPolicy)pol, levels[lv]};
+                PlanChoice c = {micros[mid], (RematPolicy)pol, in->nlayers, (RematPolicy)pol, levels[lv], NULL};
                 int id = try_choice(in, r, &c);
                 if (id >= 0 && r->tried.at[id].fits)
                     fit_at[pol] = mid, lo = mid + 1;
@@ -79,15 +80,19 @@ int planner_search(const PlannerInput *in, PlannerResult *r) {
             }
         }
         // Mixed: at the largest micro-batch the more frugal policy reaches, as many
-        // blocks as fit keep the faster one.
-        for (int pol = REMAT_KEEP; pol < REMAT_FULL && in->remat < 0; pol++) {
-            int m = fit_at[pol + 1];
-            if (m < 0 || fit_at[pol] >= m || in->nlayers < 2)
+        // blocks as fit keep the faster one (every pair: keep/selective, selective/full,
+        // keep/full; recompute costs per block differ, so any pair can be the best).
+        static const int pairs[3][2] = {{REMAT_KEEP, REMAT_SELECTIVE},
+                                        {REMAT_SELECTIVE, REMAT_FULL},
+                                        {REMAT_KEEP, REMAT_FULL}};
+        for (int pi = 0; pi < 3 && in->remat < 0; pi++) {
+            int fast = pairs[pi][0], slow = pairs[pi][1], m = fit_at[slow];
+            if (m < 0 || fit_at[fast] >= m || in->nlayers < 2)
                 continue;
             int lo = 1, hi = in->nlayers - 1;
             while (lo <= hi) {
                 int k = (lo + hi) / 2;
-                PlanChoice c = {micros[m], (RematPolicy)pol, k, (RematPolicy)(pol + 1), levels[lv]};
+                PlanChoice c = {micros[m], (RematPolicy)fast, k, (RematPolicy)slow, levels[lv], NULL};
                 int id = try_choice(in, r, &c);
                 if (id >= 0 && r->tried.at[id].fits)
                     lo = k + 1;
@@ -99,9 +104,39 @@ int planner_search(const PlannerInput *in, PlannerResult *r) {
     if (r->smallest < 0 && r->pruned_levels < 3) {   // report the most frugal allowed plan
         PlanChoice c = {micros[0], in->remat >= 0 ? (RematPolicy)in->remat : REMAT_FULL, in->nlayers,
                         in->remat >= 0 ? (RematPolicy)in->remat : REMAT_FULL,
-                        levels[in->offload >= 0 ? in->offload : 2]};
+                        levels[in->offload >= 0 ? in->offload : 2], NULL};
         c.rest = c.policy;
         try_choice(in, r, &c);
     }
     return 0;
+}
+
+int planner_exact(const PlannerInput *in, int64_t micro, int level, RematPolicy *policies,
+                  Candidate *best) {
+    int L = in->nlayers;
+    if (L < 1 || L > 10)
+        return -1;
+    int total = 1, fits = 0;
+    for (int l = 0; l < L; l++)
+        total *= 3;
+    RematPolicy *trial = malloc(sizeof(RematPolicy) * (size_t)L);
+    best->fits = false;
+    for (int code = 0; code < total; code++) {
+        for (int l = 0, c = code; l < L; l++, c /= 3)
+            trial[l] = (RematPolicy)(c % 3);
+        PlanChoice ch = {micro, REMAT_KEEP, L, REMAT_KEEP, levels[level], trial};
+        PlanOutcome o;
+        if (in->build(in->ctx, &ch, &o) != 0)
+            continue;
+        if (o.device_bytes > in->budget_bytes || o.host_bytes > in->host_budget_bytes)
+            continue;
+        fits++;
+        if (!best->fits || o.cost.step_us < best->o.cost.step_us) {
+            memcpy(policies, trial, sizeof(RematPolicy) * (size_t)L);
+            *best = (Candidate){.c = ch, .o = o, .fits = true};
+            best->c.per_layer = policies;
+        }
+    }
+    free(trial);
+    return fits;
 }

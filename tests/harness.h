@@ -34,7 +34,7 @@ static bool harness_compile(Harness *h, const char *name, const char *text, int6
     Ast *p = fe_parse(&src, h->a);
     bool ok = p && fe_check(&src, p, &h->m, h->a) == 0;
     // The compile pipeline itself, everything kept and on the device.
-    PlanChoice c = {batch, REMAT_KEEP, 0, REMAT_KEEP, {false, false}};
+    PlanChoice c = {batch, REMAT_KEEP, 0, REMAT_KEEP, {false, false}, NULL};
     BuildStats bs = {0};
     IrGraph *g = ok ? fe_build(&src, &h->m, &c, h->a, &bs, NULL) : NULL;
     ok = g != NULL && ir_verify(g, stdout) == 0;

@@ -207,7 +207,7 @@ static void test_qlora_weights_exact(void) {
         l.src.len = strlen(t);
         Ast *p = fe_parse(&l.src, l.a);
         CHECK(p && fe_check(&l.src, p, &l.m, l.a) == 0);
-        PlanChoice c = {1, REMAT_KEEP, 0, REMAT_KEEP, {false, false}};
+        PlanChoice c = {1, REMAT_KEEP, 0, REMAT_KEEP, {false, false}, NULL};
         BuildStats bs;
         l.g = fe_build(&l.src, &l.m, &c, l.a, &bs, NULL);
         CHECK(l.g != NULL);

@@ -56,7 +56,7 @@ int main(int argc, char **argv) {
         for (size_t bi = 0; bi < 2; bi++) {
             int64_t mb = micros[bi];
             // Per-layer checkpointing: its peak, and the forward FLOPs inside the blocks.
-            PlanChoice full = {mb, REMAT_FULL, 1 << 20, REMAT_FULL, {false, false}};
+            PlanChoice full = {mb, REMAT_FULL, 1 << 20, REMAT_FULL, {false, false}, NULL};
             PlanOutcome ck;
             build(&x, &full, &ck);
             Arena *ga = arena_new();
