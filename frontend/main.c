@@ -108,7 +108,8 @@ static void usage_compile(FILE *f) {
           "  --emit-graph F    write the training graph (FLOPs, bytes, edges) as JSON to F\n"
           "The planner chooses these; each fixes one:\n"
           "  --micro-batch N   sequences per micro-batch (the rest of the global batch accumulates)\n"
-          "  --remat P         keep, selective or full recompute in every block\n"
+          "  --remat P         keep, selective, full (recompute from the block's input) or swap\n"
+          "                    (full, with the block's input waiting in host memory) in every block\n"
           "  --offload L       none, optimizer (moments and master weights on the host, CPU AdamW)\n"
           "                    or grads (the gradients too)\n"
           "Exit status 1 when nothing fits: the smallest plan and what would fit are printed.\n",
@@ -218,11 +219,11 @@ static int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
             emit = argv[++i];
         } else if (!strcmp(s, "--remat")) {
             i++;
-            for (int p = REMAT_KEEP; p <= REMAT_FULL; p++)
+            for (int p = REMAT_KEEP; p <= REMAT_SWAP; p++)
                 if (strcmp(argv[i], remat_policy_name((RematPolicy)p)) == 0)
                     remat = p;
             if (remat < 0) {
-                arg_error(cl, i, "--remat takes keep, selective or full");
+                arg_error(cl, i, "--remat takes keep, selective, full or swap");
                 return EXIT_USAGE;
             }
         } else if (!strcmp(s, "--offload")) {

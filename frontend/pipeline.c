@@ -118,7 +118,12 @@ static int build_cb(void *vctx, const PlanChoice *c, PlanOutcome *out) {
 }
 
 static const char *gib(char *buf, int64_t b) {
-    sprintf(buf, "%.2f GiB", (double)b / 0x1p30);
+    if (b >= (1LL << 30) || b == 0)
+        sprintf(buf, "%.2f GiB", (double)b / 0x1p30);
+    else if (b >= (1LL << 20))
+        sprintf(buf, "%.1f MiB", (double)b / 0x1p20);
+    else
+        sprintf(buf, "%.1f KiB", (double)b / 0x1p10);
     return buf;
 }
 
@@ -162,9 +167,9 @@ static void decision(FILE *f, const Candidate *c, const FtModel *m, const GpuPre
 // What user-side changes would need, when nothing fits.
 static void suggestions(FILE *f, Ctx *x, const PlannerInput *pin, int64_t budget) {
     char a[32];
-    const PlanChoice frugal = {1, REMAT_FULL, 1 << 30, REMAT_FULL, {true, true}, NULL};
-    fprintf(f, "what would fit (each alone, with the most frugal plan: micro-batch 1, full recompute, "
-               "everything offloadable on the host):\n");
+    const PlanChoice frugal = {1, REMAT_SWAP, 1 << 30, REMAT_SWAP, {true, true}, NULL};
+    fprintf(f, "what would fit (each alone, with the most frugal plan: micro-batch 1, full recompute "
+               "with block inputs swapped out, everything offloadable on the host):\n");
     // LoRA on the attention's q and v projections, as the field usually starts.
     bool has_qv = false;
     {

@@ -711,6 +711,8 @@ static const OpInfo ops[OP_COUNT] = {
                               .shape = shape_like0, .flops = flops_cross_entropy,
                               .scratch_bytes = scratch_cross_entropy},
     // storage
+    [OP_COPY] = {.name = "copy", .min_in = 1, .max_in = 1, .shape = shape_like0,
+                 .flops = flops_zero},
     [OP_DEQUANT] = {.name = "dequant", .min_in = 2, .max_in = 4, .shape = shape_dequant,
                     .flops = flops_4elems},
     // optimizer ops

@@ -69,7 +69,7 @@ StepCost cost_step(const IrGraph *g, const CostModel *cm, int64_t accum, int64_t
         const IrNode *n = &g->nodes.at[i];
         double flops = (double)op_flops(g, n);
         if (n->phase != PHASE_OPTIMIZER) {
-            if (n->host) {   // a gradient copy-and-add: bytes over the link
+            if (n->host || n->op == OP_COPY) {   // a gradient add or a swap: bytes over the link
                 d2h += (double)ir_tensor_bytes(&g->tensors.at[n->in[0]]);
                 continue;
             }

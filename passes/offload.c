@@ -16,9 +16,10 @@ int offload_apply(IrGraph *g, const OffloadSpec *o, OffloadStats *st) {
     for (int i = 0; i < g->tensors.len; i++) {
         IrTensor *t = &g->tensors.at[i];
         bool host = (o->optimizer && t->kind == TK_STATE) || (o->grads && t->kind == TK_GRAD);
-        t->arena = host ? 1 : 0;
-        if (host)
+        if (host) {   // (swapped activations are already there)
+            t->arena = 1;
             st->host_bytes += ir_tensor_bytes(t);
+        }
     }
     for (int i = 0; i < g->nodes.len; i++) {
         IrNode *n = &g->nodes.at[i];

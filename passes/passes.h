@@ -43,11 +43,12 @@ int autodiff_apply(IrGraph *g, int accum_steps);
 // remat.c — keep or recompute, per block (repeat index).
 //
 
-typedef enum RematPolicy { REMAT_KEEP, REMAT_SELECTIVE, REMAT_FULL } RematPolicy;
+typedef enum RematPolicy { REMAT_KEEP, REMAT_SELECTIVE, REMAT_FULL, REMAT_SWAP } RematPolicy;
 
 typedef struct RematStats {
     int64_t recompute_flops;    // forward FLOPs run again in backward
     int recompute_nodes;
+    int64_t swap_bytes;         // block inputs sent to the host and back (each way)
     int dropped_unused;         // tensors not kept that backward never needed
 } RematStats;
 

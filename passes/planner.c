@@ -64,8 +64,8 @@ int planner_search(const PlannerInput *in, PlannerResult *r) {
             r->pruned_levels++;
             continue;
         }
-        int fit_at[3] = {-1, -1, -1};   // per policy: index of the largest fitting micro
-        for (int pol = REMAT_KEEP; pol <= REMAT_FULL; pol++) {
+        int fit_at[4] = {-1, -1, -1, -1};   // per policy: index of the largest fitting micro
+        for (int pol = REMAT_KEEP; pol <= REMAT_SWAP; pol++) {
             if (in->remat >= 0 && pol != in->remat)
                 continue;
             int lo = 0, hi = nm - 1;
@@ -82,10 +82,12 @@ int planner_search(const PlannerInput *in, PlannerResult *r) {
         // Mixed: at the largest micro-batch the more frugal policy reaches, as many
         // blocks as fit keep the faster one (every pair: keep/selective, selective/full,
         // keep/full; recompute costs per block differ, so any pair can be the best).
-        static const int pairs[3][2] = {{REMAT_KEEP, REMAT_SELECTIVE},
+        static const int pairs[5][2] = {{REMAT_KEEP, REMAT_SELECTIVE},
                                         {REMAT_SELECTIVE, REMAT_FULL},
-                                        {REMAT_KEEP, REMAT_FULL}};
-        for (int pi = 0; pi < 3 && in->remat < 0; pi++) {
+                                        {REMAT_KEEP, REMAT_FULL},
+                                        {REMAT_FULL, REMAT_SWAP},
+                                        {REMAT_SELECTIVE, REMAT_SWAP}};
+        for (int pi = 0; pi < 5 && in->remat < 0; pi++) {
             int fast = pairs[pi][0], slow = pairs[pi][1], m = fit_at[slow];
             if (m < 0 || fit_at[fast] >= m || in->nlayers < 2)
                 continue;
@@ -102,8 +104,8 @@ int planner_search(const PlannerInput *in, PlannerResult *r) {
         }
     }
     if (r->smallest < 0 && r->pruned_levels < 3) {   // report the most frugal allowed plan
-        PlanChoice c = {micros[0], in->remat >= 0 ? (RematPolicy)in->remat : REMAT_FULL, in->nlayers,
-                        in->remat >= 0 ? (RematPolicy)in->remat : REMAT_FULL,
+        PlanChoice c = {micros[0], in->remat >= 0 ? (RematPolicy)in->remat : REMAT_SWAP, in->nlayers,
+                        in->remat >= 0 ? (RematPolicy)in->remat : REMAT_SWAP,
                         levels[in->offload >= 0 ? in->offload : 2], NULL};
         c.rest = c.policy;
         try_choice(in, r, &c);

@@ -5,7 +5,10 @@
 //              logsumexp, embeddings) and the block's outputs; recompute norms,
 //              elementwise ops and rope from them;
 //   full       keep only the block's outputs (the next block's input); recompute the
-//              rest of the block from its input.
+//              rest of the block from its input;
+//   swap       as full, but the block's input waits for backward in host memory: a
+//              copy to the host after its last forward use, and back just before
+//              backward first needs it.
 // Tensors outside any block are kept. A backward node that reads a tensor not kept
 // reads a copy made by re-running its forward producers just before it (inputs kept
 // or themselves recomputed); a dropout re-run draws the same mask (same seed). The
@@ -16,7 +19,7 @@
 #include <string.h>
 
 const char *remat_policy_name(RematPolicy p) {
-    static const char *n[] = {"keep", "selective", "full"};
+    static const char *n[] = {"keep", "selective", "full", "swap"};
     return n[p];
 }
 
@@ -25,9 +28,14 @@ typedef struct Remat {
     const RematPolicy *policy;
     int nlayers;
     int nfwd;               // forward nodes come first
+    int nt0;                // tensors before the pass
     bool *kept;             // per tensor (forward values): kept from the forward
     int *copy;              // per tensor: its recomputed copy in backward, or -1
     int *consumer_layer;    // per tensor: -2 none, a layer, or -3 for several / outside
+    int *swap_layer;        // per tensor: the swapped block it is the input of, else -1
+    int *host;              // per tensor: its copy in host memory, or -1
+    int *back;              // per tensor: its copy back on the device, or -1
+    int *last_fwd;          // per tensor: its last forward reader
     RematStats *st;
 } Remat;
 
@@ -68,18 +76,58 @@ static void decide(Remat *r) {
             continue;
         if (t->alias_of >= 0)         // a view is kept when its base is: below
             continue;
-        r->kept[i] = r->policy[layer] == REMAT_SELECTIVE && costly(p->op);
+        r->kept[i] = r->policy[layer] == REMAT_SELECTIVE && costly(p->op);   // full, swap: no
+    }
+    // The inputs of swapped blocks: made outside the block, read inside it.
+    for (int i = 0; i < nt; i++)
+        r->swap_layer[i] = -1;
+    for (int i = 0; i < r->nfwd; i++) {
+        const IrNode *n = &g->nodes.at[i];
+        if (n->layer < 0 || n->layer >= r->nlayers || r->policy[n->layer] != REMAT_SWAP)
+            continue;
+        for (int k = 0; k < n->nin; k++) {
+            if (n->in[k] < 0)
+                continue;
+            int b = ir_tensor_base(g, n->in[k]);
+            const IrTensor *t = &g->tensors.at[b];
+            if (t->kind == TK_VALUE && t->producer >= 0 && g->nodes.at[t->producer].layer != n->layer)
+                r->swap_layer[b] = n->layer;
+        }
     }
     for (int i = 0; i < nt; i++)
         if (g->tensors.at[i].alias_of >= 0)
             r->kept[i] = r->kept[g->tensors.at[i].alias_of];
 }
 
+static int copy_node(Remat *r, int from, IrPhase phase, const IrNode *at, const char *what) {
+    IrGraph *g = r->g;
+    IrShapeErr err;
+    const char *name = arena_printf(g->arena, "%s.%s", g->tensors.at[from].name, what);
+    int id = ir_node_add(g, OP_COPY, 1, &from, (IrAttr){0}, name, at->layer, at->loc, &err);
+    IR_ASSERT(id >= 0);
+    g->nodes.at[id].phase = phase;
+    int out = g->nodes.at[id].out[0];
+    g->tensors.at[out].requires_grad = false;
+    return out;
+}
+
 // The tensor backward should read in place of forward tensor t: t itself when kept,
-// else its copy, recomputed (with whatever it needs) on first use.
+// its copy back from the host when swapped, else a copy recomputed (with whatever it
+// needs) on first use.
 static int recompute(Remat *r, int t, const IrNode *user) {
     IrGraph *g = r->g;
-    if (t < 0 || r->kept[t])
+    if (t < 0)
+        return t;
+    int b = ir_tensor_base(g, t);
+    if (b < r->nt0 && r->host[b] >= 0 && t == b) {   // swapped: bring it back once
+        if (r->back[b] < 0) {
+            r->back[b] = copy_node(r, r->host[b], PHASE_BACKWARD, user, "back");
+            r->st->swap_bytes += ir_tensor_bytes(&g->tensors.at[b]);
+        }
+        return r->back[b];
+    }
+    bool swapped_view = b < r->nt0 && r->host[b] >= 0;   // a view of a swapped tensor
+    if (r->kept[t] && !swapped_view)
         return t;
     if (r->copy[t] >= 0)
         return r->copy[t];
@@ -110,15 +158,29 @@ int remat_apply(IrGraph *g, const RematPolicy *policy, int nlayers, RematStats *
     Remat r = {.g = g, .policy = policy, .nlayers = nlayers, .st = st};
     while (r.nfwd < n && g->nodes.at[r.nfwd].phase == PHASE_FORWARD)
         r.nfwd++;
+    r.nt0 = nt0;
     r.kept = malloc(sizeof(bool) * (size_t)nt0);
     r.consumer_layer = malloc(sizeof(int) * (size_t)nt0);
+    r.swap_layer = malloc(sizeof(int) * (size_t)nt0);
+    r.host = malloc(sizeof(int) * (size_t)nt0);
+    r.back = malloc(sizeof(int) * (size_t)nt0);
+    r.last_fwd = malloc(sizeof(int) * (size_t)nt0);
     decide(&r);
     bool any = false;
-    for (int i = 0; i < nt0; i++)
-        any |= !r.kept[i];
+    for (int i = 0; i < nt0; i++) {
+        any |= !r.kept[i] || r.swap_layer[i] >= 0;
+        r.host[i] = r.back[i] = r.last_fwd[i] = -1;
+    }
     if (!any) {
-        free(r.kept), free(r.consumer_layer);
+        free(r.kept), free(r.consumer_layer), free(r.swap_layer), free(r.host), free(r.back);
+        free(r.last_fwd);
         return 0;
+    }
+    for (int i = 0; i < r.nfwd; i++) {
+        const IrNode *nd = &g->nodes.at[i];
+        for (int k = 0; k < nd->nin; k++)
+            if (nd->in[k] >= 0)
+                r.last_fwd[ir_tensor_base(g, nd->in[k])] = i;
     }
     // Copies can be made of tensors created during the rebuild too; size generously.
     r.copy = malloc(sizeof(int) * (size_t)nt0);
@@ -141,11 +203,23 @@ int remat_apply(IrGraph *g, const RematPolicy *policy, int nlayers, RematStats *
             if (!((nd.update >> k) & 1))
                 g->tensors.at[nd.out[k]].producer = nd.id;
         vec_push(&g->nodes, nd);
+        if (i >= r.nfwd)
+            continue;
+        // A swapped block's input goes to the host once the forward is done with it.
+        for (int k = 0; k < nd.nin; k++) {
+            int b = nd.in[k] >= 0 ? ir_tensor_base(g, nd.in[k]) : -1;
+            if (b >= 0 && b < nt0 && r.swap_layer[b] >= 0 && r.last_fwd[b] == i && r.host[b] < 0) {
+                r.host[b] = copy_node(&r, b, PHASE_FORWARD, &nd, "host");
+                g->tensors.at[r.host[b]].arena = 1;
+                g->tensors.at[r.host[b]].cat = MEM_ACTIVATIONS;
+            }
+        }
     }
     free(old);
     for (int i = 0; i < nt0; i++)
         if (!r.kept[i] && r.copy[i] < 0 && g->tensors.at[i].kind == TK_VALUE)
             st->dropped_unused++;
-    free(r.kept), free(r.copy), free(r.consumer_layer);
+    free(r.kept), free(r.copy), free(r.consumer_layer), free(r.swap_layer), free(r.host);
+    free(r.back), free(r.last_fwd);
     return 0;
 }

@@ -80,11 +80,15 @@ if close_losses "$tmp/m.out" "$tmp/p.out" && "$st_diff" "$tmp/mb2/model.safetens
 else
     bad micro-2x4-equals-micro-8x1 "$("$st_diff" "$tmp/mb2/model.safetensors" "$tmp/planned/model.safetensors" 2e-2 1024) $(paste <(losses < "$tmp/m.out") <(losses < "$tmp/p.out") | head -3)"
 fi
-# Recompute alone changes no arithmetic: bitwise the same weights.
-"$ftc" compile models/tiny.ft --remat full --micro-batch 8 --offload none -o "$tmp/full.plan" >/dev/null
-"$ftc" run "$tmp/full.plan" --data "$tmp/c.bin" --steps 20 --seed 7 --poison --save "$tmp/full" >/dev/null
-cmp -s "$tmp/full/model.safetensors" "$tmp/planned/model.safetensors" && ok full-recompute-bitwise ||
-    bad full-recompute-bitwise "weights differ"
+# Recompute and swapping change no arithmetic: bitwise the same weights.
+for policy in selective full swap; do
+    "$ftc" compile models/tiny.ft --remat $policy --micro-batch 8 --offload none -o "$tmp/$policy.plan" >/dev/null
+    "$ftc" run "$tmp/$policy.plan" --data "$tmp/c.bin" --steps 20 --seed 7 --poison --save "$tmp/$policy" >/dev/null
+    cmp -s "$tmp/$policy/model.safetensors" "$tmp/planned/model.safetensors" && ok "$policy-recompute-bitwise" ||
+        bad "$policy-recompute-bitwise" "weights differ"
+done
+grep -q ' copy out=' "$tmp/swap.plan/plan" && grep -q ' host ' "$tmp/swap.plan/plan" && ok swap-uses-host-copies ||
+    bad swap-uses-host-copies "no copies to the host in the plan"
 
 # Save, then start from the saved weights.
 if "$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 3 --poison --save "$tmp/ck" >/dev/null &&

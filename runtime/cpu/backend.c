@@ -350,6 +350,12 @@ static int k_cross_entropy_bwd(Call *c) {
 // Storage.
 //
 
+// The same values elsewhere (a swap between device and host memory).
+static int k_copy(Call *c) {
+    memcpy(OUT(0), IN(0), sizeof(float) * (size_t)ON(0));
+    return 0;
+}
+
 // W (NF4) to the compute dtype: absmax, or its double-quantised codes, scales, mean.
 static int k_dequant(Call *c) {
     size_t n = (size_t)ON(0), blocks = cpu_nf4_blocks(n);
@@ -421,7 +427,7 @@ static const struct { const char *op; Kernel k; } table[] = {
     {"layernorm_dw", k_layernorm_dw}, {"rope_bwd", k_rope_bwd}, {"softmax_bwd", k_softmax_bwd},
     {"attention_bwd", k_attention_bwd}, {"dropout_bwd", k_dropout_bwd},
     {"cross_entropy_bwd", k_cross_entropy_bwd},
-    {"dequant", k_dequant},
+    {"dequant", k_dequant},       {"copy", k_copy},
     {"acc", k_acc},               {"adamw", k_adamw},           {"sgd", k_sgd},
     {"zero", k_zero},
 };
