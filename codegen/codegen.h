@@ -17,6 +17,7 @@ typedef struct PlanMeta {
     int64_t host_bytes;         // the host arena
     int64_t reserve_bytes;      // modeled CUDA context, outside the arena
     double flops_per_s, bytes_per_s;   // the GPU preset's peak rates, for trace.json
+    double link_bytes_per_s;
     const char *report;         // report.txt: the planner's decision and candidates, or NULL
     // LoRA, for the adapter files the runtime writes (r = 0: none)
     int64_t lora_r;
@@ -32,7 +33,8 @@ enum { MV_CATS = 11 };   // the categories of plan.h, then "other"
 
 typedef struct MemMeta {
     int64_t budget_bytes, reserve_bytes;
-    double flops_per_s, bytes_per_s;
+    double flops_per_s, bytes_per_s;    // the GPU preset's peak rates
+    double link_bytes_per_s;            // host link, for copy slices
 } MemMeta;
 
 typedef struct MemView {

@@ -453,34 +453,49 @@ void mv_write_html(FILE *f, const MemView *v, const MemMeta *m) {
 
 // Estimated duration of an instruction: the roofline of its FLOPs and bytes.
 static double est_us(const PlanInstr *in, const MemMeta *m) {
-    double t = fmax((double)in->flops / m->flops_per_s, (double)in->bytes / m->bytes_per_s);
+    // without a preset, an A100's peak rates
+    double fl = m->flops_per_s > 0 ? m->flops_per_s : 312e12, by = m->bytes_per_s > 0 ? m->bytes_per_s : 1555e9;
+    double t = fmax((double)in->flops / fl, (double)in->bytes / by);
     return t * 1e6 + 2.0;   // a kernel launch
 }
 
 void mv_write_trace(FILE *f, const MemView *v, const MemMeta *m) {
     const Plan *p = v->p;
     fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
-    fprintf(f, "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 1, \"args\": {\"name\": \"ftc plan ");
-    ir_json_str(f, p->model);
-    fprintf(f, " (estimated)\"}},\n");
-    fprintf(f, "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": 1, \"args\": {\"name\": \"compute stream\"}},\n");
-    double ts = 0;
+    char title[256];
+    snprintf(title, sizeof title, "ftc plan %s (estimated)", p->model);
+    fprintf(f, "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 1, \"args\": {\"name\": ");
+    ir_json_str(f, title);
+    fprintf(f, "}},\n");
+    static const char *streams[] = {"", "compute stream", "copy stream (host link)", "host (CPU)"};
+    for (int t = 1; t <= 3; t++)
+        fprintf(f, "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": %d, "
+                   "\"args\": {\"name\": \"%s\"}},\n", t, streams[t]);
+    // Compute runs in order; a copy starts when its input is ready (the compute clock)
+    // and queues behind earlier copies; host work likewise on the CPU.
+    double ts[4] = {0, 0, 0, 0};
+    double link = m->link_bytes_per_s > 0 ? m->link_bytes_per_s : 25e9;
     for (int id = 0; id < v->n; id++) {
         const PlanInstr *in = plan_instr(p, id);
-        double dur = est_us(in, m);
+        int tid = !strcmp(in->op, "copy") ? 2 : in->host ? 3 : 1;
+        double dur = tid == 1 ? est_us(in, m)
+                     : tid == 2 ? (double)in->bytes / 2 / link * 1e6
+                                : (double)in->flops / 1e9 * 1e6 / 4;   // a few GFLOP/s of CPU
+        double start = tid == 1 ? ts[1] : fmax(ts[tid], ts[1]);
         fprintf(f, "{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"ts\": %.3f, \"dur\": %.3f, "
-                   "\"pid\": 1, \"tid\": 1, \"args\": {\"instruction\": %d, \"out\": ",
-                in->op, plan_phase_name(phase_of(p, id)), ts, dur, id);
+                   "\"pid\": 1, \"tid\": %d, \"args\": {\"instruction\": %d, \"out\": ",
+                in->op, plan_phase_name(phase_of(p, id)), start, dur, tid, id);
         ir_json_str(f, in->nout ? p->buf[in->out[0]].name : "");
         fprintf(f, ", \"flops\": %lld, \"bytes\": %lld}},\n", (long long)in->flops, (long long)in->bytes);
-        fprintf(f, "{\"name\": \"memory\", \"ph\": \"C\", \"ts\": %.3f, \"pid\": 1, \"args\": {", ts);
+        fprintf(f, "{\"name\": \"memory\", \"ph\": \"C\", \"ts\": %.3f, \"pid\": 1, \"args\": {", start);
         for (int c = 0; c < MV_CATS; c++)
             fprintf(f, "%s\"%s\": %lld", c ? ", " : "", cat_names[c],
                     (long long)v->live[(size_t)id * MV_CATS + c]);
         fprintf(f, "}},\n");
-        ts += dur;
+        ts[tid] = start + dur;
     }
-    fprintf(f, "{\"name\": \"end of step\", \"ph\": \"i\", \"s\": \"g\", \"ts\": %.3f, \"pid\": 1, \"tid\": 1}\n]}\n", ts);
+    double end = fmax(ts[1], fmax(ts[2], ts[3]));
+    fprintf(f, "{\"name\": \"end of step\", \"ph\": \"i\", \"s\": \"g\", \"ts\": %.3f, \"pid\": 1, \"tid\": 1}\n]}\n", end);
 }
 
 int codegen_dumps(const char *dir, const Plan *p, const MemMeta *m, char *err, size_t errlen) {

@@ -197,7 +197,8 @@ int codegen_plan_dir(const char *dir, const IrGraph *g, const PlanMeta *meta, ch
             return -1;
         }
     }
-    MemMeta mm = {meta->budget_bytes, meta->reserve_bytes, meta->flops_per_s, meta->bytes_per_s};
+    MemMeta mm = {meta->budget_bytes, meta->reserve_bytes, meta->flops_per_s, meta->bytes_per_s,
+                  meta->link_bytes_per_s};
     int rc = codegen_dumps(tmp, p, &mm, err, errlen);
     plan_free(p);
     if (rc != 0) {

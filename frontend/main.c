@@ -365,7 +365,8 @@ static int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
                      .beta2 = m.train.beta2, .eps = m.train.eps, .weight_decay = m.train.weight_decay,
                      .arena_bytes = bs.alloc.arena_bytes, .host_bytes = bs.alloc.host_bytes,
                      .reserve_bytes = gpu->reserve_bytes, .flops_per_s = gpu->bf16_tflops * 1e12,
-                     .bytes_per_s = gpu->hbm_gbps * 1e9, .report = rtext};
+                     .bytes_per_s = gpu->hbm_gbps * 1e9, .link_bytes_per_s = gpu->link_gbps * 1e9,
+                     .report = rtext};
     char targets[1024] = "";
     if (m.train.lora) {   // the module names the adapters attach to, for adapter_config.json
         for (int i = 0; i < g->tensors.len; i++) {
@@ -607,7 +608,7 @@ static int cmd_inspect(Cmdline *cl, int argc, char **argv, int first) {
     }
     const GpuPreset *gpu = p->gpu ? gpu_preset(p->gpu) : NULL;
     MemMeta mm = {p->budget_bytes, p->reserve_bytes, gpu ? gpu->bf16_tflops * 1e12 : 312e12,
-                  gpu ? gpu->hbm_gbps * 1e9 : 1555e9};
+                  gpu ? gpu->hbm_gbps * 1e9 : 1555e9, gpu ? gpu->link_gbps * 1e9 : 25e9};
     MemView v;
     mv_init(&v, p);
     int rc = 0;

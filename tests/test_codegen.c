@@ -4,6 +4,8 @@
 #include "check.h"
 #include "harness.h"
 
+#include <jansson.h>
+
 static Harness h;
 
 static char *slurp(const char *path) {
@@ -77,6 +79,18 @@ static void test_dumps_agree(void) {
     char *txt = slurp(path);
     CHECK(txt && strstr(txt, "peak live") && strstr(txt, "at the peak, by category") &&
           strstr(txt, "the 20 largest buffers") && strstr(txt, "<- peak"));
+    // Both JSON dumps parse (jansson), with the keys tools rely on.
+    const char *files[] = {"memory.json", "trace.json"};
+    for (int k = 0; k < 2; k++) {
+        snprintf(path, sizeof path, "%s/%s", h.dir, files[k]);
+        json_error_t je;
+        json_t *j = json_load_file(path, 0, &je);
+        if (!j)
+            printf("  %s:%d:%d: %s\n", files[k], je.line, je.column, je.text);
+        CHECK(j != NULL);
+        CHECK(!j || json_object_get(j, k ? "traceEvents" : "buffers") != NULL);
+        json_decref(j);
+    }
     snprintf(path, sizeof path, "%s/trace.json", h.dir);
     char *trace = slurp(path);
     CHECK(trace && strstr(trace, "\"traceEvents\"") && strstr(trace, "\"ph\": \"C\""));
