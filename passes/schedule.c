@@ -18,6 +18,9 @@ typedef struct Sched {
     int **succ, *nsucc;     // successors
     int *readers;           // per base tensor: readers not yet scheduled
     bool *done;
+    int *rd_start, *rd_list;    // per base tensor: the nodes reading it (CSR)
+    int64_t *score;             // per ready node: its score, kept current
+    int *ready_at;              // per node: its index in the ready list, or -1
 } Sched;
 
 static bool transient(const IrTensor *t) { return t->kind == TK_VALUE && t->alias_of < 0; }
@@ -105,37 +108,52 @@ static int64_t score_of(const Sched *s, int i) {
     return score;
 }
 
-// Greedy order of the nodes [lo, hi) of one phase into order[].
+// Greedy order of the nodes [lo, hi) of one phase into order[]. A ready node's score
+// changes only when one of its inputs is down to its last reader, so scores are kept
+// and refreshed for exactly those nodes.
 static void greedy(Sched *s, int lo, int hi, int *order) {
     IrGraph *g = s->g;
     int *ready = malloc(sizeof(int) * (size_t)(hi - lo)), nready = 0, m = 0;
     for (int i = lo; i < hi; i++)
-        if (!s->indeg[i])
+        if (!s->indeg[i]) {
+            s->ready_at[i] = nready;
+            s->score[i] = score_of(s, i);
             ready[nready++] = i;
+        }
     while (m < hi - lo) {
         IR_ASSERT(nready > 0);   // a phase's nodes form a DAG
         int pick = 0;
-        int64_t best = score_of(s, ready[0]);
         for (int r = 1; r < nready; r++) {
-            int64_t sc = score_of(s, ready[r]);
-            if (sc > best || (sc == best && ready[r] < ready[pick]))
-                pick = r, best = sc;
+            int64_t a = s->score[ready[r]], b = s->score[ready[pick]];
+            if (a > b || (a == b && ready[r] < ready[pick]))
+                pick = r;
         }
         int node = ready[pick];
         ready[pick] = ready[--nready];
+        s->ready_at[ready[pick]] = pick;
+        s->ready_at[node] = -1;
         s->done[node] = true;
         order[m++] = node;
         const IrNode *nd = &g->nodes.at[node];
         for (int k = 0; k < nd->nin; k++) {
-            if (nd->in[k] < 0)
+            if (nd->in[k] < 0 || repeated(g, nd, k))
                 continue;
-            if (!repeated(g, nd, k))
-                s->readers[ir_tensor_base(g, nd->in[k])]--;
+            int b = ir_tensor_base(g, nd->in[k]);
+            if (--s->readers[b] != 1)
+                continue;
+            for (int j = s->rd_start[b]; j < s->rd_start[b + 1]; j++) {   // its last reader
+                int r = s->rd_list[j];
+                if (s->ready_at[r] >= 0)
+                    s->score[r] = score_of(s, r);
+            }
         }
         for (int k = 0; k < s->nsucc[node]; k++) {
             int t = s->succ[node][k];
-            if (--s->indeg[t] == 0 && t >= lo && t < hi)
+            if (--s->indeg[t] == 0 && t >= lo && t < hi) {
+                s->ready_at[t] = nready;
+                s->score[t] = score_of(s, t);
                 ready[nready++] = t;
+            }
         }
     }
     free(ready);
@@ -173,6 +191,25 @@ int schedule_apply(IrGraph *g, ScheduleStats *st) {
     }
     // Views read their base's bytes: a view node depends on the base's writer (above,
     // via ir_tensor_base), and readers of a view depend on the view node (its output).
+    // Who reads each base tensor (CSR), for refreshing scores.
+    s.rd_start = calloc((size_t)nt + 2, sizeof(int));
+    for (int i = 0; i < nt; i++)
+        s.rd_start[i + 1] = s.rd_start[i] + s.readers[i];
+    s.rd_list = malloc(sizeof(int) * (size_t)(s.rd_start[nt] + 1));
+    int *fill = calloc((size_t)nt + 1, sizeof(int));
+    for (int i = 0; i < n; i++) {
+        const IrNode *nd = &g->nodes.at[i];
+        for (int k = 0; k < nd->nin; k++)
+            if (nd->in[k] >= 0 && !repeated(g, nd, k)) {
+                int b = ir_tensor_base(g, nd->in[k]);
+                s.rd_list[s.rd_start[b] + fill[b]++] = i;
+            }
+    }
+    free(fill);
+    s.score = calloc((size_t)n + 1, sizeof(int64_t));
+    s.ready_at = malloc(sizeof(int) * (size_t)(n + 1));
+    for (int i = 0; i < n; i++)
+        s.ready_at[i] = -1;
     int *order = calloc((size_t)n + 1, sizeof(int)), *emitted = calloc((size_t)n + 1, sizeof(int));
     for (int i = 0; i < n; i++)
         emitted[i] = i;
@@ -208,6 +245,7 @@ int schedule_apply(IrGraph *g, ScheduleStats *st) {
     for (int i = 0; i < n; i++)
         free(s.succ[i]);
     free(s.indeg), free(s.succ), free(s.nsucc), free(s.readers), free(s.done), free(cap);
+    free(s.rd_start), free(s.rd_list), free(s.score), free(s.ready_at);
     free(writer), free(order), free(emitted);
     return 0;
 }
