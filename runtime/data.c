@@ -6,6 +6,7 @@
 #endif
 
 #include "data.h"
+#include "fileio.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -49,39 +50,6 @@ static void put_le(unsigned char *p, uint64_t v, int bytes) {
     p[i] = (unsigned char)(v >> (8 * i));
 }
 
-// Reads exactly n bytes at offset off; -1 with errno set, or errno 0 at end of file.
-static int pread_full(int fd, void *dst, size_t n, uint64_t off) {
-  char *p = dst;
-  while (n > 0) {
-    ssize_t r = pread(fd, p, n, (off_t)off);
-    if (r < 0 && errno == EINTR)
-      continue;
-    if (r <= 0) {
-      if (r == 0)
-        errno = 0;
-      return -1;
-    }
-    p += r, n -= (size_t)r, off += (uint64_t)r;
-  }
-  return 0;
-}
-
-static int write_full(int fd, const void *src, size_t n) {
-  const char *p = src;
-  while (n > 0) {
-    ssize_t r = write(fd, p, n);
-    if (r < 0 && errno == EINTR)
-      continue;
-    if (r <= 0)
-      return -1;
-    p += r, n -= (size_t)r;
-  }
-  return 0;
-}
-
-static const char *read_errstr(void) {
-  return errno ? strerror(errno) : "the file ended early (was it truncated after opening?)";
-}
 
 // ---------------------------------------------------------------------------------------------
 // Reading
@@ -93,8 +61,8 @@ static int check_header(DataFile *d, uint64_t size, char *err, size_t errlen) {
     return fail(err, errlen, "%s: file is %llu bytes, shorter than the %d-byte token file header",
                 path, (unsigned long long)size, DATA_HEADER_BYTES);
   unsigned char h[DATA_HEADER_BYTES];
-  if (pread_full(d->fd, h, sizeof h, 0) < 0)
-    return fail(err, errlen, "%s: cannot read: %s", path, read_errstr());
+  if (rt_pread_full(d->fd, h, sizeof h, 0) < 0)
+    return fail(err, errlen, "%s: cannot read: %s", path, rt_read_errstr());
   if (memcmp(h, MAGIC, sizeof MAGIC) != 0)
     return fail(err, errlen,
                 "%s: not an ftc token file (no \"FTCTOKEN\" magic; data_convert makes one)", path);
@@ -181,9 +149,9 @@ int data_read_window(DataFile *d, uint64_t window, int seq, int32_t *out, int32_
   // back: token i's bytes start at w*i <= 4*i, where its int32 goes, and every byte that int32
   // overwrites belongs to a token at or after i, so none is overwritten before it is read.
   unsigned char *raw = (unsigned char *)out;
-  if (pread_full(d->fd, raw, n * w, DATA_HEADER_BYTES + first * w) < 0)
+  if (rt_pread_full(d->fd, raw, n * w, DATA_HEADER_BYTES + first * w) < 0)
     return fail(err, errlen, "%s: cannot read window %llu: %s", d->path,
-                (unsigned long long)window, read_errstr());
+                (unsigned long long)window, rt_read_errstr());
   for (size_t i = 0; i < n; i++) {
     uint64_t v = get_le(raw + i * w, (int)w);
     if (v >= (uint64_t)vocab)
@@ -256,7 +224,7 @@ static int copy_tokens(int in_fd, int out_fd, DataMode mode, uint64_t *in_bytes,
         wide[2 * i] = in[i], wide[2 * i + 1] = 0;
       src = wide, k *= 2;
     }
-    if (write_full(out_fd, src, k) < 0)
+    if (rt_write_full(out_fd, src, k) < 0)
       return *werr = 1, -1;
   }
 }
@@ -285,7 +253,7 @@ int data_convert(const char *in_path, const char *out_path, DataMode mode, uint6
   unsigned char h[DATA_HEADER_BYTES] = {0};
   uint64_t in_bytes = 0;
   int werr = 1;
-  int ok = fchmod(out_fd, 0644) == 0 && write_full(out_fd, h, sizeof h) == 0;
+  int ok = fchmod(out_fd, 0644) == 0 && rt_write_full(out_fd, h, sizeof h) == 0;
   if (ok && copy_tokens(in_fd, out_fd, mode, &in_bytes, &werr) < 0)
     ok = 0;
   if (!ok && !werr) {

@@ -6,6 +6,7 @@
 #endif
 
 #include "safetensors.h"
+#include "fileio.h"
 
 #include "kernels.h"
 
@@ -120,41 +121,6 @@ static int is_regular(const char *path) {
   return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-// Reads exactly n bytes at offset off; -1 with errno set, or errno 0 at end of file.
-static int pread_full(int fd, void *dst, size_t n, uint64_t off) {
-  char *p = dst;
-  while (n > 0) {
-    size_t chunk = n < ((size_t)1 << 30) ? n : ((size_t)1 << 30);
-    ssize_t r = pread(fd, p, chunk, (off_t)off);
-    if (r < 0 && errno == EINTR)
-      continue;
-    if (r <= 0) {
-      if (r == 0)
-        errno = 0;
-      return -1;
-    }
-    p += r, n -= (size_t)r, off += (uint64_t)r;
-  }
-  return 0;
-}
-
-static int write_full(int fd, const void *src, size_t n) {
-  const char *p = src;
-  while (n > 0) {
-    size_t chunk = n < ((size_t)1 << 30) ? n : ((size_t)1 << 30);
-    ssize_t r = write(fd, p, chunk);
-    if (r < 0 && errno == EINTR)
-      continue;
-    if (r <= 0)
-      return -1;
-    p += r, n -= (size_t)r;
-  }
-  return 0;
-}
-
-static const char *read_errstr(void) {
-  return errno ? strerror(errno) : "the file ended early (was it truncated after opening?)";
-}
 
 // ---------------------------------------------------------------------------------------------
 // Parsing one file's header
@@ -318,8 +284,8 @@ static int parse_file(StSet *s, int file, char *err, size_t errlen) {
     return fail(err, errlen, "%s: file is %llu bytes, too short for the 8-byte header length",
                 path, (unsigned long long)size);
   unsigned char b[8];
-  if (pread_full(f->fd, b, 8, 0) < 0)
-    return fail(err, errlen, "%s: cannot read: %s", path, read_errstr());
+  if (rt_pread_full(f->fd, b, 8, 0) < 0)
+    return fail(err, errlen, "%s: cannot read: %s", path, rt_read_errstr());
   uint64_t hlen = 0;
   for (int i = 7; i >= 0; i--)
     hlen = hlen << 8 | b[i];
@@ -338,9 +304,9 @@ static int parse_file(StSet *s, int file, char *err, size_t errlen) {
   if (!buf)
     return fail(err, errlen, "%s: out of memory for a %llu-byte header", path,
                 (unsigned long long)hlen);
-  if (pread_full(f->fd, buf, (size_t)hlen, 8) < 0) {
+  if (rt_pread_full(f->fd, buf, (size_t)hlen, 8) < 0) {
     free(buf);
-    return fail(err, errlen, "%s: cannot read the header: %s", path, read_errstr());
+    return fail(err, errlen, "%s: cannot read the header: %s", path, rt_read_errstr());
   }
   json_error_t je;
   json_t *root = json_loadb(buf, (size_t)hlen, JSON_REJECT_DUPLICATES, &je);
@@ -609,9 +575,9 @@ int st_read_raw(StSet *s, const StTensor *t, void *dst, size_t bytes, char *err,
   if (bytes != t->end - t->begin)
     return fail(err, errlen, "%s: tensor '%s': holds %llu bytes, the caller expects %zu", f->path,
                 t->name, (unsigned long long)(t->end - t->begin), bytes);
-  if (pread_full(f->fd, dst, bytes, f->data_start + t->begin) < 0)
+  if (rt_pread_full(f->fd, dst, bytes, f->data_start + t->begin) < 0)
     return fail(err, errlen, "%s: tensor '%s': cannot read: %s", f->path, t->name,
-                read_errstr());
+                rt_read_errstr());
   return 0;
 }
 
@@ -635,9 +601,9 @@ int st_read_f32(StSet *s, const StTensor *t, float *dst, int64_t n_expected, cha
   uint16_t buf[CONVERT_ELEMS];
   for (int64_t i = 0; i < n; i += CONVERT_ELEMS) {
     size_t k = (size_t)(n - i < CONVERT_ELEMS ? n - i : CONVERT_ELEMS);
-    if (pread_full(f->fd, buf, k * 2, f->data_start + t->begin + (uint64_t)i * 2) < 0)
+    if (rt_pread_full(f->fd, buf, k * 2, f->data_start + t->begin + (uint64_t)i * 2) < 0)
       return fail(err, errlen, "%s: tensor '%s': cannot read: %s", f->path, t->name,
-                  read_errstr());
+                  rt_read_errstr());
     for (size_t j = 0; j < k; j++)
       dst[i + (int64_t)j] =
           t->dtype == ST_BF16 ? cpu_bf16_to_f32(buf[j]) : cpu_f16_to_f32(buf[j]);
@@ -790,10 +756,10 @@ int st_write(const char *path, const StWrite *t, int n, const char *const *metad
     fail(err, errlen, "%s: cannot create a temporary file: %s", path, strerror(errno));
     goto done;
   }
-  int ok = fchmod(fd, 0644) == 0 && write_full(fd, prefix, 8) == 0 &&
-           write_full(fd, header, hlen) == 0 && write_full(fd, "        ", padded - hlen) == 0;
+  int ok = fchmod(fd, 0644) == 0 && rt_write_full(fd, prefix, 8) == 0 &&
+           rt_write_full(fd, header, hlen) == 0 && rt_write_full(fd, "        ", padded - hlen) == 0;
   for (int j = 0; j < n && ok; j++)
-    ok = write_full(fd, t[order[j]].data, (size_t)bytes[order[j]]) == 0;
+    ok = rt_write_full(fd, t[order[j]].data, (size_t)bytes[order[j]]) == 0;
   ok = ok && fsync(fd) == 0;
   int saved = errno;
   if (close(fd) != 0 && ok)

@@ -1,0 +1,16 @@
+// fileio.h — whole reads and writes on file descriptors, shared by the runtime's
+// readers and writers (safetensors, token files).
+#ifndef FTC_RUNTIME_FILEIO_H
+#define FTC_RUNTIME_FILEIO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+// Reads exactly n bytes at offset off; -1 with errno set, or errno 0 at end of file.
+int rt_pread_full(int fd, void *dst, size_t n, uint64_t off);
+// Writes exactly n bytes; -1 with errno set.
+int rt_write_full(int fd, const void *src, size_t n);
+// A message for the last failed read: strerror(errno), or "the file ended early".
+const char *rt_read_errstr(void);
+
+#endif
