@@ -180,6 +180,19 @@ typedef struct BuildStats {
 IrGraph *fe_build(FtSource *src, const FtModel *m, const PlanChoice *c, Arena *a, BuildStats *bs,
                   FILE *dump_to);
 
+// What the planner's build function needs: the program, its spec, the GPU, the cost model.
+typedef struct FePlanCtx {
+    FtSource *src;
+    FtModel m;
+    const GpuPreset *gpu;
+    CostModel cm;
+} FePlanCtx;
+
+// PlannerInput.build for ftc: builds choice `c` with fe_build and fills `out` (device
+// bytes with the context reserve, host bytes, cost, recompute, the peak's breakdown).
+// `ctx` is an FePlanCtx. 0, or -1 when the program does not build.
+int fe_plan_choice(void *ctx, const PlanChoice *c, PlanOutcome *out);
+
 typedef struct CompileOptions {
     int64_t budget_bytes, host_bytes;
     int64_t micro;          // fixed by the user, else 0

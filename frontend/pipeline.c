@@ -89,14 +89,9 @@ static void peak_breakdown(const IrGraph *g, int at, int64_t *live) {
     }
 }
 
-typedef struct Ctx {
-    FtSource *src;
-    FtModel m;
-    const GpuPreset *gpu;
-    CostModel cm;
-} Ctx;
+typedef FePlanCtx Ctx;
 
-static int build_cb(void *vctx, const PlanChoice *c, PlanOutcome *out) {
+int fe_plan_choice(void *vctx, const PlanChoice *c, PlanOutcome *out) {
     Ctx *x = vctx;
     Arena *a = arena_new();
     BuildStats bs;
@@ -201,7 +196,7 @@ static void suggestions(FILE *f, Ctx *x, const PlannerInput *pin, int64_t budget
         y.m.train.lora_r = 8, y.m.train.lora_alpha = 16, y.m.train.lora_dropout = 0;
         y.m.train.lora_targets = targets, y.m.train.n_lora_targets = 2;
         PlanOutcome o;
-        if (build_cb(&y, &frugal, &o) == 0)
+        if (fe_plan_choice(&y, &frugal, &o) == 0)
             fprintf(f, "  with lora(r = 8, targets = [q_proj, v_proj]): %s on the device (%s)\n",
                     gib(a, o.device_bytes), o.device_bytes <= budget ? "fits" : "still too much");
     }
@@ -218,7 +213,7 @@ static void suggestions(FILE *f, Ctx *x, const PlannerInput *pin, int64_t budget
         }
         y.m.train.quantize = y.m.train.double_quant = true;
         PlanOutcome o;
-        if (build_cb(&y, &frugal, &o) == 0)
+        if (fe_plan_choice(&y, &frugal, &o) == 0)
             fprintf(f, "  with lora(r = 8, targets = [q_proj, v_proj]) and quantize(nf4, double_quant = true): "
                        "%s on the device (%s)\n",
                     gib(a, o.device_bytes), o.device_bytes <= budget ? "fits" : "still too much");
@@ -228,7 +223,7 @@ static void suggestions(FILE *f, Ctx *x, const PlannerInput *pin, int64_t budget
         Ctx y = *x;
         y.m.train.seq = s;
         PlanOutcome o;
-        if (build_cb(&y, &frugal, &o) == 0 && o.device_bytes <= budget) {
+        if (fe_plan_choice(&y, &frugal, &o) == 0 && o.device_bytes <= budget) {
             fprintf(f, "  with seq = %lld (instead of %lld): %s on the device\n", (long long)s,
                     (long long)x->m.train.seq, gib(a, o.device_bytes));
             break;
@@ -265,7 +260,7 @@ int fe_compile_plan(FtSource *src, const FtModel *m, const GpuPreset *gpu, const
                         .weights_bytes = o->states.bytes[MEM_WEIGHTS],
                         .grads_bytes = o->states.bytes[MEM_GRADS],
                         .states_bytes = o->states.bytes[MEM_OPTIMIZER] + o->states.bytes[MEM_MASTER],
-                        .build = build_cb, .ctx = &x, .nlayers = o->nlayers, .micro = o->micro,
+                        .build = fe_plan_choice, .ctx = &x, .nlayers = o->nlayers, .micro = o->micro,
                         .remat = o->remat, .offload = o->offload};
     PlannerResult r;
     struct timespec t0, t1;

@@ -7,34 +7,12 @@
 // peak is measured here by planning ftc's `full` policy (the same kept tensors). At
 // that budget the planner then picks recompute per block (keep / selective / full,
 // mixed across blocks) with the same micro-batch and no offload; the table prints the
-// recompute FLOPs of its choice over per-layer checkpointing's.
+// recompute FLOPs of its choice over per-layer checkpointing's. Both are planned with
+// ftc's own build (fe_plan_choice) and cost model.
 //
 //     build/tests/bench_remat [SOURCE_DIR]
 #include "../../frontend/frontend.h"
 
-typedef struct Ctx {
-    FtSource *src;
-    FtModel m;
-} Ctx;
-
-static int build(void *vctx, const PlanChoice *c, PlanOutcome *out) {
-    Ctx *x = vctx;
-    Arena *a = arena_new();
-    BuildStats bs;
-    IrGraph *g = fe_build(x->src, &x->m, c, a, &bs, NULL);
-    if (!g) {
-        arena_free(a);
-        return -1;
-    }
-    memset(out, 0, sizeof *out);
-    out->device_bytes = bs.alloc.arena_bytes;
-    out->remat = bs.remat;
-    // the cost model ranks by time; recompute time tracks recompute FLOPs here
-    out->cost.step_us = (double)bs.remat.recompute_flops * 1e-6;
-    ir_graph_free(g);
-    arena_free(a);
-    return 0;
-}
 
 int main(int argc, char **argv) {
     const char *root = argc > 1 ? argv[1] : ".";
@@ -49,7 +27,8 @@ int main(int argc, char **argv) {
         if (fe_source_read(&src, path) != 0)
             return 2;
         Arena *a = arena_new();
-        Ctx x = {.src = &src};
+        FePlanCtx x = {.src = &src, .gpu = gpu_preset("a100-40g")};
+        x.cm = (CostModel){x.gpu, 1e9};
         Ast *p = fe_parse(&src, a);
         if (!p || fe_check(&src, p, &x.m, a) != 0)
             return 2;
@@ -58,7 +37,7 @@ int main(int argc, char **argv) {
             // Per-layer checkpointing: its peak, and the forward FLOPs inside the blocks.
             PlanChoice full = {mb, REMAT_FULL, 1 << 20, REMAT_FULL, {false, false}, NULL};
             PlanOutcome ck;
-            build(&x, &full, &ck);
+            fe_plan_choice(&x, &full, &ck);
             Arena *ga = arena_new();
             IrGraph *g = fe_elaborate(&src, &x.m, mb, ga);
             int64_t block_fwd = 0;
@@ -70,7 +49,7 @@ int main(int argc, char **argv) {
             arena_free(ga);
             PlannerInput in = {.global_batch = x.m.train.batch, .nlayers = layers,
                                .budget_bytes = ck.device_bytes, .host_budget_bytes = INT64_MAX,
-                               .micro = mb, .remat = -1, .offload = 0, .build = build, .ctx = &x};
+                               .micro = mb, .remat = -1, .offload = 0, .build = fe_plan_choice, .ctx = &x};
             PlannerResult r;
             planner_search(&in, &r);
             if (r.best < 0) {

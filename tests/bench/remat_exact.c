@@ -9,30 +9,6 @@
 
 #include <time.h>
 
-typedef struct Ctx {
-    FtSource *src;
-    FtModel m;
-    const GpuPreset *gpu;
-} Ctx;
-
-static int build(void *vctx, const PlanChoice *c, PlanOutcome *out) {
-    Ctx *x = vctx;
-    Arena *a = arena_new();
-    BuildStats bs;
-    IrGraph *g = fe_build(x->src, &x->m, c, a, &bs, NULL);
-    if (!g) {
-        arena_free(a);
-        return -1;
-    }
-    memset(out, 0, sizeof *out);
-    out->device_bytes = bs.alloc.arena_bytes;
-    out->remat = bs.remat;
-    CostModel cm = {x->gpu, 1e9};
-    out->cost = cost_step(g, &cm, x->m.train.batch / c->micro, x->m.train.batch * x->m.train.seq);
-    ir_graph_free(g);
-    arena_free(a);
-    return 0;
-}
 
 static double now_s(void) {
     struct timespec t;
@@ -52,7 +28,8 @@ int main(int argc, char **argv) {
         return 2;
     memcpy(at, "layers   =  6", 13);
     Arena *a = arena_new();
-    Ctx x = {.src = &src, .gpu = gpu_preset("a100-40g")};
+    FePlanCtx x = {.src = &src, .gpu = gpu_preset("a100-40g")};
+    x.cm = (CostModel){x.gpu, 1e9};
     Ast *p = fe_parse(&src, a);
     if (!p || fe_check(&src, p, &x.m, a) != 0)
         return 2;
@@ -60,8 +37,8 @@ int main(int argc, char **argv) {
     PlanChoice keep = {1, REMAT_KEEP, L, REMAT_KEEP, {false, false}, NULL};
     PlanChoice full = {1, REMAT_FULL, L, REMAT_FULL, {false, false}, NULL};
     PlanOutcome ok, of;
-    build(&x, &keep, &ok);
-    build(&x, &full, &of);
+    fe_plan_choice(&x, &keep, &ok);
+    fe_plan_choice(&x, &full, &of);
     printf("6 blocks of Qwen2-0.5B, micro-batch 1, seq 2048: keep %.3f GiB, full %.3f GiB\n",
            (double)ok.device_bytes / 0x1p30, (double)of.device_bytes / 0x1p30);
     printf("%12s %14s %14s %8s %9s  %s\n", "budget", "planner (ms)", "optimum (ms)", "ratio",
@@ -71,7 +48,7 @@ int main(int argc, char **argv) {
         int64_t budget = of.device_bytes + (ok.device_bytes - of.device_bytes) * k / 6;
         PlannerInput in = {.global_batch = x.m.train.batch, .nlayers = L, .budget_bytes = budget,
                            .host_budget_bytes = INT64_MAX, .micro = 1, .remat = -1, .offload = 0,
-                           .build = build, .ctx = &x};
+                           .build = fe_plan_choice, .ctx = &x};
         PlannerResult r;
         planner_search(&in, &r);
         RematPolicy pol[6];
