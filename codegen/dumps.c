@@ -75,24 +75,9 @@ void mv_free(MemView *v) {
     memset(v, 0, sizeof *v);
 }
 
-static PlanPhase phase_of(const Plan *p, int id) {
-    for (int ph = 0; ph < PHASE_COUNT; ph++) {
-        if (id < p->nins[ph])
-            return (PlanPhase)ph;
-        id -= p->nins[ph];
-    }
-    return PHASE_OPT;
-}
+static const char *gib(char *buf, int64_t b) { return fmt_bytes(buf, 32, b); }
 
-static const char *gib(char *buf, int64_t b) {
-    if (b >= (1LL << 30))
-        sprintf(buf, "%.2f GiB", (double)b / 0x1p30);
-    else if (b >= (1LL << 20))
-        sprintf(buf, "%.1f MiB", (double)b / 0x1p20);
-    else
-        sprintf(buf, "%.1f KiB", (double)b / 0x1p10);
-    return buf;
-}
+#define OPNAME(in) op_desc((in)->op)->name
 
 static void shape(FILE *f, const PlanBuffer *b) {
     fputc('[', f);
@@ -103,7 +88,7 @@ static void shape(FILE *f, const PlanBuffer *b) {
 
 static void instr_desc(FILE *f, const Plan *p, int id) {
     const PlanInstr *in = plan_instr(p, id);
-    fprintf(f, "instruction %d (%s %s", id, plan_phase_name(phase_of(p, id)), in->op);
+    fprintf(f, "instruction %d (%s %s", id, plan_phase_name(plan_instr_phase(p, id)), OPNAME(in));
     if (in->nout > 0)
         fprintf(f, " -> %s", p->buf[in->out[0]].name);
     if (in->line)
@@ -248,7 +233,7 @@ void mv_write_txt(FILE *f, const MemView *v, const MemMeta *m) {
         for (int i = lo; i < hi; i++)
             if (v->total[i] > v->total[at])
                 at = i;
-        fprintf(f, "  %6d %-9s %10s |", lo, plan_phase_name(phase_of(p, at)), gib(a, v->total[at]));
+        fprintf(f, "  %6d %-9s %10s |", lo, plan_phase_name(plan_instr_phase(p, at)), gib(a, v->total[at]));
         double per = (double)(v->peak ? v->peak : 1) / width, acc = 0;
         int drawn = 0;
         for (int k = 0; k < MV_CATS; k++) {
@@ -303,7 +288,7 @@ void mv_write_json(FILE *f, const MemView *v, const MemMeta *m) {
     for (int id = 0; id < v->n; id++) {
         const PlanInstr *in = plan_instr(p, id);
         fprintf(f, "    {\"id\": %d, \"op\": \"%s\", \"phase\": \"%s\", \"layer\": %d, \"line\": %d}%s\n",
-                id, in->op, plan_phase_name(phase_of(p, id)), in->layer, in->line,
+                id, OPNAME(in), plan_phase_name(plan_instr_phase(p, id)), in->layer, in->line,
                 id + 1 < v->n ? "," : "");
     }
     fprintf(f, "  ],\n  \"live_bytes\": {\n");
@@ -351,7 +336,7 @@ void mv_write_html(FILE *f, const MemView *v, const MemMeta *m) {
                "device arena %s, budget %s. The red line marks the peak; hover over a rectangle "
                "for its buffer.</p>\n",
             gib(a, v->peak), v->peak_at, plan_instr(p, v->peak_at) ? "op" : "", plan_instr(p, v->peak_at) ?
-            plan_instr(p, v->peak_at)->op : "", plan_phase_name(phase_of(p, v->peak_at)),
+            OPNAME(plan_instr(p, v->peak_at)) : "", plan_phase_name(plan_instr_phase(p, v->peak_at)),
             gib(b, arena), gib(c, m->budget_bytes));
     // What the peak is made of, largest first: the answer to "why this much".
     fprintf(f, "<p>At the peak:");
@@ -467,24 +452,37 @@ void mv_write_trace(FILE *f, const MemView *v, const MemMeta *m) {
     fprintf(f, "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 1, \"args\": {\"name\": ");
     ir_json_str(f, title);
     fprintf(f, "}},\n");
-    static const char *streams[] = {"", "compute stream", "copy stream (host link)", "host (CPU)"};
-    for (int t = 1; t <= 3; t++)
+    static const char *streams[STREAM_COUNT] = {"compute stream", "copy stream to the host",
+                                                "copy stream to the device", "host (CPU)"};
+    for (int t = 0; t < STREAM_COUNT; t++)
         fprintf(f, "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": %d, "
-                   "\"args\": {\"name\": \"%s\"}},\n", t, streams[t]);
-    // Compute runs in order; a copy starts when its input is ready (the compute clock)
-    // and queues behind earlier copies; host work likewise on the CPU.
-    double ts[4] = {0, 0, 0, 0};
+                   "\"args\": {\"name\": \"%s\"}},\n", t + 1, streams[t]);
+    // Each stream runs in order; an instruction also waits for the events it names
+    // (the end of the instruction recording each). Copies take the link, host work a
+    // few GFLOP/s of CPU. Phases end with every stream drained.
+    double ts[STREAM_COUNT] = {0}, *done_at = calloc((size_t)p->events + 1, sizeof(double));
     double link = m->link_bytes_per_s > 0 ? m->link_bytes_per_s : 25e9;
+    PlanPhase phase = PHASE_FWD;
     for (int id = 0; id < v->n; id++) {
         const PlanInstr *in = plan_instr(p, id);
-        int tid = !strcmp(in->op, "copy") ? 2 : in->host ? 3 : 1;
-        double dur = tid == 1 ? est_us(in, m)
-                     : tid == 2 ? (double)in->bytes / 2 / link * 1e6
-                                : (double)in->flops / 1e9 * 1e6 / 4;   // a few GFLOP/s of CPU
-        double start = tid == 1 ? ts[1] : fmax(ts[tid], ts[1]);
+        if (plan_instr_phase(p, id) != phase) {
+            phase = plan_instr_phase(p, id);
+            double drained = 0;
+            for (int s = 0; s < STREAM_COUNT; s++)
+                drained = fmax(drained, ts[s]);
+            for (int s = 0; s < STREAM_COUNT; s++)
+                ts[s] = drained;
+        }
+        int tid = (int)in->stream;
+        double dur = op_desc(in->op)->cls == OPC_COPY ? (double)in->bytes / 2 / link * 1e6
+                     : in->stream == STREAM_HOST      ? (double)in->flops / 1e9 * 1e6 / 4
+                                                      : est_us(in, m);
+        double start = ts[tid];
+        for (int k = 0; k < in->nwait; k++)
+            start = fmax(start, done_at[in->wait[k]]);
         fprintf(f, "{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"ts\": %.3f, \"dur\": %.3f, "
                    "\"pid\": 1, \"tid\": %d, \"args\": {\"instruction\": %d, \"out\": ",
-                in->op, plan_phase_name(phase_of(p, id)), start, dur, tid, id);
+                OPNAME(in), plan_phase_name(plan_instr_phase(p, id)), start, dur, tid + 1, id);
         ir_json_str(f, in->nout ? p->buf[in->out[0]].name : "");
         fprintf(f, ", \"flops\": %lld, \"bytes\": %lld}},\n", (long long)in->flops, (long long)in->bytes);
         fprintf(f, "{\"name\": \"memory\", \"ph\": \"C\", \"ts\": %.3f, \"pid\": 1, \"args\": {", start);
@@ -493,8 +491,13 @@ void mv_write_trace(FILE *f, const MemView *v, const MemMeta *m) {
                     (long long)v->live[(size_t)id * MV_CATS + c]);
         fprintf(f, "}},\n");
         ts[tid] = start + dur;
+        if (in->record >= 0)
+            done_at[in->record] = ts[tid];
     }
-    double end = fmax(ts[1], fmax(ts[2], ts[3]));
+    free(done_at);
+    double end = 0;
+    for (int s = 0; s < STREAM_COUNT; s++)
+        end = fmax(end, ts[s]);
     fprintf(f, "{\"name\": \"end of step\", \"ph\": \"i\", \"s\": \"g\", \"ts\": %.3f, \"pid\": 1, \"tid\": 1}\n]}\n", end);
 }
 

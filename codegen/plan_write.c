@@ -48,8 +48,8 @@ int codegen_plan_write(FILE *f, const IrGraph *g, const PlanMeta *meta) {
     if (meta->lora_r > 0)
         fprintf(f, "lora r=%lld alpha=%.17g dropout=%.17g targets=%s\n", (long long)meta->lora_r,
                 meta->lora_alpha, meta->lora_dropout, meta->lora_targets);
-    fprintf(f, "rank 0 ranks 1\narena device %lld\narena host %lld\nbuffers %d\n", (long long)arena,
-            (long long)meta->host_bytes, nt);
+    fprintf(f, "rank 0 ranks 1\narena device %lld device\narena host %lld pinned\nevents %d\nbuffers %d\n",
+            (long long)arena, (long long)meta->host_bytes, g->events, nt);
     for (int i = 0; i < nt; i++) {
         const IrTensor *t = &g->tensors.at[i];
         int base = ir_tensor_base(g, i);
@@ -93,33 +93,24 @@ int codegen_plan_write(FILE *f, const IrGraph *g, const PlanMeta *meta) {
             const IrNode *n = &g->nodes.at[j];
             if (n->phase != (IrPhase)ph)
                 continue;
-            fprintf(f, "%d %s", i++, op_info(n->op)->name);
+            fprintf(f, "%d %s", i++, op_desc(n->op)->name);
             list(f, "out", n->out, ir_node_nout(n));
             list(f, "in", n->in, n->nin);
             if (n->update)
                 fprintf(f, " update=%u", n->update);
-            if (n->attr.f != 0)
-                fprintf(f, " f=%.17g", n->attr.f);
-            if (n->attr.causal)
-                fprintf(f, " causal=1");
-            if (n->op == OP_TRANSPOSE)
-                fprintf(f, " perm=%d,%d", n->attr.perm[0], n->attr.perm[1]);
-            if (n->attr.ndim > 0) {
-                IrTensor s = {.ndim = n->attr.ndim};
-                memcpy(s.shape, n->attr.shape, sizeof s.shape);
-                fprintf(f, " shape=");
-                shape_str(f, &s);
-            }
-            if (n->attr.chunk_rows)
-                fprintf(f, " chunk=%lld", (long long)n->attr.chunk_rows);
+            char attrs[256];
+            op_attr_format(attrs, sizeof attrs, n->op, &n->attr, true);
+            fputs(attrs, f);
+            if (n->stream != STREAM_COMPUTE)
+                fprintf(f, " stream=%s", stream_name((Stream)n->stream));
+            if (n->nwait > 0)
+                list(f, "wait", n->wait, n->nwait);
+            if (n->record >= 0)
+                fprintf(f, " record=%d", n->record);
             if (n->ws >= 0)
                 fprintf(f, " ws=%d", n->ws);
-            if (n->attr.seed)
-                fprintf(f, " seed=%lld", (long long)n->attr.seed);
             if (n->recompute)
                 fprintf(f, " recompute=1");
-            if (n->host)
-                fprintf(f, " host=1");
             fprintf(f, " flops=%lld bytes=%lld", (long long)op_flops(g, n),
                     (long long)(op_bytes_read(g, n) + op_bytes_written(g, n)));
             if (n->layer >= 0)

@@ -168,7 +168,7 @@ static Value tensor(int id) { return (Value){.kind = V_TENSOR, .i = id}; }
 enum { MAX_NODES = 1000000, MAX_CALLS = 200000 };   // far beyond any real model; stop runaway fan-out
 
 // Adds a node; reports a shape error at `loc` (or at the failing argument).
-static Value add_node(Elab *e, Scope *s, OpKind op, int nin, const int *in, IrAttr attr,
+static Value add_node(Elab *e, Scope *s, OpKind op, int nin, const int *in, OpAttr attr,
                       const char *name, SrcLoc loc, const Ast *args) {
     IrShapeErr err;
     if (e->g->nodes.len >= MAX_NODES) {
@@ -177,7 +177,7 @@ static Value add_node(Elab *e, Scope *s, OpKind op, int nin, const int *in, IrAt
         e->too_big = true;
         return none();
     }
-    const char *nm = name ? name : fresh_name(e, s, op_info(op)->name);
+    const char *nm = name ? name : fresh_name(e, s, op_desc(op)->name);
     int id = ir_node_add(e->g, op, nin, in, attr, nm, s->layer, loc, &err);
     if (id < 0) {
         SrcLoc at = loc;
@@ -252,7 +252,7 @@ static Value eval_binop(Elab *e, Scope *s, const Ast *x, const char *name) {
     if (l.kind == V_TENSOR && r.kind == V_TENSOR && x->op != '%') {
         OpKind op = x->op == '+' ? OP_ADD : x->op == '-' ? OP_SUB : x->op == '*' ? OP_MUL : OP_DIV;
         int in[2] = {(int)l.i, (int)r.i};
-        return add_node(e, s, op, 2, in, (IrAttr){0}, value_name(e, s, name, op_info(op)->name),
+        return add_node(e, s, op, 2, in, (OpAttr){0}, value_name(e, s, name, op_desc(op)->name),
                         x->loc, NULL);
     }
     // tensor * c, c * tensor, tensor / c: a scale
@@ -268,7 +268,7 @@ static Value eval_binop(Elab *e, Scope *s, const Ast *x, const char *name) {
             k = 1 / k;
         }
         int in[1] = {(int)t.i};
-        return add_node(e, s, OP_SCALE, 1, in, (IrAttr){.f = k},
+        return add_node(e, s, OP_SCALE, 1, in, (OpAttr){.f = k},
                         value_name(e, s, name, "scale"), x->loc, NULL);
     }
     fe_error(e->src, x->loc, "operator '%c' does not apply to %s and %s", x->op,
@@ -276,10 +276,11 @@ static Value eval_binop(Elab *e, Scope *s, const Ast *x, const char *name) {
     return none();
 }
 
-// Reads an op's attribute from a positional argument or `name = value`.
-static bool read_attr(Elab *e, Scope *s, const OpInfo *info, const Ast *arg, IrAttr *attr) {
-    const char *an = info->attr;
-    if (strcmp(an, "causal") == 0) {
+// Reads an op's .ft attribute (`kind`, one ATTR_* bit, written `an`) from a positional
+// argument or `an = value`.
+static bool read_attr(Elab *e, Scope *s, unsigned kind, const char *an, const Ast *arg,
+                      OpAttr *attr) {
+    if (kind == ATTR_CAUSAL) {
         // `causal` alone, or `causal = true|false`
         if (!arg->name && arg->lhs->kind == AST_IDENT && strcmp(arg->lhs->name, "causal") == 0) {
             attr->causal = true;
@@ -294,7 +295,7 @@ static bool read_attr(Elab *e, Scope *s, const OpInfo *info, const Ast *arg, IrA
         attr->causal = v.i != 0;
         return true;
     }
-    if (strcmp(an, "shape") == 0) {
+    if (kind == ATTR_SHAPE) {
         if (arg->lhs->kind != AST_LIST) {
             fe_error(e->src, arg->lhs->loc, "view needs a shape in brackets, e.g. [B, S, dim]");
             return false;
@@ -302,7 +303,7 @@ static bool read_attr(Elab *e, Scope *s, const OpInfo *info, const Ast *arg, IrA
         attr->ndim = eval_dims(e, s, arg->lhs->args, attr->shape, arg->lhs->loc);
         return attr->ndim > 0;
     }
-    if (strcmp(an, "dims") == 0) {
+    if (kind == ATTR_PERM) {
         const Ast *l = arg->lhs;
         bool pair = (l->kind == AST_TUPLE || l->kind == AST_LIST) && ast_count(l->args) == 2;
         Value a = pair ? eval(e, s, l->args, NULL) : none();
@@ -333,7 +334,7 @@ static int make_params(Elab *e, Scope *s, const Ast *items);
 
 static Value eval_call(Elab *e, Scope *s, const Ast *x, const char *name) {
     OpKind op;
-    if (!op_lookup(x->name, &op) || op == OP_SCALE) {
+    if (!op_lookup_user(x->name, &op)) {
         const Ast *blk = find_block(e, x->name);
         if (blk) {
             Binding *count = lookup(e->model, arena_printf(e->a, "#calls.%s", blk->name));
@@ -342,30 +343,35 @@ static Value eval_call(Elab *e, Scope *s, const Ast *x, const char *name) {
                  (Value){.kind = V_INT, .i = layer + 1});
             return call_block(e, s, blk, x->args, layer, x->loc);
         }
-        fe_error(e->src, x->loc, "unknown function '%s'", x->name);
+        if (op_find(x->name, &op))   // an op of the compiler's own, made by its passes
+            fe_error(e->src, x->loc, "'%s' is an internal op; it cannot be written in .ft",
+                     x->name);
+        else
+            fe_error(e->src, x->loc, "unknown function '%s'", x->name);
         return none();
     }
-    const OpInfo *info = op_info(op);
-    int nargs = ast_count(x->args), npos = 0, in[IR_MAX_INPUTS], nin = 0;
+    const OpDesc *info = op_desc(op);
+    const char *an;
+    unsigned ak = op_user_attr(op, &an);
+    int npos = 0, in[IR_MAX_INPUTS], nin = 0;
     for (const Ast *a = x->args; a && !a->name; a = a->next)
         npos++;
-    IrAttr attr = {0};
+    OpAttr attr = {0};
     bool have_attr = false, ok = true;
     // Positional arguments: tensors first (min_in..max_in), then the attribute.
     int k = 0;
     for (const Ast *a = x->args; a; a = a->next, k++) {
         if (a->name) {
-            if (!info->attr || strcmp(a->name, info->attr) != 0) {
+            if (!an || strcmp(a->name, an) != 0) {
                 fe_error(e->src, a->loc, "%s has no argument named '%s'", info->name, a->name);
                 ok = false;
                 continue;
             }
-            ok &= read_attr(e, s, info, a, &attr);
+            ok &= read_attr(e, s, ak, an, a, &attr);
             have_attr = true;
             continue;
         }
-        bool want_tensor = nin < info->min_in ||
-                           (nin < info->max_in && (!info->attr || npos - k > 1));
+        bool want_tensor = nin < info->min_in || (nin < info->max_in && (!an || npos - k > 1));
         if (want_tensor) {
             Value v = eval(e, s, a->lhs, NULL);
             if (v.kind != V_TENSOR && v.kind != V_NONE)
@@ -373,12 +379,12 @@ static Value eval_call(Elab *e, Scope *s, const Ast *x, const char *name) {
                          k + 1, info->name, vkind_name(v.kind));
             ok &= v.kind == V_TENSOR;
             in[nin++] = v.kind == V_TENSOR ? (int)v.i : -1;   // a failed argument still takes its place
-        } else if (info->attr && !have_attr) {
-            ok &= read_attr(e, s, info, a, &attr);
+        } else if (an && !have_attr) {
+            ok &= read_attr(e, s, ak, an, a, &attr);
             have_attr = true;
         } else {
             fe_error(e->src, a->loc, "too many arguments to %s (takes %d%s)", info->name,
-                     info->max_in, info->attr ? " and an attribute" : "");
+                     info->max_in, an ? " and an attribute" : "");
             return none();
         }
     }
@@ -389,11 +395,10 @@ static Value eval_call(Elab *e, Scope *s, const Ast *x, const char *name) {
                  info->min_in, nin);
         return none();
     }
-    if (info->attr && !have_attr && op != OP_ATTENTION && op != OP_DROPOUT) {
-        fe_error(e->src, x->loc, "%s needs its '%s' argument", info->name, info->attr);
+    if (an && !have_attr && !(info->flags & OPF_ATTR_OPTIONAL)) {
+        fe_error(e->src, x->loc, "%s needs its '%s' argument", info->name, an);
         return none();
     }
-    (void)nargs;
     return add_node(e, s, op, nin, in, attr, value_name(e, s, name, info->name), x->loc, x->args);
 }
 
@@ -558,7 +563,7 @@ static Value eval(Elab *e, Scope *s, const Ast *x, const char *name) {
             return (Value){.kind = V_FLOAT, .f = -v.f};
         if (v.kind == V_TENSOR) {
             int in[1] = {(int)v.i};
-            return add_node(e, s, OP_SCALE, 1, in, (IrAttr){.f = -1},
+            return add_node(e, s, OP_SCALE, 1, in, (OpAttr){.f = -1},
                             value_name(e, s, name, "neg"), x->loc, NULL);
         }
         if (v.kind != V_NONE)
@@ -595,7 +600,7 @@ static Value eval(Elab *e, Scope *s, const Ast *x, const char *name) {
         }
         int in[2] = {(int)t.i, (int)ids.i};
         Ast args = {.kind = AST_ARG, .loc = x->lhs->loc, .next = x->args};
-        return add_node(e, s, OP_EMBED, 2, in, (IrAttr){0}, value_name(e, s, name, "embed"),
+        return add_node(e, s, OP_EMBED, 2, in, (OpAttr){0}, value_name(e, s, name, "embed"),
                         x->loc, &args);
     }
     default:
@@ -1000,7 +1005,7 @@ static int build_loss(Elab *e, Scope *train, const Ast *loss) {
     IrTensor *tk = ir_tensor(e->g, (int)toks.i);
     int tgt = ir_tensor_add(e->g, "targets", TK_INPUT, tk->dtype, tk->ndim, tk->shape, ncall->loc);
     int in[2] = {(int)logits.i, tgt};
-    Value l = add_node(e, &fs, OP_CROSS_ENTROPY, 2, in, (IrAttr){0}, "loss", loss->loc, loss->args);
+    Value l = add_node(e, &fs, OP_CROSS_ENTROPY, 2, in, (OpAttr){0}, "loss", loss->loc, loss->args);
     vec_free(&fs.vars);
     if (l.kind != V_TENSOR)
         return -1;

@@ -1,10 +1,9 @@
 // frontend.h — from .ft text to the IR: diagnostics, sizes, the AST, the parser,
-// elaboration, `ftc import`, and the command-line driver.
+// elaboration, and `ftc import`. It knows the IR and nothing of the passes.
 #ifndef FTC_FRONTEND_H
 #define FTC_FRONTEND_H
 
 #include "../ir/ir.h"
-#include "../passes/passes.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -41,8 +40,6 @@ void fe_note(FtSource *src, SrcLoc loc, const char *fmt, ...)
 
 // Parses a size; returns 0, or -1 with a reason in `why`.
 int fe_size_parse(const char *s, int64_t *bytes, char *why, size_t whylen);
-// Formats bytes as GiB with two decimals ("15.23 GiB").
-const char *fe_gib(char *buf, size_t cap, int64_t bytes);
 
 //
 // ast.c — the syntax tree. One node type; the kind says which fields are valid.
@@ -163,61 +160,13 @@ int fe_check(FtSource *src, Ast *program, FtModel *m, Arena *a);
 IrGraph *fe_elaborate(FtSource *src, const FtModel *m, int64_t batch, Arena *a);
 
 //
-// pipeline.c — the compile pipeline and the planner's report.
-//
-
-typedef struct BuildStats {
-    QuantStats quant;
-    RematStats remat;
-    OffloadStats offload;
-    ScheduleStats schedule;
-    AllocStats alloc;
-} BuildStats;
-
-// Runs elaborate → lora → autodiff → quantize → chunked loss → remat → offload → schedule →
-// liveness → alloc for choice `c` in arena `a` (printing the IR after each pass to
-// `dump_to` if not NULL). NULL after reporting errors.
-IrGraph *fe_build(FtSource *src, const FtModel *m, const PlanChoice *c, Arena *a, BuildStats *bs,
-                  FILE *dump_to);
-
-// What the planner's build function needs: the program, its spec, the GPU, the cost model.
-typedef struct FePlanCtx {
-    FtSource *src;
-    FtModel m;
-    const GpuPreset *gpu;
-    CostModel cm;
-} FePlanCtx;
-
-// PlannerInput.build for ftc: builds choice `c` with fe_build and fills `out` (device
-// bytes with the context reserve, host bytes, cost, recompute, the peak's breakdown).
-// `ctx` is an FePlanCtx. 0, or -1 when the program does not build.
-int fe_plan_choice(void *ctx, const PlanChoice *c, PlanOutcome *out);
-
-typedef struct CompileOptions {
-    int64_t budget_bytes, host_bytes;
-    int64_t micro;          // fixed by the user, else 0
-    int remat, offload;     // fixed by the user (RematPolicy, offload level 0..2), else -1
-    int nlayers;
-    MemBreakdown states;    // weights, grads, optimizer, master of the model
-} CompileOptions;
-
-// Searches for the fastest plan that fits; prints the decision and the candidates to
-// `out` (and `report`, if not NULL). Returns 0 with *chosen set, or -1 after printing
-// why nothing fits and what would.
-int fe_compile_plan(FtSource *src, const FtModel *m, const GpuPreset *gpu, const CompileOptions *o,
-                    FILE *out, FILE *report, PlanChoice *chosen);
-
-//
 // import.c — Hugging Face config.json to .ft.
 //
 
 // Writes a .ft for the config at `path` to `out`; returns 0, or 1 after an error.
 int fe_import(const char *path, FILE *out);
 
-//
-// ftc.c — the driver.
-//
-
-int ftc_main(int argc, char **argv);
+// The command-line driver (main.c, cmdline.c, compile.c) has its own header, driver.h:
+// it is the one part of frontend/ that reaches the passes, codegen and the runtime.
 
 #endif

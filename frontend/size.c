@@ -51,7 +51,3 @@ int fe_size_parse(const char *s, int64_t *bytes, char *why, size_t whylen) {
     return -1;
 }
 
-const char *fe_gib(char *buf, size_t cap, int64_t bytes) {
-    snprintf(buf, cap, "%.2f GiB", (double)bytes / 0x1p30);
-    return buf;
-}

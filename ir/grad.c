@@ -31,13 +31,13 @@ static const char *grad_name(Autodiff *ad, const IrNode *n, const char *what) {
     return arena_printf(ad->g->arena, "%s.%s", ad->g->tensors.at[n->out[0]].name, what);
 }
 
-int ad_node(Autodiff *ad, const IrNode *n, OpKind op, int nin, const int *in, IrAttr attr,
+int ad_node(Autodiff *ad, const IrNode *n, OpKind op, int nin, const int *in, OpAttr attr,
             const char *what) {
     IrShapeErr err;
     int id = ir_node_add(ad->g, op, nin, in, attr, grad_name(ad, n, what), n->layer, n->loc, &err);
     if (id < 0) {
-        fprintf(stderr, "autodiff: %s of %s: %s\n", op_info(op)->name,
-                op_info(n->op)->name, err.msg);
+        fprintf(stderr, "autodiff: %s of %s: %s\n", op_desc(op)->name,
+                op_desc(n->op)->name, err.msg);
         IR_ASSERT(id >= 0);
     }
     IrNode *made = &ad->g->nodes.at[id];
@@ -50,7 +50,7 @@ int ad_node(Autodiff *ad, const IrNode *n, OpKind op, int nin, const int *in, Ir
     return id;
 }
 
-int ad_op(Autodiff *ad, const IrNode *n, OpKind op, int nin, const int *in, IrAttr attr,
+int ad_op(Autodiff *ad, const IrNode *n, OpKind op, int nin, const int *in, OpAttr attr,
           const char *what) {
     int id = ad_node(ad, n, op, nin, in, attr, what);   // may move g->nodes
     return ad->g->nodes.at[id].out[0];
@@ -65,7 +65,7 @@ void ad_add(Autodiff *ad, const IrNode *n, int t, int contribution) {
     ensure(ad);
     if (is_trainable(ad, t)) {
         int gt = ad->grad[t];
-        int id = ir_node_add_update(ad->g, OP_ACC, 1, &contribution, (IrAttr){0}, 1, &gt,
+        int id = ir_node_add_update(ad->g, OP_ACC, 1, &contribution, (OpAttr){0}, 1, &gt,
                                     n->layer, n->loc);
         ad->g->nodes.at[id].phase = PHASE_BACKWARD;
         return;
@@ -75,12 +75,12 @@ void ad_add(Autodiff *ad, const IrNode *n, int t, int contribution) {
         return;
     }
     int in[2] = {ad->grad[t], contribution};
-    int sum = ad_op(ad, n, OP_ADD, 2, in, (IrAttr){0}, "dsum");
+    int sum = ad_op(ad, n, OP_ADD, 2, in, (OpAttr){0}, "dsum");
     ensure(ad);
     ad->grad[t] = sum;
 }
 
-void ad_acc(Autodiff *ad, const IrNode *n, int t, OpKind op, int nin, const int *in, IrAttr attr) {
+void ad_acc(Autodiff *ad, const IrNode *n, int t, OpKind op, int nin, const int *in, OpAttr attr) {
     ensure(ad);
     if (is_trainable(ad, t)) {
         int gt = ad->grad[t];

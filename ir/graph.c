@@ -96,10 +96,6 @@ int ir_shape_str(char *buf, size_t cap, const IrTensor *t) {
     return (int)n;
 }
 
-static const char *stat_name(OpKind op) {
-    return op == OP_ATTENTION ? "lse" : op == OP_DROPOUT ? "mask" : "stats";
-}
-
 // Runs the shape rule of a new node into outs[]; false with err filled.
 static bool run_shape(IrGraph *g, IrNode *n, IrTensor *outs, IrShapeErr *err) {
     for (int k = 0; k < IR_MAX_OUTPUTS; k++)
@@ -110,12 +106,12 @@ static bool run_shape(IrGraph *g, IrNode *n, IrTensor *outs, IrShapeErr *err) {
     return op_info(n->op)->shape(g, n, outs, err);
 }
 
-static IrNode new_node(IrGraph *g, OpKind op, int nin, const int *in, IrAttr attr, int layer,
+static IrNode new_node(IrGraph *g, OpKind op, int nin, const int *in, OpAttr attr, int layer,
                        SrcLoc loc) {
-    const OpInfo *info = op_info(op);
-    IR_ASSERT(nin >= info->min_in && nin <= info->max_in);
+    const OpDesc *d = op_desc(op);
+    IR_ASSERT(nin >= d->min_in && nin <= d->max_in);
     IrNode n = {.id = g->nodes.len, .op = op, .nin = nin, .attr = attr, .layer = layer,
-                .loc = loc, .ws = -1};
+                .loc = loc, .ws = -1, .record = -1};
     for (int i = 0; i < IR_MAX_INPUTS; i++)
         n.in[i] = i < nin ? in[i] : -1;
     for (int k = 0; k < IR_MAX_OUTPUTS; k++)
@@ -124,10 +120,10 @@ static IrNode new_node(IrGraph *g, OpKind op, int nin, const int *in, IrAttr att
     return n;
 }
 
-int ir_node_add(IrGraph *g, OpKind op, int nin, const int *in, IrAttr attr,
+int ir_node_add(IrGraph *g, OpKind op, int nin, const int *in, OpAttr attr,
                 const char *name, int layer, SrcLoc loc, IrShapeErr *err) {
-    if (op == OP_DROPOUT && !attr.seed)
-        attr.seed = g->nodes.len + 1;   // its own stream, kept by any copy of the node
+    if ((op_desc(op)->attrs & ATTR_SEED) && !attr.seed)
+        attr.seed = g->nodes.len + 1;   // its own random stream, kept by any copy of the node
     IrNode n = new_node(g, op, nin, in, attr, layer, loc);
     IrTensor outs[IR_MAX_OUTPUTS];
     if (!run_shape(g, &n, outs, err))
@@ -138,8 +134,8 @@ int ir_node_add(IrGraph *g, OpKind op, int nin, const int *in, IrAttr attr,
             rg = true;
     for (int k = 0; k < IR_MAX_OUTPUTS && outs[k].ndim >= 0; k++) {
         const char *nm = k == 0 ? name
-                       : k == 1 && op_info(op)->backward
-                           ? arena_printf(g->arena, "%s.%s", name, stat_name(op))
+                       : k == 1 && op_info(op)->aux
+                           ? arena_printf(g->arena, "%s.%s", name, op_info(op)->aux)
                            : arena_printf(g->arena, "%s.%d", name, k);
         n.out[k] = ir_tensor_add(g, nm, TK_VALUE, outs[k].dtype, outs[k].ndim, outs[k].shape, loc);
         IrTensor *o = ir_tensor(g, n.out[k]);
@@ -152,7 +148,7 @@ int ir_node_add(IrGraph *g, OpKind op, int nin, const int *in, IrAttr attr,
     return n.id;
 }
 
-int ir_node_add_update(IrGraph *g, OpKind op, int nin, const int *in, IrAttr attr,
+int ir_node_add_update(IrGraph *g, OpKind op, int nin, const int *in, OpAttr attr,
                        int nout, const int *outs, int layer, SrcLoc loc) {
     IrNode n = new_node(g, op, nin, in, attr, layer, loc);
     IrTensor want[IR_MAX_OUTPUTS];
@@ -164,7 +160,7 @@ int ir_node_add_update(IrGraph *g, OpKind op, int nin, const int *in, IrAttr att
         // optimizer ops update tensors of one size; the others one of the rule's shape
         if (nin > 0)
             IR_ASSERT(ir_tensor_elems(ir_tensor(g, outs[k])) ==
-                      ir_tensor_elems(&want[op == OP_ADAMW || op == OP_SGD ? 0 : k]));
+                      ir_tensor_elems(&want[op_desc(op)->cls == OPC_OPTIMIZER ? 0 : k]));
     }
     vec_push(&g->nodes, n);
     return n.id;
@@ -206,4 +202,32 @@ int ir_layers(const IrGraph *g) {
         if (g->nodes.at[i].layer + 1 > n)
             n = g->nodes.at[i].layer + 1;
     return n;
+}
+
+void ir_rewrite_begin(IrRewrite *rw, IrGraph *g) {
+    *rw = (IrRewrite){.g = g, .old = g->nodes.at, .nold = g->nodes.len};
+    g->nodes.at = NULL;
+    g->nodes.len = g->nodes.cap = 0;
+}
+
+bool ir_rewrite_next(IrRewrite *rw, IrNode *n) {
+    if (rw->at >= rw->nold)
+        return false;
+    *n = rw->old[rw->at++];
+    return true;
+}
+
+int ir_rewrite_keep(IrRewrite *rw, IrNode *n) {
+    IrGraph *g = rw->g;
+    n->id = g->nodes.len;
+    for (int k = 0; k < IR_MAX_OUTPUTS && n->out[k] >= 0; k++)
+        if (!((n->update >> k) & 1))
+            g->tensors.at[n->out[k]].producer = n->id;
+    vec_push(&g->nodes, *n);
+    return n->id;
+}
+
+void ir_rewrite_end(IrRewrite *rw) {
+    free(rw->old);
+    *rw = (IrRewrite){0};
 }

@@ -13,6 +13,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "../runtime/ops.h"   // the op vocabulary shared with plans (OpKind, OpAttr)
+
 //
 // arena.c — compile-time objects live in one arena per compilation, freed at once.
 //
@@ -84,7 +86,7 @@ const char *mem_category_name(MemCategory c);
 // Tensors and nodes.
 //
 
-enum { IR_MAX_DIMS = 6, IR_MAX_INPUTS = 6, IR_MAX_OUTPUTS = 4 };
+enum { IR_MAX_DIMS = OP_MAX_DIMS, IR_MAX_INPUTS = 6, IR_MAX_OUTPUTS = 4, IR_MAX_WAITS = STREAM_COUNT - 1 };
 
 typedef enum TensorKind {
     TK_PARAM,     // a parameter (trainable or frozen); hf_name is its checkpoint name
@@ -130,24 +132,6 @@ typedef struct IrTensor {
     SrcLoc loc;
 } IrTensor;
 
-typedef enum OpKind {
-#define OP(kind) kind,
-#include "ops.def"
-#undef OP
-    OP_COUNT
-} OpKind;
-
-// Attributes by op. Only the fields an op's row names are meaningful.
-typedef struct IrAttr {
-    double f;               // eps (norms), theta (rope), p (dropout), c (scale), loss scale
-    bool causal;            // attention
-    int perm[2];            // transpose: the two dims swapped
-    int64_t chunk_rows;     // cross_entropy: rows per chunk (0 = all at once)
-    int64_t seed;           // dropout: its random stream (a recompute repeats it)
-    int ndim;               // view: the new shape
-    int64_t shape[IR_MAX_DIMS];
-} IrAttr;
-
 typedef enum IrPhase {
     PHASE_FORWARD,          // the micro-step's forward and loss
     PHASE_BACKWARD,         // the micro-step's backward
@@ -163,12 +147,16 @@ typedef struct IrNode {
                             // in out[1] (norm rstd, attention lse, dropout mask); -1 unused
     uint8_t update;         // bit k: out[k] already exists and is read-modify-written
                             // (+= into a gradient, an optimizer update in place)
-    IrAttr attr;
+    OpAttr attr;
     int layer;              // repeat index, -1 outside any repeated block
     IrPhase phase;
     int ws;                 // its TK_WORKSPACE tensor (set by liveness), else -1
     bool recompute;         // a forward node re-run in backward (remat)
-    bool host;              // runs on the CPU (an offloaded optimizer, a host gradient add)
+    uint8_t stream;         // the Stream it runs on: STREAM_HOST for the CPU (an offloaded
+                            // optimizer, a host gradient sum), a copy stream for OP_COPY
+    int8_t nwait;           // events it waits for before it starts (set by the streams pass)
+    int wait[IR_MAX_WAITS];
+    int record;             // the event it records when done, else -1
     SrcLoc loc;
 } IrNode;
 
@@ -197,6 +185,7 @@ typedef struct IrGraph {
     int logits;             // the tensor fed to the loss, -1 while there is none
     int64_t batch, seq;     // B and S the graph was elaborated for
     IrStep step;
+    int events;             // events the streams pass made
 } IrGraph;
 
 // graph.c
@@ -224,15 +213,42 @@ typedef struct IrShapeErr { char msg[256]; int arg; } IrShapeErr;
 // Appends a node; runs the op's shape rule and, on success, creates its output
 // tensors named `name` (a statistic gets a suffix). Returns the node id, or -1 with
 // `err` filled.
-int ir_node_add(IrGraph *g, OpKind op, int nin, const int *in, IrAttr attr,
+int ir_node_add(IrGraph *g, OpKind op, int nin, const int *in, OpAttr attr,
                 const char *name, int layer, SrcLoc loc, IrShapeErr *err);
 // Appends a node that read-modify-writes existing tensors `outs` (gradients, optimizer
 // state); their element counts must match what the shape rule computes. Node id.
-int ir_node_add_update(IrGraph *g, OpKind op, int nin, const int *in, IrAttr attr,
+int ir_node_add_update(IrGraph *g, OpKind op, int nin, const int *in, OpAttr attr,
                        int nout, const int *outs, int layer, SrcLoc loc);
 
+// Rebuilding the node list in one walk (a pass that inserts nodes around existing
+// ones): begin moves the nodes aside and leaves the list empty; next hands out each old
+// node in order (a copy the pass may change); nodes the pass adds with ir_node_add land
+// in the new list where they are added; keep appends the (changed) old node,
+// renumbering it and making it the producer of the outputs it assigns.
 //
-// op.c — the op table.
+//   IrRewrite rw;
+//   ir_rewrite_begin(&rw, g);
+//   for (IrNode n; ir_rewrite_next(&rw, &n);) {
+//       ... nodes added here run before n ...
+//       ir_rewrite_keep(&rw, &n);
+//       ... and here after it
+//   }
+//   ir_rewrite_end(&rw);
+typedef struct IrRewrite {
+    IrGraph *g;
+    IrNode *old;
+    int nold, at;           // old nodes, and the index of the next one
+} IrRewrite;
+
+void ir_rewrite_begin(IrRewrite *rw, IrGraph *g);
+bool ir_rewrite_next(IrRewrite *rw, IrNode *n);
+int ir_rewrite_keep(IrRewrite *rw, IrNode *n);   // the node's new id
+void ir_rewrite_end(IrRewrite *rw);
+
+//
+// op.c — the compiler's columns of the op table. An op's name, class, arity and
+// attribute schema are its row in runtime/ops.def (op_desc); these are what only the
+// compiler needs: shape rule, FLOPs, bytes, what backward reads, the derivative rule.
 //
 
 enum {                      // bits of OpInfo.grad_needs: what a backward reads
@@ -243,30 +259,31 @@ enum {                      // bits of OpInfo.grad_needs: what a backward reads
 typedef struct Autodiff Autodiff;   // passes/autodiff.c
 
 typedef struct OpInfo {
-    const char *name;       // as written in .ft and in plans
-    int min_in, max_in;
-    bool elementwise;       // may run in place on an input of the same shape
     // Output shapes and dtypes from the inputs into out[0..]: an output the op does
     // not make keeps ndim = -1. False with err filled on a mismatch.
     bool (*shape)(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err);
     int64_t (*flops)(const IrGraph *g, const IrNode *n);
     int64_t (*bytes_read)(const IrGraph *g, const IrNode *n);   // NULL: all inputs once
+    // OPC_GEMM ops: the product's dimensions (M x K times K x N; batched products count
+    // their batch in M). NULL for the other classes.
+    void (*gemm)(const IrGraph *g, const IrNode *n, int64_t *m, int64_t *nn, int64_t *k);
     // grad_needs[i]: what computing the gradient of input i reads (NEED_* bits).
     // An input with requires_grad set makes its row's tensors saved for backward.
     uint8_t grad_needs[IR_MAX_INPUTS];
     int64_t (*scratch_bytes)(const IrGraph *g, const IrNode *n); // NULL: none
-    // The op's one attribute as written in .ft after the tensor arguments, or NULL:
-    // "eps", "theta", "p", "c" (IrAttr.f), "causal", "shape" (view), "dims" (transpose).
-    const char *attr;
     // Appends the gradient nodes of forward node `n` (the derivative rule); NULL for
     // ops that are not differentiated (backward and optimizer ops).
     void (*backward)(Autodiff *ad, const IrNode *n);
     uint8_t init[IR_MAX_INPUTS];    // how a parameter in input k is initialised (IrInit)
-    bool user;                      // may be written in .ft
+    const char *aux;                // the name suffix of out[1] ("rstd", "lse", "mask")
 } OpInfo;
 
 const OpInfo *op_info(OpKind op);
-bool op_lookup(const char *name, OpKind *out);
+// The op a .ft call names: a user op (OPF_USER) called `name`, or false.
+bool op_lookup_user(const char *name, OpKind *out);
+// The attribute an op takes in .ft after its tensor arguments (one ATTR_* bit, 0 for
+// none) and its keyword ("eps", "causal", "shape", "dims", ...).
+unsigned op_user_attr(OpKind op, const char **keyword);
 int64_t op_flops(const IrGraph *g, const IrNode *n);
 int64_t op_bytes_read(const IrGraph *g, const IrNode *n);
 int64_t op_bytes_written(const IrGraph *g, const IrNode *n);
@@ -289,16 +306,16 @@ bool ad_needs(const Autodiff *ad, int t);
 // The gradient of forward node `n`'s output k, or -1 when none reaches it.
 int ad_dy(Autodiff *ad, const IrNode *n, int k);
 // Appends op `op` for forward node `n` (same layer, location) and returns its node id.
-int ad_node(Autodiff *ad, const IrNode *n, OpKind op, int nin, const int *in, IrAttr attr,
+int ad_node(Autodiff *ad, const IrNode *n, OpKind op, int nin, const int *in, OpAttr attr,
             const char *what);
 // Appends op `op` and returns its out[0].
-int ad_op(Autodiff *ad, const IrNode *n, OpKind op, int nin, const int *in, IrAttr attr,
+int ad_op(Autodiff *ad, const IrNode *n, OpKind op, int nin, const int *in, OpAttr attr,
           const char *what);
 // Adds `contribution` to the gradient of `t` (a parameter: += into its TK_GRAD).
 void ad_add(Autodiff *ad, const IrNode *n, int t, int contribution);
 // For ops whose kernels accumulate (linear dW, embedding, norm weights, sums): writes
 // straight into `t`'s TK_GRAD when `t` is a trainable parameter, else contributes.
-void ad_acc(Autodiff *ad, const IrNode *n, int t, OpKind op, int nin, const int *in, IrAttr attr);
+void ad_acc(Autodiff *ad, const IrNode *n, int t, OpKind op, int nin, const int *in, OpAttr attr);
 
 //
 // print.c, verify.c

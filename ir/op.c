@@ -1,5 +1,6 @@
-// op.c — the op table: one row per op, the only place that knows an op's arity,
-// shape rule, FLOPs, bytes moved, what its backward reads, and its derivative rule.
+// op.c — the compiler's columns of the op table: per op, its shape rule, FLOPs, bytes
+// moved, GEMM dimensions, what its backward reads, and its derivative rule. Name,
+// class, arity and attributes are the op's row in runtime/ops.def.
 #include "ir.h"
 
 #include <string.h>
@@ -40,14 +41,12 @@ static bool same_shape(const IrTensor *a, const IrTensor *b) {
     return true;
 }
 
-// Formats "bf16[2, 16, 64]" into a rotating buffer, so two fit in one message.
-static const char *sh(const IrTensor *t) {
-    static char buf[4][96];
-    static int k;
-    k = (k + 1) % 4;
-    ir_shape_str(buf[k], sizeof buf[k], t);
-    return buf[k];
+// Formats "bf16[2, 16, 64]" into `buf` (96 bytes); SH gives each use its own buffer.
+static const char *shape_text(char *buf, const IrTensor *t) {
+    ir_shape_str(buf, 96, t);
+    return buf;
 }
+#define sh(t) shape_text((char[96]){0}, (t))
 
 static int64_t elems_out(const IrGraph *g, const IrNode *n) { return ir_tensor_elems(T(n->out[0])); }
 static int64_t elems_in0(const IrGraph *g, const IrNode *n) { return ir_tensor_elems(IN(0)); }
@@ -118,7 +117,7 @@ static bool suffix_of(const IrTensor *b, const IrTensor *a) {
 static bool shape_binary(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
     const IrTensor *a = IN(0), *b = IN(1);
     if (!suffix_of(b, a) || !is_float(a->dtype) || !is_float(b->dtype))
-        return fail(err, 1, "%s: shapes %s and %s do not match", op_info(n->op)->name, sh(a),
+        return fail(err, 1, "%s: shapes %s and %s do not match", op_desc(n->op)->name, sh(a),
                     sh(b));
     same_as(out, a);
     return true;
@@ -126,7 +125,7 @@ static bool shape_binary(const IrGraph *g, const IrNode *n, IrTensor *out, IrSha
 
 static bool shape_unary(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
     if (!is_float(IN(0)->dtype))
-        return fail(err, 0, "%s needs a float tensor, got %s", op_info(n->op)->name, sh(IN(0)));
+        return fail(err, 0, "%s needs a float tensor, got %s", op_desc(n->op)->name, sh(IN(0)));
     same_as(out, IN(0));
     return true;
 }
@@ -146,13 +145,13 @@ static bool shape_dropout(const IrGraph *g, const IrNode *n, IrTensor *out, IrSh
 static bool shape_norm(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
     const IrTensor *x = IN(0);
     if (x->ndim < 1 || !is_float(x->dtype))
-        return fail(err, 0, "%s input must be a float tensor, got %s", op_info(n->op)->name,
+        return fail(err, 0, "%s input must be a float tensor, got %s", op_desc(n->op)->name,
                     sh(x));
     int64_t c = x->shape[x->ndim - 1];
     for (int k = 1; k < n->nin; k++) {
         const IrTensor *w = IN(k);
         if (w->ndim != 1 || w->shape[0] != c)
-            return fail(err, k, "%s: %s %s does not match input %s", op_info(n->op)->name,
+            return fail(err, k, "%s: %s %s does not match input %s", op_desc(n->op)->name,
                         k == 1 ? "weight" : "bias", sh(w), sh(x));
     }
     same_as(&out[0], x);
@@ -395,6 +394,31 @@ static int64_t read_embed(const IrGraph *g, const IrNode *n) {
 
 static int64_t read_nothing(const IrGraph *g, const IrNode *n) { (void)g, (void)n; return 0; }
 
+// GEMM dimensions: M x K times K x N.
+static void gemm_linear(const IrGraph *g, const IrNode *n, int64_t *m, int64_t *nn, int64_t *k) {
+    const IrTensor *x = IN(0), *w = IN(1);
+    *m = prod(x->shape, 0, x->ndim - 1), *nn = w->shape[0], *k = w->shape[1];
+}
+
+// dx = dy [M, N] · W [N, K]
+static void gemm_linear_dx(const IrGraph *g, const IrNode *n, int64_t *m, int64_t *nn, int64_t *k) {
+    const IrTensor *dy = IN(0), *w = IN(1);
+    *m = prod(dy->shape, 0, dy->ndim - 1), *nn = w->shape[1], *k = dy->shape[dy->ndim - 1];
+}
+
+// dW = dyᵀ [N, M] · x [M, K]
+static void gemm_linear_dw(const IrGraph *g, const IrNode *n, int64_t *m, int64_t *nn, int64_t *k) {
+    const IrTensor *dy = IN(0), *o = T(n->out[0]);
+    *m = o->shape[0], *nn = o->shape[1], *k = prod(dy->shape, 0, dy->ndim - 1);
+}
+
+// Batched products: the output's last two dims, and K from the FLOPs.
+static void gemm_matmul(const IrGraph *g, const IrNode *n, int64_t *m, int64_t *nn, int64_t *k) {
+    const IrTensor *o = T(n->out[0]);
+    *m = o->shape[o->ndim - 2], *nn = o->shape[o->ndim - 1];
+    *k = op_flops(g, n) / (2 * ir_tensor_elems(o));
+}
+
 // The loss's backward forms the fp32 gradient of each row chunk of logits it works on
 // before storing it in the logits' dtype.
 static int64_t scratch_cross_entropy(const IrGraph *g, const IrNode *n) {
@@ -417,7 +441,7 @@ static int unbroadcast(Autodiff *ad, const IrNode *n, int d, int k) {
     const IrTensor *t = T_AD(ad, n->in[k]), *dt = T_AD(ad, d);
     if (same_shape(t, dt))
         return d;
-    IrAttr a = {.ndim = t->ndim};
+    OpAttr a = {.ndim = t->ndim};
     memcpy(a.shape, t->shape, sizeof a.shape);
     return ad_op(ad, n, OP_SUM_TO, 1, &d, a, "sum");
 }
@@ -431,7 +455,7 @@ static void bwd_add_sub(Autodiff *ad, const IrNode *n) {
     if (ad_needs(ad, n->in[1])) {
         int d = dy;
         if (n->op == OP_SUB)
-            d = ad_op(ad, n, OP_SCALE, 1, &dy, (IrAttr){.f = -1}, "neg");
+            d = ad_op(ad, n, OP_SCALE, 1, &dy, (OpAttr){.f = -1}, "neg");
         ad_add(ad, n, n->in[1], unbroadcast(ad, n, d, 1));
     }
 }
@@ -442,11 +466,11 @@ static void bwd_mul(Autodiff *ad, const IrNode *n) {
         return;
     if (ad_needs(ad, n->in[0])) {
         int in[2] = {dy, n->in[1]};
-        ad_add(ad, n, n->in[0], ad_op(ad, n, OP_MUL, 2, in, (IrAttr){0}, "da"));
+        ad_add(ad, n, n->in[0], ad_op(ad, n, OP_MUL, 2, in, (OpAttr){0}, "da"));
     }
     if (ad_needs(ad, n->in[1])) {
         int in[2] = {dy, n->in[0]};
-        int d = ad_op(ad, n, OP_MUL, 2, in, (IrAttr){0}, "db");
+        int d = ad_op(ad, n, OP_MUL, 2, in, (OpAttr){0}, "db");
         ad_add(ad, n, n->in[1], unbroadcast(ad, n, d, 1));
     }
 }
@@ -459,15 +483,15 @@ static void bwd_div(Autodiff *ad, const IrNode *n) {
     int a = n->in[0], b = n->in[1];
     if (ad_needs(ad, a)) {
         int in[2] = {dy, b};
-        ad_add(ad, n, a, ad_op(ad, n, OP_DIV, 2, in, (IrAttr){0}, "da"));
+        ad_add(ad, n, a, ad_op(ad, n, OP_DIV, 2, in, (OpAttr){0}, "da"));
     }
     if (ad_needs(ad, b)) {
         int i1[2] = {dy, a}, i2[2] = {b, b};
-        int t = ad_op(ad, n, OP_MUL, 2, i1, (IrAttr){0}, "dya");
-        int bb = ad_op(ad, n, OP_MUL, 2, i2, (IrAttr){0}, "bb");
+        int t = ad_op(ad, n, OP_MUL, 2, i1, (OpAttr){0}, "dya");
+        int bb = ad_op(ad, n, OP_MUL, 2, i2, (OpAttr){0}, "bb");
         int i3[2] = {t, bb};
-        int q = ad_op(ad, n, OP_DIV, 2, i3, (IrAttr){0}, "q");
-        int d = ad_op(ad, n, OP_SCALE, 1, &q, (IrAttr){.f = -1}, "db");
+        int q = ad_op(ad, n, OP_DIV, 2, i3, (OpAttr){0}, "q");
+        int d = ad_op(ad, n, OP_SCALE, 1, &q, (OpAttr){.f = -1}, "db");
         ad_add(ad, n, b, unbroadcast(ad, n, d, 1));
     }
 }
@@ -486,7 +510,7 @@ static void bwd_unary(Autodiff *ad, const IrNode *n) {
     int d;
     if (n->op == OP_EXP) {
         int in[2] = {dy, n->out[0]};
-        d = ad_op(ad, n, OP_MUL, 2, in, (IrAttr){0}, "dx");
+        d = ad_op(ad, n, OP_MUL, 2, in, (OpAttr){0}, "dx");
     } else if (n->op == OP_ROPE) {
         d = ad_op(ad, n, OP_ROPE_BWD, 1, &dy, n->attr, "dx");
     } else if (n->op == OP_SOFTMAX) {
@@ -511,7 +535,7 @@ static void bwd_embed(Autodiff *ad, const IrNode *n) {
     if (dy < 0 || !ad_needs(ad, n->in[0]))
         return;
     const IrTensor *tab = T_AD(ad, n->in[0]);
-    IrAttr a = {.ndim = 2, .shape = {tab->shape[0], tab->shape[1]}};
+    OpAttr a = {.ndim = 2, .shape = {tab->shape[0], tab->shape[1]}};
     int in[2] = {dy, n->in[1]};
     ad_acc(ad, n, n->in[0], OP_EMBED_BWD, 2, in, a);
 }
@@ -522,14 +546,14 @@ static void bwd_linear(Autodiff *ad, const IrNode *n) {
         return;
     if (ad_needs(ad, n->in[0])) {
         int in[2] = {dy, n->in[1]};
-        ad_add(ad, n, n->in[0], ad_op(ad, n, OP_LINEAR_DX, 2, in, (IrAttr){0}, "dx"));
+        ad_add(ad, n, n->in[0], ad_op(ad, n, OP_LINEAR_DX, 2, in, (OpAttr){0}, "dx"));
     }
     if (ad_needs(ad, n->in[1])) {
         int in[2] = {dy, n->in[0]};
-        ad_acc(ad, n, n->in[1], OP_LINEAR_DW, 2, in, (IrAttr){0});
+        ad_acc(ad, n, n->in[1], OP_LINEAR_DW, 2, in, (OpAttr){0});
     }
     if (n->nin == 3 && n->in[2] >= 0 && ad_needs(ad, n->in[2])) {
-        IrAttr a = {.ndim = 1, .shape = {T_AD(ad, n->in[2])->shape[0]}};
+        OpAttr a = {.ndim = 1, .shape = {T_AD(ad, n->in[2])->shape[0]}};
         ad_acc(ad, n, n->in[2], OP_SUM_TO, 1, &dy, a);
     }
 }
@@ -540,11 +564,11 @@ static void bwd_matmul(Autodiff *ad, const IrNode *n) {
         return;
     if (ad_needs(ad, n->in[0])) {
         int in[2] = {dy, n->in[1]};
-        ad_add(ad, n, n->in[0], ad_op(ad, n, OP_MATMUL_DA, 2, in, (IrAttr){0}, "da"));
+        ad_add(ad, n, n->in[0], ad_op(ad, n, OP_MATMUL_DA, 2, in, (OpAttr){0}, "da"));
     }
     if (ad_needs(ad, n->in[1])) {
         int in[2] = {n->in[0], dy};
-        ad_add(ad, n, n->in[1], ad_op(ad, n, OP_MATMUL_DB, 2, in, (IrAttr){0}, "db"));
+        ad_add(ad, n, n->in[1], ad_op(ad, n, OP_MATMUL_DB, 2, in, (OpAttr){0}, "db"));
     }
 }
 
@@ -563,7 +587,7 @@ static void bwd_norm(Autodiff *ad, const IrNode *n) {
         ad_acc(ad, n, n->in[1], rms ? OP_RMSNORM_DW : OP_LAYERNORM_DW, 3, in, n->attr);
     }
     if (!rms && ad_needs(ad, n->in[2])) {
-        IrAttr a = {.ndim = 1, .shape = {T_AD(ad, n->in[2])->shape[0]}};
+        OpAttr a = {.ndim = 1, .shape = {T_AD(ad, n->in[2])->shape[0]}};
         ad_acc(ad, n, n->in[2], OP_SUM_TO, 1, &dy, a);
     }
 }
@@ -584,7 +608,7 @@ static void bwd_view(Autodiff *ad, const IrNode *n) {
     if (dy < 0 || !ad_needs(ad, n->in[0]))
         return;
     const IrTensor *x = T_AD(ad, n->in[0]);
-    IrAttr a = n->attr;
+    OpAttr a = n->attr;
     if (n->op == OP_VIEW) {
         a.ndim = x->ndim;
         memcpy(a.shape, x->shape, sizeof a.shape);
@@ -597,7 +621,7 @@ static void bwd_cross_entropy(Autodiff *ad, const IrNode *n) {
     if (!ad_needs(ad, n->in[0]))
         return;
     int in[2] = {n->in[0], n->in[1]};
-    IrAttr a = n->attr;
+    OpAttr a = n->attr;
     a.f = ad->loss_scale;
     ad_add(ad, n, n->in[0], ad_op(ad, n, OP_CROSS_ENTROPY_BWD, 2, in, a, "dlogits"));
 }
@@ -615,115 +639,69 @@ static void bwd_cross_entropy(Autodiff *ad, const IrNode *n) {
 
 static const OpInfo ops[OP_COUNT] = {
     // forward ops, written in .ft
-    [OP_EMBED] = {.name = "embed", .min_in = 2, .max_in = 2, .shape = shape_embed,
-                  .flops = flops_zero, .bytes_read = read_embed, .grad_needs = {I1},
-                  .backward = bwd_embed, .user = true},
-    [OP_LINEAR] = {.name = "linear", .min_in = 2, .max_in = 3, .shape = shape_linear,
-                   .flops = flops_linear, .grad_needs = {I1, I0}, .backward = bwd_linear,
-                   .init = {0, 0, INIT_ZEROS}, .user = true},
-    [OP_MATMUL] = {.name = "matmul", .min_in = 2, .max_in = 2, .shape = shape_matmul,
-                   .flops = flops_matmul, .grad_needs = {I1, I0}, .backward = bwd_matmul,
-                   .user = true},
-    [OP_ADD] = {.name = "add", .min_in = 2, .max_in = 2, .elementwise = true,
-                .shape = shape_binary, .flops = flops_elems, .backward = bwd_add_sub, .user = true},
-    [OP_SUB] = {.name = "sub", .min_in = 2, .max_in = 2, .elementwise = true,
-                .shape = shape_binary, .flops = flops_elems, .backward = bwd_add_sub, .user = true},
-    [OP_MUL] = {.name = "mul", .min_in = 2, .max_in = 2, .elementwise = true,
-                .shape = shape_binary, .flops = flops_elems, .grad_needs = {I1, I0},
-                .backward = bwd_mul, .user = true},
-    [OP_DIV] = {.name = "div", .min_in = 2, .max_in = 2, .elementwise = true,
-                .shape = shape_binary, .flops = flops_elems, .grad_needs = {I1, I0 | I1},
-                .backward = bwd_div, .user = true},
-    [OP_SCALE] = {.name = "scale", .min_in = 1, .max_in = 1, .elementwise = true,
-                  .shape = shape_unary, .flops = flops_elems, .attr = "c",
-                  .backward = bwd_scale},
-    [OP_SILU] = {.name = "silu", .min_in = 1, .max_in = 1, .elementwise = true,
-                 .shape = shape_unary, .flops = flops_4elems, .grad_needs = {I0},
-                 .backward = bwd_unary, .user = true},
-    [OP_GELU] = {.name = "gelu", .min_in = 1, .max_in = 1, .elementwise = true,
-                 .shape = shape_unary, .flops = flops_8elems, .grad_needs = {I0},
-                 .backward = bwd_unary, .user = true},
-    [OP_EXP] = {.name = "exp", .min_in = 1, .max_in = 1, .elementwise = true,
-                .shape = shape_unary, .flops = flops_elems, .grad_needs = {O},
-                .backward = bwd_unary, .user = true},
-    [OP_RMSNORM] = {.name = "rmsnorm", .min_in = 2, .max_in = 2, .shape = shape_norm,
-                    .flops = flops_4elems, .grad_needs = {I0 | I1 | A, I0 | A}, .attr = "eps",
-                    .backward = bwd_norm, .init = {0, INIT_ONES}, .user = true},
-    [OP_LAYERNORM] = {.name = "layernorm", .min_in = 3, .max_in = 3, .shape = shape_norm,
-                      .flops = flops_8elems, .grad_needs = {I0 | I1 | A, I0 | A, 0},
-                      .attr = "eps", .backward = bwd_norm,
-                      .init = {0, INIT_ONES, INIT_ZEROS}, .user = true},
-    [OP_ROPE] = {.name = "rope", .min_in = 1, .max_in = 1, .elementwise = true,
-                 .shape = shape_rope, .flops = flops_4elems, .attr = "theta",
-                 .backward = bwd_unary, .user = true},
-    [OP_SOFTMAX] = {.name = "softmax", .min_in = 1, .max_in = 1, .elementwise = true,
-                    .shape = shape_unary, .flops = flops_4elems, .grad_needs = {O},
-                    .backward = bwd_unary, .user = true},
-    [OP_ATTENTION] = {.name = "attention", .min_in = 3, .max_in = 3, .shape = shape_attention,
-                      .flops = flops_attention, .grad_needs = {ALL3, ALL3, ALL3},
-                      .attr = "causal", .backward = bwd_attention, .user = true},
-    [OP_VIEW] = {.name = "view", .min_in = 1, .max_in = 1, .shape = shape_view,
-                 .flops = flops_zero, .bytes_read = read_nothing, .attr = "shape",
-                 .backward = bwd_view, .user = true},
-    [OP_TRANSPOSE] = {.name = "transpose", .min_in = 1, .max_in = 1, .shape = shape_transpose,
-                      .flops = flops_zero, .attr = "dims", .backward = bwd_view, .user = true},
-    [OP_DROPOUT] = {.name = "dropout", .min_in = 1, .max_in = 1, .shape = shape_dropout,
-                    .flops = flops_elems, .grad_needs = {A}, .attr = "p",
-                    .backward = bwd_unary, .user = true},
-    [OP_CROSS_ENTROPY] = {.name = "cross_entropy", .min_in = 2, .max_in = 2,
-                          .shape = shape_cross_entropy, .flops = flops_cross_entropy,
-                          .grad_needs = {I0 | I1}, .backward = bwd_cross_entropy, .user = true},
+    [OP_EMBED] = {.shape = shape_embed, .flops = flops_zero, .bytes_read = read_embed,
+                  .grad_needs = {I1}, .backward = bwd_embed},
+    [OP_LINEAR] = {.shape = shape_linear, .flops = flops_linear, .gemm = gemm_linear,
+                   .grad_needs = {I1, I0}, .backward = bwd_linear, .init = {0, 0, INIT_ZEROS}},
+    [OP_MATMUL] = {.shape = shape_matmul, .flops = flops_matmul, .gemm = gemm_matmul,
+                   .grad_needs = {I1, I0}, .backward = bwd_matmul},
+    [OP_ADD] = {.shape = shape_binary, .flops = flops_elems, .backward = bwd_add_sub},
+    [OP_SUB] = {.shape = shape_binary, .flops = flops_elems, .backward = bwd_add_sub},
+    [OP_MUL] = {.shape = shape_binary, .flops = flops_elems, .grad_needs = {I1, I0},
+                .backward = bwd_mul},
+    [OP_DIV] = {.shape = shape_binary, .flops = flops_elems, .grad_needs = {I1, I0 | I1},
+                .backward = bwd_div},
+    [OP_SCALE] = {.shape = shape_unary, .flops = flops_elems, .backward = bwd_scale},
+    [OP_SILU] = {.shape = shape_unary, .flops = flops_4elems, .grad_needs = {I0},
+                 .backward = bwd_unary},
+    [OP_GELU] = {.shape = shape_unary, .flops = flops_8elems, .grad_needs = {I0},
+                 .backward = bwd_unary},
+    [OP_EXP] = {.shape = shape_unary, .flops = flops_elems, .grad_needs = {O},
+                .backward = bwd_unary},
+    [OP_RMSNORM] = {.shape = shape_norm, .flops = flops_4elems, .grad_needs = {I0 | I1 | A, I0 | A},
+                    .backward = bwd_norm, .init = {0, INIT_ONES}, .aux = "stats"},
+    [OP_LAYERNORM] = {.shape = shape_norm, .flops = flops_8elems,
+                      .grad_needs = {I0 | I1 | A, I0 | A, 0}, .backward = bwd_norm,
+                      .init = {0, INIT_ONES, INIT_ZEROS}, .aux = "stats"},
+    [OP_ROPE] = {.shape = shape_rope, .flops = flops_4elems, .backward = bwd_unary},
+    [OP_SOFTMAX] = {.shape = shape_unary, .flops = flops_4elems, .grad_needs = {O},
+                    .backward = bwd_unary},
+    [OP_ATTENTION] = {.shape = shape_attention, .flops = flops_attention,
+                      .grad_needs = {ALL3, ALL3, ALL3}, .backward = bwd_attention, .aux = "lse"},
+    [OP_VIEW] = {.shape = shape_view, .flops = flops_zero, .bytes_read = read_nothing,
+                 .backward = bwd_view},
+    [OP_TRANSPOSE] = {.shape = shape_transpose, .flops = flops_zero, .backward = bwd_view},
+    [OP_DROPOUT] = {.shape = shape_dropout, .flops = flops_elems, .grad_needs = {A},
+                    .backward = bwd_unary, .aux = "mask"},
+    [OP_CROSS_ENTROPY] = {.shape = shape_cross_entropy, .flops = flops_cross_entropy,
+                          .grad_needs = {I0 | I1}, .backward = bwd_cross_entropy},
     // backward ops
-    [OP_EMBED_BWD] = {.name = "embed_bwd", .min_in = 2, .max_in = 2, .shape = shape_attr,
-                      .flops = flops_elems},
-    [OP_LINEAR_DX] = {.name = "linear_dx", .min_in = 2, .max_in = 2, .shape = shape_linear_dx,
-                      .flops = flops_linear_bwd},
-    [OP_LINEAR_DW] = {.name = "linear_dw", .min_in = 2, .max_in = 2, .shape = shape_linear_dw,
-                      .flops = flops_linear_bwd},
-    [OP_SUM_TO] = {.name = "sum_to", .min_in = 1, .max_in = 1, .shape = shape_attr,
-                   .flops = flops_elems},
-    [OP_MATMUL_DA] = {.name = "matmul_da", .min_in = 2, .max_in = 2, .shape = shape_matmul_da,
-                      .flops = flops_matmul_bwd},
-    [OP_MATMUL_DB] = {.name = "matmul_db", .min_in = 2, .max_in = 2, .shape = shape_matmul_db,
-                      .flops = flops_matmul_bwd},
-    [OP_SILU_BWD] = {.name = "silu_bwd", .min_in = 2, .max_in = 2, .shape = shape_like1,
-                     .flops = flops_8elems},
-    [OP_GELU_BWD] = {.name = "gelu_bwd", .min_in = 2, .max_in = 2, .shape = shape_like1,
-                     .flops = flops_8elems},
-    [OP_RMSNORM_DX] = {.name = "rmsnorm_dx", .min_in = 4, .max_in = 4, .shape = shape_like1,
-                       .flops = flops_8elems, .attr = "eps"},
-    [OP_RMSNORM_DW] = {.name = "rmsnorm_dw", .min_in = 3, .max_in = 3, .shape = shape_norm_dw,
-                       .flops = flops_8in0, .attr = "eps"},
-    [OP_LAYERNORM_DX] = {.name = "layernorm_dx", .min_in = 4, .max_in = 4, .shape = shape_like1,
-                         .flops = flops_8elems, .attr = "eps"},
-    [OP_LAYERNORM_DW] = {.name = "layernorm_dw", .min_in = 3, .max_in = 3, .shape = shape_norm_dw,
-                         .flops = flops_8in0, .attr = "eps"},
-    [OP_ROPE_BWD] = {.name = "rope_bwd", .min_in = 1, .max_in = 1, .shape = shape_like0,
-                     .flops = flops_4elems, .attr = "theta"},
-    [OP_SOFTMAX_BWD] = {.name = "softmax_bwd", .min_in = 2, .max_in = 2, .shape = shape_like1,
-                        .flops = flops_4elems},
-    [OP_ATTENTION_BWD] = {.name = "attention_bwd", .min_in = 6, .max_in = 6,
-                          .shape = shape_attention_bwd, .flops = flops_attention_bwd,
-                          .attr = "causal"},
-    [OP_DROPOUT_BWD] = {.name = "dropout_bwd", .min_in = 2, .max_in = 2, .shape = shape_like0,
-                        .flops = flops_elems, .attr = "p"},
-    [OP_CROSS_ENTROPY_BWD] = {.name = "cross_entropy_bwd", .min_in = 2, .max_in = 2,
-                              .shape = shape_like0, .flops = flops_cross_entropy,
+    [OP_EMBED_BWD] = {.shape = shape_attr, .flops = flops_elems},
+    [OP_LINEAR_DX] = {.shape = shape_linear_dx, .flops = flops_linear_bwd, .gemm = gemm_linear_dx},
+    [OP_LINEAR_DW] = {.shape = shape_linear_dw, .flops = flops_linear_bwd, .gemm = gemm_linear_dw},
+    [OP_SUM_TO] = {.shape = shape_attr, .flops = flops_elems},
+    [OP_MATMUL_DA] = {.shape = shape_matmul_da, .flops = flops_matmul_bwd, .gemm = gemm_matmul},
+    [OP_MATMUL_DB] = {.shape = shape_matmul_db, .flops = flops_matmul_bwd, .gemm = gemm_matmul},
+    [OP_SILU_BWD] = {.shape = shape_like1, .flops = flops_8elems},
+    [OP_GELU_BWD] = {.shape = shape_like1, .flops = flops_8elems},
+    [OP_RMSNORM_DX] = {.shape = shape_like1, .flops = flops_8elems},
+    [OP_RMSNORM_DW] = {.shape = shape_norm_dw, .flops = flops_8in0},
+    [OP_LAYERNORM_DX] = {.shape = shape_like1, .flops = flops_8elems},
+    [OP_LAYERNORM_DW] = {.shape = shape_norm_dw, .flops = flops_8in0},
+    [OP_ROPE_BWD] = {.shape = shape_like0, .flops = flops_4elems},
+    [OP_SOFTMAX_BWD] = {.shape = shape_like1, .flops = flops_4elems},
+    [OP_ATTENTION_BWD] = {.shape = shape_attention_bwd, .flops = flops_attention_bwd},
+    [OP_DROPOUT_BWD] = {.shape = shape_like0, .flops = flops_elems},
+    [OP_CROSS_ENTROPY_BWD] = {.shape = shape_like0, .flops = flops_cross_entropy,
                               .scratch_bytes = scratch_cross_entropy},
     // storage
-    [OP_COPY] = {.name = "copy", .min_in = 1, .max_in = 1, .shape = shape_like0,
-                 .flops = flops_zero},
-    [OP_DEQUANT] = {.name = "dequant", .min_in = 2, .max_in = 4, .shape = shape_dequant,
-                    .flops = flops_4elems},
+    [OP_COPY] = {.shape = shape_like0, .flops = flops_zero},
+    [OP_DEQUANT] = {.shape = shape_dequant, .flops = flops_4elems},
     // optimizer ops
-    [OP_ACC] = {.name = "acc", .min_in = 1, .max_in = 1, .shape = shape_update,
-                .flops = flops_elems},
-    [OP_ADAMW] = {.name = "adamw", .min_in = 1, .max_in = 1, .shape = shape_update,
-                  .flops = flops_adamw},
-    [OP_SGD] = {.name = "sgd", .min_in = 1, .max_in = 1, .shape = shape_update,
-                .flops = flops_elems},
-    [OP_ZERO] = {.name = "zero", .min_in = 0, .max_in = 0, .shape = shape_update,
-                 .flops = flops_zero},
+    [OP_ACC] = {.shape = shape_update, .flops = flops_elems},
+    [OP_ADAMW] = {.shape = shape_update, .flops = flops_adamw},
+    [OP_SGD] = {.shape = shape_update, .flops = flops_elems},
+    [OP_ZERO] = {.shape = shape_update, .flops = flops_zero},
 };
 
 const OpInfo *op_info(OpKind op) {
@@ -731,13 +709,25 @@ const OpInfo *op_info(OpKind op) {
     return &ops[op];
 }
 
-bool op_lookup(const char *name, OpKind *out) {
-    for (int i = 0; i < OP_COUNT; i++)
-        if (strcmp(ops[i].name, name) == 0) {
-            *out = (OpKind)i;
-            return true;
+bool op_lookup_user(const char *name, OpKind *out) {
+    return op_find(name, out) && (op_desc(*out)->flags & OPF_USER);
+}
+
+unsigned op_user_attr(OpKind op, const char **keyword) {
+    const OpDesc *d = op_desc(op);
+    static const struct { unsigned bit; const char *word; } order[] = {
+        {ATTR_CAUSAL, "causal"}, {ATTR_SHAPE, "shape"}, {ATTR_PERM, "dims"}};
+    *keyword = NULL;
+    if (d->attrs & ATTR_F) {
+        *keyword = d->f_key;
+        return ATTR_F;
+    }
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
+        if (d->attrs & order[i].bit) {
+            *keyword = order[i].word;
+            return order[i].bit;
         }
-    return false;
+    return 0;
 }
 
 int64_t op_flops(const IrGraph *g, const IrNode *n) { return ops[n->op].flops(g, n); }

@@ -29,21 +29,14 @@ void ir_print(FILE *f, const IrGraph *g) {
         char s[128];
         for (int k = 0; k < IR_MAX_OUTPUTS && n->out[k] >= 0; k++)
             fprintf(f, "%s%s%%%d", k ? ", " : "", (n->update >> k) & 1 ? "+" : "", n->out[k]);
-        fprintf(f, " = %-13s", op_info(n->op)->name);
+        fprintf(f, " = %-13s", op_desc(n->op)->name);
         for (int k = 0; k < n->nin; k++)
             fprintf(f, "%s%s", k ? ", " : " ", n->in[k] >= 0 ? g->tensors.at[n->in[k]].name : "_");
-        switch (n->op) {
-        case OP_RMSNORM: case OP_LAYERNORM: fprintf(f, "; eps=%g", n->attr.f); break;
-        case OP_ROPE: case OP_ROPE_BWD: fprintf(f, "; theta=%g", n->attr.f); break;
-        case OP_SCALE: fprintf(f, "; c=%g", n->attr.f); break;
-        case OP_DROPOUT: case OP_DROPOUT_BWD: fprintf(f, "; p=%g", n->attr.f); break;
-        case OP_CROSS_ENTROPY_BWD: fprintf(f, "; scale=%g", n->attr.f); break;
-        case OP_ATTENTION: case OP_ATTENTION_BWD:
-            fprintf(f, "; causal=%s", n->attr.causal ? "true" : "false");
-            break;
-        case OP_TRANSPOSE: fprintf(f, "; dims=%d,%d", n->attr.perm[0], n->attr.perm[1]); break;
-        default: break;
-        }
+        char attrs[256];
+        if (op_attr_format(attrs, sizeof attrs, n->op, &n->attr, false) > 0)
+            fprintf(f, ";%s", attrs);
+        if (n->stream != STREAM_COMPUTE)
+            fprintf(f, " [%s]", stream_name((Stream)n->stream));
         fprintf(f, "  ->");
         for (int k = 0; k < IR_MAX_OUTPUTS && n->out[k] >= 0; k++) {
             const IrTensor *o = &g->tensors.at[n->out[k]];
@@ -86,7 +79,7 @@ void ir_write_json(FILE *f, const IrGraph *g) {
         const IrNode *n = &g->nodes.at[i];
         fprintf(f, "    {\"id\": %d, \"op\": \"%s\", \"phase\": \"%s\", \"layer\": %d, \"flops\": %lld, "
                    "\"out_bytes\": %lld, \"inputs\": [",
-                i, op_info(n->op)->name, phase[n->phase], n->layer, (long long)op_flops(g, n),
+                i, op_desc(n->op)->name, phase[n->phase], n->layer, (long long)op_flops(g, n),
                 (long long)op_bytes_written(g, n));
         for (int k = 0; k < n->nin; k++)
             fprintf(f, "%s%d", k ? ", " : "", n->in[k]);

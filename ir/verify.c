@@ -30,7 +30,7 @@ int ir_verify(const IrGraph *g, FILE *f) {
     }
     for (int i = 0; i < g->nodes.len; i++) {
         const IrNode *n = &g->nodes.at[i];
-        const OpInfo *op = op_info(n->op);
+        const OpDesc *op = op_desc(n->op);
         if (n->nin < op->min_in || n->nin > op->max_in)
             BAD("node %d (%s) has %d inputs", i, op->name, n->nin);
         for (int k = 0; k < n->nin; k++) {

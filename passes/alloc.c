@@ -52,12 +52,12 @@ static int *roots(const IrGraph *g) {
 }
 
 static const char *order_name[] = {"size", "area", "start"};
-static int order_kind;
 
-static int cmp_blocks(const void *pa, const void *pb) {
+// Orders blocks for placement; `ctx` points at the order (0 size, 1 area, 2 start).
+static int cmp_blocks(const void *pa, const void *pb, void *ctx) {
     const Block *a = pa, *b = pb;
     int64_t ka = 0, kb = 0;
-    switch (order_kind) {
+    switch (*(const int *)ctx) {
     case 0: ka = a->size, kb = b->size; break;
     case 1:
         ka = a->size * (a->last - a->first + 1), kb = b->size * (b->last - b->first + 1);
@@ -165,8 +165,7 @@ static int64_t alloc_arena(IrGraph *g, int a, AllocStats *st, int64_t *lb, int *
     int64_t arena = -1;
     // Very large graphs get only the start order, whose placement is near-linear.
     for (int o = nb > LARGE ? 2 : 0; o < 3; o++) {
-        order_kind = o;
-        qsort(blocks, (size_t)nb, sizeof(Block), cmp_blocks);
+        qsort_r(blocks, (size_t)nb, sizeof(Block), cmp_blocks, &o);
         int64_t top = o == 2 ? place_by_start(blocks, nb, fixed) : place(blocks, nb, fixed);
         if (a == 0)
             st->tried[o] = top;

@@ -20,7 +20,25 @@ static int state_tensor(IrGraph *g, int param, const char *what, DType dt, MemCa
     return id;
 }
 
-int autodiff_apply(IrGraph *g, int accum_steps) {
+// The first trainable parameter flowing into input k of `n`, for messages, or -1.
+static int param_behind(const IrGraph *g, int t) {
+    for (int guard = 0; guard < 100000 && t >= 0; guard++) {
+        const IrTensor *x = &g->tensors.at[t];
+        if (x->kind == TK_PARAM)
+            return x->trainable ? t : -1;
+        if (x->producer < 0)
+            return -1;
+        const IrNode *n = &g->nodes.at[x->producer];
+        int next = -1;
+        for (int k = 0; k < n->nin && next < 0; k++)
+            if (n->in[k] >= 0 && g->tensors.at[n->in[k]].requires_grad)
+                next = n->in[k];
+        t = next;
+    }
+    return -1;
+}
+
+int autodiff_apply(IrGraph *g, int accum_steps, PassDiag *d) {
     IR_ASSERT(g->loss >= 0 && accum_steps >= 1);
     const IrStep *st = &g->step;
     int nparams = g->tensors.len, nfwd = g->nodes.len;
@@ -37,12 +55,31 @@ int autodiff_apply(IrGraph *g, int accum_steps) {
             ad.grad[i] = grads[i] = state_tensor(g, i, "grad", st->grad_dt, MEM_GRADS, TK_GRAD);
     }
     // Walk the forward nodes backwards; a rule does nothing when no gradient reaches it.
+    // An op without a rule where a gradient reaches it and a trainable parameter lies
+    // behind it would silently cut that parameter off: an error at its line.
+    int errors = d ? d->errors : 0;
     for (int i = nfwd - 1; i >= 0; i--) {
         IrNode n = g->nodes.at[i];   // a copy: rules append nodes and may move the array
         const OpInfo *op = op_info(n.op);
-        if (n.phase != PHASE_FORWARD || !op->backward)
+        if (n.phase != PHASE_FORWARD)
             continue;
-        op->backward(&ad, &n);
+        if (op->backward) {
+            op->backward(&ad, &n);
+            continue;
+        }
+        int p = -1;
+        for (int k = 0; k < n.nin && p < 0; k++)
+            if (ad_needs(&ad, n.in[k]))
+                p = param_behind(g, n.in[k]);
+        if (ad_dy(&ad, &n, 0) >= 0 && p >= 0 && d)
+            pass_error(d, n.loc, "'%s' has no derivative rule, so '%s' would train on no "
+                       "gradient through it", op_desc(n.op)->name, g->tensors.at[p].decl
+                       ? g->tensors.at[p].decl : g->tensors.at[p].name);
+    }
+    if (d && d->errors > errors) {
+        free(grads);
+        free(ad.grad);
+        return -1;
     }
     // The optimizer: one update per trainable parameter, then its gradient is zeroed.
     for (int i = 0; i < nparams; i++) {
@@ -58,9 +95,9 @@ int autodiff_apply(IrGraph *g, int accum_steps) {
         if (st->master)
             outs[nout++] = state_tensor(g, i, "master", DT_F32, MEM_MASTER, TK_STATE);
         int id = ir_node_add_update(g, st->optim_states == 2 ? OP_ADAMW : OP_SGD, 1, &grads[i],
-                                    (IrAttr){0}, nout, outs, p.layer, p.loc);
+                                    (OpAttr){0}, nout, outs, p.layer, p.loc);
         g->nodes.at[id].phase = PHASE_OPTIMIZER;
-        id = ir_node_add_update(g, OP_ZERO, 0, NULL, (IrAttr){0}, 1, &grads[i], p.layer, p.loc);
+        id = ir_node_add_update(g, OP_ZERO, 0, NULL, (OpAttr){0}, 1, &grads[i], p.layer, p.loc);
         g->nodes.at[id].phase = PHASE_OPTIMIZER;
     }
     free(grads);

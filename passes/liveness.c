@@ -98,7 +98,7 @@ int liveness_apply(IrGraph *g, bool in_place) {
     // In place: the output takes over the bytes of an input that dies here.
     for (int i = 0; i < n; i++) {
         IrNode *nd = &g->nodes.at[i];
-        if (!op_info(nd->op)->elementwise || nd->update)
+        if (!(op_desc(nd->op)->flags & OPF_INPLACE) || nd->update)
             continue;
         IrTensor *o = &g->tensors.at[nd->out[0]];
         if (o->kind != TK_VALUE || o->alias_of >= 0 || nd->out[0] == g->loss)

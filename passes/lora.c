@@ -31,7 +31,7 @@ static int target_of(const LoraSpec *s, const IrTensor *w) {
     return -1;
 }
 
-static int add(IrGraph *g, OpKind op, int nin, const int *in, IrAttr attr, const char *name,
+static int add(IrGraph *g, OpKind op, int nin, const int *in, OpAttr attr, const char *name,
                const IrNode *at) {
     IrShapeErr err;
     int id = ir_node_add(g, op, nin, in, attr, name, at->layer, at->loc, &err);
@@ -81,26 +81,19 @@ int lora_apply(IrGraph *g, const LoraSpec *spec, PassDiag *d) {
     for (int i = 0; i < nt; i++)
         remap[i] = i;
     // Rebuild the node list, emitting each adapter right after its linear.
-    IrNode *old = g->nodes.at;
-    int nold = g->nodes.len;
-    g->nodes.at = NULL;
-    g->nodes.len = g->nodes.cap = 0;
     double scale = spec->alpha / (double)spec->r;
-    for (int i = 0; i < nold; i++) {
-        IrNode n = old[i];
+    IrRewrite rw;
+    ir_rewrite_begin(&rw, g);
+    for (IrNode n; ir_rewrite_next(&rw, &n);) {
         for (int k = 0; k < n.nin; k++)
             if (n.in[k] >= 0 && n.in[k] < nt)
                 n.in[k] = remap[n.in[k]];
-        n.id = g->nodes.len;
-        if (n.op == OP_VIEW)   // a view of a rewritten linear aliases the new sum
+        if (g->tensors.at[n.out[0]].alias_of >= 0)   // a view of a rewritten linear aliases the new sum
             g->tensors.at[n.out[0]].alias_of = ir_tensor_base(g, n.in[0]);
-        for (int k = 0; k < IR_MAX_OUTPUTS && n.out[k] >= 0; k++)
-            g->tensors.at[n.out[k]].producer = n.id;
-        vec_push(&g->nodes, n);
+        ir_rewrite_keep(&rw, &n);
         if (n.op != OP_LINEAR || target_of(spec, &g->tensors.at[n.in[1]]) < 0)
             continue;
-        const IrTensor *w = &g->tensors.at[n.in[1]];
-        const IrTensor wc = *w;   // the vector may move as tensors are added
+        const IrTensor wc = g->tensors.at[n.in[1]];   // a copy: the vector may move as tensors are added
         int a = add_param(g, &wc, "A", spec->r, wc.shape[1]);
         int b = add_param(g, &wc, "B", wc.shape[0], spec->r);
         // As PEFT: A ~ kaiming_uniform(a = sqrt(5)), i.e. U(-1/sqrt(in), 1/sqrt(in)); B = 0.
@@ -110,18 +103,18 @@ int lora_apply(IrGraph *g, const LoraSpec *spec, PassDiag *d) {
         const char *base = g->tensors.at[n.out[0]].name;
         int x = n.in[0];
         if (spec->dropout > 0)
-            x = add(g, OP_DROPOUT, 1, &x, (IrAttr){.f = spec->dropout},
+            x = add(g, OP_DROPOUT, 1, &x, (OpAttr){.f = spec->dropout},
                     arena_printf(g->arena, "%s.lora_drop", base), &n);
         int in1[2] = {x, a};
-        int t = add(g, OP_LINEAR, 2, in1, (IrAttr){0}, arena_printf(g->arena, "%s.lora_a", base), &n);
+        int t = add(g, OP_LINEAR, 2, in1, (OpAttr){0}, arena_printf(g->arena, "%s.lora_a", base), &n);
         int in2[2] = {t, b};
-        int u = add(g, OP_LINEAR, 2, in2, (IrAttr){0}, arena_printf(g->arena, "%s.lora_b", base), &n);
-        int s = add(g, OP_SCALE, 1, &u, (IrAttr){.f = scale},
+        int u = add(g, OP_LINEAR, 2, in2, (OpAttr){0}, arena_printf(g->arena, "%s.lora_b", base), &n);
+        int s = add(g, OP_SCALE, 1, &u, (OpAttr){.f = scale},
                     arena_printf(g->arena, "%s.lora_scale", base), &n);
         int in3[2] = {n.out[0], s};
-        remap[n.out[0]] = add(g, OP_ADD, 2, in3, (IrAttr){0}, arena_printf(g->arena, "%s.lora", base), &n);
+        remap[n.out[0]] = add(g, OP_ADD, 2, in3, (OpAttr){0}, arena_printf(g->arena, "%s.lora", base), &n);
     }
-    free(old);
+    ir_rewrite_end(&rw);
     if (g->loss >= 0 && g->loss < nt)
         g->loss = remap[g->loss];
     if (g->logits >= 0 && g->logits < nt)

@@ -36,8 +36,18 @@ int lora_apply(IrGraph *g, const LoraSpec *spec, PassDiag *d);
 
 // Appends to forward graph `g` the backward nodes (the loss gradient scaled by
 // 1/accum_steps), a TK_GRAD per trainable parameter, optimizer state and master
-// copies as g->step asks, and the optimizer phase. Returns 0.
-int autodiff_apply(IrGraph *g, int accum_steps);
+// copies as g->step asks, and the optimizer phase. Returns 0, or -1 after reporting to
+// `d` each node whose op has no derivative rule but lies on a path from a trainable
+// parameter to the loss.
+int autodiff_apply(IrGraph *g, int accum_steps, PassDiag *d);
+
+//
+// chunk_loss.c — the loss's backward over row chunks.
+//
+
+// Sets the row chunk of every cross-entropy backward so that its fp32 working set stays
+// within `max_bytes`; returns the rows per chunk of the last one (0: all rows at once).
+int64_t chunk_loss_apply(IrGraph *g, int64_t max_bytes);
 
 //
 // remat.c — keep or recompute, per block (repeat index).
@@ -67,10 +77,13 @@ typedef struct OffloadSpec {
 } OffloadSpec;
 
 typedef struct OffloadStats {
-    int64_t host_bytes;     // tensors moved to the host arena
+    int64_t host_bytes;     // tensors moved to the host arena (state, gradients)
     int64_t d2h_bytes;      // per micro-step: gradients sent to the host
     int64_t h2d_bytes;      // per step: updated weights sent back
 } OffloadStats;
+
+// Moves optimizer state (and gradients) to the host arena, runs their nodes on the host
+// stream and adds the copies (with host staging buffers) that carry bytes across.
 
 int offload_apply(IrGraph *g, const OffloadSpec *o, OffloadStats *st);
 
@@ -111,6 +124,21 @@ typedef struct AllocStats {
 } AllocStats;
 
 int alloc_apply(IrGraph *g, AllocStats *st);
+
+//
+// streams.c — events between streams, for a placed graph.
+//
+
+typedef struct StreamStats {
+    int events;                 // events recorded
+    int waits;                  // waits added
+} StreamStats;
+
+// Orders, with events, every two nodes on different streams that touch the same bytes
+// (one writing) within a phase: on one tensor, and across tensors the allocator put on
+// the same bytes. Waits only where stream order and earlier events do not already
+// order them. Needs liveness and alloc. Returns 0.
+int streams_apply(IrGraph *g, StreamStats *st);
 
 //
 // quantize.c — NF4 storage for the frozen linear weights of the blocks (QLoRA).
@@ -166,6 +194,8 @@ typedef struct StepCost {
 
 double cost_node_us(const IrGraph *g, const IrNode *n, const CostModel *cm);
 StepCost cost_step(const IrGraph *g, const CostModel *cm, int64_t accum, int64_t tokens_per_step);
+// The host's fp32 AdamW rate in parameters per second, timed on this machine.
+double cost_measure_host_adamw(void);
 
 //
 // planner.c — the search for the fastest plan that fits.
@@ -201,9 +231,11 @@ typedef struct PlannerInput {
     int64_t weights_bytes, grads_bytes, states_bytes, reserve_bytes;
     int64_t micro;              // fixed by the user, else 0
     int remat, offload;         // fixed by the user (a RematPolicy, an offload level 0..2), else -1
-    // Builds choice c into a fresh graph and plans it; 0, or -1 on failure.
+    // Builds choice c into a fresh graph and plans it; 0, or -1 on failure. Called from
+    // several threads at once: it must not touch shared mutable state.
     int (*build)(void *ctx, const PlanChoice *c, PlanOutcome *out);
     void *ctx;
+    int threads;                // planning threads (0: one per CPU)
 } PlannerInput;
 
 typedef struct PlannerResult {
@@ -244,5 +276,84 @@ typedef struct MemBreakdown {
 // device, every tensor the backward reads kept from the forward, the logits and the
 // loss's working set, the batch, and `reserve_bytes` of context.
 MemBreakdown count_naive_memory(const IrGraph *g, int64_t reserve_bytes);
+
+//
+// pipeline.c — the compile pipeline: one ordered table of named passes, each with one
+// signature, run for a planner choice; and the planner's build function over it.
+//
+//   elaborate (B, S) → lora → autodiff → quantize → chunk_loss → remat → offload
+//     → schedule → liveness → alloc → streams
+//
+
+// What the train section asks of the step beyond the forward graph.
+typedef struct PipelineSpec {
+    int64_t global_batch;       // sequences per optimizer step
+    int64_t seq;
+    bool lora;                  // with lora_spec
+    LoraSpec lora_spec;
+    bool quantize, double_quant;
+    int64_t loss_chunk_bytes;   // the loss's backward works on fp32 chunks of at most this
+} PipelineSpec;
+
+// The frontend's part: the forward graph and loss for micro-batch `micro` and sequence
+// length `seq`, in arena `a`; NULL after reporting errors. Called from several planner
+// threads at once.
+typedef IrGraph *(*ElaborateFn)(void *ctx, int64_t micro, int64_t seq, Arena *a);
+
+typedef struct Pipeline {
+    ElaborateFn elaborate;
+    void *ctx;
+    PipelineSpec spec;
+    PassDiag *diag;             // user errors found by passes; NULL: counted, not shown
+    bool verify;                // ir_verify after every pass (debug builds and tests)
+    bool final;                 // also the passes only a written plan needs (streams)
+    const char *dump_after;     // print the IR after this pass ("all": after each), or NULL
+    FILE *dump_to;
+    const char *stop_after;     // run the stages up to this one only, or NULL for all
+} Pipeline;
+
+typedef struct BuildStats {
+    QuantStats quant;
+    RematStats remat;
+    OffloadStats offload;
+    ScheduleStats schedule;
+    AllocStats alloc;
+    StreamStats streams;
+    int64_t loss_chunk_rows;
+} BuildStats;
+
+// The stage names, in order ("elaborate", then each pass), for --dump-after.
+const char *const *pipeline_stages(int *n);
+// Builds choice `c` through every pass into a graph in arena `a`; NULL after errors.
+IrGraph *pipeline_build(const Pipeline *p, const PlanChoice *c, Arena *a, BuildStats *bs);
+
+// What the planner's build function measures a choice with.
+typedef struct PlanCtx {
+    const Pipeline *pipeline;
+    const GpuPreset *gpu;
+    CostModel cm;
+} PlanCtx;
+
+// PlannerInput.build over pipeline_build: device bytes (context reserve included),
+// host bytes, cost, recompute, the peak's breakdown. `ctx` is a PlanCtx.
+int pipeline_plan_choice(void *ctx, const PlanChoice *c, PlanOutcome *out);
+
+//
+// whatif.c — when nothing fits: what each user-side change would need.
+//
+
+typedef struct WhatIf {
+    bool weights_too_big;       // the bf16 weights alone exceed the budget
+    const char *q_target, *v_target;    // the .ft names of the attention's q and v
+                                        // projections, NULL when there are none
+    int64_t lora_bytes;         // device bytes with lora(r = 8) on them, -1 not tried
+    int64_t qlora_bytes;        // ... and quantize(nf4, double_quant = true), -1 not tried
+    int64_t seq, seq_bytes;     // the longest shorter sequence that fits, 0 none
+} WhatIf;
+
+// Plans the most frugal choice (micro-batch 1, swap, everything offloadable on the host)
+// under each change alone: LoRA on the projections feeding attention's q and v, found
+// in the graph; that and NF4 storage; halved sequence lengths. Returns 0.
+int whatif_search(const PlanCtx *x, int64_t budget_bytes, int64_t weights_bytes, WhatIf *w);
 
 #endif

@@ -8,12 +8,17 @@
 // and each policy, a binary search finds the largest micro-batch that fits; where the
 // cheaper policy stops fitting at that micro-batch, a second binary search finds how
 // many blocks can keep it. Every choice tried is planned exactly (schedule, liveness,
-// offsets) by the caller's build function; the fastest by the cost model wins.
+// offsets) by the caller's build function; the fastest by the cost model wins. The
+// binary searches are independent of each other, so they run on several threads; the
+// candidates are merged in a fixed order, so the result does not depend on timing.
 #include "passes.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const OffloadSpec levels[3] = {{false, false}, {true, false}, {true, true}};
 
@@ -28,22 +33,110 @@ void planner_choice_str(char *buf, size_t cap, const PlanChoice *c, int nlayers)
              c->offload.grads ? "optimizer+master+grads" : c->offload.optimizer ? "optimizer+master" : "none");
 }
 
-// Builds and records one choice; returns the index in r->tried, or -1.
-static int try_choice(const PlannerInput *in, PlannerResult *r, const PlanChoice *c) {
-    for (int i = 0; i < r->tried.len; i++)   // already planned
-        if (!memcmp(&r->tried.at[i].c, c, sizeof *c))
-            return i;
+static bool same_choice(const PlanChoice *a, const PlanChoice *b) {
+    return a->micro == b->micro && a->policy == b->policy && a->n_policy == b->n_policy &&
+           a->rest == b->rest && a->offload.optimizer == b->offload.optimizer &&
+           a->offload.grads == b->offload.grads && a->per_layer == b->per_layer;
+}
+
+// One binary search of the search, run on a planning thread: over micro-batch sizes for
+// one (level, policy), or over the number of blocks keeping the faster policy of a pair.
+typedef struct Job {
+    const PlannerInput *in;
+    const int64_t *micros;
+    int nm;
+    int level;
+    int fast, slow, m;      // a pair search at micros[m]; fast < 0: a micro-batch search
+    VEC(Candidate) tried;   // in the order tried
+    int fit_at;             // a micro-batch search: index of the largest fitting micro, or -1
+} Job;
+
+// Builds one choice into the job's list; its index there, or -1.
+static int job_try(Job *j, const PlanChoice *c) {
     Candidate cand = {.c = *c};
-    if (in->build(in->ctx, c, &cand.o) != 0)
+    if (j->in->build(j->in->ctx, c, &cand.o) != 0)
         return -1;
-    cand.fits = cand.o.device_bytes <= in->budget_bytes && cand.o.host_bytes <= in->host_budget_bytes;
-    vec_push(&r->tried, cand);
-    int id = r->tried.len - 1;
-    if (r->smallest < 0 || cand.o.device_bytes < r->tried.at[r->smallest].o.device_bytes)
-        r->smallest = id;
-    if (cand.fits && (r->best < 0 || cand.o.cost.step_us < r->tried.at[r->best].o.cost.step_us))
-        r->best = id;
-    return id;
+    cand.fits = cand.o.device_bytes <= j->in->budget_bytes &&
+                cand.o.host_bytes <= j->in->host_budget_bytes;
+    vec_push(&j->tried, cand);
+    return j->tried.len - 1;
+}
+
+static void job_run(Job *j) {
+    const PlannerInput *in = j->in;
+    j->fit_at = -1;
+    if (j->fast < 0) {   // the largest micro-batch that fits under one policy
+        int lo = 0, hi = j->nm - 1;
+        while (lo <= hi) {
+            int mid = (lo + hi) / 2;
+            PlanChoice c = {j->micros[mid], (RematPolicy)j->slow, in->nlayers, (RematPolicy)j->slow,
+                            levels[j->level], NULL};
+            int id = job_try(j, &c);
+            if (id >= 0 && j->tried.at[id].fits)
+                j->fit_at = mid, lo = mid + 1;
+            else
+                hi = mid - 1;
+        }
+        return;
+    }
+    int lo = 1, hi = in->nlayers - 1;   // as many blocks as fit keep the faster policy
+    while (lo <= hi) {
+        int k = (lo + hi) / 2;
+        PlanChoice c = {j->micros[j->m], (RematPolicy)j->fast, k, (RematPolicy)j->slow,
+                        levels[j->level], NULL};
+        int id = job_try(j, &c);
+        if (id >= 0 && j->tried.at[id].fits)
+            lo = k + 1;
+        else
+            hi = k - 1;
+    }
+}
+
+typedef struct Pool {
+    Job *jobs;
+    int njobs;
+    _Atomic int next;
+} Pool;
+
+static void *worker(void *arg) {
+    Pool *p = arg;
+    for (int i; (i = atomic_fetch_add(&p->next, 1)) < p->njobs;)
+        job_run(&p->jobs[i]);
+    return NULL;
+}
+
+// Runs the jobs on up to `threads` threads (the caller's among them).
+static void run_jobs(Job *jobs, int njobs, int threads) {
+    Pool pool = {.jobs = jobs, .njobs = njobs};
+    atomic_init(&pool.next, 0);
+    int extra = threads - 1 < njobs - 1 ? threads - 1 : njobs - 1;
+    pthread_t tid[64];
+    int started = 0;
+    for (int t = 0; t < extra && t < 64; t++)
+        if (pthread_create(&tid[started], NULL, worker, &pool) == 0)
+            started++;
+    worker(&pool);
+    for (int t = 0; t < started; t++)
+        pthread_join(tid[t], NULL);
+}
+
+// Appends a job's candidates to the result, in the job's order.
+static void merge(PlannerResult *r, Job *j) {
+    for (int i = 0; i < j->tried.len; i++) {
+        const Candidate *cand = &j->tried.at[i];
+        bool dup = false;
+        for (int k = 0; k < r->tried.len && !dup; k++)
+            dup = same_choice(&r->tried.at[k].c, &cand->c);
+        if (dup)
+            continue;
+        vec_push(&r->tried, *cand);
+        int id = r->tried.len - 1;
+        if (r->smallest < 0 || cand->o.device_bytes < r->tried.at[r->smallest].o.device_bytes)
+            r->smallest = id;
+        if (cand->fits && (r->best < 0 || cand->o.cost.step_us < r->tried.at[r->best].o.cost.step_us))
+            r->best = id;
+    }
+    vec_free(&j->tried);
 }
 
 int planner_search(const PlannerInput *in, PlannerResult *r) {
@@ -54,61 +147,67 @@ int planner_search(const PlannerInput *in, PlannerResult *r) {
     for (int64_t d = 1; d <= in->global_batch && nm < 64; d++)
         if (in->global_batch % d == 0 && (!in->micro || d == in->micro))
             micros[nm++] = d;
+    int threads = in->threads > 0 ? in->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (threads < 1)
+        threads = 1;
     int64_t fixed[3] = {in->weights_bytes + in->grads_bytes + in->states_bytes,
                         in->weights_bytes + in->grads_bytes, in->weights_bytes};
+    // First, per offload level whose model states alone can fit, and per policy: the
+    // largest micro-batch that fits.
+    Job jobs[3 * 5 * 4];
+    int nj = 0;
+    bool level_ok[3] = {false, false, false};
     for (int lv = 0; lv < 3; lv++) {
         if (in->offload >= 0 && lv != in->offload)
             continue;
-        // A level whose model states alone exceed the budget cannot fit with any choice.
         if (fixed[lv] + in->reserve_bytes > in->budget_bytes) {
             r->pruned_levels++;
             continue;
         }
-        int fit_at[4] = {-1, -1, -1, -1};   // per policy: index of the largest fitting micro
-        for (int pol = REMAT_KEEP; pol <= REMAT_SWAP; pol++) {
-            if (in->remat >= 0 && pol != in->remat)
+        level_ok[lv] = true;
+        for (int pol = REMAT_KEEP; pol <= REMAT_SWAP; pol++)
+            if (in->remat < 0 || pol == in->remat)
+                jobs[nj++] = (Job){.in = in, .micros = micros, .nm = nm, .level = lv, .fast = -1,
+                                   .slow = pol};
+    }
+    run_jobs(jobs, nj, threads);
+    int fit_at[3][4];
+    for (int lv = 0; lv < 3; lv++)
+        for (int pol = 0; pol < 4; pol++)
+            fit_at[lv][pol] = -1;
+    for (int i = 0; i < nj; i++) {
+        fit_at[jobs[i].level][jobs[i].slow] = jobs[i].fit_at;
+        merge(r, &jobs[i]);
+    }
+    // Then mixed plans: at the largest micro-batch the more frugal policy reaches, as
+    // many blocks as fit keep the faster one (every pair: recompute costs per block
+    // differ, so any pair can be the best).
+    static const int pairs[5][2] = {{REMAT_KEEP, REMAT_SELECTIVE},
+                                    {REMAT_SELECTIVE, REMAT_FULL},
+                                    {REMAT_KEEP, REMAT_FULL},
+                                    {REMAT_FULL, REMAT_SWAP},
+                                    {REMAT_SELECTIVE, REMAT_SWAP}};
+    nj = 0;
+    for (int lv = 0; lv < 3 && in->remat < 0 && in->nlayers >= 2; lv++) {
+        if (!level_ok[lv])
+            continue;
+        for (int pi = 0; pi < 5; pi++) {
+            int fast = pairs[pi][0], slow = pairs[pi][1], m = fit_at[lv][slow];
+            if (m < 0 || fit_at[lv][fast] >= m)
                 continue;
-            int lo = 0, hi = nm - 1;
-            while (lo <= hi) {
-                int mid = (lo + hi) / 2;
-                PlanChoice c = {micros[mid], (RematPolicy)pol, in->nlayers, (RematPolicy)pol, levels[lv], NULL};
-                int id = try_choice(in, r, &c);
-                if (id >= 0 && r->tried.at[id].fits)
-                    fit_at[pol] = mid, lo = mid + 1;
-                else
-                    hi = mid - 1;
-            }
-        }
-        // Mixed: at the largest micro-batch the more frugal policy reaches, as many
-        // blocks as fit keep the faster one (every pair: keep/selective, selective/full,
-        // keep/full; recompute costs per block differ, so any pair can be the best).
-        static const int pairs[5][2] = {{REMAT_KEEP, REMAT_SELECTIVE},
-                                        {REMAT_SELECTIVE, REMAT_FULL},
-                                        {REMAT_KEEP, REMAT_FULL},
-                                        {REMAT_FULL, REMAT_SWAP},
-                                        {REMAT_SELECTIVE, REMAT_SWAP}};
-        for (int pi = 0; pi < 5 && in->remat < 0; pi++) {
-            int fast = pairs[pi][0], slow = pairs[pi][1], m = fit_at[slow];
-            if (m < 0 || fit_at[fast] >= m || in->nlayers < 2)
-                continue;
-            int lo = 1, hi = in->nlayers - 1;
-            while (lo <= hi) {
-                int k = (lo + hi) / 2;
-                PlanChoice c = {micros[m], (RematPolicy)fast, k, (RematPolicy)slow, levels[lv], NULL};
-                int id = try_choice(in, r, &c);
-                if (id >= 0 && r->tried.at[id].fits)
-                    lo = k + 1;
-                else
-                    hi = k - 1;
-            }
+            jobs[nj++] = (Job){.in = in, .micros = micros, .nm = nm, .level = lv, .fast = fast,
+                               .slow = slow, .m = m};
         }
     }
+    run_jobs(jobs, nj, threads);
+    for (int i = 0; i < nj; i++)
+        merge(r, &jobs[i]);
     if (r->smallest < 0 && r->pruned_levels < 3) {   // report the most frugal allowed plan
-        PlanChoice c = {micros[0], in->remat >= 0 ? (RematPolicy)in->remat : REMAT_SWAP, in->nlayers,
-                        in->remat >= 0 ? (RematPolicy)in->remat : REMAT_SWAP,
-                        levels[in->offload >= 0 ? in->offload : 2], NULL};
-        c.rest = c.policy;
-        try_choice(in, r, &c);
+        RematPolicy pol = in->remat >= 0 ? (RematPolicy)in->remat : REMAT_SWAP;
+        Job j = {.in = in};
+        PlanChoice c = {micros[0], pol, in->nlayers, pol, levels[in->offload >= 0 ? in->offload : 2], NULL};
+        job_try(&j, &c);
+        merge(r, &j);
     }
     return 0;
 }

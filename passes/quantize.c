@@ -57,31 +57,24 @@ int quantize_apply(IrGraph *g, bool double_quant, QuantStats *st) {
             st->nf4_bytes += ir_tensor_bytes(&g->tensors.at[deq[w][k]]);
     }
     // Rebuild the node list: a dequant before each node reading a quantised weight.
-    IrNode *old = g->nodes.at;
-    int n = g->nodes.len;
-    g->nodes.at = NULL;
-    g->nodes.len = g->nodes.cap = 0;
-    for (int i = 0; i < n; i++) {
-        IrNode nd = old[i];
+    IrRewrite rw;
+    ir_rewrite_begin(&rw, g);
+    for (IrNode nd; ir_rewrite_next(&rw, &nd);) {
         for (int k = 0; k < nd.nin; k++) {
             int w = nd.in[k];
             if (w < 0 || w >= nt || !deq[w][0])
                 continue;
             IrShapeErr err;
             const char *name = arena_printf(g->arena, "%s.bf16", g->tensors.at[w].name);
-            int id = ir_node_add(g, OP_DEQUANT, deq[w][0], &deq[w][1], (IrAttr){0}, name, nd.layer,
+            int id = ir_node_add(g, OP_DEQUANT, deq[w][0], &deq[w][1], (OpAttr){0}, name, nd.layer,
                                  nd.loc, &err);
             IR_ASSERT(id >= 0);
             g->nodes.at[id].phase = nd.phase;
             nd.in[k] = g->nodes.at[id].out[0];
         }
-        nd.id = g->nodes.len;
-        for (int k = 0; k < IR_MAX_OUTPUTS && nd.out[k] >= 0; k++)
-            if (!((nd.update >> k) & 1))
-                g->tensors.at[nd.out[k]].producer = nd.id;
-        vec_push(&g->nodes, nd);
+        ir_rewrite_keep(&rw, &nd);
     }
-    free(old);
+    ir_rewrite_end(&rw);
     free(deq);
     return 0;
 }

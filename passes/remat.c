@@ -39,8 +39,10 @@ typedef struct Remat {
     RematStats *st;
 } Remat;
 
+// What selective recompute keeps: the outputs of the kernels that are costly to re-run.
 static bool costly(OpKind op) {
-    return op == OP_LINEAR || op == OP_MATMUL || op == OP_ATTENTION || op == OP_EMBED;
+    OpClass c = op_desc(op)->cls;
+    return c == OPC_GEMM || c == OPC_ATTENTION || c == OPC_GATHER;
 }
 
 // Decides, per forward value, whether backward finds it kept.
@@ -99,13 +101,15 @@ static void decide(Remat *r) {
             r->kept[i] = r->kept[g->tensors.at[i].alias_of];
 }
 
-static int copy_node(Remat *r, int from, IrPhase phase, const IrNode *at, const char *what) {
+static int copy_node(Remat *r, int from, IrPhase phase, const IrNode *at, const char *what,
+                     Stream stream) {
     IrGraph *g = r->g;
     IrShapeErr err;
     const char *name = arena_printf(g->arena, "%s.%s", g->tensors.at[from].name, what);
-    int id = ir_node_add(g, OP_COPY, 1, &from, (IrAttr){0}, name, at->layer, at->loc, &err);
+    int id = ir_node_add(g, OP_COPY, 1, &from, (OpAttr){0}, name, at->layer, at->loc, &err);
     IR_ASSERT(id >= 0);
     g->nodes.at[id].phase = phase;
+    g->nodes.at[id].stream = stream;
     int out = g->nodes.at[id].out[0];
     g->tensors.at[out].requires_grad = false;
     return out;
@@ -121,7 +125,7 @@ static int recompute(Remat *r, int t, const IrNode *user) {
     int b = ir_tensor_base(g, t);
     if (b < r->nt0 && r->host[b] >= 0 && t == b) {   // swapped: bring it back once
         if (r->back[b] < 0) {
-            r->back[b] = copy_node(r, r->host[b], PHASE_BACKWARD, user, "back");
+            r->back[b] = copy_node(r, r->host[b], PHASE_BACKWARD, user, "back", STREAM_H2D);
             r->st->swap_bytes += ir_tensor_bytes(&g->tensors.at[b]);
         }
         return r->back[b];
@@ -188,34 +192,29 @@ int remat_apply(IrGraph *g, const RematPolicy *policy, int nlayers, RematStats *
         r.copy[i] = -1;
     // Rebuild the node list: forward untouched; before each backward node, the
     // recomputes it needs.
-    IrNode *old = g->nodes.at;
-    g->nodes.at = NULL;
-    g->nodes.len = g->nodes.cap = 0;
-    for (int i = 0; i < n; i++) {
-        IrNode nd = old[i];
+    IrRewrite rw;
+    ir_rewrite_begin(&rw, g);
+    for (IrNode nd; ir_rewrite_next(&rw, &nd);) {
+        int i = rw.at - 1;
         if (nd.phase == PHASE_BACKWARD) {
             for (int k = 0; k < nd.nin; k++)
                 if (nd.in[k] >= 0 && nd.in[k] < nt0)
                     nd.in[k] = recompute(&r, nd.in[k], &nd);
         }
-        nd.id = g->nodes.len;
-        for (int k = 0; k < IR_MAX_OUTPUTS && nd.out[k] >= 0; k++)
-            if (!((nd.update >> k) & 1))
-                g->tensors.at[nd.out[k]].producer = nd.id;
-        vec_push(&g->nodes, nd);
+        ir_rewrite_keep(&rw, &nd);
         if (i >= r.nfwd)
             continue;
         // A swapped block's input goes to the host once the forward is done with it.
         for (int k = 0; k < nd.nin; k++) {
             int b = nd.in[k] >= 0 ? ir_tensor_base(g, nd.in[k]) : -1;
             if (b >= 0 && b < nt0 && r.swap_layer[b] >= 0 && r.last_fwd[b] == i && r.host[b] < 0) {
-                r.host[b] = copy_node(&r, b, PHASE_FORWARD, &nd, "host");
+                r.host[b] = copy_node(&r, b, PHASE_FORWARD, &nd, "host", STREAM_D2H);
                 g->tensors.at[r.host[b]].arena = 1;
                 g->tensors.at[r.host[b]].cat = MEM_ACTIVATIONS;
             }
         }
     }
-    free(old);
+    ir_rewrite_end(&rw);
     for (int i = 0; i < nt0; i++)
         if (!r.kept[i] && r.copy[i] < 0 && g->tensors.at[i].kind == TK_VALUE)
             st->dropped_unused++;

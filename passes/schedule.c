@@ -23,7 +23,8 @@ typedef struct Sched {
     int *ready_at;              // per node: its index in the ready list, or -1
 } Sched;
 
-static bool transient(const IrTensor *t) { return t->kind == TK_VALUE && t->alias_of < 0; }
+// Device bytes the schedule can free: values of the device arena (host staging does not count).
+static bool transient(const IrTensor *t) { return t->kind == TK_VALUE && t->alias_of < 0 && t->arena == 0; }
 
 // Whether input k of node n reads a tensor (by base) that an earlier input already reads:
 // a node reading one tensor twice counts as one reader.

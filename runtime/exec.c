@@ -31,12 +31,19 @@ static void nf4_parts(const Exec *x, int id, int *absmax, int *codes, int *scale
     }
 }
 
-int rt_exec_init(Exec *x, const Plan *p, Backend *be, ExecLayout layout, char *err, size_t errlen) {
+MemKind rt_buf_kind(const Exec *x, int id) {
+    return x->plan->arena_kind[x->plan->buf[x->root[id]].arena];
+}
+
+int rt_exec_init(Exec *x, const Plan *p, Backend *be, Backend *host, ExecLayout layout,
+                 char *err, size_t errlen) {
     memset(x, 0, sizeof *x);
     x->plan = p;
     x->be = be;
+    x->host = host;
     x->layout = layout;
-    if (be->prepare(be, p, err, errlen) != 0)
+    if (be->prepare(be, p, STREAM_COMPUTE, err, errlen) != 0 ||
+        host->prepare(host, p, STREAM_HOST, err, errlen) != 0)
         return -1;
     x->ptr = calloc((size_t)p->nbuf + 1, sizeof(void *));
     x->root = plan_roots(p);
@@ -44,10 +51,12 @@ int rt_exec_init(Exec *x, const Plan *p, Backend *be, ExecLayout layout, char *e
         for (int a = 0; a < ARENA_COUNT; a++) {
             if (!p->arena_bytes[a])
                 continue;
-            x->arena[a] = be->alloc(be, p->arena_bytes[a]);
+            x->arena[a] = be->alloc(be, p->arena_kind[a], p->arena_bytes[a]);
             if (!x->arena[a]) {
-                snprintf(err, errlen, "cannot allocate the %s arena (%lld bytes)",
-                         a == ARENA_DEVICE ? "device" : "host", (long long)p->arena_bytes[a]);
+                char b[32];
+                snprintf(err, errlen, "cannot allocate the %s arena (%s)",
+                         a == ARENA_DEVICE ? "device" : "host",
+                         fmt_bytes(b, sizeof b, p->arena_bytes[a]));
                 return -1;
             }
         }
@@ -59,7 +68,7 @@ int rt_exec_init(Exec *x, const Plan *p, Backend *be, ExecLayout layout, char *e
         if (layout == LAYOUT_PLANNED) {
             x->ptr[i] = (char *)x->arena[b->arena] + b->offset;
         } else {
-            x->ptr[i] = be->alloc(be, b->bytes ? b->bytes : 1);
+            x->ptr[i] = be->alloc(be, p->arena_kind[b->arena], b->bytes ? b->bytes : 1);
             if (!x->ptr[i]) {
                 snprintf(err, errlen, "cannot allocate buffer %s (%lld bytes)", b->name,
                          (long long)b->bytes);
@@ -76,52 +85,69 @@ int rt_exec_init(Exec *x, const Plan *p, Backend *be, ExecLayout layout, char *e
 void rt_exec_free(Exec *x) {
     if (!x->plan)
         return;
+    const Plan *p = x->plan;
     if (x->layout == LAYOUT_UNPLANNED)
-        for (int i = 0; i < x->plan->nbuf; i++)
-            if (x->plan->buf[i].view < 0 && x->ptr[i])
-                x->be->free(x->be, x->ptr[i]);
+        for (int i = 0; i < p->nbuf; i++)
+            if (p->buf[i].view < 0 && x->ptr[i])
+                x->be->free(x->be, p->arena_kind[p->buf[i].arena], x->ptr[i]);
     for (int a = 0; a < ARENA_COUNT; a++)
         if (x->arena[a])
-            x->be->free(x->be, x->arena[a]);
+            x->be->free(x->be, p->arena_kind[a], x->arena[a]);
     free(x->ptr);
     free(x->root);
     memset(x, 0, sizeof *x);
 }
 
-// Fills a dead buffer with NaN in its own dtype (integers with 0x7f bytes).
-static void poison(Exec *x, const PlanBuffer *b) {
-    int64_t n = plan_elems(b);
-    void *p = x->ptr[b->id];
-    switch (b->dtype) {
-    case PDT_F32:
-        for (int64_t i = 0; i < n; i++)
-            ((uint32_t *)p)[i] = 0x7fc00000u;
-        break;
-    case PDT_BF16:
-    case PDT_F16:
-        for (int64_t i = 0; i < n; i++)
-            ((uint16_t *)p)[i] = b->dtype == PDT_BF16 ? 0x7fc0 : 0x7e00;
-        break;
-    default:
-        memset(p, 0x7f, (size_t)b->bytes);
-        break;
-    }
+// Fills a dead buffer with NaN in its own dtype (integers with 0x7f bytes), on the
+// stream of the instruction that last used it.
+static void poison(Exec *x, const PlanBuffer *b, Stream stream) {
+    uint32_t pattern = 0x7f7f7f7fu;
+    int width = 1;
+    if (b->dtype == PDT_F32)
+        pattern = 0x7fc00000u, width = 4;
+    else if (b->dtype == PDT_BF16)
+        pattern = 0x7fc0, width = 2;
+    else if (b->dtype == PDT_F16)
+        pattern = 0x7e00, width = 2;
+    int64_t bytes = b->bytes - b->bytes % width;
+    if (bytes > 0)
+        x->be->fill(x->be, rt_buf_kind(x, b->id), x->ptr[b->id], pattern, width, bytes, stream);
+}
+
+// A plan copy: the bytes of in[0] into out[0], across arenas, on the copy's stream.
+static void copy(Exec *x, const PlanInstr *in) {
+    const PlanBuffer *dst = &x->plan->buf[in->out[0]];
+    x->be->copy(x->be, x->ptr[dst->id], rt_buf_kind(x, dst->id), x->ptr[in->in[0]],
+                rt_buf_kind(x, in->in[0]), dst->bytes, in->stream);
 }
 
 int rt_exec_phase(Exec *x, PlanPhase ph, char *err, size_t errlen) {
     const Plan *p = x->plan;
+    Backend *be = x->be;
     for (int i = 0; i < p->nins[ph]; i++) {
         const PlanInstr *in = &p->ins[ph][i];
+        if (be->event_wait)
+            for (int k = 0; k < in->nwait; k++)
+                be->event_wait(be, in->stream, in->wait[k]);
         char why[400];
-        if (x->be->run(x->be, x, in, why, sizeof why) != 0) {
-            snprintf(err, errlen, "instruction %d (%s, from .ft line %d:%d): %s", in->id, in->op,
-                     in->line, in->col, why);
+        int rc = 0;
+        if (op_desc(in->op)->cls == OPC_COPY)
+            copy(x, in);
+        else if (in->stream == STREAM_HOST)
+            rc = x->host->launch(x->host, x, in, why, sizeof why);
+        else
+            rc = be->launch(be, x, in, why, sizeof why);
+        if (rc != 0) {
+            snprintf(err, errlen, "instruction %d (%s, from .ft line %d:%d): %s", in->id,
+                     op_desc(in->op)->name, in->line, in->col, why);
             return -1;
         }
+        if (in->record >= 0 && be->event_record)
+            be->event_record(be, in->record, in->stream);
         if (!x->poison)
             continue;
         if (in->ws >= 0)
-            poison(x, &p->buf[in->ws]);
+            poison(x, &p->buf[in->ws], in->stream);
         // A buffer whose last use this was is dead: its bytes must never be read again.
         for (int k = 0; k < in->nin + in->nout; k++) {
             int id = k < in->nin ? in->in[k] : in->out[k - in->nin];
@@ -137,28 +163,57 @@ int rt_exec_phase(Exec *x, PlanPhase ph, char *err, size_t errlen) {
                 taken |= in->out[o] >= 0 && in->out[o] != base->id &&
                          x->root[in->out[o]] == x->root[base->id];
             if (!taken)
-                poison(x, base);
+                poison(x, base, in->stream);
         }
     }
+    be->sync(be);
     return 0;
+}
+
+void rt_read_raw(const Exec *x, int id, void *dst) {
+    const PlanBuffer *b = &x->plan->buf[id];
+    int64_t bytes = plan_dtype_bytes(b->dtype, plan_elems(b));
+    x->be->get(x->be, rt_buf_kind(x, id), dst, x->ptr[id], bytes);
+}
+
+void rt_write_raw(Exec *x, int id, const void *src) {
+    const PlanBuffer *b = &x->plan->buf[id];
+    int64_t bytes = plan_dtype_bytes(b->dtype, plan_elems(b));
+    x->be->set(x->be, rt_buf_kind(x, id), x->ptr[id], src, bytes);
+}
+
+void rt_zero(Exec *x, int id) {
+    const PlanBuffer *b = &x->plan->buf[id];
+    x->be->fill(x->be, rt_buf_kind(x, id), x->ptr[id], 0, 1, b->bytes, STREAM_COMPUTE);
+    x->be->sync(x->be);
+}
+
+// The raw bytes of buffer `id` in host memory (malloc'd).
+static void *fetch(const Exec *x, int id) {
+    const PlanBuffer *b = &x->plan->buf[id];
+    void *h = malloc((size_t)plan_dtype_bytes(b->dtype, plan_elems(b)) + 1);
+    rt_read_raw(x, id, h);
+    return h;
 }
 
 void rt_read_f32(const Exec *x, int id, float *dst) {
     const PlanBuffer *b = &x->plan->buf[id];
     int64_t n = plan_elems(b);
-    const void *p = x->ptr[id];
+    void *p = fetch(x, id);
     if (b->dtype == PDT_NF4) {   // dequantise through its scales
         int am, codes, scales, mean;
         nf4_parts(x, id, &am, &codes, &scales, &mean);
         size_t blocks = cpu_nf4_blocks((size_t)n);
-        float *absmax = malloc(sizeof(float) * blocks);
-        if (am >= 0)
-            memcpy(absmax, x->ptr[am], sizeof(float) * blocks);
-        else
-            cpu_nf4_dequantize_absmax(absmax, x->ptr[codes], x->ptr[scales], *(float *)x->ptr[mean],
-                                      blocks);
+        float *absmax = am >= 0 ? fetch(x, am) : malloc(sizeof(float) * blocks);
+        if (am < 0) {
+            uint8_t *c = fetch(x, codes);
+            float *sc = fetch(x, scales), *mu = fetch(x, mean);
+            cpu_nf4_dequantize_absmax(absmax, c, sc, *mu, blocks);
+            free(c), free(sc), free(mu);
+        }
         cpu_nf4_dequantize(dst, p, absmax, (size_t)n);
         free(absmax);
+        free(p);
         return;
     }
     for (int64_t i = 0; i < n; i++)
@@ -167,30 +222,41 @@ void rt_read_f32(const Exec *x, int id, float *dst) {
                  : b->dtype == PDT_F16  ? cpu_f16_to_f32(((const uint16_t *)p)[i])
                  : b->dtype == PDT_I32  ? (float)((const int32_t *)p)[i]
                                         : 0.0f;
+    free(p);
 }
 
 void rt_write_f32(Exec *x, int id, const float *src) {
     const PlanBuffer *b = &x->plan->buf[id];
     int64_t n = plan_elems(b);
-    void *p = x->ptr[id];
+    void *p = malloc((size_t)plan_dtype_bytes(b->dtype, n) + 1);
     if (b->dtype == PDT_NF4) {   // quantise, as bitsandbytes does on load
         int am, codes, scales, mean;
         nf4_parts(x, id, &am, &codes, &scales, &mean);
         size_t blocks = cpu_nf4_blocks((size_t)n);
-        float *absmax = am >= 0 ? x->ptr[am] : malloc(sizeof(float) * blocks);
+        float *absmax = malloc(sizeof(float) * blocks);
         cpu_nf4_quantize(p, absmax, src, (size_t)n);
-        if (am < 0) {
-            cpu_nf4_quantize_absmax(x->ptr[codes], x->ptr[scales], x->ptr[mean], absmax, blocks);
-            free(absmax);
+        if (am >= 0) {
+            rt_write_raw(x, am, absmax);
+        } else {
+            uint8_t *c = malloc(blocks + 1);
+            float *sc = malloc(sizeof(float) * (blocks / 256 + 2)), mu;
+            cpu_nf4_quantize_absmax(c, sc, &mu, absmax, blocks);
+            rt_write_raw(x, codes, c);
+            rt_write_raw(x, scales, sc);
+            rt_write_raw(x, mean, &mu);
+            free(c), free(sc);
         }
-        return;
+        free(absmax);
+    } else {
+        for (int64_t i = 0; i < n; i++) {
+            if (b->dtype == PDT_F32)
+                ((float *)p)[i] = src[i];
+            else if (b->dtype == PDT_BF16)
+                ((uint16_t *)p)[i] = cpu_f32_to_bf16(src[i]);
+            else if (b->dtype == PDT_F16)
+                ((uint16_t *)p)[i] = cpu_f32_to_f16(src[i]);
+        }
     }
-    for (int64_t i = 0; i < n; i++) {
-        if (b->dtype == PDT_F32)
-            ((float *)p)[i] = src[i];
-        else if (b->dtype == PDT_BF16)
-            ((uint16_t *)p)[i] = cpu_f32_to_bf16(src[i]);
-        else if (b->dtype == PDT_F16)
-            ((uint16_t *)p)[i] = cpu_f32_to_f16(src[i]);
-    }
+    rt_write_raw(x, id, p);
+    free(p);
 }

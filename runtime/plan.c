@@ -16,6 +16,28 @@ const char *plan_dtype_name(PlanDType t) { return t < PDT_COUNT ? dtype_names[t]
 int64_t plan_dtype_bytes(PlanDType t, int64_t elems) { return (elems * dtype_bits[t] + 7) / 8; }
 const char *plan_phase_name(PlanPhase p) { return phase_names[p]; }
 
+PlanPhase plan_instr_phase(const Plan *p, int id) {
+    for (int ph = 0; ph < PHASE_COUNT; ph++) {
+        if (id < p->nins[ph])
+            return (PlanPhase)ph;
+        id -= p->nins[ph];
+    }
+    return PHASE_OPT;
+}
+
+const char *fmt_bytes(char *buf, size_t cap, int64_t b) {
+    double x = (double)b;
+    if (b >= (1LL << 30) || b <= -(1LL << 30))
+        snprintf(buf, cap, "%.2f GiB", x / 0x1p30);
+    else if (b >= (1LL << 20) || b <= -(1LL << 20))
+        snprintf(buf, cap, "%.1f MiB", x / 0x1p20);
+    else if (b >= (1LL << 10) || b <= -(1LL << 10))
+        snprintf(buf, cap, "%.1f KiB", x / 0x1p10);
+    else
+        snprintf(buf, cap, "%lld B", (long long)b);
+    return buf;
+}
+
 int64_t plan_elems(const PlanBuffer *b) {
     int64_t n = 1;
     for (int i = 0; i < b->ndim; i++)
@@ -190,9 +212,20 @@ static int read_header(Reader *r, Plan *p) {
         } else if (strcmp(w[0], "rank") == 0)
             ok = n == 4 && parse_int(w[1], &p->rank) && parse_int(w[3], &p->ranks);
         else if (strcmp(w[0], "arena") == 0) {
+            // arena NAME BYTES KIND: device memory, or pinned host memory
             PlanArena a = strcmp(w[1], "device") == 0 ? ARENA_DEVICE : ARENA_HOST;
-            ok = n == 3 && (a == ARENA_DEVICE || strcmp(w[1], "host") == 0) &&
+            ok = n == 4 && (a == ARENA_DEVICE || strcmp(w[1], "host") == 0) &&
                  parse_i64(w[2], &p->arena_bytes[a]) && p->arena_bytes[a] >= 0;
+            if (ok && strcmp(w[3], "device") == 0)
+                p->arena_kind[a] = MEMK_DEVICE;
+            else if (ok && strcmp(w[3], "pinned") == 0)
+                p->arena_kind[a] = MEMK_PINNED;
+            else
+                ok = false;
+        } else if (strcmp(w[0], "events") == 0) {
+            int64_t e = 0;
+            ok = parse_i64(w[1], &e) && e >= 0 && e <= 100000000;
+            p->events = (int)e;
         } else if (strcmp(w[0], "optimizer") == 0) {
             p->optimizer = xstrdup(w[1]);
             for (int i = 2; ok && i < n; i++) {
@@ -285,67 +318,79 @@ static int read_buffer(Reader *r, Plan *p, int i, char *line) {
 }
 
 static int read_instr(Reader *r, Plan *p, PlanInstr *in, int want_id, char *line) {
-    char *w[32] = {0};
-    int n = words(line, w, 32);
+    char *w[40] = {0};
+    int n = words(line, w, 40);
     int id;
-    *in = (PlanInstr){.layer = -1, .ws = -1};
+    *in = (PlanInstr){.layer = -1, .ws = -1, .record = -1, .stream = STREAM_COMPUTE};
     if (n < 3 || !parse_int(w[0], &id) || id != want_id)
         return bad(r, "expected instruction %d", want_id);
     in->id = id;
-    in->op = xstrdup(w[1]);
+    if (!op_find(w[1], &in->op))
+        return bad(r, "instruction %d: unknown op '%s'", id, w[1]);
+    const char *opname = op_desc(in->op)->name;
     for (int k = 2; k < n; k++) {
         char *eq = strchr(w[k], '=');
         if (!eq)
             return bad(r, "instruction %d: '%s' is not key=value", id, w[k]);
         *eq = '\0';
         const char *key = w[k], *v = eq + 1;
+        int attr = op_attr_parse(in->op, key, v, &in->attr);
+        if (attr < 0)
+            return bad(r, "instruction %d (%s): bad %s", id, opname, key);
+        if (attr > 0)
+            continue;
         bool ok = true;
-        int tmp[2];
+        int tmp;
         if (strcmp(key, "out") == 0)
             ok = (in->nout = parse_list(v, in->out, PLAN_MAX_OUT)) > 0;
         else if (strcmp(key, "in") == 0)
             ok = (in->nin = parse_list(v, in->in, PLAN_MAX_IN)) >= 0;
         else if (strcmp(key, "update") == 0)
-            ok = parse_int(v, &tmp[0]) && tmp[0] >= 0 && (in->update = (unsigned)tmp[0], true);
-        else if (strcmp(key, "f") == 0)
-            ok = parse_f64(v, &in->f);
-        else if (strcmp(key, "causal") == 0)
-            in->causal = strcmp(v, "1") == 0;
-        else if (strcmp(key, "perm") == 0)
-            ok = parse_list(v, in->perm, 2) == 2;
-        else if (strcmp(key, "shape") == 0)
-            ok = parse_shape(v, &in->ndim, in->shape);
-        else if (strcmp(key, "chunk") == 0)
-            ok = parse_i64(v, &in->chunk);
+            ok = parse_int(v, &tmp) && tmp >= 0 && (in->update = (unsigned)tmp, true);
+        else if (strcmp(key, "stream") == 0)
+            ok = stream_find(v, &in->stream);
+        else if (strcmp(key, "wait") == 0)
+            ok = (in->nwait = parse_list(v, in->wait, PLAN_MAX_WAITS)) > 0;
+        else if (strcmp(key, "record") == 0)
+            ok = parse_int(v, &in->record) && in->record >= 0;
         else if (strcmp(key, "layer") == 0)
             ok = parse_int(v, &in->layer);
         else if (strcmp(key, "ws") == 0)
             ok = parse_int(v, &in->ws) && in->ws >= 0 && in->ws < p->nbuf;
         else if (strcmp(key, "flops") == 0)
             ok = parse_i64(v, &in->flops);
-        else if (strcmp(key, "seed") == 0)
-            ok = parse_i64(v, &in->seed);
         else if (strcmp(key, "recompute") == 0)
             in->recompute = strcmp(v, "1") == 0;
-        else if (strcmp(key, "host") == 0)
-            in->host = strcmp(v, "1") == 0;
         else if (strcmp(key, "bytes") == 0)
             ok = parse_i64(v, &in->bytes);
         else if (strcmp(key, "loc") == 0)
             ok = sscanf(v, "%d:%d", &in->line, &in->col) == 2;
+        else
+            return bad(r, "instruction %d (%s): unknown key '%s'", id, opname, key);
         if (!ok)
-            return bad(r, "instruction %d: bad %s", id, key);
+            return bad(r, "instruction %d (%s): bad %s", id, opname, key);
     }
+    const OpDesc *d = op_desc(in->op);
     if (in->nout == 0)
-        return bad(r, "instruction %d (%s) has no outputs", id, in->op);
+        return bad(r, "instruction %d (%s) has no outputs", id, opname);
+    if (in->nin < d->min_in || in->nin > d->max_in)
+        return bad(r, "instruction %d (%s) has %d inputs; the op takes %d to %d", id, opname,
+                   in->nin, d->min_in, d->max_in);
     for (int k = 0; k < in->nin; k++)
-        if (in->in[k] >= p->nbuf)
-            return bad(r, "instruction %d (%s): input %d names buffer %d of %d", id, in->op, k,
+        if (in->in[k] >= p->nbuf || (in->in[k] < 0 && k < d->min_in))
+            return bad(r, "instruction %d (%s): input %d names buffer %d of %d", id, opname, k,
                        in->in[k], p->nbuf);
     for (int k = 0; k < in->nout; k++)
         if (in->out[k] < 0 || in->out[k] >= p->nbuf)
-            return bad(r, "instruction %d (%s): output %d names buffer %d of %d", id, in->op, k,
+            return bad(r, "instruction %d (%s): output %d names buffer %d of %d", id, opname, k,
                        in->out[k], p->nbuf);
+    for (int k = 0; k < in->nwait; k++)
+        if (in->wait[k] < 0 || in->wait[k] >= p->events)
+            return bad(r, "instruction %d (%s): waits for event %d of %d", id, opname,
+                       in->wait[k], p->events);
+    if (in->record >= p->events)
+        return bad(r, "instruction %d (%s): records event %d of %d", id, opname, in->record,
+                   p->events);
     return 0;
 }
 
@@ -418,6 +463,8 @@ int plan_load(Plan **out, const char *path, char *err, size_t errlen) {
     }
     Plan *p = calloc(1, sizeof *p);
     p->ranks = 1;
+    p->arena_kind[ARENA_DEVICE] = MEMK_DEVICE;
+    p->arena_kind[ARENA_HOST] = MEMK_PINNED;
     int rc = -1;
     char *line = next_line(&r), *w[4] = {0};
     if (!line || words(line, w, 4) != 2 || strcmp(w[0], "ftc-plan") != 0) {
@@ -488,11 +535,8 @@ void plan_free(Plan *p) {
         free(b->name), free(b->category), free(b->hf), free(b->role);
     }
     free(p->buf);
-    for (int ph = 0; ph < PHASE_COUNT; ph++) {
-        for (int i = 0; i < p->nins[ph] && p->ins[ph]; i++)
-            free(p->ins[ph][i].op);
+    for (int ph = 0; ph < PHASE_COUNT; ph++)
         free(p->ins[ph]);
-    }
     free(p->model), free(p->gpu), free(p->precision), free(p->optimizer), free(p->lora_targets);
     free(p);
 }

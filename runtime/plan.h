@@ -3,7 +3,7 @@
 // A plan is line-oriented text, versioned, diffable, and complete: the runtime needs
 // nothing else (not the .ft, not the compiler) to execute a training step.
 //
-//   ftc-plan 1
+//   ftc-plan 2
 //   model tiny
 //   seq 64
 //   micro_batch 8
@@ -13,16 +13,19 @@
 //   optimizer adamw lr=0.003 beta1=0.9 beta2=0.999 eps=1e-08 weight_decay=0
 //   lora r=8 alpha=16 dropout=0.05 targets=q_proj,v_proj     (only with LoRA)
 //   rank 0 ranks 1
-//   arena device BYTES
-//   arena host BYTES
+//   arena device BYTES device        (the arena, its size, the memory it lives in:
+//   arena host BYTES pinned           device memory, or page-locked host memory)
+//   events N
 //   buffers N
 //   buffer ID NAME CATEGORY ARENA OFFSET BYTES DTYPE SHAPE FIRST LAST [key=value ...]
 //   ...
 //   phase forward N          (then N instruction lines; likewise backward, optimizer)
-//   ID OP out=A,B in=C,D,E [update=MASK] [f=X] [causal=1] [perm=A,B] [shape=AxB]
-//      [chunk=ROWS] [layer=L] [loc=LINE:COL]
+//   ID OP out=A,B in=C,D,E [update=MASK] [ATTR=VALUE ...] [stream=S] [wait=E,F] [record=E]
+//      [ws=ID] [recompute=1] [flops=N] [bytes=N] [layer=L] [loc=LINE:COL]
 //   end
 //
+// OP is a name from ops.def; ATTR=VALUE are the attributes its row declares (ops.h:
+// op_attr_format), e.g. eps=1e-06, causal=1, perm=1,2, shape=8x64, chunk=128, seed=7.
 // SHAPE is "8x64x64", or "-" for a scalar. FIRST and LAST are the indices (over all
 // phases in order) of the first and last instruction touching the buffer; a buffer
 // that lives for the whole step has FIRST 0 and LAST the final instruction.
@@ -32,9 +35,18 @@
 // whose last use is this buffer's first write), layer=L, role=tokens|targets|loss|logits
 // (a quant buffer: nf4_absmax, or nf4_absmax_codes|nf4_absmax_scales|nf4_absmax_mean for
 // double quantisation, of=the NF4 parameter).
-// Instruction keys beyond operands: ws=ID (scratch), seed=N (dropout stream),
-// recompute=1 (a forward op re-run in backward), host=1 (runs on the CPU), flops=N,
-// bytes=N (estimates).
+//
+// Streams (ops.h): an instruction runs on `stream` (compute when absent): device
+// kernels on compute and only on device buffers; `copy` instructions on d2h (device
+// buffer to host buffer) or h2d (back); host instructions (CPU AdamW, host gradient
+// sums) on host, only on host buffers. Within a stream instructions run in plan order;
+// across streams an instruction starts only after the events in `wait` have been
+// recorded, and `record=E` records event E when it is done. Each event is recorded by
+// one instruction and waited for only later in the same phase; every phase ends with
+// all streams drained. The verifier checks that every two instructions touching the
+// same bytes, one of them writing, are ordered by stream order and events.
+// Other instruction keys: ws=ID (scratch), recompute=1 (a forward op re-run in
+// backward), flops=N, bytes=N (estimates).
 //
 // Room for later: `rank`/`ranks` in the header, and collective ops (all_reduce,
 // reduce_scatter, all_gather) as instructions naming buffers like any other op.
@@ -46,7 +58,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
-enum { PLAN_VERSION = 1, PLAN_MAX_DIMS = 6, PLAN_MAX_IN = 6, PLAN_MAX_OUT = 4 };
+#include "ops.h"
+
+enum { PLAN_VERSION = 2, PLAN_MAX_DIMS = OP_MAX_DIMS, PLAN_MAX_IN = 6, PLAN_MAX_OUT = 4,
+       PLAN_MAX_WAITS = STREAM_COUNT - 1 };
 
 typedef enum PlanDType { PDT_F32, PDT_BF16, PDT_F16, PDT_I32, PDT_U8, PDT_NF4, PDT_COUNT } PlanDType;
 typedef enum PlanArena { ARENA_DEVICE, ARENA_HOST, ARENA_COUNT } PlanArena;
@@ -79,21 +94,18 @@ typedef struct PlanBuffer {
 
 typedef struct PlanInstr {
     int id;                 // index over all phases
-    char *op;               // op name, as in the compiler's op table
+    OpKind op;              // from ops.def
     int nin, nout;
     int in[PLAN_MAX_IN];    // buffer ids; -1 for an absent optional input
     int out[PLAN_MAX_OUT];
-    unsigned update;        // bit k: out[k] is read-modify-written (+=, in place)
-    double f;               // eps, theta, p, c, loss scale
-    bool causal;
-    int perm[2];
-    int ndim;               // target shape of sum_to, embed_bwd, view
-    int64_t shape[PLAN_MAX_DIMS];
-    int64_t chunk;
+    unsigned update;        // bit k: out[k] exists before it and is read-modify-written
+    OpAttr attr;            // the fields op's row declares
+    Stream stream;
+    int nwait;              // events to wait for before starting
+    int wait[PLAN_MAX_WAITS];
+    int record;             // the event recorded when done, else -1
     int ws;                 // its workspace buffer, else -1
-    int64_t seed;           // dropout: its random stream
     bool recompute;         // a forward op re-run in backward
-    bool host;              // runs on the CPU (offloaded optimizer, host gradient add)
     int64_t flops, bytes;   // estimated work and traffic (for the cost model and traces)
     int layer;
     int line, col;          // where in the .ft it came from
@@ -113,6 +125,8 @@ typedef struct Plan {
     double lora_alpha, lora_dropout;
     char *lora_targets;     // comma-separated module names
     int64_t arena_bytes[ARENA_COUNT];
+    MemKind arena_kind[ARENA_COUNT];
+    int events;             // event ids are 0 .. events-1
     PlanBuffer *buf;
     int nbuf;
     PlanInstr *ins[PHASE_COUNT];
@@ -123,6 +137,10 @@ const char *plan_dtype_name(PlanDType t);
 int64_t plan_dtype_bytes(PlanDType t, int64_t elems);
 int64_t plan_elems(const PlanBuffer *b);
 const char *plan_phase_name(PlanPhase p);
+// The phase instruction `id` belongs to.
+PlanPhase plan_instr_phase(const Plan *p, int id);
+// Formats a byte count for people: "15.23 GiB", "512.0 MiB", "16.0 KiB", "12 B".
+const char *fmt_bytes(char *buf, size_t cap, int64_t bytes);
 
 // Reads the plan at `path`; 0, or -1 with "path:line: message" in err.
 int plan_load(Plan **out, const char *path, char *err, size_t errlen);

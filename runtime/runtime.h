@@ -11,28 +11,43 @@
 typedef struct Exec Exec;
 
 //
-// backend.h equivalent: a backend is a table of function pointers. The cpu backend
-// fills every entry; the cuda backend will fill the same table.
+// The backend contract. A backend is one table of function pointers (ggml-backend
+// style): memory of each kind, synchronous get/set for the runtime's own reads and
+// writes, stream-ordered copies, fills and kernel launches, and events between
+// streams. The executor, weight loading and the training loop reach memory only
+// through it; the cpu backend fills every entry (streams run in plan order there),
+// and a GPU backend fills the same table.
 //
 
-typedef struct Backend {
+typedef struct Backend Backend;
+struct Backend {
     const char *name;
-    // Checks that every instruction of `p` has a kernel here; -1 with err if not.
-    int (*prepare)(struct Backend *b, const Plan *p, char *err, size_t errlen);
-    // Memory the arenas live in (device memory for a GPU backend).
-    void *(*alloc)(struct Backend *b, int64_t bytes);
-    void (*free)(struct Backend *b, void *p);
-    // Copies between host memory and the backend's memory.
-    void (*upload)(struct Backend *b, void *dst, const void *src, int64_t bytes);
-    void (*download)(struct Backend *b, void *dst, const void *src, int64_t bytes);
-    // Runs instruction `in` of the plan on the executor's buffers; -1 with err.
-    int (*run)(struct Backend *b, Exec *x, const PlanInstr *in, char *err, size_t errlen);
-    void (*sync)(struct Backend *b);                    // (optional)
-    void (*destroy)(struct Backend *b);
+    // Checks that every instruction of `p` this backend will launch has a kernel here
+    // (instructions on `stream`, or all when stream < 0); -1 with err if not.
+    int (*prepare)(Backend *b, const Plan *p, int stream, char *err, size_t errlen);
+    // Memory of `kind`, zeroed; NULL when it cannot be had.
+    void *(*alloc)(Backend *b, MemKind kind, int64_t bytes);
+    void (*free)(Backend *b, MemKind kind, void *p);
+    // Host memory to memory of `kind` and back; complete when they return.
+    void (*set)(Backend *b, MemKind kind, void *dst, const void *src, int64_t bytes);
+    void (*get)(Backend *b, MemKind kind, void *dst, const void *src, int64_t bytes);
+    // Fills `bytes` at dst with a repeated 1-, 2- or 4-byte pattern, on `stream`.
+    void (*fill)(Backend *b, MemKind kind, void *dst, uint32_t pattern, int pattern_bytes,
+                 int64_t bytes, Stream stream);
+    // A plan copy: `bytes` from src (of kind sk) to dst (of kind dk), on `stream`.
+    void (*copy)(Backend *b, void *dst, MemKind dk, const void *src, MemKind sk, int64_t bytes,
+                 Stream stream);
+    // Runs instruction `in` on its stream with the executor's buffers; -1 with err.
+    int (*launch)(Backend *b, Exec *x, const PlanInstr *in, char *err, size_t errlen);
+    void (*event_record)(Backend *b, int event, Stream stream);  // (optional)
+    void (*event_wait)(Backend *b, Stream stream, int event);    // (optional)
+    void (*sync)(Backend *b);                                    // all streams drained
+    void (*destroy)(Backend *b);
     void *state;
-} Backend;
+};
 
-// cpu/backend.c
+// cpu/backend.c — the reference backend: plain memory for every kind, kernels in fp32
+// (kernels.c), streams executed in plan order.
 Backend *rt_cpu_backend(void);
 
 //
@@ -46,10 +61,11 @@ typedef enum ExecLayout {
 
 struct Exec {
     const Plan *plan;
-    Backend *be;
+    Backend *be;            // owns the memory; runs device kernels and copies
+    Backend *host;          // runs host-stream instructions on host-arena buffers
     ExecLayout layout;
     void *arena[ARENA_COUNT];
-    void **ptr;             // per buffer: its address (a view: its base's)
+    void **ptr;             // per buffer: its address in its arena's memory (a view: its base's)
     int *root;              // per buffer: the buffer owning its bytes (plan_roots)
     uint64_t seed;          // dropout and initialisation
     int64_t step;           // optimizer steps taken (1-based inside the optimizer phase)
@@ -57,15 +73,25 @@ struct Exec {
     bool poison;            // fill a buffer's bytes with NaN when its lifetime ends
 };
 
-// Allocates the buffers of `p` on `be` with `layout`; -1 with err.
-int rt_exec_init(Exec *x, const Plan *p, Backend *be, ExecLayout layout, char *err, size_t errlen);
+// Allocates the buffers of `p` through `be`, host instructions to run on `host`, with
+// `layout`; -1 with err.
+int rt_exec_init(Exec *x, const Plan *p, Backend *be, Backend *host, ExecLayout layout,
+                 char *err, size_t errlen);
 void rt_exec_free(Exec *x);
-// Runs every instruction of phase `ph`; -1 with err naming the instruction.
+// Runs every instruction of phase `ph` (waits, launch or copy, record), then drains
+// the streams; -1 with err naming the instruction.
 int rt_exec_phase(Exec *x, PlanPhase ph, char *err, size_t errlen);
-// Reads buffer `id` as fp32 values into dst (converting bf16/f16); n elements.
+// The memory kind of buffer `id`.
+MemKind rt_buf_kind(const Exec *x, int id);
+// Reads buffer `id` as fp32 values into dst (converting bf16/f16, dequantising NF4).
 void rt_read_f32(const Exec *x, int id, float *dst);
-// Writes fp32 values into buffer `id` (rounding to its dtype).
+// Writes fp32 values into buffer `id` (rounding to its dtype; NF4 quantises).
 void rt_write_f32(Exec *x, int id, const float *src);
+// Copies buffer `id`'s raw bytes out of, or into, its arena.
+void rt_read_raw(const Exec *x, int id, void *dst);
+void rt_write_raw(Exec *x, int id, const void *src);
+// Zeroes buffer `id`.
+void rt_zero(Exec *x, int id);
 
 //
 // weights.c — initialisation, checkpoint loading, saving.

@@ -32,12 +32,11 @@ static int error(const char *fmt, ...) {
     return 1;
 }
 
-// Fills the tokens and targets buffers with the next micro_batch windows.
+// Fills the tokens and targets buffers with the next micro_batch windows; `tokens` and
+// `targets` are host staging of micro_batch x seq ids each.
 static int load_batch(Exec *x, DataFile *d, const uint64_t *order, uint64_t nwin, uint64_t *cursor,
-                      int32_t *window, char *err, size_t errlen) {
+                      int32_t *window, int32_t *tokens, int32_t *targets, char *err, size_t errlen) {
     const Plan *p = x->plan;
-    const PlanBuffer *tb = plan_role(p, "tokens"), *gb = plan_role(p, "targets");
-    int32_t *tokens = x->ptr[tb->id], *targets = x->ptr[gb->id];
     int S = (int)p->seq;
     for (int64_t b = 0; b < p->micro_batch; b++) {
         uint64_t w = order[(*cursor)++ % nwin];
@@ -46,6 +45,8 @@ static int load_batch(Exec *x, DataFile *d, const uint64_t *order, uint64_t nwin
         memcpy(tokens + b * S, window, sizeof(int32_t) * (size_t)S);
         memcpy(targets + b * S, window + 1, sizeof(int32_t) * (size_t)S);
     }
+    rt_write_raw(x, plan_role(p, "tokens")->id, tokens);
+    rt_write_raw(x, plan_role(p, "targets")->id, targets);
     return 0;
 }
 
@@ -76,13 +77,6 @@ static int save(Exec *x, const char *dir, bool merge, FILE *out) {
     return 0;
 }
 
-static void fmt_bytes(char *buf, size_t cap, int64_t b) {
-    if (b >= (1LL << 30))
-        snprintf(buf, cap, "%.2f GiB", (double)b / 0x1p30);
-    else
-        snprintf(buf, cap, "%.1f MiB", (double)b / 0x1p20);
-}
-
 int rt_train(const RunOptions *o) {
     char err[1024], path[4096];
     snprintf(path, sizeof path, "%s/plan", o->plan_dir);
@@ -108,13 +102,15 @@ int rt_train(const RunOptions *o) {
         plan_free(p);
         return error("%s", err);
     }
-    Backend *be = rt_cpu_backend();
+    Backend *be = rt_cpu_backend(), *host = rt_cpu_backend();
     Exec x;
     int rc = 1;
     uint64_t *order = malloc(sizeof(uint64_t) * nwin);
     int32_t *window = malloc(sizeof(int32_t) * (size_t)(p->seq + 1));
+    size_t batch_ids = (size_t)(p->micro_batch * p->seq);
+    int32_t *tokens = malloc(sizeof(int32_t) * batch_ids), *targets = malloc(sizeof(int32_t) * batch_ids);
     data_shuffle(order, nwin, o->seed);
-    if (rt_exec_init(&x, p, be, o->layout, err, sizeof err) != 0) {
+    if (rt_exec_init(&x, p, be, host, o->layout, err, sizeof err) != 0) {
         error("%s", err);
         goto out;
     }
@@ -145,7 +141,7 @@ int rt_train(const RunOptions *o) {
         x.step = step;
         for (int64_t m = 0; m < p->accum; m++) {
             x.micro = m;
-            if (load_batch(&x, d, order, nwin, &cursor, window, err, sizeof err) != 0 ||
+            if (load_batch(&x, d, order, nwin, &cursor, window, tokens, targets, err, sizeof err) != 0 ||
                 rt_exec_phase(&x, PHASE_FWD, err, sizeof err) != 0 ||
                 rt_exec_phase(&x, PHASE_BWD, err, sizeof err) != 0) {
                 error("step %lld: %s", (long long)step, err);
@@ -187,8 +183,10 @@ int rt_train(const RunOptions *o) {
 out:
     rt_exec_free(&x);
     be->destroy(be);
+    host->destroy(host);
     free(order);
     free(window);
+    free(tokens), free(targets);
     data_close(d);
     plan_free(p);
     return rc;

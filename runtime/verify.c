@@ -40,6 +40,10 @@ static int by_first(const void *x, const void *y, void *ctx) {
     return a->first != b->first ? a->first - b->first : a->id - b->id;
 }
 
+#define OPNAME(in) op_desc((in)->op)->name
+
+static int check_streams(const Plan *p, const int *root, FILE *out);
+
 int plan_verify(const Plan *p, FILE *out) {
     int bad = 0, nbuf = p->nbuf, ni = plan_instr_count(p);
     if (p->budget_bytes > 0 && p->arena_bytes[ARENA_DEVICE] + p->reserve_bytes > p->budget_bytes)
@@ -107,7 +111,9 @@ int plan_verify(const Plan *p, FILE *out) {
         }
         alive[na++] = ord[x];
     }
-    free(ord), free(alive), free(root);
+    free(ord), free(alive);
+    bad += check_streams(p, root, out);
+    free(root);
     // Replay: operands exist, reads follow writes, touches fall inside lifetimes.
     bool *written = calloc((size_t)nbuf + 1, sizeof(bool));
     for (int i = 0; i < nbuf; i++) {
@@ -122,7 +128,7 @@ int plan_verify(const Plan *p, FILE *out) {
             if (bid < 0)
                 continue;   // an absent optional input, or no workspace
             if (bid >= nbuf) {
-                PROBLEM("instruction %d (%s) names buffer %d, which does not exist", id, in->op, bid);
+                PROBLEM("instruction %d (%s) names buffer %d, which does not exist", id, OPNAME(in), bid);
                 continue;
             }
             const PlanBuffer *b = &p->buf[bid];
@@ -130,10 +136,10 @@ int plan_verify(const Plan *p, FILE *out) {
             bool update = !is_in && !is_ws && ((in->update >> (k - in->nin)) & 1u);
             if ((is_in || update) && !written[base->id] && !written[bid])
                 PROBLEM("instruction %d (%s) reads %s before any instruction writes it", id,
-                        in->op, b->name);
+                        OPNAME(in), b->name);
             if (id < base->first || id > base->last)
                 PROBLEM("instruction %d (%s) touches %s outside its lifetime [%d, %d]%s", id,
-                        in->op, b->name, base->first, base->last,
+                        OPNAME(in), b->name, base->first, base->last,
                         id > base->last ? ": it was freed too early" : "");
         }
         for (int k = 0; k < in->nout; k++)
@@ -146,4 +152,218 @@ int plan_verify(const Plan *p, FILE *out) {
     }
     free(written);
     return bad;
+}
+
+//
+// Streams and events. Within a stream instructions run in plan order; across streams
+// only events order them. Happens-before is tracked with vector clocks: clock[s] of an
+// instruction is the position on stream s of the latest instruction of s known to be
+// done when it starts. Two instructions touching the same bytes, one writing, must be
+// ordered: on one buffer (through views and in-place reuse), and across buffers that
+// take each other's bytes within a phase (the allocator's reuse).
+//
+
+enum { S = STREAM_COUNT };
+
+typedef struct Hist {           // per root buffer, within the phase being replayed
+    int write;                  // the last instruction writing it, or -1
+    int read[S];                // per stream, the last instruction reading it since
+} Hist;
+
+typedef struct Replay {
+    const Plan *p;
+    const int *root;
+    FILE *out;
+    int bad;
+    int *pos;                   // per instruction: its position on its stream
+    int *clock;                 // per instruction: S positions (-1 none)
+    Hist *hist;                 // per buffer (used for roots)
+} Replay;
+
+#define RPROBLEM(...)                                                                   \
+    do {                                                                                \
+        if (r->out) {                                                                   \
+            fprintf(r->out, "plan: ");                                                  \
+            fprintf(r->out, __VA_ARGS__);                                               \
+            fputc('\n', r->out);                                                        \
+        }                                                                               \
+        r->bad++;                                                                       \
+    } while (0)
+
+// Whether instruction i is done before instruction j starts (i earlier in the plan).
+static bool before(const Replay *r, int i, int j) {
+    const PlanInstr *a = plan_instr(r->p, i), *b = plan_instr(r->p, j);
+    if (a->stream == b->stream)
+        return i <= j;
+    return r->clock[(size_t)j * S + a->stream] >= r->pos[i];
+}
+
+static void unordered(Replay *r, int i, int j, int buf, const char *how) {
+    const PlanInstr *a = plan_instr(r->p, i), *b = plan_instr(r->p, j);
+    RPROBLEM("instruction %d (%s on %s) and instruction %d (%s on %s) %s %s with no event "
+             "ordering them", i, OPNAME(a), stream_name(a->stream), j, OPNAME(b),
+             stream_name(b->stream), how, r->p->buf[buf].name);
+}
+
+// One touch of root buffer `rt` by instruction j.
+static void touch(Replay *r, int j, int rt, bool write) {
+    Hist *h = &r->hist[rt];
+    if (h->write >= 0 && !before(r, h->write, j))
+        unordered(r, h->write, j, rt, write ? "both write" : "write and read");
+    if (write) {
+        for (int s = 0; s < S; s++)
+            if (h->read[s] >= 0 && !before(r, h->read[s], j))
+                unordered(r, h->read[s], j, rt, "read and write");
+        h->write = j;
+        for (int s = 0; s < S; s++)
+            h->read[s] = -1;
+    } else {
+        h->read[plan_instr(r->p, j)->stream] = j;
+    }
+}
+
+// Which arena kind a stream may touch: compute device memory, host the host arena, and
+// the copy streams one of each, in their direction.
+static void check_arenas(Replay *r, const PlanInstr *in) {
+    const Plan *p = r->p;
+    bool copy = op_desc(in->op)->cls == OPC_COPY;
+    if (copy != (in->stream == STREAM_D2H || in->stream == STREAM_H2D)) {
+        RPROBLEM("instruction %d (%s) runs on the %s stream", in->id, OPNAME(in),
+                 stream_name(in->stream));
+        return;
+    }
+    for (int k = 0; k < in->nin + in->nout + 1; k++) {
+        bool is_in = k < in->nin, is_ws = k == in->nin + in->nout;
+        int id = is_in ? in->in[k] : is_ws ? in->ws : in->out[k - in->nin];
+        if (id < 0 || id >= p->nbuf)
+            continue;
+        MemKind kind = p->arena_kind[p->buf[r->root[id]].arena], want;
+        if (in->stream == STREAM_COMPUTE)
+            want = MEMK_DEVICE;
+        else if (in->stream == STREAM_HOST)
+            want = MEMK_PINNED;
+        else   // d2h reads device memory into the host arena; h2d the other way
+            want = (in->stream == STREAM_D2H) == is_in ? MEMK_DEVICE : MEMK_PINNED;
+        if (kind != want)
+            RPROBLEM("instruction %d (%s on %s) touches %s in %s memory", in->id, OPNAME(in),
+                     stream_name(in->stream), p->buf[id].name,
+                     kind == MEMK_DEVICE ? "device" : "host");
+    }
+    if (copy && in->nin == 1 && in->nout == 1 && in->in[0] >= 0 &&
+        p->buf[in->in[0]].bytes != p->buf[in->out[0]].bytes)
+        RPROBLEM("instruction %d (copy) moves %s into %s of another size", in->id,
+                 p->buf[in->in[0]].name, p->buf[in->out[0]].name);
+}
+
+static bool lifelong(const PlanBuffer *b) {
+    return b->kind == PK_PARAM || b->kind == PK_GRAD || b->kind == PK_STATE || b->kind == PK_QUANT;
+}
+
+static int check_streams(const Plan *p, const int *root, FILE *out) {
+    int ni = plan_instr_count(p), nbuf = p->nbuf;
+    Replay rr = {.p = p, .root = root, .out = out}, *r = &rr;
+    r->pos = malloc(sizeof(int) * (size_t)(ni + 1));
+    r->clock = malloc(sizeof(int) * S * (size_t)(ni + 1));
+    r->hist = malloc(sizeof(Hist) * (size_t)(nbuf + 1));
+    int *recorder = malloc(sizeof(int) * (size_t)(p->events + 1));
+    for (int e = 0; e < p->events; e++)
+        recorder[e] = -1;
+    // Per root: the span of instructions touching it or anything sharing its bytes
+    // through views and reuse; and whether a stream other than compute touches it.
+    int *first = malloc(sizeof(int) * (size_t)(nbuf + 1)), *last = malloc(sizeof(int) * (size_t)(nbuf + 1));
+    bool *cross = calloc((size_t)nbuf + 1, sizeof(bool));
+    for (int i = 0; i < nbuf; i++)
+        first[i] = ni, last[i] = -1;
+    for (int id = 0; id < ni; id++) {
+        const PlanInstr *in = plan_instr(p, id);
+        check_arenas(r, in);
+        for (int k = 0; k < in->nin + in->nout + 1; k++) {
+            int b = k < in->nin ? in->in[k] : k < in->nin + in->nout ? in->out[k - in->nin] : in->ws;
+            if (b < 0 || b >= nbuf)
+                continue;
+            int rt = root[b];
+            first[rt] = id < first[rt] ? id : first[rt];
+            last[rt] = id > last[rt] ? id : last[rt];
+            cross[rt] |= in->stream != STREAM_COMPUTE;
+        }
+    }
+    int base = 0;
+    for (int ph = 0; ph < PHASE_COUNT; ph++) {
+        int n = p->nins[ph], count[S] = {0};
+        for (int i = 0; i < nbuf; i++) {
+            r->hist[i].write = -1;
+            for (int s = 0; s < S; s++)
+                r->hist[i].read[s] = -1;
+        }
+        int last_on[S] = {-1, -1, -1, -1};
+        for (int j = base; j < base + n; j++) {
+            const PlanInstr *in = plan_instr(p, j);
+            int *c = &r->clock[(size_t)j * S];
+            if (last_on[in->stream] >= 0)
+                memcpy(c, &r->clock[(size_t)last_on[in->stream] * S], sizeof(int) * S);
+            else
+                for (int s = 0; s < S; s++)
+                    c[s] = -1;
+            for (int k = 0; k < in->nwait; k++) {
+                int e = in->wait[k], w = recorder[e];
+                if (w < base) {
+                    RPROBLEM("instruction %d (%s) waits for event %d, which no earlier "
+                             "instruction of the %s phase records", j, OPNAME(in), e,
+                             plan_phase_name((PlanPhase)ph));
+                    continue;
+                }
+                for (int s = 0; s < S; s++)
+                    if (r->clock[(size_t)w * S + s] > c[s])
+                        c[s] = r->clock[(size_t)w * S + s];
+            }
+            r->pos[j] = count[in->stream]++;
+            c[in->stream] = r->pos[j];
+            last_on[in->stream] = j;
+            if (in->record >= 0) {
+                if (recorder[in->record] >= 0)
+                    RPROBLEM("event %d is recorded by instructions %d and %d", in->record,
+                             recorder[in->record], j);
+                recorder[in->record] = j;
+            }
+            // Reads first, then writes (an update is both); the workspace is written.
+            for (int k = 0; k < in->nin; k++)
+                if (in->in[k] >= 0)
+                    touch(r, j, root[in->in[k]], false);
+            for (int k = 0; k < in->nout; k++)
+                if ((in->update >> k) & 1u)
+                    touch(r, j, root[in->out[k]], false);
+            for (int k = 0; k < in->nout; k++)
+                touch(r, j, root[in->out[k]], true);
+            if (in->ws >= 0)
+                touch(r, j, root[in->ws], true);
+        }
+        // Buffers whose bytes another takes over later in this phase: everything the
+        // first did must be done before the second's first touch. Only pairs with a
+        // stream other than compute can be out of order.
+        for (int x = 0; x < nbuf; x++) {
+            const PlanBuffer *bx = &p->buf[x];
+            if (root[x] != x || !cross[x] || !owns_bytes(bx) || lifelong(bx) || last[x] < 0)
+                continue;
+            for (int y = 0; y < nbuf; y++) {
+                const PlanBuffer *by = &p->buf[y];
+                if (y == x || root[y] != y || !owns_bytes(by) || lifelong(by) || last[y] < 0 ||
+                    by->arena != bx->arena || (cross[y] && y < x) ||
+                    !(bx->offset < by->offset + by->bytes && by->offset < bx->offset + bx->bytes))
+                    continue;
+                int e = last[x] < first[y] ? x : y, l = e == x ? y : x;
+                if (last[e] >= first[l] || last[e] < base || first[l] >= base + n)
+                    continue;   // live at once (checked above), or in different phases
+                const Hist *h = &r->hist[e];
+                int j = first[l];
+                if (h->write >= 0 && !before(r, h->write, j))
+                    unordered(r, h->write, j, e, "write (and reuse the bytes of)");
+                for (int s = 0; s < S; s++)
+                    if (h->read[s] >= 0 && !before(r, h->read[s], j))
+                        unordered(r, h->read[s], j, e, "read (and reuse the bytes of)");
+            }
+        }
+        base += n;
+    }
+    free(r->pos), free(r->clock), free(r->hist), free(recorder), free(first), free(last), free(cross);
+    return r->bad;
 }

@@ -60,7 +60,7 @@ static void zero_state(Exec *x) {
     for (int i = 0; i < p->nbuf; i++) {
         const PlanBuffer *b = &p->buf[i];
         if (b->view < 0 && (b->kind == PK_GRAD || (b->kind == PK_STATE && strcmp(b->category, "master"))))
-            memset(x->ptr[i], 0, (size_t)b->bytes);
+            rt_zero(x, i);
     }
 }
 

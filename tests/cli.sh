@@ -79,7 +79,7 @@ fi
 # Nothing fits: exit 1, the smallest plan and what would fit, nothing written.
 "$ftc" compile models/qwen2.ft --budget 16G --host-mem 256G -o "$tmp/none.plan" > "$tmp/o" 2>&1; rc=$?
 if [ $rc = 1 ] && [ ! -e "$tmp/none.plan" ] && grep -q '^nothing fits 16.00 GiB: the smallest plan needs' "$tmp/o" &&
-   grep -q 'with lora(r = 8, targets = \[q_proj, v_proj\]): [0-9.]* GiB on the device' "$tmp/o" &&
+   grep -q 'with lora(r = 8, targets = \[wq, wv\]): [0-9.]* GiB on the device' "$tmp/o" &&
    grep -q 'and quantize(nf4, double_quant = true): [0-9.]* GiB on the device (fits)' "$tmp/o"; then
     ok nothing-fits-16g
 else
@@ -88,7 +88,7 @@ fi
 
 # --dump-ir shows the graph, every node with the line it came from.
 out=$("$ftc" compile models/tiny.ft --dump-ir -o "$tmp/out.plan")
-grep -q "= attention .*causal=true .*@36:9" <<<"$out" && ok dump-ir || bad dump-ir "$(head -20 <<<"$out")"
+grep -q "= attention .*causal=1 .*@36:9" <<<"$out" && ok dump-ir || bad dump-ir "$(head -20 <<<"$out")"
 
 # --emit-graph: the training graph for external solvers.
 if "$ftc" compile models/tiny.ft --emit-graph "$tmp/g.json" -o "$tmp/g.plan" >/dev/null &&

@@ -1,13 +1,11 @@
-// harness.h — for tests that compile .ft text and run the plan: parse, check,
-// elaborate, lora, autodiff, write the plan to a temporary directory, load it and
-// lay it out on the cpu backend (poison on). Header-only; include once per test.
+// harness.h — for tests that compile .ft text and run the plan: parse, check, the
+// whole pipeline (the IR verified after every pass), write the plan to a temporary
+// directory, load it and lay it out on the cpu backend (poison on). Header-only;
+// include once per test.
 #ifndef FTC_TEST_HARNESS_H
 #define FTC_TEST_HARNESS_H
 
-#include "../codegen/codegen.h"
-#include "../frontend/frontend.h"
-#include "../passes/passes.h"
-#include "../runtime/runtime.h"
+#include "../frontend/driver.h"
 
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -17,7 +15,7 @@ typedef struct Harness {
     Arena *a;
     FtModel m;
     Plan *plan;
-    Backend *be;
+    Backend *be, *host;
     Exec x;
     char dir[256];
 } Harness;
@@ -33,10 +31,15 @@ static bool harness_compile(Harness *h, const char *name, const char *text, int6
     h->a = arena_new();
     Ast *p = fe_parse(&src, h->a);
     bool ok = p && fe_check(&src, p, &h->m, h->a) == 0;
-    // The compile pipeline itself, everything kept and on the device.
+    // The compile pipeline itself (the IR verified after every pass), everything kept
+    // and on the device.
     PlanChoice c = {batch, REMAT_KEEP, 0, REMAT_KEEP, {false, false}, NULL};
     BuildStats bs = {0};
-    IrGraph *g = ok ? fe_build(&src, &h->m, &c, h->a, &bs, NULL) : NULL;
+    DriverSource ds = {&src, &h->m};
+    PassDiag diag = driver_diag(&src);
+    Pipeline pipe = driver_pipeline(&ds, h->a, &diag);
+    pipe.verify = pipe.final = true;
+    IrGraph *g = ok ? pipeline_build(&pipe, &c, h->a, &bs) : NULL;
     ok = g != NULL && ir_verify(g, stdout) == 0;
     AllocStats as = bs.alloc;
     char targets[512] = "";
@@ -61,7 +64,8 @@ static bool harness_compile(Harness *h, const char *name, const char *text, int6
             ok = false;
         if (ok) {
             h->be = rt_cpu_backend();
-            ok = rt_exec_init(&h->x, h->plan, h->be, LAYOUT_PLANNED, err, sizeof err) == 0;
+            h->host = rt_cpu_backend();
+            ok = rt_exec_init(&h->x, h->plan, h->be, h->host, LAYOUT_PLANNED, err, sizeof err) == 0;
             h->x.poison = true;
         }
         if (!ok)
@@ -78,6 +82,8 @@ static void harness_free(Harness *h) {
         rt_exec_free(&h->x);
     if (h->be)
         h->be->destroy(h->be);
+    if (h->host)
+        h->host->destroy(h->host);
     plan_free(h->plan);
     arena_free(h->a);
     if (h->dir[0]) {

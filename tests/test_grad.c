@@ -73,8 +73,7 @@ static double check_case(const char *name, const char *body) {
             batch[r][k] = (int32_t)(urand() * 7);
 #define LOAD_BATCH()                                                                    \
     for (int r = 0; r < 2; r++)                                                         \
-        memcpy(h.x.ptr[plan_role(p, roles[r])->id], batch[r],                           \
-               (size_t)plan_role(p, roles[r])->bytes)
+        rt_write_raw(&h.x, plan_role(p, roles[r])->id, batch[r])
     LOAD_BATCH();
     if (!harness_step(&h)) {
         CHECK(!"runs");

@@ -17,7 +17,7 @@ static int input(IrGraph *g, const char *name, DType dt, int nd, const int64_t *
     return ir_tensor_add(g, name, TK_INPUT, dt, nd, s, here);
 }
 
-static int node(IrGraph *g, OpKind op, int nin, int a, int b, int c, IrAttr attr, IrShapeErr *err) {
+static int node(IrGraph *g, OpKind op, int nin, int a, int b, int c, OpAttr attr, IrShapeErr *err) {
     int in[3] = {a, b, c};
     int id = ir_node_add(g, op, nin, in, attr, "t", -1, here, err);
     return id < 0 ? -1 : g->nodes.at[id].out[0];
@@ -41,7 +41,7 @@ static void test_linear(void) {
     int64_t xs[3] = {2, 16, 64};
     int x = input(g, "x", DT_BF16, 3, xs);
     int w = param(g, "w", DT_BF16, 2, 96, 64), b = param(g, "b", DT_BF16, 1, 96, 0);
-    int y = node(g, OP_LINEAR, 3, x, w, b, (IrAttr){0}, &err);
+    int y = node(g, OP_LINEAR, 3, x, w, b, (OpAttr){0}, &err);
     CHECK(y >= 0);
     const IrTensor *t = ir_tensor(g, y);
     CHECK_EQ(3, t->ndim);
@@ -54,7 +54,7 @@ static void test_linear(void) {
     CHECK_EQ(32 * 96 * 2, op_bytes_written(g, n));
     // mismatch: both shapes in the message, blamed on the weight
     int w2 = param(g, "w2", DT_BF16, 2, 96, 65);
-    CHECK_EQ(-1, node(g, OP_LINEAR, 2, x, w2, -1, (IrAttr){0}, &err));
+    CHECK_EQ(-1, node(g, OP_LINEAR, 2, x, w2, -1, (OpAttr){0}, &err));
     CHECK(strstr(err.msg, "bf16[2, 16, 64]") && strstr(err.msg, "bf16[96, 65]"));
     CHECK_EQ(1, err.arg);
     CHECK_EQ(0, ir_verify(g, stdout));
@@ -69,7 +69,7 @@ static void test_attention(void) {
     int64_t qs[4] = {2, 8, 4, 16}, ks[4] = {2, 8, 2, 16}, bad[4] = {2, 8, 3, 16};
     int q = input(g, "q", DT_BF16, 4, qs), k = input(g, "k", DT_BF16, 4, ks);
     int kb = input(g, "kb", DT_BF16, 4, bad);
-    int o = node(g, OP_ATTENTION, 3, q, k, k, (IrAttr){.causal = true}, &err);
+    int o = node(g, OP_ATTENTION, 3, q, k, k, (OpAttr){.causal = true}, &err);
     CHECK(o >= 0);
     const IrNode *n = &g->nodes.at[0];
     CHECK(n->out[1] >= 0);
@@ -79,7 +79,7 @@ static void test_attention(void) {
     CHECK_EQ(4, lse->shape[1]);                   // [B, H, S]
     int64_t pairs = 8 * 9 / 2;
     CHECK_EQ(4 * 2 * 4 * 16 * pairs + 5 * 2 * 4 * pairs, op_flops(g, n));
-    CHECK_EQ(-1, node(g, OP_ATTENTION, 3, q, kb, kb, (IrAttr){.causal = true}, &err));
+    CHECK_EQ(-1, node(g, OP_ATTENTION, 3, q, kb, kb, (OpAttr){.causal = true}, &err));
     CHECK(strstr(err.msg, "does not fit q"));
     ir_graph_free(g);
     arena_free(a);
@@ -91,17 +91,17 @@ static void test_view_aliases(void) {
     IrShapeErr err;
     int64_t xs[3] = {2, 16, 64};
     int x = input(g, "x", DT_BF16, 3, xs);
-    int s = node(g, OP_SILU, 1, x, -1, -1, (IrAttr){0}, &err);
-    IrAttr v = {.ndim = 4, .shape = {2, 16, 4, 16}};
+    int s = node(g, OP_SILU, 1, x, -1, -1, (OpAttr){0}, &err);
+    OpAttr v = {.ndim = 4, .shape = {2, 16, 4, 16}};
     int y = node(g, OP_VIEW, 1, s, -1, -1, v, &err);
     CHECK(y >= 0);
     CHECK_EQ(s, ir_tensor(g, y)->alias_of);
     CHECK_EQ(0, ir_tensor_bytes(ir_tensor(g, y)));
-    IrAttr v2 = {.ndim = 2, .shape = {32, 16}};
+    OpAttr v2 = {.ndim = 2, .shape = {32, 16}};
     int z = node(g, OP_VIEW, 1, y, -1, -1, v2, &err);
     CHECK_EQ(-1, z);
     CHECK(strstr(err.msg, "element counts differ"));
-    IrAttr v3 = {.ndim = 2, .shape = {32, 64}};
+    OpAttr v3 = {.ndim = 2, .shape = {32, 64}};
     z = node(g, OP_VIEW, 1, y, -1, -1, v3, &err);
     CHECK_EQ(s, ir_tensor(g, z)->alias_of);       // a view of a view shares the base
     CHECK_EQ(s, ir_tensor_base(g, z));
@@ -117,21 +117,21 @@ static void test_shape_errors(void) {
     int x = input(g, "x", DT_BF16, 3, xs), y = input(g, "y", DT_BF16, 3, ys);
     int tok = input(g, "tok", DT_I32, 2, ids), r = input(g, "r", DT_BF16, 4, rs);
     int w = param(g, "w", DT_BF16, 1, 32, 0), tab = param(g, "tab", DT_BF16, 2, 256, 64);
-    CHECK_EQ(-1, node(g, OP_ADD, 2, x, y, -1, (IrAttr){0}, &err));
+    CHECK_EQ(-1, node(g, OP_ADD, 2, x, y, -1, (OpAttr){0}, &err));
     CHECK(strstr(err.msg, "bf16[2, 16, 64]") && strstr(err.msg, "bf16[2, 16, 32]"));
-    CHECK_EQ(-1, node(g, OP_RMSNORM, 2, x, w, -1, (IrAttr){.f = 1e-6}, &err));
+    CHECK_EQ(-1, node(g, OP_RMSNORM, 2, x, w, -1, (OpAttr){.f = 1e-6}, &err));
     CHECK_EQ(1, err.arg);
-    CHECK_EQ(-1, node(g, OP_ROPE, 1, r, -1, -1, (IrAttr){.f = 1e4}, &err));
-    CHECK_EQ(-1, node(g, OP_EMBED, 2, tab, x, -1, (IrAttr){0}, &err));   // float ids
-    CHECK_EQ(-1, node(g, OP_SILU, 1, tok, -1, -1, (IrAttr){0}, &err));   // int input
-    CHECK_EQ(-1, node(g, OP_DROPOUT, 1, x, -1, -1, (IrAttr){.f = 1.0}, &err));
-    int e = node(g, OP_EMBED, 2, tab, tok, -1, (IrAttr){0}, &err);
+    CHECK_EQ(-1, node(g, OP_ROPE, 1, r, -1, -1, (OpAttr){.f = 1e4}, &err));
+    CHECK_EQ(-1, node(g, OP_EMBED, 2, tab, x, -1, (OpAttr){0}, &err));   // float ids
+    CHECK_EQ(-1, node(g, OP_SILU, 1, tok, -1, -1, (OpAttr){0}, &err));   // int input
+    CHECK_EQ(-1, node(g, OP_DROPOUT, 1, x, -1, -1, (OpAttr){.f = 1.0}, &err));
+    int e = node(g, OP_EMBED, 2, tab, tok, -1, (OpAttr){0}, &err);
     CHECK_EQ(64, ir_tensor(g, e)->shape[2]);
     CHECK_EQ(2 * 16 * 64 * 2 + 2 * 16 * 4, op_bytes_read(g, &g->nodes.at[g->nodes.len - 1]));
-    int lg = node(g, OP_LINEAR, 2, e, tab, -1, (IrAttr){0}, &err);
-    int loss = node(g, OP_CROSS_ENTROPY, 2, lg, tok, -1, (IrAttr){0}, &err);
+    int lg = node(g, OP_LINEAR, 2, e, tab, -1, (OpAttr){0}, &err);
+    int loss = node(g, OP_CROSS_ENTROPY, 2, lg, tok, -1, (OpAttr){0}, &err);
     CHECK_EQ(0, ir_tensor(g, loss)->ndim);
-    CHECK_EQ(-1, node(g, OP_CROSS_ENTROPY, 2, lg, x, -1, (IrAttr){0}, &err));
+    CHECK_EQ(-1, node(g, OP_CROSS_ENTROPY, 2, lg, x, -1, (OpAttr){0}, &err));
     // the loss backward's scratch: fp32 rows x vocab, or one chunk of rows (same inputs)
     const IrNode *ce = &g->nodes.at[g->nodes.len - 1];
     CHECK_EQ(32 * 256 * 4, op_info(OP_CROSS_ENTROPY_BWD)->scratch_bytes(g, ce));
@@ -143,15 +143,55 @@ static void test_shape_errors(void) {
     arena_free(a);
 }
 
+// Every row of the vocabulary has its compiler columns; names round-trip; only user ops
+// are found from .ft; GEMMs say their dimensions; ops with a row chunk or a random
+// stream declare the attribute.
 static void test_op_table(void) {
     OpKind k;
     for (int i = 0; i < OP_COUNT; i++) {
+        const OpDesc *d = op_desc((OpKind)i);
         const OpInfo *op = op_info((OpKind)i);
-        CHECK(op->name && op->shape && op->flops);
-        CHECK(op->min_in >= (op->user ? 1 : 0) && op->max_in <= IR_MAX_INPUTS && op->min_in <= op->max_in);
-        CHECK(op_lookup(op->name, &k) && k == (OpKind)i);
+        CHECK(d->name && op->shape && op->flops);
+        CHECK(d->min_in >= ((d->flags & OPF_USER) ? 1 : 0) && d->max_in <= IR_MAX_INPUTS &&
+              d->min_in <= d->max_in);
+        CHECK(op_find(d->name, &k) && k == (OpKind)i);
+        CHECK(op_lookup_user(d->name, &k) == ((d->flags & OPF_USER) != 0));
+        CHECK((d->cls == OPC_GEMM) == (op->gemm != NULL));
+        CHECK(!(d->attrs & ATTR_F) || d->f_key);
+        // every user op's derivative rule exists: a trainable weight behind it trains
+        CHECK(!(d->flags & OPF_USER) || op->backward);
     }
-    CHECK(!op_lookup("conv2d", &k));
+    CHECK(!op_find("conv2d", &k));
+    CHECK(!op_lookup_user("copy", &k) && !op_lookup_user("scale", &k));
+    const char *kw;
+    CHECK_EQ(ATTR_F, op_user_attr(OP_RMSNORM, &kw));
+    CHECK_STR("eps", kw);
+    CHECK_EQ(ATTR_PERM, op_user_attr(OP_TRANSPOSE, &kw));
+    CHECK_STR("dims", kw);
+    CHECK_EQ(0, op_user_attr(OP_LINEAR, &kw));
+}
+
+// Attributes print and parse back through the shared text form plans use.
+static void test_attr_text(void) {
+    char buf[256];
+    OpAttr a = {.f = 1e-6}, b = {0};
+    op_attr_format(buf, sizeof buf, OP_RMSNORM, &a, true);
+    CHECK_STR(" eps=9.9999999999999995e-07", buf);
+    CHECK_EQ(1, op_attr_parse(OP_RMSNORM, "eps", buf + 5, &b));
+    CHECK(b.f == a.f);
+    CHECK_EQ(0, op_attr_parse(OP_RMSNORM, "causal", "1", &b));   // not one of its attributes
+    CHECK_EQ(-1, op_attr_parse(OP_ATTENTION, "causal", "yes", &b));
+    OpAttr v = {.ndim = 3, .shape = {2, 16, 64}};
+    op_attr_format(buf, sizeof buf, OP_VIEW, &v, true);
+    CHECK_STR(" shape=2x16x64", buf);
+    OpAttr w = {0};
+    CHECK_EQ(1, op_attr_parse(OP_VIEW, "shape", "2x16x64", &w));
+    CHECK(w.ndim == 3 && w.shape[2] == 64);
+    CHECK_EQ(-1, op_attr_parse(OP_VIEW, "shape", "2x0", &w));
+    OpAttr t = {.perm = {1, 2}};
+    op_attr_format(buf, sizeof buf, OP_TRANSPOSE, &t, false);
+    CHECK_STR(" perm=1,2", buf);
+    CHECK_EQ(-1, op_attr_parse(OP_TRANSPOSE, "perm", "1,9", &w));
 }
 
 static void test_requires_grad(void) {
@@ -161,8 +201,8 @@ static void test_requires_grad(void) {
     int64_t xs[2] = {4, 8};
     int x = input(g, "x", DT_F32, 2, xs);
     int w = param(g, "w", DT_F32, 2, 8, 8);
-    int h = node(g, OP_SILU, 1, x, -1, -1, (IrAttr){0}, &err);
-    int y = node(g, OP_LINEAR, 2, h, w, -1, (IrAttr){0}, &err);
+    int h = node(g, OP_SILU, 1, x, -1, -1, (OpAttr){0}, &err);
+    int y = node(g, OP_LINEAR, 2, h, w, -1, (OpAttr){0}, &err);
     CHECK(!ir_tensor(g, h)->requires_grad);
     CHECK(ir_tensor(g, y)->requires_grad);
     ir_tensor(g, w)->trainable = false;
@@ -179,8 +219,8 @@ static void test_verify_catches(void) {
     IrShapeErr err;
     int64_t xs[2] = {4, 8};
     int x = input(g, "x", DT_F32, 2, xs);
-    int h = node(g, OP_SILU, 1, x, -1, -1, (IrAttr){0}, &err);
-    node(g, OP_EXP, 1, h, -1, -1, (IrAttr){0}, &err);
+    int h = node(g, OP_SILU, 1, x, -1, -1, (OpAttr){0}, &err);
+    node(g, OP_EXP, 1, h, -1, -1, (OpAttr){0}, &err);
     CHECK_EQ(0, ir_verify(g, stdout));
     FILE *sink = tmpfile();
     IrNode saved = g->nodes.at[0];
@@ -207,6 +247,7 @@ int main(void) {
     RUN(test_view_aliases);
     RUN(test_shape_errors);
     RUN(test_op_table);
+    RUN(test_attr_text);
     RUN(test_requires_grad);
     RUN(test_verify_catches);
     return CHECK_DONE();

@@ -28,14 +28,17 @@ static void train(Harness *h, int steps, double *first, double *last) {
     const PlanBuffer *tok = plan_role(p, "tokens"), *tgt = plan_role(p, "targets");
     int64_t S = p->seq, B = p->micro_batch, len = (int64_t)strlen(text);
     char err[512];
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(B * S)), *next = malloc(sizeof(int32_t) * (size_t)(B * S));
     *first = *last = 0;
     for (int step = 1; step <= steps; step++) {
         for (int64_t b = 0; b < B; b++)
             for (int64_t s = 0; s < S; s++) {
                 int64_t at = (step * 7 + b * 13 + s) % (len - 1);
-                ((int32_t *)h->x.ptr[tok->id])[b * S + s] = (unsigned char)text[at];
-                ((int32_t *)h->x.ptr[tgt->id])[b * S + s] = (unsigned char)text[at + 1];
+                ids[b * S + s] = (unsigned char)text[at];
+                next[b * S + s] = (unsigned char)text[at + 1];
             }
+        rt_write_raw(&h->x, tok->id, ids);
+        rt_write_raw(&h->x, tgt->id, next);
         h->x.step = step;
         CHECK(rt_exec_phase(&h->x, PHASE_FWD, err, sizeof err) == 0);
         CHECK(rt_exec_phase(&h->x, PHASE_BWD, err, sizeof err) == 0);
@@ -46,6 +49,7 @@ static void train(Harness *h, int steps, double *first, double *last) {
         if (step > steps - 3)
             *last += l / 3;
     }
+    free(ids), free(next);
 }
 
 // A copy of the bytes of every frozen parameter and its quantisation data.
@@ -60,7 +64,7 @@ static char *snapshot(Harness *h, size_t *len) {
     for (int i = 0; i < h->plan->nbuf; i++) {
         const PlanBuffer *b = &h->plan->buf[i];
         if ((b->kind == PK_PARAM && !b->trainable) || b->kind == PK_QUANT) {
-            memcpy(p, h->x.ptr[i], (size_t)b->bytes);
+            rt_read_raw(&h->x, i, p);
             p += b->bytes;
         }
     }

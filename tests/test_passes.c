@@ -1,7 +1,6 @@
 // test_passes.c — parameter counts, the naive memory breakdown, the LoRA pass and
 // the GPU presets, on the shipped models.
-#include "../frontend/frontend.h"
-#include "../passes/passes.h"
+#include "../frontend/driver.h"
 #include "check.h"
 
 static const char *srcdir = ".";
@@ -209,7 +208,10 @@ static void test_qlora_weights_exact(void) {
         CHECK(p && fe_check(&l.src, p, &l.m, l.a) == 0);
         PlanChoice c = {1, REMAT_KEEP, 0, REMAT_KEEP, {false, false}, NULL};
         BuildStats bs;
-        l.g = fe_build(&l.src, &l.m, &c, l.a, &bs, NULL);
+        DriverSource ds = {&l.src, &l.m};
+        Pipeline pipe = driver_pipeline(&ds, l.a, NULL);
+        pipe.verify = true;
+        l.g = pipeline_build(&pipe, &c, l.a, &bs);
         CHECK(l.g != NULL);
         if (l.g) {
             int64_t dim = 3584, kv = 512, ffn = 18944, layers = 28;

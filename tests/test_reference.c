@@ -86,7 +86,12 @@ static bool setup(Run *r, const char *name, const char *precision, const char *l
         const PlanBuffer *b = plan_role(r->plan, roles[k]);
         const StTensor *t = st_find(r->expect, roles[k]);
         CHECK(b && t);
-        if (!b || !t || st_read_raw(r->expect, t, r->x.ptr[b->id], (size_t)b->bytes, err, sizeof err))
+        void *ids = b ? malloc((size_t)b->bytes) : NULL;
+        bool read = b && t && st_read_raw(r->expect, t, ids, (size_t)b->bytes, err, sizeof err) == 0;
+        if (read)
+            rt_write_raw(&r->x, b->id, ids);
+        free(ids);
+        if (!read)
             return false;
     }
     return true;

@@ -87,7 +87,7 @@ static void test_read_before_write(void) {
     in->in[0] = keep;
     CHECK(n > 0);
     char want[256];
-    snprintf(want, sizeof want, "instruction 1 (%s) reads %s before any instruction writes it", in->op,
+    snprintf(want, sizeof want, "instruction 1 (%s) reads %s before any instruction writes it", op_desc(in->op)->name,
              late->name);
     CHECK(strstr(msg, want));
 }

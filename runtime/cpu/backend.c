@@ -1,8 +1,10 @@
 // backend.c — the cpu backend: runs each plan instruction with the reference
 // kernels of kernels.c. Tensors stored as bf16 or f16 are widened to fp32 scratch
 // before a kernel and rounded back after it, so the arithmetic is fp32 and the
-// storage is exactly what a bf16 plan stores. One table maps an op name to its
-// kernel; prepare() refuses a plan with an op missing from it.
+// storage is exactly what a bf16 plan stores. Its column of the op table (kernels[],
+// keyed by the ops.def id) maps each op to its kernel; prepare() refuses a plan with an
+// op missing from it. Every memory kind is plain memory, every stream runs in plan
+// order, and events are no-ops: the executor's order is already a valid one.
 #include "../runtime.h"
 #include "kernels.h"
 #include "nf4.h"
@@ -20,8 +22,11 @@ typedef struct Arg {
     int64_t n;          // elements
 } Arg;
 
+typedef struct CpuState CpuState;
+
 typedef struct Call {
     Exec *x;
+    CpuState *s;            // the launching backend's scratch
     const PlanInstr *in;
     Arg a[PLAN_MAX_IN];     // inputs
     Arg o[PLAN_MAX_OUT];    // outputs
@@ -31,12 +36,10 @@ typedef struct Call {
 
 typedef int (*Kernel)(Call *c);
 
-typedef struct CpuState {
+struct CpuState {
     float *scratch;         // per-instruction fp32 scratch, grown as needed
     size_t cap, used;
-    Kernel *kernel;         // per instruction id
-    int nkernel;
-} CpuState;
+};
 
 static bool is_float(PlanDType t) { return t == PDT_F32 || t == PDT_BF16 || t == PDT_F16; }
 
@@ -141,40 +144,40 @@ static int k_matmul(Call *c) {
 }
 
 // a op b with b's shape a suffix of a's: the kernel runs once per repetition of b.
-static int k_binary(Call *c) {
+static int binary(Call *c, void (*f)(float *, const float *, const float *, size_t)) {
     int64_t nb = N(1), reps = N(0) / nb;
-    void (*f)(float *, const float *, const float *, size_t) =
-        strcmp(c->in->op, "add") == 0   ? cpu_add_forward
-        : strcmp(c->in->op, "sub") == 0 ? cpu_sub_forward
-        : strcmp(c->in->op, "mul") == 0 ? cpu_mul_forward
-                                        : cpu_div_forward;
     for (int64_t r = 0; r < reps; r++)
         f(OUT(0) + r * nb, IN(0) + r * nb, IN(1), (size_t)nb);
     return 0;
 }
 
-static int k_scale(Call *c) { cpu_scale_forward(OUT(0), IN(0), (float)c->in->f, (size_t)N(0)); return 0; }
+static int k_add(Call *c) { return binary(c, cpu_add_forward); }
+static int k_sub(Call *c) { return binary(c, cpu_sub_forward); }
+static int k_mul(Call *c) { return binary(c, cpu_mul_forward); }
+static int k_div(Call *c) { return binary(c, cpu_div_forward); }
+
+static int k_scale(Call *c) { cpu_scale_forward(OUT(0), IN(0), (float)c->in->attr.f, (size_t)N(0)); return 0; }
 static int k_silu(Call *c) { cpu_silu_forward(OUT(0), IN(0), (size_t)N(0)); return 0; }
 static int k_gelu(Call *c) { cpu_gelu_forward(OUT(0), IN(0), (size_t)N(0)); return 0; }
 static int k_exp(Call *c) { cpu_exp_forward(OUT(0), IN(0), (size_t)N(0)); return 0; }
 
 static int k_rmsnorm(Call *c) {
     cpu_rmsnorm_forward(OUT(0), OUT(1), IN(0), IN(1), (size_t)rows(B(0)), (size_t)last_dim(B(0)),
-                        (float)c->in->f);
+                        (float)c->in->attr.f);
     return 0;
 }
 
 static int k_layernorm(Call *c) {
     int64_t r = rows(B(0));
     cpu_layernorm_forward(OUT(0), OUT(1), OUT(1) + r, IN(0), IN(1), IN(2), (size_t)r,
-                          (size_t)last_dim(B(0)), (float)c->in->f);
+                          (size_t)last_dim(B(0)), (float)c->in->attr.f);
     return 0;
 }
 
 static int k_rope(Call *c) {
     const int64_t *s = B(0)->shape;
     return status(c, cpu_rope_forward(OUT(0), IN(0), (size_t)s[0], (size_t)s[1], (size_t)s[2],
-                                      (size_t)s[3], c->in->f));
+                                      (size_t)s[3], c->in->attr.f));
 }
 
 static int k_softmax(Call *c) {
@@ -184,10 +187,10 @@ static int k_softmax(Call *c) {
 
 static int k_attention(Call *c) {
     const int64_t *q = B(0)->shape;
-    float *row = scratch(c->x->be->state, q[1]);
+    float *row = scratch(c->s, q[1]);
     return status(c, cpu_attention_forward(OUT(0), OUT(1), row, IN(0), IN(1), IN(2), (size_t)q[0],
                                            (size_t)q[1], (size_t)q[2], (size_t)B(1)->shape[2],
-                                           (size_t)q[3], c->in->causal));
+                                           (size_t)q[3], c->in->attr.causal));
 }
 
 // A view shares its base's bytes: nothing to run.
@@ -196,7 +199,7 @@ static int k_view(Call *c) { (void)c; return 0; }
 // Swaps dims perm[0] and perm[1]: the output index (…, i, …, j, …) reads input (…, j, …, i, …).
 static int k_transpose(Call *c) {
     const PlanBuffer *x = B(0);
-    int nd = x->ndim, a = c->in->perm[0], b = c->in->perm[1];
+    int nd = x->ndim, a = c->in->attr.perm[0], b = c->in->attr.perm[1];
     int64_t in_stride[PLAN_MAX_DIMS], idx[PLAN_MAX_DIMS] = {0};
     in_stride[nd - 1] = 1;
     for (int d = nd - 2; d >= 0; d--)
@@ -217,12 +220,12 @@ static int k_transpose(Call *c) {
 // seed in the plan) draws the same mask.
 static uint64_t dropout_seed(const Call *c) {
     return c->x->seed * 0x9e3779b97f4a7c15ull + (uint64_t)c->x->step * 1000003ull +
-           (uint64_t)c->x->micro * 10007ull + (uint64_t)c->in->seed;
+           (uint64_t)c->x->micro * 10007ull + (uint64_t)c->in->attr.seed;
 }
 
 static int k_dropout(Call *c) {
     uint8_t *mask = c->in->nout > 1 ? c->o[1].raw : NULL;
-    return status(c, cpu_dropout_forward(OUT(0), mask, IN(0), (size_t)N(0), (float)c->in->f,
+    return status(c, cpu_dropout_forward(OUT(0), mask, IN(0), (size_t)N(0), (float)c->in->attr.f,
                                          dropout_seed(c), 0));
 }
 
@@ -321,7 +324,7 @@ static int k_layernorm_dw(Call *c) {
 static int k_rope_bwd(Call *c) {
     const int64_t *s = B(0)->shape;
     return status(c, cpu_rope_backward(OUT(0), IN(0), (size_t)s[0], (size_t)s[1], (size_t)s[2],
-                                       (size_t)s[3], c->in->f));
+                                       (size_t)s[3], c->in->attr.f));
 }
 
 static int k_softmax_bwd(Call *c) {
@@ -333,28 +336,22 @@ static int k_attention_bwd(Call *c) {
     const int64_t *q = B(1)->shape;
     return status(c, cpu_attention_backward(OUT(0), OUT(1), OUT(2), IN(0), IN(1), IN(2), IN(3),
                                             IN(4), IN(5), (size_t)q[0], (size_t)q[1], (size_t)q[2],
-                                            (size_t)B(2)->shape[2], (size_t)q[3], c->in->causal));
+                                            (size_t)B(2)->shape[2], (size_t)q[3], c->in->attr.causal));
 }
 
 static int k_dropout_bwd(Call *c) {
-    return status(c, cpu_dropout_backward(OUT(0), IN(0), RAW(1), (size_t)N(0), (float)c->in->f, 0, 0));
+    return status(c, cpu_dropout_backward(OUT(0), IN(0), RAW(1), (size_t)N(0), (float)c->in->attr.f, 0, 0));
 }
 
 static int k_cross_entropy_bwd(Call *c) {
     int64_t V = last_dim(B(0));
     return status(c, cpu_cross_entropy_backward(OUT(0), IN(0), RAW(1), (size_t)rows(B(0)),
-                                                (size_t)V, (float)c->in->f));
+                                                (size_t)V, (float)c->in->attr.f));
 }
 
 //
 // Storage.
 //
-
-// The same values elsewhere (a swap between device and host memory).
-static int k_copy(Call *c) {
-    memcpy(OUT(0), IN(0), sizeof(float) * (size_t)ON(0));
-    return 0;
-}
 
 // W (NF4) to the compute dtype: absmax, or its double-quantised codes, scales, mean.
 static int k_dequant(Call *c) {
@@ -363,7 +360,7 @@ static int k_dequant(Call *c) {
         cpu_nf4_dequantize(OUT(0), RAW(0), IN(1), n);
         return 0;
     }
-    float *absmax = scratch(c->x->be->state, (int64_t)blocks);
+    float *absmax = scratch(c->s, (int64_t)blocks);
     cpu_nf4_dequantize_absmax(absmax, RAW(1), IN(2), IN(3)[0], blocks);
     cpu_nf4_dequantize(OUT(0), RAW(0), absmax, n);
     return 0;
@@ -409,35 +406,29 @@ static int k_sgd(Call *c) {
 }
 
 //
-// The table.
+// The kernel column: one kernel per op of ops.def. Copies are not kernels: the
+// executor moves their bytes with Backend.copy.
 //
 
-static const struct { const char *op; Kernel k; } table[] = {
-    {"embed", k_embed},           {"linear", k_linear},         {"matmul", k_matmul},
-    {"add", k_binary},            {"sub", k_binary},            {"mul", k_binary},
-    {"div", k_binary},            {"scale", k_scale},           {"silu", k_silu},
-    {"gelu", k_gelu},             {"exp", k_exp},               {"rmsnorm", k_rmsnorm},
-    {"layernorm", k_layernorm},   {"rope", k_rope},             {"softmax", k_softmax},
-    {"attention", k_attention},   {"view", k_view},             {"transpose", k_transpose},
-    {"dropout", k_dropout},       {"cross_entropy", k_cross_entropy},
-    {"embed_bwd", k_embed_bwd},   {"linear_dx", k_linear_dx},   {"linear_dw", k_linear_dw},
-    {"sum_to", k_sum_to},         {"matmul_da", k_matmul_da},   {"matmul_db", k_matmul_db},
-    {"silu_bwd", k_silu_bwd},     {"gelu_bwd", k_gelu_bwd},     {"rmsnorm_dx", k_rmsnorm_dx},
-    {"rmsnorm_dw", k_rmsnorm_dw}, {"layernorm_dx", k_layernorm_dx},
-    {"layernorm_dw", k_layernorm_dw}, {"rope_bwd", k_rope_bwd}, {"softmax_bwd", k_softmax_bwd},
-    {"attention_bwd", k_attention_bwd}, {"dropout_bwd", k_dropout_bwd},
-    {"cross_entropy_bwd", k_cross_entropy_bwd},
-    {"dequant", k_dequant},       {"copy", k_copy},
-    {"acc", k_acc},               {"adamw", k_adamw},           {"sgd", k_sgd},
-    {"zero", k_zero},
+static const Kernel kernels[OP_COUNT] = {
+    [OP_EMBED] = k_embed,           [OP_LINEAR] = k_linear,         [OP_MATMUL] = k_matmul,
+    [OP_ADD] = k_add,               [OP_SUB] = k_sub,               [OP_MUL] = k_mul,
+    [OP_DIV] = k_div,               [OP_SCALE] = k_scale,           [OP_SILU] = k_silu,
+    [OP_GELU] = k_gelu,             [OP_EXP] = k_exp,               [OP_RMSNORM] = k_rmsnorm,
+    [OP_LAYERNORM] = k_layernorm,   [OP_ROPE] = k_rope,             [OP_SOFTMAX] = k_softmax,
+    [OP_ATTENTION] = k_attention,   [OP_VIEW] = k_view,             [OP_TRANSPOSE] = k_transpose,
+    [OP_DROPOUT] = k_dropout,       [OP_CROSS_ENTROPY] = k_cross_entropy,
+    [OP_EMBED_BWD] = k_embed_bwd,   [OP_LINEAR_DX] = k_linear_dx,   [OP_LINEAR_DW] = k_linear_dw,
+    [OP_SUM_TO] = k_sum_to,         [OP_MATMUL_DA] = k_matmul_da,   [OP_MATMUL_DB] = k_matmul_db,
+    [OP_SILU_BWD] = k_silu_bwd,     [OP_GELU_BWD] = k_gelu_bwd,     [OP_RMSNORM_DX] = k_rmsnorm_dx,
+    [OP_RMSNORM_DW] = k_rmsnorm_dw, [OP_LAYERNORM_DX] = k_layernorm_dx,
+    [OP_LAYERNORM_DW] = k_layernorm_dw, [OP_ROPE_BWD] = k_rope_bwd, [OP_SOFTMAX_BWD] = k_softmax_bwd,
+    [OP_ATTENTION_BWD] = k_attention_bwd, [OP_DROPOUT_BWD] = k_dropout_bwd,
+    [OP_CROSS_ENTROPY_BWD] = k_cross_entropy_bwd,
+    [OP_DEQUANT] = k_dequant,
+    [OP_ACC] = k_acc,               [OP_ADAMW] = k_adamw,           [OP_SGD] = k_sgd,
+    [OP_ZERO] = k_zero,
 };
-
-static Kernel lookup(const char *op) {
-    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
-        if (strcmp(table[i].op, op) == 0)
-            return table[i].k;
-    return NULL;
-}
 
 // OpenBLAS's threads cost more than they give on small GEMMs (2x on tiny.ft here):
 // below ~64 MFLOP per GEMM use one thread, unless the user set the thread count.
@@ -450,7 +441,7 @@ static void choose_blas_threads(const Plan *p) {
     for (int ph = 0; ph < PHASE_COUNT; ph++)
         for (int i = 0; i < p->nins[ph]; i++) {
             const PlanInstr *in = &p->ins[ph][i];
-            if (strcmp(in->op, "linear") && strcmp(in->op, "linear_dx") && strcmp(in->op, "linear_dw"))
+            if (op_desc(in->op)->cls != OPC_GEMM)
                 continue;
             const PlanBuffer *a = &p->buf[in->in[0]], *b = &p->buf[in->in[1]];
             double f = 2.0 * (double)plan_elems(a) * (double)(b->ndim ? b->shape[b->ndim - 1] : 1);
@@ -461,22 +452,18 @@ static void choose_blas_threads(const Plan *p) {
         openblas_set_num_threads(1);
 }
 
-static int cpu_prepare(Backend *be, const Plan *p, char *err, size_t errlen) {
+static int cpu_prepare(Backend *be, const Plan *p, int stream, char *err, size_t errlen) {
     CpuState *s = be->state;
     choose_blas_threads(p);
-    int n = 0;
-    for (int ph = 0; ph < PHASE_COUNT; ph++)
-        n += p->nins[ph];
-    free(s->kernel);
-    s->kernel = calloc((size_t)n + 1, sizeof(Kernel));
-    s->nkernel = n;
     size_t most = 0;
     for (int ph = 0; ph < PHASE_COUNT; ph++)
         for (int i = 0; i < p->nins[ph]; i++) {
             const PlanInstr *in = &p->ins[ph][i];
-            if (!(s->kernel[in->id] = lookup(in->op))) {
+            if ((stream >= 0 && (int)in->stream != stream) || op_desc(in->op)->cls == OPC_COPY)
+                continue;
+            if (!kernels[in->op]) {
                 snprintf(err, errlen, "instruction %d: the cpu backend has no kernel for '%s'",
-                         in->id, in->op);
+                         in->id, op_desc(in->op)->name);
                 return -1;
             }
             // scratch: every operand widened, plus an attention row
@@ -493,9 +480,9 @@ static int cpu_prepare(Backend *be, const Plan *p, char *err, size_t errlen) {
     return 0;
 }
 
-static int cpu_run(Backend *be, Exec *x, const PlanInstr *in, char *err, size_t errlen) {
+static int cpu_launch(Backend *be, Exec *x, const PlanInstr *in, char *err, size_t errlen) {
     CpuState *s = be->state;
-    Call c = {.x = x, .in = in, .err = err, .errlen = errlen};
+    Call c = {.x = x, .s = s, .in = in, .err = err, .errlen = errlen};
     s->used = 0;
     for (int k = 0; k < in->nin; k++) {
         Arg *a = &c.a[k];
@@ -522,7 +509,7 @@ static int cpu_run(Backend *be, Exec *x, const PlanInstr *in, char *err, size_t 
                 widen(o->f, o);
         }
     }
-    int rc = s->kernel[in->id](&c);
+    int rc = kernels[in->op](&c);
     if (rc == 0)
         for (int k = 0; k < in->nout; k++)
             if (c.o[k].b->dtype != PDT_F32 && is_float(c.o[k].b->dtype) && c.o[k].b->bytes)
@@ -530,26 +517,47 @@ static int cpu_run(Backend *be, Exec *x, const PlanInstr *in, char *err, size_t 
     return rc;
 }
 
-static void *cpu_alloc(Backend *be, int64_t bytes) {
-    (void)be;
+static void *cpu_alloc(Backend *be, MemKind kind, int64_t bytes) {
+    (void)be, (void)kind;
     void *p = NULL;
-    if (posix_memalign(&p, 256, (size_t)bytes) != 0)
+    if (bytes < 0 || posix_memalign(&p, 256, (size_t)bytes) != 0)
         return NULL;
     memset(p, 0, (size_t)bytes);
     return p;
 }
 
-static void cpu_free(Backend *be, void *p) { (void)be; free(p); }
+static void cpu_free(Backend *be, MemKind kind, void *p) {
+    (void)be, (void)kind;
+    free(p);
+}
 
-static void cpu_copy(Backend *be, void *dst, const void *src, int64_t bytes) {
-    (void)be;
+static void cpu_move(Backend *be, MemKind kind, void *dst, const void *src, int64_t bytes) {
+    (void)be, (void)kind;
     memcpy(dst, src, (size_t)bytes);
 }
+
+static void cpu_fill(Backend *be, MemKind kind, void *dst, uint32_t pattern, int width,
+                     int64_t bytes, Stream stream) {
+    (void)be, (void)kind, (void)stream;
+    if (width == 1 || pattern == 0) {
+        memset(dst, (int)(pattern & 0xff), (size_t)bytes);
+        return;
+    }
+    for (int64_t i = 0; i + width <= bytes; i += width)
+        memcpy((char *)dst + i, &pattern, (size_t)width);   // little-endian: the low bytes
+}
+
+static void cpu_copy(Backend *be, void *dst, MemKind dk, const void *src, MemKind sk,
+                     int64_t bytes, Stream stream) {
+    (void)be, (void)dk, (void)sk, (void)stream;
+    memcpy(dst, src, (size_t)bytes);
+}
+
+static void cpu_sync(Backend *be) { (void)be; }
 
 static void cpu_destroy(Backend *be) {
     CpuState *s = be->state;
     free(s->scratch);
-    free(s->kernel);
     free(s);
     free(be);
 }
@@ -558,7 +566,7 @@ Backend *rt_cpu_backend(void) {
     Backend *be = calloc(1, sizeof *be);
     CpuState *s = calloc(1, sizeof *s);
     *be = (Backend){.name = "cpu", .prepare = cpu_prepare, .alloc = cpu_alloc, .free = cpu_free,
-                    .upload = cpu_copy, .download = cpu_copy, .run = cpu_run,
-                    .destroy = cpu_destroy, .state = s};
+                    .set = cpu_move, .get = cpu_move, .fill = cpu_fill, .copy = cpu_copy,
+                    .launch = cpu_launch, .sync = cpu_sync, .destroy = cpu_destroy, .state = s};
     return be;
 }

@@ -8,10 +8,10 @@
 // that budget the planner then picks recompute per block (keep / selective / full,
 // mixed across blocks) with the same micro-batch and no offload; the table prints the
 // recompute FLOPs of its choice over per-layer checkpointing's. Both are planned with
-// ftc's own build (fe_plan_choice) and cost model.
+// ftc's own build (pipeline_plan_choice) and cost model.
 //
 //     build/tests/bench_remat [SOURCE_DIR]
-#include "../../frontend/frontend.h"
+#include "../../frontend/driver.h"
 
 
 int main(int argc, char **argv) {
@@ -27,19 +27,22 @@ int main(int argc, char **argv) {
         if (fe_source_read(&src, path) != 0)
             return 2;
         Arena *a = arena_new();
-        FePlanCtx x = {.src = &src, .gpu = gpu_preset("a100-40g")};
-        x.cm = (CostModel){x.gpu, 1e9};
+        FtModel model;
         Ast *p = fe_parse(&src, a);
-        if (!p || fe_check(&src, p, &x.m, a) != 0)
+        if (!p || fe_check(&src, p, &model, a) != 0)
             return 2;
+        DriverSource ds = {&src, &model};
+        Pipeline pipe = driver_pipeline(&ds, a, NULL);
+        PlanCtx x = {.pipeline = &pipe, .gpu = gpu_preset("a100-40g")};
+        x.cm = (CostModel){x.gpu, 1e9};
         for (size_t bi = 0; bi < 2; bi++) {
             int64_t mb = micros[bi];
             // Per-layer checkpointing: its peak, and the forward FLOPs inside the blocks.
             PlanChoice full = {mb, REMAT_FULL, 1 << 20, REMAT_FULL, {false, false}, NULL};
             PlanOutcome ck;
-            fe_plan_choice(&x, &full, &ck);
+            pipeline_plan_choice(&x, &full, &ck);
             Arena *ga = arena_new();
-            IrGraph *g = fe_elaborate(&src, &x.m, mb, ga);
+            IrGraph *g = fe_elaborate(&src, &model, mb, ga);
             int64_t block_fwd = 0;
             for (int i = 0; i < g->nodes.len; i++)
                 if (g->nodes.at[i].layer >= 0)
@@ -47,9 +50,9 @@ int main(int argc, char **argv) {
             int layers = ir_layers(g);
             ir_graph_free(g);
             arena_free(ga);
-            PlannerInput in = {.global_batch = x.m.train.batch, .nlayers = layers,
+            PlannerInput in = {.global_batch = model.train.batch, .nlayers = layers,
                                .budget_bytes = ck.device_bytes, .host_budget_bytes = INT64_MAX,
-                               .micro = mb, .remat = -1, .offload = 0, .build = fe_plan_choice, .ctx = &x};
+                               .micro = mb, .remat = -1, .offload = 0, .build = pipeline_plan_choice, .ctx = &x};
             PlannerResult r;
             planner_search(&in, &r);
             if (r.best < 0) {

@@ -5,7 +5,7 @@
 // table prints the recompute time of the planner's choice over the optimum's.
 //
 //     build/tests/bench_remat_exact [SOURCE_DIR]
-#include "../../frontend/frontend.h"
+#include "../../frontend/driver.h"
 
 #include <time.h>
 
@@ -28,17 +28,20 @@ int main(int argc, char **argv) {
         return 2;
     memcpy(at, "layers   =  6", 13);
     Arena *a = arena_new();
-    FePlanCtx x = {.src = &src, .gpu = gpu_preset("a100-40g")};
-    x.cm = (CostModel){x.gpu, 1e9};
+    FtModel model;
     Ast *p = fe_parse(&src, a);
-    if (!p || fe_check(&src, p, &x.m, a) != 0)
+    if (!p || fe_check(&src, p, &model, a) != 0)
         return 2;
+    DriverSource ds = {&src, &model};
+    Pipeline pipe = driver_pipeline(&ds, a, NULL);
+    PlanCtx x = {.pipeline = &pipe, .gpu = gpu_preset("a100-40g")};
+    x.cm = (CostModel){x.gpu, 1e9};
     const int L = 6;
     PlanChoice keep = {1, REMAT_KEEP, L, REMAT_KEEP, {false, false}, NULL};
     PlanChoice full = {1, REMAT_FULL, L, REMAT_FULL, {false, false}, NULL};
     PlanOutcome ok, of;
-    fe_plan_choice(&x, &keep, &ok);
-    fe_plan_choice(&x, &full, &of);
+    pipeline_plan_choice(&x, &keep, &ok);
+    pipeline_plan_choice(&x, &full, &of);
     printf("6 blocks of Qwen2-0.5B, micro-batch 1, seq 2048: keep %.3f GiB, full %.3f GiB\n",
            (double)ok.device_bytes / 0x1p30, (double)of.device_bytes / 0x1p30);
     printf("%12s %14s %14s %8s %9s  %s\n", "budget", "planner (ms)", "optimum (ms)", "ratio",
@@ -46,9 +49,9 @@ int main(int argc, char **argv) {
     double worst = 1;
     for (int k = 0; k <= 6; k++) {
         int64_t budget = of.device_bytes + (ok.device_bytes - of.device_bytes) * k / 6;
-        PlannerInput in = {.global_batch = x.m.train.batch, .nlayers = L, .budget_bytes = budget,
+        PlannerInput in = {.global_batch = model.train.batch, .nlayers = L, .budget_bytes = budget,
                            .host_budget_bytes = INT64_MAX, .micro = 1, .remat = -1, .offload = 0,
-                           .build = fe_plan_choice, .ctx = &x};
+                           .build = pipeline_plan_choice, .ctx = &x};
         PlannerResult r;
         planner_search(&in, &r);
         RematPolicy pol[6];

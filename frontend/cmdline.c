@@ -1,0 +1,68 @@
+// cmdline.c — the command line as a source (argument errors point at the argument
+// with a caret, like .ft errors), and the number formats the driver prints.
+#include "driver.h"
+
+#include <stdarg.h>
+
+void cmdline_init(Cmdline *c, int argc, char **argv) {
+    size_t len = 4;
+    for (int i = 1; i < argc; i++)
+        len += strlen(argv[i]) + 1;
+    char *text = malloc(len + 1), *p = text;
+    c->col = malloc(sizeof(int) * (size_t)(argc + 1));
+    for (int i = 0; i < argc; i++) {
+        // argv[0] shows as "ftc" so messages read the same however ftc was started
+        const char *arg = i ? argv[i] : "ftc";
+        c->col[i] = (int)(p - text) + 1;
+        p += sprintf(p, "%s%s", i ? " " : "", arg);
+        if (i)
+            c->col[i]++;
+    }
+    *p = '\0';
+    fe_source_from_string(&c->src, "<command line>", text);
+    free(text);
+    c->argc = argc;
+    c->argv = argv;
+}
+
+void cmdline_free(Cmdline *c) {
+    fe_source_free(&c->src);
+    free(c->col);
+}
+
+void arg_error(Cmdline *c, int i, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    SrcLoc loc = {c->src.path, 1, c->col[i], (int)strlen(c->argv[i])};
+    fe_error(&c->src, loc, "%s", msg);
+}
+
+const char *commas(char *buf, int64_t v) {
+    char tmp[32];
+    int n = snprintf(tmp, sizeof tmp, "%lld", (long long)(v < 0 ? -v : v)), o = 0;
+    if (v < 0)
+        buf[o++] = '-';
+    for (int i = 0; i < n; i++) {
+        if (i && (n - i) % 3 == 0)
+            buf[o++] = ',';
+        buf[o++] = tmp[i];
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
+// Reads a non-negative integer option value; reports at argument i.
+bool arg_count(Cmdline *cl, int i, const char *v, int64_t *out) {
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (errno || *end || end == v || x < 0) {
+        arg_error(cl, i, "'%s' needs a non-negative integer", cl->argv[i - 1]);
+        return false;
+    }
+    *out = x;
+    return true;
+}

@@ -1,0 +1,536 @@
+// compile.c — ftc compile: counts and the naive step, the planner's search and its
+// report (or why nothing fits and what would), the chosen plan built through every pass,
+// and the plan directory. The passes run in passes/pipeline.c; this file hands them the
+// elaboration (the only part of the pipeline that reads the .ft) and prints.
+#include "driver.h"
+
+#include <time.h>
+#include <unistd.h>
+
+// The loss's backward works on row chunks of this many fp32 bytes at most.
+enum { LOSS_CHUNK_BYTES = 64 << 20 };
+
+// The IR verifier between passes: in debug builds, and in tests (FTC_VERIFY_PASSES=1).
+#ifdef NDEBUG
+#define VERIFY_PASSES (getenv("FTC_VERIFY_PASSES") != NULL)
+#else
+#define VERIFY_PASSES true
+#endif
+
+void usage_compile(FILE *f) {
+    int n;
+    const GpuPreset *p = gpu_presets(&n);
+    fputs("usage: ftc compile FILE.ft [--budget SIZE] [--gpu PRESET] [--host-mem SIZE] [-o DIR]\n"
+          "                   [--micro-batch N] [--remat P] [--offload L] [--dump-ir]\n"
+          "                   [--dump-after PASS] [--emit-graph FILE.json]\n"
+          "\n"
+          "  --budget SIZE     device memory the step must fit (default: the preset's memory)\n"
+          "  --host-mem SIZE   host memory for offloaded state (default: this machine's RAM)\n"
+          "  --gpu PRESET      GPU preset (default a100-40g):",
+          f);
+    for (int i = 0; i < n; i++)
+        fprintf(f, " %s", p[i].name);
+    fputs("\n"
+          "  -o DIR            the plan directory to write (default: NAME.plan, NAME the file's stem)\n"
+          "  --dump-ir         print the IR after each pass of the chosen plan\n"
+          "  --dump-after PASS print the IR after one pass of the chosen plan: elaborate, lora,\n"
+          "                    autodiff, quantize, chunk_loss, remat, offload, schedule, liveness,\n"
+          "                    alloc or streams\n"
+          "  --emit-graph F    write the training graph (FLOPs, bytes, edges) as JSON to F\n"
+          "The planner chooses these; each fixes one:\n"
+          "  --micro-batch N   sequences per micro-batch (the rest of the global batch accumulates)\n"
+          "  --remat P         keep, selective, full (recompute from the block's input) or swap\n"
+          "                    (full, with the block's input waiting in host memory) in every block\n"
+          "  --offload L       none, optimizer (moments and master weights on the host, CPU AdamW)\n"
+          "                    or grads (the gradients too)\n"
+          "Exit status 1 when nothing fits: the smallest plan and what would fit are printed.\n",
+          f);
+}
+
+
+static const char *precision_name(const TrainSpec *t) {
+    switch (t->precision) {
+    case PREC_BF16: return t->master_weights ? "bf16 mixed (fp32 master weights and optimizer state)"
+                                             : "bf16 weights, fp32 optimizer state, no master copy";
+    case PREC_FP16: return t->master_weights ? "fp16 mixed (fp32 master weights and optimizer state)"
+                                             : "fp16 weights, fp32 optimizer state, no master copy";
+    case PREC_FP32: return "fp32";
+    default: return "pure bf16";
+    }
+}
+
+// Prints the counts and the naive memory breakdown for `g` to `out`.
+static void report_compile(FILE *out, const char *path, const FtModel *m, const IrGraph *g,
+                           const GpuPreset *gpu, int64_t budget) {
+    char a[32], b[32], c[32];
+    ParamCount pc = count_params(g);
+    MemBreakdown mb = count_naive_memory(g, gpu->reserve_bytes);
+    const TrainSpec *t = &m->train;
+    fprintf(out, "ftc: %s: model %s, seq %lld, global batch %lld, micro-batch %lld, %s, %s\n",
+            path, m->name, (long long)t->seq, (long long)t->batch, (long long)g->batch,
+            precision_name(t), t->optimizer);
+    if (t->lora)
+        fprintf(out, "lora: r=%lld alpha=%g dropout=%g on %d target%s\n", (long long)t->lora_r,
+                t->lora_alpha, t->lora_dropout, t->n_lora_targets, t->n_lora_targets == 1 ? "" : "s");
+    fprintf(out, "\nparameters: %s in %lld tensors\n", commas(a, pc.total), (long long)pc.tensors);
+    fprintf(out, "trainable params: %s || all params: %s || trainable%%: %.4f\n",
+            commas(a, pc.trainable), commas(b, pc.total),
+            pc.total ? 100.0 * (double)pc.trainable / (double)pc.total : 0.0);
+
+    fprintf(out, "\nmemory of one step with no technique applied (micro-batch %lld x seq %lld):\n",
+            (long long)g->batch, (long long)g->seq);
+    fprintf(out, "  %-12s %22s %12s %12s\n", "category", "bytes", "GiB", "GB");
+    static const MemCategory order[] = {MEM_WEIGHTS, MEM_GRADS, MEM_OPTIMIZER, MEM_MASTER,
+                                        MEM_ACTIVATIONS, MEM_COUNT, MEM_IO, MEM_RESERVE};
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
+        // MEM_COUNT marks the logits row: the logits and the loss's fp32 gradient
+        int64_t v = order[i] == MEM_COUNT ? mb.logits_bytes : mb.bytes[order[i]];
+        const char *name = order[i] == MEM_COUNT ? "logits" : mem_category_name(order[i]);
+        fprintf(out, "  %-12s %22s %12.2f %12.2f\n", name, commas(a, v), (double)v / 0x1p30,
+                (double)v / 1e9);
+    }
+    fprintf(out, "  %-12s %22s %12.2f %12.2f\n", "total", commas(a, mb.total),
+            (double)mb.total / 0x1p30, (double)mb.total / 1e9);
+
+    int64_t states = mb.bytes[MEM_WEIGHTS] + mb.bytes[MEM_GRADS] + mb.bytes[MEM_OPTIMIZER] +
+                     mb.bytes[MEM_MASTER];
+    fprintf(out, "\nmodel states (weights + grads + optimizer + master): %s bytes = %.2f GB, "
+                 "%.2f bytes/param\n",
+            commas(a, states), (double)states / 1e9, pc.total ? (double)states / (double)pc.total : 0.0);
+    if (mb.total <= budget)
+        fprintf(out, "budget %s bytes = %s (%s): fits, %s to spare\n", commas(b, budget),
+                fmt_bytes(a, sizeof a, budget), gpu->name, fmt_bytes(c, sizeof c, budget - mb.total));
+    else
+        fprintf(out, "budget %s bytes = %s (%s): does not fit with no technique applied "
+                     "(needs %s, %.1fx the budget)\n",
+                commas(b, budget), fmt_bytes(a, sizeof a, budget), gpu->name,
+                fmt_bytes(c, sizeof c, mb.total), (double)mb.total / (double)budget);
+}
+
+// Pipeline.elaborate: the program at another micro-batch or sequence length. Planner
+// threads call it at once: each call counts errors in a source of its own.
+static IrGraph *elaborate(void *ctx, int64_t micro, int64_t seq, Arena *a) {
+    const DriverSource *s = ctx;
+    FtSource src = *s->src;
+    FtModel m = *s->m;
+    m.train.seq = seq;
+    return fe_elaborate(&src, &m, micro, a);
+}
+
+static void pass_to_fe(void *ctx, SrcLoc loc, const char *msg) { fe_error(ctx, loc, "%s", msg); }
+
+PassDiag driver_diag(FtSource *src) { return (PassDiag){pass_to_fe, src, 0}; }
+
+// What the train section asks of the pipeline.
+static PipelineSpec spec_of(const FtModel *m, Arena *a) {
+    const TrainSpec *t = &m->train;
+    PipelineSpec s = {.global_batch = t->batch, .seq = t->seq, .lora = t->lora,
+                      .quantize = t->quantize, .double_quant = t->double_quant,
+                      .loss_chunk_bytes = LOSS_CHUNK_BYTES};
+    if (t->lora) {
+        const char **names = arena_alloc(a, sizeof(char *) * (size_t)(t->n_lora_targets + 1));
+        SrcLoc *locs = arena_alloc(a, sizeof(SrcLoc) * (size_t)(t->n_lora_targets + 1));
+        for (int i = 0; i < t->n_lora_targets; i++)
+            names[i] = t->lora_targets[i].name, locs[i] = t->lora_targets[i].loc;
+        s.lora_spec = (LoraSpec){t->lora_r, t->lora_alpha, t->lora_dropout, t->n_lora_targets,
+                                 names, locs};
+    }
+    return s;
+}
+
+Pipeline driver_pipeline(DriverSource *ds, Arena *a, PassDiag *diag) {
+    return (Pipeline){.elaborate = elaborate, .ctx = ds, .spec = spec_of(ds->m, a), .diag = diag,
+                      .verify = VERIFY_PASSES};
+}
+
+// The module names the adapters attach to ("q_proj,v_proj"), for adapter_config.json:
+// PEFT names target modules by the checkpoint's module names.
+static void adapter_modules(const IrGraph *g, char *targets, size_t cap) {
+    for (int i = 0; i < g->tensors.len; i++) {
+        const char *hf = g->tensors.at[i].hf_name, *a = hf ? strstr(hf, ".lora_A.weight") : NULL;
+        if (!a)
+            continue;
+        const char *s0 = a;
+        while (s0 > hf && s0[-1] != '.')
+            s0--;
+        char mod[128];
+        snprintf(mod, sizeof mod, "%.*s", (int)(a - s0), s0);
+        bool seen = false;
+        for (char *t = strstr(targets, mod); t; t = strstr(t + 1, mod))
+            seen |= (t == targets || t[-1] == ',') && (t[strlen(mod)] == ',' || !t[strlen(mod)]);
+        if (!seen)
+            snprintf(targets + strlen(targets), cap - strlen(targets), "%s%s", targets[0] ? "," : "",
+                     mod);
+    }
+}
+
+#define SIZE(b) fmt_bytes((char[32]){0}, 32, (b))
+
+static void candidates_table(FILE *f, const PlannerResult *r, int nlayers) {
+    fprintf(f, "  %-70s %11s %11s %9s %6s %s\n", "candidate", "device", "host", "step", "MFU", "fits");
+    for (int i = 0; i < r->tried.len; i++) {
+        const Candidate *c = &r->tried.at[i];
+        char d[128];
+        planner_choice_str(d, sizeof d, &c->c, nlayers);
+        fprintf(f, "  %-70s %11s %11s %8.2fs %5.1f%% %s%s\n", d, SIZE(c->o.device_bytes),
+                SIZE(c->o.host_bytes), c->o.cost.step_us * 1e-6, c->o.cost.mfu * 100,
+                c->fits ? "yes" : "no", i == r->best ? "  <- chosen" : "");
+    }
+}
+
+static void peak_line(FILE *f, const int64_t *live, bool its) {
+    fprintf(f, "  at %s peak:", its ? "its" : "the");
+    for (int k = 0; k < MEM_COUNT; k++)
+        if (live[k])
+            fprintf(f, " %s %s;", mem_category_name((MemCategory)k), SIZE(live[k]));
+    fprintf(f, "\n");
+}
+
+static void decision(FILE *f, const Candidate *c, const FtModel *m, const GpuPreset *gpu,
+                     int64_t budget, int nlayers) {
+    char d[160];
+    planner_choice_str(d, sizeof d, &c->c, nlayers);
+    int64_t accum = m->train.batch / c->c.micro;
+    fprintf(f, "plan: %s\n", d);
+    fprintf(f, "  global batch %lld = micro-batch %lld x %lld accumulation steps, seq %lld\n",
+            (long long)m->train.batch, (long long)c->c.micro, (long long)accum, (long long)m->train.seq);
+    fprintf(f, "  device %s of %s budget (%s, context reserve included); host %s\n",
+            SIZE(c->o.device_bytes), SIZE(budget), gpu->name, SIZE(c->o.host_bytes));
+    peak_line(f, c->o.live, false);
+    if (c->c.offload.optimizer)
+        fprintf(f, "  on the host: AdamW moments and fp32 master weights%s; AdamW runs on the CPU\n",
+                c->c.offload.grads ? ", and the gradients (streamed as backward makes them)" : "");
+    const StepCost *k = &c->o.cost;
+    fprintf(f, "  estimated step %.2f s (micro-step %.0f ms x %lld + optimizer %.0f ms), %.0f tokens/s, "
+               "MFU %.1f%%, recompute %.1f%% of the step\n",
+            k->step_us * 1e-6, k->micro_us * 1e-3, (long long)accum, k->opt_us * 1e-3, k->tokens_per_s,
+            k->mfu * 100, k->step_us > 0 ? 100 * k->recompute_us / k->step_us : 0.0);
+}
+
+// What user-side changes would need, when nothing fits.
+static void suggestions(FILE *f, const PlanCtx *pc, const FtModel *m, const PlannerInput *pin) {
+    WhatIf w;
+    whatif_search(pc, pin->budget_bytes, pin->weights_bytes, &w);
+    int64_t budget = pin->budget_bytes;
+    fprintf(f, "what would fit (each alone, with the most frugal plan: micro-batch 1, full recompute "
+               "with block inputs swapped out, everything offloadable on the host):\n");
+    if (w.weights_too_big)
+        fprintf(f, "  the bf16 weights alone take %s: LoRA alone or a shorter sequence cannot help\n",
+                SIZE(pin->weights_bytes));
+    if (w.lora_bytes >= 0)
+        fprintf(f, "  with lora(r = 8, targets = [%s, %s]): %s on the device (%s)\n", w.q_target,
+                w.v_target, SIZE(w.lora_bytes), w.lora_bytes <= budget ? "fits" : "still too much");
+    if (w.qlora_bytes >= 0)
+        fprintf(f, "  with lora(r = 8, targets = [%s, %s]) and quantize(nf4, double_quant = true): "
+                   "%s on the device (%s)\n",
+                w.q_target, w.v_target, SIZE(w.qlora_bytes),
+                w.qlora_bytes <= budget ? "fits" : "still too much");
+    if (w.seq)
+        fprintf(f, "  with seq = %lld (instead of %lld): %s on the device\n", (long long)w.seq,
+                (long long)m->train.seq, SIZE(w.seq_bytes));
+    fprintf(f, "  a smaller global batch changes only the accumulation at micro-batch 1, not the memory\n");
+}
+
+// Searches for the fastest plan that fits; prints the decision and the candidates to
+// `out` and `report`. 0 with *chosen set, or -1 after printing why nothing fits and
+// what would.
+static int plan(FILE *out, FILE *report, const PlanCtx *pc, const PlannerInput *pin,
+                const FtModel *m, PlanChoice *chosen) {
+    PlannerResult r;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    planner_search(pin, &r);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6;
+    FILE *sinks[2] = {out, report};
+    for (int s = 0; s < 2; s++) {
+        FILE *f = sinks[s];
+        fprintf(f, "\nplanner: %d candidates planned in %.0f ms (host AdamW measured at %.0f M params/s)\n",
+                r.tried.len, ms, pc->cm.host_adam_params_per_s / 1e6);
+        if (r.best >= 0)
+            decision(f, &r.tried.at[r.best], m, pc->gpu, pin->budget_bytes, pin->nlayers);
+        if (r.tried.len)
+            candidates_table(f, &r, pin->nlayers);
+    }
+    int rc = 0;
+    if (r.best >= 0) {
+        *chosen = r.tried.at[r.best].c;
+    } else {
+        rc = -1;
+        fprintf(out, "\nnothing fits %s", SIZE(pin->budget_bytes));
+        if (r.smallest >= 0) {
+            const Candidate *c = &r.tried.at[r.smallest];
+            char d[160];
+            planner_choice_str(d, sizeof d, &c->c, pin->nlayers);
+            fprintf(out, ": the smallest plan needs %s on the device (%s)", SIZE(c->o.device_bytes), d);
+            if (c->o.device_bytes <= pin->budget_bytes)
+                fprintf(out, ", which fits, but %s of host memory, more than the %s of --host-mem "
+                             "(default: this machine's RAM; give the training machine's)",
+                        SIZE(c->o.host_bytes), SIZE(pin->host_budget_bytes));
+            fprintf(out, "\n");
+            peak_line(out, c->o.live, true);
+        } else {
+            fprintf(out, ": the bf16 weights alone take %s, and ftc keeps them on the device\n",
+                    SIZE(pin->weights_bytes));
+        }
+        suggestions(out, pc, m, pin);
+    }
+    vec_free(&r.tried);
+    return rc;
+}
+
+int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
+    const char *path = NULL, *gpu_name = "a100-40g", *outdir = NULL, *emit = NULL;
+    int path_arg = 0, gpu_arg = 0, remat = -1, offload = -1;
+    int64_t budget = 0, host = 0, micro = 0;
+    const char *dump_after = NULL;
+    for (int i = first; i < argc; i++) {
+        const char *s = argv[i];
+        if (strcmp(s, "--help") == 0 || strcmp(s, "-h") == 0) {
+            usage_compile(stdout);
+            return 0;
+        }
+        bool takes = !strcmp(s, "--budget") || !strcmp(s, "--gpu") || !strcmp(s, "--micro-batch") ||
+                     !strcmp(s, "-o") || !strcmp(s, "--remat") || !strcmp(s, "--offload") ||
+                     !strcmp(s, "--host-mem") || !strcmp(s, "--emit-graph") ||
+                     !strcmp(s, "--dump-after");
+        if (takes && i + 1 >= argc) {
+            arg_error(cl, i, "%s needs a value", s);
+            return EXIT_USAGE;
+        }
+        if (!strcmp(s, "--budget") || !strcmp(s, "--host-mem")) {
+            char why[160] = "";
+            int64_t *dst = s[2] == 'b' ? &budget : &host;
+            i++;
+            if (fe_size_parse(argv[i], dst, why, sizeof why) != 0 || *dst <= 0) {
+                arg_error(cl, i, "%s", why[0] ? why : "a size must be positive");
+                return EXIT_USAGE;
+            }
+        } else if (!strcmp(s, "--gpu")) {
+            gpu_name = argv[++i];
+            gpu_arg = i;
+        } else if (!strcmp(s, "--micro-batch")) {
+            char *end;
+            errno = 0;
+            micro = strtoll(argv[++i], &end, 10);
+            if (errno || *end || micro < 1) {
+                arg_error(cl, i, "--micro-batch needs a positive integer");
+                return EXIT_USAGE;
+            }
+        } else if (!strcmp(s, "-o")) {
+            outdir = argv[++i];
+        } else if (!strcmp(s, "--emit-graph")) {
+            emit = argv[++i];
+        } else if (!strcmp(s, "--remat")) {
+            i++;
+            for (int p = REMAT_KEEP; p <= REMAT_SWAP; p++)
+                if (strcmp(argv[i], remat_policy_name((RematPolicy)p)) == 0)
+                    remat = p;
+            if (remat < 0) {
+                arg_error(cl, i, "--remat takes keep, selective, full or swap");
+                return EXIT_USAGE;
+            }
+        } else if (!strcmp(s, "--offload")) {
+            i++;
+            static const char *lv[] = {"none", "optimizer", "grads"};
+            for (int k = 0; k < 3; k++)
+                if (strcmp(argv[i], lv[k]) == 0)
+                    offload = k;
+            if (offload < 0) {
+                arg_error(cl, i, "--offload takes none, optimizer or grads");
+                return EXIT_USAGE;
+            }
+        } else if (!strcmp(s, "--dump-ir")) {
+            dump_after = "all";
+        } else if (!strcmp(s, "--dump-after")) {
+            int n;
+            const char *const *stages = pipeline_stages(&n);
+            dump_after = argv[++i];
+            bool known = false;
+            char list[256] = "";
+            for (int k = 0; k < n; k++) {
+                known |= strcmp(dump_after, stages[k]) == 0;
+                snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", k ? ", " : "", stages[k]);
+            }
+            if (!known) {
+                arg_error(cl, i, "unknown pass '%s' (one of: %s)", dump_after, list);
+                return EXIT_USAGE;
+            }
+        } else if (s[0] == '-' && s[1]) {
+            arg_error(cl, i, "unknown option '%s' (see ftc help compile)", s);
+            return EXIT_USAGE;
+        } else if (path) {
+            arg_error(cl, i, "one .ft file at a time (already have '%s')", path);
+            return EXIT_USAGE;
+        } else {
+            path = s;
+            path_arg = i;
+        }
+    }
+    if (!path) {
+        usage_compile(stderr);
+        return EXIT_USAGE;
+    }
+    const GpuPreset *gpu = gpu_preset(gpu_name);
+    if (!gpu) {
+        int n;
+        const GpuPreset *p = gpu_presets(&n);
+        char list[256] = "";
+        for (int i = 0; i < n; i++)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", p[i].name);
+        arg_error(cl, gpu_arg, "unknown GPU preset '%s' (one of: %s)", gpu_name, list);
+        return EXIT_USAGE;
+    }
+
+
+    FtSource src;
+    if (fe_source_read(&src, path) != 0) {
+        arg_error(cl, path_arg, "cannot open '%s': %s", path, strerror(errno));
+        return EXIT_NOFIT;
+    }
+    Arena *arena = arena_new();
+    char *text = NULL, *rtext = NULL;
+    size_t text_len = 0, rlen = 0;
+    FILE *out = open_memstream(&text, &text_len), *rep = open_memstream(&rtext, &rlen);
+    int rc = EXIT_NOFIT;
+    bool show = false;   // print `out` even though the request failed (nothing fits)
+    FtModel m;
+    IrGraph *g = NULL;
+    Ast *prog = fe_parse(&src, arena);
+    if (!prog || fe_check(&src, prog, &m, arena) != 0)
+        goto done;
+    if (!budget)
+        budget = m.train.budget_bytes ? m.train.budget_bytes : gpu->mem_bytes;
+    if (!host)
+        host = m.train.host_mem_bytes ? m.train.host_mem_bytes
+                                      : (int64_t)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGE_SIZE);
+    if (!micro)
+        micro = m.train.micro_batch;
+    if (micro && m.train.batch % micro) {
+        arg_error(cl, path_arg, "micro-batch %lld does not divide the global batch %lld",
+                  (long long)micro, (long long)m.train.batch);
+        goto done;
+    }
+    DriverSource source = {&src, &m};
+    PassDiag diag = driver_diag(&src);
+    Pipeline pipe = driver_pipeline(&source, arena, &diag);
+    // The step with no technique applied: the whole global batch at once, all on the
+    // device; built through autodiff and quantize, which report the user's errors.
+    PlanChoice none = {micro ? micro : m.train.batch, REMAT_KEEP, 0, REMAT_KEEP, {false, false}, NULL};
+    BuildStats bs;
+    Arena *na = arena_new();
+    Pipeline front = pipe;
+    front.stop_after = "quantize";
+    IrGraph *naive = pipeline_build(&front, &none, na, &bs);
+    if (!naive) {
+        arena_free(na);
+        goto done;
+    }
+    report_compile(out, path, &m, naive, gpu, budget);
+    int nlayers = ir_layers(naive);
+    MemBreakdown states = count_naive_memory(naive, 0);
+    ir_graph_free(naive);
+    arena_free(na);
+
+    // The planner: candidates on several threads, user errors already reported.
+    pipe.diag = NULL;
+    pipe.verify = false;
+    PlanCtx pc = {.pipeline = &pipe, .gpu = gpu, .cm = {gpu, cost_measure_host_adamw()}};
+    PlannerInput pin = {.global_batch = m.train.batch, .budget_bytes = budget, .host_budget_bytes = host,
+                        .reserve_bytes = gpu->reserve_bytes, .weights_bytes = states.bytes[MEM_WEIGHTS],
+                        .grads_bytes = states.bytes[MEM_GRADS],
+                        .states_bytes = states.bytes[MEM_OPTIMIZER] + states.bytes[MEM_MASTER],
+                        .build = pipeline_plan_choice, .ctx = &pc, .nlayers = nlayers, .micro = micro,
+                        .remat = remat, .offload = offload};
+    PlanChoice best;
+    if (plan(out, rep, &pc, &pin, &m, &best) != 0) {
+        show = true;   // the analysis of why nothing fits is the answer
+        goto done;
+    }
+    // The chosen plan, with every pass (the stream events too), verified.
+    pipe.final = true;
+    pipe.verify = VERIFY_PASSES;
+    pipe.dump_after = dump_after;
+    pipe.dump_to = out;
+    g = pipeline_build(&pipe, &best, arena, &bs);
+    if (!g)
+        goto done;
+    if (ir_verify(g, stderr) != 0) {
+        fprintf(stderr, "%s: internal error: the IR failed verification\n", path);
+        goto done;
+    }
+    char dir[4096], err[1024];
+    if (emit) {   // the training graph before remat and offload, for external solvers
+        Arena *ea = arena_new();
+        PlanChoice plain = {best.micro, REMAT_KEEP, 0, REMAT_KEEP, {false, false}, NULL};
+        Pipeline ep = pipe;
+        ep.final = false, ep.dump_after = NULL;
+        BuildStats ebs;
+        IrGraph *eg = pipeline_build(&ep, &plain, ea, &ebs);
+        char tmp[4200];
+        snprintf(tmp, sizeof tmp, "%s.tmp.%d", emit, (int)getpid());
+        FILE *ef = eg ? fopen(tmp, "w") : NULL;
+        bool ok = ef != NULL;
+        if (ef) {
+            ir_write_json(ef, eg);
+            ok = !ferror(ef) & !fclose(ef) && rename(tmp, emit) == 0;
+        }
+        if (eg)
+            ir_graph_free(eg);
+        arena_free(ea);
+        if (!ok) {
+            unlink(tmp);
+            fprintf(stderr, "ftc compile: error: cannot write %s\n", emit);
+            goto done;
+        }
+    }
+    if (outdir) {
+        snprintf(dir, sizeof dir, "%s", outdir);
+    } else {   // NAME.plan in the current directory
+        const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+        const char *dot = strrchr(base, '.');
+        snprintf(dir, sizeof dir, "%.*s.plan", (int)(dot && dot != base ? dot - base : (long)strlen(base)), base);
+    }
+    fclose(rep);
+    rep = NULL;
+    static const char *prec[] = {"bf16", "fp16", "fp32", "bf16_pure"};
+    PlanMeta meta = {.model = m.name, .source = path, .gpu = gpu->name, .budget_bytes = budget,
+                     .accum = m.train.batch / best.micro, .precision = prec[m.train.precision],
+                     .optimizer = m.train.optimizer, .lr = m.train.lr, .beta1 = m.train.beta1,
+                     .beta2 = m.train.beta2, .eps = m.train.eps, .weight_decay = m.train.weight_decay,
+                     .arena_bytes = bs.alloc.arena_bytes, .host_bytes = bs.alloc.host_bytes,
+                     .reserve_bytes = gpu->reserve_bytes, .flops_per_s = gpu->bf16_tflops * 1e12,
+                     .bytes_per_s = gpu->hbm_gbps * 1e9, .link_bytes_per_s = gpu->link_gbps * 1e9,
+                     .report = rtext};
+    char targets[1024] = "";
+    if (m.train.lora) {
+        adapter_modules(g, targets, sizeof targets);
+        meta.lora_r = m.train.lora_r, meta.lora_alpha = m.train.lora_alpha;
+        meta.lora_dropout = m.train.lora_dropout, meta.lora_targets = targets;
+    }
+    if (codegen_plan_dir(dir, g, &meta, err, sizeof err) != 0) {
+        fprintf(stderr, "ftc compile: error: %s\n", err);
+        goto done;
+    }
+    char a1[32], a2[32];
+    fprintf(out, "\ndevice arena %s, liveness lower bound %s (%.2f%% above it)\n",
+            fmt_bytes(a1, sizeof a1, bs.alloc.arena_bytes), fmt_bytes(a2, sizeof a2, bs.alloc.lower_bound),
+            bs.alloc.lower_bound ? 100.0 * (double)(bs.alloc.arena_bytes - bs.alloc.lower_bound) /
+                                       (double)bs.alloc.lower_bound
+                                 : 0.0);
+    fprintf(out, "plan: %s/plan (memory.txt, memory.html, report.txt beside it)\n", dir);
+    rc = 0;
+done:
+    fclose(out);
+    if (rep)
+        fclose(rep);
+    if (rc == 0 || show)
+        fwrite(text, 1, text_len, stdout);
+    free(text);
+    free(rtext);
+    if (g)
+        ir_graph_free(g);
+    arena_free(arena);
+    fe_source_free(&src);
+    return rc;
+}

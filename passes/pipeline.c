@@ -1,0 +1,170 @@
+// pipeline.c — the compile pipeline as one ordered table of named passes with one
+// signature, run for one planner choice:
+//
+//   elaborate (B, S) → lora → autodiff → quantize → chunk_loss → remat → offload
+//     → schedule → liveness → alloc → streams
+//
+// The frontend elaborates (a callback: the passes never see the AST); every pass runs
+// for every choice, doing nothing when the choice or the train section asks nothing of
+// it, so the IR can be printed after any of them. The IR verifier runs between passes
+// when asked (debug builds and tests). `streams` orders copies and host work with
+// events; it changes no byte or lifetime, so only a plan to be written needs it.
+#include "passes.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct PassCtx {
+    IrGraph *g;
+    const Pipeline *p;
+    const PlanChoice *c;
+    BuildStats *bs;
+    PassDiag *d;
+} PassCtx;
+
+typedef int (*PassFn)(PassCtx *x);
+
+static int run_lora(PassCtx *x) {
+    const PipelineSpec *s = &x->p->spec;
+    return s->lora ? lora_apply(x->g, &s->lora_spec, x->d) : 0;
+}
+
+static int run_autodiff(PassCtx *x) {
+    return autodiff_apply(x->g, (int)(x->p->spec.global_batch / x->c->micro), x->d);
+}
+
+static int run_quantize(PassCtx *x) {
+    const PipelineSpec *s = &x->p->spec;
+    return s->quantize ? quantize_apply(x->g, s->double_quant, &x->bs->quant) : 0;
+}
+
+static int run_chunk_loss(PassCtx *x) {
+    x->bs->loss_chunk_rows = chunk_loss_apply(x->g, x->p->spec.loss_chunk_bytes);
+    return 0;
+}
+
+static int run_remat(PassCtx *x) {
+    const PlanChoice *c = x->c;
+    int layers = ir_layers(x->g);
+    if (layers == 0)
+        return 0;
+    RematPolicy *pol = arena_alloc(x->g->arena, sizeof(RematPolicy) * (size_t)layers);
+    for (int l = 0; l < layers; l++)
+        pol[l] = c->per_layer ? c->per_layer[l] : l < c->n_policy ? c->policy : c->rest;
+    return remat_apply(x->g, pol, layers, &x->bs->remat);
+}
+
+static int run_offload(PassCtx *x) { return offload_apply(x->g, &x->c->offload, &x->bs->offload); }
+static int run_schedule(PassCtx *x) { return schedule_apply(x->g, &x->bs->schedule); }
+static int run_liveness(PassCtx *x) { return liveness_apply(x->g, true); }
+static int run_alloc(PassCtx *x) { return alloc_apply(x->g, &x->bs->alloc); }
+static int run_streams(PassCtx *x) { return streams_apply(x->g, &x->bs->streams); }
+
+// The passes in order: name, entry, and whether only a written plan needs it (it
+// changes nothing the planner measures).
+#define PASSES(X)                                                                        \
+    X(lora, run_lora, false)                                                             \
+    X(autodiff, run_autodiff, false)                                                     \
+    X(quantize, run_quantize, false)                                                     \
+    X(chunk_loss, run_chunk_loss, false)                                                 \
+    X(remat, run_remat, false)                                                           \
+    X(offload, run_offload, false)                                                       \
+    X(schedule, run_schedule, false)                                                     \
+    X(liveness, run_liveness, false)                                                     \
+    X(alloc, run_alloc, false)                                                           \
+    X(streams, run_streams, true)
+
+static const struct {
+    const char *name;
+    PassFn run;
+    bool final_only;
+} passes[] = {
+#define ROW(name, fn, final) {#name, fn, final},
+    PASSES(ROW)
+#undef ROW
+};
+enum { NPASSES = sizeof passes / sizeof passes[0] };
+
+const char *const *pipeline_stages(int *n) {
+    static const char *const names[] = {
+        "elaborate",
+#define NAME(name, fn, final) #name,
+        PASSES(NAME)
+#undef NAME
+    };
+    *n = NPASSES + 1;
+    return names;
+}
+
+// After stage `name`: the IR when asked, and the verifier when asked. False when the
+// verifier found problems (an internal error: reported, the build fails).
+static bool after(const Pipeline *p, const char *name, const IrGraph *g) {
+    if (p->dump_to && p->dump_after && (!strcmp(p->dump_after, "all") || !strcmp(p->dump_after, name))) {
+        fprintf(p->dump_to, "# after %s\n", name);
+        ir_print(p->dump_to, g);
+    }
+    if (p->verify && ir_verify(g, stderr) != 0) {
+        fprintf(stderr, "ftc: internal error: the IR failed verification after %s\n", name);
+        return false;
+    }
+    return true;
+}
+
+static void ignore(void *ctx, SrcLoc loc, const char *msg) { (void)ctx, (void)loc, (void)msg; }
+
+IrGraph *pipeline_build(const Pipeline *p, const PlanChoice *c, Arena *a, BuildStats *bs) {
+    memset(bs, 0, sizeof *bs);
+    IrGraph *g = p->elaborate(p->ctx, c->micro, p->spec.seq, a);
+    if (!g)
+        return NULL;
+    PassDiag quiet = {ignore, NULL, 0};
+    PassCtx x = {.g = g, .p = p, .c = c, .bs = bs, .d = p->diag ? p->diag : &quiet};
+    bool ok = after(p, "elaborate", g);
+    bool stop = p->stop_after && !strcmp(p->stop_after, "elaborate");
+    for (int i = 0; ok && !stop && i < NPASSES; i++) {
+        if (passes[i].final_only && !p->final)
+            continue;
+        ok = passes[i].run(&x) == 0 && after(p, passes[i].name, g);
+        stop = p->stop_after && !strcmp(p->stop_after, passes[i].name);
+    }
+    if (!ok) {
+        ir_graph_free(g);
+        return NULL;
+    }
+    return g;
+}
+
+// The device bytes live at the peak node, by category (for reports).
+static void peak_breakdown(const IrGraph *g, int at, int64_t *live) {
+    memset(live, 0, sizeof(int64_t) * MEM_COUNT);
+    for (int i = 0; i < g->tensors.len; i++) {
+        const IrTensor *t = &g->tensors.at[i];
+        if (t->alias_of >= 0 || t->arena != 0 || t->first > at || t->last < at)
+            continue;
+        if (t->reuse >= 0 && t->first == at)   // written in place: its input still counts
+            continue;
+        live[t->cat] += ir_tensor_bytes(t);
+    }
+}
+
+int pipeline_plan_choice(void *vctx, const PlanChoice *c, PlanOutcome *out) {
+    const PlanCtx *x = vctx;
+    const PipelineSpec *s = &x->pipeline->spec;
+    Arena *a = arena_new();
+    BuildStats bs;
+    IrGraph *g = pipeline_build(x->pipeline, c, a, &bs);
+    if (!g) {
+        arena_free(a);
+        return -1;
+    }
+    memset(out, 0, sizeof *out);
+    out->device_bytes = bs.alloc.arena_bytes + x->gpu->reserve_bytes;
+    out->host_bytes = bs.alloc.host_bytes;
+    out->cost = cost_step(g, &x->cm, s->global_batch / c->micro, s->global_batch * s->seq);
+    out->remat = bs.remat;
+    peak_breakdown(g, bs.alloc.lower_bound_at, out->live);
+    out->live[MEM_RESERVE] = x->gpu->reserve_bytes;
+    ir_graph_free(g);
+    arena_free(a);
+    return 0;
+}

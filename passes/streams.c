@@ -1,0 +1,219 @@
+// streams.c — events between streams. Nodes run on four streams (compute, d2h, h2d,
+// host: ops.h); within one, plan order holds, across them only events order work. This
+// pass walks each phase in order and, wherever a node touches bytes that a node on
+// another stream touched before it (one of the two writing) and nothing orders the two
+// yet, makes the earlier node record an event and the later one wait for it. Bytes are
+// shared on one tensor (through views and in-place reuse) and across tensors the
+// allocator placed on the same bytes one after the other within the phase.
+//
+// Happens-before is tracked with vector clocks: clock[s] of a node is the position on
+// stream s of the latest node of s known to be done when it starts. A wait on the
+// latest conflicting node of a stream covers the earlier ones, so a node waits at most
+// once per other stream. Phases end with every stream drained (the runtime's rule), so
+// nothing is ordered across phases here. The plan verifier checks the result with its
+// own replay.
+#include "passes.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { S = STREAM_COUNT };
+
+typedef struct Hist {
+    int write;              // the last node writing the bytes, or -1
+    int read[S];            // per stream, the last node reading them since
+} Hist;
+
+typedef struct Sync {
+    IrGraph *g;
+    int *root;              // per tensor: the tensor owning its bytes
+    int *pos;               // per node: its position on its stream
+    int *clock;             // per node: S positions
+    Hist *hist;             // per root tensor
+    int *need;              // S: per stream, the latest node the current one must follow
+    StreamStats *st;
+} Sync;
+
+static bool persistent(const IrTensor *t) {
+    return t->kind == TK_PARAM || t->kind == TK_GRAD || t->kind == TK_STATE || t->kind == TK_QUANT;
+}
+
+// Whether node i is done before node j starts (i earlier in the phase).
+static bool before(const Sync *y, int i, int j) {
+    const IrNode *a = &y->g->nodes.at[i], *b = &y->g->nodes.at[j];
+    if (a->stream == b->stream)
+        return i <= j;
+    return y->clock[(size_t)j * S + a->stream] >= y->pos[i];
+}
+
+static void must_follow(Sync *y, int i, int j) {
+    if (i < 0 || before(y, i, j))
+        return;
+    int s = y->g->nodes.at[i].stream;
+    if (y->need[s] < i)
+        y->need[s] = i;
+}
+
+// Conflicts of node j with what touched root `rt` before it.
+static void conflicts(Sync *y, int j, int rt, bool write) {
+    const Hist *h = &y->hist[rt];
+    must_follow(y, h->write, j);
+    if (write)
+        for (int s = 0; s < S; s++)
+            must_follow(y, h->read[s], j);
+}
+
+static void record_touch(Sync *y, int j, int rt, bool write) {
+    Hist *h = &y->hist[rt];
+    if (write) {
+        h->write = j;
+        for (int s = 0; s < S; s++)
+            h->read[s] = -1;
+    } else {
+        h->read[y->g->nodes.at[j].stream] = j;
+    }
+}
+
+// The tensor ids node n touches: inputs, then updated outputs (read), then outputs
+// and its workspace (written). Returns the count; write[k] says which.
+static int touches(const IrNode *n, int *ids, bool *write) {
+    int m = 0;
+    for (int k = 0; k < n->nin; k++)
+        if (n->in[k] >= 0)
+            ids[m] = n->in[k], write[m++] = false;
+    for (int k = 0; k < IR_MAX_OUTPUTS && n->out[k] >= 0; k++)
+        if ((n->update >> k) & 1)
+            ids[m] = n->out[k], write[m++] = false;
+    for (int k = 0; k < IR_MAX_OUTPUTS && n->out[k] >= 0; k++)
+        ids[m] = n->out[k], write[m++] = true;
+    if (n->ws >= 0)
+        ids[m] = n->ws, write[m++] = true;
+    return m;
+}
+
+int streams_apply(IrGraph *g, StreamStats *st) {
+    memset(st, 0, sizeof *st);
+    int nt = g->tensors.len, n = g->nodes.len;
+    Sync y = {.g = g, .st = st};
+    y.root = malloc(sizeof(int) * (size_t)(nt + 1));
+    for (int i = 0; i < nt; i++)
+        y.root[i] = liveness_root(g, i);
+    // Per root: the span of nodes touching its bytes, and whether a stream other than
+    // compute touches them.
+    int *first = malloc(sizeof(int) * (size_t)(nt + 1)), *last = malloc(sizeof(int) * (size_t)(nt + 1));
+    bool *cross = calloc((size_t)nt + 1, sizeof(bool));
+    for (int i = 0; i < nt; i++)
+        first[i] = n, last[i] = -1;
+    int ids[IR_MAX_INPUTS + 2 * IR_MAX_OUTPUTS + 1];
+    bool wr[IR_MAX_INPUTS + 2 * IR_MAX_OUTPUTS + 1];
+    for (int j = 0; j < n; j++) {
+        IrNode *nd = &g->nodes.at[j];
+        nd->nwait = 0;
+        nd->record = -1;
+        int m = touches(nd, ids, wr);
+        for (int k = 0; k < m; k++) {
+            int r = y.root[ids[k]];
+            first[r] = j < first[r] ? j : first[r];
+            last[r] = j > last[r] ? j : last[r];
+            cross[r] |= nd->stream != STREAM_COMPUTE;
+        }
+    }
+    // Byte successors: for each root, the roots placed on some of its bytes that died
+    // before it was born in the same phase, where either side leaves the compute stream.
+    // pred lists, CSR: count, then fill.
+    int *npred = calloc((size_t)nt + 2, sizeof(int)), *pred = NULL, *fill = NULL;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int x = 0; x < nt; x++) {
+            const IrTensor *tx = &g->tensors.at[x];
+            if (y.root[x] != x || !cross[x] || persistent(tx) || last[x] < 0 || !ir_tensor_bytes(tx))
+                continue;
+            for (int z = 0; z < nt; z++) {
+                const IrTensor *tz = &g->tensors.at[z];
+                if (z == x || y.root[z] != z || persistent(tz) || last[z] < 0 ||
+                    tz->arena != tx->arena || (cross[z] && z < x) || !ir_tensor_bytes(tz) ||
+                    !(tx->offset < tz->offset + ir_tensor_bytes(tz) &&
+                      tz->offset < tx->offset + ir_tensor_bytes(tx)))
+                    continue;
+                int e = last[x] < first[z] ? x : z, l = e == x ? z : x;
+                if (last[e] >= first[l] || g->nodes.at[last[e]].phase != g->nodes.at[first[l]].phase)
+                    continue;
+                if (pass == 0)
+                    npred[l + 1]++;
+                else
+                    pred[fill[l]++] = e;
+            }
+        }
+        if (pass == 0) {
+            for (int i = 0; i < nt; i++)
+                npred[i + 1] += npred[i];
+            pred = malloc(sizeof(int) * (size_t)(npred[nt] + 1));
+            fill = malloc(sizeof(int) * (size_t)(nt + 1));
+            memcpy(fill, npred, sizeof(int) * (size_t)nt);
+        }
+    }
+    y.pos = malloc(sizeof(int) * (size_t)(n + 1));
+    y.clock = malloc(sizeof(int) * S * (size_t)(n + 1));
+    y.hist = malloc(sizeof(Hist) * (size_t)(nt + 1));
+    int need[S];
+    y.need = need;
+    int lo = 0;
+    while (lo < n) {
+        int hi = lo;
+        while (hi < n && g->nodes.at[hi].phase == g->nodes.at[lo].phase)
+            hi++;
+        for (int i = 0; i < nt; i++) {
+            y.hist[i].write = -1;
+            for (int s = 0; s < S; s++)
+                y.hist[i].read[s] = -1;
+        }
+        int count[S] = {0}, last_on[S] = {-1, -1, -1, -1};
+        for (int j = lo; j < hi; j++) {
+            IrNode *nd = &g->nodes.at[j];
+            int *c = &y.clock[(size_t)j * S];
+            if (last_on[nd->stream] >= 0)
+                memcpy(c, &y.clock[(size_t)last_on[nd->stream] * S], sizeof(int) * S);
+            else
+                for (int s = 0; s < S; s++)
+                    c[s] = -1;
+            y.pos[j] = count[nd->stream]++;
+            c[nd->stream] = y.pos[j];
+            last_on[nd->stream] = j;
+            for (int s = 0; s < S; s++)
+                need[s] = -1;
+            int m = touches(nd, ids, wr);
+            for (int k = 0; k < m; k++) {
+                int r = y.root[ids[k]];
+                conflicts(&y, j, r, wr[k]);
+                if (first[r] == j)   // born here: after everything its bytes held before
+                    for (int q = npred[r]; q < npred[r + 1]; q++)
+                        conflicts(&y, j, pred[q], true);
+            }
+            for (int s = 0; s < S; s++) {
+                int i = need[s];
+                if (i < 0 || before(&y, i, j))   // an earlier wait may cover it already
+                    continue;
+                IrNode *src = &g->nodes.at[i];
+                if (src->record < 0) {
+                    src->record = g->events++;
+                    st->events++;
+                }
+                IR_ASSERT(nd->nwait < IR_MAX_WAITS);
+                nd->wait[nd->nwait++] = src->record;
+                st->waits++;
+                for (int t = 0; t < S; t++)
+                    if (y.clock[(size_t)i * S + t] > c[t])
+                        c[t] = y.clock[(size_t)i * S + t];
+            }
+            for (int k = 0; k < m; k++)
+                if (!wr[k])
+                    record_touch(&y, j, y.root[ids[k]], false);
+            for (int k = 0; k < m; k++)
+                if (wr[k])
+                    record_touch(&y, j, y.root[ids[k]], true);
+        }
+        lo = hi;
+    }
+    free(y.root), free(y.pos), free(y.clock), free(y.hist);
+    free(first), free(last), free(cross), free(npred), free(pred), free(fill);
+    return 0;
+}

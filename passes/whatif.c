@@ -1,0 +1,97 @@
+// whatif.c — when nothing fits, what each change the user could make would need: LoRA
+// on the attention's q and v projections (where fine-tuning usually starts), that on an
+// NF4 base (QLoRA), and shorter sequences. Each is planned with the most frugal choice
+// the planner has: micro-batch 1, every block recomputed from its input with the input
+// waiting in host memory, optimizer state, master weights and gradients on the host.
+// The projections are found in the graph, not by name: the linears whose outputs reach
+// the first attention's q and v through views and elementwise ops (rope).
+#include "passes.h"
+
+#include <string.h>
+
+// The .ft name of the weight of the linear that feeds tensor `t`, or NULL.
+static const char *projection(const IrGraph *g, int t) {
+    for (int guard = 0; guard < 64 && t >= 0; guard++) {
+        const IrTensor *x = &g->tensors.at[t];
+        if (x->producer < 0)
+            return NULL;
+        const IrNode *n = &g->nodes.at[x->producer];
+        OpClass c = op_desc(n->op)->cls;
+        if (n->op == OP_LINEAR) {
+            const IrTensor *w = &g->tensors.at[n->in[1]];
+            return w->kind == TK_PARAM ? w->decl : NULL;
+        }
+        if (c != OPC_MOVEMENT && !(c == OPC_ELEMENTWISE && n->nin == 1))
+            return NULL;
+        t = n->in[0];
+    }
+    return NULL;
+}
+
+static void find_qv(const PlanCtx *x, WhatIf *w) {
+    Arena *a = arena_new();
+    const Pipeline *p = x->pipeline;
+    IrGraph *g = p->elaborate(p->ctx, 1, p->spec.seq, a);
+    for (int i = 0; g && i < g->nodes.len; i++) {
+        const IrNode *n = &g->nodes.at[i];
+        if (op_desc(n->op)->cls != OPC_ATTENTION || n->phase != PHASE_FORWARD)
+            continue;
+        const char *q = projection(g, n->in[0]), *v = projection(g, n->in[2]);
+        if (q && v) {   // the names outlive the graph's arena: they point into the AST
+            w->q_target = q;
+            w->v_target = v;
+        }
+        break;
+    }
+    if (g)
+        ir_graph_free(g);
+    arena_free(a);
+}
+
+// Device bytes of the most frugal choice under `spec`; -1 when it does not build.
+static int64_t frugal_bytes(const PlanCtx *x, const PipelineSpec *spec) {
+    const PlanChoice frugal = {1, REMAT_SWAP, 1 << 30, REMAT_SWAP, {true, true}, NULL};
+    Pipeline p = *x->pipeline;
+    p.spec = *spec;
+    p.diag = NULL;
+    PlanCtx y = *x;
+    y.pipeline = &p;
+    PlanOutcome o;
+    return pipeline_plan_choice(&y, &frugal, &o) == 0 ? o.device_bytes : -1;
+}
+
+int whatif_search(const PlanCtx *x, int64_t budget, int64_t weights_bytes, WhatIf *w) {
+    memset(w, 0, sizeof *w);
+    w->lora_bytes = w->qlora_bytes = -1;
+    const PipelineSpec *spec = &x->pipeline->spec;
+    // The bf16 weights stay on the device: when they alone exceed the budget, neither
+    // LoRA nor a shorter sequence can help; only a smaller base (NF4) can.
+    w->weights_too_big = weights_bytes + x->gpu->reserve_bytes > budget;
+    find_qv(x, w);
+    const char *targets[2] = {w->q_target, w->v_target};
+    SrcLoc locs[2] = {{0}, {0}};
+    LoraSpec qv = {.r = 8, .alpha = 16, .dropout = 0, .n_targets = 2, .targets = targets,
+                   .target_locs = locs};
+    if (w->q_target && !spec->lora && !w->weights_too_big) {
+        PipelineSpec s = *spec;
+        s.lora = true, s.lora_spec = qv;
+        w->lora_bytes = frugal_bytes(x, &s);
+    }
+    if (w->q_target && !spec->quantize) {
+        PipelineSpec s = *spec;
+        if (!s.lora)
+            s.lora = true, s.lora_spec = qv;
+        s.quantize = s.double_quant = true;
+        w->qlora_bytes = frugal_bytes(x, &s);
+    }
+    for (int64_t seq = spec->seq / 2; seq >= 64 && !w->weights_too_big; seq /= 2) {
+        PipelineSpec s = *spec;
+        s.seq = seq;
+        int64_t b = frugal_bytes(x, &s);
+        if (b >= 0 && b <= budget) {
+            w->seq = seq, w->seq_bytes = b;
+            break;
+        }
+    }
+    return 0;
+}

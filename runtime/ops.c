@@ -1,0 +1,121 @@
+// ops.c — the op vocabulary's table (from ops.def) and the text form of op attributes,
+// which plans, the plan reader and IR printouts share.
+#include "ops.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const OpDesc descs[OP_COUNT] = {
+#define OP(id, nm, c, fl, lo, hi, at, fk)                                                    \
+    [OP_##id] = {.name = nm, .cls = c, .flags = fl, .min_in = lo, .max_in = hi, .attrs = at, \
+                 .f_key = fk},
+#include "ops.def"
+#undef OP
+};
+
+const OpDesc *op_desc(OpKind op) { return (unsigned)op < OP_COUNT ? &descs[op] : NULL; }
+
+bool op_find(const char *name, OpKind *out) {
+    for (int i = 0; i < OP_COUNT; i++)
+        if (strcmp(descs[i].name, name) == 0) {
+            *out = (OpKind)i;
+            return true;
+        }
+    return false;
+}
+
+#define PUT(...) (n += snprintf(buf + (n < cap ? n : cap), n < cap ? cap - n : 0, __VA_ARGS__))
+
+int op_attr_format(char *buf, size_t cap, OpKind op, const OpAttr *a, bool exact) {
+    const OpDesc *d = &descs[op];
+    size_t n = 0;
+    if (cap)
+        buf[0] = '\0';
+    if ((d->attrs & ATTR_F) && a->f != 0)
+        PUT(exact ? " %s=%.17g" : " %s=%g", d->f_key, a->f);
+    if ((d->attrs & ATTR_CAUSAL) && a->causal)
+        PUT(" causal=1");
+    if (d->attrs & ATTR_PERM)
+        PUT(" perm=%d,%d", a->perm[0], a->perm[1]);
+    if ((d->attrs & ATTR_SHAPE) && a->ndim > 0) {
+        PUT(" shape=");
+        for (int i = 0; i < a->ndim && i < OP_MAX_DIMS; i++)
+            PUT("%s%lld", i ? "x" : "", (long long)a->shape[i]);
+    }
+    if ((d->attrs & ATTR_CHUNK) && a->chunk_rows)
+        PUT(" chunk=%lld", (long long)a->chunk_rows);
+    if ((d->attrs & ATTR_SEED) && a->seed)
+        PUT(" seed=%lld", (long long)a->seed);
+    return (int)n;
+}
+
+static bool parse_i64(const char *s, int64_t *v) {
+    char *end;
+    errno = 0;
+    long long x = strtoll(s, &end, 10);
+    if (errno || end == s || *end)
+        return false;
+    *v = x;
+    return true;
+}
+
+int op_attr_parse(OpKind op, const char *key, const char *v, OpAttr *a) {
+    const OpDesc *d = &descs[op];
+    if ((d->attrs & ATTR_F) && strcmp(key, d->f_key) == 0) {
+        char *end;
+        errno = 0;
+        a->f = strtod(v, &end);
+        return !errno && end != v && !*end ? 1 : -1;
+    }
+    if ((d->attrs & ATTR_CAUSAL) && strcmp(key, "causal") == 0) {
+        if (strcmp(v, "0") && strcmp(v, "1"))
+            return -1;
+        a->causal = v[0] == '1';
+        return 1;
+    }
+    if ((d->attrs & ATTR_PERM) && strcmp(key, "perm") == 0) {
+        int64_t x, y;
+        char tmp[64];
+        snprintf(tmp, sizeof tmp, "%s", v);
+        char *comma = strchr(tmp, ',');
+        if (!comma)
+            return -1;
+        *comma = '\0';
+        if (!parse_i64(tmp, &x) || !parse_i64(comma + 1, &y) || x < 0 || y < 0 ||
+            x >= OP_MAX_DIMS || y >= OP_MAX_DIMS)
+            return -1;
+        a->perm[0] = (int)x, a->perm[1] = (int)y;
+        return 1;
+    }
+    if ((d->attrs & ATTR_SHAPE) && strcmp(key, "shape") == 0) {
+        char tmp[256];
+        snprintf(tmp, sizeof tmp, "%s", v);
+        a->ndim = 0;
+        for (char *save, *p = strtok_r(tmp, "x", &save); p; p = strtok_r(NULL, "x", &save)) {
+            if (a->ndim == OP_MAX_DIMS || !parse_i64(p, &a->shape[a->ndim]) || a->shape[a->ndim] <= 0)
+                return -1;
+            a->ndim++;
+        }
+        return a->ndim > 0 ? 1 : -1;
+    }
+    if ((d->attrs & ATTR_CHUNK) && strcmp(key, "chunk") == 0)
+        return parse_i64(v, &a->chunk_rows) && a->chunk_rows >= 0 ? 1 : -1;
+    if ((d->attrs & ATTR_SEED) && strcmp(key, "seed") == 0)
+        return parse_i64(v, &a->seed) ? 1 : -1;
+    return 0;
+}
+
+static const char *stream_names[STREAM_COUNT] = {"compute", "d2h", "h2d", "host"};
+
+const char *stream_name(Stream s) { return (unsigned)s < STREAM_COUNT ? stream_names[s] : "?"; }
+
+bool stream_find(const char *name, Stream *out) {
+    for (int i = 0; i < STREAM_COUNT; i++)
+        if (strcmp(stream_names[i], name) == 0) {
+            *out = (Stream)i;
+            return true;
+        }
+    return false;
+}
