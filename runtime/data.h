@@ -25,15 +25,15 @@
 #include <stdint.h>
 
 enum {
-  DATA_HEADER_BYTES = 32, // the header before the tokens
-  DATA_VERSION = 1,       // the only version this build reads and writes
+    DATA_HEADER_BYTES = 32, // the header before the tokens
+    DATA_VERSION = 1,       // the only version this build reads and writes
 };
 
 // How data_convert reads its input.
 typedef enum {
-  DATA_BYTES, // any file, one token per byte (vocab 256), stored 2 bytes per token
-  DATA_U16,   // raw little-endian uint16 tokens (size a multiple of 2), stored 2 bytes per token
-  DATA_U32,   // raw little-endian uint32 tokens (size a multiple of 4), stored 4 bytes per token
+    DATA_BYTES, // any file, one token per byte (vocab 256), stored 2 bytes per token
+    DATA_U16,   // raw little-endian uint16 tokens (size a multiple of 2), stored 2 bytes per token
+    DATA_U32,   // raw little-endian uint32 tokens (size a multiple of 4), stored 4 bytes per token
 } DataMode;
 
 // An opened token file.
@@ -52,7 +52,7 @@ int data_token_bytes(const DataFile *d);
 const char *data_path(const DataFile *d);
 
 // Sets *n to the number of windows of seq+1 tokens in d, (count - 1) / seq; an error if seq < 1
-// or d holds fewer than seq+1 tokens.
+// or d holds fewer than seq+1 tokens (*n is 0 then).
 int data_window_count(const DataFile *d, int seq, uint64_t *n, char *err, size_t errlen);
 
 // Reads window `window` of seq+1 tokens (tokens window*seq .. window*seq+seq) into out; an

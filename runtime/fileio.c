@@ -1,8 +1,10 @@
 // fileio.c — whole reads and writes, retried on EINTR, in chunks of at most 1 GiB
-// (what one read or write call moves on Linux).
+// (what one read or write call moves on Linux), and rt_fail for error messages.
 #include "fileio.h"
 
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -39,4 +41,14 @@ int rt_write_full(int fd, const void *src, size_t n) {
 
 const char *rt_read_errstr(void) {
     return errno ? strerror(errno) : "the file ended early (was it truncated after opening?)";
+}
+
+int rt_fail(char *err, size_t errlen, const char *fmt, ...) {
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
 }

@@ -1,5 +1,5 @@
-// fileio.h — whole reads and writes on file descriptors, shared by the runtime's
-// readers and writers (safetensors, token files).
+// fileio.h — whole reads and writes on file descriptors, and the error-message helper, shared
+// by the runtime's readers and writers (safetensors, token files).
 #ifndef FTC_RUNTIME_FILEIO_H
 #define FTC_RUNTIME_FILEIO_H
 
@@ -12,5 +12,9 @@ int rt_pread_full(int fd, void *dst, size_t n, uint64_t off);
 int rt_write_full(int fd, const void *src, size_t n);
 // A message for the last failed read: strerror(errno), or "the file ended early".
 const char *rt_read_errstr(void);
+// Formats the message fmt, ... into err (errlen bytes, truncated to fit; nothing is written when
+// err is NULL or errlen is 0) and returns -1, so an error path reads
+// `return rt_fail(err, errlen, "%s: cannot open: %s", path, strerror(errno));`.
+int rt_fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 #endif

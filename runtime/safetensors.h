@@ -25,24 +25,24 @@
 // Element types ftc reads and writes; any other dtype in a header is an error. Spelled in
 // headers as "F32", "BF16", "F16", "I32", "I64", "U8".
 typedef enum {
-  ST_F32,  // IEEE binary32, 4 bytes
-  ST_BF16, // bfloat16, 2 bytes
-  ST_F16,  // IEEE binary16, 2 bytes
-  ST_I32,  // two's-complement int32, 4 bytes
-  ST_I64,  // two's-complement int64, 8 bytes
-  ST_U8,   // uint8, 1 byte
+    ST_F32,  // IEEE binary32, 4 bytes
+    ST_BF16, // bfloat16, 2 bytes
+    ST_F16,  // IEEE binary16, 2 bytes
+    ST_I32,  // two's-complement int32, 4 bytes
+    ST_I64,  // two's-complement int64, 8 bytes
+    ST_U8,   // uint8, 1 byte
 } StDType;
 
 enum { ST_MAX_DIMS = 8 }; // more dimensions than this is an error
 
 // One tensor of an opened checkpoint. Owned by its StSet; valid until st_close.
 typedef struct StTensor {
-  const char *name;            // as in the header, e.g. "model.layers.0.mlp.up_proj.weight"
-  StDType dtype;
-  int ndim;                    // 0 (a scalar) .. ST_MAX_DIMS
-  int64_t shape[ST_MAX_DIMS];  // shape[0..ndim); the rest are 0
-  uint64_t begin, end;         // byte range relative to the data section of shard `file`
-  int file;                    // index of the shard holding it (0 for a single file)
+    const char *name;            // as in the header, e.g. "model.layers.0.mlp.up_proj.weight"
+    StDType dtype;
+    int ndim;                    // 0 (a scalar) .. ST_MAX_DIMS
+    int64_t shape[ST_MAX_DIMS];  // shape[0..ndim); the rest are 0
+    uint64_t begin, end;         // byte range relative to the data section of shard `file`
+    int file;                    // index of the shard holding it (0 for a single file)
 } StTensor;
 
 // An opened checkpoint: its shards' open descriptors and every tensor, sorted by name.
@@ -91,11 +91,11 @@ void st_close(StSet *s);
 // One tensor to write: data holds elems * st_dtype_bytes(dtype) bytes, little-endian,
 // row-major (it may be NULL when the tensor has no elements).
 typedef struct StWrite {
-  const char *name;
-  StDType dtype;
-  int ndim;              // 0 .. ST_MAX_DIMS
-  const int64_t *shape;  // (ndim); may be NULL when ndim is 0
-  const void *data;
+    const char *name;
+    StDType dtype;
+    int ndim;              // 0 .. ST_MAX_DIMS
+    const int64_t *shape;  // (ndim); may be NULL when ndim is 0
+    const void *data;
 } StWrite;
 
 // Writes the n tensors t to a safetensors file at path, atomically (a temporary file in the

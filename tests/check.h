@@ -1,13 +1,29 @@
 // check.h — the test macros every tests/test_<room>.c uses. A failed check prints
-// where and why and is counted; main returns non-zero if any check failed.
+// where and why and is counted; each case prints one line, "ok   name" or "FAIL name"
+// (after its failed checks' lines); main returns CHECK_DONE(), non-zero if any case failed.
 #ifndef FTC_CHECK_H
 #define FTC_CHECK_H
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 static int check_failed_, check_passed_, case_failed_;
+
+// Counts one failed check at file:line and prints why (printf-style), as the macros below
+// do; for CHECKF and for a test's helpers that find a failure in a branch of their own.
+static inline void check_fail_at(const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static inline void check_fail_at(const char *file, int line, const char *fmt, ...) {
+    check_failed_++, case_failed_ = 1;
+    printf("  %s:%d: ", file, line);
+    va_list ap;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    putchar('\n');
+}
 
 #define CHECK(c)                                                                    \
     do {                                                                            \
@@ -53,16 +69,46 @@ static int check_failed_, check_passed_, case_failed_;
         }                                                                           \
     } while (0)
 
+// CHECK(cond) with a printf-style message instead of the condition's text.
+#define CHECKF(c, ...)                                                              \
+    do {                                                                            \
+        if (c)                                                                      \
+            check_passed_++;                                                        \
+        else                                                                        \
+            check_fail_at(__FILE__, __LINE__, __VA_ARGS__);                         \
+    } while (0)
+
+// |got - want| <= atol + rtol * |want|, in double; NaN never passes.
+#define CHECK_NEAR(got, want, atol, rtol)                                           \
+    do {                                                                            \
+        double g_ = (got), w_ = (want), a_ = (atol), r_ = (rtol);                   \
+        if (fabs(g_ - w_) <= a_ + r_ * fabs(w_)) {                                  \
+            check_passed_++;                                                        \
+        } else {                                                                    \
+            check_failed_++, case_failed_ = 1;                                      \
+            printf("  %s:%d: %s: want %.9g, got %.9g (atol %g, rtol %g)\n",         \
+                   __FILE__, __LINE__, #got, w_, g_, a_, r_);                       \
+        }                                                                           \
+    } while (0)
+
+// True once a check of the running case has failed (to stop a case early).
+#define CASE_FAILED() (case_failed_ != 0)
+
 static int cases_passed_, cases_failed_;
 
-// Runs one test case function and prints one line for it.
-#define RUN(fn)                                                                     \
+// Runs `call` (usually a call of the case's function) as one test case called `name` (a
+// string) and prints one line for it.
+#define RUN_NAMED(name, call)                                                       \
     do {                                                                            \
         case_failed_ = 0;                                                           \
-        fn();                                                                       \
-        printf("%s %s\n", case_failed_ ? "FAIL" : "ok  ", #fn);                     \
+        call;                                                                       \
+        printf("%s %s\n", case_failed_ ? "FAIL" : "ok  ", name);                    \
+        fflush(stdout);                                                             \
         if (case_failed_) cases_failed_++; else cases_passed_++;                    \
     } while (0)
+
+// Runs one test case function, named after it, and prints one line for it.
+#define RUN(fn) RUN_NAMED(#fn, fn())
 
 #define CHECK_DONE()                                                                \
     (printf("%d passed, %d failed\n", cases_passed_, cases_failed_), cases_failed_ ? 1 : 0)

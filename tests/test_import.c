@@ -4,22 +4,18 @@
 // Usage: test_import FIXTURES_DIR   (exits non-zero on any failure)
 #include "frontend.h"
 
+#include "check.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <unistd.h>
 
-static int passed, failed;
 static char tmpdir[] = "/tmp/test_import.XXXXXX";
 
-// Prints one result line and counts it; `why` says what went wrong.
+// Counts and prints the case `name` (tests/check.h), which passes when `ok`; `why` says what
+// went wrong.
 static void report(const char *name, bool ok, const char *why) {
-    if (ok) {
-        printf("ok   %s\n", name);
-        passed++;
-    } else {
-        printf("FAIL %s: %s\n", name, why);
-        failed++;
-    }
+    RUN_NAMED(name, CHECKF(ok, "%s", why));
 }
 
 // Reads the file at `path` into a NUL-terminated heap buffer; NULL when unreadable.
@@ -339,6 +335,5 @@ int main(int argc, char **argv) {
     option_tests();
     error_tests();
     remove_tmpdir();
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return CHECK_DONE();
 }

@@ -14,107 +14,107 @@
 // Number formats
 
 static uint32_t f32_bits(float f) {
-  uint32_t u;
-  memcpy(&u, &f, sizeof u);
-  return u;
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
 }
 
 static float bits_f32(uint32_t u) {
-  float f;
-  memcpy(&f, &u, sizeof f);
-  return f;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
 }
 
 uint16_t cpu_f32_to_bf16(float f) {
-  uint32_t u = f32_bits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u)
-    return 0x7fff;
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
+    uint32_t u = f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return 0x7fff;
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
 }
 
 float cpu_bf16_to_f32(uint16_t h) {
-  return bits_f32((uint32_t)h << 16);
+    return bits_f32((uint32_t)h << 16);
 }
 
 uint16_t cpu_f32_to_f16(float f) {
-  uint32_t u = f32_bits(f);
-  uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
-  uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) {
-    // Keep the top 10 payload bits; a payload living only in the low bits still needs a
-    // non-zero mantissa to stay NaN, so it gets the quiet bit.
-    uint16_t m = (uint16_t)((a >> 13) & 0x3ffu);
-    return (uint16_t)(sign | 0x7c00u | (m ? m : 0x200u));
-  }
-  if (a >= 0x477ff000u) // 65520 = midway between 65504 and 2^16: ties to even, i.e. to inf
-    return (uint16_t)(sign | 0x7c00u);
-  if (a >= 0x38800000u) { // normal half, |f| >= 2^-14: round at bit 13, rebias 127 -> 15
-    uint32_t r = a + 0x0fffu + ((a >> 13) & 1u);
-    return (uint16_t)(sign | ((r - (112u << 23)) >> 13));
-  }
-  if (a < 0x33000000u) // below 2^-25, at most half the smallest subnormal: rounds to zero
-    return sign;
-  // Subnormal half: the value in units of 2^-24 is mant * 2^-shift, rounded to nearest even.
-  uint32_t mant = (a & 0x7fffffu) | 0x800000u;
-  int exp = (int)(a >> 23) - 127; // in [-25, -15]
-  unsigned shift = (unsigned)(-(exp + 1)); // in [14, 24]
-  uint32_t q = mant >> shift;
-  uint32_t rem = mant & ((1u << shift) - 1u);
-  uint32_t half = 1u << (shift - 1u);
-  if (rem > half || (rem == half && (q & 1u)))
-    q++;
-  return (uint16_t)(sign | q);
+    uint32_t u = f32_bits(f);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) {
+        // Keep the top 10 payload bits; a payload living only in the low bits still needs a
+        // non-zero mantissa to stay NaN, so it gets the quiet bit.
+        uint16_t m = (uint16_t)((a >> 13) & 0x3ffu);
+        return (uint16_t)(sign | 0x7c00u | (m ? m : 0x200u));
+    }
+    if (a >= 0x477ff000u) // 65520 = midway between 65504 and 2^16: ties to even, i.e. to inf
+        return (uint16_t)(sign | 0x7c00u);
+    if (a >= 0x38800000u) { // normal half, |f| >= 2^-14: round at bit 13, rebias 127 -> 15
+        uint32_t r = a + 0x0fffu + ((a >> 13) & 1u);
+        return (uint16_t)(sign | ((r - (112u << 23)) >> 13));
+    }
+    if (a < 0x33000000u) // below 2^-25, at most half the smallest subnormal: rounds to zero
+        return sign;
+    // Subnormal half: the value in units of 2^-24 is mant * 2^-shift, rounded to nearest even.
+    uint32_t mant = (a & 0x7fffffu) | 0x800000u;
+    int exp = (int)(a >> 23) - 127; // in [-25, -15]
+    unsigned shift = (unsigned)(-(exp + 1)); // in [14, 24]
+    uint32_t q = mant >> shift;
+    uint32_t rem = mant & ((1u << shift) - 1u);
+    uint32_t half = 1u << (shift - 1u);
+    if (rem > half || (rem == half && (q & 1u)))
+        q++;
+    return (uint16_t)(sign | q);
 }
 
 float cpu_f16_to_f32(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-  uint32_t e = (h >> 10) & 0x1fu;
-  uint32_t m = h & 0x3ffu;
-  if (e == 0x1f)
-    return bits_f32(sign | 0x7f800000u | (m << 13));
-  if (e == 0) {
-    float mag = (float)m * 0x1p-24f; // exact: m < 2^10
-    return bits_f32(sign | f32_bits(mag));
-  }
-  return bits_f32(sign | ((e + 112u) << 23) | (m << 13));
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t e = (h >> 10) & 0x1fu;
+    uint32_t m = h & 0x3ffu;
+    if (e == 0x1f)
+        return bits_f32(sign | 0x7f800000u | (m << 13));
+    if (e == 0) {
+        float mag = (float)m * 0x1p-24f; // exact: m < 2^10
+        return bits_f32(sign | f32_bits(mag));
+    }
+    return bits_f32(sign | ((e + 112u) << 23) | (m << 13));
 }
 
 void cpu_round_bf16(float *x, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    x[i] = cpu_bf16_to_f32(cpu_f32_to_bf16(x[i]));
+    for (size_t i = 0; i < n; i++)
+        x[i] = cpu_bf16_to_f32(cpu_f32_to_bf16(x[i]));
 }
 
 // ---------------------------------------------------------------------------------------------
 // Embedding
 
 static int indices_ok(const int32_t *idx, size_t N, size_t V) {
-  for (size_t n = 0; n < N; n++)
-    if (idx[n] < 0 || (size_t)idx[n] >= V)
-      return 0;
-  return 1;
+    for (size_t n = 0; n < N; n++)
+        if (idx[n] < 0 || (size_t)idx[n] >= V)
+            return 0;
+    return 1;
 }
 
 int cpu_embedding_forward(float *out, const int32_t *idx, const float *table, size_t N, size_t V,
                           size_t C) {
-  if (!indices_ok(idx, N, V))
-    return CPU_ERR_INDEX;
-  for (size_t n = 0; n < N; n++)
-    memcpy(out + n * C, table + (size_t)idx[n] * C, C * sizeof(float));
-  return CPU_OK;
+    if (!indices_ok(idx, N, V))
+        return CPU_ERR_INDEX;
+    for (size_t n = 0; n < N; n++)
+        memcpy(out + n * C, table + (size_t)idx[n] * C, C * sizeof(float));
+    return CPU_OK;
 }
 
 int cpu_embedding_backward(float *dtable, const float *dout, const int32_t *idx, size_t N, size_t V,
                            size_t C) {
-  if (!indices_ok(idx, N, V))
-    return CPU_ERR_INDEX;
-  for (size_t n = 0; n < N; n++) {
-    float *row = dtable + (size_t)idx[n] * C;
-    const float *g = dout + n * C;
-    for (size_t c = 0; c < C; c++)
-      row[c] += g[c];
-  }
-  return CPU_OK;
+    if (!indices_ok(idx, N, V))
+        return CPU_ERR_INDEX;
+    for (size_t n = 0; n < N; n++) {
+        float *row = dtable + (size_t)idx[n] * C;
+        const float *g = dout + n * C;
+        for (size_t c = 0; c < C; c++)
+            row[c] += g[c];
+    }
+    return CPU_OK;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -124,17 +124,17 @@ int cpu_embedding_backward(float *dtable, const float *dout, const int32_t *idx,
 // (K, M), b transposed is stored (N, K). beta is 0 (assign) or 1 (accumulate).
 static void gemm(int trans_a, int trans_b, size_t M, size_t N, size_t K, const float *a,
                  const float *b, float beta, float *c) {
-  if (M == 0 || N == 0)
-    return;
-  if (K == 0) { // an empty sum; BLAS would reject the zero leading dimension
-    if (beta == 0.0f)
-      memset(c, 0, M * N * sizeof(float));
-    return;
-  }
-  assert(M <= INT_MAX && N <= INT_MAX && K <= INT_MAX);
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-              trans_b ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K, 1.0f, a,
-              (int)(trans_a ? M : K), b, (int)(trans_b ? K : N), beta, c, (int)N);
+    if (M == 0 || N == 0)
+        return;
+    if (K == 0) { // an empty sum; BLAS would reject the zero leading dimension
+        if (beta == 0.0f)
+            memset(c, 0, M * N * sizeof(float));
+        return;
+    }
+    assert(M <= INT_MAX && N <= INT_MAX && K <= INT_MAX);
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K, 1.0f, a,
+                (int)(trans_a ? M : K), b, (int)(trans_b ? K : N), beta, c, (int)N);
 }
 
 // Column blocks of this width keep row reads contiguous while columns accumulate in double.
@@ -142,135 +142,135 @@ enum { COL_BLOCK = 64 };
 
 void cpu_linear_forward(float *y, const float *x, const float *w, const float *b, size_t N,
                         size_t Cin, size_t Cout) {
-  gemm(0, 1, N, Cout, Cin, x, w, 0.0f, y);
-  if (b)
-    for (size_t n = 0; n < N; n++)
-      for (size_t o = 0; o < Cout; o++)
-        y[n * Cout + o] += b[o];
+    gemm(0, 1, N, Cout, Cin, x, w, 0.0f, y);
+    if (b)
+        for (size_t n = 0; n < N; n++)
+            for (size_t o = 0; o < Cout; o++)
+                y[n * Cout + o] += b[o];
 }
 
 void cpu_linear_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
                          const float *w, size_t N, size_t Cin, size_t Cout) {
-  if (dx)
-    gemm(0, 0, N, Cin, Cout, dy, w, 0.0f, dx);
-  if (dw)
-    gemm(1, 0, Cout, Cin, N, dy, x, 1.0f, dw);
-  if (db) {
-    for (size_t o0 = 0; o0 < Cout; o0 += COL_BLOCK) {
-      size_t o1 = o0 + COL_BLOCK < Cout ? o0 + COL_BLOCK : Cout;
-      double acc[COL_BLOCK] = {0};
-      for (size_t n = 0; n < N; n++)
-        for (size_t o = o0; o < o1; o++)
-          acc[o - o0] += dy[n * Cout + o];
-      for (size_t o = o0; o < o1; o++)
-        db[o] += (float)acc[o - o0];
+    if (dx)
+        gemm(0, 0, N, Cin, Cout, dy, w, 0.0f, dx);
+    if (dw)
+        gemm(1, 0, Cout, Cin, N, dy, x, 1.0f, dw);
+    if (db) {
+        for (size_t o0 = 0; o0 < Cout; o0 += COL_BLOCK) {
+            size_t o1 = o0 + COL_BLOCK < Cout ? o0 + COL_BLOCK : Cout;
+            double acc[COL_BLOCK] = {0};
+            for (size_t n = 0; n < N; n++)
+                for (size_t o = o0; o < o1; o++)
+                    acc[o - o0] += dy[n * Cout + o];
+            for (size_t o = o0; o < o1; o++)
+                db[o] += (float)acc[o - o0];
+        }
     }
-  }
 }
 
 void cpu_matmul_forward(float *out, const float *a, const float *b, size_t Bt, size_t M, size_t K,
                         size_t N) {
-  for (size_t t = 0; t < Bt; t++)
-    gemm(0, 0, M, N, K, a + t * M * K, b + t * K * N, 0.0f, out + t * M * N);
+    for (size_t t = 0; t < Bt; t++)
+        gemm(0, 0, M, N, K, a + t * M * K, b + t * K * N, 0.0f, out + t * M * N);
 }
 
 void cpu_matmul_backward(float *da, float *db, const float *dout, const float *a, const float *b,
                          size_t Bt, size_t M, size_t K, size_t N) {
-  for (size_t t = 0; t < Bt; t++) {
-    const float *g = dout + t * M * N;
-    if (da)
-      gemm(0, 1, M, K, N, g, b + t * K * N, 0.0f, da + t * M * K);
-    if (db)
-      gemm(1, 0, K, N, M, a + t * M * K, g, 0.0f, db + t * K * N);
-  }
+    for (size_t t = 0; t < Bt; t++) {
+        const float *g = dout + t * M * N;
+        if (da)
+            gemm(0, 1, M, K, N, g, b + t * K * N, 0.0f, da + t * M * K);
+        if (db)
+            gemm(1, 0, K, N, M, a + t * M * K, g, 0.0f, db + t * K * N);
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
 // Elementwise. Each loop reads an element's inputs before writing, so outputs may alias inputs.
 
 void cpu_add_forward(float *out, const float *a, const float *b, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    out[i] = a[i] + b[i];
+    for (size_t i = 0; i < n; i++)
+        out[i] = a[i] + b[i];
 }
 
 void cpu_add_backward(float *da, float *db, const float *dout, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    float g = dout[i];
-    if (da)
-      da[i] = g;
-    if (db)
-      db[i] = g;
-  }
+    for (size_t i = 0; i < n; i++) {
+        float g = dout[i];
+        if (da)
+            da[i] = g;
+        if (db)
+            db[i] = g;
+    }
 }
 
 void cpu_sub_forward(float *out, const float *a, const float *b, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    out[i] = a[i] - b[i];
+    for (size_t i = 0; i < n; i++)
+        out[i] = a[i] - b[i];
 }
 
 void cpu_sub_backward(float *da, float *db, const float *dout, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    float g = dout[i];
-    if (da)
-      da[i] = g;
-    if (db)
-      db[i] = -g;
-  }
+    for (size_t i = 0; i < n; i++) {
+        float g = dout[i];
+        if (da)
+            da[i] = g;
+        if (db)
+            db[i] = -g;
+    }
 }
 
 void cpu_mul_forward(float *out, const float *a, const float *b, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    out[i] = a[i] * b[i];
+    for (size_t i = 0; i < n; i++)
+        out[i] = a[i] * b[i];
 }
 
 void cpu_mul_backward(float *da, float *db, const float *dout, const float *a, const float *b,
                       size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    float g = dout[i], ai = a[i], bi = b[i];
-    if (da)
-      da[i] = g * bi;
-    if (db)
-      db[i] = g * ai;
-  }
+    for (size_t i = 0; i < n; i++) {
+        float g = dout[i], ai = a[i], bi = b[i];
+        if (da)
+            da[i] = g * bi;
+        if (db)
+            db[i] = g * ai;
+    }
 }
 
 void cpu_div_forward(float *out, const float *a, const float *b, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    out[i] = a[i] / b[i];
+    for (size_t i = 0; i < n; i++)
+        out[i] = a[i] / b[i];
 }
 
 void cpu_div_backward(float *da, float *db, const float *dout, const float *a, const float *b,
                       size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    float g = dout[i], ai = a[i], bi = b[i];
-    if (da)
-      da[i] = g / bi;
-    if (db)
-      db[i] = -g * ai / (bi * bi);
-  }
+    for (size_t i = 0; i < n; i++) {
+        float g = dout[i], ai = a[i], bi = b[i];
+        if (da)
+            da[i] = g / bi;
+        if (db)
+            db[i] = -g * ai / (bi * bi);
+    }
 }
 
 void cpu_scale_forward(float *out, const float *x, float c, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    out[i] = x[i] * c;
+    for (size_t i = 0; i < n; i++)
+        out[i] = x[i] * c;
 }
 
 void cpu_scale_backward(float *dx, const float *dout, float c, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    dx[i] = dout[i] * c;
+    for (size_t i = 0; i < n; i++)
+        dx[i] = dout[i] * c;
 }
 
 void cpu_silu_forward(float *out, const float *x, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    out[i] = x[i] / (1.0f + expf(-x[i]));
+    for (size_t i = 0; i < n; i++)
+        out[i] = x[i] / (1.0f + expf(-x[i]));
 }
 
 void cpu_silu_backward(float *dx, const float *dout, const float *x, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    float xi = x[i];
-    float s = 1.0f / (1.0f + expf(-xi));
-    dx[i] = dout[i] * (s * (1.0f + xi * (1.0f - s)));
-  }
+    for (size_t i = 0; i < n; i++) {
+        float xi = x[i];
+        float s = 1.0f / (1.0f + expf(-xi));
+        dx[i] = dout[i] * (s * (1.0f + xi * (1.0f - s)));
+    }
 }
 
 // sqrt(2/pi) and the cubic coefficient, as torch's tanh-approximate gelu spells them.
@@ -278,50 +278,50 @@ static const float GELU_BETA = 0.7978845608028654f;
 static const float GELU_KAPPA = 0.044715f;
 
 void cpu_gelu_forward(float *out, const float *x, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    float xi = x[i];
-    float inner = GELU_BETA * (xi + GELU_KAPPA * (xi * xi * xi));
-    out[i] = 0.5f * xi * (1.0f + tanhf(inner));
-  }
+    for (size_t i = 0; i < n; i++) {
+        float xi = x[i];
+        float inner = GELU_BETA * (xi + GELU_KAPPA * (xi * xi * xi));
+        out[i] = 0.5f * xi * (1.0f + tanhf(inner));
+    }
 }
 
 void cpu_gelu_backward(float *dx, const float *dout, const float *x, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    float xi = x[i];
-    float x2 = xi * xi;
-    float t = tanhf(GELU_BETA * (xi + GELU_KAPPA * x2 * xi));
-    float dinner = GELU_BETA * (1.0f + 3.0f * GELU_KAPPA * x2);
-    float d = 0.5f * (1.0f + t) + 0.5f * xi * (1.0f - t * t) * dinner;
-    dx[i] = dout[i] * d;
-  }
+    for (size_t i = 0; i < n; i++) {
+        float xi = x[i];
+        float x2 = xi * xi;
+        float t = tanhf(GELU_BETA * (xi + GELU_KAPPA * x2 * xi));
+        float dinner = GELU_BETA * (1.0f + 3.0f * GELU_KAPPA * x2);
+        float d = 0.5f * (1.0f + t) + 0.5f * xi * (1.0f - t * t) * dinner;
+        dx[i] = dout[i] * d;
+    }
 }
 
 void cpu_exp_forward(float *out, const float *x, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    out[i] = expf(x[i]);
+    for (size_t i = 0; i < n; i++)
+        out[i] = expf(x[i]);
 }
 
 void cpu_exp_backward(float *dx, const float *dout, const float *out, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    dx[i] = dout[i] * out[i];
+    for (size_t i = 0; i < n; i++)
+        dx[i] = dout[i] * out[i];
 }
 
 // ---------------------------------------------------------------------------------------------
 // Reductions
 
 void cpu_sum_forward(float *out, const float *x, size_t N, size_t C) {
-  for (size_t r = 0; r < N; r++) {
-    double acc = 0.0;
-    for (size_t c = 0; c < C; c++)
-      acc += x[r * C + c];
-    out[r] = (float)acc;
-  }
+    for (size_t r = 0; r < N; r++) {
+        double acc = 0.0;
+        for (size_t c = 0; c < C; c++)
+            acc += x[r * C + c];
+        out[r] = (float)acc;
+    }
 }
 
 void cpu_sum_backward(float *dx, const float *dout, size_t N, size_t C) {
-  for (size_t r = 0; r < N; r++)
-    for (size_t c = 0; c < C; c++)
-      dx[r * C + c] = dout[r];
+    for (size_t r = 0; r < N; r++)
+        for (size_t c = 0; c < C; c++)
+            dx[r * C + c] = dout[r];
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -329,101 +329,101 @@ void cpu_sum_backward(float *dx, const float *dout, size_t N, size_t C) {
 
 void cpu_rmsnorm_forward(float *y, float *rstd, const float *x, const float *w, size_t N, size_t C,
                          float eps) {
-  for (size_t n = 0; n < N; n++) {
-    const float *xr = x + n * C;
-    double ss = 0.0;
-    for (size_t c = 0; c < C; c++)
-      ss += (double)xr[c] * xr[c];
-    float var = (float)(ss / (double)C);
-    float r = 1.0f / sqrtf(var + eps); // torch.rsqrt(variance + eps) in fp32
-    rstd[n] = r;
-    for (size_t c = 0; c < C; c++)
-      y[n * C + c] = (xr[c] * r) * w[c];
-  }
+    for (size_t n = 0; n < N; n++) {
+        const float *xr = x + n * C;
+        double ss = 0.0;
+        for (size_t c = 0; c < C; c++)
+            ss += (double)xr[c] * xr[c];
+        float var = (float)(ss / (double)C);
+        float r = 1.0f / sqrtf(var + eps); // torch.rsqrt(variance + eps) in fp32
+        rstd[n] = r;
+        for (size_t c = 0; c < C; c++)
+            y[n * C + c] = (xr[c] * r) * w[c];
+    }
 }
 
 void cpu_rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x, const float *w,
                           const float *rstd, size_t N, size_t C) {
-  // y = w x r, r = (mean(x^2) + eps)^-1/2: dx = r w dy - (r^3 / C) x sum(w dy x).
-  for (size_t n = 0; dx && n < N; n++) {
-    const float *xr = x + n * C, *g = dy + n * C;
-    double r = rstd[n];
-    double dot = 0.0;
-    for (size_t c = 0; c < C; c++)
-      dot += (double)w[c] * g[c] * xr[c];
-    double k = r * r * r * dot / (double)C;
-    for (size_t c = 0; c < C; c++)
-      dx[n * C + c] = (float)(r * w[c] * g[c] - k * xr[c]);
-  }
-  if (!dw)
-    return;
-  for (size_t c0 = 0; c0 < C; c0 += COL_BLOCK) {
-    size_t c1 = c0 + COL_BLOCK < C ? c0 + COL_BLOCK : C;
-    double acc[COL_BLOCK] = {0};
-    for (size_t n = 0; n < N; n++)
-      for (size_t c = c0; c < c1; c++)
-        acc[c - c0] += (double)dy[n * C + c] * x[n * C + c] * rstd[n];
-    for (size_t c = c0; c < c1; c++)
-      dw[c] += (float)acc[c - c0];
-  }
+    // y = w x r, r = (mean(x^2) + eps)^-1/2: dx = r w dy - (r^3 / C) x sum(w dy x).
+    for (size_t n = 0; dx && n < N; n++) {
+        const float *xr = x + n * C, *g = dy + n * C;
+        double r = rstd[n];
+        double dot = 0.0;
+        for (size_t c = 0; c < C; c++)
+            dot += (double)w[c] * g[c] * xr[c];
+        double k = r * r * r * dot / (double)C;
+        for (size_t c = 0; c < C; c++)
+            dx[n * C + c] = (float)(r * w[c] * g[c] - k * xr[c]);
+    }
+    if (!dw)
+        return;
+    for (size_t c0 = 0; c0 < C; c0 += COL_BLOCK) {
+        size_t c1 = c0 + COL_BLOCK < C ? c0 + COL_BLOCK : C;
+        double acc[COL_BLOCK] = {0};
+        for (size_t n = 0; n < N; n++)
+            for (size_t c = c0; c < c1; c++)
+                acc[c - c0] += (double)dy[n * C + c] * x[n * C + c] * rstd[n];
+        for (size_t c = c0; c < c1; c++)
+            dw[c] += (float)acc[c - c0];
+    }
 }
 
 void cpu_layernorm_forward(float *y, float *mean, float *rstd, const float *x, const float *w,
                            const float *b, size_t N, size_t C, float eps) {
-  for (size_t n = 0; n < N; n++) {
-    const float *xr = x + n * C;
-    double s = 0.0;
-    for (size_t c = 0; c < C; c++)
-      s += xr[c];
-    double mu = s / (double)C;
-    double ss = 0.0;
-    for (size_t c = 0; c < C; c++)
-      ss += (xr[c] - mu) * (xr[c] - mu);
-    float m = (float)mu;
-    float r = 1.0f / sqrtf((float)(ss / (double)C) + eps);
-    mean[n] = m;
-    rstd[n] = r;
-    for (size_t c = 0; c < C; c++)
-      y[n * C + c] = (xr[c] - m) * r * w[c] + b[c];
-  }
+    for (size_t n = 0; n < N; n++) {
+        const float *xr = x + n * C;
+        double s = 0.0;
+        for (size_t c = 0; c < C; c++)
+            s += xr[c];
+        double mu = s / (double)C;
+        double ss = 0.0;
+        for (size_t c = 0; c < C; c++)
+            ss += (xr[c] - mu) * (xr[c] - mu);
+        float m = (float)mu;
+        float r = 1.0f / sqrtf((float)(ss / (double)C) + eps);
+        mean[n] = m;
+        rstd[n] = r;
+        for (size_t c = 0; c < C; c++)
+            y[n * C + c] = (xr[c] - m) * r * w[c] + b[c];
+    }
 }
 
 void cpu_layernorm_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
                             const float *w, const float *mean, const float *rstd, size_t N,
                             size_t C) {
-  // With xhat = (x - mean) r and g = w dy: dx = r (g - mean(g) - xhat mean(g xhat)).
-  for (size_t n = 0; dx && n < N; n++) {
-    const float *xr = x + n * C, *d = dy + n * C;
-    double mu = mean[n], r = rstd[n];
-    double sg = 0.0, sgx = 0.0;
-    for (size_t c = 0; c < C; c++) {
-      double g = (double)w[c] * d[c];
-      sg += g;
-      sgx += g * (xr[c] - mu) * r;
+    // With xhat = (x - mean) r and g = w dy: dx = r (g - mean(g) - xhat mean(g xhat)).
+    for (size_t n = 0; dx && n < N; n++) {
+        const float *xr = x + n * C, *d = dy + n * C;
+        double mu = mean[n], r = rstd[n];
+        double sg = 0.0, sgx = 0.0;
+        for (size_t c = 0; c < C; c++) {
+            double g = (double)w[c] * d[c];
+            sg += g;
+            sgx += g * (xr[c] - mu) * r;
+        }
+        sg /= (double)C;
+        sgx /= (double)C;
+        for (size_t c = 0; c < C; c++) {
+            double xhat = (xr[c] - mu) * r;
+            dx[n * C + c] = (float)(r * ((double)w[c] * d[c] - sg - xhat * sgx));
+        }
     }
-    sg /= (double)C;
-    sgx /= (double)C;
-    for (size_t c = 0; c < C; c++) {
-      double xhat = (xr[c] - mu) * r;
-      dx[n * C + c] = (float)(r * ((double)w[c] * d[c] - sg - xhat * sgx));
+    for (size_t c0 = 0; c0 < C && (dw || db); c0 += COL_BLOCK) {
+        size_t c1 = c0 + COL_BLOCK < C ? c0 + COL_BLOCK : C;
+        double aw[COL_BLOCK] = {0}, ab[COL_BLOCK] = {0};
+        for (size_t n = 0; n < N; n++)
+            for (size_t c = c0; c < c1; c++) {
+                double d = dy[n * C + c];
+                aw[c - c0] += d * ((x[n * C + c] - (double)mean[n]) * rstd[n]);
+                ab[c - c0] += d;
+            }
+        for (size_t c = c0; c < c1; c++) {
+            if (dw)
+                dw[c] += (float)aw[c - c0];
+            if (db)
+                db[c] += (float)ab[c - c0];
+        }
     }
-  }
-  for (size_t c0 = 0; c0 < C && (dw || db); c0 += COL_BLOCK) {
-    size_t c1 = c0 + COL_BLOCK < C ? c0 + COL_BLOCK : C;
-    double aw[COL_BLOCK] = {0}, ab[COL_BLOCK] = {0};
-    for (size_t n = 0; n < N; n++)
-      for (size_t c = c0; c < c1; c++) {
-        double d = dy[n * C + c];
-        aw[c - c0] += d * ((x[n * C + c] - (double)mean[n]) * rstd[n]);
-        ab[c - c0] += d;
-      }
-    for (size_t c = c0; c < c1; c++) {
-      if (dw)
-        dw[c] += (float)aw[c - c0];
-      if (db)
-        db[c] += (float)ab[c - c0];
-    }
-  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -431,94 +431,94 @@ void cpu_layernorm_backward(float *dx, float *dw, float *db, const float *dy, co
 
 // HF's inv_freq[i] = 1.0 / (theta ** (arange(0, D, 2).float() / D)), all in fp32.
 static float rope_inv_freq(size_t i, size_t D, double theta) {
-  float e = (float)(2 * i) / (float)D;
-  float p = (float)pow((double)(float)theta, (double)e);
-  return 1.0f / p;
+    float e = (float)(2 * i) / (float)D;
+    float p = (float)pow((double)(float)theta, (double)e);
+    return 1.0f / p;
 }
 
 // The fp32 angle s * inv_freq and its cos and sin, each rounded once to fp32.
 static void rope_cos_sin(size_t s, float inv_freq, float *c, float *sn) {
-  float angle = (float)s * inv_freq;
-  *c = (float)cos((double)angle);
-  *sn = (float)sin((double)angle);
+    float angle = (float)s * inv_freq;
+    *c = (float)cos((double)angle);
+    *sn = (float)sin((double)angle);
 }
 
 int cpu_rope_angles(float *cos_out, float *sin_out, size_t S, size_t D, double theta) {
-  if (D % 2 != 0)
-    return CPU_ERR_ARG;
-  size_t half = D / 2;
-  for (size_t i = 0; i < half; i++) {
-    float inv = rope_inv_freq(i, D, theta);
-    for (size_t s = 0; s < S; s++)
-      rope_cos_sin(s, inv, &cos_out[s * half + i], &sin_out[s * half + i]);
-  }
-  return CPU_OK;
+    if (D % 2 != 0)
+        return CPU_ERR_ARG;
+    size_t half = D / 2;
+    for (size_t i = 0; i < half; i++) {
+        float inv = rope_inv_freq(i, D, theta);
+        for (size_t s = 0; s < S; s++)
+            rope_cos_sin(s, inv, &cos_out[s * half + i], &sin_out[s * half + i]);
+    }
+    return CPU_OK;
 }
 
 // Rotates every (i, i + D/2) pair by the position's angle times sign (+1 forward, -1 inverse).
 static int rope_apply(float *out, const float *x, size_t B, size_t S, size_t H, size_t D,
                       double theta, float sign) {
-  if (D % 2 != 0)
-    return CPU_ERR_ARG;
-  size_t half = D / 2;
-  for (size_t i = 0; i < half; i++) {
-    float inv = rope_inv_freq(i, D, theta);
-    for (size_t s = 0; s < S; s++) {
-      float c, sn;
-      rope_cos_sin(s, inv, &c, &sn);
-      sn *= sign;
-      for (size_t b = 0; b < B; b++)
-        for (size_t h = 0; h < H; h++) {
-          size_t base = ((b * S + s) * H + h) * D;
-          float x1 = x[base + i], x2 = x[base + i + half];
-          out[base + i] = x1 * c - x2 * sn;
-          out[base + i + half] = x2 * c + x1 * sn;
+    if (D % 2 != 0)
+        return CPU_ERR_ARG;
+    size_t half = D / 2;
+    for (size_t i = 0; i < half; i++) {
+        float inv = rope_inv_freq(i, D, theta);
+        for (size_t s = 0; s < S; s++) {
+            float c, sn;
+            rope_cos_sin(s, inv, &c, &sn);
+            sn *= sign;
+            for (size_t b = 0; b < B; b++)
+                for (size_t h = 0; h < H; h++) {
+                    size_t base = ((b * S + s) * H + h) * D;
+                    float x1 = x[base + i], x2 = x[base + i + half];
+                    out[base + i] = x1 * c - x2 * sn;
+                    out[base + i + half] = x2 * c + x1 * sn;
+                }
         }
     }
-  }
-  return CPU_OK;
+    return CPU_OK;
 }
 
 int cpu_rope_forward(float *out, const float *x, size_t B, size_t S, size_t H, size_t D,
                      double theta) {
-  return rope_apply(out, x, B, S, H, D, theta, 1.0f);
+    return rope_apply(out, x, B, S, H, D, theta, 1.0f);
 }
 
 int cpu_rope_backward(float *dx, const float *dout, size_t B, size_t S, size_t H, size_t D,
                       double theta) {
-  return rope_apply(dx, dout, B, S, H, D, theta, -1.0f);
+    return rope_apply(dx, dout, B, S, H, D, theta, -1.0f);
 }
 
 // ---------------------------------------------------------------------------------------------
 // Softmax
 
 void cpu_softmax_forward(float *y, const float *x, size_t N, size_t C) {
-  for (size_t n = 0; n < N; n++) {
-    const float *xr = x + n * C;
-    float *yr = y + n * C;
-    float mx = -INFINITY;
-    for (size_t c = 0; c < C; c++)
-      mx = xr[c] > mx ? xr[c] : mx;
-    double sum = 0.0;
-    for (size_t c = 0; c < C; c++) {
-      float e = expf(xr[c] - mx);
-      yr[c] = e;
-      sum += e;
+    for (size_t n = 0; n < N; n++) {
+        const float *xr = x + n * C;
+        float *yr = y + n * C;
+        float mx = -INFINITY;
+        for (size_t c = 0; c < C; c++)
+            mx = xr[c] > mx ? xr[c] : mx;
+        double sum = 0.0;
+        for (size_t c = 0; c < C; c++) {
+            float e = expf(xr[c] - mx);
+            yr[c] = e;
+            sum += e;
+        }
+        for (size_t c = 0; c < C; c++)
+            yr[c] = (float)(yr[c] / sum);
     }
-    for (size_t c = 0; c < C; c++)
-      yr[c] = (float)(yr[c] / sum);
-  }
 }
 
 void cpu_softmax_backward(float *dx, const float *dy, const float *y, size_t N, size_t C) {
-  for (size_t n = 0; n < N; n++) {
-    const float *g = dy + n * C, *yr = y + n * C;
-    double dot = 0.0;
-    for (size_t c = 0; c < C; c++)
-      dot += (double)g[c] * yr[c];
-    for (size_t c = 0; c < C; c++)
-      dx[n * C + c] = (float)(yr[c] * (g[c] - dot));
-  }
+    for (size_t n = 0; n < N; n++) {
+        const float *g = dy + n * C, *yr = y + n * C;
+        double dot = 0.0;
+        for (size_t c = 0; c < C; c++)
+            dot += (double)g[c] * yr[c];
+        for (size_t c = 0; c < C; c++)
+            dx[n * C + c] = (float)(yr[c] * (g[c] - dot));
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -527,92 +527,92 @@ void cpu_softmax_backward(float *dx, const float *dy, const float *y, size_t N, 
 // The scaled score of one query row against one key row; forward and backward share it so the
 // backward recomputes bitwise the scores the forward saw.
 static float attn_score(const float *q, const float *k, size_t D, double scale) {
-  double dot = 0.0;
-  for (size_t d = 0; d < D; d++)
-    dot += (double)q[d] * k[d];
-  return (float)(dot * scale);
+    double dot = 0.0;
+    for (size_t d = 0; d < D; d++)
+        dot += (double)q[d] * k[d];
+    return (float)(dot * scale);
 }
 
 int cpu_attention_forward(float *o, float *lse, float *scratch, const float *q, const float *k,
                           const float *v, size_t B, size_t S, size_t H, size_t Hkv, size_t D,
                           int causal) {
-  if (Hkv == 0 || H % Hkv != 0)
-    return CPU_ERR_ARG;
-  size_t group = H / Hkv;
-  double scale = 1.0 / sqrt((double)D);
-  for (size_t b = 0; b < B; b++)
-    for (size_t h = 0; h < H; h++) {
-      size_t hk = h / group;
-      for (size_t s = 0; s < S; s++) {
-        const float *qr = q + ((b * S + s) * H + h) * D;
-        float *orow = o + ((b * S + s) * H + h) * D;
-        size_t T = causal ? s + 1 : S; // keys 0..T-1 are visible
-        float mx = -INFINITY;
-        for (size_t t = 0; t < T; t++) {
-          scratch[t] = attn_score(qr, k + ((b * S + t) * Hkv + hk) * D, D, scale);
-          mx = scratch[t] > mx ? scratch[t] : mx;
+    if (Hkv == 0 || H % Hkv != 0)
+        return CPU_ERR_ARG;
+    size_t group = H / Hkv;
+    double scale = 1.0 / sqrt((double)D);
+    for (size_t b = 0; b < B; b++)
+        for (size_t h = 0; h < H; h++) {
+            size_t hk = h / group;
+            for (size_t s = 0; s < S; s++) {
+                const float *qr = q + ((b * S + s) * H + h) * D;
+                float *orow = o + ((b * S + s) * H + h) * D;
+                size_t T = causal ? s + 1 : S; // keys 0..T-1 are visible
+                float mx = -INFINITY;
+                for (size_t t = 0; t < T; t++) {
+                    scratch[t] = attn_score(qr, k + ((b * S + t) * Hkv + hk) * D, D, scale);
+                    mx = scratch[t] > mx ? scratch[t] : mx;
+                }
+                double sum = 0.0;
+                for (size_t t = 0; t < T; t++)
+                    sum += exp((double)scratch[t] - mx);
+                float l = (float)(mx + log(sum));
+                lse[(b * H + h) * S + s] = l;
+                for (size_t d = 0; d < D; d++)
+                    orow[d] = 0.0f;
+                for (size_t t = 0; t < T; t++) {
+                    float p = expf(scratch[t] - l);
+                    const float *vr = v + ((b * S + t) * Hkv + hk) * D;
+                    for (size_t d = 0; d < D; d++)
+                        orow[d] += p * vr[d];
+                }
+            }
         }
-        double sum = 0.0;
-        for (size_t t = 0; t < T; t++)
-          sum += exp((double)scratch[t] - mx);
-        float l = (float)(mx + log(sum));
-        lse[(b * H + h) * S + s] = l;
-        for (size_t d = 0; d < D; d++)
-          orow[d] = 0.0f;
-        for (size_t t = 0; t < T; t++) {
-          float p = expf(scratch[t] - l);
-          const float *vr = v + ((b * S + t) * Hkv + hk) * D;
-          for (size_t d = 0; d < D; d++)
-            orow[d] += p * vr[d];
-        }
-      }
-    }
-  return CPU_OK;
+    return CPU_OK;
 }
 
 int cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
                            const float *k, const float *v, const float *o, const float *lse,
                            size_t B, size_t S, size_t H, size_t Hkv, size_t D, int causal) {
-  if (Hkv == 0 || H % Hkv != 0)
-    return CPU_ERR_ARG;
-  size_t group = H / Hkv;
-  double scale = 1.0 / sqrt((double)D);
-  memset(dk, 0, B * S * Hkv * D * sizeof(float));
-  memset(dv, 0, B * S * Hkv * D * sizeof(float));
-  // Per query row: P_t = exp(score_t - lse), dP_t = do·v_t, Di = do·o,
-  // dS_t = P_t (dP_t - Di); dq = scale sum_t dS_t k_t, dk_t += scale dS_t q, dv_t += P_t do.
-  for (size_t b = 0; b < B; b++)
-    for (size_t h = 0; h < H; h++) {
-      size_t hk = h / group;
-      for (size_t s = 0; s < S; s++) {
-        size_t row = ((b * S + s) * H + h) * D;
-        const float *qr = q + row, *gr = dout + row, *orow = o + row;
-        float *dqr = dq + row;
-        float l = lse[(b * H + h) * S + s];
-        size_t T = causal ? s + 1 : S;
-        double di = 0.0;
-        for (size_t d = 0; d < D; d++)
-          di += (double)gr[d] * orow[d];
-        for (size_t d = 0; d < D; d++)
-          dqr[d] = 0.0f;
-        for (size_t t = 0; t < T; t++) {
-          size_t kv = ((b * S + t) * Hkv + hk) * D;
-          const float *kr = k + kv, *vr = v + kv;
-          float p = expf(attn_score(qr, kr, D, scale) - l);
-          double dp = 0.0;
-          for (size_t d = 0; d < D; d++)
-            dp += (double)gr[d] * vr[d];
-          float ds = (float)(p * (dp - di) * scale); // already carries the score's scale
-          float *dkr = dk + kv, *dvr = dv + kv;
-          for (size_t d = 0; d < D; d++) {
-            dqr[d] += ds * kr[d];
-            dkr[d] += ds * qr[d];
-            dvr[d] += p * gr[d];
-          }
+    if (Hkv == 0 || H % Hkv != 0)
+        return CPU_ERR_ARG;
+    size_t group = H / Hkv;
+    double scale = 1.0 / sqrt((double)D);
+    memset(dk, 0, B * S * Hkv * D * sizeof(float));
+    memset(dv, 0, B * S * Hkv * D * sizeof(float));
+    // Per query row: P_t = exp(score_t - lse), dP_t = do·v_t, Di = do·o,
+    // dS_t = P_t (dP_t - Di); dq = scale sum_t dS_t k_t, dk_t += scale dS_t q, dv_t += P_t do.
+    for (size_t b = 0; b < B; b++)
+        for (size_t h = 0; h < H; h++) {
+            size_t hk = h / group;
+            for (size_t s = 0; s < S; s++) {
+                size_t row = ((b * S + s) * H + h) * D;
+                const float *qr = q + row, *gr = dout + row, *orow = o + row;
+                float *dqr = dq + row;
+                float l = lse[(b * H + h) * S + s];
+                size_t T = causal ? s + 1 : S;
+                double di = 0.0;
+                for (size_t d = 0; d < D; d++)
+                    di += (double)gr[d] * orow[d];
+                for (size_t d = 0; d < D; d++)
+                    dqr[d] = 0.0f;
+                for (size_t t = 0; t < T; t++) {
+                    size_t kv = ((b * S + t) * Hkv + hk) * D;
+                    const float *kr = k + kv, *vr = v + kv;
+                    float p = expf(attn_score(qr, kr, D, scale) - l);
+                    double dp = 0.0;
+                    for (size_t d = 0; d < D; d++)
+                        dp += (double)gr[d] * vr[d];
+                    float ds = (float)(p * (dp - di) * scale); // already carries the score's scale
+                    float *dkr = dk + kv, *dvr = dv + kv;
+                    for (size_t d = 0; d < D; d++) {
+                        dqr[d] += ds * kr[d];
+                        dkr[d] += ds * qr[d];
+                        dvr[d] += p * gr[d];
+                    }
+                }
+            }
         }
-      }
-    }
-  return CPU_OK;
+    return CPU_OK;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -621,137 +621,137 @@ int cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout, c
 static const uint64_t WEYL = 0x9e3779b97f4a7c15ull; // splitmix64's increment, 2^64 / phi
 
 static uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
 }
 
 uint32_t cpu_dropout_hash(uint64_t seed, uint64_t counter) {
-  uint64_t key = mix64(seed + WEYL);
-  return (uint32_t)(mix64(key + counter * WEYL) >> 32);
+    uint64_t key = mix64(seed + WEYL);
+    return (uint32_t)(mix64(key + counter * WEYL) >> 32);
 }
 
 uint32_t cpu_dropout_threshold(float p) {
-  if (!(p > 0.0f))
-    return 0;
-  double t = floor((double)p * 4294967296.0);
-  return t >= 4294967295.0 ? UINT32_MAX : (uint32_t)t;
+    if (!(p > 0.0f))
+        return 0;
+    double t = floor((double)p * 4294967296.0);
+    return t >= 4294967295.0 ? UINT32_MAX : (uint32_t)t;
 }
 
 int cpu_dropout_forward(float *out, uint8_t *mask, const float *x, size_t n, float p,
                         uint64_t seed, uint64_t offset) {
-  if (!(p >= 0.0f && p <= 1.0f))
-    return CPU_ERR_ARG;
-  int drop_all = p == 1.0f;
-  float scale = drop_all ? 0.0f : 1.0f / (1.0f - p);
-  uint32_t thr = cpu_dropout_threshold(p);
-  for (size_t i = 0; i < n; i++) {
-    int keep = !drop_all && cpu_dropout_hash(seed, offset + i) >= thr;
-    if (mask)
-      mask[i] = (uint8_t)keep;
-    out[i] = keep ? x[i] * scale : 0.0f;
-  }
-  return CPU_OK;
+    if (!(p >= 0.0f && p <= 1.0f))
+        return CPU_ERR_ARG;
+    int drop_all = p == 1.0f;
+    float scale = drop_all ? 0.0f : 1.0f / (1.0f - p);
+    uint32_t thr = cpu_dropout_threshold(p);
+    for (size_t i = 0; i < n; i++) {
+        int keep = !drop_all && cpu_dropout_hash(seed, offset + i) >= thr;
+        if (mask)
+            mask[i] = (uint8_t)keep;
+        out[i] = keep ? x[i] * scale : 0.0f;
+    }
+    return CPU_OK;
 }
 
 int cpu_dropout_backward(float *dx, const float *dout, const uint8_t *mask, size_t n, float p,
                          uint64_t seed, uint64_t offset) {
-  if (!(p >= 0.0f && p <= 1.0f))
-    return CPU_ERR_ARG;
-  int drop_all = p == 1.0f;
-  float scale = drop_all ? 0.0f : 1.0f / (1.0f - p);
-  uint32_t thr = cpu_dropout_threshold(p);
-  for (size_t i = 0; i < n; i++) {
-    int keep = mask ? mask[i] != 0 : !drop_all && cpu_dropout_hash(seed, offset + i) >= thr;
-    dx[i] = keep ? dout[i] * scale : 0.0f;
-  }
-  return CPU_OK;
+    if (!(p >= 0.0f && p <= 1.0f))
+        return CPU_ERR_ARG;
+    int drop_all = p == 1.0f;
+    float scale = drop_all ? 0.0f : 1.0f / (1.0f - p);
+    uint32_t thr = cpu_dropout_threshold(p);
+    for (size_t i = 0; i < n; i++) {
+        int keep = mask ? mask[i] != 0 : !drop_all && cpu_dropout_hash(seed, offset + i) >= thr;
+        dx[i] = keep ? dout[i] * scale : 0.0f;
+    }
+    return CPU_OK;
 }
 
 // ---------------------------------------------------------------------------------------------
 // Cross entropy
 
 static int targets_ok(const int32_t *targets, size_t R, size_t V) {
-  for (size_t r = 0; r < R; r++)
-    if (targets[r] >= 0 && (size_t)targets[r] >= V)
-      return 0;
-  return 1;
+    for (size_t r = 0; r < R; r++)
+        if (targets[r] >= 0 && (size_t)targets[r] >= V)
+            return 0;
+    return 1;
 }
 
 // logsumexp of one row, in double with the max subtracted.
 static double row_lse(const float *x, size_t V) {
-  float mx = -INFINITY;
-  for (size_t j = 0; j < V; j++)
-    mx = x[j] > mx ? x[j] : mx;
-  double sum = 0.0;
-  for (size_t j = 0; j < V; j++)
-    sum += exp((double)x[j] - mx);
-  return mx + log(sum);
+    float mx = -INFINITY;
+    for (size_t j = 0; j < V; j++)
+        mx = x[j] > mx ? x[j] : mx;
+    double sum = 0.0;
+    for (size_t j = 0; j < V; j++)
+        sum += exp((double)x[j] - mx);
+    return mx + log(sum);
 }
 
 size_t cpu_cross_entropy_count_valid(const int32_t *targets, size_t N) {
-  size_t n = 0;
-  for (size_t r = 0; r < N; r++)
-    n += targets[r] >= 0;
-  return n;
+    size_t n = 0;
+    for (size_t r = 0; r < N; r++)
+        n += targets[r] >= 0;
+    return n;
 }
 
 int cpu_cross_entropy_forward_rows(double *loss_sum, float *lse, const float *logits,
                                    const int32_t *targets, size_t R, size_t V) {
-  if (!targets_ok(targets, R, V))
-    return CPU_ERR_INDEX;
-  double acc = *loss_sum;
-  for (size_t r = 0; r < R; r++) {
-    if (targets[r] < 0) {
-      if (lse)
-        lse[r] = 0.0f;
-      continue;
+    if (!targets_ok(targets, R, V))
+        return CPU_ERR_INDEX;
+    double acc = *loss_sum;
+    for (size_t r = 0; r < R; r++) {
+        if (targets[r] < 0) {
+            if (lse)
+                lse[r] = 0.0f;
+            continue;
+        }
+        const float *x = logits + r * V;
+        double l = row_lse(x, V);
+        if (lse)
+            lse[r] = (float)l;
+        acc += l - x[targets[r]];
     }
-    const float *x = logits + r * V;
-    double l = row_lse(x, V);
-    if (lse)
-      lse[r] = (float)l;
-    acc += l - x[targets[r]];
-  }
-  *loss_sum = acc;
-  return CPU_OK;
+    *loss_sum = acc;
+    return CPU_OK;
 }
 
 int cpu_cross_entropy_forward(float *loss, float *lse, const float *logits, const int32_t *targets,
                               size_t N, size_t V) {
-  double sum = 0.0;
-  int st = cpu_cross_entropy_forward_rows(&sum, lse, logits, targets, N, V);
-  if (st != CPU_OK)
-    return st;
-  *loss = (float)(sum / (double)cpu_cross_entropy_count_valid(targets, N));
-  return CPU_OK;
+    double sum = 0.0;
+    int st = cpu_cross_entropy_forward_rows(&sum, lse, logits, targets, N, V);
+    if (st != CPU_OK)
+        return st;
+    *loss = (float)(sum / (double)cpu_cross_entropy_count_valid(targets, N));
+    return CPU_OK;
 }
 
 int cpu_cross_entropy_backward_rows(float *dlogits, const float *logits, const int32_t *targets,
                                     size_t R, size_t V, float dloss, size_t n_valid) {
-  if (!targets_ok(targets, R, V))
-    return CPU_ERR_INDEX;
-  double g = n_valid ? (double)dloss / (double)n_valid : 0.0;
-  for (size_t r = 0; r < R; r++) {
-    float *d = dlogits + r * V;
-    if (targets[r] < 0) {
-      memset(d, 0, V * sizeof(float));
-      continue;
+    if (!targets_ok(targets, R, V))
+        return CPU_ERR_INDEX;
+    double g = n_valid ? (double)dloss / (double)n_valid : 0.0;
+    for (size_t r = 0; r < R; r++) {
+        float *d = dlogits + r * V;
+        if (targets[r] < 0) {
+            memset(d, 0, V * sizeof(float));
+            continue;
+        }
+        const float *x = logits + r * V;
+        double l = row_lse(x, V);
+        for (size_t j = 0; j < V; j++) {
+            double p = exp((double)x[j] - l);
+            d[j] = (float)((p - (j == (size_t)targets[r] ? 1.0 : 0.0)) * g);
+        }
     }
-    const float *x = logits + r * V;
-    double l = row_lse(x, V);
-    for (size_t j = 0; j < V; j++) {
-      double p = exp((double)x[j] - l);
-      d[j] = (float)((p - (j == (size_t)targets[r] ? 1.0 : 0.0)) * g);
-    }
-  }
-  return CPU_OK;
+    return CPU_OK;
 }
 
 int cpu_cross_entropy_backward(float *dlogits, const float *logits, const int32_t *targets,
                                size_t N, size_t V, float dloss) {
-  return cpu_cross_entropy_backward_rows(dlogits, logits, targets, N, V, dloss,
-                                         cpu_cross_entropy_count_valid(targets, N));
+    return cpu_cross_entropy_backward_rows(dlogits, logits, targets, N, V, dloss,
+                                           cpu_cross_entropy_count_valid(targets, N));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -759,27 +759,27 @@ int cpu_cross_entropy_backward(float *dlogits, const float *logits, const int32_
 
 void cpu_adamw_step(float *param, const float *grad, float *m, float *v, size_t n, double lr,
                     double beta1, double beta2, double eps, double weight_decay, int64_t t) {
-  // Python-float scalars reach torch's fp32 kernels as fp32 (value.to<float>()).
-  float decay = (float)(1.0 - lr * weight_decay);
-  float w1 = (float)(1.0 - beta1);
-  float b2 = (float)beta2;
-  float c2 = (float)(1.0 - beta2);
-  double bias_c1 = 1.0 - pow(beta1, (double)t);
-  double bias_c2 = 1.0 - pow(beta2, (double)t);
-  float neg_step = (float)(-(lr / bias_c1));
-  float bias_c2_sqrt = (float)sqrt(bias_c2);
-  float epsf = (float)eps;
-  int small = fabsf(w1) < 0.5f;
-  for (size_t i = 0; i < n; i++) {
-    float g = grad[i];
-    float p = param[i] * decay;
-    // torch's vectorised lerp: fmadd(weight, end - start, start) for |weight| < 0.5,
-    // else fmadd(weight - 1, end - start, end).
-    float mi = small ? fmaf(w1, g - m[i], m[i]) : fmaf(w1 - 1.0f, g - m[i], g);
-    float vi = v[i] * b2 + c2 * g * g;
-    float denom = sqrtf(vi) / bias_c2_sqrt + epsf;
-    param[i] = p + neg_step * mi / denom;
-    m[i] = mi;
-    v[i] = vi;
-  }
+    // Python-float scalars reach torch's fp32 kernels as fp32 (value.to<float>()).
+    float decay = (float)(1.0 - lr * weight_decay);
+    float w1 = (float)(1.0 - beta1);
+    float b2 = (float)beta2;
+    float c2 = (float)(1.0 - beta2);
+    double bias_c1 = 1.0 - pow(beta1, (double)t);
+    double bias_c2 = 1.0 - pow(beta2, (double)t);
+    float neg_step = (float)(-(lr / bias_c1));
+    float bias_c2_sqrt = (float)sqrt(bias_c2);
+    float epsf = (float)eps;
+    int small = fabsf(w1) < 0.5f;
+    for (size_t i = 0; i < n; i++) {
+        float g = grad[i];
+        float p = param[i] * decay;
+        // torch's vectorised lerp: fmadd(weight, end - start, start) for |weight| < 0.5,
+        // else fmadd(weight - 1, end - start, end).
+        float mi = small ? fmaf(w1, g - m[i], m[i]) : fmaf(w1 - 1.0f, g - m[i], g);
+        float vi = v[i] * b2 + c2 * g * g;
+        float denom = sqrtf(vi) / bias_c2_sqrt + epsf;
+        param[i] = p + neg_step * mi / denom;
+        m[i] = mi;
+        v[i] = vi;
+    }
 }

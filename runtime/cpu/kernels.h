@@ -30,9 +30,9 @@
 
 // Status returned by the kernels that can reject their input. On an error nothing is written.
 typedef enum {
-  CPU_OK = 0,        // success, outputs written
-  CPU_ERR_INDEX = 1, // a token id or target is outside [0, V) (targets may also be < 0: ignored)
-  CPU_ERR_ARG = 2,   // a size or scalar argument is invalid (odd head dim, H % Hkv != 0, p > 1)
+    CPU_OK = 0,        // success, outputs written
+    CPU_ERR_INDEX = 1, // a token id or target is outside [0, V) (targets may also be < 0: ignored)
+    CPU_ERR_ARG = 2,   // a size or scalar argument is invalid (odd head dim, H % Hkv != 0, p > 1)
 } CpuStatus;
 
 // ---------------------------------------------------------------------------------------------

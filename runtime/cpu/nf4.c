@@ -91,37 +91,38 @@ const float cpu_nf4_dynamic_code[256] = {
 // Tables and sizes
 
 void cpu_nf4_dynamic_map(float *code) {
-  // For i = 0..6: the 2^i midpoints of torch.linspace(0.1, 1, 2^i + 1, dtype=float32), times
-  // +10^(i-6) and -10^(i-6) (the scale rounded to fp32 first, as torch does with a Python
-  // scalar); then 0 and 1; 127 + 127 + 2 = 256 values, sorted ascending.
-  static const double pow10[7] = {1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0};
-  size_t m = 0;
-  for (int i = 0; i < 7; i++) {
-    const int steps = (1 << i) + 1, half = steps / 2;
-    const float start = (float)0.1, end = 1.0f;
-    const float step = (end - start) / (float)(steps - 1);
-    const float scale = (float)pow10[i];
-    float prev = 0.0f;
-    for (int j = 0; j < steps; j++) {
-      // torch's CPU linspace: start + step*j below the halfway index, end - step*(steps-1-j)
-      // from it, each a fused multiply-add (torch's vectorised kernel is built with FMA).
-      float b = j < half ? fmaf(step, (float)j, start) : fmaf(-step, (float)(steps - 1 - j), end);
-      if (j > 0) {
-        float mid = (prev + b) / 2.0f;
-        code[m++] = scale * mid;
-        code[m++] = -(scale * mid);
-      }
-      prev = b;
+    // For i = 0..6: the 2^i midpoints of torch.linspace(0.1, 1, 2^i + 1, dtype=float32), times
+    // +10^(i-6) and -10^(i-6) (the scale rounded to fp32 first, as torch does with a Python
+    // scalar); then 0 and 1; 127 + 127 + 2 = 256 values, sorted ascending.
+    static const double pow10[7] = {1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0};
+    size_t m = 0;
+    for (int i = 0; i < 7; i++) {
+        const int steps = (1 << i) + 1, half = steps / 2;
+        const float start = (float)0.1, end = 1.0f;
+        const float step = (end - start) / (float)(steps - 1);
+        const float scale = (float)pow10[i];
+        float prev = 0.0f;
+        for (int j = 0; j < steps; j++) {
+            // torch's CPU linspace: start + step*j below the halfway index, end - step*(steps-1-j)
+            // from it, each a fused multiply-add (torch's vectorised kernel is built with FMA).
+            float b = j < half ? fmaf(step, (float)j, start)
+                               : fmaf(-step, (float)(steps - 1 - j), end);
+            if (j > 0) {
+                float mid = (prev + b) / 2.0f;
+                code[m++] = scale * mid;
+                code[m++] = -(scale * mid);
+            }
+            prev = b;
+        }
     }
-  }
-  code[m++] = 0.0f;
-  code[m++] = 1.0f;
-  for (size_t i = 1; i < m; i++) { // insertion sort, ascending (all values distinct)
-    float v = code[i];
-    size_t j = i;
-    for (; j > 0 && code[j - 1] > v; j--) code[j] = code[j - 1];
-    code[j] = v;
-  }
+    code[m++] = 0.0f;
+    code[m++] = 1.0f;
+    for (size_t i = 1; i < m; i++) { // insertion sort, ascending (all values distinct)
+        float v = code[i];
+        size_t j = i;
+        for (; j > 0 && code[j - 1] > v; j--) code[j] = code[j - 1];
+        code[j] = v;
+    }
 }
 
 size_t cpu_nf4_packed_bytes(size_t n) { return n / 2 + (n & 1); }
@@ -129,13 +130,13 @@ size_t cpu_nf4_packed_bytes(size_t n) { return n / 2 + (n & 1); }
 size_t cpu_nf4_blocks(size_t n) { return n / CPU_NF4_BLOCK + (n % CPU_NF4_BLOCK != 0); }
 
 size_t cpu_nf4_absmax_scales(size_t nblocks) {
-  return nblocks / CPU_NF4_DQ_BLOCK + (nblocks % CPU_NF4_DQ_BLOCK != 0);
+    return nblocks / CPU_NF4_DQ_BLOCK + (nblocks % CPU_NF4_DQ_BLOCK != 0);
 }
 
 size_t cpu_nf4_storage_bytes(size_t n, int double_quant) {
-  size_t nb = cpu_nf4_blocks(n);
-  if (!double_quant) return cpu_nf4_packed_bytes(n) + 4 * nb;
-  return cpu_nf4_packed_bytes(n) + nb + 4 * cpu_nf4_absmax_scales(nb) + 4;
+    size_t nb = cpu_nf4_blocks(n);
+    if (!double_quant) return cpu_nf4_packed_bytes(n) + 4 * nb;
+    return cpu_nf4_packed_bytes(n) + nb + 4 * cpu_nf4_absmax_scales(nb) + 4;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -143,56 +144,56 @@ size_t cpu_nf4_storage_bytes(size_t n, int double_quant) {
 
 // The 15 decision thresholds (c[i] + c[i+1]) / 2 in fp32, as torch computes them.
 static void nf4_midpoints(float *mid) { // (15)
-  for (int i = 0; i < 15; i++) mid[i] = (cpu_nf4_code[i] + cpu_nf4_code[i + 1]) / 2.0f;
+    for (int i = 0; i < 15; i++) mid[i] = (cpu_nf4_code[i] + cpu_nf4_code[i + 1]) / 2.0f;
 }
 
 // torch.bucketize(s, mid, right=False): the number of thresholds strictly below s.
 static unsigned nf4_index(float s, const float *mid) {
-  unsigned q = 0;
-  while (q < 15 && mid[q] < s) q++;
-  return q;
+    unsigned q = 0;
+    while (q < 15 && mid[q] < s) q++;
+    return q;
 }
 
 void cpu_nf4_quantize(uint8_t *packed, float *absmax, const float *w, size_t n) {
-  const float tiny = (float)1e-38; // torch clamp(min=1e-38) on fp32: a subnormal
-  float mid[15];
-  nf4_midpoints(mid);
-  size_t nb = cpu_nf4_blocks(n);
-  for (size_t b = 0; b < nb; b++) {
-    size_t lo = b * CPU_NF4_BLOCK, len = n - lo < CPU_NF4_BLOCK ? n - lo : CPU_NF4_BLOCK;
-    float am = 0.0f;
-    for (size_t i = 0; i < len; i++) {
-      float a = fabsf(w[lo + i]);
-      if (a > am) am = a;
+    const float tiny = (float)1e-38; // torch clamp(min=1e-38) on fp32: a subnormal
+    float mid[15];
+    nf4_midpoints(mid);
+    size_t nb = cpu_nf4_blocks(n);
+    for (size_t b = 0; b < nb; b++) {
+        size_t lo = b * CPU_NF4_BLOCK, len = n - lo < CPU_NF4_BLOCK ? n - lo : CPU_NF4_BLOCK;
+        float am = 0.0f;
+        for (size_t i = 0; i < len; i++) {
+            float a = fabsf(w[lo + i]);
+            if (a > am) am = a;
+        }
+        // Full blocks multiply by the reciprocal of the clamped absmax and store the unclamped
+        // absmax; the trailing partial block divides by the clamped absmax and stores that.
+        const int full = len == CPU_NF4_BLOCK;
+        float r = 0.0f;
+        if (full) {
+            absmax[b] = am;
+            r = 1.0f / (am > tiny ? am : tiny);
+        } else {
+            am = am > tiny ? am : tiny;
+            absmax[b] = am;
+        }
+        for (size_t i = 0; i < len; i++) {
+            float s = full ? w[lo + i] * r : w[lo + i] / am;
+            s = s < -1.0f ? -1.0f : s > 1.0f ? 1.0f : s;
+            unsigned q = nf4_index(s, mid);
+            size_t e = lo + i;
+            if (e % 2 == 0) packed[e / 2] = (uint8_t)(q << 4);
+            else packed[e / 2] = (uint8_t)(packed[e / 2] | q);
+        }
     }
-    // Full blocks multiply by the reciprocal of the clamped absmax and store the unclamped
-    // absmax; the trailing partial block divides by the clamped absmax and stores that.
-    const int full = len == CPU_NF4_BLOCK;
-    float r = 0.0f;
-    if (full) {
-      absmax[b] = am;
-      r = 1.0f / (am > tiny ? am : tiny);
-    } else {
-      am = am > tiny ? am : tiny;
-      absmax[b] = am;
-    }
-    for (size_t i = 0; i < len; i++) {
-      float s = full ? w[lo + i] * r : w[lo + i] / am;
-      s = s < -1.0f ? -1.0f : s > 1.0f ? 1.0f : s;
-      unsigned q = nf4_index(s, mid);
-      size_t e = lo + i;
-      if (e % 2 == 0) packed[e / 2] = (uint8_t)(q << 4);
-      else packed[e / 2] = (uint8_t)(packed[e / 2] | q);
-    }
-  }
-  if (n % 2) packed[n / 2] = (uint8_t)(packed[n / 2] | nf4_index(0.0f, mid)); // pad: code of 0
+    if (n % 2) packed[n / 2] = (uint8_t)(packed[n / 2] | nf4_index(0.0f, mid)); // pad: code of 0
 }
 
 void cpu_nf4_dequantize(float *w, const uint8_t *packed, const float *absmax, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    unsigned q = i % 2 == 0 ? packed[i / 2] >> 4 : packed[i / 2] & 0xfu;
-    w[i] = cpu_nf4_code[q] * absmax[i / CPU_NF4_BLOCK];
-  }
+    for (size_t i = 0; i < n; i++) {
+        unsigned q = i % 2 == 0 ? packed[i / 2] >> 4 : packed[i / 2] & 0xfu;
+        w[i] = cpu_nf4_code[q] * absmax[i / CPU_NF4_BLOCK];
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -202,90 +203,90 @@ void cpu_nf4_dequantize(float *w, const uint8_t *packed, const float *absmax, si
 #define TORCH_GRAIN 32768 // at::internal::GRAIN_SIZE: below it a reduction runs on one thread
 
 static unsigned ceil_log2(size_t x) {
-  if (x <= 2) return 1;
-  unsigned r = 0;
-  for (x -= 1; x; x >>= 1) r++;
-  return r;
+    if (x <= 2) return 1;
+    unsigned r = 0;
+    for (x -= 1; x; x >>= 1) r++;
+    return r;
 }
 
 // Sums `size` rows of 4 items, each item W lanes: item (r, k) is x[(4r + k)*W .. +W).
 // out[k*W + l] = sum over r of lane l of item (r, k), accumulated in levels: every 2^p rows
 // level 0 is added into level 1 (and on up, each 2^p-th time), p = max(4, ceil_log2(size)/4).
 static void multi_row_sum(float *out, const float *x, size_t size, size_t W) { // out (4*W)
-  float acc[4][4 * TORCH_VEC] = {{0.0f}};
-  const size_t m = 4 * W;
-  unsigned p = ceil_log2(size) / 4;
-  if (p < 4) p = 4;
-  const uint64_t step = (uint64_t)1 << p, mask = step - 1;
-  uint64_t i = 0;
-  while (i + step <= size) {
-    for (uint64_t j = 0; j < step; j++, i++)
-      for (size_t e = 0; e < m; e++) acc[0][e] += x[i * m + e];
-    for (unsigned j = 1; j < 4; j++) {
-      for (size_t e = 0; e < m; e++) {
-        acc[j][e] += acc[j - 1][e];
-        acc[j - 1][e] = 0.0f;
-      }
-      if ((i & (mask << (j * p))) != 0) break;
+    float acc[4][4 * TORCH_VEC] = {{0.0f}};
+    const size_t m = 4 * W;
+    unsigned p = ceil_log2(size) / 4;
+    if (p < 4) p = 4;
+    const uint64_t step = (uint64_t)1 << p, mask = step - 1;
+    uint64_t i = 0;
+    while (i + step <= size) {
+        for (uint64_t j = 0; j < step; j++, i++)
+            for (size_t e = 0; e < m; e++) acc[0][e] += x[i * m + e];
+        for (unsigned j = 1; j < 4; j++) {
+            for (size_t e = 0; e < m; e++) {
+                acc[j][e] += acc[j - 1][e];
+                acc[j - 1][e] = 0.0f;
+            }
+            if ((i & (mask << (j * p))) != 0) break;
+        }
     }
-  }
-  for (; i < size; i++)
-    for (size_t e = 0; e < m; e++) acc[0][e] += x[i * m + e];
-  for (unsigned j = 1; j < 4; j++)
-    for (size_t e = 0; e < m; e++) acc[0][e] += acc[j][e];
-  for (size_t e = 0; e < m; e++) out[e] = acc[0][e];
+    for (; i < size; i++)
+        for (size_t e = 0; e < m; e++) acc[0][e] += x[i * m + e];
+    for (unsigned j = 1; j < 4; j++)
+        for (size_t e = 0; e < m; e++) acc[0][e] += acc[j][e];
+    for (size_t e = 0; e < m; e++) out[e] = acc[0][e];
 }
 
 // torch's row_sum: 4-way interleaved partial sums over `size` items of W lanes, then the tail
 // items into partial 0, then partials 1..3 into partial 0.
 static void row_sum(float *out, const float *x, size_t size, size_t W) { // out (W)
-  float ps[4 * TORCH_VEC];
-  size_t ilp = size / 4;
-  multi_row_sum(ps, x, ilp, W);
-  for (size_t i = ilp * 4; i < size; i++)
-    for (size_t l = 0; l < W; l++) ps[l] += x[i * W + l];
-  for (size_t k = 1; k < 4; k++)
-    for (size_t l = 0; l < W; l++) ps[l] += ps[k * W + l];
-  for (size_t l = 0; l < W; l++) out[l] = ps[l];
+    float ps[4 * TORCH_VEC];
+    size_t ilp = size / 4;
+    multi_row_sum(ps, x, ilp, W);
+    for (size_t i = ilp * 4; i < size; i++)
+        for (size_t l = 0; l < W; l++) ps[l] += x[i * W + l];
+    for (size_t k = 1; k < 4; k++)
+        for (size_t l = 0; l < W; l++) ps[l] += ps[k * W + l];
+    for (size_t l = 0; l < W; l++) out[l] = ps[l];
 }
 
 // One thread's cascade_sum of x[0..n): 8-lane vectors when n >= 8 (scalar tail, then lanes
 // 0..7 added in order), scalar otherwise; stored as 0 + sum.
 static float torch_sum_serial(const float *x, size_t n) {
-  float acc;
-  if (n >= TORCH_VEC) {
-    size_t nv = n / TORCH_VEC;
-    float v[TORCH_VEC];
-    row_sum(v, x, nv, TORCH_VEC);
-    acc = 0.0f;
-    for (size_t k = nv * TORCH_VEC; k < n; k++) acc += x[k];
-    for (size_t l = 0; l < TORCH_VEC; l++) acc += v[l];
-  } else {
-    row_sum(&acc, x, n, 1);
-  }
-  return 0.0f + acc;
+    float acc;
+    if (n >= TORCH_VEC) {
+        size_t nv = n / TORCH_VEC;
+        float v[TORCH_VEC];
+        row_sum(v, x, nv, TORCH_VEC);
+        acc = 0.0f;
+        for (size_t k = nv * TORCH_VEC; k < n; k++) acc += x[k];
+        for (size_t l = 0; l < TORCH_VEC; l++) acc += v[l];
+    } else {
+        row_sum(&acc, x, n, 1);
+    }
+    return 0.0f + acc;
 }
 
 float cpu_nf4_mean(const float *x, size_t n, int torch_threads) {
-  size_t T = torch_threads < 1 ? 1
-             : torch_threads > CPU_NF4_MAX_THREADS ? CPU_NF4_MAX_THREADS : (size_t)torch_threads;
-  float sum;
-  if (n < TORCH_GRAIN || T == 1) {
-    sum = torch_sum_serial(x, n);
-  } else {
-    // Two-pass reduction: min(T, ceil(n/GRAIN)) chunks of ceil(n/chunks), one per thread slot,
-    // then the T slots (unused ones 0) summed the same way.
-    float buf[CPU_NF4_MAX_THREADS];
-    size_t tasks = (n + TORCH_GRAIN - 1) / TORCH_GRAIN;
-    if (tasks > T) tasks = T;
-    size_t cs = (n + tasks - 1) / tasks;
-    for (size_t t = 0; t < T; t++) {
-      size_t lo = t * cs;
-      buf[t] = lo < n ? torch_sum_serial(x + lo, n - lo < cs ? n - lo : cs) : 0.0f;
+    size_t T = torch_threads < 1 ? 1
+               : torch_threads > CPU_NF4_MAX_THREADS ? CPU_NF4_MAX_THREADS : (size_t)torch_threads;
+    float sum;
+    if (n < TORCH_GRAIN || T == 1) {
+        sum = torch_sum_serial(x, n);
+    } else {
+        // Two-pass reduction: min(T, ceil(n/GRAIN)) chunks of ceil(n/chunks), one per thread slot,
+        // then the T slots (unused ones 0) summed the same way.
+        float buf[CPU_NF4_MAX_THREADS];
+        size_t tasks = (n + TORCH_GRAIN - 1) / TORCH_GRAIN;
+        if (tasks > T) tasks = T;
+        size_t cs = (n + tasks - 1) / tasks;
+        for (size_t t = 0; t < T; t++) {
+            size_t lo = t * cs;
+            buf[t] = lo < n ? torch_sum_serial(x + lo, n - lo < cs ? n - lo : cs) : 0.0f;
+        }
+        sum = torch_sum_serial(buf, T);
     }
-    sum = torch_sum_serial(buf, T);
-  }
-  return sum / (float)n;
+    return sum / (float)n;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -297,56 +298,56 @@ float cpu_nf4_mean(const float *x, size_t n, int torch_threads) {
 // (bitsandbytes' build fuses the multiply-add; over every fp32 v in [-1, 1] the fused and
 // unfused forms give the same bin, checked exhaustively, so the fmaf is for fidelity only.)
 static unsigned dyn_index(float v, const float *mid) { // mid (255)
-  float t = (v + 1.0f) * 0.5f;
-  uint16_t k = (uint16_t)(int32_t)fmaf(t, 65535.0f, 0.5f);
-  float c = (2.0f * (float)k) / 65535.0f - 1.0f;
-  unsigned lo = 0, hi = 255;
-  while (lo < hi) {
-    unsigned m = (lo + hi) / 2;
-    if (mid[m] < c) lo = m + 1;
-    else hi = m;
-  }
-  return lo;
+    float t = (v + 1.0f) * 0.5f;
+    uint16_t k = (uint16_t)(int32_t)fmaf(t, 65535.0f, 0.5f);
+    float c = (2.0f * (float)k) / 65535.0f - 1.0f;
+    unsigned lo = 0, hi = 255;
+    while (lo < hi) {
+        unsigned m = (lo + hi) / 2;
+        if (mid[m] < c) lo = m + 1;
+        else hi = m;
+    }
+    return lo;
 }
 
 void cpu_nf4_quantize_absmax_mean(uint8_t *codes, float *scales, const float *absmax, float mean,
                                   size_t nblocks) {
-  float mid[255];
-  for (int i = 0; i < 255; i++)
-    mid[i] = 0.5f * (cpu_nf4_dynamic_code[i] + cpu_nf4_dynamic_code[i + 1]);
-  size_t ns = cpu_nf4_absmax_scales(nblocks);
-  for (size_t b = 0; b < ns; b++) {
-    size_t lo = b * CPU_NF4_DQ_BLOCK;
-    size_t len = nblocks - lo < CPU_NF4_DQ_BLOCK ? nblocks - lo : CPU_NF4_DQ_BLOCK;
-    float am = 0.0f;
-    for (size_t i = 0; i < len; i++) {
-      float a = fabsf(absmax[lo + i] - mean);
-      if (a > am) am = a;
+    float mid[255];
+    for (int i = 0; i < 255; i++)
+        mid[i] = 0.5f * (cpu_nf4_dynamic_code[i] + cpu_nf4_dynamic_code[i + 1]);
+    size_t ns = cpu_nf4_absmax_scales(nblocks);
+    for (size_t b = 0; b < ns; b++) {
+        size_t lo = b * CPU_NF4_DQ_BLOCK;
+        size_t len = nblocks - lo < CPU_NF4_DQ_BLOCK ? nblocks - lo : CPU_NF4_DQ_BLOCK;
+        float am = 0.0f;
+        for (size_t i = 0; i < len; i++) {
+            float a = fabsf(absmax[lo + i] - mean);
+            if (a > am) am = a;
+        }
+        scales[b] = am;
+        if (am == 0.0f) { // bitsandbytes writes code 0 (not the code of 0.0) for an all-zero block
+            for (size_t i = 0; i < len; i++) codes[lo + i] = 0;
+            continue;
+        }
+        float inv = 1.0f / am;
+        for (size_t i = 0; i < len; i++) {
+            float v = (absmax[lo + i] - mean) * inv;
+            v = v < -1.0f ? -1.0f : v > 1.0f ? 1.0f : v;
+            codes[lo + i] = (uint8_t)dyn_index(v, mid);
+        }
     }
-    scales[b] = am;
-    if (am == 0.0f) { // bitsandbytes writes code 0 (not the code of 0.0) for an all-zero block
-      for (size_t i = 0; i < len; i++) codes[lo + i] = 0;
-      continue;
-    }
-    float inv = 1.0f / am;
-    for (size_t i = 0; i < len; i++) {
-      float v = (absmax[lo + i] - mean) * inv;
-      v = v < -1.0f ? -1.0f : v > 1.0f ? 1.0f : v;
-      codes[lo + i] = (uint8_t)dyn_index(v, mid);
-    }
-  }
 }
 
 void cpu_nf4_quantize_absmax(uint8_t *codes, float *scales, float *mean, const float *absmax,
                              size_t nblocks) {
-  *mean = cpu_nf4_mean(absmax, nblocks, 1);
-  cpu_nf4_quantize_absmax_mean(codes, scales, absmax, *mean, nblocks);
+    *mean = cpu_nf4_mean(absmax, nblocks, 1);
+    cpu_nf4_quantize_absmax_mean(codes, scales, absmax, *mean, nblocks);
 }
 
 void cpu_nf4_dequantize_absmax(float *absmax, const uint8_t *codes, const float *scales, float mean,
                                size_t nblocks) {
-  for (size_t i = 0; i < nblocks; i++) {
-    float v = cpu_nf4_dynamic_code[codes[i]] * scales[i / CPU_NF4_DQ_BLOCK];
-    absmax[i] = v + mean;
-  }
+    for (size_t i = 0; i < nblocks; i++) {
+        float v = cpu_nf4_dynamic_code[codes[i]] * scales[i / CPU_NF4_DQ_BLOCK];
+        absmax[i] = v + mean;
+    }
 }
