@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # setup.sh — installs what ftc needs on Debian (when missing), configures and builds.
 #   bash setup.sh          set up and build into build/
-#   bash setup.sh test     set up, build, run the whole suite with ctest, then again
-#                          under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/)
+#   bash setup.sh test     set up, build, run the whole suite with ctest, build a Release
+#                          ftc, then run the suite again under AddressSanitizer +
+#                          UndefinedBehaviorSanitizer (build-asan/)
 # The CUDA Toolkit is optional here: when /usr/local/cuda (or nvcc on PATH) exists,
 # CMake finds NVRTC, cuBLAS and cuBLASLt; nothing needs a GPU to build or to start.
 set -euo pipefail
@@ -29,12 +30,15 @@ if [ -d /usr/local/cuda/bin ] && ! command -v nvcc >/dev/null; then
 fi
 jobs=$(nproc 2>/dev/null || echo 2)
 
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFTC_WERROR=ON >/dev/null
 cmake --build build -j "$jobs"
 
 if [ "${1:-}" = test ]; then
     ctest --test-dir build --output-on-failure -j "$jobs"
-    cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DFTC_SANITIZE=ON >/dev/null
+    # A user's Release build (the system's flags, -O3) must build without a warning too.
+    cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release -DFTC_WERROR=ON >/dev/null
+    cmake --build build-release -j "$jobs" --target ftc
+    cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DFTC_SANITIZE=ON -DFTC_WERROR=ON >/dev/null
     cmake --build build-asan -j "$jobs"
     ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
         ctest --test-dir build-asan --output-on-failure -j "$jobs"

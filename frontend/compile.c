@@ -37,6 +37,7 @@ void usage_compile(FILE *f) {
           "                    autodiff, quantize, chunk_loss, remat, offload, schedule, liveness,\n"
           "                    alloc or streams\n"
           "  --emit-graph F    write the training graph (FLOPs, bytes, edges) as JSON to F\n"
+          "  --time-passes     print the time spent in each pass, over every candidate planned\n"
           "The planner chooses these; each fixes one:\n"
           "  --micro-batch N   sequences per micro-batch (the rest of the global batch accumulates)\n"
           "  --remat P         keep, selective, full (recompute from the block's input) or swap\n"
@@ -231,6 +232,21 @@ static void suggestions(FILE *f, const PlanCtx *pc, const FtModel *m, const Plan
     fprintf(f, "  a smaller global batch changes only the accumulation at micro-batch 1, not the memory\n");
 }
 
+// Time per stage over every build of this compile (the planner's candidates included).
+static void print_times(FILE *f, const PassTimes *t) {
+    int n;
+    const char *const *names = pipeline_stages(&n);
+    int64_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += t->ns[i];
+    fprintf(f, "\ntime per pass, summed over every build (CPU time across planner threads):\n");
+    for (int i = 0; i < n; i++)
+        if (t->runs[i])
+            fprintf(f, "  %-11s %9.1f ms  %5.1f%%  %4lld runs\n", names[i], (double)t->ns[i] * 1e-6,
+                    total ? 100.0 * (double)t->ns[i] / (double)total : 0.0, (long long)t->runs[i]);
+    fprintf(f, "  %-11s %9.1f ms\n", "total", (double)total * 1e-6);
+}
+
 // Searches for the fastest plan that fits; prints the decision and the candidates to
 // `out` and `report`. 0 with *chosen set, or -1 after printing why nothing fits and
 // what would.
@@ -284,6 +300,7 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
     int path_arg = 0, gpu_arg = 0, remat = -1, offload = -1;
     int64_t budget = 0, host = 0, micro = 0;
     const char *dump_after = NULL;
+    bool time_passes = false;
     for (int i = first; i < argc; i++) {
         const char *s = argv[i];
         if (strcmp(s, "--help") == 0 || strcmp(s, "-h") == 0) {
@@ -342,6 +359,8 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
             }
         } else if (!strcmp(s, "--dump-ir")) {
             dump_after = "all";
+        } else if (!strcmp(s, "--time-passes")) {
+            time_passes = true;
         } else if (!strcmp(s, "--dump-after")) {
             int n;
             const char *const *stages = pipeline_stages(&n);
@@ -414,6 +433,9 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
     DriverSource source = {&src, &m};
     PassDiag diag = driver_diag(&src);
     Pipeline pipe = driver_pipeline(&source, arena, &diag);
+    PassTimes times = {0};
+    if (time_passes)
+        pipe.times = &times;
     // The step with no technique applied: the whole global batch at once, all on the
     // device; built through autodiff and quantize, which report the user's errors.
     PlanChoice none = {micro ? micro : m.train.batch, REMAT_KEEP, 0, REMAT_KEEP, {false, false}, NULL};
@@ -432,9 +454,11 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
     ir_graph_free(naive);
     arena_free(na);
 
-    // The planner: candidates on several threads, user errors already reported.
+    // The planner: candidates on several threads, user errors already reported; each
+    // micro-batch's graph through chunk_loss is built once and copied for its choices.
     pipe.diag = NULL;
     pipe.verify = false;
+    pipe.cache = pipeline_cache_new();
     PlanCtx pc = {.pipeline = &pipe, .gpu = gpu, .cm = {gpu, cost_measure_host_adamw()}};
     PlannerInput pin = {.global_batch = m.train.batch, .budget_bytes = budget, .host_budget_bytes = host,
                         .reserve_bytes = gpu->reserve_bytes, .weights_bytes = states.bytes[MEM_WEIGHTS],
@@ -444,10 +468,13 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
                         .remat = remat, .offload = offload};
     PlanChoice best;
     if (plan(out, rep, &pc, &pin, &m, &best) != 0) {
+        pipeline_cache_free(pipe.cache);
         show = true;   // the analysis of why nothing fits is the answer
         goto done;
     }
     // The chosen plan, with every pass (the stream events too), verified.
+    pipeline_cache_free(pipe.cache);
+    pipe.cache = NULL;
     pipe.final = true;
     pipe.verify = VERIFY_PASSES;
     pipe.dump_after = dump_after;
@@ -519,6 +546,8 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
                                        (double)bs.alloc.lower_bound
                                  : 0.0);
     fprintf(out, "plan: %s/plan (memory.txt, memory.html, report.txt beside it)\n", dir);
+    if (time_passes)
+        print_times(out, &times);
     rc = 0;
 done:
     fclose(out);

@@ -46,6 +46,20 @@ void ir_graph_free(IrGraph *g) {
     vec_free(&g->nodes);
 }
 
+IrGraph *ir_graph_clone(const IrGraph *g, Arena *a) {
+    IrGraph *c = arena_alloc(a, sizeof *c);
+    *c = *g;
+    c->arena = a;
+    c->tensors.at = malloc(sizeof(IrTensor) * (size_t)(g->tensors.len + 1));
+    c->nodes.at = malloc(sizeof(IrNode) * (size_t)(g->nodes.len + 1));
+    IR_ASSERT(c->tensors.at && c->nodes.at);
+    memcpy(c->tensors.at, g->tensors.at, sizeof(IrTensor) * (size_t)g->tensors.len);
+    memcpy(c->nodes.at, g->nodes.at, sizeof(IrNode) * (size_t)g->nodes.len);
+    c->tensors.cap = g->tensors.len + 1;
+    c->nodes.cap = g->nodes.len + 1;
+    return c;
+}
+
 int ir_tensor_add(IrGraph *g, const char *name, TensorKind kind, DType dt, int ndim,
                   const int64_t *shape, SrcLoc loc) {
     IR_ASSERT(ndim >= 0 && ndim <= IR_MAX_DIMS);

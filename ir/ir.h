@@ -191,6 +191,9 @@ typedef struct IrGraph {
 // graph.c
 IrGraph *ir_graph_new(Arena *a);
 void ir_graph_free(IrGraph *g);   // frees the vectors; the arena belongs to the caller
+// A copy of `g` whose new objects go to arena `a`; its strings stay in g's arena, which
+// must outlive the copy.
+IrGraph *ir_graph_clone(const IrGraph *g, Arena *a);
 int ir_tensor_add(IrGraph *g, const char *name, TensorKind kind, DType dt, int ndim,
                   const int64_t *shape, SrcLoc loc);
 IrTensor *ir_tensor(IrGraph *g, int id);

@@ -300,6 +300,23 @@ typedef struct PipelineSpec {
 // threads at once.
 typedef IrGraph *(*ElaborateFn)(void *ctx, int64_t micro, int64_t seq, Arena *a);
 
+enum { PIPELINE_MAX_STAGES = 16 };
+
+// Nanoseconds spent in each stage (pipeline_stages order) and how many times it ran,
+// summed over every build (planner threads add at once).
+typedef struct PassTimes {
+    _Atomic int64_t ns[PIPELINE_MAX_STAGES];
+    _Atomic int64_t runs[PIPELINE_MAX_STAGES];
+} PassTimes;
+
+// Graphs through the stages that depend only on the micro-batch (elaborate … chunk_loss),
+// kept for the builds of other choices at the same micro-batch. One cache serves one
+// pipeline spec; the planner's threads share it.
+typedef struct PipelineCache PipelineCache;
+
+PipelineCache *pipeline_cache_new(void);
+void pipeline_cache_free(PipelineCache *c);
+
 typedef struct Pipeline {
     ElaborateFn elaborate;
     void *ctx;
@@ -310,6 +327,9 @@ typedef struct Pipeline {
     const char *dump_after;     // print the IR after this pass ("all": after each), or NULL
     FILE *dump_to;
     const char *stop_after;     // run the stages up to this one only, or NULL for all
+    PassTimes *times;           // if not NULL, time spent per stage is added here
+    PipelineCache *cache;       // if not NULL, the micro-batch's prefix comes from here (not
+                                // with dumps, verification or errors to report)
 } Pipeline;
 
 typedef struct BuildStats {

@@ -11,8 +11,10 @@
 // events; it changes no byte or lifetime, so only a plan to be written needs it.
 #include "passes.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct PassCtx {
     IrGraph *g;
@@ -62,24 +64,30 @@ static int run_streams(PassCtx *x) { return streams_apply(x->g, &x->bs->streams)
 
 // The passes in order: name, entry, and whether only a written plan needs it (it
 // changes nothing the planner measures).
+// The passes in order: name, entry, what it depends on: PREFIX passes only on the
+// train section and the micro-batch (their result is cached across choices), CHOICE
+// passes on the planner's choice, FINAL passes change nothing the planner measures and
+// run only for a plan to be written.
+enum { PREFIX, CHOICE, FINAL };
+
 #define PASSES(X)                                                                        \
-    X(lora, run_lora, false)                                                             \
-    X(autodiff, run_autodiff, false)                                                     \
-    X(quantize, run_quantize, false)                                                     \
-    X(chunk_loss, run_chunk_loss, false)                                                 \
-    X(remat, run_remat, false)                                                           \
-    X(offload, run_offload, false)                                                       \
-    X(schedule, run_schedule, false)                                                     \
-    X(liveness, run_liveness, false)                                                     \
-    X(alloc, run_alloc, false)                                                           \
-    X(streams, run_streams, true)
+    X(lora, run_lora, PREFIX)                                                            \
+    X(autodiff, run_autodiff, PREFIX)                                                    \
+    X(quantize, run_quantize, PREFIX)                                                    \
+    X(chunk_loss, run_chunk_loss, PREFIX)                                                \
+    X(remat, run_remat, CHOICE)                                                          \
+    X(offload, run_offload, CHOICE)                                                      \
+    X(schedule, run_schedule, CHOICE)                                                    \
+    X(liveness, run_liveness, CHOICE)                                                    \
+    X(alloc, run_alloc, CHOICE)                                                          \
+    X(streams, run_streams, FINAL)
 
 static const struct {
     const char *name;
     PassFn run;
-    bool final_only;
+    int kind;
 } passes[] = {
-#define ROW(name, fn, final) {#name, fn, final},
+#define ROW(name, fn, kind) {#name, fn, kind},
     PASSES(ROW)
 #undef ROW
 };
@@ -88,7 +96,7 @@ enum { NPASSES = sizeof passes / sizeof passes[0] };
 const char *const *pipeline_stages(int *n) {
     static const char *const names[] = {
         "elaborate",
-#define NAME(name, fn, final) #name,
+#define NAME(name, fn, kind) #name,
         PASSES(NAME)
 #undef NAME
     };
@@ -112,22 +120,152 @@ static bool after(const Pipeline *p, const char *name, const IrGraph *g) {
 
 static void ignore(void *ctx, SrcLoc loc, const char *msg) { (void)ctx, (void)loc, (void)msg; }
 
-IrGraph *pipeline_build(const Pipeline *p, const PlanChoice *c, Arena *a, BuildStats *bs) {
-    memset(bs, 0, sizeof *bs);
+static int64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static void timed(const Pipeline *p, int stage, int64_t since) {
+    if (p->times) {
+        p->times->ns[stage] += now_ns() - since;
+        p->times->runs[stage]++;
+    }
+}
+
+// Runs passes [from, to) on g (the stages after elaborate); false after errors.
+static bool run_passes(const Pipeline *p, PassCtx *x, int from, int to, bool *stopped) {
+    for (int i = from; i < to && !*stopped; i++) {
+        if (passes[i].kind == FINAL && !p->final)
+            continue;
+        int64_t t0 = now_ns();
+        bool ok = passes[i].run(x) == 0;
+        timed(p, i + 1, t0);
+        if (!ok || !after(p, passes[i].name, x->g))
+            return false;
+        *stopped = p->stop_after && !strcmp(p->stop_after, passes[i].name);
+    }
+    return true;
+}
+
+static int prefix_end(void) {
+    int i = 0;
+    while (i < NPASSES && passes[i].kind == PREFIX)
+        i++;
+    return i;
+}
+
+// Elaborates and runs the prefix passes into arena `a`; NULL after errors.
+static IrGraph *build_prefix(const Pipeline *p, const PlanChoice *c, Arena *a, BuildStats *bs,
+                             bool *stopped) {
+    int64_t t0 = now_ns();
     IrGraph *g = p->elaborate(p->ctx, c->micro, p->spec.seq, a);
     if (!g)
         return NULL;
+    timed(p, 0, t0);
     PassDiag quiet = {ignore, NULL, 0};
     PassCtx x = {.g = g, .p = p, .c = c, .bs = bs, .d = p->diag ? p->diag : &quiet};
-    bool ok = after(p, "elaborate", g);
-    bool stop = p->stop_after && !strcmp(p->stop_after, "elaborate");
-    for (int i = 0; ok && !stop && i < NPASSES; i++) {
-        if (passes[i].final_only && !p->final)
-            continue;
-        ok = passes[i].run(&x) == 0 && after(p, passes[i].name, g);
-        stop = p->stop_after && !strcmp(p->stop_after, passes[i].name);
+    *stopped = p->stop_after && !strcmp(p->stop_after, "elaborate");
+    if (!after(p, "elaborate", g) || !run_passes(p, &x, 0, prefix_end(), stopped)) {
+        ir_graph_free(g);
+        return NULL;
     }
-    if (!ok) {
+    return g;
+}
+
+typedef struct Prefix {
+    int64_t micro;
+    Arena *arena;
+    IrGraph *g;
+    BuildStats bs;
+} Prefix;
+
+struct PipelineCache {
+    pthread_mutex_t lock;
+    VEC(Prefix *) at;       // entries never move and never change once added
+};
+
+PipelineCache *pipeline_cache_new(void) {
+    PipelineCache *c = calloc(1, sizeof *c);
+    pthread_mutex_init(&c->lock, NULL);
+    return c;
+}
+
+static void prefix_free(Prefix *e) {
+    ir_graph_free(e->g);
+    arena_free(e->arena);
+    free(e);
+}
+
+void pipeline_cache_free(PipelineCache *c) {
+    if (!c)
+        return;
+    for (int i = 0; i < c->at.len; i++)
+        prefix_free(c->at.at[i]);
+    vec_free(&c->at);
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+}
+
+static const Prefix *lookup(PipelineCache *cache, int64_t micro) {
+    const Prefix *hit = NULL;
+    pthread_mutex_lock(&cache->lock);
+    for (int i = 0; i < cache->at.len && !hit; i++)
+        if (cache->at.at[i]->micro == micro)
+            hit = cache->at.at[i];
+    pthread_mutex_unlock(&cache->lock);
+    return hit;
+}
+
+// The cached prefix for c's micro-batch, built (outside the lock) when missing.
+static const Prefix *cached(const Pipeline *p, const PlanChoice *c) {
+    PipelineCache *cache = p->cache;
+    const Prefix *hit = lookup(cache, c->micro);
+    if (hit)
+        return hit;
+    Prefix *e = calloc(1, sizeof *e);
+    e->micro = c->micro;
+    e->arena = arena_new();
+    bool stopped = false;
+    e->g = build_prefix(p, c, e->arena, &e->bs, &stopped);
+    if (!e->g) {
+        arena_free(e->arena);
+        free(e);
+        return NULL;
+    }
+    pthread_mutex_lock(&cache->lock);
+    for (int i = 0; i < cache->at.len && !hit; i++)   // another thread may have won
+        if (cache->at.at[i]->micro == c->micro)
+            hit = cache->at.at[i];
+    if (!hit)
+        vec_push(&cache->at, e);
+    pthread_mutex_unlock(&cache->lock);
+    if (hit) {
+        prefix_free(e);
+        return hit;
+    }
+    return e;
+}
+
+IrGraph *pipeline_build(const Pipeline *p, const PlanChoice *c, Arena *a, BuildStats *bs) {
+    _Static_assert(NPASSES + 1 <= PIPELINE_MAX_STAGES, "PassTimes holds every stage");
+    memset(bs, 0, sizeof *bs);
+    bool stopped = false;
+    IrGraph *g;
+    if (p->cache && !p->dump_after && !p->verify && !p->diag && !p->stop_after) {
+        const Prefix *e = cached(p, c);
+        if (!e)
+            return NULL;
+        g = ir_graph_clone(e->g, a);
+        *bs = e->bs;
+    } else {
+        g = build_prefix(p, c, a, bs, &stopped);
+        if (!g)
+            return NULL;
+    }
+    PassDiag quiet = {ignore, NULL, 0};
+    PassCtx x = {.g = g, .p = p, .c = c, .bs = bs, .d = p->diag ? p->diag : &quiet};
+    if (!run_passes(p, &x, prefix_end(), NPASSES, &stopped)) {
         ir_graph_free(g);
         return NULL;
     }

@@ -17,10 +17,9 @@ typedef struct Sched {
     int *indeg;             // unscheduled predecessors
     int **succ, *nsucc;     // successors
     int *readers;           // per base tensor: readers not yet scheduled
-    bool *done;
     int *rd_start, *rd_list;    // per base tensor: the nodes reading it (CSR)
     int64_t *score;             // per ready node: its score, kept current
-    int *ready_at;              // per node: its index in the ready list, or -1
+    int *ready_at;              // per node: 1 while it is ready, else -1
 } Sched;
 
 // Device bytes the schedule can free: values of the device arena (host staging does not count).
@@ -54,11 +53,8 @@ static void add_edge(Sched *s, int from, int to, int *cap) {
 static int64_t order_peak(const IrGraph *g, const int *order, int n) {
     int nt = g->tensors.len;
     int *last = malloc(sizeof(int) * (size_t)nt);
-    int *pos = malloc(sizeof(int) * (size_t)g->nodes.len);
     for (int i = 0; i < nt; i++)
         last[i] = -1;
-    for (int i = 0; i < n; i++)
-        pos[order[i]] = i;
     for (int i = 0; i < n; i++) {
         const IrNode *nd = &g->nodes.at[order[i]];
         for (int k = 0; k < nd->nin; k++)
@@ -85,8 +81,7 @@ static int64_t order_peak(const IrGraph *g, const int *order, int n) {
             peak = live;
         live -= freed[i];
     }
-    (void)pos;
-    free(last), free(pos), free(freed);
+    free(last), free(freed);
     return peak;
 }
 
@@ -109,31 +104,73 @@ static int64_t score_of(const Sched *s, int i) {
     return score;
 }
 
+// The ready nodes, best first: the highest score, then the earliest node. A node whose
+// score changes is pushed again; the entries it leaves behind are stale (their score
+// is no longer the node's, or the node has run) and are skipped when they surface.
+typedef struct Entry {
+    int64_t score;
+    int node;
+} Entry;
+
+typedef struct Heap {
+    Entry *at;
+    int len, cap;
+} Heap;
+
+static bool better(Entry a, Entry b) { return a.score > b.score || (a.score == b.score && a.node < b.node); }
+
+static void heap_push(Heap *h, Entry e) {
+    if (h->len == h->cap) {
+        h->cap = h->cap ? 2 * h->cap : 256;
+        h->at = realloc(h->at, sizeof(Entry) * (size_t)h->cap);
+    }
+    int i = h->len++;
+    while (i > 0 && better(e, h->at[(i - 1) / 2])) {
+        h->at[i] = h->at[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    h->at[i] = e;
+}
+
+static Entry heap_pop(Heap *h) {
+    Entry top = h->at[0], last = h->at[--h->len];
+    int i = 0;
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= h->len)
+            break;
+        if (c + 1 < h->len && better(h->at[c + 1], h->at[c]))
+            c++;
+        if (!better(h->at[c], last))
+            break;
+        h->at[i] = h->at[c];
+        i = c;
+    }
+    if (h->len > 0)
+        h->at[i] = last;
+    return top;
+}
+
 // Greedy order of the nodes [lo, hi) of one phase into order[]. A ready node's score
 // changes only when one of its inputs is down to its last reader, so scores are kept
 // and refreshed for exactly those nodes.
 static void greedy(Sched *s, int lo, int hi, int *order) {
     IrGraph *g = s->g;
-    int *ready = malloc(sizeof(int) * (size_t)(hi - lo)), nready = 0, m = 0;
+    Heap heap = {0};
+    int m = 0;
     for (int i = lo; i < hi; i++)
         if (!s->indeg[i]) {
-            s->ready_at[i] = nready;
+            s->ready_at[i] = 1;
             s->score[i] = score_of(s, i);
-            ready[nready++] = i;
+            heap_push(&heap, (Entry){s->score[i], i});
         }
     while (m < hi - lo) {
-        IR_ASSERT(nready > 0);   // a phase's nodes form a DAG
-        int pick = 0;
-        for (int r = 1; r < nready; r++) {
-            int64_t a = s->score[ready[r]], b = s->score[ready[pick]];
-            if (a > b || (a == b && ready[r] < ready[pick]))
-                pick = r;
-        }
-        int node = ready[pick];
-        ready[pick] = ready[--nready];
-        s->ready_at[ready[pick]] = pick;
+        IR_ASSERT(heap.len > 0);   // a phase's nodes form a DAG
+        Entry e = heap_pop(&heap);
+        int node = e.node;
+        if (s->ready_at[node] < 0 || s->score[node] != e.score)
+            continue;   // stale
         s->ready_at[node] = -1;
-        s->done[node] = true;
         order[m++] = node;
         const IrNode *nd = &g->nodes.at[node];
         for (int k = 0; k < nd->nin; k++) {
@@ -144,20 +181,24 @@ static void greedy(Sched *s, int lo, int hi, int *order) {
                 continue;
             for (int j = s->rd_start[b]; j < s->rd_start[b + 1]; j++) {   // its last reader
                 int r = s->rd_list[j];
-                if (s->ready_at[r] >= 0)
-                    s->score[r] = score_of(s, r);
+                if (s->ready_at[r] < 0)
+                    continue;
+                int64_t was = s->score[r];
+                s->score[r] = score_of(s, r);
+                if (s->score[r] != was)
+                    heap_push(&heap, (Entry){s->score[r], r});
             }
         }
         for (int k = 0; k < s->nsucc[node]; k++) {
             int t = s->succ[node][k];
             if (--s->indeg[t] == 0 && t >= lo && t < hi) {
-                s->ready_at[t] = nready;
+                s->ready_at[t] = 1;
                 s->score[t] = score_of(s, t);
-                ready[nready++] = t;
+                heap_push(&heap, (Entry){s->score[t], t});
             }
         }
     }
-    free(ready);
+    free(heap.at);
 }
 
 int schedule_apply(IrGraph *g, ScheduleStats *st) {
@@ -167,7 +208,6 @@ int schedule_apply(IrGraph *g, ScheduleStats *st) {
     s.succ = calloc((size_t)n, sizeof(int *));
     s.nsucc = calloc((size_t)n, sizeof(int));
     s.readers = calloc((size_t)nt, sizeof(int));
-    s.done = calloc((size_t)n, sizeof(bool));
     int *cap = calloc((size_t)n, sizeof(int));
     int *writer = malloc(sizeof(int) * (size_t)nt);   // last node writing each base tensor
     for (int i = 0; i < nt; i++)
@@ -245,7 +285,7 @@ int schedule_apply(IrGraph *g, ScheduleStats *st) {
     }
     for (int i = 0; i < n; i++)
         free(s.succ[i]);
-    free(s.indeg), free(s.succ), free(s.nsucc), free(s.readers), free(s.done), free(cap);
+    free(s.indeg), free(s.succ), free(s.nsucc), free(s.readers), free(cap);
     free(s.rd_start), free(s.rd_list), free(s.score), free(s.ready_at);
     free(writer), free(order), free(emitted);
     return 0;

@@ -17,7 +17,7 @@ static const char *projection(const IrGraph *g, int t) {
             return NULL;
         const IrNode *n = &g->nodes.at[x->producer];
         OpClass c = op_desc(n->op)->cls;
-        if (n->op == OP_LINEAR) {
+        if (c == OPC_GEMM) {   // a projection: a product with a weight
             const IrTensor *w = &g->tensors.at[n->in[1]];
             return w->kind == TK_PARAM ? w->decl : NULL;
         }
@@ -54,6 +54,7 @@ static int64_t frugal_bytes(const PlanCtx *x, const PipelineSpec *spec) {
     Pipeline p = *x->pipeline;
     p.spec = *spec;
     p.diag = NULL;
+    p.cache = NULL;   // a cache belongs to one spec
     PlanCtx y = *x;
     y.pipeline = &p;
     PlanOutcome o;
