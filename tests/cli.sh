@@ -90,6 +90,24 @@ fi
 out=$("$ftc" compile models/tiny.ft --dump-ir -o "$tmp/out.plan")
 grep -q "= attention .*causal=1 .*@36:9" <<<"$out" && ok dump-ir || bad dump-ir "$(head -20 <<<"$out")"
 
+# --dump-after PASS: the IR after that pass alone (remat runs for every plan, doing
+# nothing when every block keeps its tensors).
+out=$("$ftc" compile models/tiny.ft --dump-after remat -o "$tmp/out.plan")
+if [ "$(grep -c '^# after ' <<<"$out")" = 1 ] && grep -q '^# after remat$' <<<"$out" &&
+   grep -q "= attention_bwd " <<<"$out"; then
+    ok dump-after-remat
+else
+    bad dump-after-remat "$(grep '^# after' <<<"$out")"
+fi
+# ... and after streams, the copies and host work of an offloaded plan with their events.
+out=$("$ftc" compile models/tiny.ft --offload grads --remat swap --dump-after streams -o "$tmp/out.plan")
+if grep -q "= copy .*\[d2h\]" <<<"$out" && grep -q "= adamw .*\[host\]" <<<"$out" &&
+   grep -q "stream=d2h" "$tmp/out.plan/plan" && grep -q " wait=" "$tmp/out.plan/plan"; then
+    ok dump-after-streams
+else
+    bad dump-after-streams "$(grep -m3 'copy\|adamw' <<<"$out")"
+fi
+
 # --emit-graph: the training graph for external solvers.
 if "$ftc" compile models/tiny.ft --emit-graph "$tmp/g.json" -o "$tmp/g.plan" >/dev/null &&
    grep -q '"op": "attention_bwd", "phase": "backward"' "$tmp/g.json" && grep -q '"edges": \[' "$tmp/g.json" &&
@@ -99,8 +117,13 @@ else
     bad emit-graph "$(head -c 300 "$tmp/g.json" 2>&1)"
 fi
 
-# Usage: help succeeds, no command is a usage error (2), a bad micro-batch too.
+# Usage: help succeeds for every command, no command is a usage error (2), a bad
+# micro-batch too.
 "$ftc" help >/dev/null && ok help || bad help "exit $?"
+for c in compile run inspect data import; do
+    out=$("$ftc" help $c) && grep -q "^usage: ftc $c" <<<"$out" && ok "help-$c" || bad "help-$c" "exit $?: $out"
+    out=$("$ftc" $c --help) && grep -q "^usage: ftc $c" <<<"$out" && ok "$c-help" || bad "$c-help" "exit $?: $out"
+done
 "$ftc" >/dev/null 2>&1; [ $? = 2 ] && ok no-command || bad no-command "exit not 2"
 "$ftc" compile models/tiny.ft --micro-batch 3 -o "$tmp/out.plan" >"$tmp/o" 2>"$tmp/e"; rc=$?
 [ $rc = 1 ] && [ ! -s "$tmp/o" ] && grep -q "does not divide the global batch 8" "$tmp/e" \

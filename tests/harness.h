@@ -20,9 +20,11 @@ typedef struct Harness {
     char dir[256];
 } Harness;
 
-// Compiles `text` (named `name` in messages) for micro-batch `batch`; false after
+// Compiles `text` (named `name` in messages) for planner choice `c`; false after
 // printing why. The caller frees with harness_free in either case.
-static bool harness_compile(Harness *h, const char *name, const char *text, int64_t batch) {
+static bool harness_compile_choice(Harness *h, const char *name, const char *text,
+                                   const PlanChoice *choice) {
+    int64_t batch = choice->micro;
     static int serial;
     char err[1024], path[512];
     memset(h, 0, sizeof *h);
@@ -31,9 +33,8 @@ static bool harness_compile(Harness *h, const char *name, const char *text, int6
     h->a = arena_new();
     Ast *p = fe_parse(&src, h->a);
     bool ok = p && fe_check(&src, p, &h->m, h->a) == 0;
-    // The compile pipeline itself (the IR verified after every pass), everything kept
-    // and on the device.
-    PlanChoice c = {batch, REMAT_KEEP, 0, REMAT_KEEP, {false, false}, NULL};
+    // The compile pipeline itself, the IR verified after every pass.
+    PlanChoice c = *choice;
     BuildStats bs = {0};
     DriverSource ds = {&src, &h->m};
     PassDiag diag = driver_diag(&src);
@@ -75,6 +76,13 @@ static bool harness_compile(Harness *h, const char *name, const char *text, int6
         ir_graph_free(g);
     fe_source_free(&src);
     return ok;
+}
+
+// Compiles `text` for micro-batch `batch`, everything kept and on the device.
+__attribute__((unused)) static bool harness_compile(Harness *h, const char *name, const char *text,
+                                                    int64_t batch) {
+    PlanChoice c = {batch, REMAT_KEEP, 0, REMAT_KEEP, {false, false}, NULL};
+    return harness_compile_choice(h, name, text, &c);
 }
 
 static void harness_free(Harness *h) {

@@ -233,6 +233,50 @@ static void test_qlora_weights_exact(void) {
     }
 }
 
+// Adds a node; its out[0].
+static int add(IrGraph *g, OpKind op, int nin, const int *in, const char *name, SrcLoc loc) {
+    IrShapeErr err;
+    int id = ir_node_add(g, op, nin, in, (OpAttr){0}, name, -1, loc, &err);
+    CHECK(id >= 0);
+    return id >= 0 ? g->nodes.at[id].out[0] : -1;
+}
+
+static void collect(void *ctx, SrcLoc loc, const char *msg) {
+    snprintf(ctx, 256, "%d:%d: %s", loc.line, loc.col, msg);
+}
+
+// An op without a derivative rule between a trainable weight and the loss is an error
+// at its line: autodiff must not leave the weight training on no gradient.
+static void test_missing_derivative_rule(void) {
+    Arena *a = arena_new();
+    IrGraph *g = ir_graph_new(a);
+    g->step = (IrStep){DT_F32, DT_F32, DT_F32, false, DT_F32, 2};
+    SrcLoc at = {"m.ft", 1, 1, 1}, mid = {"m.ft", 7, 12, 4};
+    int64_t ids[2] = {2, 4}, tab[2] = {16, 8};
+    int tok = ir_tensor_add(g, "tokens", TK_INPUT, DT_I32, 2, ids, at);
+    int tgt = ir_tensor_add(g, "targets", TK_INPUT, DT_I32, 2, ids, at);
+    int w = ir_tensor_add(g, "w", TK_PARAM, DT_F32, 2, tab, at);
+    ir_tensor(g, w)->hf_name = "w";
+    ir_tensor(g, w)->decl = "w";
+    ir_tensor(g, w)->trainable = true;
+    int in[2] = {w, tok};
+    int e = add(g, OP_EMBED, 2, in, "e", at);
+    int c = add(g, OP_COPY, 1, &e, "c", mid);
+    int in2[2] = {c, w};
+    int lg = add(g, OP_LINEAR, 2, in2, "lg", at);
+    int in3[2] = {lg, tgt};
+    g->loss = add(g, OP_CROSS_ENTROPY, 2, in3, "loss", at);
+    g->logits = lg;
+    ir_mark_requires_grad(g);
+    char msg[256] = "";
+    PassDiag d = {collect, msg, 0};
+    CHECK_EQ(-1, autodiff_apply(g, 1, &d));
+    CHECK_EQ(1, d.errors);
+    CHECK_STR("7:12: 'copy' has no derivative rule, so 'w' would train on no gradient through it", msg);
+    ir_graph_free(g);
+    arena_free(a);
+}
+
 static void test_presets(void) {
     const GpuPreset *p = gpu_preset("a100-40g");
     CHECK(p && p->mem_bytes == 40LL << 30);
@@ -253,6 +297,7 @@ int main(int argc, char **argv) {
     RUN(test_lora);
     RUN(test_lora_errors);
     RUN(test_qlora_weights_exact);
+    RUN(test_missing_derivative_rule);
     RUN(test_presets);
     return CHECK_DONE();
 }

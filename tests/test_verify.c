@@ -1,7 +1,9 @@
 // test_verify.c — the plan verifier catches what it must: a compiled plan passes,
 // and each injected fault (overlapping offsets, a read before its write, a buffer past
-// the arena's end, an early free, a loss freed before the runtime reads it) is
-// rejected with a message naming the buffers and the instruction.
+// the arena's end, an early free, a loss freed before the runtime reads it; and on a
+// plan with copies and host work: a missing wait, host work on device memory, a copy
+// on the compute stream, a wait for an event not yet recorded) is rejected with a
+// message naming the buffers and the instruction.
 #include "check.h"
 #include "harness.h"
 
@@ -144,6 +146,112 @@ static void test_over_budget(void) {
     CHECK(strstr(msg, "exceed the budget"));
 }
 
+// The plan with copies and host work: block inputs swapped out, optimizer state and
+// gradients on the host. The streams pass ordered it with events.
+static Harness hs;
+
+static char *verify_streams(int *problems) {
+    static char *buf;
+    size_t len;
+    free(buf);
+    buf = NULL;
+    FILE *f = open_memstream(&buf, &len);
+    *problems = plan_verify(hs.plan, f);
+    fclose(f);
+    return buf;
+}
+
+// The first instruction of class `cls` on stream `s` (any stream when s < 0) that waits
+// for an event when `waiting`; NULL if none.
+static PlanInstr *find(OpClass cls, int s, bool waiting) {
+    for (int ph = 0; ph < PHASE_COUNT; ph++)
+        for (int i = 0; i < hs.plan->nins[ph]; i++) {
+            PlanInstr *in = &hs.plan->ins[ph][i];
+            if ((cls == OPC_COUNT || op_desc(in->op)->cls == cls) && (s < 0 || (int)in->stream == s) &&
+                (!waiting || in->nwait > 0))
+                return in;
+        }
+    return NULL;
+}
+
+static void test_streams_clean(void) {
+    int n, streams[STREAM_COUNT] = {0};
+    char *msg = verify_streams(&n);
+    CHECK_EQ(0, n);
+    if (n)
+        printf("%s", msg);
+    for (int i = 0; i < plan_instr_count(hs.plan); i++)
+        streams[plan_instr(hs.plan, i)->stream]++;
+    for (int s = 0; s < STREAM_COUNT; s++)   // every stream has work, and events order it
+        CHECK(streams[s] > 0);
+    CHECK(hs.plan->events > 0);
+}
+
+// Every wait the streams pass made is needed: dropping any one is a race the verifier
+// names (tried on the first waiting instruction of each stream).
+static void test_missing_wait(void) {
+    for (int s = 0; s < STREAM_COUNT; s++) {
+        PlanInstr *in = find(OPC_COUNT, s, true);
+        if (!in)
+            continue;
+        int keep = in->nwait, w = in->wait[0];
+        in->wait[0] = in->wait[--in->nwait];
+        int n;
+        char *msg = verify_streams(&n);
+        in->wait[in->nwait++] = in->wait[0];
+        in->wait[0] = w;
+        in->nwait = keep;
+        CHECK(n > 0);
+        CHECK(strstr(msg, "with no event ordering them"));
+    }
+}
+
+static void test_host_work_on_device_memory(void) {
+    PlanInstr *in = find(OPC_OPTIMIZER, STREAM_HOST, false);
+    CHECK(in != NULL);
+    if (!in)
+        return;
+    in->stream = STREAM_COMPUTE;   // the update now touches host state from the device
+    int n;
+    char *msg = verify_streams(&n);
+    in->stream = STREAM_HOST;
+    CHECK(n > 0);
+    CHECK(strstr(msg, "on compute) touches") && strstr(msg, "in host memory"));
+}
+
+static void test_copy_on_compute(void) {
+    PlanInstr *in = find(OPC_COPY, STREAM_D2H, false);
+    CHECK(in != NULL);
+    if (!in)
+        return;
+    in->stream = STREAM_COMPUTE;
+    int n;
+    char *msg = verify_streams(&n);
+    in->stream = STREAM_D2H;
+    CHECK(n > 0);
+    CHECK(strstr(msg, "(copy) runs on the compute stream"));
+}
+
+static void test_wait_before_record(void) {
+    PlanInstr *in = find(OPC_COUNT, -1, true);
+    CHECK(in != NULL);
+    if (!in)
+        return;
+    int keep = in->wait[0];
+    // an event that only a later instruction records
+    int later = -1;
+    for (int id = in->id + 1; id < plan_instr_count(hs.plan) && later < 0; id++)
+        if (plan_instr(hs.plan, id)->record >= 0)
+            later = plan_instr(hs.plan, id)->record;
+    CHECK(later >= 0);
+    in->wait[0] = later;
+    int n;
+    char *msg = verify_streams(&n);
+    in->wait[0] = keep;
+    CHECK(n > 0);
+    CHECK(strstr(msg, "which no earlier instruction"));
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && chdir(argv[1]) != 0)
         return 2;
@@ -159,5 +267,16 @@ int main(int argc, char **argv) {
     RUN(test_loss_freed_early);
     RUN(test_over_budget);
     harness_free(&h);
+    PlanChoice c = {4, REMAT_SWAP, 1 << 20, REMAT_SWAP, {true, true}, NULL};
+    if (!harness_compile_choice(&hs, "models/tiny.ft", tiny_text(), &c)) {
+        printf("FAIL compile with copies\n");
+        return 1;
+    }
+    RUN(test_streams_clean);
+    RUN(test_missing_wait);
+    RUN(test_host_work_on_device_memory);
+    RUN(test_copy_on_compute);
+    RUN(test_wait_before_record);
+    harness_free(&hs);
     return CHECK_DONE();
 }

@@ -1,0 +1,1 @@
+2 compile tests/errors/ok.ft --dump-after remats
