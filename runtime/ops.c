@@ -51,7 +51,7 @@ int op_attr_format(char *buf, size_t cap, OpKind op, const OpAttr *a, bool exact
     return (int)n;
 }
 
-static bool parse_i64(const char *s, int64_t *v) {
+bool ops_parse_i64(const char *s, int64_t *v) {
     char *end;
     errno = 0;
     long long x = strtoll(s, &end, 10);
@@ -83,7 +83,7 @@ int op_attr_parse(OpKind op, const char *key, const char *v, OpAttr *a) {
         if (!comma)
             return -1;
         *comma = '\0';
-        if (!parse_i64(tmp, &x) || !parse_i64(comma + 1, &y) || x < 0 || y < 0 ||
+        if (!ops_parse_i64(tmp, &x) || !ops_parse_i64(comma + 1, &y) || x < 0 || y < 0 ||
             x >= OP_MAX_DIMS || y >= OP_MAX_DIMS)
             return -1;
         a->perm[0] = (int)x, a->perm[1] = (int)y;
@@ -94,16 +94,16 @@ int op_attr_parse(OpKind op, const char *key, const char *v, OpAttr *a) {
         snprintf(tmp, sizeof tmp, "%s", v);
         a->ndim = 0;
         for (char *save, *p = strtok_r(tmp, "x", &save); p; p = strtok_r(NULL, "x", &save)) {
-            if (a->ndim == OP_MAX_DIMS || !parse_i64(p, &a->shape[a->ndim]) || a->shape[a->ndim] <= 0)
+            if (a->ndim == OP_MAX_DIMS || !ops_parse_i64(p, &a->shape[a->ndim]) || a->shape[a->ndim] <= 0)
                 return -1;
             a->ndim++;
         }
         return a->ndim > 0 ? 1 : -1;
     }
     if ((d->attrs & ATTR_CHUNK) && strcmp(key, "chunk") == 0)
-        return parse_i64(v, &a->chunk_rows) && a->chunk_rows >= 0 ? 1 : -1;
+        return ops_parse_i64(v, &a->chunk_rows) && a->chunk_rows >= 0 ? 1 : -1;
     if ((d->attrs & ATTR_SEED) && strcmp(key, "seed") == 0)
-        return parse_i64(v, &a->seed) ? 1 : -1;
+        return ops_parse_i64(v, &a->seed) ? 1 : -1;
     return 0;
 }
 

@@ -78,6 +78,9 @@ int op_attr_format(char *buf, size_t cap, OpKind op, const OpAttr *a, bool exact
 // op, -1 a bad value.
 int op_attr_parse(OpKind op, const char *key, const char *value, OpAttr *a);
 
+// A whole decimal integer (the text form of plans), or false.
+bool ops_parse_i64(const char *s, int64_t *v);
+
 // Where an arena lives.
 typedef enum MemKind {
     MEMK_DEVICE,        // device memory (the GPU's; plain memory on the cpu backend)

@@ -99,19 +99,10 @@ static int words(char *s, char **w, int max) {
     return n;
 }
 
-static bool parse_i64(const char *s, int64_t *v) {
-    char *end;
-    errno = 0;
-    long long x = strtoll(s, &end, 10);
-    if (errno || end == s || *end)
-        return false;
-    *v = x;
-    return true;
-}
 
 static bool parse_int(const char *s, int *v) {
     int64_t x;
-    if (!parse_i64(s, &x) || x < -1 || x > 1 << 30)
+    if (!ops_parse_i64(s, &x) || x < -1 || x > 1 << 30)
         return false;
     *v = (int)x;
     return true;
@@ -132,7 +123,7 @@ static bool parse_shape(const char *s, int *ndim, int64_t *shape) {
     char tmp[256];
     snprintf(tmp, sizeof tmp, "%s", s);
     for (char *save, *p = strtok_r(tmp, "x", &save); p; p = strtok_r(NULL, "x", &save)) {
-        if (*ndim == PLAN_MAX_DIMS || !parse_i64(p, &shape[*ndim]) || shape[*ndim] <= 0)
+        if (*ndim == PLAN_MAX_DIMS || !ops_parse_i64(p, &shape[*ndim]) || shape[*ndim] <= 0)
             return false;
         (*ndim)++;
     }
@@ -168,7 +159,7 @@ static int read_header(Reader *r, Plan *p) {
         int n = words(line, w, 16);
         if (strcmp(w[0], "buffers") == 0) {
             int64_t nb;
-            if (n != 2 || !parse_i64(w[1], &nb) || nb < 0 || nb > 50000000)
+            if (n != 2 || !ops_parse_i64(w[1], &nb) || nb < 0 || nb > 50000000)
                 return bad(r, "bad buffer count");
             p->nbuf = (int)nb;
             return 0;
@@ -181,17 +172,17 @@ static int read_header(Reader *r, Plan *p) {
         else if (strcmp(w[0], "gpu") == 0)
             p->gpu = xstrdup(w[1]);
         else if (strcmp(w[0], "budget") == 0)
-            ok = parse_i64(w[1], &p->budget_bytes) && p->budget_bytes >= 0;
+            ok = ops_parse_i64(w[1], &p->budget_bytes) && p->budget_bytes >= 0;
         else if (strcmp(w[0], "reserve") == 0)
-            ok = parse_i64(w[1], &p->reserve_bytes) && p->reserve_bytes >= 0;
+            ok = ops_parse_i64(w[1], &p->reserve_bytes) && p->reserve_bytes >= 0;
         else if (strcmp(w[0], "seq") == 0)
-            ok = parse_i64(w[1], &p->seq) && p->seq > 0;
+            ok = ops_parse_i64(w[1], &p->seq) && p->seq > 0;
         else if (strcmp(w[0], "micro_batch") == 0)
-            ok = parse_i64(w[1], &p->micro_batch) && p->micro_batch > 0;
+            ok = ops_parse_i64(w[1], &p->micro_batch) && p->micro_batch > 0;
         else if (strcmp(w[0], "accum") == 0)
-            ok = parse_i64(w[1], &p->accum) && p->accum > 0;
+            ok = ops_parse_i64(w[1], &p->accum) && p->accum > 0;
         else if (strcmp(w[0], "vocab") == 0)
-            ok = parse_i64(w[1], &p->vocab) && p->vocab > 0;
+            ok = ops_parse_i64(w[1], &p->vocab) && p->vocab > 0;
         else if (strcmp(w[0], "precision") == 0)
             p->precision = xstrdup(w[1]);
         else if (strcmp(w[0], "lora") == 0) {
@@ -201,7 +192,7 @@ static int read_header(Reader *r, Plan *p) {
                     return bad(r, "lora settings are key=value");
                 *eq = '\0';
                 if (!strcmp(w[i], "r"))
-                    ok = parse_i64(eq + 1, &p->lora_r) && p->lora_r > 0;
+                    ok = ops_parse_i64(eq + 1, &p->lora_r) && p->lora_r > 0;
                 else if (!strcmp(w[i], "alpha"))
                     ok = parse_f64(eq + 1, &p->lora_alpha);
                 else if (!strcmp(w[i], "dropout"))
@@ -215,7 +206,7 @@ static int read_header(Reader *r, Plan *p) {
             // arena NAME BYTES KIND: device memory, or pinned host memory
             PlanArena a = strcmp(w[1], "device") == 0 ? ARENA_DEVICE : ARENA_HOST;
             ok = n == 4 && (a == ARENA_DEVICE || strcmp(w[1], "host") == 0) &&
-                 parse_i64(w[2], &p->arena_bytes[a]) && p->arena_bytes[a] >= 0;
+                 ops_parse_i64(w[2], &p->arena_bytes[a]) && p->arena_bytes[a] >= 0;
             if (ok && strcmp(w[3], "device") == 0)
                 p->arena_kind[a] = MEMK_DEVICE;
             else if (ok && strcmp(w[3], "pinned") == 0)
@@ -224,7 +215,7 @@ static int read_header(Reader *r, Plan *p) {
                 ok = false;
         } else if (strcmp(w[0], "events") == 0) {
             int64_t e = 0;
-            ok = parse_i64(w[1], &e) && e >= 0 && e <= 100000000;
+            ok = ops_parse_i64(w[1], &e) && e >= 0 && e <= 100000000;
             p->events = (int)e;
         } else if (strcmp(w[0], "optimizer") == 0) {
             p->optimizer = xstrdup(w[1]);
@@ -256,7 +247,7 @@ static int read_buffer(Reader *r, Plan *p, int i, char *line) {
     *b = (PlanBuffer){.id = i, .of = -1, .view = -1, .reuse = -1, .layer = -1, .kind = PK_VALUE,
                       .init_scale = 0.02};
     int64_t id;
-    if (n < 11 || strcmp(w[0], "buffer") != 0 || !parse_i64(w[1], &id) || id != i)
+    if (n < 11 || strcmp(w[0], "buffer") != 0 || !ops_parse_i64(w[1], &id) || id != i)
         return bad(r, "expected 'buffer %d NAME CATEGORY ARENA OFFSET BYTES DTYPE SHAPE FIRST LAST'", i);
     b->name = xstrdup(w[2]);
     b->category = xstrdup(w[3]);
@@ -266,7 +257,7 @@ static int read_buffer(Reader *r, Plan *p, int i, char *line) {
         b->arena = ARENA_HOST;
     else
         return bad(r, "buffer %s: unknown arena '%s'", b->name, w[4]);
-    if (!parse_i64(w[5], &b->offset) || !parse_i64(w[6], &b->bytes) || b->offset < 0 || b->bytes < 0)
+    if (!ops_parse_i64(w[5], &b->offset) || !ops_parse_i64(w[6], &b->bytes) || b->offset < 0 || b->bytes < 0)
         return bad(r, "buffer %s: bad offset or size", b->name);
     if (!parse_dtype(w[7], &b->dtype))
         return bad(r, "buffer %s: unknown dtype '%s'", b->name, w[7]);
@@ -358,11 +349,11 @@ static int read_instr(Reader *r, Plan *p, PlanInstr *in, int want_id, char *line
         else if (strcmp(key, "ws") == 0)
             ok = parse_int(v, &in->ws) && in->ws >= 0 && in->ws < p->nbuf;
         else if (strcmp(key, "flops") == 0)
-            ok = parse_i64(v, &in->flops);
+            ok = ops_parse_i64(v, &in->flops);
         else if (strcmp(key, "recompute") == 0)
             in->recompute = strcmp(v, "1") == 0;
         else if (strcmp(key, "bytes") == 0)
-            ok = parse_i64(v, &in->bytes);
+            ok = ops_parse_i64(v, &in->bytes);
         else if (strcmp(key, "loc") == 0)
             ok = sscanf(v, "%d:%d", &in->line, &in->col) == 2;
         else
@@ -497,7 +488,7 @@ int plan_load(Plan **out, const char *path, char *err, size_t errlen) {
     for (int ph = 0; ph < PHASE_COUNT; ph++) {
         int64_t n;
         if (!(line = next_line(&r)) || words(line, w, 4) != 3 || strcmp(w[0], "phase") != 0 ||
-            strcmp(w[1], phase_names[ph]) != 0 || !parse_i64(w[2], &n) || n < 0 || n > 100000000) {
+            strcmp(w[1], phase_names[ph]) != 0 || !ops_parse_i64(w[2], &n) || n < 0 || n > 100000000) {
             bad(&r, "expected 'phase %s N'", phase_names[ph]);
             goto done;
         }

@@ -19,17 +19,19 @@ static const char *tiny_text(void) {
     return text;
 }
 
-// Runs the verifier on the (corrupted) plan; returns its messages.
-static char *verify(int *problems) {
+// Runs the verifier on a (corrupted) plan; returns its messages.
+static char *verify_plan(const Plan *p, int *problems) {
     static char *buf;
     size_t len;
     free(buf);
     buf = NULL;
     FILE *f = open_memstream(&buf, &len);
-    *problems = plan_verify(h.plan, f);
+    *problems = plan_verify(p, f);
     fclose(f);
     return buf;
 }
+
+static char *verify(int *problems) { return verify_plan(h.plan, problems); }
 
 // Two transient buffers live at the same time, in different places.
 static void pick_overlapping(int *a, int *b) {
@@ -150,16 +152,7 @@ static void test_over_budget(void) {
 // gradients on the host. The streams pass ordered it with events.
 static Harness hs;
 
-static char *verify_streams(int *problems) {
-    static char *buf;
-    size_t len;
-    free(buf);
-    buf = NULL;
-    FILE *f = open_memstream(&buf, &len);
-    *problems = plan_verify(hs.plan, f);
-    fclose(f);
-    return buf;
-}
+static char *verify_streams(int *problems) { return verify_plan(hs.plan, problems); }
 
 // The first instruction of class `cls` on stream `s` (any stream when s < 0) that waits
 // for an event when `waiting`; NULL if none.
