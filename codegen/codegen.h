@@ -64,12 +64,77 @@ int mv_print_buffer(FILE *f, const MemView *v, const char *name);
 int codegen_dumps(const char *dir, const Plan *p, const MemMeta *m, char *err, size_t errlen);
 
 //
+// kernels.c, cuda_ops.c — the CUDA C of a plan: kernels.cu, one kernel per distinct
+// specialisation, made from the op table's device code (elementwise ops) and the
+// templates in codegen/cuda/ (the rest); GEMMs are library calls, views and copies
+// need no kernel.
+//
+
+enum { KERNEL_MAX_LAUNCHES = 3 };
+
+// The optimizer's hyperparameters, which the update kernels are specialised on.
+typedef struct KernelHyper {
+    double beta1, beta2, eps, weight_decay;
+} KernelHyper;
+
+typedef struct KernelLaunch {
+    char name[64];
+    unsigned grid[3], block[3];
+} KernelLaunch;
+
+// The launches of one node, in order; none for a GEMM, a view or a copy.
+typedef struct NodeKernels {
+    int n;
+    KernelLaunch at[KERNEL_MAX_LAUNCHES];
+} NodeKernels;
+
+typedef struct KernelSet {
+    char *source;               // kernels.cu (malloc'd)
+    NodeKernels *node;          // per graph node
+    int nkernels;               // distinct kernels in the source
+    int nlaunch_nodes;          // nodes with at least one launch
+} KernelSet;
+
+// A CUDA source embedded at build time (codegen/cuda/*.cuh, ftc_emu.h); the list ends
+// with a NULL name.
+typedef struct CudaFile {
+    const char *name, *text;
+} CudaFile;
+extern const CudaFile codegen_cuda_files[];
+const char *codegen_cuda_file(const char *name);   // NULL if not embedded
+
+// What the CUDA column's functions see.
+typedef struct CudaCtx {
+    const IrGraph *g;
+    const IrNode *n;
+    int launch;
+    const KernelHyper *hyper;
+} CudaCtx;
+
+// One op's row of the CUDA column.
+typedef struct CudaOp {
+    const char *fn[KERNEL_MAX_LAUNCHES];    // template functions, one a launch
+    int syncs[KERNEL_MAX_LAUNCHES];         // the launch uses barriers or warp operations
+    void (*args)(FILE *f, const CudaCtx *x);   // the constants after `a` in the call
+    void (*geometry)(const CudaCtx *x, unsigned *grid, unsigned *block);
+} CudaOp;
+
+// The op's row, or NULL when it has none (elementwise ops, GEMMs, views, copies).
+const CudaOp *cuda_op(OpKind op);
+
+// Generates the kernels of every node of `g` (after alloc); 0, or -1 with err naming a
+// node whose op has no kernel.
+int codegen_kernels(const IrGraph *g, const KernelHyper *h, KernelSet *ks, char *err, size_t errlen);
+void codegen_kernels_free(KernelSet *ks);
+
+//
 // plan_write.c
 //
 
 // Writes the plan of `g` to `f`: buffers at the offsets and lifetimes the liveness
-// and alloc passes assigned. Returns 0.
-int codegen_plan_write(FILE *f, const IrGraph *g, const PlanMeta *meta);
+// and alloc passes assigned, each node's kernel launches from `ks` (if not NULL).
+// Returns 0.
+int codegen_plan_write(FILE *f, const IrGraph *g, const PlanMeta *meta, const KernelSet *ks);
 
 // Writes directory `dir` (plan and friends) atomically: everything goes to a fresh
 // temporary directory that replaces `dir` only when complete. 0, or -1 with err.

@@ -32,7 +32,7 @@ static void list(FILE *f, const char *key, const int *v, int n) {
         fprintf(f, "%s%d", i ? "," : "", v[i]);
 }
 
-int codegen_plan_write(FILE *f, const IrGraph *g, const PlanMeta *meta) {
+int codegen_plan_write(FILE *f, const IrGraph *g, const PlanMeta *meta, const KernelSet *ks) {
     int nt = g->tensors.len, nn = g->nodes.len;
     int64_t arena = meta->arena_bytes;
     const IrTensor *logits = &g->tensors.at[g->logits];
@@ -109,6 +109,11 @@ int codegen_plan_write(FILE *f, const IrGraph *g, const PlanMeta *meta) {
                 fprintf(f, " record=%d", n->record);
             if (n->ws >= 0)
                 fprintf(f, " ws=%d", n->ws);
+            for (int l = 0; ks && ks->node && l < ks->node[j].n; l++) {
+                const KernelLaunch *k = &ks->node[j].at[l];
+                fprintf(f, " launch=%s:%u,%u,%u:%u,%u,%u", k->name, k->grid[0], k->grid[1],
+                        k->grid[2], k->block[0], k->block[1], k->block[2]);
+            }
             if (n->recompute)
                 fprintf(f, " recompute=1");
             fprintf(f, " flops=%lld bytes=%lld", (long long)op_flops(g, n),
@@ -140,6 +145,18 @@ static void remove_dir(const char *dir) {
     rmdir(dir);
 }
 
+// Writes `text` to DIR/NAME; -1 with err.
+static int write_text(const char *dir, const char *name, const char *text, char *err, size_t errlen) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    if (!f || fputs(text, f) < 0 || fclose(f) != 0) {
+        snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
 int codegen_plan_dir(const char *dir, const IrGraph *g, const PlanMeta *meta, char *err,
                      size_t errlen) {
     char tmp[4096], old[4096], path[4200];
@@ -150,14 +167,30 @@ int codegen_plan_dir(const char *dir, const IrGraph *g, const PlanMeta *meta, ch
         snprintf(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
         return -1;
     }
+    // The kernels: kernels.cu, and the header that compiles it on the CPU (--device emu).
+    KernelSet ks;
+    KernelHyper hyper = {meta->beta1, meta->beta2, meta->eps, meta->weight_decay};
+    if (codegen_kernels(g, &hyper, &ks, err, errlen) != 0) {
+        remove_dir(tmp);
+        return -1;
+    }
+    const char *emu = codegen_cuda_file("ftc_emu.h");
+    if (write_text(tmp, "kernels.cu", ks.source, err, errlen) != 0 ||
+        (emu && write_text(tmp, "ftc_emu.h", emu, err, errlen) != 0)) {
+        codegen_kernels_free(&ks);
+        remove_dir(tmp);
+        return -1;
+    }
     snprintf(path, sizeof path, "%s/plan", tmp);
     FILE *f = fopen(path, "w");
     if (!f) {
         snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+        codegen_kernels_free(&ks);
         remove_dir(tmp);
         return -1;
     }
-    codegen_plan_write(f, g, meta);
+    codegen_plan_write(f, g, meta, &ks);
+    codegen_kernels_free(&ks);
     if (ferror(f) | fclose(f)) {
         snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
         remove_dir(tmp);

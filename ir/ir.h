@@ -278,7 +278,12 @@ typedef struct OpInfo {
     // ops that are not differentiated (backward and optimizer ops).
     void (*backward)(Autodiff *ad, const IrNode *n);
     uint8_t init[IR_MAX_INPUTS];    // how a parameter in input k is initialised (IrInit)
-    const char *aux;                // the name suffix of out[1] ("rstd", "lse", "mask")
+    const char *aux;                // the name suffix of out[1] ("stats", "lse", "mask")
+    // Elementwise ops: the device code of one element, C statements that set `y` from
+    // the inputs x0, x1, ... (fp32; an input of fewer elements is broadcast), the
+    // attribute `c` and, for an update, y's old value; the CUDA emitter makes the kernel
+    // around it. Its arithmetic is the cpu backend's kernel's, operation for operation.
+    const char *device;
 } OpInfo;
 
 const OpInfo *op_info(OpKind op);

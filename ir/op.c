@@ -429,6 +429,17 @@ static int64_t scratch_cross_entropy(const IrGraph *g, const IrNode *n) {
     return dtype_bytes(DT_F32, rows * v);
 }
 
+// The embedding gradient's index (ints): per id its end position, then the positions
+// sorted by id (a deterministic gather on a GPU).
+static int64_t scratch_embed_bwd(const IrGraph *g, const IrNode *n) {
+    return 4 * (T(n->out[0])->shape[0] + 1 + ir_tensor_elems(IN(1)));
+}
+
+// The loss's term per row (fp32), summed in a fixed order on a GPU.
+static int64_t scratch_rows_f32(const IrGraph *g, const IrNode *n) {
+    return 4 * ir_tensor_elems(IN(1));
+}
+
 //
 // Derivative rules. Each appends the gradient nodes of forward node n; ad_dy is the
 // gradient reaching output k, ad_add / ad_acc hand gradients to the inputs.
@@ -645,19 +656,24 @@ static const OpInfo ops[OP_COUNT] = {
                    .grad_needs = {I1, I0}, .backward = bwd_linear, .init = {0, 0, INIT_ZEROS}},
     [OP_MATMUL] = {.shape = shape_matmul, .flops = flops_matmul, .gemm = gemm_matmul,
                    .grad_needs = {I1, I0}, .backward = bwd_matmul},
-    [OP_ADD] = {.shape = shape_binary, .flops = flops_elems, .backward = bwd_add_sub},
-    [OP_SUB] = {.shape = shape_binary, .flops = flops_elems, .backward = bwd_add_sub},
+    [OP_ADD] = {.shape = shape_binary, .flops = flops_elems, .backward = bwd_add_sub,
+                .device = "y = x0 + x1;"},
+    [OP_SUB] = {.shape = shape_binary, .flops = flops_elems, .backward = bwd_add_sub,
+                .device = "y = x0 - x1;"},
     [OP_MUL] = {.shape = shape_binary, .flops = flops_elems, .grad_needs = {I1, I0},
-                .backward = bwd_mul},
+                .backward = bwd_mul, .device = "y = x0 * x1;"},
     [OP_DIV] = {.shape = shape_binary, .flops = flops_elems, .grad_needs = {I1, I0 | I1},
-                .backward = bwd_div},
-    [OP_SCALE] = {.shape = shape_unary, .flops = flops_elems, .backward = bwd_scale},
+                .backward = bwd_div, .device = "y = x0 / x1;"},
+    [OP_SCALE] = {.shape = shape_unary, .flops = flops_elems, .backward = bwd_scale,
+                  .device = "y = x0 * c;"},
     [OP_SILU] = {.shape = shape_unary, .flops = flops_4elems, .grad_needs = {I0},
-                 .backward = bwd_unary},
+                 .backward = bwd_unary, .device = "y = x0 / (1.0f + expf(-x0));"},
     [OP_GELU] = {.shape = shape_unary, .flops = flops_8elems, .grad_needs = {I0},
-                 .backward = bwd_unary},
+                 .backward = bwd_unary,
+                 .device = "float inner = 0.7978845608028654f * (x0 + 0.044715f * (x0 * x0 * x0));"
+                           " y = 0.5f * x0 * (1.0f + tanhf(inner));"},
     [OP_EXP] = {.shape = shape_unary, .flops = flops_elems, .grad_needs = {O},
-                .backward = bwd_unary},
+                .backward = bwd_unary, .device = "y = expf(x0);"},
     [OP_RMSNORM] = {.shape = shape_norm, .flops = flops_4elems, .grad_needs = {I0 | I1 | A, I0 | A},
                     .backward = bwd_norm, .init = {0, INIT_ONES}, .aux = "stats"},
     [OP_LAYERNORM] = {.shape = shape_norm, .flops = flops_8elems,
@@ -674,16 +690,23 @@ static const OpInfo ops[OP_COUNT] = {
     [OP_DROPOUT] = {.shape = shape_dropout, .flops = flops_elems, .grad_needs = {A},
                     .backward = bwd_unary, .aux = "mask"},
     [OP_CROSS_ENTROPY] = {.shape = shape_cross_entropy, .flops = flops_cross_entropy,
-                          .grad_needs = {I0 | I1}, .backward = bwd_cross_entropy},
+                          .grad_needs = {I0 | I1}, .backward = bwd_cross_entropy,
+                          .scratch_bytes = scratch_rows_f32},
     // backward ops
-    [OP_EMBED_BWD] = {.shape = shape_attr, .flops = flops_elems},
+    [OP_EMBED_BWD] = {.shape = shape_attr, .flops = flops_elems, .scratch_bytes = scratch_embed_bwd},
     [OP_LINEAR_DX] = {.shape = shape_linear_dx, .flops = flops_linear_bwd, .gemm = gemm_linear_dx},
     [OP_LINEAR_DW] = {.shape = shape_linear_dw, .flops = flops_linear_bwd, .gemm = gemm_linear_dw},
     [OP_SUM_TO] = {.shape = shape_attr, .flops = flops_elems},
     [OP_MATMUL_DA] = {.shape = shape_matmul_da, .flops = flops_matmul_bwd, .gemm = gemm_matmul},
     [OP_MATMUL_DB] = {.shape = shape_matmul_db, .flops = flops_matmul_bwd, .gemm = gemm_matmul},
-    [OP_SILU_BWD] = {.shape = shape_like1, .flops = flops_8elems},
-    [OP_GELU_BWD] = {.shape = shape_like1, .flops = flops_8elems},
+    [OP_SILU_BWD] = {.shape = shape_like1, .flops = flops_8elems,
+                     .device = "float s = 1.0f / (1.0f + expf(-x1));"
+                               " y = x0 * (s * (1.0f + x1 * (1.0f - s)));"},
+    [OP_GELU_BWD] = {.shape = shape_like1, .flops = flops_8elems,
+                     .device = "float x2 = x1 * x1;"
+                               " float t = tanhf(0.7978845608028654f * (x1 + 0.044715f * x2 * x1));"
+                               " float di = 0.7978845608028654f * (1.0f + 3.0f * 0.044715f * x2);"
+                               " y = x0 * (0.5f * (1.0f + t) + 0.5f * x1 * (1.0f - t * t) * di);"},
     [OP_RMSNORM_DX] = {.shape = shape_like1, .flops = flops_8elems},
     [OP_RMSNORM_DW] = {.shape = shape_norm_dw, .flops = flops_8in0},
     [OP_LAYERNORM_DX] = {.shape = shape_like1, .flops = flops_8elems},
@@ -691,17 +714,18 @@ static const OpInfo ops[OP_COUNT] = {
     [OP_ROPE_BWD] = {.shape = shape_like0, .flops = flops_4elems},
     [OP_SOFTMAX_BWD] = {.shape = shape_like1, .flops = flops_4elems},
     [OP_ATTENTION_BWD] = {.shape = shape_attention_bwd, .flops = flops_attention_bwd},
-    [OP_DROPOUT_BWD] = {.shape = shape_like0, .flops = flops_elems},
+    [OP_DROPOUT_BWD] = {.shape = shape_like0, .flops = flops_elems,
+                        .device = "y = x1 != 0.0f ? x0 * (1.0f / (1.0f - c)) : 0.0f;"},
     [OP_CROSS_ENTROPY_BWD] = {.shape = shape_like0, .flops = flops_cross_entropy,
                               .scratch_bytes = scratch_cross_entropy},
     // storage
     [OP_COPY] = {.shape = shape_like0, .flops = flops_zero},
     [OP_DEQUANT] = {.shape = shape_dequant, .flops = flops_4elems},
     // optimizer ops
-    [OP_ACC] = {.shape = shape_update, .flops = flops_elems},
+    [OP_ACC] = {.shape = shape_update, .flops = flops_elems, .device = "y = y + x0;"},
     [OP_ADAMW] = {.shape = shape_update, .flops = flops_adamw},
     [OP_SGD] = {.shape = shape_update, .flops = flops_elems},
-    [OP_ZERO] = {.shape = shape_update, .flops = flops_zero},
+    [OP_ZERO] = {.shape = shape_update, .flops = flops_zero, .device = "y = 0.0f;"},
 };
 
 const OpInfo *op_info(OpKind op) {

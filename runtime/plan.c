@@ -308,6 +308,27 @@ static int read_buffer(Reader *r, Plan *p, int i, char *line) {
     return 0;
 }
 
+// "NAME:GX,GY,GZ:BX,BY,BZ": a kernel name of letters, digits and '_', positive sizes.
+static bool parse_launch(const char *s, PlanLaunch *l) {
+    const char *c1 = strchr(s, ':');
+    if (!c1 || c1 == s || (size_t)(c1 - s) >= sizeof l->name)
+        return false;
+    for (const char *p = s; p < c1; p++)
+        if (!(*p == '_' || (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+              (*p >= '0' && *p <= '9')))
+            return false;
+    memcpy(l->name, s, (size_t)(c1 - s));
+    l->name[c1 - s] = '\0';
+    int used = 0;
+    if (sscanf(c1, ":%u,%u,%u:%u,%u,%u%n", &l->grid[0], &l->grid[1], &l->grid[2], &l->block[0],
+               &l->block[1], &l->block[2], &used) != 6 || c1[used] != '\0')
+        return false;
+    for (int d = 0; d < 3; d++)
+        if (!l->grid[d] || !l->block[d])
+            return false;
+    return (uint64_t)l->block[0] * l->block[1] * l->block[2] <= 1024;
+}
+
 static int read_instr(Reader *r, Plan *p, PlanInstr *in, int want_id, char *line) {
     char *w[40] = {0};
     int n = words(line, w, 40);
@@ -346,6 +367,8 @@ static int read_instr(Reader *r, Plan *p, PlanInstr *in, int want_id, char *line
             ok = parse_int(v, &in->record) && in->record >= 0;
         else if (strcmp(key, "layer") == 0)
             ok = parse_int(v, &in->layer);
+        else if (strcmp(key, "launch") == 0)
+            ok = in->nlaunch < PLAN_MAX_LAUNCHES && parse_launch(v, &in->launch[in->nlaunch++]);
         else if (strcmp(key, "ws") == 0)
             ok = parse_int(v, &in->ws) && in->ws >= 0 && in->ws < p->nbuf;
         else if (strcmp(key, "flops") == 0)

@@ -21,7 +21,8 @@
 //   ...
 //   phase forward N          (then N instruction lines; likewise backward, optimizer)
 //   ID OP out=A,B in=C,D,E [update=MASK] [ATTR=VALUE ...] [stream=S] [wait=E,F] [record=E]
-//      [ws=ID] [recompute=1] [flops=N] [bytes=N] [layer=L] [loc=LINE:COL]
+//      [ws=ID] [launch=NAME:GRID:BLOCK ...] [recompute=1] [flops=N] [bytes=N] [layer=L]
+//      [loc=LINE:COL]
 //   end
 //
 // OP is a name from ops.def; ATTR=VALUE are the attributes its row declares (ops.h:
@@ -45,6 +46,9 @@
 // one instruction and waited for only later in the same phase; every phase ends with
 // all streams drained. The verifier checks that every two instructions touching the
 // same bytes, one of them writing, are ordered by stream order and events.
+// launch=NAME:GX,GY,GZ:BX,BY,BZ (repeated, in order) names a kernel of the plan's
+// kernels.cu the instruction runs on a GPU, with its grid and block; a buffer's operands
+// reach it in plan order (outputs, inputs, workspace; codegen/cuda/prelude.cuh).
 // Other instruction keys: ws=ID (scratch), recompute=1 (a forward op re-run in
 // backward), flops=N, bytes=N (estimates).
 //
@@ -61,7 +65,7 @@
 #include "ops.h"
 
 enum { PLAN_VERSION = 2, PLAN_MAX_DIMS = OP_MAX_DIMS, PLAN_MAX_IN = 6, PLAN_MAX_OUT = 4,
-       PLAN_MAX_WAITS = STREAM_COUNT - 1 };
+       PLAN_MAX_WAITS = STREAM_COUNT - 1, PLAN_MAX_LAUNCHES = 3 };
 
 typedef enum PlanDType { PDT_F32, PDT_BF16, PDT_F16, PDT_I32, PDT_U8, PDT_NF4, PDT_COUNT } PlanDType;
 typedef enum PlanArena { ARENA_DEVICE, ARENA_HOST, ARENA_COUNT } PlanArena;
@@ -92,6 +96,12 @@ typedef struct PlanBuffer {
     char *role;             // "tokens", "targets", "loss", "logits", or NULL
 } PlanBuffer;
 
+// A generated kernel an instruction launches (kernels.cu), with its grid and block.
+typedef struct PlanLaunch {
+    char name[64];
+    unsigned grid[3], block[3];
+} PlanLaunch;
+
 typedef struct PlanInstr {
     int id;                 // index over all phases
     OpKind op;              // from ops.def
@@ -105,6 +115,8 @@ typedef struct PlanInstr {
     int wait[PLAN_MAX_WAITS];
     int record;             // the event recorded when done, else -1
     int ws;                 // its workspace buffer, else -1
+    int nlaunch;            // generated kernels it runs on a GPU, in order (none: a GEMM,
+    PlanLaunch launch[PLAN_MAX_LAUNCHES];   // a view or a copy)
     bool recompute;         // a forward op re-run in backward
     int64_t flops, bytes;   // estimated work and traffic (for the cost model and traces)
     int layer;

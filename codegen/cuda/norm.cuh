@@ -1,0 +1,171 @@
+/* norm.cuh — row-wise kernels: RMSNorm and LayerNorm forward and backward, softmax,
+ * and the column sums behind norm-weight gradients and sum_to. A row kernel runs one
+ * block per row (blockDim a multiple of 32), sums in fp32 through block_sum's fixed
+ * tree; the cpu backend sums the same quantities in double, so results agree within
+ * fp32 rounding, not bitwise. Operands follow the plan's order in a.p[]: outputs, then
+ * inputs. */
+
+/* y = x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps), kept in fp32 for the backward.
+ * a.p: y [rows, C], rstd f32 [rows], x [rows, C], w [C]. */
+FTC_INLINE void rmsnorm_fwd(FtcArgs a, long long rows, int C, float eps, int dtx, int dtw, int dty) {
+    __shared__ float red[32];
+    long long r = blockIdx.x, base = r * C;
+    if (r >= rows)
+        return;
+    float ss = 0.0f;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float v = ldf(a.p[2], base + c, dtx);
+        ss += v * v;
+    }
+    ss = block_sum(ss, red);
+    float rs = 1.0f / sqrtf(ss / (float)C + eps);
+    if (threadIdx.x == 0)
+        ((float *)a.p[1])[r] = rs;
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+        stf(a.p[0], base + c, dty, (ldf(a.p[2], base + c, dtx) * rs) * ldf(a.p[3], c, dtw));
+}
+
+/* dx = r w dy - (r^3 / C) x sum(w dy x).  a.p: dx, dy, x, w, rstd. */
+FTC_INLINE void rmsnorm_dx(FtcArgs a, long long rows, int C, int dtdx, int dtdy, int dtx, int dtw) {
+    __shared__ float red[32];
+    long long r = blockIdx.x, base = r * C;
+    if (r >= rows)
+        return;
+    float dot = 0.0f;
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+        dot += ldf(a.p[3], c, dtw) * ldf(a.p[1], base + c, dtdy) * ldf(a.p[2], base + c, dtx);
+    dot = block_sum(dot, red);
+    float rs = ((const float *)a.p[4])[r];
+    float k = rs * rs * rs * dot / (float)C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+        stf(a.p[0], base + c, dtdx,
+            rs * ldf(a.p[3], c, dtw) * ldf(a.p[1], base + c, dtdy) - k * ldf(a.p[2], base + c, dtx));
+}
+
+/* mean and rstd per row (stats f32 [2, rows]: the means, then the rstds); y = (x - mean)
+ * rstd w + b.  a.p: y, stats, x, w, b. */
+FTC_INLINE void layernorm_fwd(FtcArgs a, long long rows, int C, float eps, int dtx, int dtw, int dtb,
+                              int dty) {
+    __shared__ float red[32];
+    long long r = blockIdx.x, base = r * C;
+    if (r >= rows)
+        return;
+    float s = 0.0f;
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+        s += ldf(a.p[2], base + c, dtx);
+    float mean = block_sum(s, red) / (float)C;
+    float ss = 0.0f;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float d = ldf(a.p[2], base + c, dtx) - mean;
+        ss += d * d;
+    }
+    float rs = 1.0f / sqrtf(block_sum(ss, red) / (float)C + eps);
+    if (threadIdx.x == 0) {
+        ((float *)a.p[1])[r] = mean;
+        ((float *)a.p[1])[rows + r] = rs;
+    }
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+        stf(a.p[0], base + c, dty,
+            (ldf(a.p[2], base + c, dtx) - mean) * rs * ldf(a.p[3], c, dtw) + ldf(a.p[4], c, dtb));
+}
+
+/* With xhat = (x - mean) r and g = w dy: dx = r (g - mean(g) - xhat mean(g xhat)).
+ * a.p: dx, dy, x, w, stats. */
+FTC_INLINE void layernorm_dx(FtcArgs a, long long rows, int C, int dtdx, int dtdy, int dtx, int dtw) {
+    __shared__ float red[32];
+    long long r = blockIdx.x, base = r * C;
+    if (r >= rows)
+        return;
+    float mean = ((const float *)a.p[4])[r], rs = ((const float *)a.p[4])[rows + r];
+    float sg = 0.0f, sgx = 0.0f;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float g = ldf(a.p[3], c, dtw) * ldf(a.p[1], base + c, dtdy);
+        sg += g;
+        sgx += g * (ldf(a.p[2], base + c, dtx) - mean) * rs;
+    }
+    sg = block_sum(sg, red) / (float)C;
+    sgx = block_sum(sgx, red) / (float)C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float xhat = (ldf(a.p[2], base + c, dtx) - mean) * rs;
+        float g = ldf(a.p[3], c, dtw) * ldf(a.p[1], base + c, dtdy);
+        stf(a.p[0], base + c, dtdx, rs * (g - sg - xhat * sgx));
+    }
+}
+
+/* Softmax over the last dim; y may share x's bytes.  a.p: y, x. */
+FTC_INLINE void softmax_fwd(FtcArgs a, long long rows, int C, int dtx, int dty) {
+    __shared__ float red[32];
+    long long r = blockIdx.x, base = r * C;
+    if (r >= rows)
+        return;
+    float mx = -FTC_INF;
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+        mx = fmaxf(mx, ldf(a.p[1], base + c, dtx));
+    mx = block_max(mx, red);
+    float sum = 0.0f;
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+        sum += expf(ldf(a.p[1], base + c, dtx) - mx);
+    sum = block_sum(sum, red);
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+        stf(a.p[0], base + c, dty, expf(ldf(a.p[1], base + c, dtx) - mx) / sum);
+}
+
+/* dx = y (dy - sum(dy y)).  a.p: dx, dy, y. */
+FTC_INLINE void softmax_bwd(FtcArgs a, long long rows, int C, int dtdx, int dtdy, int dty) {
+    __shared__ float red[32];
+    long long r = blockIdx.x, base = r * C;
+    if (r >= rows)
+        return;
+    float dot = 0.0f;
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+        dot += ldf(a.p[1], base + c, dtdy) * ldf(a.p[2], base + c, dty);
+    dot = block_sum(dot, red);
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float y = ldf(a.p[2], base + c, dty);
+        stf(a.p[0], base + c, dtdx, y * (ldf(a.p[1], base + c, dtdy) - dot));
+    }
+}
+
+/* Column sums over rows, 32 columns a block of 256 threads: column c = 32 blockIdx.x +
+ * threadIdx.x % 32, rows split eight ways and the eight partials added in order. The
+ * term of (row, column) is term(row, c); `update` adds the sum to out's value. */
+#define FTC_COLSUM(term, rows, C, out, dtout, update)                                          \
+    do {                                                                                       \
+        __shared__ float part[8][33];                                                          \
+        int tx = threadIdx.x % 32, ty = threadIdx.x / 32;                                      \
+        long long c = (long long)blockIdx.x * 32 + tx;                                         \
+        float acc = 0.0f;                                                                      \
+        if (c < (C))                                                                           \
+            for (long long row = ty; row < (rows); row += 8)                                   \
+                acc += (term);                                                                 \
+        part[ty][tx] = acc;                                                                    \
+        __syncthreads();                                                                       \
+        if (ty == 0 && c < (C)) {                                                              \
+            float s = 0.0f;                                                                    \
+            for (int k = 0; k < 8; k++)                                                        \
+                s += part[k][tx];                                                              \
+            stf(out, c, dtout, (update) ? ldf(out, c, dtout) + s : s);                         \
+        }                                                                                      \
+    } while (0)
+
+/* dw[c] (+)= sum_rows dy x rstd.  a.p: dw, dy, x, rstd. */
+FTC_INLINE void rmsnorm_dw(FtcArgs a, long long rows, int C, int update, int dtdw, int dtdy, int dtx) {
+    const float *rstd = (const float *)a.p[3];
+    FTC_COLSUM(ldf(a.p[1], row * C + c, dtdy) * ldf(a.p[2], row * C + c, dtx) * rstd[row], rows, C,
+               a.p[0], dtdw, update);
+}
+
+/* dw[c] (+)= sum_rows dy (x - mean) rstd.  a.p: dw, dy, x, stats. */
+FTC_INLINE void layernorm_dw(FtcArgs a, long long rows, int C, int update, int dtdw, int dtdy,
+                             int dtx) {
+    const float *stats = (const float *)a.p[3];
+    FTC_COLSUM(ldf(a.p[1], row * C + c, dtdy) * ((ldf(a.p[2], row * C + c, dtx) - stats[row]) *
+                                                  stats[rows + row]),
+               rows, C, a.p[0], dtdw, update);
+}
+
+/* out[j] (+)= sum_r x[r n + j]: a gradient summed down to a broadcast operand's shape.
+ * a.p: out [n], x [reps, n]. */
+FTC_INLINE void sum_to(FtcArgs a, long long reps, long long n, int update, int dtout, int dtx) {
+    FTC_COLSUM(ldf(a.p[1], row * n + c, dtx), reps, n, a.p[0], dtout, update);
+}

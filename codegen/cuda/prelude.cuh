@@ -1,0 +1,79 @@
+/* prelude.cuh — the top of every generated kernels.cu: the common ground of NVRTC (CUDA
+ * C++, -default-device) and the host C compiler with ftc_emu.h (`ftc run --device emu`,
+ * the CUDA execution model on the CPU). Kernels are written in the subset both accept:
+ * C99 with CUDA's qualifiers and built-in variables (threadIdx, blockIdx, blockDim,
+ * gridDim, __shared__, __syncthreads, warp shuffles and votes, atomics); no templates,
+ * references or overloading; storage dtypes only through the ld_/st_ helpers below,
+ * whose rounding is bit-for-bit the cpu backend's (runtime/cpu/kernels.c).
+ *
+ * The kernel ABI: every kernel is
+ *     FTC_KERNEL void NAME(FtcArgs a)
+ * launched with the grid and block the plan names; a.p[] holds the instruction's
+ * buffers in plan order (outputs, then inputs, then its workspace), a.i[] and a.f[] the
+ * runtime scalars the instruction's kernel documents (optimizer step, dropout stream,
+ * learning rate). Shapes are constants of each kernel's specialisation. NVRTC compiles
+ * with --fmad=false and the emulation with -ffp-contract=off, so a*b+c is two roundings
+ * everywhere, as on the cpu backend. */
+#ifdef FTC_EMU
+#include "ftc_emu.h"
+#define FTC_CONST static const
+#else
+#define FTC_KERNEL extern "C" __global__
+#define FTC_CONST static __constant__ const
+#endif
+
+typedef struct FtcArgs {
+    void *p[12];        /* buffers: outputs, inputs, workspace, in plan order */
+    long long i[4];     /* runtime integers: [0] the optimizer step, [1] the micro-step,
+                           [2] the instruction's random stream (dropout) */
+    double f[4];        /* runtime reals: [0] the learning rate */
+} FtcArgs;
+
+#define FTC_INLINE static __device__ __forceinline__ __attribute__((unused))
+#define FTC_INF (__int_as_float(0x7f800000))
+
+FTC_INLINE float ftc_u2f(unsigned int u) { return __uint_as_float(u); }
+FTC_INLINE unsigned int ftc_f2u(float f) { return __float_as_uint(f); }
+
+/* bf16: the high half of an fp32; round to nearest even, NaN to the canonical 0x7fff. */
+FTC_INLINE float ld_bf16(const unsigned short *p, long long i) { return ftc_u2f((unsigned int)p[i] << 16); }
+FTC_INLINE unsigned short f2bf16(float f) {
+    unsigned int u = ftc_f2u(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return 0x7fff;
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (unsigned short)(u >> 16);
+}
+FTC_INLINE void st_bf16(unsigned short *p, long long i, float v) { p[i] = f2bf16(v); }
+
+/* f16 (IEEE binary16), the same conversions as the cpu backend. */
+FTC_INLINE float ld_f16(const unsigned short *p, long long i) {
+    unsigned int h = p[i], sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0x1f)
+        return ftc_u2f(sign | 0x7f800000u | (m << 13));
+    if (e == 0)
+        return ftc_u2f(sign | ftc_f2u((float)m * 5.9604644775390625e-8f)); /* m * 2^-24, exact */
+    return ftc_u2f(sign | ((e + 112u) << 23) | (m << 13));
+}
+FTC_INLINE unsigned short f2f16(float f) {
+    unsigned int u = ftc_f2u(f), a = u & 0x7fffffffu;
+    unsigned short sign = (unsigned short)((u >> 16) & 0x8000u);
+    if (a > 0x7f800000u) {
+        unsigned short m = (unsigned short)((a >> 13) & 0x3ffu);
+        return (unsigned short)(sign | 0x7c00u | (m ? m : 0x200u));
+    }
+    if (a >= 0x477ff000u)
+        return (unsigned short)(sign | 0x7c00u);
+    if (a >= 0x38800000u) {
+        unsigned int r = a + 0xfffu + ((a >> 13) & 1u);
+        return (unsigned short)(sign | ((r - 0x38000000u) >> 13));
+    }
+    if (a < 0x33000000u)
+        return sign;
+    unsigned int e = a >> 23, m = (a & 0x7fffffu) | 0x800000u, shift = 126 - e;
+    unsigned int r = m >> shift, rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (r & 1u)))
+        r++;
+    return (unsigned short)(sign | r);
+}
+FTC_INLINE void st_f16(unsigned short *p, long long i, float v) { p[i] = f2f16(v); }

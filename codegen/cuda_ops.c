@@ -1,0 +1,287 @@
+// cuda_ops.c — the CUDA backend's column of the op table: for each op that runs as a
+// generated kernel, the template functions it launches (codegen/cuda/*.cuh, one a launch,
+// in order), the constant arguments that specialise them for the node's shapes, and the
+// grid and block of each launch. Elementwise ops need no row here: their kernels are made
+// from the op's device code (OpInfo.device). GEMMs have none either: a BLAS library
+// (cuBLASLt on a GPU) serves them; views move nothing; copies are plan copies.
+#include "codegen.h"
+
+#include <math.h>
+#include <string.h>
+
+#define T(id) (&g->tensors.at[(id)])
+#define IN(k) T(n->in[k])
+#define OUT(k) T(n->out[k])
+#define DT(t) ((int)(t)->dtype)
+
+static int64_t last_dim(const IrTensor *t) { return t->ndim ? t->shape[t->ndim - 1] : 1; }
+static int64_t rows_of(const IrTensor *t) { return ir_tensor_elems(t) / last_dim(t); }
+static int upd(const IrNode *n) { return n->update & 1u; }
+
+// What an argument or geometry function sees: the node, which of its launches, and the
+// optimizer's hyperparameters.
+#define CTX(x)                                                                             \
+    const IrGraph *g = (x)->g;                                                             \
+    const IrNode *n = (x)->n;                                                              \
+    int l = (x)->launch;                                                                   \
+    (void)g, (void)n, (void)l
+
+// A float literal that reads back as exactly (float)v.
+static void flit(FILE *f, double v) { fprintf(f, "%af", (double)(float)v); }
+
+//
+// Geometry.
+//
+
+enum { EW_BLOCK = 256, EW_MAX_GRID = 4096 };
+
+static void ew_geometry(int64_t n, unsigned *grid, unsigned *block) {
+    int64_t b = (n + EW_BLOCK - 1) / EW_BLOCK;
+    grid[0] = (unsigned)(b < 1 ? 1 : b > EW_MAX_GRID ? EW_MAX_GRID : b);
+    block[0] = EW_BLOCK;
+}
+
+// One block a row; a block of 32 threads for short rows, 128 or 256 for longer ones.
+static void row_geometry(int64_t rows, int64_t cols, unsigned *grid, unsigned *block) {
+    grid[0] = (unsigned)rows;
+    block[0] = cols <= 64 ? 32 : cols <= 2048 ? 128 : 256;
+}
+
+// One warp per row, four warps a block.
+static void warp_geometry(int64_t rows, unsigned *grid, unsigned *block) {
+    grid[0] = (unsigned)((rows + 3) / 4);
+    block[0] = 128;
+}
+
+static void colsum_geometry(int64_t cols, unsigned *grid, unsigned *block) {
+    grid[0] = (unsigned)((cols + 31) / 32);
+    block[0] = 256;
+}
+
+static void one_block(unsigned *grid, unsigned *block, unsigned threads) {
+    grid[0] = 1;
+    block[0] = threads;
+}
+
+//
+// Per op: arguments and geometry.
+//
+
+static void a_embed(FILE *f, const CudaCtx *cx) {
+    CTX(cx);
+    fprintf(f, "%lldLL, %lld, %lldLL, %d, %d", (long long)ir_tensor_elems(IN(1)),
+            (long long)IN(0)->shape[1], (long long)IN(0)->shape[0], DT(IN(0)), DT(OUT(0)));
+}
+static void g_embed(const CudaCtx *cx, unsigned *grid, unsigned *block) {
+    CTX(cx);
+    ew_geometry(ir_tensor_elems(OUT(0)), grid, block);
+}
+
+static void a_embed_bwd(FILE *f, const CudaCtx *cx) {
+    CTX(cx);
+    int64_t N = ir_tensor_elems(IN(1)), V = OUT(0)->shape[0], C = OUT(0)->shape[1];
+    if (l == 0)
+        fprintf(f, "%lldLL, %lldLL", (long long)N, (long long)V);
+    else
+        fprintf(f, "%lldLL, %lld, %d, %d, %d", (long long)V, (long long)C, upd(n), DT(IN(0)),
+                DT(OUT(0)));
+}
+static void g_embed_bwd(const CudaCtx *cx, unsigned *grid, unsigned *block) {
+    CTX(cx);
+    if (l == 0)
+        one_block(grid, block, 32);
+    else
+        row_geometry(OUT(0)->shape[0], OUT(0)->shape[1], grid, block);
+}
+
+// Norms: rows and width from the input x (in[0] forward, in[1] in dx/dw: dy comes first).
+static void a_norm(FILE *f, const CudaCtx *cx) {
+    CTX(cx);
+    const IrTensor *x = IN(0);
+    fprintf(f, "%lldLL, %lld, ", (long long)rows_of(x), (long long)last_dim(x));
+    flit(f, n->attr.f);
+    fprintf(f, ", %d, %d", DT(x), DT(IN(1)));
+    if (n->op == OP_LAYERNORM)
+        fprintf(f, ", %d", DT(IN(2)));
+    fprintf(f, ", %d", DT(OUT(0)));
+}
+static void g_rows_in0(const CudaCtx *cx, unsigned *grid, unsigned *block) {
+    CTX(cx);
+    row_geometry(rows_of(IN(0)), last_dim(IN(0)), grid, block);
+}
+
+static void a_norm_dx(FILE *f, const CudaCtx *cx) {
+    CTX(cx);
+    const IrTensor *x = IN(1);
+    fprintf(f, "%lldLL, %lld, %d, %d, %d, %d", (long long)rows_of(x), (long long)last_dim(x),
+            DT(OUT(0)), DT(IN(0)), DT(x), DT(IN(2)));
+}
+static void g_rows_in1(const CudaCtx *cx, unsigned *grid, unsigned *block) {
+    CTX(cx);
+    row_geometry(rows_of(IN(1)), last_dim(IN(1)), grid, block);
+}
+
+static void a_norm_dw(FILE *f, const CudaCtx *cx) {
+    CTX(cx);
+    const IrTensor *x = IN(1);
+    fprintf(f, "%lldLL, %lld, %d, %d, %d, %d", (long long)rows_of(x), (long long)last_dim(x),
+            upd(n), DT(OUT(0)), DT(IN(0)), DT(x));
+}
+static void g_colsum_out0(const CudaCtx *cx, unsigned *grid, unsigned *block) {
+    CTX(cx);
+    colsum_geometry(ir_tensor_elems(OUT(0)), grid, block);
+}
+
+static void a_rope(FILE *f, const CudaCtx *cx) {
+    CTX(cx);
+    const int64_t *s = IN(0)->shape;
+    fprintf(f, "%lldLL, %lldLL, %lldLL, %lld, ", (long long)s[0], (long long)s[1], (long long)s[2],
+            (long long)s[3]);
+    flit(f, n->attr.f);
+    fprintf(f, ", %s, %d, %d", n->op == OP_ROPE ? "1.0f" : "-1.0f", DT(IN(0)), DT(OUT(0)));
+}
+static void g_rope(const CudaCtx *cx, unsigned *grid, unsigned *block) {
+    CTX(cx);
+    ew_geometry(ir_tensor_elems(IN(0)) / 2, grid, block);
+}
+
+static void a_softmax(FILE *f, const CudaCtx *cx) {
+    CTX(cx);
+    const IrTensor *x = IN(n->op == OP_SOFTMAX ? 0 : 1);
+    fprintf(f, "%lldLL, %lld, ", (long long)rows_of(x), (long long)last_dim(x));
+    if (n->op == OP_SOFTMAX)
+        fprintf(f, "%d, %d", DT(IN(0)), DT(OUT(0)));
+    else
+        fprintf(f, "%d, %d, %d", DT(OUT(0)), DT(IN(0)), DT(IN(1)));
+}
+
+// Attention: q is in[0] forward and in[1] backward (after dy).
+static void a_attention(FILE *f, const CudaCtx *cx) {
+    CTX(cx);
+    bool fwd = n->op == OP_ATTENTION;
+    const IrTensor *q = IN(fwd ? 0 : 1), *k = IN(fwd ? 1 : 2);
+    fprintf(f, "%lldLL, %lldLL, %lldLL, %lldLL, %lld, %d, ", (long long)q->shape[0],
+            (long long)q->shape[1], (long long)q->shape[2], (long long)k->shape[2],
+            (long long)q->shape[3], n->attr.causal ? 1 : 0);
+    flit(f, 1.0 / sqrt((double)q->shape[3]));
+    if (fwd)
+        fprintf(f, ", %d, %d, %d, %d", DT(q), DT(k), DT(IN(2)), DT(OUT(0)));
+    else
+        fprintf(f, ", %d, %d", DT(q), DT(IN(0)));
+}
+static void g_attention(const CudaCtx *cx, unsigned *grid, unsigned *block) {
+    CTX(cx);
+    const IrTensor *q = IN(n->op == OP_ATTENTION ? 0 : 1), *k = IN(n->op == OP_ATTENTION ? 1 : 2);
+    int64_t heads = l == 1 ? k->shape[2] : q->shape[2];   // the dk/dv launch: key rows
+    warp_geometry(q->shape[0] * q->shape[1] * heads, grid, block);
+}
+
+static void a_transpose(FILE *f, const CudaCtx *cx) {
+    CTX(cx);
+    const IrTensor *x = IN(0);
+    int pad = IR_MAX_DIMS - x->ndim;
+    for (int d = 0; d < IR_MAX_DIMS; d++)
+        fprintf(f, "%lldLL, ", (long long)(d < pad ? 1 : x->shape[d - pad]));
+    fprintf(f, "%d, %d, %d, %d", n->attr.perm[0] + pad, n->attr.perm[1] + pad, DT(x), DT(OUT(0)));
+}
+static void g_ew_out0(const CudaCtx *cx, unsigned *grid, unsigned *block) {
+    CTX(cx);
+    ew_geometry(ir_tensor_elems(OUT(0)), grid, block);
+}
+
+static void a_dropout(FILE *f, const CudaCtx *cx) {
+    CTX(cx);
+    float p = (float)n->attr.f;
+    double t = floor((double)p * 4294967296.0);   // the cpu backend's threshold
+    fprintf(f, "%lldLL, %uu, ", (long long)ir_tensor_elems(IN(0)),
+            t >= 4294967295.0 ? 4294967295u : (unsigned)t);
+    flit(f, 1.0f / (1.0f - p));
+    fprintf(f, ", %d, %d", DT(IN(0)), DT(OUT(0)));
+}
+
+static void a_ce(FILE *f, const CudaCtx *cx) {
+    CTX(cx);
+    const IrTensor *lg = IN(0);
+    long long N = (long long)rows_of(lg), V = (long long)last_dim(lg);
+    if (n->op == OP_CROSS_ENTROPY) {
+        if (l == 0)
+            fprintf(f, "%lldLL, %lldLL, %d", N, V, DT(lg));
+        else
+            fprintf(f, "%lldLL", N);
+        return;
+    }
+    if (l == 0) {
+        fprintf(f, "%lldLL", N);
+        return;
+    }
+    fprintf(f, "%lldLL, %lldLL, ", N, V);
+    flit(f, n->attr.f);
+    fprintf(f, ", %d, %d", DT(lg), DT(OUT(0)));
+}
+static void g_ce(const CudaCtx *cx, unsigned *grid, unsigned *block) {
+    CTX(cx);
+    bool rows = n->op == OP_CROSS_ENTROPY ? l == 0 : l == 1;
+    if (rows)
+        row_geometry(rows_of(IN(0)), last_dim(IN(0)), grid, block);
+    else
+        one_block(grid, block, 256);
+}
+
+static void a_sum_to(FILE *f, const CudaCtx *cx) {
+    CTX(cx);
+    int64_t out = ir_tensor_elems(OUT(0));
+    fprintf(f, "%lldLL, %lldLL, %d, %d, %d", (long long)(ir_tensor_elems(IN(0)) / out),
+            (long long)out, upd(n), DT(OUT(0)), DT(IN(0)));
+}
+
+static void a_dequant(FILE *f, const CudaCtx *cx) {
+    CTX(cx);
+    fprintf(f, "%lldLL, %d, %d", (long long)ir_tensor_elems(OUT(0)), n->nin == 4, DT(OUT(0)));
+}
+
+static void a_adamw(FILE *f, const CudaCtx *cx) {
+    CTX(cx);
+    fprintf(f, "%lldLL, %d, %.17g, %.17g, %.17g, %.17g, %d, %d, %d",
+            (long long)ir_tensor_elems(OUT(0)), ir_node_nout(n) == 4, cx->hyper->beta1, cx->hyper->beta2,
+            cx->hyper->eps, cx->hyper->weight_decay, DT(OUT(0)), DT(IN(0)), DT(OUT(1)));
+}
+
+static void a_sgd(FILE *f, const CudaCtx *cx) {
+    CTX(cx);
+    fprintf(f, "%lldLL, %d, %d, %d", (long long)ir_tensor_elems(OUT(0)), ir_node_nout(n) == 2,
+            DT(OUT(0)), DT(IN(0)));
+}
+
+//
+// The column.
+//
+
+static const CudaOp column[OP_COUNT] = {
+    [OP_EMBED] = {{"embed_fwd"}, {0}, a_embed, g_embed},
+    [OP_EMBED_BWD] = {{"embed_bwd_index", "embed_bwd_sum"}, {1, 0}, a_embed_bwd, g_embed_bwd},
+    [OP_RMSNORM] = {{"rmsnorm_fwd"}, {1}, a_norm, g_rows_in0},
+    [OP_LAYERNORM] = {{"layernorm_fwd"}, {1}, a_norm, g_rows_in0},
+    [OP_RMSNORM_DX] = {{"rmsnorm_dx"}, {1}, a_norm_dx, g_rows_in1},
+    [OP_LAYERNORM_DX] = {{"layernorm_dx"}, {1}, a_norm_dx, g_rows_in1},
+    [OP_RMSNORM_DW] = {{"rmsnorm_dw"}, {1}, a_norm_dw, g_colsum_out0},
+    [OP_LAYERNORM_DW] = {{"layernorm_dw"}, {1}, a_norm_dw, g_colsum_out0},
+    [OP_ROPE] = {{"rope"}, {0}, a_rope, g_rope},
+    [OP_ROPE_BWD] = {{"rope"}, {0}, a_rope, g_rope},
+    [OP_SOFTMAX] = {{"softmax_fwd"}, {1}, a_softmax, g_rows_in0},
+    [OP_SOFTMAX_BWD] = {{"softmax_bwd"}, {1}, a_softmax, g_rows_in1},
+    [OP_ATTENTION] = {{"attn_fwd"}, {1}, a_attention, g_attention},
+    [OP_ATTENTION_BWD] = {{"attn_bwd_dq", "attn_bwd_dkv"}, {1, 1}, a_attention, g_attention},
+    [OP_TRANSPOSE] = {{"transpose"}, {0}, a_transpose, g_ew_out0},
+    [OP_DROPOUT] = {{"dropout_fwd"}, {0}, a_dropout, g_ew_out0},
+    [OP_CROSS_ENTROPY] = {{"ce_rows", "ce_mean"}, {1, 1}, a_ce, g_ce},
+    [OP_CROSS_ENTROPY_BWD] = {{"ce_count", "ce_grad"}, {1, 1}, a_ce, g_ce},
+    [OP_SUM_TO] = {{"sum_to"}, {1}, a_sum_to, g_colsum_out0},
+    [OP_DEQUANT] = {{"dequant"}, {0}, a_dequant, g_ew_out0},
+    [OP_ADAMW] = {{"adamw"}, {0}, a_adamw, g_ew_out0},
+    [OP_SGD] = {{"sgd"}, {0}, a_sgd, g_ew_out0},
+};
+
+const CudaOp *cuda_op(OpKind op) {
+    const CudaOp *c = &column[op];
+    return c->fn[0] ? c : NULL;
+}

@@ -1,0 +1,221 @@
+// kernels.c — the CUDA C emitter: kernels.cu for a planned graph. The file opens with
+// the prelude (the subset of CUDA both NVRTC and the CPU emulation compile) and the
+// templates of codegen/cuda/, then one thin kernel per distinct specialisation: an
+// elementwise op's kernel is made around its device code in the op table; any other
+// op's launches call its template functions (the CUDA column, cuda_ops.c) with the
+// node's shapes and dtypes as literal constants, which the compiler folds. Nodes with
+// the same specialisation (every layer's RMSNorm) share one kernel. The output is a
+// function of the graph alone, so it can be diffed and cached.
+#include "codegen.h"
+#include "../runtime/cpu/nf4.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+// The templates, in the order kernels.cu includes them.
+static const char *const templates[] = {"common.cuh", "norm.cuh", "rope.cuh", "embed.cuh",
+                                        "loss.cuh", "optim.cuh", "nf4.cuh", "dropout.cuh",
+                                        "movement.cuh", "attention.cuh"};
+
+const char *codegen_cuda_file(const char *name) {
+    for (const CudaFile *f = codegen_cuda_files; f->name; f++)
+        if (strcmp(f->name, name) == 0)
+            return f->text;
+    return NULL;
+}
+
+typedef struct Kernel {
+    char *body;             // the text between the braces
+    char name[64];
+    int syncs;
+} Kernel;
+
+typedef struct Emitter {
+    const IrGraph *g;
+    VEC(Kernel) kernels;
+} Emitter;
+
+static char *text_of(FILE *f, char **buf, size_t *len) {
+    fclose(f);
+    (void)len;
+    return *buf;
+}
+
+// The kernel with this body, added when new; its index.
+static int intern(Emitter *e, char *body, const char *what, int syncs) {
+    for (int k = 0; k < e->kernels.len; k++)
+        if (strcmp(e->kernels.at[k].body, body) == 0) {
+            free(body);
+            return k;
+        }
+    Kernel k = {.body = body, .syncs = syncs};
+    snprintf(k.name, sizeof k.name, "k%d_%s", e->kernels.len, what);
+    vec_push(&e->kernels, k);
+    return e->kernels.len - 1;
+}
+
+// Whether `code` uses the identifier `id`.
+static bool uses(const char *code, const char *id) {
+    size_t n = strlen(id);
+    for (const char *p = strstr(code, id); p; p = strstr(p + 1, id)) {
+        bool before = p > code && (p[-1] == '_' || (p[-1] >= 'a' && p[-1] <= 'z') ||
+                                   (p[-1] >= 'A' && p[-1] <= 'Z') || (p[-1] >= '0' && p[-1] <= '9'));
+        char a = p[n];
+        bool after = a == '_' || (a >= 'a' && a <= 'z') || (a >= 'A' && a <= 'Z') || (a >= '0' && a <= '9');
+        if (!before && !after)
+            return true;
+    }
+    return false;
+}
+
+// An elementwise kernel around device code: out[0] over its elements, input k read at
+// i, or at i modulo its size when it is broadcast (its shape a suffix of the output's).
+static char *elementwise_body(const IrGraph *g, const IrNode *n, const char *device) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    const IrTensor *out = &g->tensors.at[n->out[0]];
+    int64_t total = ir_tensor_elems(out);
+    int nout = ir_node_nout(n);
+    fprintf(f, "    const long long n = %lldLL;\n", (long long)total);
+    fprintf(f, "    for (long long i = ftc_gid(); i < n; i += ftc_gstride()) {\n");
+    for (int k = 0; k < n->nin; k++) {
+        if (n->in[k] < 0)
+            continue;
+        const IrTensor *x = &g->tensors.at[n->in[k]];
+        int64_t nx = ir_tensor_elems(x);
+        if (nx == total)
+            fprintf(f, "        float x%d = ldf(a.p[%d], i, %d);\n", k, nout + k, (int)x->dtype);
+        else
+            fprintf(f, "        float x%d = ldf(a.p[%d], i %% %lldLL, %d);\n", k, nout + k,
+                    (long long)nx, (int)x->dtype);
+    }
+    if (n->update & 1u)
+        fprintf(f, "        float y = ldf(a.p[0], i, %d);\n", (int)out->dtype);
+    else
+        fprintf(f, "        float y;\n");
+    if (uses(device, "c"))
+        fprintf(f, "        const float c = %af;\n", (double)(float)n->attr.f);
+    fprintf(f, "        { %s }\n", device);
+    fprintf(f, "        stf(a.p[0], i, %d, y);\n    }\n", (int)out->dtype);
+    return text_of(f, &buf, &len);
+}
+
+// A template launch: `fn(a, constants);`.
+static char *template_body(const CudaOp *c, const CudaCtx *x) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    fprintf(f, "    %s(a, ", c->fn[x->launch]);
+    c->args(f, x);
+    fprintf(f, ");\n");
+    return text_of(f, &buf, &len);
+}
+
+static void elementwise_geometry(const IrGraph *g, const IrNode *n, unsigned *grid, unsigned *block) {
+    int64_t total = ir_tensor_elems(&g->tensors.at[n->out[0]]);
+    int64_t b = (total + 255) / 256;
+    grid[0] = (unsigned)(b < 1 ? 1 : b > 4096 ? 4096 : b);
+    block[0] = 256;
+}
+
+// Whether the node runs without a generated kernel: a GEMM (the BLAS library), a plan
+// copy, or a view (no bytes move).
+static bool library_or_nothing(const IrNode *n) {
+    OpClass c = op_desc(n->op)->cls;
+    return c == OPC_GEMM || c == OPC_COPY || (c == OPC_MOVEMENT && !cuda_op(n->op));
+}
+
+static void emit_tables(FILE *f) {
+    fprintf(f, "/* NF4 levels and the dynamic 8-bit code of double quantisation (the runtime's\n"
+               " * tables, runtime/cpu/nf4.c) */\n");
+    fprintf(f, "FTC_CONST float ftc_nf4_code[16] = {");
+    for (int i = 0; i < 16; i++)
+        fprintf(f, "%s%af", i ? ", " : "", (double)cpu_nf4_code[i]);
+    fprintf(f, "};\nFTC_CONST float ftc_nf4_dynamic[256] = {");
+    for (int i = 0; i < 256; i++)
+        fprintf(f, "%s%s%af", i ? "," : "", i % 4 ? " " : "\n    ", (double)cpu_nf4_dynamic_code[i]);
+    fprintf(f, "};\n\n");
+}
+
+int codegen_kernels(const IrGraph *g, const KernelHyper *h, KernelSet *ks, char *err, size_t errlen) {
+    memset(ks, 0, sizeof *ks);
+    Emitter e = {.g = g};
+    ks->node = calloc((size_t)g->nodes.len + 1, sizeof(NodeKernels));
+    for (int i = 0; i < g->nodes.len; i++) {
+        const IrNode *n = &g->nodes.at[i];
+        NodeKernels *nk = &ks->node[i];
+        if (library_or_nothing(n))
+            continue;
+        const char *device = op_info(n->op)->device;
+        const CudaOp *c = cuda_op(n->op);
+        if (n->op == OP_DROPOUT && ir_node_nout(n) == 1)
+            device = "y = x0;";   // p = 0: no mask, the identity
+        if (device) {
+            int k = intern(&e, elementwise_body(g, n, device), op_desc(n->op)->name, 0);
+            nk->n = 1;
+            memcpy(nk->at[0].name, e.kernels.at[k].name, sizeof nk->at[0].name);
+            elementwise_geometry(g, n, nk->at[0].grid, nk->at[0].block);
+        } else if (c) {
+            for (int l = 0; l < KERNEL_MAX_LAUNCHES && c->fn[l]; l++) {
+                CudaCtx x = {g, n, l, h};
+                int k = intern(&e, template_body(c, &x), c->fn[l], c->syncs[l]);
+                KernelLaunch *kl = &nk->at[nk->n++];
+                memcpy(kl->name, e.kernels.at[k].name, sizeof kl->name);
+                kl->grid[1] = kl->grid[2] = kl->block[1] = kl->block[2] = 1;
+                c->geometry(&x, kl->grid, kl->block);
+            }
+        } else {
+            snprintf(err, errlen, "node %d (%s, .ft line %d): no CUDA kernel for this op", i,
+                     op_desc(n->op)->name, n->loc.line);
+            for (int k = 0; k < e.kernels.len; k++)
+                free(e.kernels.at[k].body);
+            vec_free(&e.kernels);
+            free(ks->node);
+            ks->node = NULL;
+            return -1;
+        }
+        for (int l = 0; l < nk->n; l++)
+            for (int d = 0; d < 3; d++) {
+                if (!nk->at[l].grid[d])
+                    nk->at[l].grid[d] = 1;
+                if (!nk->at[l].block[d])
+                    nk->at[l].block[d] = 1;
+            }
+        ks->nlaunch_nodes += nk->n > 0;
+    }
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    fprintf(f, "/* kernels.cu — generated by ftc compile: %d kernels for a graph of %d nodes.\n"
+               " * Compiled by NVRTC for a GPU, and by the host C compiler with -DFTC_EMU for\n"
+               " * `ftc run --device emu`. */\n",
+            e.kernels.len, g->nodes.len);
+    fputs(codegen_cuda_file("prelude.cuh"), f);
+    for (size_t t = 0; t < sizeof templates / sizeof templates[0]; t++) {
+        if (strcmp(templates[t], "nf4.cuh") == 0)
+            emit_tables(f);
+        fprintf(f, "\n");
+        fputs(codegen_cuda_file(templates[t]), f);
+    }
+    fprintf(f, "\n/* The kernels of this plan. */\n");
+    for (int k = 0; k < e.kernels.len; k++)
+        fprintf(f, "\nFTC_KERNEL void %s(FtcArgs a) {\n%s}\n", e.kernels.at[k].name,
+                e.kernels.at[k].body);
+    fprintf(f, "\n#ifdef FTC_EMU\nFTC_EMU_TABLE(\n");
+    for (int k = 0; k < e.kernels.len; k++)
+        fprintf(f, "    FTC_EMU_ENTRY(%s, %d)\n", e.kernels.at[k].name, e.kernels.at[k].syncs);
+    fprintf(f, ")\n#endif\n");
+    ks->source = text_of(f, &buf, &len);
+    ks->nkernels = e.kernels.len;
+    for (int k = 0; k < e.kernels.len; k++)
+        free(e.kernels.at[k].body);
+    vec_free(&e.kernels);
+    return 0;
+}
+
+void codegen_kernels_free(KernelSet *ks) {
+    free(ks->source);
+    free(ks->node);
+    memset(ks, 0, sizeof *ks);
+}
