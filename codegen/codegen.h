@@ -8,6 +8,8 @@
 // What the plan header says beyond the graph.
 typedef struct PlanMeta {
     const char *model, *source, *gpu;
+    const char *arch;           // compile kernels.cu with NVRTC for this SM ("sm_80"), if
+                                // NVRTC is found; NULL: write the source alone
     int64_t budget_bytes;
     int64_t accum;              // micro-steps per optimizer step
     const char *precision;      // "bf16", "fp16", "fp32", "bf16_pure"

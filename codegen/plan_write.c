@@ -1,6 +1,7 @@
 // plan_write.c — the plan file (format in runtime/plan.h) and the plan directory.
 // Offsets and lifetimes come from the liveness and alloc passes.
 #include "codegen.h"
+#include "../runtime/nvrtc.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -145,6 +146,65 @@ static void remove_dir(const char *dir) {
     rmdir(dir);
 }
 
+// Kernels in the order kernels.cu defines them: k0_..., k1_..., ...
+static int by_kernel_number(const void *a, const void *b) {
+    const NvrtcKernel *x = a, *y = b;
+    long nx = strtol(x->name + (x->name[0] == 'k'), NULL, 10);
+    long ny = strtol(y->name + (y->name[0] == 'k'), NULL, 10);
+    return nx < ny ? -1 : nx > ny ? 1 : strcmp(x->name, y->name);
+}
+
+// The CUBIN of kernels.cu for `arch` (DIR/kernels.ARCH.cubin) and the resource report of
+// its kernels (DIR/kernels.txt), when NVRTC is at hand; else a report that says why
+// there is none. -1 with err when the kernels do not compile (an internal error).
+static int compile_kernels(const char *dir, const KernelSet *ks, const char *arch, char *err,
+                           size_t errlen) {
+    NvrtcInfo info;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/kernels.txt", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+        return -1;
+    }
+    if (!rt_nvrtc_available(&info)) {
+        fprintf(f, "kernels.cu: %d kernels; not compiled here (%s); ftc run compiles it on "
+                   "the GPU's machine\n", ks->nkernels, rt_nvrtc_load_error());
+        return fclose(f) == 0 ? 0 : -1;
+    }
+    const char *opts[] = {"--fmad=false"};
+    NvrtcResult r;
+    char why[2048];
+    if (rt_nvrtc_compile_cached(NULL, ks->source, "kernels.cu", arch, opts, 1, &r, why, sizeof why) != 0) {
+        fclose(f);
+        snprintf(err, errlen, "internal error: the generated kernels do not compile: %s", why);
+        return -1;
+    }
+    fprintf(f, "kernels.cu: %d kernels, compiled for %s by NVRTC %d.%d%s\n\n", ks->nkernels, arch,
+            info.major, info.minor, r.cache_hit ? " (from the cache)" : "");
+    fprintf(f, "%-28s %9s %10s %8s %8s %12s %11s\n", "kernel", "registers", "smem", "stack",
+            "barriers", "spill stores", "spill loads");
+    int64_t spills = 0;
+    qsort(r.kernels, (size_t)r.nkernels, sizeof *r.kernels, by_kernel_number);
+    for (int k = 0; k < r.nkernels; k++) {
+        const NvrtcKernel *kn = &r.kernels[k];
+        fprintf(f, "%-28s %9d %10lld %8lld %8d %12lld %11lld\n", kn->name, kn->registers,
+                (long long)kn->smem_bytes, (long long)kn->stack_bytes, kn->barriers,
+                (long long)kn->spill_store_bytes, (long long)kn->spill_load_bytes);
+        spills += kn->spill_store_bytes + kn->spill_load_bytes;
+    }
+    fprintf(f, "\n%s\n", spills ? "some kernels spill registers to local memory" : "no kernel spills");
+    int rc = ferror(f) | fclose(f);
+    snprintf(path, sizeof path, "%s/kernels.%s.cubin", dir, arch);
+    FILE *c = fopen(path, "wb");
+    if (!c || fwrite(r.cubin, 1, r.cubin_bytes, c) != r.cubin_bytes || fclose(c) != 0)
+        rc = -1;
+    rt_nvrtc_result_free(&r);
+    if (rc != 0)
+        snprintf(err, errlen, "cannot write the kernels' CUBIN or report in %s", dir);
+    return rc;
+}
+
 // Writes `text` to DIR/NAME; -1 with err.
 static int write_text(const char *dir, const char *name, const char *text, char *err, size_t errlen) {
     char path[4200];
@@ -176,7 +236,8 @@ int codegen_plan_dir(const char *dir, const IrGraph *g, const PlanMeta *meta, ch
     }
     const char *emu = codegen_cuda_file("ftc_emu.h");
     if (write_text(tmp, "kernels.cu", ks.source, err, errlen) != 0 ||
-        (emu && write_text(tmp, "ftc_emu.h", emu, err, errlen) != 0)) {
+        (emu && write_text(tmp, "ftc_emu.h", emu, err, errlen) != 0) ||
+        (meta->arch && compile_kernels(tmp, &ks, meta->arch, err, errlen) != 0)) {
         codegen_kernels_free(&ks);
         remove_dir(tmp);
         return -1;

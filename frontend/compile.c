@@ -521,7 +521,8 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
     fclose(rep);
     rep = NULL;
     static const char *prec[] = {"bf16", "fp16", "fp32", "bf16_pure"};
-    PlanMeta meta = {.model = m.name, .source = path, .gpu = gpu->name, .budget_bytes = budget,
+    PlanMeta meta = {.model = m.name, .source = path, .gpu = gpu->name, .arch = gpu->arch,
+                     .budget_bytes = budget,
                      .accum = m.train.batch / best.micro, .precision = prec[m.train.precision],
                      .optimizer = m.train.optimizer, .lr = m.train.lr, .beta1 = m.train.beta1,
                      .beta2 = m.train.beta2, .eps = m.train.eps, .weight_decay = m.train.weight_decay,
@@ -545,7 +546,7 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
             bs.alloc.lower_bound ? 100.0 * (double)(bs.alloc.arena_bytes - bs.alloc.lower_bound) /
                                        (double)bs.alloc.lower_bound
                                  : 0.0);
-    fprintf(out, "plan: %s/plan (memory.txt, memory.html, report.txt beside it)\n", dir);
+    fprintf(out, "plan: %s/plan (kernels.cu, memory.txt, memory.html, report.txt beside it)\n", dir);
     if (time_passes)
         print_times(out, &times);
     rc = 0;

@@ -17,7 +17,7 @@ static void usage(FILE *f) {
           "                            counts, the memory of one training step, and the plan\n"
           "  run DIR --data FILE [--weights PATH] [--steps N] [--save DIR] [--seed N] [--poison]\n"
           "                            train: execute the plan in DIR on the cpu\n"
-          "  inspect DIR [--at peak|N] [--buffer NAME] [--top K] [--json]\n"
+          "  inspect DIR [--at peak|N] [--buffer NAME] [--top K] [--json] [--kernels]\n"
           "                            the memory schedule of a plan\n"
           "  data (--bytes|--u16|--u32) FILE -o OUT\n"
           "                            make a token file\n"
@@ -30,7 +30,7 @@ static void usage(FILE *f) {
 
 static void usage_run(FILE *f) {
     fputs("usage: ftc run DIR --data FILE [--weights PATH] [--steps N] [--save DIR]\n"
-          "                   [--save-every N] [--seed N] [--poison] [--unplanned] [--device cpu]\n"
+          "                   [--save-every N] [--seed N] [--poison] [--unplanned] [--device cpu|emu]\n"
           "\n"
           "  --data FILE       token file (ftc data makes one)\n"
           "  --weights PATH    Hugging Face safetensors: a file, or a directory (sharded too);\n"
@@ -42,7 +42,9 @@ static void usage_run(FILE *f) {
           "  --poison          fill each buffer with NaN when its lifetime ends\n"
           "  --unplanned       every buffer its own allocation instead of the planned arena\n"
           "  --merge           with LoRA: also save the merged weights (model.safetensors);\n"
-          "                    --save alone writes the adapters in PEFT's layout\n",
+          "                    --save alone writes the adapters in PEFT's layout\n"
+          "  --device D        cpu (the reference kernels), or emu: the plan's generated CUDA\n"
+          "                    kernels (kernels.cu) compiled for and run on the CPU\n",
           f);
 }
 
@@ -83,8 +85,10 @@ static int cmd_run(Cmdline *cl, int argc, char **argv, int first) {
                 return EXIT_USAGE;
             o.seed = (uint64_t)v;
         } else if (strcmp(s, "--device") == 0) {
-            if (strcmp(argv[++i], "cpu") != 0) {
-                arg_error(cl, i, "this build runs plans on the cpu only (--device cpu)");
+            o.device = argv[++i];
+            if (strcmp(o.device, "cpu") != 0 && strcmp(o.device, "emu") != 0) {
+                arg_error(cl, i, "--device takes cpu or emu (the generated kernels run on the "
+                                 "CPU); this build has no cuda backend yet");
                 return EXIT_USAGE;
             }
         } else if (strcmp(s, "--poison") == 0)
@@ -165,21 +169,23 @@ static int cmd_data(Cmdline *cl, int argc, char **argv, int first) {
 }
 
 static void usage_inspect(FILE *f) {
-    fputs("usage: ftc inspect DIR [--at peak|N] [--buffer NAME] [--top K] [--json]\n"
+    fputs("usage: ftc inspect DIR [--at peak|N] [--buffer NAME] [--top K] [--json] [--kernels]\n"
           "\n"
           "  (no option)       the summary: budget, peak and where, breakdown, largest buffers,\n"
           "                    timeline (what DIR/memory.txt holds)\n"
           "  --at peak|N       what is live at the peak or at instruction N\n"
           "  --buffer NAME     one buffer: place, lifetime, the instructions touching it\n"
           "  --top K           how many buffers to list (default 20)\n"
-          "  --json            everything, for programs (what DIR/memory.json holds)\n",
+          "  --json            everything, for programs (what DIR/memory.json holds)\n"
+          "  --kernels         the generated kernels: registers, shared memory, stack and spills\n"
+          "                    of each, as NVRTC compiled DIR/kernels.cu (DIR/kernels.txt)\n",
           f);
 }
 
 static int cmd_inspect(Cmdline *cl, int argc, char **argv, int first) {
     const char *dir = NULL, *at = NULL, *buffer = NULL;
     int64_t top = 20;
-    bool json = false;
+    bool json = false, kernels = false;
     for (int i = first; i < argc; i++) {
         const char *s = argv[i];
         if (strcmp(s, "--help") == 0 || strcmp(s, "-h") == 0) {
@@ -201,6 +207,8 @@ static int cmd_inspect(Cmdline *cl, int argc, char **argv, int first) {
                 return EXIT_USAGE;
         } else if (strcmp(s, "--json") == 0)
             json = true;
+        else if (strcmp(s, "--kernels") == 0)
+            kernels = true;
         else if (s[0] == '-' && s[1]) {
             arg_error(cl, i, "unknown option '%s' (see ftc help inspect)", s);
             return EXIT_USAGE;
@@ -215,6 +223,20 @@ static int cmd_inspect(Cmdline *cl, int argc, char **argv, int first) {
         return EXIT_USAGE;
     }
     char path[4096], err[1024];
+    if (kernels) {   // the resource report ftc compile wrote beside kernels.cu
+        snprintf(path, sizeof path, "%s/kernels.txt", dir);
+        FILE *f = fopen(path, "r");
+        if (!f) {
+            fprintf(stderr, "ftc inspect: error: %s: %s (a plan from before kernels.cu?)\n", path,
+                    strerror(errno));
+            return EXIT_NOFIT;
+        }
+        char buf[4096];
+        for (size_t n; (n = fread(buf, 1, sizeof buf, f)) > 0;)
+            fwrite(buf, 1, n, stdout);
+        fclose(f);
+        return 0;
+    }
     snprintf(path, sizeof path, "%s/plan", dir);
     Plan *p;
     if (plan_load(&p, path, err, sizeof err) != 0) {

@@ -168,6 +168,7 @@ typedef struct GpuPreset {
     double link_gbps;           // achieved host link, GB/s
     int64_t reserve_bytes;      // CUDA context + library handles, outside any arena
     int64_t workspace_bytes;    // cuBLASLt workspace
+    const char *arch;           // the SM architecture its kernels are compiled for
 } GpuPreset;
 
 const GpuPreset *gpu_preset(const char *name);   // NULL if unknown

@@ -31,6 +31,11 @@ static void nf4_parts(const Exec *x, int id, int *absmax, int *codes, int *scale
     }
 }
 
+uint64_t rt_random_stream(const Exec *x, const PlanInstr *in) {
+    return x->seed * 0x9e3779b97f4a7c15ull + (uint64_t)x->step * 1000003ull +
+           (uint64_t)x->micro * 10007ull + (uint64_t)in->attr.seed;
+}
+
 MemKind rt_buf_kind(const Exec *x, int id) {
     return x->plan->arena_kind[x->plan->buf[x->root[id]].arena];
 }
@@ -121,29 +126,35 @@ static void copy(Exec *x, const PlanInstr *in) {
                 rt_buf_kind(x, in->in[0]), dst->bytes, in->stream);
 }
 
+int rt_exec_instr(Exec *x, const PlanInstr *in, char *err, size_t errlen) {
+    Backend *be = x->be;
+    if (be->event_wait)
+        for (int k = 0; k < in->nwait; k++)
+            be->event_wait(be, in->stream, in->wait[k]);
+    char why[400];
+    int rc = 0;
+    if (op_desc(in->op)->cls == OPC_COPY)
+        copy(x, in);
+    else if (in->stream == STREAM_HOST)
+        rc = x->host->launch(x->host, x, in, why, sizeof why);
+    else
+        rc = be->launch(be, x, in, why, sizeof why);
+    if (rc != 0) {
+        snprintf(err, errlen, "instruction %d (%s, from .ft line %d:%d): %s", in->id,
+                 op_desc(in->op)->name, in->line, in->col, why);
+        return -1;
+    }
+    if (in->record >= 0 && be->event_record)
+        be->event_record(be, in->record, in->stream);
+    return 0;
+}
+
 int rt_exec_phase(Exec *x, PlanPhase ph, char *err, size_t errlen) {
     const Plan *p = x->plan;
-    Backend *be = x->be;
     for (int i = 0; i < p->nins[ph]; i++) {
         const PlanInstr *in = &p->ins[ph][i];
-        if (be->event_wait)
-            for (int k = 0; k < in->nwait; k++)
-                be->event_wait(be, in->stream, in->wait[k]);
-        char why[400];
-        int rc = 0;
-        if (op_desc(in->op)->cls == OPC_COPY)
-            copy(x, in);
-        else if (in->stream == STREAM_HOST)
-            rc = x->host->launch(x->host, x, in, why, sizeof why);
-        else
-            rc = be->launch(be, x, in, why, sizeof why);
-        if (rc != 0) {
-            snprintf(err, errlen, "instruction %d (%s, from .ft line %d:%d): %s", in->id,
-                     op_desc(in->op)->name, in->line, in->col, why);
+        if (rt_exec_instr(x, in, err, errlen) != 0)
             return -1;
-        }
-        if (in->record >= 0 && be->event_record)
-            be->event_record(be, in->record, in->stream);
         if (!x->poison)
             continue;
         if (in->ws >= 0)
@@ -166,7 +177,7 @@ int rt_exec_phase(Exec *x, PlanPhase ph, char *err, size_t errlen) {
                 poison(x, base, in->stream);
         }
     }
-    be->sync(be);
+    x->be->sync(x->be);
     return 0;
 }
 

@@ -3,6 +3,8 @@
 #include "fileio.h"
 
 #include <errno.h>
+#include <stdlib.h>
+#include <sys/stat.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -51,4 +53,52 @@ int rt_fail(char *err, size_t errlen, const char *fmt, ...) {
         va_end(ap);
     }
     return -1;
+}
+
+uint64_t rt_fnv1a64(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+int rt_cache_path(const char *what, char *buf, size_t len) {
+    const char *root = getenv("FTC_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    int n;
+    if (root && *root)
+        n = snprintf(buf, len, "%s/%s", root, what);
+    else if (xdg && *xdg)
+        n = snprintf(buf, len, "%s/ftc/%s", xdg, what);
+    else if (home && *home)
+        n = snprintf(buf, len, "%s/.cache/ftc/%s", home, what);
+    else
+        return -1;
+    return n < 0 || (size_t)n >= len ? -1 : 0;
+}
+
+int rt_mkdir_p(const char *dir) {
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    for (char *p = path + 1;; p++) {
+        if (*p != '/' && *p != '\0')
+            continue;
+        char c = *p;
+        *p = '\0';
+        if (mkdir(path, 0755) != 0 && errno != EEXIST)
+            return -1;
+        *p = c;
+        if (c == '\0')
+            break;
+    }
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return -1;
+    if (!S_ISDIR(st.st_mode)) {
+        errno = ENOTDIR;
+        return -1;
+    }
+    return 0;
 }

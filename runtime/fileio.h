@@ -16,5 +16,14 @@ const char *rt_read_errstr(void);
 // err is NULL or errlen is 0) and returns -1, so an error path reads
 // `return rt_fail(err, errlen, "%s: cannot open: %s", path, strerror(errno));`.
 int rt_fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+// FNV-1a, 64 bits: folds n bytes at p into h (start from RT_FNV_BASIS). Cache keys.
+#define RT_FNV_BASIS 0xcbf29ce484222325ull
+uint64_t rt_fnv1a64(uint64_t h, const void *p, size_t n);
+// ftc's cache directory for `what` ("nvrtc", "emu") into buf: $FTC_CACHE_DIR/what, else
+// $XDG_CACHE_HOME/ftc/what, else $HOME/.cache/ftc/what. 0, or -1 when none is set or the
+// path does not fit. It may not exist yet: rt_mkdir_p makes it.
+int rt_cache_path(const char *what, char *buf, size_t len);
+// mkdir -p: dir and its missing parents; 0, or -1 with errno set.
+int rt_mkdir_p(const char *dir);
 
 #endif

@@ -50,6 +50,12 @@ struct Backend {
 // (kernels.c), streams executed in plan order.
 Backend *rt_cpu_backend(void);
 
+// emu/backend.c — the plan's generated kernels (DIR/kernels.cu) compiled by the host C
+// compiler against DIR/ftc_emu.h (the CUDA execution model on the CPU) and launched as
+// the plan says; GEMMs, memory and copies are the cpu backend's. NULL with err when the
+// kernels do not compile or load.
+Backend *rt_emu_backend(const char *plan_dir, char *err, size_t errlen);
+
 //
 // exec.c — arenas, buffer addresses, phases.
 //
@@ -81,8 +87,15 @@ void rt_exec_free(Exec *x);
 // Runs every instruction of phase `ph` (waits, launch or copy, record), then drains
 // the streams; -1 with err naming the instruction.
 int rt_exec_phase(Exec *x, PlanPhase ph, char *err, size_t errlen);
+// Runs one instruction (waits, launch or copy, record), without draining the streams or
+// poisoning: tests that compare backends instruction by instruction; -1 with err.
+int rt_exec_instr(Exec *x, const PlanInstr *in, char *err, size_t errlen);
 // The memory kind of buffer `id`.
 MemKind rt_buf_kind(const Exec *x, int id);
+// The random stream of instruction `in` in this micro-step (dropout): keyed by the run's
+// seed, the step, the micro-step and the site (the plan's seed=), so a recompute of the
+// node draws the same mask, on every backend.
+uint64_t rt_random_stream(const Exec *x, const PlanInstr *in);
 // Reads buffer `id` as fp32 values into dst (converting bf16/f16, dequantising NF4).
 void rt_read_f32(const Exec *x, int id, float *dst);
 // Writes fp32 values into buffer `id` (rounding to its dtype; NF4 quantises).
@@ -119,6 +132,7 @@ int rt_weights_save_merged(Exec *x, const char *path, char *err, size_t errlen);
 
 typedef struct RunOptions {
     const char *plan_dir, *data, *weights, *save;
+    const char *device;     // "cpu" (default) or "emu"
     int64_t steps;
     int64_t save_every;     // also save after every this many steps (0: only at the end)
     uint64_t seed;

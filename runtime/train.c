@@ -102,7 +102,14 @@ int rt_train(const RunOptions *o) {
         plan_free(p);
         return error("%s", err);
     }
-    Backend *be = rt_cpu_backend(), *host = rt_cpu_backend();
+    bool emu = o->device && strcmp(o->device, "emu") == 0;
+    Backend *be = emu ? rt_emu_backend(o->plan_dir, err, sizeof err) : rt_cpu_backend();
+    if (!be) {
+        data_close(d);
+        plan_free(p);
+        return error("%s", err);
+    }
+    Backend *host = rt_cpu_backend();
     Exec x;
     int rc = 1;
     uint64_t *order = malloc(sizeof(uint64_t) * nwin);
@@ -130,8 +137,8 @@ int rt_train(const RunOptions *o) {
     char mems[32];
     fmt_bytes(mems, sizeof mems, mem);
     int64_t tokens_per_step = p->seq * p->micro_batch * p->accum;
-    fprintf(o->out, "ftc run: %s on cpu, %lld steps of %lld x %lld x %lld tokens (micro-batch x accumulation x seq), %llu windows in %s\n",
-            p->model, (long long)o->steps, (long long)p->micro_batch, (long long)p->accum,
+    fprintf(o->out, "ftc run: %s on %s, %lld steps of %lld x %lld x %lld tokens (micro-batch x accumulation x seq), %llu windows in %s\n",
+            p->model, be->name, (long long)o->steps, (long long)p->micro_batch, (long long)p->accum,
             (long long)p->seq, (unsigned long long)nwin, o->data);
     const PlanBuffer *lossb = plan_role(p, "loss");
     double t0 = now_s(), first_loss = 0, recent[10] = {0};

@@ -77,3 +77,24 @@ FTC_INLINE unsigned short f2f16(float f) {
     return (unsigned short)(sign | r);
 }
 FTC_INLINE void st_f16(unsigned short *p, long long i, float v) { p[i] = f2f16(v); }
+
+/* Tensor cores: one warp-wide mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32, D = A·B + C
+ * with A 16x16 (row-major), B 16x8 (column-major), C and D 16x8 fp32. Every lane of the warp
+ * executes it; with g = lane / 4 and q = lane % 4 a lane holds, in registers of two bf16 each
+ * (the lower-indexed element in the low 16 bits), a0 = A[g][2q..2q+1], a1 = A[g+8][2q..2q+1],
+ * a2 = A[g][2q+8..2q+9], a3 = A[g+8][2q+8..2q+9], b0 = B[2q..2q+1][g], b1 = B[2q+8..2q+9][g];
+ * and the floats c0, c1, c2, c3 = C[g][2q], C[g][2q+1], C[g+8][2q], C[g+8][2q+1], the same
+ * places of D for d0..d3 (lvalues; they may be the c's). Needs sm_80 or later. The order of the
+ * k-sum is the hardware's own (the emulation's is ftc_emu.h's): compare with a tolerance. */
+#ifdef FTC_EMU
+#define FTC_MMA_16816(d0, d1, d2, d3, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)                   \
+    ftc_emu_mma_16816(&(d0), &(d1), &(d2), &(d3), (a0), (a1), (a2), (a3), (b0), (b1), (c0),      \
+                      (c1), (c2), (c3))
+#else
+#define FTC_MMA_16816(d0, d1, d2, d3, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)                   \
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "                          \
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};"           \
+                 : "=f"(d0), "=f"(d1), "=f"(d2), "=f"(d3)                                        \
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(c0), "f"(c1),       \
+                   "f"(c2), "f"(c3))
+#endif

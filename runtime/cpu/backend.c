@@ -216,17 +216,10 @@ static int k_transpose(Call *c) {
     return 0;
 }
 
-// The dropout stream of one node in one micro-step: a recompute of the node (same
-// seed in the plan) draws the same mask.
-static uint64_t dropout_seed(const Call *c) {
-    return c->x->seed * 0x9e3779b97f4a7c15ull + (uint64_t)c->x->step * 1000003ull +
-           (uint64_t)c->x->micro * 10007ull + (uint64_t)c->in->attr.seed;
-}
-
 static int k_dropout(Call *c) {
     uint8_t *mask = c->in->nout > 1 ? c->o[1].raw : NULL;
     return status(c, cpu_dropout_forward(OUT(0), mask, IN(0), (size_t)N(0), (float)c->in->attr.f,
-                                         dropout_seed(c), 0));
+                                         rt_random_stream(c->x, c->in), 0));
 }
 
 static int k_cross_entropy(Call *c) {

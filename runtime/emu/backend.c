@@ -1,0 +1,280 @@
+// backend.c — the emu backend: a plan's generated kernels (DIR/kernels.cu, the very text
+// NVRTC compiles for a GPU) compiled by the host C compiler against DIR/ftc_emu.h, the
+// CUDA execution model on the CPU, and run instruction by instruction. It proves the
+// kernels without a GPU. Memory, copies, events and the GEMMs (cuBLASLt's part on a GPU)
+// are the cpu backend's: GEMMs through its BLAS, so only the generated kernels differ.
+//
+// The shared object is cached by the hash of the source, the header and the compiler's
+// command line ($FTC_CACHE_DIR/emu, else ~/.cache/ftc/emu). The compiler is $FTC_CC, else
+// `cc`.
+#include "../runtime.h"
+#include "../fileio.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+// The kernel ABI of codegen/cuda/prelude.cuh, mirrored: the layout must match.
+typedef struct EmuArgs {
+    void *p[12];
+    long long i[4];
+    double f[4];
+} EmuArgs;
+
+typedef struct EmuDim {
+    unsigned x, y, z;
+} EmuDim;
+
+typedef int (*EmuLaunch)(const char *name, EmuDim grid, EmuDim block, EmuArgs args, char *err,
+                         size_t errlen);
+
+typedef struct EmuState {
+    Backend *cpu;           // memory, copies, GEMMs
+    void *so;
+    EmuLaunch launch;
+    char dir[4096];
+} EmuState;
+
+static char *slurp(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char *buf = NULL;
+    size_t cap = 0, n = 0;
+    for (;;) {
+        if (n + 65536 + 1 > cap) {
+            cap = (n + 65536 + 1) * 2;
+            char *b = realloc(buf, cap);
+            if (!b) {
+                free(buf), fclose(f);
+                return NULL;
+            }
+            buf = b;
+        }
+        size_t got = fread(buf + n, 1, 65536, f);
+        n += got;
+        if (got < 65536)
+            break;
+    }
+    fclose(f);
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+// Runs argv (argv[0] looked up in PATH) with stderr into `log`; the exit status, or -1.
+static int run(char *const *argv, char *log, size_t loglen) {
+    int fds[2];
+    if (pipe(fds) != 0)
+        return -1;
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fds[0]), close(fds[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        dup2(fds[1], 2);
+        dup2(fds[1], 1);
+        close(fds[0]), close(fds[1]);
+        execvp(argv[0], argv);
+        fprintf(stderr, "cannot run %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    close(fds[1]);
+    size_t n = 0;
+    for (ssize_t got; (got = read(fds[0], log + n, loglen - 1 - n)) > 0 && n + 1 < loglen;)
+        n += (size_t)got;
+    char sink[4096];
+    while (read(fds[0], sink, sizeof sink) > 0)
+        ;
+    log[n] = '\0';
+    close(fds[0]);
+    int status;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// Compiles DIR/kernels.cu into a cached shared object; its path in `so`.
+static int build(const char *dir, char *so, size_t solen, char *err, size_t errlen) {
+    char src[4200], hdr[4200], cache[4096];
+    snprintf(src, sizeof src, "%s/kernels.cu", dir);
+    snprintf(hdr, sizeof hdr, "%s/ftc_emu.h", dir);
+    size_t slen, hlen;
+    char *s = slurp(src, &slen), *h = slurp(hdr, &hlen);
+    if (!s || !h) {
+        free(s), free(h);
+        return rt_fail(err, errlen, "%s: cannot read %s (recompile the plan with this ftc)", dir,
+                       !s ? "kernels.cu" : "ftc_emu.h");
+    }
+    const char *cc = getenv("FTC_CC") && *getenv("FTC_CC") ? getenv("FTC_CC") : "cc";
+    char inc[4200];
+    snprintf(inc, sizeof inc, "-I%s", dir);
+    // -ffp-contract=off: a*b+c rounds twice, as on the cpu backend and under NVRTC's
+    // --fmad=false.
+    const char *flags[] = {"-std=gnu11", "-O1", "-g0", "-ffp-contract=off", "-fPIC", "-shared",
+                           "-DFTC_EMU", "-w"};
+    enum { NF = sizeof flags / sizeof flags[0] };
+    uint64_t key = rt_fnv1a64(RT_FNV_BASIS, s, slen);
+    key = rt_fnv1a64(key, h, hlen);
+    key = rt_fnv1a64(key, cc, strlen(cc));
+    for (int i = 0; i < NF; i++)
+        key = rt_fnv1a64(key, flags[i], strlen(flags[i]) + 1);
+    free(s), free(h);
+    if (rt_cache_path("emu", cache, sizeof cache) != 0)
+        return rt_fail(err, errlen, "no cache directory for the emulated kernels: set FTC_CACHE_DIR");
+    if (rt_mkdir_p(cache) != 0)
+        return rt_fail(err, errlen, "cannot create %s: %s", cache, strerror(errno));
+    snprintf(so, solen, "%s/kernels-%016llx.so", cache, (unsigned long long)key);
+    struct stat st;
+    if (stat(so, &st) == 0 && st.st_size > 0)
+        return 0;
+    char tmp[4400];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", so, (int)getpid());
+    char *argv[NF + 8];
+    int a = 0;
+    argv[a++] = (char *)cc;
+    for (int i = 0; i < NF; i++)
+        argv[a++] = (char *)flags[i];
+    argv[a++] = inc;
+    argv[a++] = "-x";
+    argv[a++] = "c";
+    argv[a++] = src;
+    argv[a++] = "-o";
+    argv[a++] = tmp;
+    argv[a++] = "-lm";
+    argv[a] = NULL;
+    char log[4096];
+    int rc = run(argv, log, sizeof log);
+    if (rc != 0) {
+        unlink(tmp);
+        return rt_fail(err, errlen, "%s: the host compiler (%s) failed on kernels.cu (exit %d): %.1500s",
+                       dir, cc, rc, log);
+    }
+    if (rename(tmp, so) != 0) {
+        unlink(tmp);
+        return rt_fail(err, errlen, "cannot write %s: %s", so, strerror(errno));
+    }
+    return 0;
+}
+
+static bool has_kernels(const PlanInstr *in) { return in->nlaunch > 0; }
+
+// Whether the instruction needs no generated kernel: a GEMM (the cpu backend's BLAS) or a
+// view (nothing moves).
+static bool library(const PlanInstr *in) {
+    OpClass c = op_desc(in->op)->cls;
+    return c == OPC_GEMM || (c == OPC_MOVEMENT && !has_kernels(in));
+}
+
+static int emu_prepare(Backend *be, const Plan *p, int stream, char *err, size_t errlen) {
+    EmuState *s = be->state;
+    if (s->cpu->prepare(s->cpu, p, stream, err, errlen) != 0)
+        return -1;
+    for (int ph = 0; ph < PHASE_COUNT; ph++)
+        for (int i = 0; i < p->nins[ph]; i++) {
+            const PlanInstr *in = &p->ins[ph][i];
+            if ((stream >= 0 && (int)in->stream != stream) || op_desc(in->op)->cls == OPC_COPY)
+                continue;
+            if (!has_kernels(in) && !library(in))
+                return rt_fail(err, errlen, "instruction %d (%s) names no kernel: the plan predates "
+                               "kernels.cu; recompile it", in->id, op_desc(in->op)->name);
+        }
+    return 0;
+}
+
+static int emu_launch(Backend *be, Exec *x, const PlanInstr *in, char *err, size_t errlen) {
+    EmuState *s = be->state;
+    if (library(in))
+        return s->cpu->launch(s->cpu, x, in, err, errlen);
+    EmuArgs a = {{0}, {0}, {0}};
+    int k = 0;
+    for (int o = 0; o < in->nout; o++)
+        a.p[k++] = x->ptr[in->out[o]];
+    for (int i = 0; i < in->nin; i++)
+        a.p[k++] = in->in[i] >= 0 ? x->ptr[in->in[i]] : NULL;
+    if (in->ws >= 0)
+        a.p[k++] = x->ptr[in->ws];
+    a.i[0] = x->step;
+    a.i[1] = x->micro;
+    a.i[2] = (long long)rt_random_stream(x, in);
+    a.f[0] = x->plan->lr;
+    for (int l = 0; l < in->nlaunch; l++) {
+        const PlanLaunch *pl = &in->launch[l];
+        EmuDim grid = {pl->grid[0], pl->grid[1], pl->grid[2]};
+        EmuDim block = {pl->block[0], pl->block[1], pl->block[2]};
+        if (s->launch(pl->name, grid, block, a, err, errlen) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+// Memory, copies and streams are the cpu backend's.
+static void *emu_alloc(Backend *be, MemKind k, int64_t bytes) {
+    EmuState *s = be->state;
+    return s->cpu->alloc(s->cpu, k, bytes);
+}
+static void emu_free(Backend *be, MemKind k, void *p) {
+    EmuState *s = be->state;
+    s->cpu->free(s->cpu, k, p);
+}
+static void emu_set(Backend *be, MemKind k, void *dst, const void *src, int64_t bytes) {
+    EmuState *s = be->state;
+    s->cpu->set(s->cpu, k, dst, src, bytes);
+}
+static void emu_get(Backend *be, MemKind k, void *dst, const void *src, int64_t bytes) {
+    EmuState *s = be->state;
+    s->cpu->get(s->cpu, k, dst, src, bytes);
+}
+static void emu_fill(Backend *be, MemKind k, void *dst, uint32_t pattern, int width, int64_t bytes,
+                     Stream stream) {
+    EmuState *s = be->state;
+    s->cpu->fill(s->cpu, k, dst, pattern, width, bytes, stream);
+}
+static void emu_copy(Backend *be, void *dst, MemKind dk, const void *src, MemKind sk, int64_t bytes,
+                     Stream stream) {
+    EmuState *s = be->state;
+    s->cpu->copy(s->cpu, dst, dk, src, sk, bytes, stream);
+}
+static void emu_sync(Backend *be) {
+    EmuState *s = be->state;
+    s->cpu->sync(s->cpu);
+}
+
+static void emu_destroy(Backend *be) {
+    EmuState *s = be->state;
+    if (s->so)
+        dlclose(s->so);
+    s->cpu->destroy(s->cpu);
+    free(s);
+    free(be);
+}
+
+Backend *rt_emu_backend(const char *plan_dir, char *err, size_t errlen) {
+    char so[4300];
+    if (build(plan_dir, so, sizeof so, err, errlen) != 0)
+        return NULL;
+    void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+    EmuLaunch launch = h ? (EmuLaunch)dlsym(h, "ftc_emu_launch") : NULL;
+    if (!launch) {
+        rt_fail(err, errlen, "cannot load %s: %s", so, dlerror());
+        if (h)
+            dlclose(h);
+        return NULL;
+    }
+    Backend *be = calloc(1, sizeof *be);
+    EmuState *s = calloc(1, sizeof *s);
+    s->cpu = rt_cpu_backend();
+    s->so = h;
+    s->launch = launch;
+    snprintf(s->dir, sizeof s->dir, "%s", plan_dir);
+    *be = (Backend){.name = "emu", .prepare = emu_prepare, .alloc = emu_alloc, .free = emu_free,
+                    .set = emu_set, .get = emu_get, .fill = emu_fill, .copy = emu_copy,
+                    .launch = emu_launch, .sync = emu_sync, .destroy = emu_destroy, .state = s};
+    return be;
+}

@@ -1,0 +1,276 @@
+// test_kernels.c — every generated kernel against the cpu backend, instruction by
+// instruction. A program is compiled (its plan directory holds kernels.cu and
+// ftc_emu.h), its plan laid out twice: on the cpu backend and on the emu backend (the
+// generated kernels compiled for the CPU). The cpu run goes through a whole step; before
+// each instruction the emu run receives the very bytes the instruction will read, runs
+// it through its kernels, and its outputs are compared with the cpu backend's.
+//
+// Shapes are small and odd on purpose: head_dim 80, sequence 33, vocabulary 300 (not a
+// multiple of 32), GQA 2:1, rows not a multiple of any block. One line per op: the worst
+// error over all its instructions, scaled by the largest magnitude of the reference
+// output, and whether every output was bitwise equal. The tolerance is stated per
+// output dtype: 2^-7 for bf16 and f16 (two ulps of the largest element), 1e-5 for f32;
+// kernels whose arithmetic is the cpu backend's, operation for operation (elementwise
+// ops, the embedding and its gradient, dropout, NF4, the optimizers) must be bitwise.
+#include "check.h"
+#include "harness.h"
+
+#include <math.h>
+
+// A Qwen2-shaped block at odd sizes, LoRA with dropout on q and v.
+static const char *qwen_odd =
+    "model odd {\n"
+    "  vocab = 300  dim = 160  heads = 2  kv_heads = 1  head_dim = 80  ffn = 200\n"
+    "  param embed [vocab, dim] as \"model.embed_tokens.weight\"\n"
+    "  param final_norm [dim] as \"model.norm.weight\"\n"
+    "  param lm_head [vocab, dim] as \"lm_head.weight\"\n"
+    "  block decoder(x [B, S, dim]) as \"model.layers.{i}\" {\n"
+    "    param attn_norm [dim] as \"input_layernorm.weight\"\n"
+    "    param wq [heads * head_dim, dim] as \"self_attn.q_proj.weight\"\n"
+    "    param bq [heads * head_dim] as \"self_attn.q_proj.bias\"\n"
+    "    param wk [kv_heads * head_dim, dim] as \"self_attn.k_proj.weight\"\n"
+    "    param wv [kv_heads * head_dim, dim] as \"self_attn.v_proj.weight\"\n"
+    "    param wo [dim, heads * head_dim] as \"self_attn.o_proj.weight\"\n"
+    "    param mlp_norm [dim] as \"post_attention_layernorm.weight\"\n"
+    "    param wg [ffn, dim] as \"mlp.gate_proj.weight\"\n"
+    "    param wu [ffn, dim] as \"mlp.up_proj.weight\"\n"
+    "    param wd [dim, ffn] as \"mlp.down_proj.weight\"\n"
+    "    h = rmsnorm(x, attn_norm, 1e-6)\n"
+    "    q = rope(view(linear(h, wq, bq), [B, S, heads, head_dim]), 10000.0)\n"
+    "    k = rope(view(linear(h, wk), [B, S, kv_heads, head_dim]), 10000.0)\n"
+    "    v = view(linear(h, wv), [B, S, kv_heads, head_dim])\n"
+    "    a = attention(q, k, v, causal = true)\n"
+    "    x = x + linear(view(a, [B, S, heads * head_dim]), wo)\n"
+    "    h = rmsnorm(x, mlp_norm, 1e-6)\n"
+    "    return x + linear(silu(linear(h, wg)) * linear(h, wu), wd)\n"
+    "  }\n"
+    "  forward(tokens i32[B, S]) {\n"
+    "    x = repeat(2) decoder(embed[tokens])\n"
+    "    return linear(rmsnorm(x, final_norm, 1e-6), lm_head)\n"
+    "  }\n"
+    "}\n"
+    "train {\n"
+    "  seq = 33  batch = 2\n"
+    "  loss = cross_entropy(forward(tokens), next(tokens))\n"
+    "  precision = bf16\n"
+    "  optimizer = adamw(lr = 1e-3, weight_decay = 0.01)\n"
+    "%s"
+    "}\n";
+
+// The other ops: LayerNorm with bias, GELU, softmax, transpose, matmul, exp, div, sub,
+// scale, a broadcast bias (sum_to), non-causal attention; fp16 storage, SGD.
+static const char *ops_fp16 =
+    "model ops {\n"
+    "  V = 300  D = 96  H = 3  HD = 32\n"
+    "  param emb [V, D] as \"emb\"\n"
+    "  param w1 [D, D] as \"w1\"\n"
+    "  param w2 [D, D] as \"w2\"\n"
+    "  param b [D] as \"b\"\n"
+    "  param n [D] as \"n\"\n"
+    "  forward(tokens i32[B, S]) {\n"
+    "    x = emb[tokens]\n"
+    "    h = layernorm(x, n, b, 1e-5)\n"
+    "    g = gelu(linear(h, w1)) + b\n"
+    "    s = softmax(linear(g, w2))\n"
+    "    t = transpose(view(s, [B, S, H, HD]), [1, 2])\n"
+    "    m = matmul(t, transpose(t, [2, 3]))\n"
+    "    e = view(matmul(exp(m * 0.1) / (exp(m * 0.05) * 2.0), t), [B, S, D]) - x * 0.5\n"
+    "    q = view(e, [B, S, H, HD])\n"
+    "    y = view(attention(q, q, q), [B, S, D]) + e\n"
+    "    return linear(y, emb)\n"
+    "  }\n"
+    "}\n"
+    "train {\n"
+    "  seq = 33  batch = 2\n"
+    "  loss = cross_entropy(forward(tokens), next(tokens))\n"
+    "  precision = fp16\n"
+    "  optimizer = sgd(lr = 0.1)\n"
+    "}\n";
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static uint32_t urand32(void) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (uint32_t)(rng >> 32);
+}
+
+typedef struct OpStat {
+    int count, bitwise;             // outputs compared, of them bitwise equal
+    double worst;                   // max |emu - cpu| / max |cpu|, over the outputs
+    double tolerance;               // the loosest tolerance of its outputs
+} OpStat;
+
+static OpStat stats[OP_COUNT];
+
+// Whether op's kernels compute what the cpu backend computes, operation for operation.
+static bool exact(OpKind op) {
+    OpClass c = op_desc(op)->cls;
+    return c == OPC_ELEMENTWISE || c == OPC_GATHER || c == OPC_OPTIMIZER || c == OPC_MOVEMENT;
+}
+
+// Copies buffer `id`'s bytes from the cpu run to the emu run.
+static void transfer(Exec *from, Exec *to, int id) {
+    const PlanBuffer *b = &from->plan->buf[id];
+    size_t n = (size_t)plan_dtype_bytes(b->dtype, plan_elems(b));
+    void *tmp = malloc(n + 1);
+    rt_read_raw(from, id, tmp);
+    rt_write_raw(to, id, tmp);
+    free(tmp);
+}
+
+// Compares output `id` after instruction `in` ran on both; records it under the op.
+static void compare(Exec *cpu, Exec *emu, const PlanInstr *in, int id) {
+    const PlanBuffer *b = &cpu->plan->buf[id];
+    size_t bytes = (size_t)plan_dtype_bytes(b->dtype, plan_elems(b));
+    char *x = malloc(bytes + 1), *y = malloc(bytes + 1);
+    rt_read_raw(cpu, id, x);
+    rt_read_raw(emu, id, y);
+    OpStat *s = &stats[in->op];
+    s->count++;
+    bool same = memcmp(x, y, bytes) == 0;
+    s->bitwise += same;
+    double tol = b->dtype == PDT_F32 ? 1e-5 : 0x1p-7;
+    if (b->dtype == PDT_F32 || b->dtype == PDT_BF16 || b->dtype == PDT_F16) {
+        int64_t n = plan_elems(b);
+        float *fx = malloc(sizeof(float) * (size_t)n), *fy = malloc(sizeof(float) * (size_t)n);
+        rt_read_f32(cpu, id, fx);
+        rt_read_f32(emu, id, fy);
+        double big = 0, diff = 0;
+        for (int64_t i = 0; i < n; i++) {
+            big = fmax(big, fabs(fx[i]));
+            double d = fabs((double)fx[i] - fy[i]);
+            diff = isnan(d) ? INFINITY : fmax(diff, d);
+        }
+        double e = big > 0 ? diff / big : diff;
+        s->worst = fmax(s->worst, e);
+        if (e > tol)
+            printf("  instruction %d (%s) output %s: error %.3g of the largest %.3g\n", in->id,
+                   op_desc(in->op)->name, b->name, e, big);
+        CHECK(e <= tol);
+        free(fx), free(fy);
+    } else {
+        CHECK(same);
+    }
+    if (exact(in->op) && !same)
+        printf("  instruction %d (%s) output %s: not bitwise equal\n", in->id,
+               op_desc(in->op)->name, b->name);
+    if (exact(in->op))
+        CHECK(same);
+    s->tolerance = fmax(s->tolerance, exact(in->op) ? 0 : tol);
+    free(x), free(y);
+}
+
+// One step of `text` in lockstep on the cpu and emu backends, compared per instruction.
+static void lockstep(const char *name, const char *text, int64_t micro) {
+    Harness h;
+    if (!harness_compile(&h, name, text, micro)) {
+        CHECK(!"compiles");
+        harness_free(&h);
+        return;
+    }
+    h.x.poison = false;
+    char err[2048];
+    Backend *emu = rt_emu_backend(h.dir, err, sizeof err), *host = rt_cpu_backend();
+    Exec xe;
+    bool ok = emu && rt_exec_init(&xe, h.plan, emu, host, LAYOUT_PLANNED, err, sizeof err) == 0;
+    if (!ok) {
+        printf("  %s: %s\n", name, err);
+        CHECK(!"the emu backend starts");
+        if (emu)
+            emu->destroy(emu);
+        host->destroy(host);
+        harness_free(&h);
+        return;
+    }
+    const Plan *p = h.plan;
+    rt_weights_init(&h.x, 7);
+    int64_t ntok = p->seq * p->micro_batch;
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)ntok);
+    for (int r = 0; r < 2; r++) {
+        for (int64_t i = 0; i < ntok; i++)
+            ids[i] = (int32_t)(urand32() % (uint32_t)p->vocab);
+        rt_write_raw(&h.x, plan_role(p, r ? "targets" : "tokens")->id, ids);
+    }
+    free(ids);
+    h.x.step = xe.step = 1;
+    h.x.seed = xe.seed = 99;
+    for (int ph = 0; ph < PHASE_COUNT && ok; ph++)
+        for (int i = 0; i < p->nins[ph] && ok; i++) {
+            const PlanInstr *in = &p->ins[ph][i];
+            for (int k = 0; k < in->nin; k++)
+                if (in->in[k] >= 0)
+                    transfer(&h.x, &xe, in->in[k]);
+            for (int k = 0; k < in->nout; k++)
+                if ((in->update >> k) & 1u)
+                    transfer(&h.x, &xe, in->out[k]);
+            ok = rt_exec_instr(&h.x, in, err, sizeof err) == 0 &&
+                 rt_exec_instr(&xe, in, err, sizeof err) == 0;
+            if (!ok) {
+                printf("  %s: %s\n", name, err);
+                CHECK(!"runs");
+                break;
+            }
+            if (op_desc(in->op)->cls == OPC_COPY || in->nlaunch == 0)
+                continue;   // GEMMs and views: the cpu backend's own code on both sides
+            for (int k = 0; k < in->nout; k++)
+                compare(&h.x, &xe, in, in->out[k]);
+        }
+    rt_exec_free(&xe);
+    emu->destroy(emu);
+    host->destroy(host);
+    harness_free(&h);
+}
+
+static void test_qwen_odd_shapes(void) {
+    char text[8192];
+    snprintf(text, sizeof text, qwen_odd,
+             "  lora(r = 4, alpha = 8, dropout = 0.1, targets = [wq, wv])\n");
+    lockstep("qwen-odd-lora", text, 2);
+}
+
+static void test_qwen_full(void) {
+    char text[8192];
+    snprintf(text, sizeof text, qwen_odd, "");
+    lockstep("qwen-odd-full", text, 2);
+}
+
+static void test_qlora(void) {
+    char text[8192];
+    snprintf(text, sizeof text, qwen_odd,
+             "  lora(r = 4, alpha = 8, targets = [wq, wv])\n  quantize(nf4, double_quant = true)\n");
+    lockstep("qwen-odd-qlora", text, 2);
+    snprintf(text, sizeof text, qwen_odd,
+             "  lora(r = 4, alpha = 8, targets = [wq, wv])\n  quantize(nf4, double_quant = false)\n");
+    lockstep("qwen-odd-qlora-plain", text, 1);
+}
+
+static void test_other_ops_fp16(void) { lockstep("ops-fp16", ops_fp16, 2); }
+
+static void report(void) {
+    printf("  %-18s %8s %8s %12s %10s\n", "op", "outputs", "bitwise", "worst", "tolerance");
+    for (int k = 0; k < OP_COUNT; k++)
+        if (stats[k].count)
+            printf("  %-18s %8d %8d %12.3g %10s\n", op_desc((OpKind)k)->name, stats[k].count,
+                   stats[k].bitwise, stats[k].worst,
+                   exact((OpKind)k) ? "bitwise" : stats[k].tolerance > 1e-4 ? "2^-7" : "1e-5");
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && chdir(argv[1]) != 0)
+        return 2;
+    RUN(test_qwen_odd_shapes);
+    RUN(test_qwen_full);
+    RUN(test_qlora);
+    RUN(test_other_ops_fp16);
+    report();
+    // Every op the emitter generates a kernel for appeared at least once.
+    int missing = 0;
+    for (int k = 0; k < OP_COUNT; k++) {
+        bool generated = op_info((OpKind)k)->device || cuda_op((OpKind)k);
+        if (generated && !stats[k].count && k != OP_ZERO) {
+            printf("  no instruction exercised %s\n", op_desc((OpKind)k)->name);
+            missing++;
+        }
+    }
+    RUN_NAMED("every-kernel-exercised", CHECK_EQ(0, missing));
+    return CHECK_DONE();
+}
