@@ -169,11 +169,18 @@ static void a_attention(FILE *f, const CudaCtx *cx) {
     else
         fprintf(f, ", %d, %d", DT(q), DT(IN(0)));
 }
+// A warp per row, or with tensor cores (attention.cuh: bf16 throughout, D % 16 == 0) a
+// warp per 16 rows; the dk/dv launch counts key rows.
 static void g_attention(const CudaCtx *cx, unsigned *grid, unsigned *block) {
     CTX(cx);
     const IrTensor *q = IN(n->op == OP_ATTENTION ? 0 : 1), *k = IN(n->op == OP_ATTENTION ? 1 : 2);
-    int64_t heads = l == 1 ? k->shape[2] : q->shape[2];   // the dk/dv launch: key rows
-    warp_geometry(q->shape[0] * q->shape[1] * heads, grid, block);
+    bool mma = q->shape[3] % 16 == 0 && q->shape[3] <= 256;
+    for (int i = 0; i < n->nin; i++)
+        mma &= IN(i)->dtype == DT_BF16 || IN(i)->dtype == DT_F32 /* lse */;
+    mma &= OUT(0)->dtype == DT_BF16 && q->dtype == DT_BF16;
+    int64_t heads = l == 1 ? k->shape[2] : q->shape[2], S = q->shape[1];
+    int64_t rows = q->shape[0] * heads * (mma ? (S + 15) / 16 : S);
+    warp_geometry(rows, grid, block);
 }
 
 static void a_transpose(FILE *f, const CudaCtx *cx) {
@@ -269,8 +276,8 @@ static const CudaOp column[OP_COUNT] = {
     [OP_ROPE_BWD] = {{"rope"}, {0}, a_rope, g_rope},
     [OP_SOFTMAX] = {{"softmax_fwd"}, {1}, a_softmax, g_rows_in0},
     [OP_SOFTMAX_BWD] = {{"softmax_bwd"}, {1}, a_softmax, g_rows_in1},
-    [OP_ATTENTION] = {{"attn_fwd"}, {1}, a_attention, g_attention},
-    [OP_ATTENTION_BWD] = {{"attn_bwd_dq", "attn_bwd_dkv"}, {1, 1}, a_attention, g_attention},
+    [OP_ATTENTION] = {{"attention_fwd"}, {1}, a_attention, g_attention},
+    [OP_ATTENTION_BWD] = {{"attention_bwd_dq", "attention_bwd_dkv"}, {1, 1}, a_attention, g_attention},
     [OP_TRANSPOSE] = {{"transpose"}, {0}, a_transpose, g_ew_out0},
     [OP_DROPOUT] = {{"dropout_fwd"}, {0}, a_dropout, g_ew_out0},
     [OP_CROSS_ENTROPY] = {{"ce_rows", "ce_mean"}, {1, 1}, a_ce, g_ce},

@@ -435,6 +435,12 @@ static int64_t scratch_embed_bwd(const IrGraph *g, const IrNode *n) {
     return 4 * (T(n->out[0])->shape[0] + 1 + ir_tensor_elems(IN(1)));
 }
 
+// dy.o per query row (fp32 [B, H, S]), which the key-row launch of the GPU kernel reads.
+static int64_t scratch_attention_bwd(const IrGraph *g, const IrNode *n) {
+    const IrTensor *q = IN(1);
+    return 4 * q->shape[0] * q->shape[1] * q->shape[2];
+}
+
 // The loss's term per row (fp32), summed in a fixed order on a GPU.
 static int64_t scratch_rows_f32(const IrGraph *g, const IrNode *n) {
     return 4 * ir_tensor_elems(IN(1));
@@ -713,7 +719,8 @@ static const OpInfo ops[OP_COUNT] = {
     [OP_LAYERNORM_DW] = {.shape = shape_norm_dw, .flops = flops_8in0},
     [OP_ROPE_BWD] = {.shape = shape_like0, .flops = flops_4elems},
     [OP_SOFTMAX_BWD] = {.shape = shape_like1, .flops = flops_4elems},
-    [OP_ATTENTION_BWD] = {.shape = shape_attention_bwd, .flops = flops_attention_bwd},
+    [OP_ATTENTION_BWD] = {.shape = shape_attention_bwd, .flops = flops_attention_bwd,
+                          .scratch_bytes = scratch_attention_bwd},
     [OP_DROPOUT_BWD] = {.shape = shape_like0, .flops = flops_elems,
                         .device = "y = x1 != 0.0f ? x0 * (1.0f / (1.0f - c)) : 0.0f;"},
     [OP_CROSS_ENTROPY_BWD] = {.shape = shape_like0, .flops = flops_cross_entropy,

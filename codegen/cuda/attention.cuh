@@ -1,11 +1,16 @@
 /* attention.cuh — scaled dot-product attention over q [B, S, H, D] and k, v [B, S, Hkv, D]
  * (grouped queries: query head h reads key head h / (H / Hkv)), optionally causal, saving
- * only the fp32 log-sum-exp per query row [B, H, S] for the backward. One warp a row: the
- * lanes split the head dim, a dot product is a warp sum. The forward makes two passes over
- * the keys (the online max and sum, then the weighted values); the backward runs one
- * launch over query rows (dq) and one over key rows (dk, dv, summing the query rows in
- * order), so nothing is accumulated with atomics and results do not depend on timing.
- * D is at most 256 (8 elements a lane). */
+ * only the fp32 log-sum-exp per query row [B, H, S] for the backward. The backward runs
+ * one launch over query rows (dq, and dy.o per row into the workspace) and one over key
+ * rows (dk, dv, summing the query rows in order), so nothing is accumulated with atomics
+ * and results do not depend on timing.
+ *
+ * Two implementations. With bf16 operands and a head dim that is a multiple of 16 (every
+ * shipped model), flash attention on tensor cores: a warp owns 16 rows, products are
+ * mma.sync m16n8k16 (bf16 in, fp32 accumulate) over tiles of 16 keys, the softmax is
+ * online (a running max and sum per row), probabilities and score gradients go back into
+ * the tensor cores rounded to bf16, as FlashAttention-2 does. Otherwise one warp a row:
+ * the lanes split the head dim, a dot product is a warp sum (D at most 256). */
 
 enum { FTC_ATT_LANE = 8 };   /* head-dim elements a lane holds */
 
@@ -164,4 +169,310 @@ FTC_INLINE void attn_bwd_dkv(FtcArgs a, long long B, long long S, long long H, l
             stf(ATT_DV, kv + d, dtd, dv[k]);
         }
     }
+}
+
+/* --- Flash attention on tensor cores (bf16, D % 16 == 0, D <= 256). ------------------- */
+
+/* Two bf16 as one mma register: lo in the low half. */
+FTC_INLINE unsigned int att_pack(float lo, float hi) {
+    return (unsigned int)f2bf16(lo) | ((unsigned int)f2bf16(hi) << 16);
+}
+
+/* Elements i and i+1 of a bf16 array as one mma register. */
+FTC_INLINE unsigned int att_ld2(const unsigned short *p, long long i) {
+    return (unsigned int)p[i] | ((unsigned int)p[i + 1] << 16);
+}
+
+/* Elements i and j of a bf16 array as one mma register. */
+FTC_INLINE unsigned int att_ld11(const unsigned short *p, long long i, long long j) {
+    return (unsigned int)p[i] | ((unsigned int)p[j] << 16);
+}
+
+/* The max and the sum over the four lanes of a quad (the lanes sharing a row of an mma
+ * accumulator). */
+FTC_INLINE float quad_max(float v) {
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+FTC_INLINE float quad_sum(float v) {
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+#define ATT_MAX_CHUNKS 32   /* D / 8 at most */
+
+/* The accumulator element e (0..3) of 16x8 tile half nh sits at row (e < 2 ? g : g + 8) and
+ * column nh * 8 + 2 q + (e & 1), with g = lane / 4 and q = lane % 4. */
+
+/* Forward: warp w owns query rows [16 t, 16 t + 16) of (b, h).  a.p: o, lse, q, k, v. */
+FTC_INLINE void attn_fwd_mma(FtcArgs a, long long B, long long S, long long H, long long Hkv, int D,
+                             int causal, float scale) {
+    const unsigned short *Q = (const unsigned short *)a.p[2], *K = (const unsigned short *)a.p[3];
+    const unsigned short *V = (const unsigned short *)a.p[4];
+    int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+    long long tiles = (S + 15) / 16, w = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    if (w >= B * H * tiles)
+        return;
+    long long t = w % tiles, h = (w / tiles) % H, b = w / (tiles * H), hk = h / (H / Hkv);
+    long long r0 = 16 * t, row[2] = {r0 + g, r0 + g + 8}, rc[2];
+    for (int r = 0; r < 2; r++)
+        rc[r] = row[r] < S ? row[r] : S - 1;   /* clamped for loads; never stored */
+    float o[ATT_MAX_CHUNKS][4], m[2] = {-FTC_INF, -FTC_INF}, l[2] = {0.0f, 0.0f};
+    for (int nc = 0; nc < D / 8; nc++)
+        for (int e = 0; e < 4; e++)
+            o[nc][e] = 0.0f;
+    long long kend = causal ? (r0 + 16 < S ? r0 + 16 : S) : S;
+    for (long long j0 = 0; j0 < kend; j0 += 16) {
+        float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+        for (int kc = 0; kc < D / 16; kc++) {
+            int d0 = kc * 16 + 2 * q;
+            long long qa = ((b * S + rc[0]) * H + h) * D, qb = ((b * S + rc[1]) * H + h) * D;
+            unsigned int a0 = att_ld2(Q, qa + d0), a1 = att_ld2(Q, qb + d0);
+            unsigned int a2 = att_ld2(Q, qa + d0 + 8), a3 = att_ld2(Q, qb + d0 + 8);
+            for (int nh = 0; nh < 2; nh++) {
+                long long key = j0 + nh * 8 + g, kr = ((b * S + (key < S ? key : S - 1)) * Hkv + hk) * D;
+                unsigned int b0 = att_ld2(K, kr + d0), b1 = att_ld2(K, kr + d0 + 8);
+                FTC_MMA_16816(s[nh][0], s[nh][1], s[nh][2], s[nh][3], a0, a1, a2, a3, b0, b1, s[nh][0],
+                              s[nh][1], s[nh][2], s[nh][3]);
+            }
+        }
+        float mx[2] = {-FTC_INF, -FTC_INF};
+        for (int nh = 0; nh < 2; nh++)
+            for (int e = 0; e < 4; e++) {
+                long long key = j0 + nh * 8 + 2 * q + (e & 1), r = row[e >> 1];
+                float v = s[nh][e] * scale;
+                if (key >= S || (causal && key > r))
+                    v = -FTC_INF;
+                s[nh][e] = v;
+                mx[e >> 1] = fmaxf(mx[e >> 1], v);
+            }
+        float corr[2], sum[2] = {0.0f, 0.0f};
+        for (int r = 0; r < 2; r++) {
+            float mn = fmaxf(m[r], quad_max(mx[r]));
+            corr[r] = mn == -FTC_INF ? 1.0f : expf(m[r] - mn);
+            m[r] = mn;
+        }
+        for (int nh = 0; nh < 2; nh++)
+            for (int e = 0; e < 4; e++) {
+                float mr = m[e >> 1];
+                float p = s[nh][e] == -FTC_INF ? 0.0f : expf(s[nh][e] - mr);
+                s[nh][e] = p;
+                sum[e >> 1] += p;
+            }
+        for (int r = 0; r < 2; r++)
+            l[r] = l[r] * corr[r] + quad_sum(sum[r]);
+        unsigned int pa0 = att_pack(s[0][0], s[0][1]), pa1 = att_pack(s[0][2], s[0][3]);
+        unsigned int pa2 = att_pack(s[1][0], s[1][1]), pa3 = att_pack(s[1][2], s[1][3]);
+        long long k0 = j0 + 2 * q, kk[4] = {k0, k0 + 1, k0 + 8, k0 + 9};
+        for (int i = 0; i < 4; i++)
+            kk[i] = ((b * S + (kk[i] < S ? kk[i] : S - 1)) * Hkv + hk) * D;
+        for (int nc = 0; nc < D / 8; nc++) {
+            int n = nc * 8 + g;
+            unsigned int b0 = att_ld11(V, kk[0] + n, kk[1] + n), b1 = att_ld11(V, kk[2] + n, kk[3] + n);
+            o[nc][0] *= corr[0], o[nc][1] *= corr[0], o[nc][2] *= corr[1], o[nc][3] *= corr[1];
+            FTC_MMA_16816(o[nc][0], o[nc][1], o[nc][2], o[nc][3], pa0, pa1, pa2, pa3, b0, b1, o[nc][0],
+                          o[nc][1], o[nc][2], o[nc][3]);
+        }
+    }
+    for (int r = 0; r < 2; r++) {
+        if (row[r] >= S)
+            continue;
+        float inv = 1.0f / l[r];
+        long long base = ((b * S + row[r]) * H + h) * D;
+        for (int nc = 0; nc < D / 8; nc++) {
+            st_bf16((unsigned short *)a.p[0], base + nc * 8 + 2 * q, o[nc][2 * r] * inv);
+            st_bf16((unsigned short *)a.p[0], base + nc * 8 + 2 * q + 1, o[nc][2 * r + 1] * inv);
+        }
+        if (q == 0)
+            ((float *)a.p[1])[(b * H + h) * S + row[r]] = m[r] + logf(l[r]);
+    }
+}
+
+/* Backward, launch 1: warp w owns query rows [16 t, 16 t + 16) of (b, h): Di = dy.o per row
+ * (kept in the workspace for launch 2), and dq = scale sum_keys P (dy.v - Di) k.
+ * a.p: dq, dk, dv, dy, q, k, v, o, lse, ws (Di, f32 [B, H, S]). */
+FTC_INLINE void attn_bwd_dq_mma(FtcArgs a, long long B, long long S, long long H, long long Hkv,
+                                int D, int causal, float scale) {
+    const unsigned short *Q = (const unsigned short *)ATT_Q, *K = (const unsigned short *)ATT_K;
+    const unsigned short *V = (const unsigned short *)ATT_V, *DY = (const unsigned short *)ATT_DY;
+    const unsigned short *O = (const unsigned short *)ATT_O;
+    float *DI = (float *)a.p[9];
+    int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+    long long tiles = (S + 15) / 16, w = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    if (w >= B * H * tiles)
+        return;
+    long long t = w % tiles, h = (w / tiles) % H, b = w / (tiles * H), hk = h / (H / Hkv);
+    long long r0 = 16 * t, row[2] = {r0 + g, r0 + g + 8}, base[2];
+    float di[2], lse[2];
+    for (int r = 0; r < 2; r++) {
+        long long rc = row[r] < S ? row[r] : S - 1;
+        base[r] = ((b * S + rc) * H + h) * D;
+        float part = 0.0f;
+        for (int d = q; d < D; d += 4)
+            part += ld_bf16(DY, base[r] + d) * ld_bf16(O, base[r] + d);
+        di[r] = quad_sum(part);
+        lse[r] = ATT_LSE[(b * H + h) * S + rc];
+        if (q == 0 && row[r] < S)
+            DI[(b * H + h) * S + row[r]] = di[r];
+    }
+    float dq[ATT_MAX_CHUNKS][4];
+    for (int nc = 0; nc < D / 8; nc++)
+        for (int e = 0; e < 4; e++)
+            dq[nc][e] = 0.0f;
+    long long kend = causal ? (r0 + 16 < S ? r0 + 16 : S) : S;
+    for (long long j0 = 0; j0 < kend; j0 += 16) {
+        float s[2][4] = {{0.0f}}, dp[2][4] = {{0.0f}};
+        for (int nh = 0; nh < 2; nh++)
+            for (int e = 0; e < 4; e++)
+                s[nh][e] = dp[nh][e] = 0.0f;
+        for (int kc = 0; kc < D / 16; kc++) {
+            int d0 = kc * 16 + 2 * q;
+            unsigned int a0 = att_ld2(Q, base[0] + d0), a1 = att_ld2(Q, base[1] + d0);
+            unsigned int a2 = att_ld2(Q, base[0] + d0 + 8), a3 = att_ld2(Q, base[1] + d0 + 8);
+            unsigned int g0 = att_ld2(DY, base[0] + d0), g1 = att_ld2(DY, base[1] + d0);
+            unsigned int g2 = att_ld2(DY, base[0] + d0 + 8), g3 = att_ld2(DY, base[1] + d0 + 8);
+            for (int nh = 0; nh < 2; nh++) {
+                long long key = j0 + nh * 8 + g, kr = ((b * S + (key < S ? key : S - 1)) * Hkv + hk) * D;
+                unsigned int b0 = att_ld2(K, kr + d0), b1 = att_ld2(K, kr + d0 + 8);
+                FTC_MMA_16816(s[nh][0], s[nh][1], s[nh][2], s[nh][3], a0, a1, a2, a3, b0, b1, s[nh][0],
+                              s[nh][1], s[nh][2], s[nh][3]);
+                unsigned int v0 = att_ld2(V, kr + d0), v1 = att_ld2(V, kr + d0 + 8);
+                FTC_MMA_16816(dp[nh][0], dp[nh][1], dp[nh][2], dp[nh][3], g0, g1, g2, g3, v0, v1,
+                              dp[nh][0], dp[nh][1], dp[nh][2], dp[nh][3]);
+            }
+        }
+        for (int nh = 0; nh < 2; nh++)
+            for (int e = 0; e < 4; e++) {
+                long long key = j0 + nh * 8 + 2 * q + (e & 1), r = row[e >> 1];
+                bool hidden = key >= S || (causal && key > r);
+                float p = hidden ? 0.0f : expf(s[nh][e] * scale - lse[e >> 1]);
+                s[nh][e] = p * (dp[nh][e] - di[e >> 1]) * scale;   /* dS */
+            }
+        unsigned int sa0 = att_pack(s[0][0], s[0][1]), sa1 = att_pack(s[0][2], s[0][3]);
+        unsigned int sa2 = att_pack(s[1][0], s[1][1]), sa3 = att_pack(s[1][2], s[1][3]);
+        long long k0 = j0 + 2 * q, kk[4] = {k0, k0 + 1, k0 + 8, k0 + 9};
+        for (int i = 0; i < 4; i++)
+            kk[i] = ((b * S + (kk[i] < S ? kk[i] : S - 1)) * Hkv + hk) * D;
+        for (int nc = 0; nc < D / 8; nc++) {
+            int n = nc * 8 + g;
+            unsigned int b0 = att_ld11(K, kk[0] + n, kk[1] + n), b1 = att_ld11(K, kk[2] + n, kk[3] + n);
+            FTC_MMA_16816(dq[nc][0], dq[nc][1], dq[nc][2], dq[nc][3], sa0, sa1, sa2, sa3, b0, b1,
+                          dq[nc][0], dq[nc][1], dq[nc][2], dq[nc][3]);
+        }
+    }
+    for (int r = 0; r < 2; r++) {
+        if (row[r] >= S)
+            continue;
+        for (int nc = 0; nc < D / 8; nc++) {
+            st_bf16((unsigned short *)ATT_DQ, base[r] + nc * 8 + 2 * q, dq[nc][2 * r]);
+            st_bf16((unsigned short *)ATT_DQ, base[r] + nc * 8 + 2 * q + 1, dq[nc][2 * r + 1]);
+        }
+    }
+}
+
+/* Backward, launch 2: warp w owns key rows [16 t, 16 t + 16) of (b, hk); over the query
+ * heads of its group and the query tiles that see them: S^T = k q^T, P^T, dP^T = v dy^T,
+ * dS^T = P^T (dP^T - Di) scale; dv += P^T dy, dk += dS^T q. */
+FTC_INLINE void attn_bwd_dkv_mma(FtcArgs a, long long B, long long S, long long H, long long Hkv,
+                                 int D, int causal, float scale) {
+    const unsigned short *Q = (const unsigned short *)ATT_Q, *K = (const unsigned short *)ATT_K;
+    const unsigned short *V = (const unsigned short *)ATT_V, *DY = (const unsigned short *)ATT_DY;
+    const float *DI = (const float *)a.p[9];
+    int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+    long long tiles = (S + 15) / 16, w = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    if (w >= B * Hkv * tiles)
+        return;
+    long long t = w % tiles, hk = (w / tiles) % Hkv, b = w / (tiles * Hkv), group = H / Hkv;
+    long long k0 = 16 * t, key[2] = {k0 + g, k0 + g + 8}, kbase[2];
+    for (int r = 0; r < 2; r++)
+        kbase[r] = ((b * S + (key[r] < S ? key[r] : S - 1)) * Hkv + hk) * D;
+    float dk[ATT_MAX_CHUNKS][4], dv[ATT_MAX_CHUNKS][4];
+    for (int nc = 0; nc < D / 8; nc++)
+        for (int e = 0; e < 4; e++)
+            dk[nc][e] = dv[nc][e] = 0.0f;
+    for (long long h = hk * group; h < (hk + 1) * group; h++)
+        for (long long i0 = causal ? k0 : 0; i0 < S; i0 += 16) {
+            float s[2][4], dp[2][4];
+            for (int nh = 0; nh < 2; nh++)
+                for (int e = 0; e < 4; e++)
+                    s[nh][e] = dp[nh][e] = 0.0f;
+            for (int kc = 0; kc < D / 16; kc++) {
+                int d0 = kc * 16 + 2 * q;
+                unsigned int a0 = att_ld2(K, kbase[0] + d0), a1 = att_ld2(K, kbase[1] + d0);
+                unsigned int a2 = att_ld2(K, kbase[0] + d0 + 8), a3 = att_ld2(K, kbase[1] + d0 + 8);
+                unsigned int v0 = att_ld2(V, kbase[0] + d0), v1 = att_ld2(V, kbase[1] + d0);
+                unsigned int v2 = att_ld2(V, kbase[0] + d0 + 8), v3 = att_ld2(V, kbase[1] + d0 + 8);
+                for (int nh = 0; nh < 2; nh++) {
+                    long long qr = i0 + nh * 8 + g, qb = ((b * S + (qr < S ? qr : S - 1)) * H + h) * D;
+                    unsigned int b0 = att_ld2(Q, qb + d0), b1 = att_ld2(Q, qb + d0 + 8);
+                    FTC_MMA_16816(s[nh][0], s[nh][1], s[nh][2], s[nh][3], a0, a1, a2, a3, b0, b1,
+                                  s[nh][0], s[nh][1], s[nh][2], s[nh][3]);
+                    unsigned int y0 = att_ld2(DY, qb + d0), y1 = att_ld2(DY, qb + d0 + 8);
+                    FTC_MMA_16816(dp[nh][0], dp[nh][1], dp[nh][2], dp[nh][3], v0, v1, v2, v3, y0, y1,
+                                  dp[nh][0], dp[nh][1], dp[nh][2], dp[nh][3]);
+                }
+            }
+            for (int nh = 0; nh < 2; nh++)
+                for (int e = 0; e < 4; e++) {
+                    long long qr = i0 + nh * 8 + 2 * q + (e & 1), kr = key[e >> 1];
+                    bool hidden = qr >= S || kr >= S || (causal && kr > qr);
+                    long long stat = (b * H + h) * S + (qr < S ? qr : S - 1);
+                    float p = hidden ? 0.0f : expf(s[nh][e] * scale - ATT_LSE[stat]);
+                    s[nh][e] = p;
+                    dp[nh][e] = p * (dp[nh][e] - DI[stat]) * scale;   /* dS^T */
+                }
+            unsigned int pa0 = att_pack(s[0][0], s[0][1]), pa1 = att_pack(s[0][2], s[0][3]);
+            unsigned int pa2 = att_pack(s[1][0], s[1][1]), pa3 = att_pack(s[1][2], s[1][3]);
+            unsigned int sa0 = att_pack(dp[0][0], dp[0][1]), sa1 = att_pack(dp[0][2], dp[0][3]);
+            unsigned int sa2 = att_pack(dp[1][0], dp[1][1]), sa3 = att_pack(dp[1][2], dp[1][3]);
+            long long q0 = i0 + 2 * q, qq[4] = {q0, q0 + 1, q0 + 8, q0 + 9};
+            for (int i = 0; i < 4; i++)
+                qq[i] = ((b * S + (qq[i] < S ? qq[i] : S - 1)) * H + h) * D;
+            for (int nc = 0; nc < D / 8; nc++) {
+                int n = nc * 8 + g;
+                unsigned int y0 = att_ld11(DY, qq[0] + n, qq[1] + n), y1 = att_ld11(DY, qq[2] + n, qq[3] + n);
+                FTC_MMA_16816(dv[nc][0], dv[nc][1], dv[nc][2], dv[nc][3], pa0, pa1, pa2, pa3, y0, y1,
+                              dv[nc][0], dv[nc][1], dv[nc][2], dv[nc][3]);
+                unsigned int x0 = att_ld11(Q, qq[0] + n, qq[1] + n), x1 = att_ld11(Q, qq[2] + n, qq[3] + n);
+                FTC_MMA_16816(dk[nc][0], dk[nc][1], dk[nc][2], dk[nc][3], sa0, sa1, sa2, sa3, x0, x1,
+                              dk[nc][0], dk[nc][1], dk[nc][2], dk[nc][3]);
+            }
+        }
+    for (int r = 0; r < 2; r++) {
+        if (key[r] >= S)
+            continue;
+        for (int nc = 0; nc < D / 8; nc++)
+            for (int j = 0; j < 2; j++) {
+                st_bf16((unsigned short *)ATT_DK, kbase[r] + nc * 8 + 2 * q + j, dk[nc][2 * r + j]);
+                st_bf16((unsigned short *)ATT_DV, kbase[r] + nc * 8 + 2 * q + j, dv[nc][2 * r + j]);
+            }
+    }
+}
+
+/* --- What a kernel calls: tensor cores when the operands allow. ---------------------- */
+
+FTC_INLINE int att_mma(int D, int dt) { return dt == FTC_BF16 && D % 16 == 0 && D <= 8 * ATT_MAX_CHUNKS; }
+
+FTC_INLINE void attention_fwd(FtcArgs a, long long B, long long S, long long H, long long Hkv, int D,
+                              int causal, float scale, int dtq, int dtk, int dtv, int dto) {
+    if (att_mma(D, dtq) && dtk == FTC_BF16 && dtv == FTC_BF16 && dto == FTC_BF16)
+        attn_fwd_mma(a, B, S, H, Hkv, D, causal, scale);
+    else
+        attn_fwd(a, B, S, H, Hkv, D, causal, scale, dtq, dtk, dtv, dto);
+}
+
+FTC_INLINE void attention_bwd_dq(FtcArgs a, long long B, long long S, long long H, long long Hkv,
+                                 int D, int causal, float scale, int dt, int dtd) {
+    if (att_mma(D, dt) && dtd == FTC_BF16)
+        attn_bwd_dq_mma(a, B, S, H, Hkv, D, causal, scale);
+    else
+        attn_bwd_dq(a, B, S, H, Hkv, D, causal, scale, dt, dtd);
+}
+
+FTC_INLINE void attention_bwd_dkv(FtcArgs a, long long B, long long S, long long H, long long Hkv,
+                                  int D, int causal, float scale, int dt, int dtd) {
+    if (att_mma(D, dt) && dtd == FTC_BF16)
+        attn_bwd_dkv_mma(a, B, S, H, Hkv, D, causal, scale);
+    else
+        attn_bwd_dkv(a, B, S, H, Hkv, D, causal, scale, dt, dtd);
 }
