@@ -101,6 +101,51 @@ static char *elementwise_body(const IrGraph *g, const IrNode *n, const char *dev
     return text_of(f, &buf, &len);
 }
 
+// A fused kernel: its inputs loaded once per element (broadcast ones modulo their
+// size), each step's device code in turn on fp32 values, a step's result rounded to its
+// tensor's dtype as the unfused op would have stored it (rnd), the last one stored.
+static char *fused_body(const IrGraph *g, const IrNode *n) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    const IrFused *fz = &g->fused.at[n->fused];
+    const IrTensor *out = &g->tensors.at[n->out[0]];
+    int64_t total = ir_tensor_elems(out);
+    fprintf(f, "    const long long n = %lldLL;\n", (long long)total);
+    fprintf(f, "    for (long long i = ftc_gid(); i < n; i += ftc_gstride()) {\n");
+    for (int k = 0; k < n->nin; k++) {
+        const IrTensor *x = &g->tensors.at[n->in[k]];
+        int64_t nx = ir_tensor_elems(x);
+        if (nx == total)
+            fprintf(f, "        float e%d = ldf(a.p[%d], i, %d);\n", k, 1 + k, (int)x->dtype);
+        else
+            fprintf(f, "        float e%d = ldf(a.p[%d], i %% %lldLL, %d);\n", k, 1 + k,
+                    (long long)nx, (int)x->dtype);
+    }
+    for (int s = 0; s < fz->n; s++) {
+        const IrNode *st = &fz->step[s];
+        const char *device = op_info(st->op)->device;
+        fprintf(f, "        float v%d;\n        {\n", s);
+        for (int k = 0; k < st->nin; k++) {
+            int t = st->in[k], src = -1;
+            for (int j = 0; j < n->nin && src < 0; j++)
+                if (n->in[j] == t)
+                    fprintf(f, "            float x%d = e%d;\n", k, j), src = j;
+            for (int j = 0; j < s && src < 0; j++)
+                if (fz->step[j].out[0] == t)
+                    fprintf(f, "            float x%d = v%d;\n", k, j), src = j;
+            IR_ASSERT(src >= 0);
+        }
+        if (uses(device, "c"))
+            fprintf(f, "            const float c = %af;\n", (double)(float)st->attr.f);
+        fprintf(f, "            float y;\n            { %s }\n", device);
+        fprintf(f, "            v%d = rnd(y, %d);\n        }\n", s,
+                (int)g->tensors.at[st->out[0]].dtype);
+    }
+    fprintf(f, "        stf(a.p[0], i, %d, v%d);\n    }\n", (int)out->dtype, fz->n - 1);
+    return text_of(f, &buf, &len);
+}
+
 // A template launch: `fn(a, constants);`.
 static char *template_body(const CudaOp *c, const CudaCtx *x) {
     char *buf = NULL;
@@ -151,7 +196,12 @@ int codegen_kernels(const IrGraph *g, const KernelHyper *h, KernelSet *ks, char 
         const CudaOp *c = cuda_op(n->op);
         if (n->op == OP_DROPOUT && ir_node_nout(n) == 1)
             device = "y = x0;";   // p = 0: no mask, the identity
-        if (device) {
+        if (n->op == OP_FUSED) {
+            int k = intern(&e, fused_body(g, n), "fused", 0);
+            nk->n = 1;
+            memcpy(nk->at[0].name, e.kernels.at[k].name, sizeof nk->at[0].name);
+            elementwise_geometry(g, n, nk->at[0].grid, nk->at[0].block);
+        } else if (device) {
             int k = intern(&e, elementwise_body(g, n, device), op_desc(n->op)->name, 0);
             nk->n = 1;
             memcpy(nk->at[0].name, e.kernels.at[k].name, sizeof nk->at[0].name);

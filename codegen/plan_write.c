@@ -55,13 +55,17 @@ int codegen_plan_write(FILE *f, const IrGraph *g, const PlanMeta *meta, const Ke
         const IrTensor *t = &g->tensors.at[i];
         int base = ir_tensor_base(g, i);
         const IrTensor *b = &g->tensors.at[base];
-        IR_ASSERT(b->offset >= 0);
+        IR_ASSERT(b->offset >= 0 || t->virt);
         fprintf(f, "buffer %d %s %s %s %lld %lld %s ", i, t->name, mem_category_name(t->cat),
-                b->arena ? "host" : "device", (long long)b->offset, (long long)ir_tensor_bytes(t),
-                dtype_name(t->dtype));
+                b->arena ? "host" : "device", (long long)(t->virt ? 0 : b->offset),
+                (long long)ir_tensor_bytes(t), dtype_name(t->dtype));
         shape_str(f, t);
-        fprintf(f, " %d %d kind=%s", b->first < 0 ? 0 : b->first, b->last < 0 ? 0 : b->last,
-                kind_name(t->kind));
+        int first = b->first < 0 ? 0 : b->first, last = b->last < 0 ? 0 : b->last;
+        if (t->virt)   // live inside the fused instruction that makes it
+            first = last = t->producer;
+        fprintf(f, " %d %d kind=%s", first, last, kind_name(t->kind));
+        if (t->virt)
+            fprintf(f, " virtual=1");
         if (t->alias_of >= 0)
             fprintf(f, " view=%d", t->alias_of);
         if (t->reuse >= 0)
@@ -95,6 +99,9 @@ int codegen_plan_write(FILE *f, const IrGraph *g, const PlanMeta *meta, const Ke
             if (n->phase != (IrPhase)ph)
                 continue;
             fprintf(f, "%d %s", i++, op_desc(n->op)->name);
+            const IrFused *fz = n->fused >= 0 ? &g->fused.at[n->fused] : NULL;
+            if (fz)
+                fprintf(f, " steps=%d", fz->n);
             list(f, "out", n->out, ir_node_nout(n));
             list(f, "in", n->in, n->nin);
             if (n->update)
@@ -124,6 +131,13 @@ int codegen_plan_write(FILE *f, const IrGraph *g, const PlanMeta *meta, const Ke
             if (n->loc.line)
                 fprintf(f, " loc=%d:%d", n->loc.line, n->loc.col);
             fputc('\n', f);
+            for (int s = 0; fz && s < fz->n; s++) {
+                const IrNode *st = &fz->step[s];
+                fprintf(f, "  step %s out=%d", op_desc(st->op)->name, st->out[0]);
+                list(f, "in", st->in, st->nin);
+                op_attr_format(attrs, sizeof attrs, st->op, &st->attr, true);
+                fprintf(f, "%s\n", attrs);
+            }
         }
     }
     fprintf(f, "end\n");

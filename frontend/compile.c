@@ -22,7 +22,8 @@ void usage_compile(FILE *f) {
     const GpuPreset *p = gpu_presets(&n);
     fputs("usage: ftc compile FILE.ft [--budget SIZE] [--gpu PRESET] [--host-mem SIZE] [-o DIR]\n"
           "                   [--micro-batch N] [--remat P] [--offload L] [--dump-ir]\n"
-          "                   [--dump-after PASS] [--emit-graph FILE.json]\n"
+          "                   [--dump-after PASS] [--emit-graph FILE.json] [--time-passes]\n"
+          "                   [--no-fusion]\n"
           "\n"
           "  --budget SIZE     device memory the step must fit (default: the preset's memory)\n"
           "  --host-mem SIZE   host memory for offloaded state (default: this machine's RAM)\n"
@@ -34,10 +35,11 @@ void usage_compile(FILE *f) {
           "  -o DIR            the plan directory to write (default: NAME.plan, NAME the file's stem)\n"
           "  --dump-ir         print the IR after each pass of the chosen plan\n"
           "  --dump-after PASS print the IR after one pass of the chosen plan: elaborate, lora,\n"
-          "                    autodiff, quantize, chunk_loss, remat, offload, schedule, liveness,\n"
-          "                    alloc or streams\n"
+          "                    autodiff, quantize, chunk_loss, remat, offload, fuse, schedule,\n"
+          "                    liveness, alloc or streams\n"
           "  --emit-graph F    write the training graph (FLOPs, bytes, edges) as JSON to F\n"
           "  --time-passes     print the time spent in each pass, over every candidate planned\n"
+          "  --no-fusion       give every op a kernel of its own (the fuse pass does nothing)\n"
           "The planner chooses these; each fixes one:\n"
           "  --micro-batch N   sequences per micro-batch (the rest of the global batch accumulates)\n"
           "  --remat P         keep, selective, full (recompute from the block's input) or swap\n"
@@ -300,7 +302,7 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
     int path_arg = 0, gpu_arg = 0, remat = -1, offload = -1;
     int64_t budget = 0, host = 0, micro = 0;
     const char *dump_after = NULL;
-    bool time_passes = false;
+    bool time_passes = false, no_fusion = false;
     for (int i = first; i < argc; i++) {
         const char *s = argv[i];
         if (strcmp(s, "--help") == 0 || strcmp(s, "-h") == 0) {
@@ -361,6 +363,8 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
             dump_after = "all";
         } else if (!strcmp(s, "--time-passes")) {
             time_passes = true;
+        } else if (!strcmp(s, "--no-fusion")) {
+            no_fusion = true;
         } else if (!strcmp(s, "--dump-after")) {
             int n;
             const char *const *stages = pipeline_stages(&n);
@@ -433,6 +437,7 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
     DriverSource source = {&src, &m};
     PassDiag diag = driver_diag(&src);
     Pipeline pipe = driver_pipeline(&source, arena, &diag);
+    pipe.spec.no_fusion = no_fusion;
     PassTimes times = {0};
     if (time_passes)
         pipe.times = &times;

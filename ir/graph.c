@@ -44,6 +44,7 @@ void ir_graph_free(IrGraph *g) {
         return;
     vec_free(&g->tensors);
     vec_free(&g->nodes);
+    vec_free(&g->fused);
 }
 
 IrGraph *ir_graph_clone(const IrGraph *g, Arena *a) {
@@ -57,6 +58,10 @@ IrGraph *ir_graph_clone(const IrGraph *g, Arena *a) {
     memcpy(c->nodes.at, g->nodes.at, sizeof(IrNode) * (size_t)g->nodes.len);
     c->tensors.cap = g->tensors.len + 1;
     c->nodes.cap = g->nodes.len + 1;
+    c->fused.at = NULL;
+    c->fused.len = c->fused.cap = 0;
+    for (int i = 0; i < g->fused.len; i++)
+        vec_push(&c->fused, g->fused.at[i]);
     return c;
 }
 
@@ -91,7 +96,7 @@ int64_t ir_tensor_elems(const IrTensor *t) {
 }
 
 int64_t ir_tensor_bytes(const IrTensor *t) {
-    return t->alias_of >= 0 ? 0 : dtype_bytes(t->dtype, ir_tensor_elems(t));
+    return t->alias_of >= 0 || t->virt ? 0 : dtype_bytes(t->dtype, ir_tensor_elems(t));
 }
 
 int ir_tensor_base(const IrGraph *g, int id) {
@@ -125,7 +130,7 @@ static IrNode new_node(IrGraph *g, OpKind op, int nin, const int *in, OpAttr att
     const OpDesc *d = op_desc(op);
     IR_ASSERT(nin >= d->min_in && nin <= d->max_in);
     IrNode n = {.id = g->nodes.len, .op = op, .nin = nin, .attr = attr, .layer = layer,
-                .loc = loc, .ws = -1, .record = -1};
+                .loc = loc, .ws = -1, .record = -1, .fused = -1};
     for (int i = 0; i < IR_MAX_INPUTS; i++)
         n.in[i] = i < nin ? in[i] : -1;
     for (int k = 0; k < IR_MAX_OUTPUTS; k++)

@@ -121,6 +121,7 @@ typedef struct IrTensor {
     bool trainable;         // TK_PARAM: gets a gradient and optimizer state
     const char *decl;       // TK_PARAM: the name in the .ft ("wq"); LoRA targets match it
     bool requires_grad;     // some trainable parameter flows into it
+    bool virt;              // an intermediate of a fused kernel: never stored, no bytes
     IrInit init;            // TK_PARAM: how to initialise it without a checkpoint
     double init_scale;
     int of;                 // TK_GRAD, TK_STATE: the parameter; else -1
@@ -157,8 +158,19 @@ typedef struct IrNode {
     int8_t nwait;           // events it waits for before it starts (set by the streams pass)
     int wait[IR_MAX_WAITS];
     int record;             // the event it records when done, else -1
+    int fused;              // OP_FUSED: its steps, g->fused.at[fused]; else -1
     SrcLoc loc;
 } IrNode;
+
+enum { IR_MAX_FUSED = 8 };
+
+// The steps of a fused kernel, in order: each an elementwise node whose inputs are the
+// fused node's inputs or earlier steps' outputs (virtual tensors); the last step writes
+// the fused node's output.
+typedef struct IrFused {
+    int n;
+    IrNode step[IR_MAX_FUSED];
+} IrFused;
 
 static inline int ir_node_nout(const IrNode *n) {
     int k = 0;
@@ -186,6 +198,7 @@ typedef struct IrGraph {
     int64_t batch, seq;     // B and S the graph was elaborated for
     IrStep step;
     int events;             // events the streams pass made
+    VEC(IrFused) fused;     // the steps of OP_FUSED nodes (the fuse pass)
 } IrGraph;
 
 // graph.c

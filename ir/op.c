@@ -325,6 +325,15 @@ static bool shape_update(const IrGraph *g, const IrNode *n, IrTensor *out, IrSha
     return true;
 }
 
+// A fused node is made whole by the fuse pass, never through a shape rule: its output is
+// its last step's.
+static bool shape_fused(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
+    (void)err;
+    const IrFused *f = &g->fused.at[n->fused];
+    same_as(out, T(f->step[f->n - 1].out[0]));
+    return true;
+}
+
 //
 // FLOPs, bytes and scratch.
 //
@@ -390,6 +399,14 @@ static int64_t flops_cross_entropy(const IrGraph *g, const IrNode *n) {
 static int64_t read_embed(const IrGraph *g, const IrNode *n) {
     const IrTensor *ids = IN(1);
     return ir_tensor_bytes(ids) + dtype_bytes(IN(0)->dtype, ir_tensor_elems(T(n->out[0])));
+}
+
+static int64_t flops_fused(const IrGraph *g, const IrNode *n) {
+    const IrFused *f = &g->fused.at[n->fused];
+    int64_t sum = 0;
+    for (int k = 0; k < f->n; k++)
+        sum += op_flops(g, &f->step[k]);
+    return sum;
 }
 
 static int64_t read_nothing(const IrGraph *g, const IrNode *n) { (void)g, (void)n; return 0; }
@@ -728,6 +745,7 @@ static const OpInfo ops[OP_COUNT] = {
     // storage
     [OP_COPY] = {.shape = shape_like0, .flops = flops_zero},
     [OP_DEQUANT] = {.shape = shape_dequant, .flops = flops_4elems},
+    [OP_FUSED] = {.shape = shape_fused, .flops = flops_fused},
     // optimizer ops
     [OP_ACC] = {.shape = shape_update, .flops = flops_elems, .device = "y = y + x0;"},
     [OP_ADAMW] = {.shape = shape_update, .flops = flops_adamw},

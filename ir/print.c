@@ -37,6 +37,18 @@ void ir_print(FILE *f, const IrGraph *g) {
             fprintf(f, ";%s", attrs);
         if (n->stream != STREAM_COMPUTE)
             fprintf(f, " [%s]", stream_name((Stream)n->stream));
+        if (n->fused >= 0 && n->fused < g->fused.len) {   // its steps: op(inputs)
+            const IrFused *fz = &g->fused.at[n->fused];
+            fprintf(f, " {");
+            for (int s2 = 0; s2 < fz->n; s2++) {
+                const IrNode *st = &fz->step[s2];
+                fprintf(f, "%s%s(", s2 ? "; " : " ", op_desc(st->op)->name);
+                for (int k = 0; k < st->nin; k++)
+                    fprintf(f, "%s%s", k ? ", " : "", st->in[k] >= 0 ? g->tensors.at[st->in[k]].name : "_");
+                fprintf(f, ")");
+            }
+            fprintf(f, " }");
+        }
         fprintf(f, "  ->");
         for (int k = 0; k < IR_MAX_OUTPUTS && n->out[k] >= 0; k++) {
             const IrTensor *o = &g->tensors.at[n->out[k]];

@@ -44,6 +44,27 @@ int ir_verify(const IrGraph *g, FILE *f) {
         }
         if (n->out[0] < 0)
             BAD("node %d (%s) has no output", i, op->name);
+        if ((n->op == OP_FUSED) != (n->fused >= 0) ||
+            (n->fused >= 0 && (n->fused >= g->fused.len || g->fused.at[n->fused].n < 2))) {
+            BAD("node %d (%s) has no steps, or steps without being fused", i, op->name);
+        } else if (n->fused >= 0) {   // its steps read what exists and make its intermediates
+            const IrFused *fz = &g->fused.at[n->fused];
+            for (int s = 0; s < fz->n; s++) {
+                const IrNode *st = &fz->step[s];
+                for (int k = 0; k < st->nin; k++)
+                    if (st->in[k] >= 0 && (st->in[k] >= nt || !made[st->in[k]]))
+                        BAD("node %d (fused) step %d reads %d before it is made", i, s, st->in[k]);
+                int o = st->out[0];
+                if (s == fz->n - 1) {
+                    if (o != n->out[0])
+                        BAD("node %d (fused): its last step does not write its output", i);
+                } else if (o < 0 || o >= nt || !g->tensors.at[o].virt || made[o]) {
+                    BAD("node %d (fused) step %d writes %d, not a fresh virtual tensor", i, s, o);
+                } else {
+                    made[o] = 1;
+                }
+            }
+        }
         for (int k = 0; k < IR_MAX_OUTPUTS; k++) {
             int t = n->out[k];
             if (t < 0)

@@ -88,6 +88,22 @@ typedef struct OffloadStats {
 int offload_apply(IrGraph *g, const OffloadSpec *o, OffloadStats *st);
 
 //
+// fuse.c — elementwise chains into one kernel.
+//
+
+typedef struct FuseStats {
+    int kernels;                // fused kernels made
+    int steps;                  // nodes they hold
+    int64_t virtual_bytes;      // intermediates that no longer take bytes
+    int recomputed;             // forward values recomputed inside backward kernels ...
+    int64_t unsaved_bytes;      // ... instead of being kept (counted per reader)
+} FuseStats;
+
+// Groups elementwise producers with their single consumer into OP_FUSED nodes (steps in
+// g->fused), their intermediates virtual. After remat and offload. Returns 0.
+int fuse_apply(IrGraph *g, FuseStats *st);
+
+//
 // schedule.c — a memory-aware execution order within each phase.
 //
 
@@ -283,7 +299,7 @@ MemBreakdown count_naive_memory(const IrGraph *g, int64_t reserve_bytes);
 // signature, run for a planner choice; and the planner's build function over it.
 //
 //   elaborate (B, S) → lora → autodiff → quantize → chunk_loss → remat → offload
-//     → schedule → liveness → alloc → streams
+//     → fuse → schedule → liveness → alloc → streams
 //
 
 // What the train section asks of the step beyond the forward graph.
@@ -294,6 +310,7 @@ typedef struct PipelineSpec {
     LoraSpec lora_spec;
     bool quantize, double_quant;
     int64_t loss_chunk_bytes;   // the loss's backward works on fp32 chunks of at most this
+    bool no_fusion;             // leave every op its own kernel (ftc compile --no-fusion)
 } PipelineSpec;
 
 // The frontend's part: the forward graph and loss for micro-batch `micro` and sequence
@@ -337,6 +354,7 @@ typedef struct BuildStats {
     QuantStats quant;
     RematStats remat;
     OffloadStats offload;
+    FuseStats fuse;
     ScheduleStats schedule;
     AllocStats alloc;
     StreamStats streams;

@@ -2,7 +2,7 @@
 // signature, run for one planner choice:
 //
 //   elaborate (B, S) → lora → autodiff → quantize → chunk_loss → remat → offload
-//     → schedule → liveness → alloc → streams
+//     → fuse → schedule → liveness → alloc → streams
 //
 // The frontend elaborates (a callback: the passes never see the AST); every pass runs
 // for every choice, doing nothing when the choice or the train section asks nothing of
@@ -57,6 +57,7 @@ static int run_remat(PassCtx *x) {
 }
 
 static int run_offload(PassCtx *x) { return offload_apply(x->g, &x->c->offload, &x->bs->offload); }
+static int run_fuse(PassCtx *x) { return x->p->spec.no_fusion ? 0 : fuse_apply(x->g, &x->bs->fuse); }
 static int run_schedule(PassCtx *x) { return schedule_apply(x->g, &x->bs->schedule); }
 static int run_liveness(PassCtx *x) { return liveness_apply(x->g, true); }
 static int run_alloc(PassCtx *x) { return alloc_apply(x->g, &x->bs->alloc); }
@@ -77,6 +78,7 @@ enum { PREFIX, CHOICE, FINAL };
     X(chunk_loss, run_chunk_loss, PREFIX)                                                \
     X(remat, run_remat, CHOICE)                                                          \
     X(offload, run_offload, CHOICE)                                                      \
+    X(fuse, run_fuse, CHOICE)                                                            \
     X(schedule, run_schedule, CHOICE)                                                    \
     X(liveness, run_liveness, CHOICE)                                                    \
     X(alloc, run_alloc, CHOICE)                                                          \

@@ -188,17 +188,34 @@ int streams_apply(IrGraph *g, StreamStats *st) {
                     for (int q = npred[r]; q < npred[r + 1]; q++)
                         conflicts(&y, j, pred[q], true);
             }
-            for (int s = 0; s < S; s++) {
-                int i = need[s];
-                if (i < 0 || before(&y, i, j))   // an earlier wait may cover it already
+            // Wait for the latest conflicting node of each stream not yet ordered before
+            // this one; then drop a wait the others already imply.
+            int src[S], nsrc = 0;
+            for (int s = 0; s < S; s++)
+                if (need[s] >= 0 && !before(&y, need[s], j))
+                    src[nsrc++] = need[s];
+            for (int a = 0; a < nsrc; a++) {
+                bool implied = false;   // by the clock of another source
+                for (int b = 0; b < nsrc && !implied; b++) {
+                    if (b == a || src[b] < 0)
+                        continue;
+                    int sa = g->nodes.at[src[a]].stream;
+                    implied = y.clock[(size_t)src[b] * S + sa] >= y.pos[src[a]];
+                }
+                if (implied)
+                    src[a] = -1;
+            }
+            for (int a = 0; a < nsrc; a++) {
+                int i = src[a];
+                if (i < 0)
                     continue;
-                IrNode *src = &g->nodes.at[i];
-                if (src->record < 0) {
-                    src->record = g->events++;
+                IrNode *from = &g->nodes.at[i];
+                if (from->record < 0) {
+                    from->record = g->events++;
                     st->events++;
                 }
                 IR_ASSERT(nd->nwait < IR_MAX_WAITS);
-                nd->wait[nd->nwait++] = src->record;
+                nd->wait[nd->nwait++] = from->record;
                 st->waits++;
                 for (int t = 0; t < S; t++)
                     if (y.clock[(size_t)i * S + t] > c[t])

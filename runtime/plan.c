@@ -301,6 +301,9 @@ static int read_buffer(Reader *r, Plan *p, int i, char *line) {
             ok = parse_int(v, &b->layer);
         } else if (strcmp(key, "role") == 0) {
             b->role = xstrdup(v);
+        } else if (strcmp(key, "virtual") == 0) {
+            b->virt = strcmp(v, "1") == 0;
+            ok = b->virt || strcmp(v, "0") == 0;
         }
         if (!ok)
             return bad(r, "buffer %s: bad %s", b->name, key);
@@ -367,6 +370,8 @@ static int read_instr(Reader *r, Plan *p, PlanInstr *in, int want_id, char *line
             ok = parse_int(v, &in->record) && in->record >= 0;
         else if (strcmp(key, "layer") == 0)
             ok = parse_int(v, &in->layer);
+        else if (strcmp(key, "steps") == 0)
+            ok = parse_int(v, &in->nstep) && in->nstep >= 2 && in->nstep <= 64;
         else if (strcmp(key, "launch") == 0)
             ok = in->nlaunch < PLAN_MAX_LAUNCHES && parse_launch(v, &in->launch[in->nlaunch++]);
         else if (strcmp(key, "ws") == 0)
@@ -405,6 +410,60 @@ static int read_instr(Reader *r, Plan *p, PlanInstr *in, int want_id, char *line
     if (in->record >= p->events)
         return bad(r, "instruction %d (%s): records event %d of %d", id, opname, in->record,
                    p->events);
+    return 0;
+}
+
+// The step lines of a fused instruction: "step OP out=V in=A,B [ATTR=VALUE ...]".
+static int read_steps(Reader *r, Plan *p, PlanInstr *in) {
+    if ((in->op == OP_FUSED) != (in->nstep > 0))
+        return bad(r, "instruction %d: a fused instruction, and only one, has steps=N", in->id);
+    if (!in->nstep)
+        return 0;
+    in->step = calloc((size_t)in->nstep, sizeof(PlanStep));
+    for (int s = 0; s < in->nstep; s++) {
+        char *line = next_line(r), *w[24] = {0};
+        if (!line)
+            return bad(r, "instruction %d: unexpected end of file in its steps", in->id);
+        int n = words(line, w, 24);
+        PlanStep *st = &in->step[s];
+        st->out = -1;
+        if (n < 3 || strcmp(w[0], "step") != 0 || !op_find(w[1], &st->op))
+            return bad(r, "instruction %d: step %d: expected 'step OP out=V in=...'", in->id, s);
+        const OpDesc *d = op_desc(st->op);
+        if (d->cls != OPC_ELEMENTWISE || st->op == OP_FUSED)
+            return bad(r, "instruction %d: step %d: %s is not an elementwise op", in->id, s, d->name);
+        for (int k = 2; k < n; k++) {
+            char *eq = strchr(w[k], '=');
+            if (!eq)
+                return bad(r, "instruction %d: step %d: '%s' is not key=value", in->id, s, w[k]);
+            *eq = '\0';
+            int attr = op_attr_parse(st->op, w[k], eq + 1, &st->attr);
+            bool ok = attr > 0;
+            if (attr == 0 && strcmp(w[k], "out") == 0)
+                ok = parse_list(eq + 1, &st->out, 1) == 1;
+            else if (attr == 0 && strcmp(w[k], "in") == 0)
+                ok = (st->nin = parse_list(eq + 1, st->in, PLAN_MAX_IN)) >= d->min_in && st->nin <= d->max_in;
+            else if (attr == 0)
+                ok = false;
+            if (!ok)
+                return bad(r, "instruction %d: step %d: bad %s", in->id, s, w[k]);
+        }
+        bool last = s == in->nstep - 1;
+        if (st->out < 0 || st->out >= p->nbuf || (last ? st->out != in->out[0] : !p->buf[st->out].virt))
+            return bad(r, "instruction %d: step %d writes buffer %d: %s", in->id, s, st->out,
+                       last ? "not the instruction's output" : "not a virtual buffer");
+        for (int k = 0; k < st->nin; k++) {
+            int b = st->in[k];
+            bool known = false;   // an operand of the instruction, or an earlier step's output
+            for (int j = 0; j < in->nin && !known; j++)
+                known = in->in[j] == b;
+            for (int j = 0; j < s && !known; j++)
+                known = in->step[j].out == b;
+            if (b < 0 || b >= p->nbuf || !known)
+                return bad(r, "instruction %d: step %d reads buffer %d, which neither the "
+                           "instruction nor an earlier step provides", in->id, s, b);
+        }
+    }
     return 0;
 }
 
@@ -449,6 +508,11 @@ static int check_buffers(Reader *r, Plan *p) {
             const PlanBuffer *base = &p->buf[b->view];
             if (plan_dtype_bytes(b->dtype, plan_elems(b)) > base->bytes)
                 return bad(r, "buffer %s: larger than its base %s", b->name, base->name);
+            continue;
+        }
+        if (b->virt) {   // a fused kernel's intermediate: it has no bytes to check
+            if (b->bytes != 0 || b->reuse >= 0)
+                return bad(r, "buffer %s: a virtual buffer has no bytes and no reuse", b->name);
             continue;
         }
         if (b->bytes < plan_dtype_bytes(b->dtype, plan_elems(b)))
@@ -522,7 +586,8 @@ int plan_load(Plan **out, const char *path, char *err, size_t errlen) {
                 bad(&r, "unexpected end of file in phase %s", phase_names[ph]);
                 goto done;
             }
-            if (read_instr(&r, p, &p->ins[ph][i], next_id++, line) != 0)
+            if (read_instr(&r, p, &p->ins[ph][i], next_id++, line) != 0 ||
+                read_steps(&r, p, &p->ins[ph][i]) != 0)
                 goto done;
         }
     }
@@ -549,8 +614,11 @@ void plan_free(Plan *p) {
         free(b->name), free(b->category), free(b->hf), free(b->role);
     }
     free(p->buf);
-    for (int ph = 0; ph < PHASE_COUNT; ph++)
+    for (int ph = 0; ph < PHASE_COUNT; ph++) {
+        for (int i = 0; i < p->nins[ph] && p->ins[ph]; i++)
+            free(p->ins[ph][i].step);
         free(p->ins[ph]);
+    }
     free(p->model), free(p->gpu), free(p->precision), free(p->optimizer), free(p->lora_targets);
     free(p);
 }

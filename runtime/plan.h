@@ -46,6 +46,12 @@
 // one instruction and waited for only later in the same phase; every phase ends with
 // all streams drained. The verifier checks that every two instructions touching the
 // same bytes, one of them writing, are ordered by stream order and events.
+// A `fused` instruction (steps=N) is followed by N lines `step OP out=V in=A,B [ATTR=...]`,
+// its elementwise ops in order: each reads the instruction's inputs or earlier steps'
+// outputs, each output but the last's a virtual buffer (buffer key virtual=1: no bytes,
+// live only inside that instruction), the last's the instruction's out[0]. A backend
+// without the fused kernel runs the steps one by one, each result stored in its buffer's
+// dtype.
 // launch=NAME:GX,GY,GZ:BX,BY,BZ (repeated, in order) names a kernel of the plan's
 // kernels.cu the instruction runs on a GPU, with its grid and block; a buffer's operands
 // reach it in plan order (outputs, inputs, workspace; codegen/cuda/prelude.cuh).
@@ -94,7 +100,18 @@ typedef struct PlanBuffer {
                             // born (same bytes, same offset); else -1
     int layer;              // repeat index of the block that made it, else -1
     char *role;             // "tokens", "targets", "loss", "logits", or NULL
+    bool virt;              // an intermediate of a fused instruction: no bytes, no place
 } PlanBuffer;
+
+// One step of a fused instruction: an elementwise op over buffers that are the fused
+// instruction's operands or virtual intermediates of earlier steps.
+typedef struct PlanStep {
+    OpKind op;
+    int nin;
+    int in[PLAN_MAX_IN];
+    int out;
+    OpAttr attr;
+} PlanStep;
 
 // A generated kernel an instruction launches (kernels.cu), with its grid and block.
 typedef struct PlanLaunch {
@@ -117,6 +134,8 @@ typedef struct PlanInstr {
     int ws;                 // its workspace buffer, else -1
     int nlaunch;            // generated kernels it runs on a GPU, in order (none: a GEMM,
     PlanLaunch launch[PLAN_MAX_LAUNCHES];   // a view or a copy)
+    int nstep;              // op fused: its steps, in order (malloc'd), the last writing out[0]
+    PlanStep *step;
     bool recompute;         // a forward op re-run in backward
     int64_t flops, bytes;   // estimated work and traffic (for the cost model and traces)
     int layer;

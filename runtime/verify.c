@@ -151,6 +151,37 @@ int plan_verify(const Plan *p, FILE *out) {
             }
     }
     free(written);
+    // Virtual buffers: made by one step of one fused instruction and living in it alone.
+    int *maker = malloc(sizeof(int) * (size_t)(nbuf + 1));
+    for (int i = 0; i < nbuf; i++)
+        maker[i] = -1;
+    for (int id = 0; id < ni; id++) {
+        const PlanInstr *in = plan_instr(p, id);
+        for (int k = 0; k < in->nin + in->nout; k++) {
+            int b = k < in->nin ? in->in[k] : in->out[k - in->nin];
+            if (b >= 0 && b < nbuf && p->buf[b].virt)
+                PROBLEM("instruction %d (%s) names %s, a virtual buffer, as an operand", id,
+                        OPNAME(in), p->buf[b].name);
+        }
+        for (int s = 0; s < in->nstep; s++) {
+            int o = in->step[s].out;
+            if (o < 0 || o >= nbuf || !p->buf[o].virt)
+                continue;
+            if (maker[o] >= 0)
+                PROBLEM("virtual buffer %s is made twice (instructions %d and %d)", p->buf[o].name,
+                        maker[o], id);
+            maker[o] = id;
+            if (p->buf[o].first != id || p->buf[o].last != id)
+                PROBLEM("virtual buffer %s lives over [%d, %d], not inside instruction %d",
+                        p->buf[o].name, p->buf[o].first, p->buf[o].last, id);
+        }
+    }
+    for (int i = 0; i < nbuf; i++)
+        if (p->buf[i].virt && (maker[i] < 0 || p->buf[i].bytes != 0 || p->buf[i].view >= 0 ||
+                               p->buf[i].reuse >= 0))
+            PROBLEM("virtual buffer %s is %s", p->buf[i].name,
+                    maker[i] < 0 ? "made by no fused step" : "given bytes, a view or a reuse");
+    free(maker);
     return bad;
 }
 

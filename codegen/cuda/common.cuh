@@ -33,6 +33,18 @@ FTC_INLINE void stf(void *p, long long i, int dt, float v) {
         ((unsigned char *)p)[i] = (unsigned char)v;
 }
 
+/* v rounded to the dtype, as a store and a load would: a fused kernel's intermediate
+ * holds what the unfused op would have stored. */
+FTC_INLINE float rnd(float v, int dt) {
+    if (dt == FTC_BF16)
+        return ftc_u2f((unsigned int)f2bf16(v) << 16);
+    if (dt == FTC_F16) {
+        unsigned short h = f2f16(v);
+        return ld_f16(&h, 0);
+    }
+    return v;
+}
+
 /* The index of this thread in a 1-D launch, and the stride of the grid. */
 FTC_INLINE long long ftc_gid(void) { return (long long)blockIdx.x * blockDim.x + threadIdx.x; }
 FTC_INLINE long long ftc_gstride(void) { return (long long)gridDim.x * blockDim.x; }

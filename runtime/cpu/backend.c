@@ -454,6 +454,20 @@ static int cpu_prepare(Backend *be, const Plan *p, int stream, char *err, size_t
             const PlanInstr *in = &p->ins[ph][i];
             if ((stream >= 0 && (int)in->stream != stream) || op_desc(in->op)->cls == OPC_COPY)
                 continue;
+            for (int st = 0; st < in->nstep; st++) {   // a fused instruction: its steps' operands
+                if (!kernels[in->step[st].op]) {
+                    snprintf(err, errlen, "instruction %d: the cpu backend has no kernel for '%s'",
+                             in->id, op_desc(in->step[st].op)->name);
+                    return -1;
+                }
+                size_t need = 64 + (size_t)p->seq + (size_t)plan_elems(&p->buf[in->step[st].out]) + 16;
+                for (int k = 0; k < in->step[st].nin; k++)
+                    need += (size_t)plan_elems(&p->buf[in->step[st].in[k]]) + 16;
+                if (need > most)
+                    most = need;
+            }
+            if (in->nstep)
+                continue;
             if (!kernels[in->op]) {
                 snprintf(err, errlen, "instruction %d: the cpu backend has no kernel for '%s'",
                          in->id, op_desc(in->op)->name);
@@ -473,7 +487,35 @@ static int cpu_prepare(Backend *be, const Plan *p, int stream, char *err, size_t
     return 0;
 }
 
+static int cpu_launch(Backend *be, Exec *x, const PlanInstr *in, char *err, size_t errlen);
+
+// A fused instruction, step by step: each step's result stored in its buffer's dtype (a
+// virtual buffer's bytes live only here), as the unfused ops would have stored them.
+static int run_fused(Backend *be, Exec *x, const PlanInstr *in, char *err, size_t errlen) {
+    const Plan *p = x->plan;
+    int rc = 0, s = 0;
+    for (; s < in->nstep && rc == 0; s++) {
+        const PlanStep *st = &in->step[s];
+        const PlanBuffer *o = &p->buf[st->out];
+        if (o->virt && !(x->ptr[st->out] = malloc((size_t)plan_dtype_bytes(o->dtype, plan_elems(o)) + 16)))
+            return fail(&(Call){.err = err, .errlen = errlen}, "out of memory (a fused step)");
+        PlanInstr one = {.id = in->id, .op = st->op, .nin = st->nin, .nout = 1, .out = {st->out},
+                         .attr = st->attr, .stream = in->stream, .ws = -1, .record = -1,
+                         .line = in->line, .col = in->col};
+        memcpy(one.in, st->in, sizeof one.in);
+        rc = cpu_launch(be, x, &one, err, errlen);
+    }
+    for (int k = 0; k < in->nstep; k++)
+        if (p->buf[in->step[k].out].virt) {
+            free(x->ptr[in->step[k].out]);
+            x->ptr[in->step[k].out] = NULL;
+        }
+    return rc;
+}
+
 static int cpu_launch(Backend *be, Exec *x, const PlanInstr *in, char *err, size_t errlen) {
+    if (in->nstep)
+        return run_fused(be, x, in, err, errlen);
     CpuState *s = be->state;
     Call c = {.x = x, .s = s, .in = in, .err = err, .errlen = errlen};
     s->used = 0;
@@ -505,7 +547,7 @@ static int cpu_launch(Backend *be, Exec *x, const PlanInstr *in, char *err, size
     int rc = kernels[in->op](&c);
     if (rc == 0)
         for (int k = 0; k < in->nout; k++)
-            if (c.o[k].b->dtype != PDT_F32 && is_float(c.o[k].b->dtype) && c.o[k].b->bytes)
+            if (c.o[k].b->dtype != PDT_F32 && is_float(c.o[k].b->dtype) && (c.o[k].b->bytes || c.o[k].b->virt))
                 narrow(&c.o[k]);
     return rc;
 }
