@@ -129,10 +129,10 @@ void mv_print_at(FILE *f, const MemView *v, int at, int top) {
                     100.0 * (double)x / (double)(v->total[at] ? v->total[at] : 1));
     }
     int n, *ids = largest(p, &n), shown = 0;
-    fprintf(f, "  largest buffers live there:\n");
+    fprintf(f, "  largest device buffers live there:\n");
     for (int k = 0; k < n && shown < top; k++) {
         const PlanBuffer *x = &p->buf[ids[k]];
-        if (count_from(x) > at || x->last < at)
+        if (count_from(x) > at || x->last < at || x->arena != ARENA_DEVICE)
             continue;
         fprintf(f, "    %-44s %-12s %12s  %s ", x->name, x->category, gib(a, x->bytes),
                 plan_dtype_name(x->dtype));
@@ -265,10 +265,14 @@ void mv_write_json(FILE *f, const MemView *v, const MemMeta *m) {
     for (int c = 0; c < MV_CATS; c++)
         fprintf(f, "%s\"%s\"", c ? ", " : "", cat_names[c]);
     fprintf(f, "],\n  \"buffers\": [\n");
+    bool first = true;
     for (int i = 0; i < p->nbuf; i++) {
         const PlanBuffer *b = &p->buf[i];
         const PlanBuffer *base = b->view >= 0 ? &p->buf[b->view] : b;
-        fprintf(f, "    {\"id\": %d, \"name\": ", i);
+        if (b->virt)   // a fused kernel's intermediate: never in memory
+            continue;
+        fprintf(f, "%s    {\"id\": %d, \"name\": ", first ? "" : ",\n", i);
+        first = false;
         ir_json_str(f, b->name);
         fprintf(f, ", \"category\": \"%s\", \"arena\": \"%s\", \"offset\": %lld, \"bytes\": %lld, "
                    "\"first\": %d, \"last\": %d, \"dtype\": \"%s\", \"shape\": [",
@@ -282,8 +286,9 @@ void mv_write_json(FILE *f, const MemView *v, const MemMeta *m) {
             fprintf(f, ", \"view_of\": %d", b->view);
         if (b->reuse >= 0)
             fprintf(f, ", \"reuses\": %d", b->reuse);
-        fprintf(f, "}%s\n", i + 1 < p->nbuf ? "," : "");
+        fprintf(f, "}");
     }
+    fprintf(f, "\n");
     fprintf(f, "  ],\n  \"instructions\": [\n");
     for (int id = 0; id < v->n; id++) {
         const PlanInstr *in = plan_instr(p, id);

@@ -438,6 +438,7 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
     PassDiag diag = driver_diag(&src);
     Pipeline pipe = driver_pipeline(&source, arena, &diag);
     pipe.spec.no_fusion = no_fusion;
+    pipe.spec.gemm_workspace_bytes = gpu->workspace_bytes;
     PassTimes times = {0};
     if (time_passes)
         pipe.times = &times;

@@ -236,12 +236,19 @@ bool ir_rewrite_next(IrRewrite *rw, IrNode *n) {
     return true;
 }
 
-int ir_rewrite_keep(IrRewrite *rw, IrNode *n) {
-    IrGraph *g = rw->g;
-    n->id = g->nodes.len;
+void ir_claim_outputs(IrGraph *g, const IrNode *n) {
     for (int k = 0; k < IR_MAX_OUTPUTS && n->out[k] >= 0; k++)
         if (!((n->update >> k) & 1))
             g->tensors.at[n->out[k]].producer = n->id;
+    if (n->fused >= 0)   // a fused node makes its steps' (virtual) intermediates too
+        for (int s = 0; s < g->fused.at[n->fused].n - 1; s++)
+            g->tensors.at[g->fused.at[n->fused].step[s].out[0]].producer = n->id;
+}
+
+int ir_rewrite_keep(IrRewrite *rw, IrNode *n) {
+    IrGraph *g = rw->g;
+    n->id = g->nodes.len;
+    ir_claim_outputs(g, n);
     vec_push(&g->nodes, *n);
     return n->id;
 }

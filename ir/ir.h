@@ -199,6 +199,7 @@ typedef struct IrGraph {
     IrStep step;
     int events;             // events the streams pass made
     VEC(IrFused) fused;     // the steps of OP_FUSED nodes (the fuse pass)
+    int64_t gemm_workspace_bytes;   // scratch a GEMM's library call gets (cuBLASLt), 0: none
 } IrGraph;
 
 // graph.c
@@ -259,6 +260,8 @@ typedef struct IrRewrite {
 void ir_rewrite_begin(IrRewrite *rw, IrGraph *g);
 bool ir_rewrite_next(IrRewrite *rw, IrNode *n);
 int ir_rewrite_keep(IrRewrite *rw, IrNode *n);   // the node's new id
+// Points the producer of every tensor node n makes (a fused node's intermediates too) at n.
+void ir_claim_outputs(IrGraph *g, const IrNode *n);
 void ir_rewrite_end(IrRewrite *rw);
 
 //

@@ -446,6 +446,12 @@ static int64_t scratch_cross_entropy(const IrGraph *g, const IrNode *n) {
     return dtype_bytes(DT_F32, rows * v);
 }
 
+// A GEMM runs as a library call (cuBLASLt) with the workspace the GPU preset gives it.
+static int64_t scratch_gemm(const IrGraph *g, const IrNode *n) {
+    (void)n;
+    return g->gemm_workspace_bytes;
+}
+
 // The embedding gradient's index (ints): per id its end position, then the positions
 // sorted by id (a deterministic gather on a GPU).
 static int64_t scratch_embed_bwd(const IrGraph *g, const IrNode *n) {
@@ -676,9 +682,11 @@ static const OpInfo ops[OP_COUNT] = {
     [OP_EMBED] = {.shape = shape_embed, .flops = flops_zero, .bytes_read = read_embed,
                   .grad_needs = {I1}, .backward = bwd_embed},
     [OP_LINEAR] = {.shape = shape_linear, .flops = flops_linear, .gemm = gemm_linear,
-                   .grad_needs = {I1, I0}, .backward = bwd_linear, .init = {0, 0, INIT_ZEROS}},
+                   .grad_needs = {I1, I0}, .backward = bwd_linear, .init = {0, 0, INIT_ZEROS},
+                   .scratch_bytes = scratch_gemm},
     [OP_MATMUL] = {.shape = shape_matmul, .flops = flops_matmul, .gemm = gemm_matmul,
-                   .grad_needs = {I1, I0}, .backward = bwd_matmul},
+                   .grad_needs = {I1, I0}, .backward = bwd_matmul,
+                   .scratch_bytes = scratch_gemm},
     [OP_ADD] = {.shape = shape_binary, .flops = flops_elems, .backward = bwd_add_sub,
                 .device = "y = x0 + x1;"},
     [OP_SUB] = {.shape = shape_binary, .flops = flops_elems, .backward = bwd_add_sub,
@@ -717,11 +725,15 @@ static const OpInfo ops[OP_COUNT] = {
                           .scratch_bytes = scratch_rows_f32},
     // backward ops
     [OP_EMBED_BWD] = {.shape = shape_attr, .flops = flops_elems, .scratch_bytes = scratch_embed_bwd},
-    [OP_LINEAR_DX] = {.shape = shape_linear_dx, .flops = flops_linear_bwd, .gemm = gemm_linear_dx},
-    [OP_LINEAR_DW] = {.shape = shape_linear_dw, .flops = flops_linear_bwd, .gemm = gemm_linear_dw},
+    [OP_LINEAR_DX] = {.shape = shape_linear_dx, .flops = flops_linear_bwd, .gemm = gemm_linear_dx,
+                      .scratch_bytes = scratch_gemm},
+    [OP_LINEAR_DW] = {.shape = shape_linear_dw, .flops = flops_linear_bwd, .gemm = gemm_linear_dw,
+                      .scratch_bytes = scratch_gemm},
     [OP_SUM_TO] = {.shape = shape_attr, .flops = flops_elems},
-    [OP_MATMUL_DA] = {.shape = shape_matmul_da, .flops = flops_matmul_bwd, .gemm = gemm_matmul},
-    [OP_MATMUL_DB] = {.shape = shape_matmul_db, .flops = flops_matmul_bwd, .gemm = gemm_matmul},
+    [OP_MATMUL_DA] = {.shape = shape_matmul_da, .flops = flops_matmul_bwd, .gemm = gemm_matmul,
+                      .scratch_bytes = scratch_gemm},
+    [OP_MATMUL_DB] = {.shape = shape_matmul_db, .flops = flops_matmul_bwd, .gemm = gemm_matmul,
+                      .scratch_bytes = scratch_gemm},
     [OP_SILU_BWD] = {.shape = shape_like1, .flops = flops_8elems,
                      .device = "float s = 1.0f / (1.0f + expf(-x1));"
                                " y = x0 * (s * (1.0f + x1 * (1.0f - s)));"},

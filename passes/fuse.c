@@ -252,10 +252,7 @@ int fuse_apply(IrGraph *g, FuseStats *st) {
         int i = rw.at - 1;
         if (f.group[i] >= 0 && f.group[i] != i)
             continue;
-        int id = ir_rewrite_keep(&rw, &nd);
-        if (nd.fused >= 0)   // the virtual intermediates are made inside this node now
-            for (int s = 0; s < g->fused.at[nd.fused].n - 1; s++)
-                g->tensors.at[g->fused.at[nd.fused].step[s].out[0]].producer = id;
+        ir_rewrite_keep(&rw, &nd);   // the virtual intermediates are made inside it now
     }
     ir_rewrite_end(&rw);
     free(f.readers), free(f.group), free(fused_of);

@@ -311,6 +311,7 @@ typedef struct PipelineSpec {
     bool quantize, double_quant;
     int64_t loss_chunk_bytes;   // the loss's backward works on fp32 chunks of at most this
     bool no_fusion;             // leave every op its own kernel (ftc compile --no-fusion)
+    int64_t gemm_workspace_bytes;   // each GEMM's library workspace (the GPU preset's)
 } PipelineSpec;
 
 // The frontend's part: the forward graph and loss for micro-batch `micro` and sequence

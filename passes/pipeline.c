@@ -164,6 +164,7 @@ static IrGraph *build_prefix(const Pipeline *p, const PlanChoice *c, Arena *a, B
     IrGraph *g = p->elaborate(p->ctx, c->micro, p->spec.seq, a);
     if (!g)
         return NULL;
+    g->gemm_workspace_bytes = p->spec.gemm_workspace_bytes;
     timed(p, 0, t0);
     PassDiag quiet = {ignore, NULL, 0};
     PassCtx x = {.g = g, .p = p, .c = c, .bs = bs, .d = p->diag ? p->diag : &quiet};

@@ -277,9 +277,7 @@ int schedule_apply(IrGraph *g, ScheduleStats *st) {
         for (int i = 0; i < n; i++) {
             g->nodes.at[i] = old[order[i]];
             g->nodes.at[i].id = i;
-            for (int k = 0; k < IR_MAX_OUTPUTS && g->nodes.at[i].out[k] >= 0; k++)
-                if (!((g->nodes.at[i].update >> k) & 1))
-                    g->tensors.at[g->nodes.at[i].out[k]].producer = i;
+            ir_claim_outputs(g, &g->nodes.at[i]);
         }
         free(old);
     }

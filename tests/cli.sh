@@ -108,6 +108,52 @@ else
     bad dump-after-streams "$(grep -m3 'copy\|adamw' <<<"$out")"
 fi
 
+# Fusion: the fused kernels' intermediates are virtual buffers (no bytes) in the plan and
+# absent from memory.json; with --no-fusion they are ordinary buffers (but for the values
+# fusion recomputes inside backward kernels, NAME.re, which only fusion makes).
+"$ftc" compile models/tiny.ft -o "$tmp/fused.plan" >/dev/null
+"$ftc" compile models/tiny.ft --no-fusion -o "$tmp/unfused.plan" >/dev/null
+virtual=$(awk '/^buffer .* virtual=1/ {print $3}' "$tmp/fused.plan/plan")
+leaked=0
+for v in $virtual; do grep -q "\"name\": \"$v\"" "$tmp/fused.plan/memory.json" && leaked=$((leaked+1)); done
+kept=0 plain=0
+for v in $virtual; do
+    case $v in *.re) continue ;; esac
+    plain=$((plain+1))
+    grep -q "\"name\": \"$v\"" "$tmp/unfused.plan/memory.json" && kept=$((kept+1))
+done
+n=$(wc -w <<<"$virtual")
+if [ "$n" -gt 0 ] && [ $leaked = 0 ] && [ $kept = $plain ] && grep -q " fused steps=" "$tmp/fused.plan/plan" &&
+   ! grep -q " fused " "$tmp/unfused.plan/plan"; then
+    ok "fusion-removes-intermediates ($n virtual buffers)"
+else
+    bad fusion-removes-intermediates "$n virtual, $leaked in memory.json, $kept unfused"
+fi
+
+# A budget sweep across the edge where plans start to fit: every plan compile writes is
+# verified, so any budget whose plan breaks an invariant (a lifetime, a hazard, an arena
+# overlap) surfaces as an internal error. Full fine-tuning, LoRA and QLoRA.
+lora='  lora(r = 8, alpha = 16, dropout = 0.1, targets = [wq, wv])'
+sed "s/^  optimizer = .*/&\n$lora/" models/tiny.ft > "$tmp/lora.ft"
+sed "s/^  optimizer = .*/&\n$lora\n  quantize(nf4, double_quant = true)/" models/tiny.ft > "$tmp/qlora.ft"
+swept=0 fitted=0 broke=""
+for src in models/tiny.ft "$tmp/lora.ft" "$tmp/qlora.ft"; do
+    for k in $(seq 0 3 90); do
+        b=$(( (512 << 20) + k * 131072 ))
+        out=$("$ftc" compile "$src" --budget "$b" -o "$tmp/sweep.plan" 2>&1); rc=$?
+        swept=$((swept+1))
+        [ $rc = 0 ] && fitted=$((fitted+1))
+        if [ $rc -gt 1 ] || grep -q "internal error" <<<"$out"; then
+            broke="$broke $(basename "$src")@$b"
+        fi
+    done
+done
+if [ -z "$broke" ] && [ $fitted -gt 0 ] && [ $fitted -lt $swept ]; then
+    ok "budget-sweep ($fitted of $swept budgets fit, every plan verified)"
+else
+    bad budget-sweep "broke at:$broke ($fitted of $swept fit)"
+fi
+
 # --emit-graph: the training graph for external solvers.
 if "$ftc" compile models/tiny.ft --emit-graph "$tmp/g.json" -o "$tmp/g.plan" >/dev/null &&
    grep -q '"op": "attention_bwd", "phase": "backward"' "$tmp/g.json" && grep -q '"edges": \[' "$tmp/g.json" &&
