@@ -170,7 +170,8 @@ static void a_attention(FILE *f, const CudaCtx *cx) {
         fprintf(f, ", %d, %d", DT(q), DT(IN(0)));
 }
 // A warp per row, or with tensor cores (attention.cuh: bf16 throughout, D % 16 == 0) a
-// warp per 16 rows; the dk/dv launch counts key rows.
+// warp per 16 rows; the dk/dv launch counts key rows, and past 128 columns two warps per
+// 16 key rows, each with half the columns (attention.cuh's att_dkv_split).
 static void g_attention(const CudaCtx *cx, unsigned *grid, unsigned *block) {
     CTX(cx);
     const IrTensor *q = IN(n->op == OP_ATTENTION ? 0 : 1), *k = IN(n->op == OP_ATTENTION ? 1 : 2);
@@ -180,6 +181,8 @@ static void g_attention(const CudaCtx *cx, unsigned *grid, unsigned *block) {
     mma &= OUT(0)->dtype == DT_BF16 && q->dtype == DT_BF16;
     int64_t heads = l == 1 ? k->shape[2] : q->shape[2], S = q->shape[1];
     int64_t rows = q->shape[0] * heads * (mma ? (S + 15) / 16 : S);
+    if (mma && l == 1 && q->shape[3] > 128)
+        rows *= 2;
     warp_geometry(rows, grid, block);
 }
 

@@ -89,6 +89,29 @@ static const char *ops_fp16 =
     "  optimizer = sgd(lr = 0.1)\n"
     "}\n";
 
+// Attention alone at one head dim: bf16, causal, GQA 2:1. Head dims that are multiples
+// of 16 up to 256 take the tensor-core kernels, the others the warp-per-row ones.
+static const char *attention_hd =
+    "model att {\n"
+    "  V = 300  H = 2  KV = 1  HD = %d  D = H * HD\n"
+    "  param emb [V, D] as \"emb\"\n"
+    "  param wk [KV * HD, D] as \"wk\"\n"
+    "  param wv [KV * HD, D] as \"wv\"\n"
+    "  forward(tokens i32[B, S]) {\n"
+    "    x = emb[tokens]\n"
+    "    q = view(x, [B, S, H, HD])\n"
+    "    k = view(linear(x, wk), [B, S, KV, HD])\n"
+    "    v = view(linear(x, wv), [B, S, KV, HD])\n"
+    "    return linear(view(attention(q, k, v, causal = true), [B, S, D]), emb)\n"
+    "  }\n"
+    "}\n"
+    "train {\n"
+    "  seq = 37  batch = 1\n"
+    "  loss = cross_entropy(forward(tokens), next(tokens))\n"
+    "  precision = bf16\n"
+    "  optimizer = adamw(lr = 1e-3)\n"
+    "}\n";
+
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static uint32_t urand32(void) {
     rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
@@ -251,6 +274,22 @@ static void test_qlora(void) {
 
 static void test_other_ops_fp16(void) { lockstep("ops-fp16", ops_fp16, 2); }
 
+static void test_attention_head_dims(void) {
+    static const int hd[] = {40, 64, 96, 128, 256};
+    for (size_t i = 0; i < sizeof hd / sizeof hd[0]; i++) {
+        char text[4096], name[32];
+        snprintf(text, sizeof text, attention_hd, hd[i]);
+        snprintf(name, sizeof name, "attention-hd%d", hd[i]);
+        OpStat f = stats[OP_ATTENTION], b = stats[OP_ATTENTION_BWD];
+        stats[OP_ATTENTION].worst = stats[OP_ATTENTION_BWD].worst = 0;
+        lockstep(name, text, 1);
+        printf("  %-16s attention %.3g, attention_bwd %.3g\n", name, stats[OP_ATTENTION].worst,
+               stats[OP_ATTENTION_BWD].worst);
+        stats[OP_ATTENTION].worst = fmax(f.worst, stats[OP_ATTENTION].worst);
+        stats[OP_ATTENTION_BWD].worst = fmax(b.worst, stats[OP_ATTENTION_BWD].worst);
+    }
+}
+
 static void report(void) {
     printf("  %-18s %8s %8s %12s %10s %8s\n", "op", "outputs", "bitwise", "worst", "tolerance",
            "in fused");
@@ -272,6 +311,7 @@ int main(int argc, char **argv) {
     RUN(test_qwen_full);
     RUN(test_qlora);
     RUN(test_other_ops_fp16);
+    RUN(test_attention_head_dims);
     report();
     // Every op the emitter generates a kernel for appeared at least once.
     int missing = 0;

@@ -215,10 +215,13 @@ FTC_INLINE void attn_fwd_mma(FtcArgs a, long long B, long long S, long long H, l
         return;
     long long t = w % tiles, h = (w / tiles) % H, b = w / (tiles * H), hk = h / (H / Hkv);
     long long r0 = 16 * t, row[2] = {r0 + g, r0 + g + 8}, rc[2];
+    FTC_UNROLL
     for (int r = 0; r < 2; r++)
         rc[r] = row[r] < S ? row[r] : S - 1;   /* clamped for loads; never stored */
     float o[ATT_MAX_CHUNKS][4], m[2] = {-FTC_INF, -FTC_INF}, l[2] = {0.0f, 0.0f};
+    FTC_UNROLL
     for (int nc = 0; nc < D / 8; nc++)
+        FTC_UNROLL
         for (int e = 0; e < 4; e++)
             o[nc][e] = 0.0f;
     long long kend = causal ? (r0 + 16 < S ? r0 + 16 : S) : S;
@@ -229,6 +232,7 @@ FTC_INLINE void attn_fwd_mma(FtcArgs a, long long B, long long S, long long H, l
             long long qa = ((b * S + rc[0]) * H + h) * D, qb = ((b * S + rc[1]) * H + h) * D;
             unsigned int a0 = att_ld2(Q, qa + d0), a1 = att_ld2(Q, qb + d0);
             unsigned int a2 = att_ld2(Q, qa + d0 + 8), a3 = att_ld2(Q, qb + d0 + 8);
+            FTC_UNROLL
             for (int nh = 0; nh < 2; nh++) {
                 long long key = j0 + nh * 8 + g, kr = ((b * S + (key < S ? key : S - 1)) * Hkv + hk) * D;
                 unsigned int b0 = att_ld2(K, kr + d0), b1 = att_ld2(K, kr + d0 + 8);
@@ -237,7 +241,9 @@ FTC_INLINE void attn_fwd_mma(FtcArgs a, long long B, long long S, long long H, l
             }
         }
         float mx[2] = {-FTC_INF, -FTC_INF};
+        FTC_UNROLL
         for (int nh = 0; nh < 2; nh++)
+            FTC_UNROLL
             for (int e = 0; e < 4; e++) {
                 long long key = j0 + nh * 8 + 2 * q + (e & 1), r = row[e >> 1];
                 float v = s[nh][e] * scale;
@@ -247,25 +253,31 @@ FTC_INLINE void attn_fwd_mma(FtcArgs a, long long B, long long S, long long H, l
                 mx[e >> 1] = fmaxf(mx[e >> 1], v);
             }
         float corr[2], sum[2] = {0.0f, 0.0f};
+        FTC_UNROLL
         for (int r = 0; r < 2; r++) {
             float mn = fmaxf(m[r], quad_max(mx[r]));
             corr[r] = mn == -FTC_INF ? 1.0f : expf(m[r] - mn);
             m[r] = mn;
         }
+        FTC_UNROLL
         for (int nh = 0; nh < 2; nh++)
+            FTC_UNROLL
             for (int e = 0; e < 4; e++) {
                 float mr = m[e >> 1];
                 float p = s[nh][e] == -FTC_INF ? 0.0f : expf(s[nh][e] - mr);
                 s[nh][e] = p;
                 sum[e >> 1] += p;
             }
+        FTC_UNROLL
         for (int r = 0; r < 2; r++)
             l[r] = l[r] * corr[r] + quad_sum(sum[r]);
         unsigned int pa0 = att_pack(s[0][0], s[0][1]), pa1 = att_pack(s[0][2], s[0][3]);
         unsigned int pa2 = att_pack(s[1][0], s[1][1]), pa3 = att_pack(s[1][2], s[1][3]);
         long long k0 = j0 + 2 * q, kk[4] = {k0, k0 + 1, k0 + 8, k0 + 9};
+        FTC_UNROLL
         for (int i = 0; i < 4; i++)
             kk[i] = ((b * S + (kk[i] < S ? kk[i] : S - 1)) * Hkv + hk) * D;
+        FTC_UNROLL
         for (int nc = 0; nc < D / 8; nc++) {
             int n = nc * 8 + g;
             unsigned int b0 = att_ld11(V, kk[0] + n, kk[1] + n), b1 = att_ld11(V, kk[2] + n, kk[3] + n);
@@ -274,11 +286,13 @@ FTC_INLINE void attn_fwd_mma(FtcArgs a, long long B, long long S, long long H, l
                           o[nc][1], o[nc][2], o[nc][3]);
         }
     }
+    FTC_UNROLL
     for (int r = 0; r < 2; r++) {
         if (row[r] >= S)
             continue;
         float inv = 1.0f / l[r];
         long long base = ((b * S + row[r]) * H + h) * D;
+        FTC_UNROLL
         for (int nc = 0; nc < D / 8; nc++) {
             st_bf16((unsigned short *)a.p[0], base + nc * 8 + 2 * q, o[nc][2 * r] * inv);
             st_bf16((unsigned short *)a.p[0], base + nc * 8 + 2 * q + 1, o[nc][2 * r + 1] * inv);
@@ -304,6 +318,7 @@ FTC_INLINE void attn_bwd_dq_mma(FtcArgs a, long long B, long long S, long long H
     long long t = w % tiles, h = (w / tiles) % H, b = w / (tiles * H), hk = h / (H / Hkv);
     long long r0 = 16 * t, row[2] = {r0 + g, r0 + g + 8}, base[2];
     float di[2], lse[2];
+    FTC_UNROLL
     for (int r = 0; r < 2; r++) {
         long long rc = row[r] < S ? row[r] : S - 1;
         base[r] = ((b * S + rc) * H + h) * D;
@@ -316,13 +331,17 @@ FTC_INLINE void attn_bwd_dq_mma(FtcArgs a, long long B, long long S, long long H
             DI[(b * H + h) * S + row[r]] = di[r];
     }
     float dq[ATT_MAX_CHUNKS][4];
+    FTC_UNROLL
     for (int nc = 0; nc < D / 8; nc++)
+        FTC_UNROLL
         for (int e = 0; e < 4; e++)
             dq[nc][e] = 0.0f;
     long long kend = causal ? (r0 + 16 < S ? r0 + 16 : S) : S;
     for (long long j0 = 0; j0 < kend; j0 += 16) {
         float s[2][4] = {{0.0f}}, dp[2][4] = {{0.0f}};
+        FTC_UNROLL
         for (int nh = 0; nh < 2; nh++)
+            FTC_UNROLL
             for (int e = 0; e < 4; e++)
                 s[nh][e] = dp[nh][e] = 0.0f;
         for (int kc = 0; kc < D / 16; kc++) {
@@ -331,6 +350,7 @@ FTC_INLINE void attn_bwd_dq_mma(FtcArgs a, long long B, long long S, long long H
             unsigned int a2 = att_ld2(Q, base[0] + d0 + 8), a3 = att_ld2(Q, base[1] + d0 + 8);
             unsigned int g0 = att_ld2(DY, base[0] + d0), g1 = att_ld2(DY, base[1] + d0);
             unsigned int g2 = att_ld2(DY, base[0] + d0 + 8), g3 = att_ld2(DY, base[1] + d0 + 8);
+            FTC_UNROLL
             for (int nh = 0; nh < 2; nh++) {
                 long long key = j0 + nh * 8 + g, kr = ((b * S + (key < S ? key : S - 1)) * Hkv + hk) * D;
                 unsigned int b0 = att_ld2(K, kr + d0), b1 = att_ld2(K, kr + d0 + 8);
@@ -341,7 +361,9 @@ FTC_INLINE void attn_bwd_dq_mma(FtcArgs a, long long B, long long S, long long H
                               dp[nh][0], dp[nh][1], dp[nh][2], dp[nh][3]);
             }
         }
+        FTC_UNROLL
         for (int nh = 0; nh < 2; nh++)
+            FTC_UNROLL
             for (int e = 0; e < 4; e++) {
                 long long key = j0 + nh * 8 + 2 * q + (e & 1), r = row[e >> 1];
                 bool hidden = key >= S || (causal && key > r);
@@ -351,8 +373,10 @@ FTC_INLINE void attn_bwd_dq_mma(FtcArgs a, long long B, long long S, long long H
         unsigned int sa0 = att_pack(s[0][0], s[0][1]), sa1 = att_pack(s[0][2], s[0][3]);
         unsigned int sa2 = att_pack(s[1][0], s[1][1]), sa3 = att_pack(s[1][2], s[1][3]);
         long long k0 = j0 + 2 * q, kk[4] = {k0, k0 + 1, k0 + 8, k0 + 9};
+        FTC_UNROLL
         for (int i = 0; i < 4; i++)
             kk[i] = ((b * S + (kk[i] < S ? kk[i] : S - 1)) * Hkv + hk) * D;
+        FTC_UNROLL
         for (int nc = 0; nc < D / 8; nc++) {
             int n = nc * 8 + g;
             unsigned int b0 = att_ld11(K, kk[0] + n, kk[1] + n), b1 = att_ld11(K, kk[2] + n, kk[3] + n);
@@ -360,9 +384,11 @@ FTC_INLINE void attn_bwd_dq_mma(FtcArgs a, long long B, long long S, long long H
                           dq[nc][0], dq[nc][1], dq[nc][2], dq[nc][3]);
         }
     }
+    FTC_UNROLL
     for (int r = 0; r < 2; r++) {
         if (row[r] >= S)
             continue;
+        FTC_UNROLL
         for (int nc = 0; nc < D / 8; nc++) {
             st_bf16((unsigned short *)ATT_DQ, base[r] + nc * 8 + 2 * q, dq[nc][2 * r]);
             st_bf16((unsigned short *)ATT_DQ, base[r] + nc * 8 + 2 * q + 1, dq[nc][2 * r + 1]);
@@ -370,30 +396,45 @@ FTC_INLINE void attn_bwd_dq_mma(FtcArgs a, long long B, long long S, long long H
     }
 }
 
-/* Backward, launch 2: warp w owns key rows [16 t, 16 t + 16) of (b, hk); over the query
- * heads of its group and the query tiles that see them: S^T = k q^T, P^T, dP^T = v dy^T,
- * dS^T = P^T (dP^T - Di) scale; dv += P^T dy, dk += dS^T q. */
+/* Past 128 columns the dk and dv accumulators of a warp would not fit in registers: the
+ * dk/dv launch then gives each key tile two warps, each owning half of the columns (and
+ * both computing S^T and dP^T whole). cuda_ops.c sizes the launch by the same rule. */
+#define ATT_DKV_COLS 128
+FTC_INLINE int att_dkv_split(int D) { return D > ATT_DKV_COLS ? 2 : 1; }
+
+/* Backward, launch 2: warp w owns key rows [16 t, 16 t + 16) of (b, hk), columns
+ * [c0, c0 + D / split) of dk and dv; over the query heads of its group and the query
+ * tiles that see them: S^T = k q^T, P^T, dP^T = v dy^T, dS^T = P^T (dP^T - Di) scale;
+ * dv += P^T dy, dk += dS^T q. */
 FTC_INLINE void attn_bwd_dkv_mma(FtcArgs a, long long B, long long S, long long H, long long Hkv,
                                  int D, int causal, float scale) {
     const unsigned short *Q = (const unsigned short *)ATT_Q, *K = (const unsigned short *)ATT_K;
     const unsigned short *V = (const unsigned short *)ATT_V, *DY = (const unsigned short *)ATT_DY;
     const float *DI = (const float *)a.p[9];
     int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+    int split = att_dkv_split(D), cw = D / split;
     long long tiles = (S + 15) / 16, w = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
-    if (w >= B * Hkv * tiles)
+    if (w >= B * Hkv * tiles * split)
         return;
+    int c0 = (int)(w % split) * cw;
+    w /= split;
     long long t = w % tiles, hk = (w / tiles) % Hkv, b = w / (tiles * Hkv), group = H / Hkv;
     long long k0 = 16 * t, key[2] = {k0 + g, k0 + g + 8}, kbase[2];
+    FTC_UNROLL
     for (int r = 0; r < 2; r++)
         kbase[r] = ((b * S + (key[r] < S ? key[r] : S - 1)) * Hkv + hk) * D;
-    float dk[ATT_MAX_CHUNKS][4], dv[ATT_MAX_CHUNKS][4];
-    for (int nc = 0; nc < D / 8; nc++)
+    float dk[ATT_DKV_COLS / 8][4], dv[ATT_DKV_COLS / 8][4];
+    FTC_UNROLL
+    for (int nc = 0; nc < cw / 8; nc++)
+        FTC_UNROLL
         for (int e = 0; e < 4; e++)
             dk[nc][e] = dv[nc][e] = 0.0f;
     for (long long h = hk * group; h < (hk + 1) * group; h++)
         for (long long i0 = causal ? k0 : 0; i0 < S; i0 += 16) {
             float s[2][4], dp[2][4];
+            FTC_UNROLL
             for (int nh = 0; nh < 2; nh++)
+                FTC_UNROLL
                 for (int e = 0; e < 4; e++)
                     s[nh][e] = dp[nh][e] = 0.0f;
             for (int kc = 0; kc < D / 16; kc++) {
@@ -402,6 +443,7 @@ FTC_INLINE void attn_bwd_dkv_mma(FtcArgs a, long long B, long long S, long long 
                 unsigned int a2 = att_ld2(K, kbase[0] + d0 + 8), a3 = att_ld2(K, kbase[1] + d0 + 8);
                 unsigned int v0 = att_ld2(V, kbase[0] + d0), v1 = att_ld2(V, kbase[1] + d0);
                 unsigned int v2 = att_ld2(V, kbase[0] + d0 + 8), v3 = att_ld2(V, kbase[1] + d0 + 8);
+                FTC_UNROLL
                 for (int nh = 0; nh < 2; nh++) {
                     long long qr = i0 + nh * 8 + g, qb = ((b * S + (qr < S ? qr : S - 1)) * H + h) * D;
                     unsigned int b0 = att_ld2(Q, qb + d0), b1 = att_ld2(Q, qb + d0 + 8);
@@ -412,7 +454,9 @@ FTC_INLINE void attn_bwd_dkv_mma(FtcArgs a, long long B, long long S, long long 
                                   dp[nh][0], dp[nh][1], dp[nh][2], dp[nh][3]);
                 }
             }
+            FTC_UNROLL
             for (int nh = 0; nh < 2; nh++)
+                FTC_UNROLL
                 for (int e = 0; e < 4; e++) {
                     long long qr = i0 + nh * 8 + 2 * q + (e & 1), kr = key[e >> 1];
                     bool hidden = qr >= S || kr >= S || (causal && kr > qr);
@@ -426,10 +470,12 @@ FTC_INLINE void attn_bwd_dkv_mma(FtcArgs a, long long B, long long S, long long 
             unsigned int sa0 = att_pack(dp[0][0], dp[0][1]), sa1 = att_pack(dp[0][2], dp[0][3]);
             unsigned int sa2 = att_pack(dp[1][0], dp[1][1]), sa3 = att_pack(dp[1][2], dp[1][3]);
             long long q0 = i0 + 2 * q, qq[4] = {q0, q0 + 1, q0 + 8, q0 + 9};
+            FTC_UNROLL
             for (int i = 0; i < 4; i++)
                 qq[i] = ((b * S + (qq[i] < S ? qq[i] : S - 1)) * H + h) * D;
-            for (int nc = 0; nc < D / 8; nc++) {
-                int n = nc * 8 + g;
+            FTC_UNROLL
+            for (int nc = 0; nc < cw / 8; nc++) {
+                int n = c0 + nc * 8 + g;
                 unsigned int y0 = att_ld11(DY, qq[0] + n, qq[1] + n), y1 = att_ld11(DY, qq[2] + n, qq[3] + n);
                 FTC_MMA_16816(dv[nc][0], dv[nc][1], dv[nc][2], dv[nc][3], pa0, pa1, pa2, pa3, y0, y1,
                               dv[nc][0], dv[nc][1], dv[nc][2], dv[nc][3]);
@@ -438,13 +484,17 @@ FTC_INLINE void attn_bwd_dkv_mma(FtcArgs a, long long B, long long S, long long 
                               dk[nc][0], dk[nc][1], dk[nc][2], dk[nc][3]);
             }
         }
+    FTC_UNROLL
     for (int r = 0; r < 2; r++) {
         if (key[r] >= S)
             continue;
-        for (int nc = 0; nc < D / 8; nc++)
+        FTC_UNROLL
+        for (int nc = 0; nc < cw / 8; nc++)
+            FTC_UNROLL
             for (int j = 0; j < 2; j++) {
-                st_bf16((unsigned short *)ATT_DK, kbase[r] + nc * 8 + 2 * q + j, dk[nc][2 * r + j]);
-                st_bf16((unsigned short *)ATT_DV, kbase[r] + nc * 8 + 2 * q + j, dv[nc][2 * r + j]);
+                long long at = kbase[r] + c0 + nc * 8 + 2 * q + j;
+                st_bf16((unsigned short *)ATT_DK, at, dk[nc][2 * r + j]);
+                st_bf16((unsigned short *)ATT_DV, at, dv[nc][2 * r + j]);
             }
     }
 }

@@ -17,9 +17,13 @@
 #ifdef FTC_EMU
 #include "ftc_emu.h"
 #define FTC_CONST static const
+#define FTC_UNROLL
 #else
 #define FTC_KERNEL extern "C" __global__
 #define FTC_CONST static __constant__ const
+/* Before a loop over a register array (an mma accumulator): unrolled, the array stays in
+ * registers; rolled, it is indexed at run time and lives in local memory. */
+#define FTC_UNROLL _Pragma("unroll")
 #endif
 
 typedef struct FtcArgs {
