@@ -30,7 +30,8 @@ static void usage(FILE *f) {
 
 static void usage_run(FILE *f) {
     fputs("usage: ftc run DIR --data FILE [--weights PATH] [--steps N] [--save DIR]\n"
-          "                   [--save-every N] [--seed N] [--poison] [--unplanned] [--device cpu|emu]\n"
+          "                   [--save-every N] [--seed N] [--poison] [--unplanned] [--merge]\n"
+          "                   [--device cpu|emu]\n"
           "\n"
           "  --data FILE       token file (ftc data makes one)\n"
           "  --weights PATH    Hugging Face safetensors: a file, or a directory (sharded too);\n"
