@@ -204,6 +204,41 @@ FTC_INLINE float quad_sum(float v) {
 /* The accumulator element e (0..3) of 16x8 tile half nh sits at row (e < 2 ? g : g + 8) and
  * column nh * 8 + 2 q + (e & 1), with g = lane / 4 and q = lane % 4. */
 
+/* One warp's 16 x 16 tiles c = x y^T and, when x2 is given, c2 = x2 y2^T, over D columns:
+ * the rows of x and x2 at arow[0] (the lane's row g) and arow[1] (g + 8), those of y and
+ * y2 at yrow[nh] (the lane's row g of half nh). c[nh] holds 16 x 8 half nh in the layout
+ * above. Backward's two products share their rows, and one loop loads each row once. */
+FTC_INLINE void att_tiles(float c[2][4], const unsigned short *x, const unsigned short *y,
+                          float c2[2][4], const unsigned short *x2, const unsigned short *y2,
+                          const long long arow[2], const long long yrow[2], int D, int q) {
+    FTC_UNROLL
+    for (int nh = 0; nh < 2; nh++)
+        FTC_UNROLL
+        for (int e = 0; e < 4; e++)
+            c[nh][e] = c2[nh][e] = 0.0f;
+    for (int kc = 0; kc < D / 16; kc++) {
+        int d0 = kc * 16 + 2 * q;
+        unsigned int a0 = att_ld2(x, arow[0] + d0), a1 = att_ld2(x, arow[1] + d0);
+        unsigned int a2 = att_ld2(x, arow[0] + d0 + 8), a3 = att_ld2(x, arow[1] + d0 + 8);
+        unsigned int e0 = 0, e1 = 0, e2 = 0, e3 = 0;
+        if (x2) {
+            e0 = att_ld2(x2, arow[0] + d0), e1 = att_ld2(x2, arow[1] + d0);
+            e2 = att_ld2(x2, arow[0] + d0 + 8), e3 = att_ld2(x2, arow[1] + d0 + 8);
+        }
+        FTC_UNROLL
+        for (int nh = 0; nh < 2; nh++) {
+            unsigned int b0 = att_ld2(y, yrow[nh] + d0), b1 = att_ld2(y, yrow[nh] + d0 + 8);
+            FTC_MMA_16816(c[nh][0], c[nh][1], c[nh][2], c[nh][3], a0, a1, a2, a3, b0, b1, c[nh][0],
+                          c[nh][1], c[nh][2], c[nh][3]);
+            if (x2) {
+                unsigned int f0 = att_ld2(y2, yrow[nh] + d0), f1 = att_ld2(y2, yrow[nh] + d0 + 8);
+                FTC_MMA_16816(c2[nh][0], c2[nh][1], c2[nh][2], c2[nh][3], e0, e1, e2, e3, f0, f1,
+                              c2[nh][0], c2[nh][1], c2[nh][2], c2[nh][3]);
+            }
+        }
+    }
+}
+
 /* Forward: warp w owns query rows [16 t, 16 t + 16) of (b, h).  a.p: o, lse, q, k, v. */
 FTC_INLINE void attn_fwd_mma(FtcArgs a, long long B, long long S, long long H, long long Hkv, int D,
                              int causal, float scale) {
@@ -214,10 +249,10 @@ FTC_INLINE void attn_fwd_mma(FtcArgs a, long long B, long long S, long long H, l
     if (w >= B * H * tiles)
         return;
     long long t = w % tiles, h = (w / tiles) % H, b = w / (tiles * H), hk = h / (H / Hkv);
-    long long r0 = 16 * t, row[2] = {r0 + g, r0 + g + 8}, rc[2];
+    long long r0 = 16 * t, row[2] = {r0 + g, r0 + g + 8}, qbase[2];
     FTC_UNROLL
-    for (int r = 0; r < 2; r++)
-        rc[r] = row[r] < S ? row[r] : S - 1;   /* clamped for loads; never stored */
+    for (int r = 0; r < 2; r++)   /* rows past S clamped for loads; never stored */
+        qbase[r] = ((b * S + (row[r] < S ? row[r] : S - 1)) * H + h) * D;
     float o[ATT_MAX_CHUNKS][4], m[2] = {-FTC_INF, -FTC_INF}, l[2] = {0.0f, 0.0f};
     FTC_UNROLL
     for (int nc = 0; nc < D / 8; nc++)
@@ -226,20 +261,14 @@ FTC_INLINE void attn_fwd_mma(FtcArgs a, long long B, long long S, long long H, l
             o[nc][e] = 0.0f;
     long long kend = causal ? (r0 + 16 < S ? r0 + 16 : S) : S;
     for (long long j0 = 0; j0 < kend; j0 += 16) {
-        float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-        for (int kc = 0; kc < D / 16; kc++) {
-            int d0 = kc * 16 + 2 * q;
-            long long qa = ((b * S + rc[0]) * H + h) * D, qb = ((b * S + rc[1]) * H + h) * D;
-            unsigned int a0 = att_ld2(Q, qa + d0), a1 = att_ld2(Q, qb + d0);
-            unsigned int a2 = att_ld2(Q, qa + d0 + 8), a3 = att_ld2(Q, qb + d0 + 8);
-            FTC_UNROLL
-            for (int nh = 0; nh < 2; nh++) {
-                long long key = j0 + nh * 8 + g, kr = ((b * S + (key < S ? key : S - 1)) * Hkv + hk) * D;
-                unsigned int b0 = att_ld2(K, kr + d0), b1 = att_ld2(K, kr + d0 + 8);
-                FTC_MMA_16816(s[nh][0], s[nh][1], s[nh][2], s[nh][3], a0, a1, a2, a3, b0, b1, s[nh][0],
-                              s[nh][1], s[nh][2], s[nh][3]);
-            }
+        float s[2][4], unused[2][4];
+        long long kr[2];
+        FTC_UNROLL
+        for (int nh = 0; nh < 2; nh++) {
+            long long key = j0 + nh * 8 + g;
+            kr[nh] = ((b * S + (key < S ? key : S - 1)) * Hkv + hk) * D;
         }
+        att_tiles(s, Q, K, unused, NULL, NULL, qbase, kr, D, q);
         float mx[2] = {-FTC_INF, -FTC_INF};
         FTC_UNROLL
         for (int nh = 0; nh < 2; nh++)
@@ -338,29 +367,14 @@ FTC_INLINE void attn_bwd_dq_mma(FtcArgs a, long long B, long long S, long long H
             dq[nc][e] = 0.0f;
     long long kend = causal ? (r0 + 16 < S ? r0 + 16 : S) : S;
     for (long long j0 = 0; j0 < kend; j0 += 16) {
-        float s[2][4] = {{0.0f}}, dp[2][4] = {{0.0f}};
+        float s[2][4], dp[2][4];
+        long long kr[2];
         FTC_UNROLL
-        for (int nh = 0; nh < 2; nh++)
-            FTC_UNROLL
-            for (int e = 0; e < 4; e++)
-                s[nh][e] = dp[nh][e] = 0.0f;
-        for (int kc = 0; kc < D / 16; kc++) {
-            int d0 = kc * 16 + 2 * q;
-            unsigned int a0 = att_ld2(Q, base[0] + d0), a1 = att_ld2(Q, base[1] + d0);
-            unsigned int a2 = att_ld2(Q, base[0] + d0 + 8), a3 = att_ld2(Q, base[1] + d0 + 8);
-            unsigned int g0 = att_ld2(DY, base[0] + d0), g1 = att_ld2(DY, base[1] + d0);
-            unsigned int g2 = att_ld2(DY, base[0] + d0 + 8), g3 = att_ld2(DY, base[1] + d0 + 8);
-            FTC_UNROLL
-            for (int nh = 0; nh < 2; nh++) {
-                long long key = j0 + nh * 8 + g, kr = ((b * S + (key < S ? key : S - 1)) * Hkv + hk) * D;
-                unsigned int b0 = att_ld2(K, kr + d0), b1 = att_ld2(K, kr + d0 + 8);
-                FTC_MMA_16816(s[nh][0], s[nh][1], s[nh][2], s[nh][3], a0, a1, a2, a3, b0, b1, s[nh][0],
-                              s[nh][1], s[nh][2], s[nh][3]);
-                unsigned int v0 = att_ld2(V, kr + d0), v1 = att_ld2(V, kr + d0 + 8);
-                FTC_MMA_16816(dp[nh][0], dp[nh][1], dp[nh][2], dp[nh][3], g0, g1, g2, g3, v0, v1,
-                              dp[nh][0], dp[nh][1], dp[nh][2], dp[nh][3]);
-            }
+        for (int nh = 0; nh < 2; nh++) {
+            long long key = j0 + nh * 8 + g;
+            kr[nh] = ((b * S + (key < S ? key : S - 1)) * Hkv + hk) * D;
         }
+        att_tiles(s, Q, K, dp, DY, V, base, kr, D, q);   /* S = q k^T, dP = dy v^T */
         FTC_UNROLL
         for (int nh = 0; nh < 2; nh++)
             FTC_UNROLL
@@ -432,28 +446,13 @@ FTC_INLINE void attn_bwd_dkv_mma(FtcArgs a, long long B, long long S, long long 
     for (long long h = hk * group; h < (hk + 1) * group; h++)
         for (long long i0 = causal ? k0 : 0; i0 < S; i0 += 16) {
             float s[2][4], dp[2][4];
+            long long qb[2];
             FTC_UNROLL
-            for (int nh = 0; nh < 2; nh++)
-                FTC_UNROLL
-                for (int e = 0; e < 4; e++)
-                    s[nh][e] = dp[nh][e] = 0.0f;
-            for (int kc = 0; kc < D / 16; kc++) {
-                int d0 = kc * 16 + 2 * q;
-                unsigned int a0 = att_ld2(K, kbase[0] + d0), a1 = att_ld2(K, kbase[1] + d0);
-                unsigned int a2 = att_ld2(K, kbase[0] + d0 + 8), a3 = att_ld2(K, kbase[1] + d0 + 8);
-                unsigned int v0 = att_ld2(V, kbase[0] + d0), v1 = att_ld2(V, kbase[1] + d0);
-                unsigned int v2 = att_ld2(V, kbase[0] + d0 + 8), v3 = att_ld2(V, kbase[1] + d0 + 8);
-                FTC_UNROLL
-                for (int nh = 0; nh < 2; nh++) {
-                    long long qr = i0 + nh * 8 + g, qb = ((b * S + (qr < S ? qr : S - 1)) * H + h) * D;
-                    unsigned int b0 = att_ld2(Q, qb + d0), b1 = att_ld2(Q, qb + d0 + 8);
-                    FTC_MMA_16816(s[nh][0], s[nh][1], s[nh][2], s[nh][3], a0, a1, a2, a3, b0, b1,
-                                  s[nh][0], s[nh][1], s[nh][2], s[nh][3]);
-                    unsigned int y0 = att_ld2(DY, qb + d0), y1 = att_ld2(DY, qb + d0 + 8);
-                    FTC_MMA_16816(dp[nh][0], dp[nh][1], dp[nh][2], dp[nh][3], v0, v1, v2, v3, y0, y1,
-                                  dp[nh][0], dp[nh][1], dp[nh][2], dp[nh][3]);
-                }
+            for (int nh = 0; nh < 2; nh++) {
+                long long qr = i0 + nh * 8 + g;
+                qb[nh] = ((b * S + (qr < S ? qr : S - 1)) * H + h) * D;
             }
+            att_tiles(s, K, Q, dp, V, DY, kbase, qb, D, q);   /* S^T = k q^T, dP^T = v dy^T */
             FTC_UNROLL
             for (int nh = 0; nh < 2; nh++)
                 FTC_UNROLL
