@@ -173,6 +173,13 @@ FTC_INLINE void attn_bwd_dkv(FtcArgs a, long long B, long long S, long long H, l
 
 /* --- Flash attention on tensor cores (bf16, D % 16 == 0, D <= 256). ------------------- */
 
+/* Where row r (clamped to S - 1: rows past the end are loaded, never stored) of head
+ * `head` of batch b starts in a [B, S, heads, D] tensor. */
+FTC_INLINE long long att_row(long long b, long long S, long long heads, long long head, long long r,
+                             int D) {
+    return ((b * S + (r < S ? r : S - 1)) * heads + head) * D;
+}
+
 /* Two bf16 as one mma register: lo in the low half. */
 FTC_INLINE unsigned int att_pack(float lo, float hi) {
     return (unsigned int)f2bf16(lo) | ((unsigned int)f2bf16(hi) << 16);
@@ -252,7 +259,7 @@ FTC_INLINE void attn_fwd_mma(FtcArgs a, long long B, long long S, long long H, l
     long long r0 = 16 * t, row[2] = {r0 + g, r0 + g + 8}, qbase[2];
     FTC_UNROLL
     for (int r = 0; r < 2; r++)   /* rows past S clamped for loads; never stored */
-        qbase[r] = ((b * S + (row[r] < S ? row[r] : S - 1)) * H + h) * D;
+        qbase[r] = att_row(b, S, H, h, row[r], D);
     float o[ATT_MAX_CHUNKS][4], m[2] = {-FTC_INF, -FTC_INF}, l[2] = {0.0f, 0.0f};
     FTC_UNROLL
     for (int nc = 0; nc < D / 8; nc++)
@@ -264,10 +271,8 @@ FTC_INLINE void attn_fwd_mma(FtcArgs a, long long B, long long S, long long H, l
         float s[2][4], unused[2][4];
         long long kr[2];
         FTC_UNROLL
-        for (int nh = 0; nh < 2; nh++) {
-            long long key = j0 + nh * 8 + g;
-            kr[nh] = ((b * S + (key < S ? key : S - 1)) * Hkv + hk) * D;
-        }
+        for (int nh = 0; nh < 2; nh++)
+            kr[nh] = att_row(b, S, Hkv, hk, j0 + nh * 8 + g, D);
         att_tiles(s, Q, K, unused, NULL, NULL, qbase, kr, D, q);
         float mx[2] = {-FTC_INF, -FTC_INF};
         FTC_UNROLL
@@ -305,7 +310,7 @@ FTC_INLINE void attn_fwd_mma(FtcArgs a, long long B, long long S, long long H, l
         long long k0 = j0 + 2 * q, kk[4] = {k0, k0 + 1, k0 + 8, k0 + 9};
         FTC_UNROLL
         for (int i = 0; i < 4; i++)
-            kk[i] = ((b * S + (kk[i] < S ? kk[i] : S - 1)) * Hkv + hk) * D;
+            kk[i] = att_row(b, S, Hkv, hk, kk[i], D);
         FTC_UNROLL
         for (int nc = 0; nc < D / 8; nc++) {
             int n = nc * 8 + g;
@@ -370,10 +375,8 @@ FTC_INLINE void attn_bwd_dq_mma(FtcArgs a, long long B, long long S, long long H
         float s[2][4], dp[2][4];
         long long kr[2];
         FTC_UNROLL
-        for (int nh = 0; nh < 2; nh++) {
-            long long key = j0 + nh * 8 + g;
-            kr[nh] = ((b * S + (key < S ? key : S - 1)) * Hkv + hk) * D;
-        }
+        for (int nh = 0; nh < 2; nh++)
+            kr[nh] = att_row(b, S, Hkv, hk, j0 + nh * 8 + g, D);
         att_tiles(s, Q, K, dp, DY, V, base, kr, D, q);   /* S = q k^T, dP = dy v^T */
         FTC_UNROLL
         for (int nh = 0; nh < 2; nh++)
@@ -389,7 +392,7 @@ FTC_INLINE void attn_bwd_dq_mma(FtcArgs a, long long B, long long S, long long H
         long long k0 = j0 + 2 * q, kk[4] = {k0, k0 + 1, k0 + 8, k0 + 9};
         FTC_UNROLL
         for (int i = 0; i < 4; i++)
-            kk[i] = ((b * S + (kk[i] < S ? kk[i] : S - 1)) * Hkv + hk) * D;
+            kk[i] = att_row(b, S, Hkv, hk, kk[i], D);
         FTC_UNROLL
         for (int nc = 0; nc < D / 8; nc++) {
             int n = nc * 8 + g;
@@ -436,7 +439,7 @@ FTC_INLINE void attn_bwd_dkv_mma(FtcArgs a, long long B, long long S, long long 
     long long k0 = 16 * t, key[2] = {k0 + g, k0 + g + 8}, kbase[2];
     FTC_UNROLL
     for (int r = 0; r < 2; r++)
-        kbase[r] = ((b * S + (key[r] < S ? key[r] : S - 1)) * Hkv + hk) * D;
+        kbase[r] = att_row(b, S, Hkv, hk, key[r], D);
     float dk[ATT_DKV_COLS / 8][4], dv[ATT_DKV_COLS / 8][4];
     FTC_UNROLL
     for (int nc = 0; nc < cw / 8; nc++)
@@ -448,10 +451,8 @@ FTC_INLINE void attn_bwd_dkv_mma(FtcArgs a, long long B, long long S, long long 
             float s[2][4], dp[2][4];
             long long qb[2];
             FTC_UNROLL
-            for (int nh = 0; nh < 2; nh++) {
-                long long qr = i0 + nh * 8 + g;
-                qb[nh] = ((b * S + (qr < S ? qr : S - 1)) * H + h) * D;
-            }
+            for (int nh = 0; nh < 2; nh++)
+                qb[nh] = att_row(b, S, H, h, i0 + nh * 8 + g, D);
             att_tiles(s, K, Q, dp, V, DY, kbase, qb, D, q);   /* S^T = k q^T, dP^T = v dy^T */
             FTC_UNROLL
             for (int nh = 0; nh < 2; nh++)
@@ -471,7 +472,7 @@ FTC_INLINE void attn_bwd_dkv_mma(FtcArgs a, long long B, long long S, long long 
             long long q0 = i0 + 2 * q, qq[4] = {q0, q0 + 1, q0 + 8, q0 + 9};
             FTC_UNROLL
             for (int i = 0; i < 4; i++)
-                qq[i] = ((b * S + (qq[i] < S ? qq[i] : S - 1)) * H + h) * D;
+                qq[i] = att_row(b, S, H, h, qq[i], D);
             FTC_UNROLL
             for (int nc = 0; nc < cw / 8; nc++) {
                 int n = c0 + nc * 8 + g;
