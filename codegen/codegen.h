@@ -84,11 +84,19 @@ typedef struct KernelLaunch {
     unsigned grid[3], block[3];
 } KernelLaunch;
 
-// The launches of one node, in order; none for a GEMM, a view or a copy.
+// The launches of one node, in order; none for a GEMM, a view or a copy. A grouped
+// launch (the optimizer over many tensors) sits on the first node of its group, whose
+// `group` says how many consecutive nodes of the phase it covers; each of the others has
+// no launch of its own and names that first node in `by`.
 typedef struct NodeKernels {
     int n;
     KernelLaunch at[KERNEL_MAX_LAUNCHES];
+    int group;                  // on a group's first node: its size; else 0
+    int by;                     // on the rest: the first node; else -1
 } NodeKernels;
+
+// runtime/plan.h's PLAN_GROUP_MAX and PLAN_GROUP_OPERANDS (prelude.cuh's FTC_GROUP_*).
+enum { KERNEL_GROUP_MAX = 64, KERNEL_GROUP_OPERANDS = 6 };
 
 typedef struct KernelSet {
     char *source;               // kernels.cu (malloc'd)
@@ -119,6 +127,11 @@ typedef struct CudaOp {
     int syncs[KERNEL_MAX_LAUNCHES];         // the launch uses barriers or warp operations
     void (*args)(FILE *f, const CudaCtx *x);   // the constants after `a` in the call
     void (*geometry)(const CudaCtx *x, unsigned *grid, unsigned *block);
+    // Ops that update many tensors in one launch: the template (called as
+    // `fn(FTC_GA, start, count, constants)`) and its constants, the same for every member
+    // of a group (nodes whose constants print alike may share a launch).
+    const char *group_fn;
+    void (*group_args)(FILE *f, const CudaCtx *x);
 } CudaOp;
 
 // The op's row, or NULL when it has none (elementwise ops, GEMMs, views, copies).

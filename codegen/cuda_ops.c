@@ -249,17 +249,25 @@ static void a_dequant(FILE *f, const CudaCtx *cx) {
     fprintf(f, "%lldLL, %d, %d", (long long)ir_tensor_elems(OUT(0)), n->nin == 4, DT(OUT(0)));
 }
 
-static void a_adamw(FILE *f, const CudaCtx *cx) {
+// The optimizers: the element count, then the constants a group shares.
+static void ga_adamw(FILE *f, const CudaCtx *cx) {
     CTX(cx);
-    fprintf(f, "%lldLL, %d, %.17g, %.17g, %.17g, %.17g, %d, %d, %d",
-            (long long)ir_tensor_elems(OUT(0)), ir_node_nout(n) == 4, cx->hyper->beta1, cx->hyper->beta2,
-            cx->hyper->eps, cx->hyper->weight_decay, DT(OUT(0)), DT(IN(0)), DT(OUT(1)));
+    fprintf(f, "%d, %.17g, %.17g, %.17g, %.17g, %d, %d, %d", ir_node_nout(n) == 4, cx->hyper->beta1,
+            cx->hyper->beta2, cx->hyper->eps, cx->hyper->weight_decay, DT(OUT(0)), DT(IN(0)),
+            DT(OUT(1)));
+}
+static void a_adamw(FILE *f, const CudaCtx *cx) {
+    fprintf(f, "%lldLL, ", (long long)ir_tensor_elems(&cx->g->tensors.at[cx->n->out[0]]));
+    ga_adamw(f, cx);
 }
 
-static void a_sgd(FILE *f, const CudaCtx *cx) {
+static void ga_sgd(FILE *f, const CudaCtx *cx) {
     CTX(cx);
-    fprintf(f, "%lldLL, %d, %d, %d", (long long)ir_tensor_elems(OUT(0)), ir_node_nout(n) == 2,
-            DT(OUT(0)), DT(IN(0)));
+    fprintf(f, "%d, %d, %d", ir_node_nout(n) == 2, DT(OUT(0)), DT(IN(0)));
+}
+static void a_sgd(FILE *f, const CudaCtx *cx) {
+    fprintf(f, "%lldLL, ", (long long)ir_tensor_elems(&cx->g->tensors.at[cx->n->out[0]]));
+    ga_sgd(f, cx);
 }
 
 //
@@ -287,8 +295,8 @@ static const CudaOp column[OP_COUNT] = {
     [OP_CROSS_ENTROPY_BWD] = {{"ce_count", "ce_grad"}, {1, 1}, a_ce, g_ce},
     [OP_SUM_TO] = {{"sum_to"}, {1}, a_sum_to, g_colsum_out0},
     [OP_DEQUANT] = {{"dequant"}, {0}, a_dequant, g_ew_out0},
-    [OP_ADAMW] = {{"adamw"}, {0}, a_adamw, g_ew_out0},
-    [OP_SGD] = {{"sgd"}, {0}, a_sgd, g_ew_out0},
+    [OP_ADAMW] = {{"adamw"}, {0}, a_adamw, g_ew_out0, "adamw_group", ga_adamw},
+    [OP_SGD] = {{"sgd"}, {0}, a_sgd, g_ew_out0, "sgd_group", ga_sgd},
 };
 
 const CudaOp *cuda_op(OpKind op) {

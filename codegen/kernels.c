@@ -26,8 +26,11 @@ const char *codegen_cuda_file(const char *name) {
 
 typedef struct Kernel {
     char *body;             // the text between the braces
+    char *prefix;           // file-scope text before it (a grouped launch's table), or NULL;
+                            // "$K" in either stands for the kernel's name
     char name[64];
     int syncs;
+    bool group;             // FTC_GROUP_KERNEL: launched with FtcGroupArgs
 } Kernel;
 
 typedef struct Emitter {
@@ -41,17 +44,33 @@ static char *text_of(FILE *f, char **buf, size_t *len) {
     return *buf;
 }
 
-// The kernel with this body, added when new; its index.
-static int intern(Emitter *e, char *body, const char *what, int syncs) {
+static bool same_text(const char *a, const char *b) { return a == b || (a && b && strcmp(a, b) == 0); }
+
+// The kernel with this body (and prefix), added when new; its index. Takes the texts.
+static int intern_text(Emitter *e, char *body, char *prefix, const char *what, int syncs, bool group) {
     for (int k = 0; k < e->kernels.len; k++)
-        if (strcmp(e->kernels.at[k].body, body) == 0) {
-            free(body);
+        if (strcmp(e->kernels.at[k].body, body) == 0 && same_text(e->kernels.at[k].prefix, prefix) &&
+            e->kernels.at[k].group == group) {
+            free(body), free(prefix);
             return k;
         }
-    Kernel k = {.body = body, .syncs = syncs};
+    Kernel k = {.body = body, .prefix = prefix, .syncs = syncs, .group = group};
     snprintf(k.name, sizeof k.name, "k%d_%s", e->kernels.len, what);
     vec_push(&e->kernels, k);
     return e->kernels.len - 1;
+}
+
+static int intern(Emitter *e, char *body, const char *what, int syncs) {
+    return intern_text(e, body, NULL, what, syncs, false);
+}
+
+// Writes `text` with every "$K" replaced by `name`.
+static void put_named(FILE *f, const char *text, const char *name) {
+    for (const char *p = text; *p; p++)
+        if (p[0] == '$' && p[1] == 'K')
+            fputs(name, f), p++;
+        else
+            fputc(*p, f);
 }
 
 // Whether `code` uses the identifier `id`.
@@ -68,36 +87,50 @@ static bool uses(const char *code, const char *id) {
     return false;
 }
 
+// The loop of a grouped launch: element g of the launch is element i of member k, whose
+// buffers are p (the members' elements laid end to end, $K_start[k] where k's begin).
+static void group_loop(FILE *f, int count) {
+    fprintf(f, "    long long k = 0;\n");
+    fprintf(f, "    for (long long g = ftc_gid(); g < $K_start[%d]; g += ftc_gstride()) {\n", count);
+    fprintf(f, "        while (g >= $K_start[k + 1])\n            k++;\n");
+    fprintf(f, "        void *const *p = FTC_GA->p[k];\n        long long i = g - $K_start[k];\n");
+}
+
 // An elementwise kernel around device code: out[0] over its elements, input k read at
 // i, or at i modulo its size when it is broadcast (its shape a suffix of the output's).
-static char *elementwise_body(const IrGraph *g, const IrNode *n, const char *device) {
+// With count > 0, the body of a grouped launch over `count` such nodes (none broadcast).
+static char *elementwise_body(const IrGraph *g, const IrNode *n, const char *device, int count) {
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     const IrTensor *out = &g->tensors.at[n->out[0]];
     int64_t total = ir_tensor_elems(out);
     int nout = ir_node_nout(n);
-    fprintf(f, "    const long long n = %lldLL;\n", (long long)total);
-    fprintf(f, "    for (long long i = ftc_gid(); i < n; i += ftc_gstride()) {\n");
+    if (count) {
+        group_loop(f, count);
+    } else {
+        fprintf(f, "    void *const *p = a.p;\n    const long long n = %lldLL;\n", (long long)total);
+        fprintf(f, "    for (long long i = ftc_gid(); i < n; i += ftc_gstride()) {\n");
+    }
     for (int k = 0; k < n->nin; k++) {
         if (n->in[k] < 0)
             continue;
         const IrTensor *x = &g->tensors.at[n->in[k]];
         int64_t nx = ir_tensor_elems(x);
         if (nx == total)
-            fprintf(f, "        float x%d = ldf(a.p[%d], i, %d);\n", k, nout + k, (int)x->dtype);
+            fprintf(f, "        float x%d = ldf(p[%d], i, %d);\n", k, nout + k, (int)x->dtype);
         else
-            fprintf(f, "        float x%d = ldf(a.p[%d], i %% %lldLL, %d);\n", k, nout + k,
+            fprintf(f, "        float x%d = ldf(p[%d], i %% %lldLL, %d);\n", k, nout + k,
                     (long long)nx, (int)x->dtype);
     }
     if (n->update & 1u)
-        fprintf(f, "        float y = ldf(a.p[0], i, %d);\n", (int)out->dtype);
+        fprintf(f, "        float y = ldf(p[0], i, %d);\n", (int)out->dtype);
     else
         fprintf(f, "        float y;\n");
     if (uses(device, "c"))
         fprintf(f, "        const float c = %af;\n", (double)(float)n->attr.f);
     fprintf(f, "        { %s }\n", device);
-    fprintf(f, "        stf(a.p[0], i, %d, y);\n    }\n", (int)out->dtype);
+    fprintf(f, "        stf(p[0], i, %d, y);\n    }\n", (int)out->dtype);
     return text_of(f, &buf, &len);
 }
 
@@ -157,11 +190,155 @@ static char *template_body(const CudaOp *c, const CudaCtx *x) {
     return text_of(f, &buf, &len);
 }
 
-static void elementwise_geometry(const IrGraph *g, const IrNode *n, unsigned *grid, unsigned *block) {
-    int64_t total = ir_tensor_elems(&g->tensors.at[n->out[0]]);
+static void geometry_for(int64_t total, unsigned *grid, unsigned *block) {
     int64_t b = (total + 255) / 256;
     grid[0] = (unsigned)(b < 1 ? 1 : b > 4096 ? 4096 : b);
     block[0] = 256;
+}
+
+static void elementwise_geometry(const IrGraph *g, const IrNode *n, unsigned *grid, unsigned *block) {
+    geometry_for(ir_tensor_elems(&g->tensors.at[n->out[0]]), grid, block);
+}
+
+//
+// Grouped launches: the optimizer over many tensors at once.
+//
+
+// The constants a node would share with the rest of its group (malloc'd), or NULL when
+// its op updates one tensor a launch.
+// An elementwise op's group shares its device code, dtypes, constant and whether it
+// updates in place; none of its inputs may be broadcast.
+static char *group_key(const IrGraph *g, const IrNode *n, const KernelHyper *h) {
+    const CudaOp *c = cuda_op(n->op);
+    const char *device = op_info(n->op)->device;
+    if (n->stream != STREAM_COMPUTE || n->nin + ir_node_nout(n) > KERNEL_GROUP_OPERANDS ||
+        n->op == OP_FUSED || n->op == OP_DROPOUT || !(device || (c && c->group_fn)))
+        return NULL;
+    const IrTensor *out = &g->tensors.at[n->out[0]];
+    for (int k = 0; k < n->nin && device; k++)
+        if (n->in[k] < 0 || ir_tensor_elems(&g->tensors.at[n->in[k]]) != ir_tensor_elems(out))
+            return NULL;
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (device) {
+        fprintf(f, "%s|%u|%a|%d", device, n->update & 1u, (double)(float)n->attr.f, (int)out->dtype);
+        for (int k = 0; k < n->nin; k++)
+            fprintf(f, ",%d", (int)g->tensors.at[n->in[k]].dtype);
+    } else {
+        CudaCtx x = {g, n, 0, h};
+        fprintf(f, "%s(", c->group_fn);
+        c->group_args(f, &x);
+    }
+    return text_of(f, &buf, &len);
+}
+
+// Whether every operand of node m is alive at node `at`, so that a launch there may
+// touch them.
+static bool alive_at(const IrGraph *g, const IrNode *m, int at) {
+    for (int k = 0; k < m->nin + ir_node_nout(m); k++) {
+        int t = k < m->nin ? m->in[k] : m->out[k - m->nin];
+        if (t < 0)
+            continue;
+        const IrTensor *b = &g->tensors.at[ir_tensor_base(g, t)];
+        if (b->first > at || b->last < at)
+            return false;
+    }
+    return true;
+}
+
+// Whether node m touches a tensor that a member of the group [lead, m) writes, or
+// writes one a member touches: then it must see their results, and cannot share the
+// launch.
+static bool depends(const IrGraph *g, int lead, int m) {
+    const IrNode *x = &g->nodes.at[m];
+    for (int j = lead; j < m; j++) {
+        const IrNode *y = &g->nodes.at[j];
+        if (y->phase != x->phase)
+            continue;
+        for (int a = 0; a < x->nin + ir_node_nout(x); a++)
+            for (int b = 0; b < y->nin + ir_node_nout(y); b++) {
+                int ta = a < x->nin ? x->in[a] : x->out[a - x->nin];
+                int tb = b < y->nin ? y->in[b] : y->out[b - y->nin];
+                bool write = a >= x->nin || b >= y->nin;
+                if (ta >= 0 && tb >= 0 && write && ir_tensor_base(g, ta) == ir_tensor_base(g, tb))
+                    return true;
+            }
+    }
+    return false;
+}
+
+// Marks the groups: runs of consecutive nodes of one phase with the same key, none but
+// the first waiting for or recording an event (so nothing on another stream can come
+// between them), every operand alive at the first, none touching what another writes, at
+// most KERNEL_GROUP_MAX of them. The launch at the first node then does what each member
+// would have done, in its place.
+static void find_groups(const IrGraph *g, const KernelHyper *h, NodeKernels *nk) {
+    for (int i = 0; i < g->nodes.len; i++)
+        nk[i].by = -1;
+    for (int ph = 0; ph < PHASE_COUNT; ph++) {
+        int lead = -1, count = 0;
+        char *key = NULL;
+        for (int i = 0; i <= g->nodes.len; i++) {
+            const IrNode *n = i < g->nodes.len ? &g->nodes.at[i] : NULL;
+            if (n && n->phase != (IrPhase)ph)
+                continue;
+            char *k = n ? group_key(g, n, h) : NULL;
+            bool joins = k && key && n->nwait == 0 && n->record < 0 && count < KERNEL_GROUP_MAX &&
+                         strcmp(k, key) == 0 && alive_at(g, n, lead) && !depends(g, lead, i);
+            if (joins) {
+                nk[i].by = lead;
+                count++;
+                free(k);
+                continue;
+            }
+            if (count >= 2)   // (a group of one is an ordinary launch)
+                nk[lead].group = count;
+            free(key);
+            key = k, lead = k ? i : -1, count = k ? 1 : 0;
+        }
+        free(key);
+    }
+}
+
+// The group's launch: a table of where each member's elements start, then the template.
+static int group_kernel(Emitter *e, const IrGraph *g, const KernelHyper *h, int lead, int count,
+                        KernelLaunch *kl) {
+    const IrNode *n = &g->nodes.at[lead];
+    const CudaOp *c = cuda_op(n->op);
+    char *pre = NULL, *body = NULL;
+    size_t plen = 0, blen = 0;
+    FILE *f = open_memstream(&pre, &plen);
+    fprintf(f, "FTC_CONST long long $K_start[%d] = {0LL", count + 1);
+    int64_t total = 0;
+    for (int i = lead, m = 0; m < count; i++) {
+        const IrNode *x = &g->nodes.at[i];
+        if (x->phase != n->phase)
+            continue;
+        total += ir_tensor_elems(&g->tensors.at[x->out[0]]);
+        fprintf(f, ",%s%lldLL", m % 6 == 5 ? "\n    " : " ", (long long)total);
+        m++;
+    }
+    fprintf(f, "};\n");
+    text_of(f, &pre, &plen);
+    const char *device = op_info(n->op)->device, *what = device ? op_desc(n->op)->name : c->group_fn;
+    if (device) {
+        body = elementwise_body(g, n, device, count);
+    } else {
+        f = open_memstream(&body, &blen);
+        CudaCtx x = {g, n, 0, h};
+        fprintf(f, "    %s(FTC_GA, $K_start, %d, ", c->group_fn, count);
+        c->group_args(f, &x);
+        fprintf(f, ");\n");
+        text_of(f, &body, &blen);
+    }
+    char name[48];
+    snprintf(name, sizeof name, "%s%s", what, device ? "_group" : "");
+    int k = intern_text(e, body, pre, name, 0, true);
+    memcpy(kl->name, e->kernels.at[k].name, sizeof kl->name);
+    kl->grid[1] = kl->grid[2] = kl->block[1] = kl->block[2] = 1;
+    geometry_for(total, kl->grid, kl->block);
+    return k;
 }
 
 // Whether the node runs without a generated kernel: a GEMM (the BLAS library), a plan
@@ -187,11 +364,18 @@ int codegen_kernels(const IrGraph *g, const KernelHyper *h, KernelSet *ks, char 
     memset(ks, 0, sizeof *ks);
     Emitter e = {.g = g};
     ks->node = calloc((size_t)g->nodes.len + 1, sizeof(NodeKernels));
+    find_groups(g, h, ks->node);
     for (int i = 0; i < g->nodes.len; i++) {
         const IrNode *n = &g->nodes.at[i];
         NodeKernels *nk = &ks->node[i];
-        if (library_or_nothing(n))
+        if (library_or_nothing(n) || nk->by >= 0)
             continue;
+        if (nk->group) {
+            group_kernel(&e, g, h, i, nk->group, &nk->at[0]);
+            nk->n = 1;
+            ks->nlaunch_nodes++;
+            continue;
+        }
         const char *device = op_info(n->op)->device;
         const CudaOp *c = cuda_op(n->op);
         if (n->op == OP_DROPOUT && ir_node_nout(n) == 1)
@@ -202,7 +386,7 @@ int codegen_kernels(const IrGraph *g, const KernelHyper *h, KernelSet *ks, char 
             memcpy(nk->at[0].name, e.kernels.at[k].name, sizeof nk->at[0].name);
             elementwise_geometry(g, n, nk->at[0].grid, nk->at[0].block);
         } else if (device) {
-            int k = intern(&e, elementwise_body(g, n, device), op_desc(n->op)->name, 0);
+            int k = intern(&e, elementwise_body(g, n, device, 0), op_desc(n->op)->name, 0);
             nk->n = 1;
             memcpy(nk->at[0].name, e.kernels.at[k].name, sizeof nk->at[0].name);
             elementwise_geometry(g, n, nk->at[0].grid, nk->at[0].block);
@@ -219,7 +403,7 @@ int codegen_kernels(const IrGraph *g, const KernelHyper *h, KernelSet *ks, char 
             snprintf(err, errlen, "node %d (%s, .ft line %d): no CUDA kernel for this op", i,
                      op_desc(n->op)->name, n->loc.line);
             for (int k = 0; k < e.kernels.len; k++)
-                free(e.kernels.at[k].body);
+                free(e.kernels.at[k].body), free(e.kernels.at[k].prefix);
             vec_free(&e.kernels);
             free(ks->node);
             ks->node = NULL;
@@ -249,17 +433,27 @@ int codegen_kernels(const IrGraph *g, const KernelHyper *h, KernelSet *ks, char 
         fputs(codegen_cuda_file(templates[t]), f);
     }
     fprintf(f, "\n/* The kernels of this plan. */\n");
-    for (int k = 0; k < e.kernels.len; k++)
-        fprintf(f, "\nFTC_KERNEL void %s(FtcArgs a) {\n%s}\n", e.kernels.at[k].name,
-                e.kernels.at[k].body);
+    for (int k = 0; k < e.kernels.len; k++) {
+        const Kernel *kn = &e.kernels.at[k];
+        fputc('\n', f);
+        if (kn->prefix)
+            put_named(f, kn->prefix, kn->name);
+        if (kn->group)
+            fprintf(f, "FTC_GROUP_KERNEL(%s) {\n", kn->name);
+        else
+            fprintf(f, "FTC_KERNEL void %s(FtcArgs a) {\n", kn->name);
+        put_named(f, kn->body, kn->name);
+        fprintf(f, "}\n");
+    }
     fprintf(f, "\n#ifdef FTC_EMU\nFTC_EMU_TABLE(\n");
     for (int k = 0; k < e.kernels.len; k++)
-        fprintf(f, "    FTC_EMU_ENTRY(%s, %d)\n", e.kernels.at[k].name, e.kernels.at[k].syncs);
+        fprintf(f, "    FTC_EMU_%sENTRY(%s, %d)\n", e.kernels.at[k].group ? "GROUP_" : "",
+                e.kernels.at[k].name, e.kernels.at[k].syncs);
     fprintf(f, ")\n#endif\n");
     ks->source = text_of(f, &buf, &len);
     ks->nkernels = e.kernels.len;
     for (int k = 0; k < e.kernels.len; k++)
-        free(e.kernels.at[k].body);
+        free(e.kernels.at[k].body), free(e.kernels.at[k].prefix);
     vec_free(&e.kernels);
     return 0;
 }

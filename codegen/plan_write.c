@@ -88,6 +88,11 @@ int codegen_plan_write(FILE *f, const IrGraph *g, const PlanMeta *meta, const Ke
         fputc('\n', f);
     }
     static const char *phases[] = {"forward", "backward", "optimizer"};
+    int *instr = malloc(sizeof(int) * (size_t)(nn + 1));   // node -> instruction id
+    for (int ph = PHASE_FORWARD, i = 0; ph <= PHASE_OPTIMIZER; ph++)
+        for (int j = 0; j < nn; j++)
+            if (g->nodes.at[j].phase == (IrPhase)ph)
+                instr[j] = i++;
     int i = 0;
     for (int ph = PHASE_FORWARD; ph <= PHASE_OPTIMIZER; ph++) {
         int count = 0;
@@ -122,6 +127,10 @@ int codegen_plan_write(FILE *f, const IrGraph *g, const PlanMeta *meta, const Ke
                 fprintf(f, " launch=%s:%u,%u,%u:%u,%u,%u", k->name, k->grid[0], k->grid[1],
                         k->grid[2], k->block[0], k->block[1], k->block[2]);
             }
+            if (ks && ks->node && ks->node[j].group)
+                fprintf(f, " group=%d", ks->node[j].group);
+            if (ks && ks->node && ks->node[j].by >= 0)
+                fprintf(f, " by=%d", instr[ks->node[j].by]);
             if (n->recompute)
                 fprintf(f, " recompute=1");
             fprintf(f, " flops=%lld bytes=%lld", (long long)op_flops(g, n),
@@ -140,6 +149,7 @@ int codegen_plan_write(FILE *f, const IrGraph *g, const PlanMeta *meta, const Ke
             }
         }
     }
+    free(instr);
     fprintf(f, "end\n");
     return 0;
 }

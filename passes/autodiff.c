@@ -81,7 +81,8 @@ int autodiff_apply(IrGraph *g, int accum_steps, PassDiag *d) {
         free(ad.grad);
         return -1;
     }
-    // The optimizer: one update per trainable parameter, then its gradient is zeroed.
+    // The optimizer: one update per trainable parameter; then the gradients are zeroed
+    // (updates side by side can share one launch: codegen's grouped kernels).
     for (int i = 0; i < nparams; i++) {
         if (grads[i] < 0)
             continue;
@@ -97,7 +98,12 @@ int autodiff_apply(IrGraph *g, int accum_steps, PassDiag *d) {
         int id = ir_node_add_update(g, st->optim_states == 2 ? OP_ADAMW : OP_SGD, 1, &grads[i],
                                     (OpAttr){0}, nout, outs, p.layer, p.loc);
         g->nodes.at[id].phase = PHASE_OPTIMIZER;
-        id = ir_node_add_update(g, OP_ZERO, 0, NULL, (OpAttr){0}, 1, &grads[i], p.layer, p.loc);
+    }
+    for (int i = 0; i < nparams; i++) {
+        if (grads[i] < 0)
+            continue;
+        const IrTensor p = g->tensors.at[i];
+        int id = ir_node_add_update(g, OP_ZERO, 0, NULL, (OpAttr){0}, 1, &grads[i], p.layer, p.loc);
         g->nodes.at[id].phase = PHASE_OPTIMIZER;
     }
     free(grads);

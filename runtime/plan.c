@@ -336,7 +336,7 @@ static int read_instr(Reader *r, Plan *p, PlanInstr *in, int want_id, char *line
     char *w[40] = {0};
     int n = words(line, w, 40);
     int id;
-    *in = (PlanInstr){.layer = -1, .ws = -1, .record = -1, .stream = STREAM_COMPUTE};
+    *in = (PlanInstr){.layer = -1, .ws = -1, .record = -1, .by = -1, .stream = STREAM_COMPUTE};
     if (n < 3 || !parse_int(w[0], &id) || id != want_id)
         return bad(r, "expected instruction %d", want_id);
     in->id = id;
@@ -374,6 +374,10 @@ static int read_instr(Reader *r, Plan *p, PlanInstr *in, int want_id, char *line
             ok = parse_int(v, &in->nstep) && in->nstep >= 2 && in->nstep <= 64;
         else if (strcmp(key, "launch") == 0)
             ok = in->nlaunch < PLAN_MAX_LAUNCHES && parse_launch(v, &in->launch[in->nlaunch++]);
+        else if (strcmp(key, "group") == 0)
+            ok = parse_int(v, &in->group) && in->group >= 2 && in->group <= PLAN_GROUP_MAX;
+        else if (strcmp(key, "by") == 0)
+            ok = parse_int(v, &in->by) && in->by >= 0 && in->by < id;
         else if (strcmp(key, "ws") == 0)
             ok = parse_int(v, &in->ws) && in->ws >= 0 && in->ws < p->nbuf;
         else if (strcmp(key, "flops") == 0)
@@ -464,6 +468,34 @@ static int read_steps(Reader *r, Plan *p, PlanInstr *in) {
                            "instruction nor an earlier step provides", in->id, s, b);
         }
     }
+    return 0;
+}
+
+// Grouped launches: a first instruction with one launch and group=N, then N-1 of its
+// phase with by= its id, and no by= elsewhere. (The verifier checks what they may do.)
+static int check_groups(Reader *r, Plan *p) {
+    for (int ph = 0; ph < PHASE_COUNT; ph++)
+        for (int i = 0; i < p->nins[ph]; i++) {
+            const PlanInstr *in = &p->ins[ph][i];
+            if (in->by >= 0 && (in->group || in->nlaunch))
+                return bad(r, "instruction %d: by=%d, and a launch or group of its own", in->id,
+                           in->by);
+            if (in->by >= 0) {   // its first must be before it in the phase and cover it
+                int at = i - (in->id - in->by);
+                const PlanInstr *first = at >= 0 ? &p->ins[ph][at] : NULL;
+                if (!first || first->group <= i - at)
+                    return bad(r, "instruction %d: by=%d, which does not cover it", in->id, in->by);
+            }
+            if (!in->group)
+                continue;
+            if (in->nlaunch != 1 || i + in->group > p->nins[ph])
+                return bad(r, "instruction %d: group=%d needs one launch and %d instructions after "
+                           "it in its phase", in->id, in->group, in->group - 1);
+            for (int k = 1; k < in->group; k++)
+                if (p->ins[ph][i + k].by != in->id)
+                    return bad(r, "instruction %d: in the group of instruction %d, without by=%d",
+                               p->ins[ph][i + k].id, in->id, in->id);
+        }
     return 0;
 }
 
@@ -595,6 +627,8 @@ int plan_load(Plan **out, const char *path, char *err, size_t errlen) {
         bad(&r, "expected 'end'");
         goto done;
     }
+    if (check_groups(&r, p) != 0)
+        goto done;
     rc = 0;
 done:
     free(r.buf);

@@ -21,8 +21,8 @@
 //   ...
 //   phase forward N          (then N instruction lines; likewise backward, optimizer)
 //   ID OP out=A,B in=C,D,E [update=MASK] [ATTR=VALUE ...] [stream=S] [wait=E,F] [record=E]
-//      [ws=ID] [launch=NAME:GRID:BLOCK ...] [recompute=1] [flops=N] [bytes=N] [layer=L]
-//      [loc=LINE:COL]
+//      [ws=ID] [launch=NAME:GRID:BLOCK ...] [group=N | by=ID] [recompute=1] [flops=N]
+//      [bytes=N] [layer=L] [loc=LINE:COL]
 //   end
 //
 // OP is a name from ops.def; ATTR=VALUE are the attributes its row declares (ops.h:
@@ -55,6 +55,12 @@
 // launch=NAME:GX,GY,GZ:BX,BY,BZ (repeated, in order) names a kernel of the plan's
 // kernels.cu the instruction runs on a GPU, with its grid and block; a buffer's operands
 // reach it in plan order (outputs, inputs, workspace; codegen/cuda/prelude.cuh).
+// group=N on an instruction with one launch: that launch (a grouped kernel, e.g. AdamW
+// over many tensors) does the work of it and of the N-1 instructions after it in its
+// phase, each of which says by=ID (the first's id) and has no launch of its own. The
+// members share the first's op and stream, wait for and record no event, and their
+// operands are alive at the first (the verifier checks it all); a backend without the
+// grouped kernel runs every member as an instruction of its own.
 // Other instruction keys: ws=ID (scratch), recompute=1 (a forward op re-run in
 // backward), flops=N, bytes=N (estimates).
 //
@@ -71,7 +77,8 @@
 #include "ops.h"
 
 enum { PLAN_VERSION = 2, PLAN_MAX_DIMS = OP_MAX_DIMS, PLAN_MAX_IN = 6, PLAN_MAX_OUT = 4,
-       PLAN_MAX_WAITS = STREAM_COUNT - 1, PLAN_MAX_LAUNCHES = 3 };
+       PLAN_MAX_WAITS = STREAM_COUNT - 1, PLAN_MAX_LAUNCHES = 3,
+       PLAN_GROUP_MAX = 64, PLAN_GROUP_OPERANDS = 6 };   // prelude.cuh's FTC_GROUP_*
 
 typedef enum PlanDType { PDT_F32, PDT_BF16, PDT_F16, PDT_I32, PDT_U8, PDT_NF4, PDT_COUNT } PlanDType;
 typedef enum PlanArena { ARENA_DEVICE, ARENA_HOST, ARENA_COUNT } PlanArena;
@@ -134,6 +141,8 @@ typedef struct PlanInstr {
     int ws;                 // its workspace buffer, else -1
     int nlaunch;            // generated kernels it runs on a GPU, in order (none: a GEMM,
     PlanLaunch launch[PLAN_MAX_LAUNCHES];   // a view or a copy)
+    int group;              // its launch covers it and the next group-1 of its phase; else 0
+    int by;                 // the id of the instruction whose launch covers it; else -1
     int nstep;              // op fused: its steps, in order (malloc'd), the last writing out[0]
     PlanStep *step;
     bool recompute;         // a forward op re-run in backward

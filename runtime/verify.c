@@ -43,6 +43,7 @@ static int by_first(const void *x, const void *y, void *ctx) {
 #define OPNAME(in) op_desc((in)->op)->name
 
 static int check_streams(const Plan *p, const int *root, FILE *out);
+static int check_groups(const Plan *p, const int *root, FILE *out);
 
 int plan_verify(const Plan *p, FILE *out) {
     int bad = 0, nbuf = p->nbuf, ni = plan_instr_count(p);
@@ -112,7 +113,7 @@ int plan_verify(const Plan *p, FILE *out) {
         alive[na++] = ord[x];
     }
     free(ord), free(alive);
-    bad += check_streams(p, root, out);
+    bad += check_streams(p, root, out) + check_groups(p, root, out);
     free(root);
     // Replay: operands exist, reads follow writes, touches fall inside lifetimes.
     bool *written = calloc((size_t)nbuf + 1, sizeof(bool));
@@ -182,6 +183,55 @@ int plan_verify(const Plan *p, FILE *out) {
             PROBLEM("virtual buffer %s is %s", p->buf[i].name,
                     maker[i] < 0 ? "made by no fused step" : "given bytes, a view or a reuse");
     free(maker);
+    return bad;
+}
+
+// Grouped launches: the first instruction's launch does every member's work at the
+// first's place. That is the members' own order as long as nothing on another stream
+// can come between: members wait for and record no event, share the first's op and
+// stream, every operand a member touches is alive at the first, and no member touches
+// bytes another member writes (each would otherwise see the other's result, or not).
+static int check_groups(const Plan *p, const int *root, FILE *out) {
+    int bad = 0;
+    for (int ph = 0; ph < PHASE_COUNT; ph++)
+        for (int i = 0; i < p->nins[ph]; i++) {
+            const PlanInstr *first = &p->ins[ph][i];
+            for (int k = 1; k < first->group && i + k < p->nins[ph]; k++) {
+                const PlanInstr *m = &p->ins[ph][i + k];
+                if (m->op != first->op || m->stream != first->stream || m->nwait || m->record >= 0)
+                    PROBLEM("instruction %d (%s), in the group of instruction %d (%s), %s", m->id,
+                            OPNAME(m), first->id, OPNAME(first),
+                            m->nwait || m->record >= 0 ? "waits for or records an event"
+                                                       : "has another op or stream");
+                if (m->nin + m->nout > PLAN_GROUP_OPERANDS)
+                    PROBLEM("instruction %d (%s) has %d operands; a grouped launch takes %d", m->id,
+                            OPNAME(m), m->nin + m->nout, PLAN_GROUP_OPERANDS);
+                for (int j = 0; j < m->nin + m->nout; j++) {
+                    int b = j < m->nin ? m->in[j] : m->out[j - m->nin];
+                    if (b < 0 || b >= p->nbuf)
+                        continue;
+                    const PlanBuffer *x = &p->buf[b];
+                    const PlanBuffer *base = x->view >= 0 && x->view < p->nbuf ? &p->buf[x->view] : x;
+                    if (base->first > first->id || base->last < first->id)
+                        PROBLEM("instruction %d (%s), in the group of instruction %d, touches %s, "
+                                "which is not alive there ([%d, %d])", m->id, OPNAME(m), first->id,
+                                x->name, base->first, base->last);
+                }
+                for (int l = 0; l < k; l++) {
+                    const PlanInstr *o = &p->ins[ph][i + l];
+                    for (int a = 0; a < m->nin + m->nout; a++)
+                        for (int b = 0; b < o->nin + o->nout; b++) {
+                            int x = a < m->nin ? m->in[a] : m->out[a - m->nin];
+                            int y = b < o->nin ? o->in[b] : o->out[b - o->nin];
+                            if (x >= 0 && y >= 0 && x < p->nbuf && y < p->nbuf &&
+                                (a >= m->nin || b >= o->nin) && root[x] == root[y])
+                                PROBLEM("instructions %d and %d, in the group of instruction %d, "
+                                        "touch %s and %s, one writing", o->id, m->id, first->id,
+                                        p->buf[y].name, p->buf[x].name);
+                        }
+                }
+            }
+        }
     return bad;
 }
 

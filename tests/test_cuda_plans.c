@@ -25,8 +25,20 @@ static VEC(char *) bodies;
 
 static const char *const MARK = "/* The kernels of this plan. */";
 
-// Takes a kernels.cu apart: each "FTC_KERNEL void kN_op(FtcArgs a) {...}" is kept once,
-// by its text after the name.
+// The name a kernel unit defines: after "FTC_KERNEL void " or "FTC_GROUP_KERNEL(".
+static bool unit_name(const char *u, const char **at, size_t *len) {
+    const char *k = strstr(u, "FTC_KERNEL void ");
+    const char *g = strstr(u, "FTC_GROUP_KERNEL(");
+    if (!k && !g)
+        return false;
+    *at = k ? k + strlen("FTC_KERNEL void ") : g + strlen("FTC_GROUP_KERNEL(");
+    *len = strspn(*at, "abcdefghijklmnopqrstuvwxyz0123456789_");
+    return *len > 0;
+}
+
+// Takes a kernels.cu apart: each kernel (with the table before a grouped one) is a unit
+// of text after the mark, units apart by a blank line; each is kept once, by its text
+// with its name (wherever it appears) replaced by '@'.
 static void add_source(char *s) {
     char *mark = strstr(s, MARK);
     if (!mark) {
@@ -38,19 +50,31 @@ static void add_source(char *s) {
     char *emu = strstr(mark, "#ifdef FTC_EMU");
     if (emu)
         *emu = '\0';
-    for (char *k = strstr(mark, "FTC_KERNEL void "); k;) {
-        char *next = strstr(k + 1, "FTC_KERNEL void ");
-        char *paren = strchr(k, '(');
-        size_t len = next ? (size_t)(next - paren) : strlen(paren);
-        char *body = strndup(paren, len);
-        bool seen = false;
-        for (int i = 0; i < bodies.len && !seen; i++)
-            seen = strcmp(bodies.at[i], body) == 0;
-        if (seen)
-            free(body);
-        else
-            vec_push(&bodies, body);
-        k = next;
+    for (char *u = strstr(mark, "\n\n"); u;) {
+        u += 2;
+        char *next = strstr(u, "\n\n");
+        char *unit = strndup(u, next ? (size_t)(next - u) : strlen(u));
+        const char *name;
+        size_t nlen;
+        if (unit_name(unit, &name, &nlen)) {
+            char *key = malloc(strlen(unit) + 1), *o = key, *nm = strndup(name, nlen);
+            for (const char *c = unit; *c;)
+                if (strncmp(c, nm, nlen) == 0 && !strchr("abcdefghijklmnopqrstuvwxyz0123456789", c[nlen]))
+                    *o++ = '@', c += nlen;
+                else
+                    *o++ = *c++;
+            *o = '\0';
+            free(nm);
+            bool seen = false;
+            for (int i = 0; i < bodies.len && !seen; i++)
+                seen = strcmp(bodies.at[i], key) == 0;
+            if (seen)
+                free(key);
+            else
+                vec_push(&bodies, key);
+        }
+        free(unit);
+        u = next;
     }
     free(s);
 }
@@ -61,8 +85,15 @@ static char *union_source(void) {
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     fputs(templates, f);
-    for (int i = 0; i < bodies.len; i++)
-        fprintf(f, "FTC_KERNEL void u%d%s", i, bodies.at[i]);
+    for (int i = 0; i < bodies.len; i++) {
+        fputc('\n', f);
+        for (const char *c = bodies.at[i]; *c; c++)
+            if (*c == '@')
+                fprintf(f, "u%d", i);
+            else
+                fputc(*c, f);
+        fputc('\n', f);
+    }
     fclose(f);
     return buf;
 }

@@ -28,6 +28,13 @@ typedef struct Args {
 } Args;
 typedef int (*LaunchFn)(const char *name, Dim3 grid, Dim3 block, Args args, char *err,
                         size_t errlen);
+typedef struct GroupArgs {
+    void *p[64][6];
+    long long i[4];
+    double f[4];
+} GroupArgs;
+typedef int (*LaunchGroupFn)(const char *name, Dim3 grid, Dim3 block, const GroupArgs *args,
+                             char *err, size_t errlen);
 
 static const char *src_dir;
 static char tmp_dir[] = "/tmp/ftc_emu_XXXXXX";
@@ -113,6 +120,11 @@ static LaunchFn load(const char *path, void **handle) {
     LaunchFn fn = (LaunchFn)dlsym(*handle, "ftc_emu_launch");
     if (!args_bytes || !n || !fn || !dlsym(*handle, "ftc_emu_kernels")) {
         printf("  %s: missing exports\n", path);
+        return NULL;
+    }
+    const size_t *group_bytes = dlsym(*handle, "ftc_emu_group_args_bytes");
+    if (!group_bytes || *group_bytes != sizeof(GroupArgs)) {
+        printf("  %s: sizeof(FtcGroupArgs) differs from this test's mirror: update GroupArgs\n", path);
         return NULL;
     }
     if (*args_bytes != sizeof(Args)) {
@@ -458,6 +470,40 @@ static void expect_fault(const char *name, Dim3 g, Dim3 b, const char *w1, const
     printf("  %s: %s\n", name, err);
 }
 
+// A grouped launch: each member's buffers from its row of the arguments, the members'
+// elements end to end; and each kind of kernel refused when launched as the other.
+static void grouped(void) {
+    LaunchGroupFn launch_group = (LaunchGroupFn)dlsym(so_kernels, "ftc_emu_launch_group");
+    CHECK(launch_group != NULL);
+    if (!launch_group)
+        return;
+    static float x[3][300], out[3][300];
+    static const int n[3] = {5, 0, 295};
+    GroupArgs *a = calloc(1, sizeof *a);
+    for (int k = 0; k < 3; k++) {
+        for (int i = 0; i < 300; i++)
+            x[k][i] = rng_float(-2, 2), out[k][i] = -7.0f;
+        a->p[k][0] = out[k], a->p[k][1] = x[k];
+    }
+    a->f[0] = 0.5;
+    // Two blocks of 64: 128 threads stride over 300 elements, crossing members.
+    CHECKF(launch_group("k_group", dim3(2, 1, 1), dim3(64, 1, 1), a, err, sizeof err) == 0, "%s",
+           err);
+    int bad = 0;
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < 300; i++)
+            bad += bits_of(out[k][i]) != bits_of(i < n[k] ? x[k][i] * (float)(k + 1) + 0.5f : -7.0f);
+    CHECK_EQ(0, bad);
+    err[0] = '\0';
+    CHECK(launch_group("k_scale", dim3(1, 1, 1), dim3(32, 1, 1), a, err, sizeof err) != 0);
+    CHECK(strstr(err, "a plain kernel, launched as a grouped one") != NULL);
+    Args plain = {.p = {out[0], x[0]}};
+    err[0] = '\0';
+    CHECK(launch_kernels("k_group", dim3(1, 1, 1), dim3(32, 1, 1), plain, err, sizeof err) != 0);
+    CHECK(strstr(err, "a grouped kernel, launched as a plain one") != NULL);
+    free(a);
+}
+
 static void faults(void) {
     expect_fault("k_deadlock", dim3(1, 1, 1), dim3(64, 1, 1), "kernel 'k_deadlock'", "deadlock",
                  "thread (0,0,0)");
@@ -569,6 +615,7 @@ int main(int argc, char **argv) {
     RUN(conversions);
     RUN(mma);
     RUN(intrinsics);
+    RUN(grouped);
     RUN(faults);
     RUN(performance);
 

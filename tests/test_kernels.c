@@ -13,7 +13,9 @@
 // and 2^-6 for attention's bf16 outputs (its tensor-core path rounds the probabilities
 // and the score gradients to bf16 before the second product, as FlashAttention-2 does);
 // kernels whose arithmetic is the cpu backend's, operation for operation (elementwise
-// ops, the embedding and its gradient, dropout, NF4, the optimizers) must be bitwise.
+// ops, the embedding and its gradient, dropout, NF4, the optimizers) must be bitwise. A
+// grouped launch (the optimizer over many tensors) runs at its first instruction with
+// every member's inputs, and each member's outputs are compared at the member.
 #include "check.h"
 #include "harness.h"
 
@@ -126,6 +128,7 @@ typedef struct OpStat {
 
 static OpStat stats[OP_COUNT];
 static int in_fused[OP_COUNT];   // steps of fused kernels, per op
+static int grouped[OP_COUNT];    // instructions in grouped launches, per op
 
 // Whether op's kernels compute what the cpu backend computes, operation for operation.
 static bool exact(OpKind op) {
@@ -223,12 +226,18 @@ static void lockstep(const char *name, const char *text, int64_t micro) {
     for (int ph = 0; ph < PHASE_COUNT && ok; ph++)
         for (int i = 0; i < p->nins[ph] && ok; i++) {
             const PlanInstr *in = &p->ins[ph][i];
-            for (int k = 0; k < in->nin; k++)
-                if (in->in[k] >= 0)
-                    transfer(&h.x, &xe, in->in[k]);
-            for (int k = 0; k < in->nout; k++)
-                if ((in->update >> k) & 1u)
-                    transfer(&h.x, &xe, in->out[k]);
+            // A grouped launch does its members' work at its own place: their inputs go
+            // over with its own, and at each member only the cpu side runs.
+            for (int m = 0; in->by < 0 && m < (in->group ? in->group : 1); m++) {
+                const PlanInstr *x = &p->ins[ph][i + m];
+                for (int k = 0; k < x->nin; k++)
+                    if (x->in[k] >= 0)
+                        transfer(&h.x, &xe, x->in[k]);
+                for (int k = 0; k < x->nout; k++)
+                    if ((x->update >> k) & 1u)
+                        transfer(&h.x, &xe, x->out[k]);
+            }
+            grouped[in->op] += in->by >= 0 || in->group;
             ok = rt_exec_instr(&h.x, in, err, sizeof err) == 0 &&
                  rt_exec_instr(&xe, in, err, sizeof err) == 0;
             if (!ok) {
@@ -236,7 +245,7 @@ static void lockstep(const char *name, const char *text, int64_t micro) {
                 CHECK(!"runs");
                 break;
             }
-            if (op_desc(in->op)->cls == OPC_COPY || in->nlaunch == 0)
+            if (op_desc(in->op)->cls == OPC_COPY || (in->nlaunch == 0 && in->by < 0))
                 continue;   // GEMMs and views: the cpu backend's own code on both sides
             for (int k = 0; k < in->nout; k++)
                 compare(&h.x, &xe, in, in->out[k]);
@@ -291,17 +300,17 @@ static void test_attention_head_dims(void) {
 }
 
 static void report(void) {
-    printf("  %-18s %8s %8s %12s %10s %8s\n", "op", "outputs", "bitwise", "worst", "tolerance",
-           "in fused");
+    printf("  %-18s %8s %8s %12s %10s %8s %8s\n", "op", "outputs", "bitwise", "worst", "tolerance",
+           "in fused", "grouped");
     for (int k = 0; k < OP_COUNT; k++)
         if (stats[k].count || in_fused[k])
-            printf("  %-18s %8d %8d %12.3g %10s %8d\n", op_desc((OpKind)k)->name, stats[k].count,
+            printf("  %-18s %8d %8d %12.3g %10s %8d %8d\n", op_desc((OpKind)k)->name, stats[k].count,
                    stats[k].bitwise, stats[k].worst,
                    exact((OpKind)k)              ? "bitwise"
                    : stats[k].tolerance > 0x1p-7 ? "2^-6"
                    : stats[k].tolerance > 1e-4   ? "2^-7"
                                                  : "1e-5",
-                   in_fused[k]);
+                   in_fused[k], grouped[k]);
 }
 
 int main(int argc, char **argv) {
@@ -323,5 +332,8 @@ int main(int argc, char **argv) {
         }
     }
     RUN_NAMED("every-kernel-exercised", CHECK_EQ(0, missing));
+    // The optimizers and the gradients' zeroing ran in grouped launches (many tensors each).
+    RUN_NAMED("grouped-launches", CHECK(grouped[OP_ADAMW] > 1 && grouped[OP_SGD] > 1 &&
+                                        grouped[OP_ZERO] > 1));
     return CHECK_DONE();
 }

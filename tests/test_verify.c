@@ -2,8 +2,10 @@
 // and each injected fault (overlapping offsets, a read before its write, a buffer past
 // the arena's end, an early free, a loss freed before the runtime reads it; and on a
 // plan with copies and host work: a missing wait, host work on device memory, a copy
-// on the compute stream, a wait for an event not yet recorded) is rejected with a
-// message naming the buffers and the instruction.
+// on the compute stream, a wait for an event not yet recorded; and in a grouped launch:
+// a member that waits, one that reads what another writes, one whose operand is dead at
+// the group's first, a group the reader cannot close) is rejected with a message naming
+// the buffers and the instruction.
 #include "check.h"
 #include "harness.h"
 
@@ -245,6 +247,122 @@ static void test_wait_before_record(void) {
     CHECK(strstr(msg, "which no earlier instruction"));
 }
 
+// The first instruction of a grouped launch (the optimizer), and its second member.
+static PlanInstr *group_first(PlanInstr **member) {
+    const Plan *p = h.plan;
+    for (int ph = 0; ph < PHASE_COUNT; ph++)
+        for (int i = 0; i < p->nins[ph]; i++)
+            if (p->ins[ph][i].group >= 3 && p->ins[ph][i].op == OP_ADAMW) {
+                *member = &p->ins[ph][i + 2];
+                return &p->ins[ph][i];
+            }
+    return *member = NULL;
+}
+
+static void test_group_member_waits(void) {
+    PlanInstr *m, *first = group_first(&m);
+    CHECK(first != NULL);
+    if (!first)
+        return;
+    m->record = 0;   // it would record an event after the launch that already did its work
+    int n;
+    char *msg = verify(&n);
+    m->record = -1;
+    CHECK(n > 0);
+    CHECK(strstr(msg, "in the group of instruction") && strstr(msg, "waits for or records an event"));
+}
+
+static void test_group_member_depends(void) {
+    PlanInstr *m, *first = group_first(&m);
+    CHECK(first != NULL);
+    if (!first)
+        return;
+    int keep = m->in[0];
+    m->in[0] = first->out[0];   // reads the parameter the first member updates
+    int n;
+    char *msg = verify(&n);
+    m->in[0] = keep;
+    CHECK(n > 0);
+    CHECK(strstr(msg, "one writing"));
+}
+
+static void test_group_member_dead_operand(void) {
+    PlanInstr *m, *first = group_first(&m);
+    CHECK(first != NULL);
+    if (!first)
+        return;
+    int keep = m->in[0], dead = -1;
+    for (int i = 0; i < h.plan->nbuf && dead < 0; i++)   // a buffer dead by the optimizer
+        if (h.plan->buf[i].kind == PK_VALUE && h.plan->buf[i].last < first->id &&
+            h.plan->buf[i].bytes == h.plan->buf[m->in[0]].bytes)
+            dead = i;
+    if (dead < 0)
+        for (int i = 0; i < h.plan->nbuf && dead < 0; i++)
+            if (h.plan->buf[i].kind == PK_VALUE && h.plan->buf[i].last < first->id)
+                dead = i;
+    CHECK(dead >= 0);
+    m->in[0] = dead;
+    int n;
+    char *msg = verify(&n);
+    m->in[0] = keep;
+    CHECK(n > 0);
+    CHECK(strstr(msg, "which is not alive there"));
+}
+
+// The reader: a member without by=, and a by= that no group covers.
+static void test_group_reader(void) {
+    char path[512], *text = NULL;
+    snprintf(path, sizeof path, "%s/plan", h.dir);
+    FILE *f = fopen(path, "r");
+    size_t len = 0;
+    if (f) {
+        fseek(f, 0, SEEK_END);
+        len = (size_t)ftell(f);
+        rewind(f);
+        text = calloc(len + 1, 1);
+        len = fread(text, 1, len, f);
+        fclose(f);
+    }
+    PlanInstr *m, *first = group_first(&m);
+    CHECK(text && first);
+    if (!text || !first) {
+        free(text);
+        return;
+    }
+    char by[32];
+    snprintf(by, sizeof by, " by=%d ", first->id);
+    for (int fault = 0; fault < 2; fault++) {
+        char *copy = strdup(text), *at = strstr(copy, by);
+        CHECK(at != NULL);
+        if (!at) {
+            free(copy);
+            break;
+        }
+        if (fault == 0)   // drop the first member's by=
+            memmove(at + 1, at + strlen(by), strlen(at + strlen(by)) + 1);
+        else {            // shrink the group to two: the third member's by= covers nothing
+            char *g = strstr(copy, " group=");
+            g += strlen(" group=");
+            size_t digits = strspn(g, "0123456789");
+            memmove(g + 1, g + digits, strlen(g + digits) + 1);
+            g[0] = '2';
+        }
+        char bad[600];
+        snprintf(bad, sizeof bad, "%s/plan.bad", h.dir);
+        FILE *o = fopen(bad, "w");
+        fputs(copy, o);
+        fclose(o);
+        Plan *p = NULL;
+        char err[512] = "";
+        CHECK(plan_load(&p, bad, err, sizeof err) != 0);
+        CHECK(strstr(err, fault == 0 ? "without by=" : "which does not cover it") != NULL);
+        if (p)
+            plan_free(p);
+        free(copy);
+    }
+    free(text);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && chdir(argv[1]) != 0)
         return 2;
@@ -259,6 +377,10 @@ int main(int argc, char **argv) {
     RUN(test_early_free);
     RUN(test_loss_freed_early);
     RUN(test_over_budget);
+    RUN(test_group_member_waits);
+    RUN(test_group_member_depends);
+    RUN(test_group_member_dead_operand);
+    RUN(test_group_reader);
     harness_free(&h);
     PlanChoice c = {4, REMAT_SWAP, 1 << 20, REMAT_SWAP, {true, true}, NULL};
     if (!harness_compile_choice(&hs, "models/tiny.ft", tiny_text(), &c)) {

@@ -161,13 +161,14 @@ typedef struct FtcEmuWarp {
     unsigned int exited;  // lanes that returned from the kernel in this block
 } FtcEmuWarp;
 
-typedef struct FtcArgs FtcArgs; // prelude.cuh defines it
+typedef struct FtcArgs FtcArgs;           // prelude.cuh defines them
+typedef struct FtcGroupArgs FtcGroupArgs;
 
 typedef struct FtcEmuLaunch {
     const char *kernel;
     void (*fn)(FtcArgs);
     void (*call)(void (*)(FtcArgs), const void *); // calls fn with *args (FTC_EMU_TABLE's)
-    const void *args;                               // the FtcArgs
+    const void *args;                               // the FtcArgs or FtcGroupArgs
     dim3 grid, block;
     uint3 bidx;   // blockIdx of the running block
     int nthreads; // per block
@@ -747,23 +748,29 @@ FTC_EMU_MINMAX_(unsigned long long, ull_)
 // A kernels.cu ends with its table of kernels, for instance
 //     FTC_EMU_TABLE(FTC_EMU_ENTRY(k_add_3, 0) FTC_EMU_ENTRY(k_rmsnorm_5, 1))
 // where the flag says whether the kernel synchronises (__syncthreads, warp operations, mma):
-// 0 runs it on the fast path, where any of those fails the launch.
+// 0 runs it on the fast path, where any of those fails the launch. A grouped kernel
+// (FTC_GROUP_KERNEL) is listed with FTC_EMU_GROUP_ENTRY(k, syncs).
 typedef struct FtcEmuKernel {
     const char *name;
-    void (*fn)(FtcArgs);
+    void (*fn)(FtcArgs);  // a grouped kernel's is its void (*)(const FtcGroupArgs *), cast
     int syncs;
+    int group;            // 1: launched with FtcGroupArgs (ftc_emu_launch_group)
 } FtcEmuKernel;
 
 // The exports of a kernels.so (FTC_EMU_TABLE defines them): its kernels, NULL-name terminated,
-// their number, and sizeof(FtcArgs), for a caller to check its mirror of the kernel ABI.
+// their number, and sizeof(FtcArgs) and sizeof(FtcGroupArgs), for a caller to check its mirror
+// of the kernel ABI.
 FTC_EMU_EXPORT extern const FtcEmuKernel ftc_emu_kernels[];
 FTC_EMU_EXPORT extern const int ftc_emu_nkernels;
-FTC_EMU_EXPORT extern const size_t ftc_emu_args_bytes;
+FTC_EMU_EXPORT extern const size_t ftc_emu_args_bytes, ftc_emu_group_args_bytes;
 // Runs kernel `name` over `grid` blocks of `block` threads with `args`, to completion; returns 0,
 // or -1 with a message in err (errlen bytes): an unknown kernel, a bad geometry, a deadlock or
 // another synchronisation fault, __trap, or no memory for the fiber stacks.
 FTC_EMU_EXPORT int ftc_emu_launch(const char *name, dim3 grid, dim3 block, FtcArgs args,
                                   char *err, size_t errlen);
+// The same for a grouped kernel; each of its threads reads *args (not a copy).
+FTC_EMU_EXPORT int ftc_emu_launch_group(const char *name, dim3 grid, dim3 block,
+                                        const FtcGroupArgs *args, char *err, size_t errlen);
 // Unmaps the calling OS thread's fibers (kept between launches; see FtcEmuPool). Optional:
 // unloading kernels.so does it for the thread that unloads it.
 FTC_EMU_EXPORT void ftc_emu_release(void);
@@ -954,7 +961,7 @@ FTC_EMU_FN int ftc_emu_pool_get_(FtcEmuLaunch *L, int n) {
 // ftc_emu_launch, given the kernel table and FTC_EMU_TABLE's way to call a kernel.
 FTC_EMU_FN int ftc_emu_run_(const FtcEmuKernel *table, const char *name, dim3 grid, dim3 block,
                             const void *args, void (*call)(void (*)(FtcArgs), const void *),
-                            char *err, size_t errlen) {
+                            int group, char *err, size_t errlen) {
     FtcEmuLaunch *L = calloc(1, sizeof *L);
     if (!L || ftc_emu_L) {
         if (err && errlen)
@@ -973,6 +980,9 @@ FTC_EMU_FN int ftc_emu_run_(const FtcEmuKernel *table, const char *name, dim3 gr
     unsigned long long nthreads = (unsigned long long)block.x * block.y * block.z;
     if (!k->name) {
         ftc_emu_error_(L, "", "no such kernel in this kernels.so");
+    } else if (k->group != group) {
+        ftc_emu_error_(L, "", "a %s kernel, launched as a %s one", k->group ? "grouped" : "plain",
+                       group ? "grouped" : "plain");
     } else if (!grid.x || !grid.y || !grid.z || grid.x > INT_MAX || grid.y > 65535 ||
                grid.z > 65535 || !nthreads || block.x > 1024 || block.y > 1024 || block.z > 64 ||
                nthreads > FTC_EMU_MAX_THREADS) {
@@ -1018,22 +1028,33 @@ FTC_EMU_FN int ftc_emu_run_(const FtcEmuKernel *table, const char *name, dim3 gr
     return rc;
 }
 
-#define FTC_EMU_ENTRY(kernel, syncs) {#kernel, kernel, (syncs)},
+#define FTC_EMU_ENTRY(kernel, syncs) {#kernel, kernel, (syncs), 0},
+#define FTC_EMU_GROUP_ENTRY(kernel, syncs) {#kernel, (void (*)(FtcArgs))(void (*)(void))(kernel), (syncs), 1},
 // Defines the exports of a kernels.so; see FtcEmuKernel. The launcher reads a private copy of
 // the table, so kernels.so files loaded side by side never see each other's.
 #define FTC_EMU_TABLE(entries)                                                                  \
-    static const FtcEmuKernel ftc_emu_table_[] = {entries{0, 0, 0}};                            \
-    FTC_EMU_EXPORT const FtcEmuKernel ftc_emu_kernels[] = {entries{0, 0, 0}};                   \
+    static const FtcEmuKernel ftc_emu_table_[] = {entries{0, 0, 0, 0}};                         \
+    FTC_EMU_EXPORT const FtcEmuKernel ftc_emu_kernels[] = {entries{0, 0, 0, 0}};                \
     FTC_EMU_EXPORT const int ftc_emu_nkernels =                                                 \
         (int)(sizeof ftc_emu_table_ / sizeof ftc_emu_table_[0]) - 1;                            \
     FTC_EMU_EXPORT const size_t ftc_emu_args_bytes = sizeof(FtcArgs);                           \
+    FTC_EMU_EXPORT const size_t ftc_emu_group_args_bytes = sizeof(FtcGroupArgs);                \
     static void ftc_emu_call_(void (*fn)(FtcArgs), const void *args) {                          \
         fn(*(const FtcArgs *)args);                                                             \
     }                                                                                           \
+    static void ftc_emu_call_group_(void (*fn)(FtcArgs), const void *args) {                    \
+        ((void (*)(const FtcGroupArgs *))(void (*)(void))fn)((const FtcGroupArgs *)args);       \
+    }                                                                                           \
     FTC_EMU_EXPORT int ftc_emu_launch(const char *name, dim3 grid, dim3 block, FtcArgs args,    \
                                       char *err, size_t errlen) {                               \
-        return ftc_emu_run_(ftc_emu_table_, name, grid, block, &args, ftc_emu_call_, err,       \
+        return ftc_emu_run_(ftc_emu_table_, name, grid, block, &args, ftc_emu_call_, 0, err,    \
                             errlen);                                                            \
+    }                                                                                           \
+    FTC_EMU_EXPORT int ftc_emu_launch_group(const char *name, dim3 grid, dim3 block,            \
+                                            const FtcGroupArgs *args, char *err,                \
+                                            size_t errlen) {                                    \
+        return ftc_emu_run_(ftc_emu_table_, name, grid, block, args, ftc_emu_call_group_, 1,    \
+                            err, errlen);                                                       \
     }                                                                                           \
     FTC_EMU_EXPORT void ftc_emu_release(void) { ftc_emu_pool_free_(); }
 

@@ -1,48 +1,91 @@
 /* optim.cuh — parameter updates, one thread an element, with the cpu backend's exact
  * arithmetic (torch's fp32 AdamW: scalars formed in double and rounded once, the moment
  * update as torch's lerp): emulated runs are bitwise the cpu backend's. The learning
- * rate is a.f[0] and the step a.i[0] (1-based), so a schedule needs no new kernel. */
+ * rate is a.f[0] and the step a.i[0] (1-based), so a schedule needs no new kernel. The
+ * _group forms update many tensors in one launch (the plan's group=N). */
 
-/* AdamW on w = the master copy when there is one, else the weight itself; the weight
- * then takes w's rounding. a.p: param, m, v, [master,] grad. */
+/* AdamW's per-step scalars, formed once per thread. */
+typedef struct AdamwStep {
+    float decay, w1, b2, c2, neg_step, bias_c2_sqrt, eps;
+    int small;
+} AdamwStep;
+
+FTC_INLINE AdamwStep adamw_step(double lr, long long t, double beta1, double beta2, double eps,
+                                double weight_decay) {
+    AdamwStep s;
+    s.decay = (float)(1.0 - lr * weight_decay);
+    s.w1 = (float)(1.0 - beta1), s.b2 = (float)beta2, s.c2 = (float)(1.0 - beta2);
+    s.neg_step = (float)(-(lr / (1.0 - pow(beta1, (double)t))));
+    s.bias_c2_sqrt = (float)sqrt(1.0 - pow(beta2, (double)t));
+    s.eps = (float)eps;
+    s.small = fabsf(s.w1) < 0.5f;
+    return s;
+}
+
+/* Element i of one tensor: w = the master copy when there is one (fp32), else the weight
+ * itself; the weight then takes w's rounding. p: param, m, v, [master,] grad. */
+FTC_INLINE void adamw_at(const AdamwStep *s, void *const *p, long long i, int master, int dtp,
+                         int dtg, int dtm) {
+    void *w = master ? p[3] : p[0];
+    int dtw = master ? FTC_F32 : dtp;
+    float g = ldf(p[master ? 4 : 3], i, dtg), mi = ldf(p[1], i, dtm), vi = ldf(p[2], i, dtm);
+    float x = ldf(w, i, dtw) * s->decay;
+    mi = s->small ? fmaf(s->w1, g - mi, mi) : fmaf(s->w1 - 1.0f, g - mi, g);
+    vi = vi * s->b2 + s->c2 * g * g;
+    float denom = sqrtf(vi) / s->bias_c2_sqrt + s->eps;
+    x = x + s->neg_step * mi / denom;
+    stf(w, i, dtw, x);
+    stf(p[1], i, dtm, mi);
+    stf(p[2], i, dtm, vi);
+    if (master)
+        stf(p[0], i, dtp, x);
+}
+
+/* AdamW over one tensor of n elements.  a.p: param, m, v, [master,] grad. */
 FTC_INLINE void adamw(FtcArgs a, long long n, int master, double beta1, double beta2, double eps,
                       double weight_decay, int dtp, int dtg, int dtm) {
-    double lr = a.f[0];
-    long long t = a.i[0];
-    float decay = (float)(1.0 - lr * weight_decay);
-    float w1 = (float)(1.0 - beta1), b2 = (float)beta2, c2 = (float)(1.0 - beta2);
-    float neg_step = (float)(-(lr / (1.0 - pow(beta1, (double)t))));
-    float bias_c2_sqrt = (float)sqrt(1.0 - pow(beta2, (double)t));
-    float epsf = (float)eps;
-    int small = fabsf(w1) < 0.5f;
-    void *w = master ? a.p[3] : a.p[0];
-    int dtw = master ? FTC_F32 : dtp;
-    const void *grad = a.p[master ? 4 : 3];
-    for (long long i = ftc_gid(); i < n; i += ftc_gstride()) {
-        float g = ldf(grad, i, dtg), mi = ldf(a.p[1], i, dtm), vi = ldf(a.p[2], i, dtm);
-        float p = ldf(w, i, dtw) * decay;
-        mi = small ? fmaf(w1, g - mi, mi) : fmaf(w1 - 1.0f, g - mi, g);
-        vi = vi * b2 + c2 * g * g;
-        float denom = sqrtf(vi) / bias_c2_sqrt + epsf;
-        p = p + neg_step * mi / denom;
-        stf(w, i, dtw, p);
-        stf(a.p[1], i, dtm, mi);
-        stf(a.p[2], i, dtm, vi);
-        if (master)
-            stf(a.p[0], i, dtp, p);
+    AdamwStep s = adamw_step(a.f[0], a.i[0], beta1, beta2, eps, weight_decay);
+    for (long long i = ftc_gid(); i < n; i += ftc_gstride())
+        adamw_at(&s, a.p, i, master, dtp, dtg, dtm);
+}
+
+/* The tensors of a group in one launch: their elements laid end to end, tensor k's at
+ * [start[k], start[k + 1]) of the launch's range, its buffers ga->p[k]. A thread's
+ * elements only grow, so the tensor it is in is found by walking forward. */
+FTC_INLINE void adamw_group(const FtcGroupArgs *ga, const long long *start, int count, int master,
+                            double beta1, double beta2, double eps, double weight_decay, int dtp,
+                            int dtg, int dtm) {
+    AdamwStep s = adamw_step(ga->f[0], ga->i[0], beta1, beta2, eps, weight_decay);
+    int k = 0;
+    for (long long i = ftc_gid(); i < start[count]; i += ftc_gstride()) {
+        while (i >= start[k + 1])
+            k++;
+        adamw_at(&s, ga->p[k], i - start[k], master, dtp, dtg, dtm);
     }
 }
 
-/* w -= lr g.  a.p: param, [master,] grad. */
-FTC_INLINE void sgd(FtcArgs a, long long n, int master, int dtp, int dtg) {
-    float lr = (float)a.f[0];
-    void *w = master ? a.p[1] : a.p[0];
+/* Element i: w -= lr g.  p: param, [master,] grad. */
+FTC_INLINE void sgd_at(float lr, void *const *p, long long i, int master, int dtp, int dtg) {
+    void *w = master ? p[1] : p[0];
     int dtw = master ? FTC_F32 : dtp;
-    const void *grad = a.p[master ? 2 : 1];
-    for (long long i = ftc_gid(); i < n; i += ftc_gstride()) {
-        float p = ldf(w, i, dtw) - lr * ldf(grad, i, dtg);
-        stf(w, i, dtw, p);
-        if (master)
-            stf(a.p[0], i, dtp, p);
+    float x = ldf(w, i, dtw) - lr * ldf(p[master ? 2 : 1], i, dtg);
+    stf(w, i, dtw, x);
+    if (master)
+        stf(p[0], i, dtp, x);
+}
+
+/* SGD over one tensor.  a.p: param, [master,] grad. */
+FTC_INLINE void sgd(FtcArgs a, long long n, int master, int dtp, int dtg) {
+    for (long long i = ftc_gid(); i < n; i += ftc_gstride())
+        sgd_at((float)a.f[0], a.p, i, master, dtp, dtg);
+}
+
+FTC_INLINE void sgd_group(const FtcGroupArgs *ga, const long long *start, int count, int master,
+                          int dtp, int dtg) {
+    int k = 0;
+    for (long long i = ftc_gid(); i < start[count]; i += ftc_gstride()) {
+        while (i >= start[k + 1])
+            k++;
+        sgd_at((float)ga->f[0], ga->p[k], i - start[k], master, dtp, dtg);
     }
 }

@@ -11,27 +11,47 @@
  * launched with the grid and block the plan names; a.p[] holds the instruction's
  * buffers in plan order (outputs, then inputs, then its workspace), a.i[] and a.f[] the
  * runtime scalars the instruction's kernel documents (optimizer step, dropout stream,
- * learning rate). Shapes are constants of each kernel's specialisation. NVRTC compiles
+ * learning rate). Shapes are constants of each kernel's specialisation. A grouped
+ * launch (the optimizer over many tensors at once) covers several consecutive plan
+ * instructions: it is
+ *     FTC_GROUP_KERNEL(NAME)
+ * and reads FTC_GA->p[k][j], operand j of the group's k-th instruction, with the same
+ * i[] and f[]; the arguments travel by value (3 KiB, inside CUDA's 4 KiB), as a
+ * __grid_constant__ so that indexing them at run time copies nothing. NVRTC compiles
  * with --fmad=false and the emulation with -ffp-contract=off, so a*b+c is two roundings
  * everywhere, as on the cpu backend. */
-#ifdef FTC_EMU
-#include "ftc_emu.h"
-#define FTC_CONST static const
-#define FTC_UNROLL
-#else
-#define FTC_KERNEL extern "C" __global__
-#define FTC_CONST static __constant__ const
-/* Before a loop over a register array (an mma accumulator): unrolled, the array stays in
- * registers; rolled, it is indexed at run time and lives in local memory. */
-#define FTC_UNROLL _Pragma("unroll")
-#endif
-
 typedef struct FtcArgs {
     void *p[12];        /* buffers: outputs, inputs, workspace, in plan order */
     long long i[4];     /* runtime integers: [0] the optimizer step, [1] the micro-step,
                            [2] the instruction's random stream (dropout) */
     double f[4];        /* runtime reals: [0] the learning rate */
 } FtcArgs;
+
+/* At most FTC_GROUP_MAX instructions of at most FTC_GROUP_OPERANDS operands each in one
+ * grouped launch (runtime/plan.h: PLAN_GROUP_MAX, PLAN_GROUP_OPERANDS). */
+#define FTC_GROUP_MAX 64
+#define FTC_GROUP_OPERANDS 6
+typedef struct FtcGroupArgs {
+    void *p[FTC_GROUP_MAX][FTC_GROUP_OPERANDS];
+    long long i[4];
+    double f[4];
+} FtcGroupArgs;
+
+#ifdef FTC_EMU
+#include "ftc_emu.h"
+#define FTC_CONST static const
+#define FTC_UNROLL
+#define FTC_GROUP_KERNEL(name) static void name(const FtcGroupArgs *ftc_ga_)
+#define FTC_GA ftc_ga_
+#else
+#define FTC_KERNEL extern "C" __global__
+#define FTC_CONST static __constant__ const
+/* Before a loop over a register array (an mma accumulator): unrolled, the array stays in
+ * registers; rolled, it is indexed at run time and lives in local memory. */
+#define FTC_UNROLL _Pragma("unroll")
+#define FTC_GROUP_KERNEL(name) extern "C" __global__ void name(const __grid_constant__ FtcGroupArgs ftc_ga_)
+#define FTC_GA (&ftc_ga_)
+#endif
 
 #define FTC_INLINE static __device__ __forceinline__ __attribute__((unused))
 #define FTC_INF (__int_as_float(0x7f800000))

@@ -19,12 +19,19 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-// The kernel ABI of codegen/cuda/prelude.cuh, mirrored: the layout must match.
+// The kernel ABI of codegen/cuda/prelude.cuh, mirrored: the layout must match (checked
+// against the sizes kernels.so exports).
 typedef struct EmuArgs {
     void *p[12];
     long long i[4];
     double f[4];
 } EmuArgs;
+
+typedef struct EmuGroupArgs {
+    void *p[PLAN_GROUP_MAX][PLAN_GROUP_OPERANDS];
+    long long i[4];
+    double f[4];
+} EmuGroupArgs;
 
 typedef struct EmuDim {
     unsigned x, y, z;
@@ -32,11 +39,14 @@ typedef struct EmuDim {
 
 typedef int (*EmuLaunch)(const char *name, EmuDim grid, EmuDim block, EmuArgs args, char *err,
                          size_t errlen);
+typedef int (*EmuLaunchGroup)(const char *name, EmuDim grid, EmuDim block, const EmuGroupArgs *args,
+                              char *err, size_t errlen);
 
 typedef struct EmuState {
     Backend *cpu;           // memory, copies, GEMMs
     void *so;
     EmuLaunch launch;
+    EmuLaunchGroup launch_group;
     char dir[4096];
 } EmuState;
 
@@ -181,15 +191,43 @@ static int emu_prepare(Backend *be, const Plan *p, int stream, char *err, size_t
             const PlanInstr *in = &p->ins[ph][i];
             if ((stream >= 0 && (int)in->stream != stream) || op_desc(in->op)->cls == OPC_COPY)
                 continue;
-            if (!has_kernels(in) && !library(in))
+            if (!has_kernels(in) && !library(in) && in->by < 0)
                 return rt_fail(err, errlen, "instruction %d (%s) names no kernel: the plan predates "
                                "kernels.cu; recompile it", in->id, op_desc(in->op)->name);
         }
     return 0;
 }
 
+// A grouped launch: member k's operands (outputs, then inputs) in a.p[k].
+static int launch_group(EmuState *s, Exec *x, const PlanInstr *in, char *err, size_t errlen) {
+    EmuGroupArgs *a = calloc(1, sizeof *a);
+    if (!a)
+        return rt_fail(err, errlen, "out of memory");
+    for (int k = 0; k < in->group; k++) {
+        const PlanInstr *m = plan_instr(x->plan, in->id + k);
+        int j = 0;
+        for (int o = 0; o < m->nout; o++)
+            a->p[k][j++] = x->ptr[m->out[o]];
+        for (int i = 0; i < m->nin; i++)
+            a->p[k][j++] = m->in[i] >= 0 ? x->ptr[m->in[i]] : NULL;
+    }
+    a->i[0] = x->step;
+    a->i[1] = x->micro;
+    a->f[0] = x->plan->lr;
+    const PlanLaunch *pl = &in->launch[0];
+    EmuDim grid = {pl->grid[0], pl->grid[1], pl->grid[2]};
+    EmuDim block = {pl->block[0], pl->block[1], pl->block[2]};
+    int rc = s->launch_group(pl->name, grid, block, a, err, errlen);
+    free(a);
+    return rc;
+}
+
 static int emu_launch(Backend *be, Exec *x, const PlanInstr *in, char *err, size_t errlen) {
     EmuState *s = be->state;
+    if (in->by >= 0)   // done by its group's launch
+        return 0;
+    if (in->group)
+        return launch_group(s, x, in, err, errlen);
     if (library(in))
         return s->cpu->launch(s->cpu, x, in, err, errlen);
     EmuArgs a = {{0}, {0}, {0}};
@@ -267,11 +305,22 @@ Backend *rt_emu_backend(const char *plan_dir, char *err, size_t errlen) {
             dlclose(h);
         return NULL;
     }
+    EmuLaunchGroup launch_group = (EmuLaunchGroup)dlsym(h, "ftc_emu_launch_group");
+    const size_t *args_bytes = dlsym(h, "ftc_emu_args_bytes");
+    const size_t *group_bytes = dlsym(h, "ftc_emu_group_args_bytes");
+    if (!launch_group || !args_bytes || !group_bytes || *args_bytes != sizeof(EmuArgs) ||
+        *group_bytes != sizeof(EmuGroupArgs)) {
+        rt_fail(err, errlen, "%s/kernels.cu was generated for another kernel ABI; recompile the plan",
+                plan_dir);
+        dlclose(h);
+        return NULL;
+    }
     Backend *be = calloc(1, sizeof *be);
     EmuState *s = calloc(1, sizeof *s);
     s->cpu = rt_cpu_backend();
     s->so = h;
     s->launch = launch;
+    s->launch_group = launch_group;
     snprintf(s->dir, sizeof s->dir, "%s", plan_dir);
     *be = (Backend){.name = "emu", .prepare = emu_prepare, .alloc = emu_alloc, .free = emu_free,
                     .set = emu_set, .get = emu_get, .fill = emu_fill, .copy = emu_copy,

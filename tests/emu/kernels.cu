@@ -244,6 +244,22 @@ FTC_KERNEL void k_intrinsics(FtcArgs a) {
     io[17] = (int)(v.x + v.y * v.z + v.w);
 }
 
+/* (i) A grouped launch: member k's out = x * (k + 1) + f0 over its elements, laid end to
+ * end in the launch's range (member 1 has none). */
+FTC_CONST long long k_group_start[4] = {0LL, 5LL, 5LL, 300LL};
+FTC_GROUP_KERNEL(k_group) {
+    long long k = 0, stride = (long long)gridDim.x * blockDim.x;
+    for (long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x; g < k_group_start[3];
+         g += stride) {
+        while (g >= k_group_start[k + 1])
+            k++;
+        float *out = (float *)FTC_GA->p[k][0];
+        const float *x = (const float *)FTC_GA->p[k][1];
+        long long i = g - k_group_start[k];
+        out[i] = x[i] * (float)(k + 1) + (float)FTC_GA->f[0];
+    }
+}
+
 #ifdef FTC_EMU
 FTC_EMU_TABLE(
     FTC_EMU_ENTRY(k_scale, 0)
@@ -257,5 +273,6 @@ FTC_EMU_TABLE(
     FTC_EMU_ENTRY(k_perf, 1)
     FTC_EMU_ENTRY(k_perf_fast, 0)
     FTC_EMU_ENTRY(k_intrinsics, 0)
+    FTC_EMU_GROUP_ENTRY(k_group, 0)
 )
 #endif
