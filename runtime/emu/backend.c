@@ -146,7 +146,7 @@ static int build(const char *dir, char *so, size_t solen, char *err, size_t errl
         return 0;
     char tmp[4400];
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", so, (int)getpid());
-    char *argv[NF + 8];
+    char *argv[NF + 9];   // cc, the flags, 7 more, NULL
     int a = 0;
     argv[a++] = (char *)cc;
     for (int i = 0; i < NF; i++)
