@@ -31,7 +31,7 @@ static void usage(FILE *f) {
 static void usage_run(FILE *f) {
     fputs("usage: ftc run DIR --data FILE [--weights PATH] [--steps N] [--save DIR]\n"
           "                   [--save-every N] [--seed N] [--poison] [--unplanned] [--merge]\n"
-          "                   [--device cpu|emu]\n"
+          "                   [--device cuda|cpu|emu]\n"
           "\n"
           "  --data FILE       token file (ftc data makes one)\n"
           "  --weights PATH    Hugging Face safetensors: a file, or a directory (sharded too);\n"
@@ -44,8 +44,9 @@ static void usage_run(FILE *f) {
           "  --unplanned       every buffer its own allocation instead of the planned arena\n"
           "  --merge           with LoRA: also save the merged weights (model.safetensors);\n"
           "                    --save alone writes the adapters in PEFT's layout\n"
-          "  --device D        cpu (the reference kernels), or emu: the plan's generated CUDA\n"
-          "                    kernels (kernels.cu) compiled for and run on the CPU\n",
+          "  --device D        cuda (the GPU: the plan's kernels, cuBLASLt), cpu (the reference\n"
+          "                    kernels) or emu (the plan's kernels compiled for and run on the\n"
+          "                    CPU); default: cuda where the driver sees a GPU, else cpu\n",
           f);
 }
 
@@ -87,9 +88,9 @@ static int cmd_run(Cmdline *cl, int argc, char **argv, int first) {
             o.seed = (uint64_t)v;
         } else if (strcmp(s, "--device") == 0) {
             o.device = argv[++i];
-            if (strcmp(o.device, "cpu") != 0 && strcmp(o.device, "emu") != 0) {
-                arg_error(cl, i, "--device takes cpu or emu (the generated kernels run on the "
-                                 "CPU); this build has no cuda backend yet");
+            if (strcmp(o.device, "cpu") != 0 && strcmp(o.device, "emu") != 0 &&
+                strcmp(o.device, "cuda") != 0) {
+                arg_error(cl, i, "--device takes cuda, cpu or emu");
                 return EXIT_USAGE;
             }
         } else if (strcmp(s, "--poison") == 0)

@@ -2,6 +2,7 @@
 // instruction by instruction through a backend, and poisons buffers whose
 // lifetime has ended so that a liveness bug shows up as a wrong loss.
 #include "runtime.h"
+#include "kernel_args.h"
 #include "cpu/kernels.h"
 #include "cpu/nf4.h"
 
@@ -126,16 +127,41 @@ static void copy(Exec *x, const PlanInstr *in) {
                 rt_buf_kind(x, in->in[0]), dst->bytes, in->stream);
 }
 
-int rt_exec_instr(Exec *x, const PlanInstr *in, char *err, size_t errlen) {
+// Poisons what died at instruction `in`: its workspace, and every buffer whose last use it
+// was (but an input an output now owns in place), on its stream.
+static void poison_dead(Exec *x, const PlanInstr *in) {
+    const Plan *p = x->plan;
+    if (in->ws >= 0)
+        poison(x, &p->buf[in->ws], in->stream);
+    for (int k = 0; k < in->nin + in->nout; k++) {
+        int id = k < in->nin ? in->in[k] : in->out[k - in->nin];
+        if (id < 0)
+            continue;
+        const PlanBuffer *b = &p->buf[id];
+        const PlanBuffer *base = b->view >= 0 ? &p->buf[b->view] : b;
+        if (base->last != in->id || persistent(base) || base->role)
+            continue;
+        bool taken = false;
+        for (int o = 0; o < in->nout; o++)
+            taken |= in->out[o] >= 0 && in->out[o] != base->id &&
+                     x->root[in->out[o]] == x->root[base->id];
+        if (!taken)
+            poison(x, base, in->stream);
+    }
+}
+
+// Waits, the launch or copy, the poison of what died there (before the record, so that
+// whatever waits for the record also comes after the poison), the record.
+static int run_instr(Exec *x, const PlanInstr *in, bool poison, char *err, size_t errlen) {
     Backend *be = x->be;
+    char why[400];
     if (be->event_wait)
         for (int k = 0; k < in->nwait; k++)
             be->event_wait(be, in->stream, in->wait[k]);
-    char why[400];
     int rc = 0;
     if (op_desc(in->op)->cls == OPC_COPY)
         copy(x, in);
-    else if (in->stream == STREAM_HOST)
+    else if (in->stream == STREAM_HOST && !be->host_queue)
         rc = x->host->launch(x->host, x, in, why, sizeof why);
     else
         rc = be->launch(be, x, in, why, sizeof why);
@@ -144,41 +170,23 @@ int rt_exec_instr(Exec *x, const PlanInstr *in, char *err, size_t errlen) {
                  op_desc(in->op)->name, in->line, in->col, why);
         return -1;
     }
+    if (poison)
+        poison_dead(x, in);
     if (in->record >= 0 && be->event_record)
         be->event_record(be, in->record, in->stream);
     return 0;
 }
 
+int rt_exec_instr(Exec *x, const PlanInstr *in, char *err, size_t errlen) {
+    return run_instr(x, in, false, err, errlen);
+}
+
 int rt_exec_phase(Exec *x, PlanPhase ph, char *err, size_t errlen) {
     const Plan *p = x->plan;
-    for (int i = 0; i < p->nins[ph]; i++) {
-        const PlanInstr *in = &p->ins[ph][i];
-        if (rt_exec_instr(x, in, err, errlen) != 0)
+    for (int i = 0; i < p->nins[ph]; i++)
+        if (run_instr(x, &p->ins[ph][i], x->poison, err, errlen) != 0)
             return -1;
-        if (!x->poison)
-            continue;
-        if (in->ws >= 0)
-            poison(x, &p->buf[in->ws], in->stream);
-        // A buffer whose last use this was is dead: its bytes must never be read again.
-        for (int k = 0; k < in->nin + in->nout; k++) {
-            int id = k < in->nin ? in->in[k] : in->out[k - in->nin];
-            if (id < 0)
-                continue;
-            const PlanBuffer *b = &p->buf[id];
-            const PlanBuffer *base = b->view >= 0 ? &p->buf[b->view] : b;
-            if (base->last != in->id || persistent(base) || base->role)
-                continue;
-            // An output written in place over it now owns these bytes.
-            bool taken = false;
-            for (int o = 0; o < in->nout; o++)
-                taken |= in->out[o] >= 0 && in->out[o] != base->id &&
-                         x->root[in->out[o]] == x->root[base->id];
-            if (!taken)
-                poison(x, base, in->stream);
-        }
-    }
-    x->be->sync(x->be);
-    return 0;
+    return x->be->sync(x->be, err, errlen);
 }
 
 void rt_read_raw(const Exec *x, int id, void *dst) {
@@ -195,8 +203,9 @@ void rt_write_raw(Exec *x, int id, const void *src) {
 
 void rt_zero(Exec *x, int id) {
     const PlanBuffer *b = &x->plan->buf[id];
-    x->be->fill(x->be, rt_buf_kind(x, id), x->ptr[id], 0, 1, b->bytes, STREAM_COMPUTE);
-    x->be->sync(x->be);
+    void *zeros = calloc((size_t)b->bytes + 1, 1);
+    x->be->set(x->be, rt_buf_kind(x, id), x->ptr[id], zeros, b->bytes);
+    free(zeros);
 }
 
 // The raw bytes of buffer `id` in host memory (malloc'd).
@@ -270,4 +279,34 @@ void rt_write_f32(Exec *x, int id, const float *src) {
     }
     rt_write_raw(x, id, p);
     free(p);
+}
+
+void rt_kernel_args(const Exec *x, const PlanInstr *in, KernelArgs *a) {
+    memset(a, 0, sizeof *a);
+    int k = 0;
+    for (int o = 0; o < in->nout; o++)
+        a->p[k++] = x->ptr[in->out[o]];
+    for (int i = 0; i < in->nin; i++)
+        a->p[k++] = in->in[i] >= 0 ? x->ptr[in->in[i]] : NULL;
+    if (in->ws >= 0)
+        a->p[k++] = x->ptr[in->ws];
+    a->i[0] = x->step;
+    a->i[1] = x->micro;
+    a->i[2] = (long long)rt_random_stream(x, in);
+    a->f[0] = x->plan->lr;
+}
+
+void rt_kernel_group_args(const Exec *x, const PlanInstr *in, KernelGroupArgs *a) {
+    memset(a, 0, sizeof *a);
+    for (int k = 0; k < in->group; k++) {
+        const PlanInstr *m = plan_instr(x->plan, in->id + k);
+        int j = 0;
+        for (int o = 0; o < m->nout; o++)
+            a->p[k][j++] = x->ptr[m->out[o]];
+        for (int i = 0; i < m->nin; i++)
+            a->p[k][j++] = m->in[i] >= 0 ? x->ptr[m->in[i]] : NULL;
+    }
+    a->i[0] = x->step;
+    a->i[1] = x->micro;
+    a->f[0] = x->plan->lr;
 }

@@ -3,6 +3,7 @@
 #include "fileio.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <stdarg.h>
@@ -101,4 +102,23 @@ int rt_mkdir_p(const char *dir) {
         return -1;
     }
     return 0;
+}
+
+char *rt_read_whole(const char *path, size_t *bytes) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return NULL;
+    struct stat st;
+    char *buf = NULL;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (buf = malloc((size_t)st.st_size + 1))) {
+        if (rt_pread_full(fd, buf, (size_t)st.st_size, 0) == 0) {
+            buf[st.st_size] = '\0';
+            *bytes = (size_t)st.st_size;
+        } else {
+            free(buf);
+            buf = NULL;
+        }
+    }
+    close(fd);
+    return buf;
 }

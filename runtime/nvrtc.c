@@ -529,26 +529,6 @@ static uint64_t cache_key(const char *source, const char *name, const char *arch
 
 int rt_nvrtc_cache_dir(char *buf, size_t len) { return rt_cache_path("nvrtc", buf, len); }
 
-// Reads the whole file at path into a malloc'd, NUL-terminated buffer; NULL when it cannot.
-static char *read_whole(const char *path, size_t *bytes) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return NULL;
-    struct stat st;
-    char *buf = NULL;
-    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (buf = malloc((size_t)st.st_size + 1))) {
-        if (rt_pread_full(fd, buf, (size_t)st.st_size, 0) == 0) {
-            buf[st.st_size] = '\0';
-            *bytes = (size_t)st.st_size;
-        } else {
-            free(buf);
-            buf = NULL;
-        }
-    }
-    close(fd);
-    return buf;
-}
-
 // Writes data to dir/file through a temporary name and rename, so a reader sees the old
 // entry, no entry or the whole new one. No fsync: a file torn by a crash fails the size
 // and hash checks on the next read and is compiled again.
@@ -635,7 +615,7 @@ static bool cache_read(const char *dir, uint64_t key, const char *arch, NvrtcRes
     size_t txt_bytes = 0, cubin_bytes = 0;
     if (snprintf(path, sizeof path, "%s/%016" PRIx64 ".txt", dir, key) >= (int)sizeof path)
         return false;
-    char *txt = read_whole(path, &txt_bytes);
+    char *txt = rt_read_whole(path, &txt_bytes);
     if (!txt)
         return false;
     const char *p = txt, *end = txt + txt_bytes;
@@ -685,7 +665,7 @@ static bool cache_read(const char *dir, uint64_t key, const char *arch, NvrtcRes
         goto done;
 
     if (snprintf(path, sizeof path, "%s/%016" PRIx64 ".cubin", dir, key) < (int)sizeof path)
-        out->cubin = (unsigned char *)read_whole(path, &cubin_bytes);
+        out->cubin = (unsigned char *)rt_read_whole(path, &cubin_bytes);
     out->cubin_bytes = cubin_bytes;
     ok = out->cubin && cubin_bytes == bytes &&
          rt_fnv1a64(RT_FNV_BASIS, out->cubin, cubin_bytes) == hash &&

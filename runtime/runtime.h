@@ -31,7 +31,9 @@ struct Backend {
     // Host memory to memory of `kind` and back; complete when they return.
     void (*set)(Backend *b, MemKind kind, void *dst, const void *src, int64_t bytes);
     void (*get)(Backend *b, MemKind kind, void *dst, const void *src, int64_t bytes);
-    // Fills `bytes` at dst with a repeated 1-, 2- or 4-byte pattern, on `stream`.
+    // Fills `bytes` at dst with a repeated 1-, 2- or 4-byte pattern, on `stream`, after all
+    // the work issued before it on every stream (the executor's poison: a dead buffer's
+    // last user need not come after all its readers).
     void (*fill)(Backend *b, MemKind kind, void *dst, uint32_t pattern, int pattern_bytes,
                  int64_t bytes, Stream stream);
     // A plan copy: `bytes` from src (of kind sk) to dst (of kind dk), on `stream`.
@@ -39,9 +41,16 @@ struct Backend {
                  Stream stream);
     // Runs instruction `in` on its stream with the executor's buffers; -1 with err.
     int (*launch)(Backend *b, Exec *x, const PlanInstr *in, char *err, size_t errlen);
+    // True when host-stream instructions, fills and events also go through this backend,
+    // which runs them in host-stream order on the executor's host backend, possibly on
+    // another thread while the caller goes on (a GPU backend overlaps CPU AdamW with the
+    // device's work). False: the executor runs host instructions itself, in plan order.
+    bool host_queue;
     void (*event_record)(Backend *b, int event, Stream stream);  // (optional)
     void (*event_wait)(Backend *b, Stream stream, int event);    // (optional)
-    void (*sync)(Backend *b);                                    // all streams drained
+    // Drains every stream (host work included); -1 with err when work done asynchronously
+    // since the last drain failed.
+    int (*sync)(Backend *b, char *err, size_t errlen);
     void (*destroy)(Backend *b);
     void *state;
 };
@@ -50,11 +59,39 @@ struct Backend {
 // (kernels.c), streams executed in plan order.
 Backend *rt_cpu_backend(void);
 
+// cuda/backend.c — a GPU through the CUDA driver and cuBLASLt (cuda/cuda.h): the plan's
+// kernels from its CUBIN (or NVRTC for this GPU's architecture), GEMMs by cuBLASLt with
+// the plan's workspaces, a stream per plan stream and the plan's events, host-stream work
+// on a worker thread. `api` is the libraries' tables (NULL: load them with dlopen); the
+// device is ordinal `device`. NULL with err when there is no usable GPU, or when the plan
+// cannot fit its free memory (preflight: the message says by how much and how to re-plan).
+struct CudaApi;
+Backend *rt_cuda_backend(const char *plan_dir, const Plan *p, const struct CudaApi *api, int device,
+                         char *err, size_t errlen);
+// 1 when the CUDA driver and cuBLASLt load and the driver sees a GPU; 0 when there is no
+// driver; -1 when there is one but no usable GPU (why says what failed).
+int rt_cuda_probe(char *why, size_t len);
+// What the GPU and the process hold: the device's total and free memory, and the name;
+// false if `b` is not the cuda backend.
+bool rt_cuda_memory(Backend *b, int64_t *total, int64_t *free_bytes, char *name, size_t namelen);
+
 // emu/backend.c — the plan's generated kernels (DIR/kernels.cu) compiled by the host C
 // compiler against DIR/ftc_emu.h (the CUDA execution model on the CPU) and launched as
 // the plan says; GEMMs, memory and copies are the cpu backend's. NULL with err when the
 // kernels do not compile or load.
 Backend *rt_emu_backend(const char *plan_dir, char *err, size_t errlen);
+// The same kernels alone (a simulated GPU in tests uses them): compiled and loaded, then
+// launched by name with a KernelArgs or, for a grouped kernel, a KernelGroupArgs
+// (kernel_args.h); -1 with err on a failed launch.
+typedef struct EmuKernels EmuKernels;
+EmuKernels *rt_emu_kernels_open(const char *plan_dir, char *err, size_t errlen);
+int rt_emu_kernels_launch(EmuKernels *k, const char *name, const unsigned grid[3],
+                          const unsigned block[3], const void *args, bool group, char *err,
+                          size_t errlen);
+void rt_emu_kernels_close(EmuKernels *k);
+// 1 when kernel `name` is a grouped one (launched with KernelGroupArgs), 0 when plain, -1
+// when there is no such kernel.
+int rt_emu_kernels_kind(const EmuKernels *k, const char *name);
 
 //
 // exec.c — arenas, buffer addresses, phases.
@@ -132,7 +169,7 @@ int rt_weights_save_merged(Exec *x, const char *path, char *err, size_t errlen);
 
 typedef struct RunOptions {
     const char *plan_dir, *data, *weights, *save;
-    const char *device;     // "cpu" (default) or "emu"
+    const char *device;     // "cpu", "emu", "cuda", or NULL: cuda when a GPU is there, else cpu
     int64_t steps;
     int64_t save_every;     // also save after every this many steps (0: only at the end)
     uint64_t seed;

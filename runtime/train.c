@@ -77,6 +77,40 @@ static int save(Exec *x, const char *dir, bool merge, FILE *out) {
     return 0;
 }
 
+// The backend --device names; by default cuda where a driver sees a GPU, else cpu. A GPU
+// that is there but cannot take the plan is an error, never a quiet fall back.
+static Backend *pick_backend(const RunOptions *o, const Plan *p, char *err, size_t errlen) {
+    const char *d = o->device ? o->device : "auto";
+    if (strcmp(d, "cpu") == 0)
+        return rt_cpu_backend();
+    if (strcmp(d, "emu") == 0)
+        return rt_emu_backend(o->plan_dir, err, errlen);
+    if (strcmp(d, "cuda") == 0)
+        return rt_cuda_backend(o->plan_dir, p, NULL, 0, err, errlen);
+    char why[512];
+    int gpu = rt_cuda_probe(why, sizeof why);
+    if (gpu < 0)   // a driver, but no GPU it can use: say why before running on the CPU
+        fprintf(o->out, "ftc run: no usable GPU (%s); running on the cpu backend\n", why);
+    if (gpu <= 0)
+        return rt_cpu_backend();
+    return rt_cuda_backend(o->plan_dir, p, NULL, 0, err, errlen);
+}
+
+// After the first step on a GPU: what the device holds against what the plan promised.
+static void report_memory(Backend *be, const Plan *p, FILE *out) {
+    int64_t total, free_b;
+    char name[256], a[32], r[32], u[32], t[32], h[32];
+    if (!rt_cuda_memory(be, &total, &free_b, name, sizeof name))
+        return;
+    int64_t planned = p->arena_bytes[ARENA_DEVICE] + p->reserve_bytes, used = total - free_b;
+    fprintf(out, "memory: planned %s (arena %s + reserve %s); %s shows %s in use of %s (%+.1f%%, "
+                 "every process on it)\n",
+            fmt_bytes(a, sizeof a, planned), fmt_bytes(r, sizeof r, p->arena_bytes[ARENA_DEVICE]),
+            fmt_bytes(u, sizeof u, p->reserve_bytes), name, fmt_bytes(t, sizeof t, used),
+            fmt_bytes(h, sizeof h, total),
+            planned ? 100.0 * (double)(used - planned) / (double)planned : 0.0);
+}
+
 int rt_train(const RunOptions *o) {
     char err[1024], path[4096];
     snprintf(path, sizeof path, "%s/plan", o->plan_dir);
@@ -102,8 +136,7 @@ int rt_train(const RunOptions *o) {
         plan_free(p);
         return error("%s", err);
     }
-    bool emu = o->device && strcmp(o->device, "emu") == 0;
-    Backend *be = emu ? rt_emu_backend(o->plan_dir, err, sizeof err) : rt_cpu_backend();
+    Backend *be = pick_backend(o, p, err, sizeof err);
     if (!be) {
         data_close(d);
         plan_free(p);
@@ -163,8 +196,10 @@ int rt_train(const RunOptions *o) {
             goto out;
         }
         loss /= (double)p->accum;
-        if (step == 1)
+        if (step == 1) {
             first_loss = loss;
+            report_memory(be, p, o->out);
+        }
         recent[(step - 1) % 10] = loss;
         double t1 = now_s();
         fprintf(o->out, "step %lld/%lld  loss %.6f  tok/s %.0f  lr %.3e  elapsed %.2fs  mem %s\n",

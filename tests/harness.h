@@ -11,6 +11,20 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+// The SM the plans' kernels.cu is compiled for by NVRTC (NULL: none, kernels.cu only).
+static const char *harness_arch;
+
+// A file's text (static storage, truncated at 64 KiB): a model to compile.
+__attribute__((unused)) static const char *harness_file(const char *path) {
+    static char text[65536];
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    if (f)
+        fclose(f);
+    text[n] = '\0';
+    return text;
+}
+
 typedef struct Harness {
     Arena *a;
     FtModel m;
@@ -51,7 +65,7 @@ static bool harness_compile_choice(Harness *h, const char *name, const char *tex
         static const char *prec[] = {"bf16", "fp16", "fp32", "bf16_pure"};
         snprintf(h->dir, sizeof h->dir, "%s/ftc-test-%d-%d", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
                  (int)getpid(), serial++);
-        PlanMeta meta = {.model = h->m.name, .source = name, .gpu = "none",
+        PlanMeta meta = {.model = h->m.name, .source = name, .gpu = "none", .arch = harness_arch,
                          .accum = h->m.train.batch / batch, .precision = prec[h->m.train.precision],
                          .optimizer = h->m.train.optimizer, .lr = h->m.train.lr,
                          .beta1 = h->m.train.beta1, .beta2 = h->m.train.beta2, .eps = h->m.train.eps,

@@ -11,15 +11,7 @@
 
 static Harness h;
 
-static const char *tiny_text(void) {
-    static char text[8192];
-    FILE *f = fopen("models/tiny.ft", "r");
-    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
-    if (f)
-        fclose(f);
-    text[n] = '\0';
-    return text;
-}
+static const char *tiny_text(void) { return harness_file("models/tiny.ft"); }
 
 // Runs the verifier on a (corrupted) plan; returns its messages.
 static char *verify_plan(const Plan *p, int *problems) {

@@ -588,7 +588,10 @@ static void cpu_copy(Backend *be, void *dst, MemKind dk, const void *src, MemKin
     memcpy(dst, src, (size_t)bytes);
 }
 
-static void cpu_sync(Backend *be) { (void)be; }
+static int cpu_sync(Backend *be, char *err, size_t errlen) {
+    (void)be, (void)err, (void)errlen;
+    return 0;
+}
 
 static void cpu_destroy(Backend *be) {
     CpuState *s = be->state;

@@ -9,6 +9,7 @@
 // `cc`.
 #include "../runtime.h"
 #include "../fileio.h"
+#include "../kernel_args.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -19,63 +20,35 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-// The kernel ABI of codegen/cuda/prelude.cuh, mirrored: the layout must match (checked
-// against the sizes kernels.so exports).
-typedef struct EmuArgs {
-    void *p[12];
-    long long i[4];
-    double f[4];
-} EmuArgs;
-
-typedef struct EmuGroupArgs {
-    void *p[PLAN_GROUP_MAX][PLAN_GROUP_OPERANDS];
-    long long i[4];
-    double f[4];
-} EmuGroupArgs;
-
 typedef struct EmuDim {
     unsigned x, y, z;
 } EmuDim;
 
-typedef int (*EmuLaunch)(const char *name, EmuDim grid, EmuDim block, EmuArgs args, char *err,
+typedef int (*EmuLaunch)(const char *name, EmuDim grid, EmuDim block, KernelArgs args, char *err,
                          size_t errlen);
-typedef int (*EmuLaunchGroup)(const char *name, EmuDim grid, EmuDim block, const EmuGroupArgs *args,
+typedef int (*EmuLaunchGroup)(const char *name, EmuDim grid, EmuDim block, const KernelGroupArgs *args,
                               char *err, size_t errlen);
 
-typedef struct EmuState {
-    Backend *cpu;           // memory, copies, GEMMs
+// An entry of a kernels.so's table (ftc_emu.h's FtcEmuKernel), mirrored.
+typedef struct EmuEntry {
+    const char *name;
+    void (*fn)(void);
+    int syncs, group;
+} EmuEntry;
+
+struct EmuKernels {
     void *so;
     EmuLaunch launch;
     EmuLaunchGroup launch_group;
+    const EmuEntry *table;
+};
+
+typedef struct EmuState {
+    Backend *cpu;           // memory, copies, GEMMs
+    EmuKernels *k;
     char dir[4096];
 } EmuState;
 
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    char *buf = NULL;
-    size_t cap = 0, n = 0;
-    for (;;) {
-        if (n + 65536 + 1 > cap) {
-            cap = (n + 65536 + 1) * 2;
-            char *b = realloc(buf, cap);
-            if (!b) {
-                free(buf), fclose(f);
-                return NULL;
-            }
-            buf = b;
-        }
-        size_t got = fread(buf + n, 1, 65536, f);
-        n += got;
-        if (got < 65536)
-            break;
-    }
-    fclose(f);
-    buf[n] = '\0';
-    *len = n;
-    return buf;
-}
 
 // Runs argv (argv[0] looked up in PATH) with stderr into `log`; the exit status, or -1.
 static int run(char *const *argv, char *log, size_t loglen) {
@@ -116,7 +89,7 @@ static int build(const char *dir, char *so, size_t solen, char *err, size_t errl
     snprintf(src, sizeof src, "%s/kernels.cu", dir);
     snprintf(hdr, sizeof hdr, "%s/ftc_emu.h", dir);
     size_t slen, hlen;
-    char *s = slurp(src, &slen), *h = slurp(hdr, &hlen);
+    char *s = rt_read_whole(src, &slen), *h = rt_read_whole(hdr, &hlen);
     if (!s || !h) {
         free(s), free(h);
         return rt_fail(err, errlen, "%s: cannot read %s (recompile the plan with this ftc)", dir,
@@ -198,57 +171,36 @@ static int emu_prepare(Backend *be, const Plan *p, int stream, char *err, size_t
     return 0;
 }
 
-// A grouped launch: member k's operands (outputs, then inputs) in a.p[k].
-static int launch_group(EmuState *s, Exec *x, const PlanInstr *in, char *err, size_t errlen) {
-    EmuGroupArgs *a = calloc(1, sizeof *a);
-    if (!a)
-        return rt_fail(err, errlen, "out of memory");
-    for (int k = 0; k < in->group; k++) {
-        const PlanInstr *m = plan_instr(x->plan, in->id + k);
-        int j = 0;
-        for (int o = 0; o < m->nout; o++)
-            a->p[k][j++] = x->ptr[m->out[o]];
-        for (int i = 0; i < m->nin; i++)
-            a->p[k][j++] = m->in[i] >= 0 ? x->ptr[m->in[i]] : NULL;
-    }
-    a->i[0] = x->step;
-    a->i[1] = x->micro;
-    a->f[0] = x->plan->lr;
-    const PlanLaunch *pl = &in->launch[0];
-    EmuDim grid = {pl->grid[0], pl->grid[1], pl->grid[2]};
-    EmuDim block = {pl->block[0], pl->block[1], pl->block[2]};
-    int rc = s->launch_group(pl->name, grid, block, a, err, errlen);
-    free(a);
-    return rc;
+int rt_emu_kernels_launch(EmuKernels *k, const char *name, const unsigned grid[3],
+                          const unsigned block[3], const void *args, bool group, char *err,
+                          size_t errlen) {
+    EmuDim g = {grid[0], grid[1], grid[2]}, b = {block[0], block[1], block[2]};
+    return group ? k->launch_group(name, g, b, args, err, errlen)
+                 : k->launch(name, g, b, *(const KernelArgs *)args, err, errlen);
 }
 
 static int emu_launch(Backend *be, Exec *x, const PlanInstr *in, char *err, size_t errlen) {
     EmuState *s = be->state;
     if (in->by >= 0)   // done by its group's launch
         return 0;
-    if (in->group)
-        return launch_group(s, x, in, err, errlen);
+    if (in->group) {   // member k's operands (outputs, then inputs) in a.p[k]
+        KernelGroupArgs *a = malloc(sizeof *a);
+        if (!a)
+            return rt_fail(err, errlen, "out of memory");
+        rt_kernel_group_args(x, in, a);
+        int rc = rt_emu_kernels_launch(s->k, in->launch[0].name, in->launch[0].grid,
+                                       in->launch[0].block, a, true, err, errlen);
+        free(a);
+        return rc;
+    }
     if (library(in))
         return s->cpu->launch(s->cpu, x, in, err, errlen);
-    EmuArgs a = {{0}, {0}, {0}};
-    int k = 0;
-    for (int o = 0; o < in->nout; o++)
-        a.p[k++] = x->ptr[in->out[o]];
-    for (int i = 0; i < in->nin; i++)
-        a.p[k++] = in->in[i] >= 0 ? x->ptr[in->in[i]] : NULL;
-    if (in->ws >= 0)
-        a.p[k++] = x->ptr[in->ws];
-    a.i[0] = x->step;
-    a.i[1] = x->micro;
-    a.i[2] = (long long)rt_random_stream(x, in);
-    a.f[0] = x->plan->lr;
-    for (int l = 0; l < in->nlaunch; l++) {
-        const PlanLaunch *pl = &in->launch[l];
-        EmuDim grid = {pl->grid[0], pl->grid[1], pl->grid[2]};
-        EmuDim block = {pl->block[0], pl->block[1], pl->block[2]};
-        if (s->launch(pl->name, grid, block, a, err, errlen) != 0)
+    KernelArgs a;
+    rt_kernel_args(x, in, &a);
+    for (int l = 0; l < in->nlaunch; l++)
+        if (rt_emu_kernels_launch(s->k, in->launch[l].name, in->launch[l].grid, in->launch[l].block,
+                                  &a, false, err, errlen) != 0)
             return -1;
-    }
     return 0;
 }
 
@@ -279,21 +231,20 @@ static void emu_copy(Backend *be, void *dst, MemKind dk, const void *src, MemKin
     EmuState *s = be->state;
     s->cpu->copy(s->cpu, dst, dk, src, sk, bytes, stream);
 }
-static void emu_sync(Backend *be) {
+static int emu_sync(Backend *be, char *err, size_t errlen) {
     EmuState *s = be->state;
-    s->cpu->sync(s->cpu);
+    return s->cpu->sync(s->cpu, err, errlen);
 }
 
 static void emu_destroy(Backend *be) {
     EmuState *s = be->state;
-    if (s->so)
-        dlclose(s->so);
+    rt_emu_kernels_close(s->k);
     s->cpu->destroy(s->cpu);
     free(s);
     free(be);
 }
 
-Backend *rt_emu_backend(const char *plan_dir, char *err, size_t errlen) {
+EmuKernels *rt_emu_kernels_open(const char *plan_dir, char *err, size_t errlen) {
     char so[4300];
     if (build(plan_dir, so, sizeof so, err, errlen) != 0)
         return NULL;
@@ -308,19 +259,41 @@ Backend *rt_emu_backend(const char *plan_dir, char *err, size_t errlen) {
     EmuLaunchGroup launch_group = (EmuLaunchGroup)dlsym(h, "ftc_emu_launch_group");
     const size_t *args_bytes = dlsym(h, "ftc_emu_args_bytes");
     const size_t *group_bytes = dlsym(h, "ftc_emu_group_args_bytes");
-    if (!launch_group || !args_bytes || !group_bytes || *args_bytes != sizeof(EmuArgs) ||
-        *group_bytes != sizeof(EmuGroupArgs)) {
+    const EmuEntry *table = dlsym(h, "ftc_emu_kernels");
+    if (!launch_group || !args_bytes || !group_bytes || !table || *args_bytes != sizeof(KernelArgs) ||
+        *group_bytes != sizeof(KernelGroupArgs)) {
         rt_fail(err, errlen, "%s/kernels.cu was generated for another kernel ABI; recompile the plan",
                 plan_dir);
         dlclose(h);
         return NULL;
     }
+    EmuKernels *k = calloc(1, sizeof *k);
+    *k = (EmuKernels){h, launch, launch_group, table};
+    return k;
+}
+
+int rt_emu_kernels_kind(const EmuKernels *k, const char *name) {
+    for (const EmuEntry *e = k->table; e->name; e++)
+        if (strcmp(e->name, name) == 0)
+            return e->group;
+    return -1;
+}
+
+void rt_emu_kernels_close(EmuKernels *k) {
+    if (!k)
+        return;
+    dlclose(k->so);
+    free(k);
+}
+
+Backend *rt_emu_backend(const char *plan_dir, char *err, size_t errlen) {
+    EmuKernels *k = rt_emu_kernels_open(plan_dir, err, errlen);
+    if (!k)
+        return NULL;
     Backend *be = calloc(1, sizeof *be);
     EmuState *s = calloc(1, sizeof *s);
     s->cpu = rt_cpu_backend();
-    s->so = h;
-    s->launch = launch;
-    s->launch_group = launch_group;
+    s->k = k;
     snprintf(s->dir, sizeof s->dir, "%s", plan_dir);
     *be = (Backend){.name = "emu", .prepare = emu_prepare, .alloc = emu_alloc, .free = emu_free,
                     .set = emu_set, .get = emu_get, .fill = emu_fill, .copy = emu_copy,

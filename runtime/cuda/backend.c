@@ -1,0 +1,807 @@
+// backend.c — the cuda backend: a plan run on a GPU through the CUDA driver API and
+// cuBLASLt (cuda.h's tables, loaded with dlopen or handed in by a test).
+//
+// Memory: one allocation per arena (device memory; page-locked host memory for the host
+// arena), made before step one; nothing is allocated after. Kernels: the plan's CUBIN for
+// this GPU's architecture, else kernels.cu compiled by NVRTC for it (cached); every launch
+// resolved before step one. GEMMs: one cuBLASLt call per instruction, its descriptors and
+// algorithm chosen before step one within the workspace the plan gave it. Streams: one
+// CUDA stream per plan stream (compute, d2h, h2d), the plan's events as CUDA events; the
+// host stream is a worker thread that runs host instructions (CPU AdamW, host gradient
+// sums) in plan order on the executor's host backend, waiting for device events with
+// cuEventSynchronize, so the CPU updates offloaded state while the GPU goes on. A device
+// stream that waits for a host event blocks the issuing thread until the worker has
+// recorded it (host events complete in host order, so nothing further is needed).
+#include "../runtime.h"
+#include "../fileio.h"
+#include "../kernel_args.h"
+#include "../nvrtc.h"
+#include "cuda.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+// One GEMM instruction as a cuBLASLt call. The plan's row-major C[M,N] = op(A) op(B) is
+// cuBLASLt's column-major C^T[N,M] = op(B)^T op(A)^T: its A is the plan's B and its B the
+// plan's A, each transposed when the plan's is stored the other way round.
+typedef struct Gemm {
+    LtDesc desc;
+    LtLayout la, lb, lc;    // cuBLASLt's A (the plan's B), B (the plan's A), C = D
+    LtAlgo algo;
+    int a, b, c, bias;      // buffer ids: the plan's A and B operands, the output, bias or -1
+    float beta;             // 1: accumulate into the output (a weight gradient's +=)
+} Gemm;
+
+// Work for the host stream, in order: an instruction, a fill, a wait for a device event,
+// or the record of a host event.
+typedef enum { HOST_RUN, HOST_FILL, HOST_WAIT, HOST_RECORD } HostKind;
+typedef struct HostItem {
+    HostKind kind;
+    Exec *x;                // HOST_RUN: the instruction
+    const PlanInstr *in;
+    void *dst;              // HOST_FILL: `bytes` of a `width`-byte pattern, after the events
+    uint32_t pattern;       // in own[] (the device streams' ends when it was issued)
+    int width;
+    int64_t bytes;
+    int nown;
+    CuEvent own[STREAM_COUNT];
+    int event;              // HOST_WAIT: the device event; HOST_RECORD: the host event ...
+    uint64_t gen;           // ... and its generation
+} HostItem;
+
+typedef struct CudaState {
+    CudaApi api;
+    const Plan *plan;
+    char dir[4096];
+    CuDevice dev;
+    CuContext ctx;
+    char name[256], arch[16];
+    CuStream stream[STREAM_COUNT];   // compute, d2h, h2d ([STREAM_HOST]: the worker)
+    CuEvent tail[STREAM_COUNT];      // recorded at a stream's end to order a fill after it
+    LtHandle lt;
+    CuModule module;
+    CuFunction *fn;                  // [instruction * PLAN_MAX_LAUNCHES + launch]
+    Gemm *gemm;                      // per instruction (desc NULL: not a GEMM)
+    int ninstr;
+    CuEvent *event;
+    int nevents;
+    bool *on_host;                   // event last recorded by a host instruction
+    uint64_t *expected, *done;       // host events: generations recorded, and completed
+    // The host stream's worker.
+    pthread_t worker;
+    bool worker_up, quit, busy;
+    pthread_mutex_t mu;
+    pthread_cond_t more, progress;
+    HostItem *q;
+    int qhead, qtail, qcap;
+    char failed[512];                // the first error of work done asynchronously
+} CudaState;
+
+static const char *const stream_tag[STREAM_COUNT] = {"compute", "d2h", "h2d", "host"};
+
+// The first asynchronous failure wins; sync reports it.
+static void note_failure(CudaState *s, const char *fmt, const char *what, CuResult r) {
+    pthread_mutex_lock(&s->mu);
+    if (!s->failed[0]) {
+        char text[160];
+        snprintf(s->failed, sizeof s->failed, fmt, what, cuda_result_text(&s->api, r, text, sizeof text));
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+static bool call_ok(CudaState *s, CuResult r, const char *what) {
+    if (r == CUX_SUCCESS)
+        return true;
+    note_failure(s, "%s: %s", what, r);
+    return false;
+}
+
+static int fail_cu(CudaState *s, CuResult r, const char *what, char *err, size_t errlen) {
+    char text[160];
+    return rt_fail(err, errlen, "%s: %s", what, cuda_result_text(&s->api, r, text, sizeof text));
+}
+
+static CuDevPtr dptr(const void *p) { return (CuDevPtr)(uintptr_t)p; }
+
+//
+// The host stream.
+//
+
+static void fill_host(void *dst, uint32_t pattern, int width, int64_t bytes) {
+    if (width == 1) {
+        memset(dst, (int)(pattern & 0xff), (size_t)bytes);
+        return;
+    }
+    for (int64_t i = 0; i + width <= bytes; i += width)
+        memcpy((char *)dst + i, &pattern, (size_t)width);   // little-endian: the low bytes
+}
+
+static void host_failure(CudaState *s, const PlanInstr *in, const char *why) {
+    pthread_mutex_lock(&s->mu);
+    if (!s->failed[0])
+        snprintf(s->failed, sizeof s->failed, "instruction %d (%s, from .ft line %d:%d): %s", in->id,
+                 op_desc(in->op)->name, in->line, in->col, why);
+    pthread_mutex_unlock(&s->mu);
+}
+
+// One item; after a failure only the records are kept (so that no waiter hangs).
+static void run_item(CudaState *s, HostItem *it, bool failed) {
+    char why[400];
+    switch (it->kind) {
+    case HOST_RUN:
+        if (!failed && it->x->host->launch(it->x->host, it->x, it->in, why, sizeof why) != 0)
+            host_failure(s, it->in, why);
+        break;
+    case HOST_FILL:
+        for (int k = 0; k < it->nown; k++) {
+            if (!failed)
+                failed = !call_ok(s, s->api.cu.EventSynchronize(it->own[k]), "cuEventSynchronize");
+            s->api.cu.EventDestroy(it->own[k]);
+        }
+        if (!failed)
+            fill_host(it->dst, it->pattern, it->width, it->bytes);
+        break;
+    case HOST_WAIT:
+        if (!failed)
+            call_ok(s, s->api.cu.EventSynchronize(s->event[it->event]), "cuEventSynchronize");
+        break;
+    case HOST_RECORD:
+        break;
+    }
+}
+
+static void *worker_main(void *arg) {
+    CudaState *s = arg;
+    s->api.cu.CtxSetCurrent(s->ctx);
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (s->qhead == s->qtail && !s->quit)
+            pthread_cond_wait(&s->more, &s->mu);
+        if (s->qhead == s->qtail)
+            break;
+        HostItem it = s->q[s->qhead];
+        bool failed = s->failed[0] != '\0';
+        s->busy = true;
+        pthread_mutex_unlock(&s->mu);
+        run_item(s, &it, failed);
+        pthread_mutex_lock(&s->mu);
+        s->qhead++;
+        if (it.kind == HOST_RECORD)
+            s->done[it.event] = it.gen;
+        s->busy = false;
+        pthread_cond_broadcast(&s->progress);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+static void enqueue(CudaState *s, const HostItem *it) {
+    pthread_mutex_lock(&s->mu);
+    if (s->qhead == s->qtail)
+        s->qhead = s->qtail = 0;
+    if (s->qtail == s->qcap) {
+        s->qcap = s->qcap ? 2 * s->qcap : 256;
+        s->q = realloc(s->q, sizeof *s->q * (size_t)s->qcap);
+    }
+    s->q[s->qtail++] = *it;
+    pthread_cond_signal(&s->more);
+    pthread_mutex_unlock(&s->mu);
+}
+
+// Everything queued for the host has run.
+static void drain_host(CudaState *s) {
+    pthread_mutex_lock(&s->mu);
+    while (s->qhead != s->qtail || s->busy)
+        pthread_cond_wait(&s->progress, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void wait_host_event(CudaState *s, int ev) {
+    pthread_mutex_lock(&s->mu);
+    while (s->done[ev] < s->expected[ev])
+        pthread_cond_wait(&s->progress, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+}
+
+//
+// Memory.
+//
+
+static void *cuda_alloc(Backend *be, MemKind kind, int64_t bytes) {
+    CudaState *s = be->state;
+    size_t n = (size_t)(bytes > 0 ? bytes : 1);
+    if (kind == MEMK_PINNED) {
+        void *p = NULL;
+        if (s->api.cu.MemHostAlloc(&p, n, CUX_MEMHOSTALLOC_PORTABLE) != CUX_SUCCESS)
+            return NULL;
+        memset(p, 0, n);
+        return p;
+    }
+    CuDevPtr p = 0;
+    if (s->api.cu.MemAlloc(&p, n) != CUX_SUCCESS)
+        return NULL;
+    if (s->api.cu.MemsetD8Async(p, 0, n, s->stream[STREAM_COMPUTE]) != CUX_SUCCESS ||
+        s->api.cu.StreamSynchronize(s->stream[STREAM_COMPUTE]) != CUX_SUCCESS) {
+        s->api.cu.MemFree(p);
+        return NULL;
+    }
+    return (void *)(uintptr_t)p;
+}
+
+static void cuda_free(Backend *be, MemKind kind, void *p) {
+    CudaState *s = be->state;
+    if (kind == MEMK_PINNED)
+        s->api.cu.MemFreeHost(p);
+    else
+        s->api.cu.MemFree(dptr(p));
+}
+
+// The runtime's own reads and writes happen between phases: every stream is drained
+// first, so they see (and are seen by) all the work issued before.
+static void drain(CudaState *s) {
+    drain_host(s);
+    call_ok(s, s->api.cu.CtxSynchronize(), "cuCtxSynchronize");
+}
+
+static void cuda_set(Backend *be, MemKind kind, void *dst, const void *src, int64_t bytes) {
+    CudaState *s = be->state;
+    drain(s);
+    if (kind == MEMK_PINNED)
+        memcpy(dst, src, (size_t)bytes);
+    else
+        call_ok(s, s->api.cu.MemcpyHtoD(dptr(dst), src, (size_t)bytes), "cuMemcpyHtoD");
+}
+
+static void cuda_get(Backend *be, MemKind kind, void *dst, const void *src, int64_t bytes) {
+    CudaState *s = be->state;
+    drain(s);
+    if (kind == MEMK_PINNED)
+        memcpy(dst, src, (size_t)bytes);
+    else
+        call_ok(s, s->api.cu.MemcpyDtoH(dst, dptr(src), (size_t)bytes), "cuMemcpyDtoH");
+}
+
+// A fill (the executor's poison) comes after everything issued before it on every stream:
+// the last instruction touching a buffer need not be ordered after every other that reads
+// it, and a fill writes.
+static void cuda_fill(Backend *be, MemKind kind, void *dst, uint32_t pattern, int width,
+                      int64_t bytes, Stream stream) {
+    CudaState *s = be->state;
+    if (stream == STREAM_HOST) {   // the worker waits for the device streams' work so far
+        HostItem it = {.kind = HOST_FILL, .dst = dst, .pattern = pattern, .width = width, .bytes = bytes};
+        for (int t = 0; t < STREAM_COUNT; t++) {
+            if (t == STREAM_HOST ||
+                !call_ok(s, s->api.cu.EventCreate(&it.own[it.nown], CUX_EVENT_DISABLE_TIMING),
+                         "cuEventCreate"))
+                continue;
+            call_ok(s, s->api.cu.EventRecord(it.own[it.nown], s->stream[t]), "cuEventRecord");
+            it.nown++;
+        }
+        enqueue(s, &it);
+        return;
+    }
+    if (kind == MEMK_PINNED)   // host work on it so far is done
+        drain_host(s);
+    CuStream st = s->stream[stream];
+    for (int t = 0; t < STREAM_COUNT; t++)
+        if (t != STREAM_HOST && t != (int)stream) {
+            call_ok(s, s->api.cu.EventRecord(s->tail[t], s->stream[t]), "cuEventRecord");
+            call_ok(s, s->api.cu.StreamWaitEvent(st, s->tail[t], 0), "cuStreamWaitEvent");
+        }
+    size_t n = (size_t)(bytes / width);
+    CuResult r = width == 4   ? s->api.cu.MemsetD32Async(dptr(dst), pattern, n, st)
+                 : width == 2 ? s->api.cu.MemsetD16Async(dptr(dst), (unsigned short)pattern, n, st)
+                              : s->api.cu.MemsetD8Async(dptr(dst), (unsigned char)pattern, n, st);
+    call_ok(s, r, "cuMemsetAsync");
+}
+
+static void cuda_copy(Backend *be, void *dst, MemKind dk, const void *src, MemKind sk, int64_t bytes,
+                      Stream stream) {
+    CudaState *s = be->state;
+    (void)dk, (void)sk;
+    call_ok(s, s->api.cu.MemcpyAsync(dptr(dst), dptr(src), (size_t)bytes, s->stream[stream]),
+            "cuMemcpyAsync");
+}
+
+//
+// Events.
+//
+
+static void cuda_event_record(Backend *be, int event, Stream stream) {
+    CudaState *s = be->state;
+    s->on_host[event] = stream == STREAM_HOST;
+    if (stream == STREAM_HOST) {
+        HostItem it = {.kind = HOST_RECORD, .event = event, .gen = ++s->expected[event]};
+        enqueue(s, &it);
+    } else {
+        call_ok(s, s->api.cu.EventRecord(s->event[event], s->stream[stream]), "cuEventRecord");
+    }
+}
+
+// A device stream waits for a device event on the GPU, and for a host event by holding the
+// issue of its work until the worker has recorded it; the host stream waits for a device
+// event in the worker, and for a host event not at all (host order).
+static void cuda_event_wait(Backend *be, Stream stream, int event) {
+    CudaState *s = be->state;
+    if (stream == STREAM_HOST) {
+        if (!s->on_host[event]) {
+            HostItem it = {.kind = HOST_WAIT, .event = event};
+            enqueue(s, &it);
+        }
+    } else if (s->on_host[event]) {
+        wait_host_event(s, event);
+    } else {
+        call_ok(s, s->api.cu.StreamWaitEvent(s->stream[stream], s->event[event], 0),
+                "cuStreamWaitEvent");
+    }
+}
+
+static int cuda_sync(Backend *be, char *err, size_t errlen) {
+    CudaState *s = be->state;
+    drain(s);
+    pthread_mutex_lock(&s->mu);
+    int rc = s->failed[0] ? rt_fail(err, errlen, "%s", s->failed) : 0;
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+//
+// Kernels and GEMMs.
+//
+
+static int lt_type(PlanDType t) {
+    return t == PDT_BF16 ? LTX_R_16BF : t == PDT_F16 ? LTX_R_16F : t == PDT_F32 ? LTX_R_32F : -1;
+}
+
+static int64_t last_dim(const PlanBuffer *b) { return b->ndim ? b->shape[b->ndim - 1] : 1; }
+static int64_t dim_from_end(const PlanBuffer *b, int k) { return b->ndim > k ? b->shape[b->ndim - 1 - k] : 1; }
+
+// The plan's product for a GEMM instruction: C[M,N] (+)= op(A) op(B), `batch` times, with
+// A stored [K,M] when ta (else [M,K]) and B stored [N,K] when tb (else [K,N]). The same
+// shapes as the cpu backend's column (cpu/backend.c).
+typedef struct GemmShape {
+    int a, b;
+    int ta, tb;
+    int64_t M, N, K, batch;
+} GemmShape;
+
+static bool gemm_shape(const Plan *p, const PlanInstr *in, GemmShape *g) {
+    const PlanBuffer *x = &p->buf[in->in[0]], *y = &p->buf[in->in[1]];
+    *g = (GemmShape){.a = in->in[0], .b = in->in[1], .batch = 1};
+    switch (in->op) {
+    case OP_LINEAR:     // y[M,N] = x[M,K] W[N,K]^T
+        g->tb = 1, g->K = last_dim(x), g->M = plan_elems(x) / g->K, g->N = y->shape[0];
+        return true;
+    case OP_LINEAR_DX:  // dx[M,K] = dy[M,N'] W[N',K]
+        g->K = last_dim(x), g->M = plan_elems(x) / g->K, g->N = last_dim(y);
+        return true;
+    case OP_LINEAR_DW:  // dW[N',K'] += dy[R,N']^T x[R,K']
+        g->ta = 1, g->M = last_dim(x), g->K = plan_elems(x) / g->M, g->N = last_dim(y);
+        return true;
+    case OP_MATMUL:     // out[..,M,N] = a[..,M,K] b[..,K,N]
+        g->M = dim_from_end(x, 1), g->K = last_dim(x), g->N = last_dim(y);
+        break;
+    case OP_MATMUL_DA:  // da[..,M,K'] = dy[..,M,N'] b[..,K',N']^T
+        g->tb = 1, g->M = dim_from_end(x, 1), g->K = last_dim(x), g->N = dim_from_end(y, 1);
+        break;
+    case OP_MATMUL_DB:  // db[..,K',N'] = a[..,M',K']^T dy[..,M',N']
+        g->ta = 1, g->M = last_dim(x), g->K = dim_from_end(x, 1), g->N = last_dim(y);
+        break;
+    default:
+        return false;
+    }
+    g->batch = g->M > 0 && g->K > 0 ? plan_elems(x) / (g->M * g->K) : 1;
+    return true;
+}
+
+static LtStatus layout(CudaState *s, LtLayout *l, PlanDType t, int64_t rows, int64_t cols,
+                       int64_t batch) {
+    LtStatus st = s->api.lt.MatrixLayoutCreate(l, lt_type(t), (uint64_t)rows, (uint64_t)cols, rows);
+    if (st == LTX_SUCCESS && batch > 1) {
+        int32_t count = (int32_t)batch;
+        int64_t stride = rows * cols;
+        st = s->api.lt.MatrixLayoutSetAttribute(*l, LTX_LAYOUT_BATCH_COUNT, &count, sizeof count);
+        if (st == LTX_SUCCESS)
+            st = s->api.lt.MatrixLayoutSetAttribute(*l, LTX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                                    sizeof stride);
+    }
+    return st;
+}
+
+static int gemm_setup(CudaState *s, const Plan *p, const PlanInstr *in, Gemm *g, char *err,
+                      size_t errlen) {
+    GemmShape sh;
+    if (!gemm_shape(p, in, &sh))
+        return rt_fail(err, errlen, "instruction %d (%s): not a GEMM the cuda backend knows", in->id,
+                       op_desc(in->op)->name);
+    const PlanBuffer *A = &p->buf[sh.a], *B = &p->buf[sh.b], *C = &p->buf[in->out[0]];
+    g->a = sh.a, g->b = sh.b, g->c = in->out[0];
+    g->bias = in->op == OP_LINEAR && in->nin > 2 ? in->in[2] : -1;
+    g->beta = in->op == OP_LINEAR_DW && (in->update & 1u) ? 1.0f : 0.0f;
+    if (lt_type(A->dtype) < 0 || lt_type(B->dtype) < 0 || lt_type(C->dtype) < 0)
+        return rt_fail(err, errlen, "instruction %d (%s): cuBLASLt takes no %s operands", in->id,
+                       op_desc(in->op)->name, plan_dtype_name(lt_type(A->dtype) < 0 ? A->dtype : B->dtype));
+    int32_t opa = sh.tb ? LTX_OP_T : LTX_OP_N, opb = sh.ta ? LTX_OP_T : LTX_OP_N;
+    LtStatus st = s->api.lt.MatmulDescCreate(&g->desc, LTX_COMPUTE_32F, LTX_R_32F);
+    if (st == LTX_SUCCESS)
+        st = s->api.lt.MatmulDescSetAttribute(g->desc, LTX_DESC_TRANSA, &opa, sizeof opa);
+    if (st == LTX_SUCCESS)
+        st = s->api.lt.MatmulDescSetAttribute(g->desc, LTX_DESC_TRANSB, &opb, sizeof opb);
+    if (st == LTX_SUCCESS && g->bias >= 0) {
+        uint32_t epilogue = LTX_EPILOGUE_BIAS;
+        int32_t bias_type = lt_type(p->buf[g->bias].dtype);
+        st = s->api.lt.MatmulDescSetAttribute(g->desc, LTX_DESC_EPILOGUE, &epilogue, sizeof epilogue);
+        if (st == LTX_SUCCESS)
+            st = s->api.lt.MatmulDescSetAttribute(g->desc, LTX_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                  sizeof bias_type);
+    }
+    // Column-major: cuBLASLt's A is the plan's B ([N,K] stored as K x N when tb), its B the
+    // plan's A, its C the plan's C as N x M.
+    if (st == LTX_SUCCESS)
+        st = sh.tb ? layout(s, &g->la, B->dtype, sh.K, sh.N, sh.batch)
+                   : layout(s, &g->la, B->dtype, sh.N, sh.K, sh.batch);
+    if (st == LTX_SUCCESS)
+        st = sh.ta ? layout(s, &g->lb, A->dtype, sh.M, sh.K, sh.batch)
+                   : layout(s, &g->lb, A->dtype, sh.K, sh.M, sh.batch);
+    if (st == LTX_SUCCESS)
+        st = layout(s, &g->lc, C->dtype, sh.N, sh.M, sh.batch);
+    LtPref pref = NULL;
+    uint64_t ws = in->ws >= 0 ? (uint64_t)p->buf[in->ws].bytes : 0;
+    if (st == LTX_SUCCESS)
+        st = s->api.lt.MatmulPreferenceCreate(&pref);
+    if (st == LTX_SUCCESS)
+        st = s->api.lt.MatmulPreferenceSetAttribute(pref, LTX_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    LtHeuristic h;
+    int got = 0;
+    if (st == LTX_SUCCESS)
+        st = s->api.lt.MatmulAlgoGetHeuristic(s->lt, g->desc, g->la, g->lb, g->lc, g->lc, pref, 1,
+                                              &h, &got);
+    if (pref)
+        s->api.lt.MatmulPreferenceDestroy(pref);
+    if (st != LTX_SUCCESS || got < 1)
+        return rt_fail(err, errlen,
+                       "instruction %d (%s, from .ft line %d:%d): cuBLASLt has no algorithm for "
+                       "%lld x %lld x %lld (batch %lld), %s x %s -> %s, within %llu bytes of "
+                       "workspace (status %d)",
+                       in->id, op_desc(in->op)->name, in->line, in->col, (long long)sh.M,
+                       (long long)sh.N, (long long)sh.K, (long long)sh.batch,
+                       plan_dtype_name(A->dtype), plan_dtype_name(B->dtype),
+                       plan_dtype_name(C->dtype), (unsigned long long)ws, st);
+    g->algo = h.algo;
+    return 0;
+}
+
+static int run_gemm(CudaState *s, Exec *x, const PlanInstr *in, char *err, size_t errlen) {
+    Gemm *g = &s->gemm[in->id];
+    float alpha = 1.0f;
+    LtStatus st = LTX_SUCCESS;
+    if (g->bias >= 0) {
+        const void *bias = x->ptr[g->bias];
+        st = s->api.lt.MatmulDescSetAttribute(g->desc, LTX_DESC_BIAS_POINTER, &bias, sizeof bias);
+    }
+    void *ws = in->ws >= 0 ? x->ptr[in->ws] : NULL;
+    size_t wsb = in->ws >= 0 ? (size_t)x->plan->buf[in->ws].bytes : 0;
+    if (st == LTX_SUCCESS)
+        st = s->api.lt.Matmul(s->lt, g->desc, &alpha, x->ptr[g->b], g->la, x->ptr[g->a], g->lb,
+                              &g->beta, x->ptr[g->c], g->lc, x->ptr[g->c], g->lc, &g->algo, ws, wsb,
+                              s->stream[in->stream]);
+    return st == LTX_SUCCESS ? 0 : rt_fail(err, errlen, "cublasLtMatmul failed (status %d)", st);
+}
+
+static bool is_gemm(const PlanInstr *in) { return op_desc(in->op)->cls == OPC_GEMM; }
+
+static int cuda_launch(Backend *be, Exec *x, const PlanInstr *in, char *err, size_t errlen) {
+    CudaState *s = be->state;
+    if (in->stream == STREAM_HOST) {   // the worker runs it on the host backend, in order
+        HostItem it = {.kind = HOST_RUN, .x = x, .in = in};
+        enqueue(s, &it);
+        return 0;
+    }
+    if (in->by >= 0)   // its group's launch did it
+        return 0;
+    if (is_gemm(in))
+        return run_gemm(s, x, in, err, errlen);
+    if (in->nlaunch == 0)   // a view: nothing moves
+        return 0;
+    KernelArgs a;
+    KernelGroupArgs *ga = NULL;
+    void *params[1];
+    if (in->group) {
+        ga = malloc(sizeof *ga);
+        rt_kernel_group_args(x, in, ga);
+        params[0] = ga;
+    } else {
+        rt_kernel_args(x, in, &a);
+        params[0] = &a;
+    }
+    int rc = 0;
+    for (int l = 0; l < in->nlaunch && rc == 0; l++) {
+        const PlanLaunch *pl = &in->launch[l];
+        CuResult r = s->api.cu.LaunchKernel(s->fn[in->id * PLAN_MAX_LAUNCHES + l], pl->grid[0],
+                                            pl->grid[1], pl->grid[2], pl->block[0], pl->block[1],
+                                            pl->block[2], 0, s->stream[in->stream], params, NULL);
+        if (r != CUX_SUCCESS)
+            rc = fail_cu(s, r, pl->name, err, errlen);
+    }
+    free(ga);   // the driver copied the arguments at the launch
+    return rc;
+}
+
+//
+// Before step one: the module, every kernel, every GEMM's algorithm, the events.
+//
+
+// The plan's CUBIN for this GPU, else kernels.cu compiled by NVRTC for it.
+static int load_module(CudaState *s, char *err, size_t errlen) {
+    char path[4300];
+    snprintf(path, sizeof path, "%s/kernels.%s.cubin", s->dir, s->arch);
+    size_t len = 0;
+    char *image = rt_read_whole(path, &len);
+    if (!image) {
+        snprintf(path, sizeof path, "%s/kernels.cu", s->dir);
+        char *src = rt_read_whole(path, &len);
+        if (!src)
+            return rt_fail(err, errlen, "%s: cannot read it (recompile the plan)", path);
+        const char *opts[] = {"--fmad=false"};
+        NvrtcResult r;
+        int rc = rt_nvrtc_compile_cached(NULL, src, "kernels.cu", s->arch, opts, 1, &r, err, errlen);
+        free(src);
+        if (rc != 0)
+            return -1;
+        image = (char *)r.cubin;
+        r.cubin = NULL;
+        rt_nvrtc_result_free(&r);
+    }
+    CuResult cr = s->api.cu.ModuleLoadData(&s->module, image);
+    free(image);
+    return cr == CUX_SUCCESS ? 0 : fail_cu(s, cr, "cuModuleLoadData (kernels)", err, errlen);
+}
+
+static int cuda_prepare(Backend *be, const Plan *p, int stream, char *err, size_t errlen) {
+    CudaState *s = be->state;
+    (void)stream;
+    if (p != s->plan)
+        return rt_fail(err, errlen, "the cuda backend was made for another plan");
+    if (s->module)
+        return 0;
+    if (load_module(s, err, errlen) != 0)
+        return -1;
+    s->ninstr = plan_instr_count(p);
+    s->fn = calloc((size_t)s->ninstr * PLAN_MAX_LAUNCHES + 1, sizeof *s->fn);
+    s->gemm = calloc((size_t)s->ninstr + 1, sizeof *s->gemm);
+    for (int id = 0; id < s->ninstr; id++) {
+        const PlanInstr *in = plan_instr(p, id);
+        if (in->stream == STREAM_HOST || op_desc(in->op)->cls == OPC_COPY || in->by >= 0)
+            continue;
+        if (is_gemm(in)) {
+            if (gemm_setup(s, p, in, &s->gemm[id], err, errlen) != 0)
+                return -1;
+            continue;
+        }
+        if (in->nlaunch == 0 && op_desc(in->op)->cls != OPC_MOVEMENT)
+            return rt_fail(err, errlen, "instruction %d (%s) names no kernel: the plan predates "
+                           "kernels.cu; recompile it", id, op_desc(in->op)->name);
+        for (int l = 0; l < in->nlaunch; l++) {
+            CuResult r = s->api.cu.ModuleGetFunction(&s->fn[id * PLAN_MAX_LAUNCHES + l], s->module,
+                                                     in->launch[l].name);
+            if (r != CUX_SUCCESS)
+                return fail_cu(s, r, in->launch[l].name, err, errlen);
+        }
+    }
+    s->nevents = p->events;
+    s->event = calloc((size_t)s->nevents + 1, sizeof *s->event);
+    s->on_host = calloc((size_t)s->nevents + 1, sizeof *s->on_host);
+    s->expected = calloc((size_t)s->nevents + 1, sizeof *s->expected);
+    s->done = calloc((size_t)s->nevents + 1, sizeof *s->done);
+    for (int e = 0; e < s->nevents; e++) {
+        CuResult r = s->api.cu.EventCreate(&s->event[e], CUX_EVENT_DISABLE_TIMING);
+        if (r != CUX_SUCCESS)
+            return fail_cu(s, r, "cuEventCreate", err, errlen);
+    }
+    for (int t = 0; t < STREAM_COUNT; t++) {
+        CuResult r = t == STREAM_HOST ? CUX_SUCCESS : s->api.cu.EventCreate(&s->tail[t], CUX_EVENT_DISABLE_TIMING);
+        if (r != CUX_SUCCESS)
+            return fail_cu(s, r, "cuEventCreate", err, errlen);
+    }
+    return 0;
+}
+
+static void cuda_destroy(Backend *be) {
+    CudaState *s = be->state;
+    if (s->worker_up) {
+        pthread_mutex_lock(&s->mu);
+        s->quit = true;
+        pthread_cond_broadcast(&s->more);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->worker, NULL);
+    }
+    if (s->ctx)
+        s->api.cu.CtxSynchronize();
+    for (int i = 0; s->gemm && i < s->ninstr; i++) {
+        Gemm *g = &s->gemm[i];
+        if (g->la)
+            s->api.lt.MatrixLayoutDestroy(g->la);
+        if (g->lb)
+            s->api.lt.MatrixLayoutDestroy(g->lb);
+        if (g->lc)
+            s->api.lt.MatrixLayoutDestroy(g->lc);
+        if (g->desc)
+            s->api.lt.MatmulDescDestroy(g->desc);
+    }
+    for (int e = 0; e < s->nevents; e++)
+        if (s->event[e])
+            s->api.cu.EventDestroy(s->event[e]);
+    for (int t = 0; t < STREAM_COUNT; t++)
+        if (s->tail[t])
+            s->api.cu.EventDestroy(s->tail[t]);
+    if (s->module)
+        s->api.cu.ModuleUnload(s->module);
+    if (s->lt)
+        s->api.lt.Destroy(s->lt);
+    for (int k = 0; k < STREAM_COUNT; k++)
+        if (s->stream[k])
+            s->api.cu.StreamDestroy(s->stream[k]);
+    if (s->ctx)
+        s->api.cu.DevicePrimaryCtxRelease(s->dev);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->more);
+    pthread_cond_destroy(&s->progress);
+    free(s->fn), free(s->gemm), free(s->event), free(s->on_host), free(s->expected), free(s->done);
+    free(s->q);
+    free(s);
+    free(be);
+}
+
+//
+// Creation and preflight.
+//
+
+// MemAvailable from /proc/meminfo, in bytes; -1 when unknown.
+static int64_t host_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f)
+        return -1;
+    char line[256];
+    long long kib = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lld kB", &kib) == 1)
+            break;
+    fclose(f);
+    return kib < 0 ? -1 : kib * 1024;
+}
+
+// The plan must fit what is free now, before anything of ours is allocated: its device
+// arena, and room for the kernels' module and cuBLASLt (the rest of the plan's context
+// reserve is already spent: the context exists). The host arena must fit the host's
+// available memory.
+static int preflight(CudaState *s, const Plan *p, char *err, size_t errlen) {
+    size_t free_b = 0, total_b = 0;
+    CuResult r = s->api.cu.MemGetInfo(&free_b, &total_b);
+    if (r != CUX_SUCCESS)
+        return fail_cu(s, r, "cuMemGetInfo", err, errlen);
+    const int64_t margin = 64ll << 20;   // the module and cuBLASLt's handle
+    int64_t need = p->arena_bytes[ARENA_DEVICE] + margin;
+    char a[32], f[32], t[32], b[32];
+    if ((int64_t)free_b < need) {
+        // The budget that plans for what is free: the arena it allows, plus the reserve the
+        // planner takes off for a context (already made here).
+        int64_t budget = (int64_t)free_b - margin + p->reserve_bytes;
+        char hint[128];
+        if (budget > p->reserve_bytes)
+            snprintf(hint, sizeof hint, "re-plan for what is free: ftc compile ... --budget %lldM",
+                     (long long)(budget >> 20));
+        else
+            snprintf(hint, sizeof hint, "free memory on it first");
+        return rt_fail(err, errlen,
+                       "the plan needs %s of device memory (its arena) and 64 MiB more for the "
+                       "kernels and cuBLASLt, but %s (%s) has %s free of %s; %s",
+                       fmt_bytes(a, sizeof a, p->arena_bytes[ARENA_DEVICE]), s->name, s->arch,
+                       fmt_bytes(f, sizeof f, (int64_t)free_b), fmt_bytes(t, sizeof t, (int64_t)total_b),
+                       hint);
+    }
+    int64_t host = p->arena_bytes[ARENA_HOST], avail = host_available();
+    if (host > 0 && avail >= 0 && avail < host)
+        return rt_fail(err, errlen,
+                       "the plan needs %s of pinned host memory (its host arena) but this machine "
+                       "has %s available; re-plan with ftc compile ... --host-mem %lldM",
+                       fmt_bytes(a, sizeof a, host), fmt_bytes(b, sizeof b, avail),
+                       (long long)(avail >> 20));
+    return 0;
+}
+
+int rt_cuda_probe(char *why, size_t len) {
+    CudaApi api;
+    if (cuda_api_load(&api, why, len) != 0)
+        return api.cu.Init ? -1 : 0;   // no cuBLASLt beside a driver, or no driver at all
+    int count = 0;
+    CuResult r = api.cu.Init(0);
+    if (r == CUX_SUCCESS)
+        r = api.cu.DeviceGetCount(&count);
+    if (r != CUX_SUCCESS || count == 0) {
+        char text[160];
+        snprintf(why, len, "%s", r != CUX_SUCCESS ? cuda_result_text(&api, r, text, sizeof text)
+                                                  : "the driver sees no device");
+        return -1;
+    }
+    return 1;
+}
+
+bool rt_cuda_memory(Backend *be, int64_t *total, int64_t *free_bytes, char *name, size_t namelen) {
+    if (!be || strcmp(be->name, "cuda") != 0)
+        return false;
+    CudaState *s = be->state;
+    size_t f = 0, t = 0;
+    drain(s);
+    if (s->api.cu.MemGetInfo(&f, &t) != CUX_SUCCESS)
+        return false;
+    *total = (int64_t)t, *free_bytes = (int64_t)f;
+    snprintf(name, namelen, "%s", s->name);
+    return true;
+}
+
+Backend *rt_cuda_backend(const char *plan_dir, const Plan *p, const CudaApi *api, int device,
+                         char *err, size_t errlen) {
+    CudaState *s = calloc(1, sizeof *s);
+    Backend *be = calloc(1, sizeof *be);
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->more, NULL);
+    pthread_cond_init(&s->progress, NULL);
+    *be = (Backend){.name = "cuda", .prepare = cuda_prepare, .alloc = cuda_alloc, .free = cuda_free,
+                    .set = cuda_set, .get = cuda_get, .fill = cuda_fill, .copy = cuda_copy,
+                    .launch = cuda_launch, .host_queue = true,
+                    .event_record = cuda_event_record, .event_wait = cuda_event_wait,
+                    .sync = cuda_sync, .destroy = cuda_destroy, .state = s};
+    s->plan = p;
+    snprintf(s->dir, sizeof s->dir, "%s", plan_dir);
+    if (api)
+        s->api = *api;
+    else if (cuda_api_load(&s->api, err, errlen) != 0)
+        goto fail;
+    int count = 0, major = 0, minor = 0;
+    CuResult r = s->api.cu.Init(0);
+    if (r == CUX_SUCCESS)
+        r = s->api.cu.DeviceGetCount(&count);
+    if (r != CUX_SUCCESS || count <= device) {
+        char text[160];
+        rt_fail(err, errlen, "no GPU %d (%s)", device,
+                r != CUX_SUCCESS ? cuda_result_text(&s->api, r, text, sizeof text)
+                                 : count ? "fewer devices" : "the driver sees none");
+        goto fail;
+    }
+    if ((r = s->api.cu.DeviceGet(&s->dev, device)) != CUX_SUCCESS ||
+        (r = s->api.cu.DeviceGetName(s->name, sizeof s->name, s->dev)) != CUX_SUCCESS ||
+        (r = s->api.cu.DeviceGetAttribute(&major, CUX_ATTR_CC_MAJOR, s->dev)) != CUX_SUCCESS ||
+        (r = s->api.cu.DeviceGetAttribute(&minor, CUX_ATTR_CC_MINOR, s->dev)) != CUX_SUCCESS ||
+        (r = s->api.cu.DevicePrimaryCtxRetain(&s->ctx, s->dev)) != CUX_SUCCESS ||
+        (r = s->api.cu.CtxSetCurrent(s->ctx)) != CUX_SUCCESS) {
+        fail_cu(s, r, "opening the GPU", err, errlen);
+        goto fail;
+    }
+    snprintf(s->arch, sizeof s->arch, "sm_%d%d", major, minor);
+    if (preflight(s, p, err, errlen) != 0)
+        goto fail;
+    for (int k = 0; k < STREAM_COUNT; k++) {
+        if (k == STREAM_HOST)
+            continue;
+        if ((r = s->api.cu.StreamCreate(&s->stream[k], CUX_STREAM_NON_BLOCKING)) != CUX_SUCCESS) {
+            fail_cu(s, r, stream_tag[k], err, errlen);
+            goto fail;
+        }
+    }
+    LtStatus st = s->api.lt.Create(&s->lt);
+    if (st != LTX_SUCCESS) {
+        rt_fail(err, errlen, "cublasLtCreate failed (status %d)", st);
+        goto fail;
+    }
+    if (pthread_create(&s->worker, NULL, worker_main, s) != 0) {
+        rt_fail(err, errlen, "cannot start the host stream's thread");
+        goto fail;
+    }
+    s->worker_up = true;
+    return be;
+fail:
+    cuda_destroy(be);
+    return NULL;
+}

@@ -1,0 +1,27 @@
+// kernel_args.h — the kernel ABI of codegen/cuda/prelude.cuh (FtcArgs, FtcGroupArgs) as
+// the runtime fills it: a launch's buffers and runtime scalars, for every backend that
+// runs the generated kernels (emu, cuda). The layouts must match the prelude's; the emu
+// checks them against the sizes a compiled kernels.so exports.
+#ifndef FTC_RUNTIME_KERNEL_ARGS_H
+#define FTC_RUNTIME_KERNEL_ARGS_H
+
+#include "runtime.h"
+
+typedef struct KernelArgs {
+    void *p[12];            // outputs, inputs, workspace, in plan order
+    long long i[4];         // [0] the optimizer step, [1] the micro-step, [2] the random stream
+    double f[4];            // [0] the learning rate
+} KernelArgs;
+
+typedef struct KernelGroupArgs {
+    void *p[PLAN_GROUP_MAX][PLAN_GROUP_OPERANDS];   // member k's outputs, then inputs
+    long long i[4];
+    double f[4];
+} KernelGroupArgs;
+
+// The arguments of instruction `in`'s launches.
+void rt_kernel_args(const Exec *x, const PlanInstr *in, KernelArgs *a);
+// The arguments of the grouped launch on `in` (the first of its group).
+void rt_kernel_group_args(const Exec *x, const PlanInstr *in, KernelGroupArgs *a);
+
+#endif

@@ -1,0 +1,606 @@
+// fake_cuda.c — the simulated CUDA driver and cuBLASLt of fake_cuda.h.
+#include "fake_cuda.h"
+#include "../runtime/cpu/kernels.h"
+#include "../runtime/kernel_args.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { F_LAUNCH, F_GEMM, F_COPY, F_MEMSET, F_RECORD, F_WAIT };
+enum { MAX_STREAMS = 16, MAX_EVENTS = 4096, MAX_POINTS = PLAN_GROUP_MAX * PLAN_GROUP_OPERANDS + 8 };
+
+typedef struct FDesc {
+    int compute, scale;
+    int32_t transa, transb;
+    uint32_t epilogue;
+    const void *bias;
+    int32_t bias_type;
+} FDesc;
+
+typedef struct FLayout {
+    int type;
+    uint64_t rows, cols;
+    int64_t ld;
+    int32_t batch;
+    int64_t stride;
+} FLayout;
+
+typedef struct FPref {
+    uint64_t ws;
+} FPref;
+
+typedef struct FFunction {
+    char name[64];
+    bool group;
+} FFunction;
+
+typedef struct FOp {
+    int kind;
+    long seq;
+    int stream;
+    const char *what;               // for race messages
+    uintptr_t point[MAX_POINTS];    // touched at unknown extent (a kernel's or GEMM's operands)
+    int npoint;
+    uintptr_t w0, w1, r0, r1;       // the byte ranges written and read (copies, memsets)
+    // payload
+    FFunction *fn;
+    void *args;
+    unsigned grid[3], block[3];
+    FDesc desc;
+    FLayout la, lb, lc, ld;
+    float alpha, beta;
+    const void *a, *b, *c;
+    void *d;
+    uint32_t value;
+    int width;
+    int wait_stream;                // F_WAIT: the event's stream and position when issued
+    long wait_pos;
+} FOp;
+
+typedef struct FStream {
+    FOp **op;
+    int n, cap, done;               // ops issued, and how many have run (a prefix)
+} FStream;
+
+typedef struct FEvent {
+    int stream;                     // -1: never recorded
+    long pos;
+} FEvent;
+
+typedef struct Alloc {
+    uintptr_t p;
+    size_t n;
+} Alloc;
+
+static struct {
+    pthread_mutex_t mu;
+    FakeOptions o;
+    EmuKernels *k;
+    FStream stream[MAX_STREAMS];
+    int nstreams;
+    FEvent event[MAX_EVENTS];
+    int nevents;
+    FFunction *fns[4096];
+    int nfns;
+    Alloc *alloc;
+    int nalloc, alloc_cap;
+    int64_t allocated;
+    long seq;
+    FakeStats st;
+    size_t log_len, log_cap;
+    char first_error[512];
+} fk = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static void log_launch(const char *name) {
+    size_t n = strlen(name);
+    if (fk.log_len + n + 2 > fk.log_cap) {
+        fk.log_cap = (fk.log_len + n + 2) * 2;
+        fk.st.launch_log = realloc(fk.st.launch_log, fk.log_cap);
+    }
+    memcpy(fk.st.launch_log + fk.log_len, name, n);
+    fk.log_len += n;
+    fk.st.launch_log[fk.log_len++] = '\n';
+    fk.st.launch_log[fk.log_len] = '\0';
+}
+
+static void race(const FOp *x, const FOp *y) {
+    if (!fk.st.races++)
+        snprintf(fk.st.first_race, sizeof fk.st.first_race,
+                 "%s (stream %d, issued #%ld) ran while %s (stream %d, issued #%ld) had not, and "
+                 "they touch the same bytes, one writing",
+                 x->what, x->stream, x->seq, y->what, y->stream, y->seq);
+}
+
+static bool in_range(uintptr_t p, uintptr_t lo, uintptr_t hi) { return lo < hi && p >= lo && p < hi; }
+static bool overlap(uintptr_t a0, uintptr_t a1, uintptr_t b0, uintptr_t b1) {
+    return a0 < a1 && b0 < b1 && a0 < b1 && b0 < a1;
+}
+
+static bool conflict(const FOp *x, const FOp *y) {
+    if (overlap(x->w0, x->w1, y->w0, y->w1) || overlap(x->w0, x->w1, y->r0, y->r1) ||
+        overlap(x->r0, x->r1, y->w0, y->w1))
+        return true;
+    for (int i = 0; i < x->npoint; i++)
+        if (in_range(x->point[i], y->w0, y->w1))
+            return true;
+    for (int i = 0; i < y->npoint; i++)
+        if (in_range(y->point[i], x->w0, x->w1))
+            return true;
+    return false;
+}
+
+// An operation about to run against every one issued before it, elsewhere, not yet run.
+static void check(const FOp *x) {
+    for (int t = 0; t < fk.nstreams; t++) {
+        if (t == x->stream)
+            continue;
+        const FStream *s = &fk.stream[t];
+        for (int i = s->done; i < s->n && s->op[i]->seq < x->seq; i++)
+            if (s->op[i]->kind != F_RECORD && s->op[i]->kind != F_WAIT && conflict(x, s->op[i]))
+                race(x, s->op[i]);
+    }
+}
+
+//
+// GEMMs in fp32 from the column-major descriptors.
+//
+
+static float load(const void *base, int type, int64_t i) {
+    if (type == LTX_R_32F)
+        return ((const float *)base)[i];
+    uint16_t h = ((const uint16_t *)base)[i];
+    return type == LTX_R_16BF ? cpu_bf16_to_f32(h) : cpu_f16_to_f32(h);
+}
+
+static void store(void *base, int type, int64_t i, float v) {
+    if (type == LTX_R_32F)
+        ((float *)base)[i] = v;
+    else
+        ((uint16_t *)base)[i] = type == LTX_R_16BF ? cpu_f32_to_bf16(v) : cpu_f32_to_f16(v);
+}
+
+static float at(const void *base, const FLayout *l, int64_t r, int64_t c, int64_t b) {
+    return load(base, l->type, r + c * l->ld + b * l->stride);
+}
+
+static void run_gemm(const FOp *g) {
+    int64_t m = (int64_t)g->lc.rows, n = (int64_t)g->lc.cols;
+    int64_t k = g->desc.transa ? (int64_t)g->la.rows : (int64_t)g->la.cols;
+    int64_t batch = g->lc.batch > 1 ? g->lc.batch : 1;
+    for (int64_t b = 0; b < batch; b++)
+        for (int64_t j = 0; j < n; j++)
+            for (int64_t i = 0; i < m; i++) {
+                float acc = 0.0f;
+                for (int64_t q = 0; q < k; q++) {
+                    float x = g->desc.transa ? at(g->a, &g->la, q, i, b) : at(g->a, &g->la, i, q, b);
+                    float y = g->desc.transb ? at(g->b, &g->lb, j, q, b) : at(g->b, &g->lb, q, j, b);
+                    acc += x * y;
+                }
+                float v = g->alpha * acc;
+                if (g->beta != 0.0f)
+                    v += g->beta * at(g->c, &g->lc, i, j, b);
+                if (g->desc.epilogue == LTX_EPILOGUE_BIAS)
+                    v += load(g->desc.bias, g->desc.bias_type, i);
+                store(g->d, g->ld.type, i + j * g->ld.ld + b * g->ld.stride, v);
+            }
+}
+
+//
+// Running issued work.
+//
+
+static void execute(FOp *x) {
+    check(x);
+    char err[1024];
+    switch (x->kind) {
+    case F_LAUNCH:
+        if (rt_emu_kernels_launch(fk.k, x->fn->name, x->grid, x->block, x->args, x->fn->group, err,
+                                  sizeof err) != 0 &&
+            !fk.first_error[0])
+            snprintf(fk.first_error, sizeof fk.first_error, "%.500s", err);
+        break;
+    case F_GEMM:
+        run_gemm(x);
+        break;
+    case F_COPY:
+        memmove((void *)x->w0, (const void *)x->r0, x->w1 - x->w0);
+        break;
+    case F_MEMSET:
+        for (uintptr_t p = x->w0; p + (uintptr_t)x->width <= x->w1; p += (uintptr_t)x->width)
+            memcpy((void *)p, &x->value, (size_t)x->width);
+        break;
+    default:
+        break;
+    }
+}
+
+// Runs stream s up to and including position pos, and whatever that waits for first.
+static void run_to(int s, long pos) {
+    FStream *st = &fk.stream[s];
+    while (st->done <= pos && st->done < st->n) {
+        FOp *x = st->op[st->done];
+        if (x->kind == F_WAIT && x->wait_stream >= 0)
+            run_to(x->wait_stream, x->wait_pos);
+        execute(x);
+        st->done++;
+    }
+}
+
+static void run_all(void) {
+    for (int s = fk.nstreams - 1; s >= 0; s--)
+        run_to(s, fk.stream[s].n - 1);
+}
+
+static FOp *issue(int kind, CuStream s, const char *what) {
+    int id = (int)(uintptr_t)s - 1;
+    FStream *st = &fk.stream[id];
+    if (st->n == st->cap) {
+        st->cap = st->cap ? 2 * st->cap : 1024;
+        st->op = realloc(st->op, sizeof *st->op * (size_t)st->cap);
+    }
+    FOp *x = calloc(1, sizeof *x);
+    x->kind = kind;
+    x->seq = ++fk.seq;
+    x->stream = id;
+    x->what = what;
+    x->wait_stream = -1;
+    st->op[st->n++] = x;
+    return x;
+}
+
+static bool valid_stream(CuStream s) {
+    int id = (int)(uintptr_t)s - 1;
+    return id >= 0 && id < fk.nstreams;
+}
+
+//
+// The driver.
+//
+
+#define LOCKED(...)                                                                                \
+    do {                                                                                           \
+        pthread_mutex_lock(&fk.mu);                                                                \
+        __VA_ARGS__;                                                                               \
+        pthread_mutex_unlock(&fk.mu);                                                              \
+    } while (0)
+
+static CuResult f_init(unsigned flags) { return flags ? 1 : CUX_SUCCESS; }
+static CuResult f_version(int *v) { *v = 13000; return CUX_SUCCESS; }
+static CuResult f_count(int *n) { *n = 1; return CUX_SUCCESS; }
+static CuResult f_get(CuDevice *d, int i) { *d = i; return i == 0 ? CUX_SUCCESS : 101; }
+static CuResult f_name(char *name, int len, CuDevice d) {
+    (void)d;
+    snprintf(name, (size_t)len, "Simulated GPU");
+    return CUX_SUCCESS;
+}
+static CuResult f_attr(int *v, int attr, CuDevice d) {
+    (void)d;
+    *v = attr == CUX_ATTR_CC_MAJOR ? fk.o.cc_major : attr == CUX_ATTR_CC_MINOR ? fk.o.cc_minor : 0;
+    return CUX_SUCCESS;
+}
+static CuResult f_retain(CuContext *c, CuDevice d) {
+    (void)d;
+    *c = (CuContext)(uintptr_t)0xc0;
+    return CUX_SUCCESS;
+}
+static CuResult f_release(CuDevice d) { (void)d; return CUX_SUCCESS; }
+static CuResult f_set_current(CuContext c) { return c ? CUX_SUCCESS : 201; }
+static CuResult f_ctx_sync(void) {
+    LOCKED(fk.st.host_syncs++; run_all());
+    return CUX_SUCCESS;
+}
+static CuResult f_mem_info(size_t *free_b, size_t *total) {
+    LOCKED(*total = (size_t)fk.o.total_bytes;
+           *free_b = (size_t)(fk.o.total_bytes - fk.o.context_bytes - fk.allocated));
+    return CUX_SUCCESS;
+}
+static CuResult f_alloc(CuDevPtr *p, size_t n) {
+    CuResult r = CUX_SUCCESS;
+    LOCKED(if ((int64_t)n > fk.o.total_bytes - fk.o.context_bytes - fk.allocated) r =
+               CUX_ERROR_OUT_OF_MEMORY;
+           else {
+               void *m = aligned_alloc(256, (n + 255) / 256 * 256);
+               if (fk.nalloc == fk.alloc_cap) {
+                   fk.alloc_cap = fk.alloc_cap ? 2 * fk.alloc_cap : 64;
+                   fk.alloc = realloc(fk.alloc, sizeof *fk.alloc * (size_t)fk.alloc_cap);
+               }
+               fk.alloc[fk.nalloc++] = (Alloc){(uintptr_t)m, n};
+               fk.allocated += (int64_t)n;
+               *p = (CuDevPtr)(uintptr_t)m;
+           });
+    return r;
+}
+static CuResult f_free(CuDevPtr p) {
+    CuResult r = 1;
+    LOCKED(for (int i = 0; i < fk.nalloc; i++) if (fk.alloc[i].p == (uintptr_t)p) {
+        fk.allocated -= (int64_t)fk.alloc[i].n;
+        free((void *)fk.alloc[i].p);
+        fk.alloc[i] = fk.alloc[--fk.nalloc];
+        r = CUX_SUCCESS;
+        break;
+    });
+    return r;
+}
+static CuResult f_host_alloc(void **p, size_t n, unsigned flags) {
+    (void)flags;
+    *p = aligned_alloc(256, (n + 255) / 256 * 256);
+    return *p ? CUX_SUCCESS : CUX_ERROR_OUT_OF_MEMORY;
+}
+static CuResult f_host_free(void *p) { free(p); return CUX_SUCCESS; }
+
+// A synchronous copy waits for nothing on our (non-blocking) streams: with work in flight
+// on its bytes it is a race.
+static CuResult sync_copy(void *dst, const void *src, size_t n, const char *what) {
+    LOCKED(FOp x = {.kind = F_COPY, .seq = ++fk.seq, .stream = -1, .what = what,
+                    .w0 = (uintptr_t)dst, .w1 = (uintptr_t)dst + n, .r0 = (uintptr_t)src,
+                    .r1 = (uintptr_t)src + n};
+           check(&x); memmove(dst, src, n));
+    return CUX_SUCCESS;
+}
+static CuResult f_htod(CuDevPtr d, const void *s, size_t n) {
+    return sync_copy((void *)(uintptr_t)d, s, n, "cuMemcpyHtoD");
+}
+static CuResult f_dtoh(void *d, CuDevPtr s, size_t n) {
+    return sync_copy(d, (const void *)(uintptr_t)s, n, "cuMemcpyDtoH");
+}
+static CuResult f_copy_async(CuDevPtr d, CuDevPtr s, size_t n, CuStream st) {
+    if (!valid_stream(st))
+        return 400;
+    LOCKED(FOp *x = issue(F_COPY, st, "cuMemcpyAsync"); x->w0 = (uintptr_t)d; x->w1 = x->w0 + n;
+           x->r0 = (uintptr_t)s; x->r1 = x->r0 + n; fk.st.copies++);
+    return CUX_SUCCESS;
+}
+static CuResult memset_async(CuDevPtr d, uint32_t v, int width, size_t n, CuStream st) {
+    if (!valid_stream(st))
+        return 400;
+    LOCKED(FOp *x = issue(F_MEMSET, st, "cuMemsetAsync"); x->w0 = (uintptr_t)d;
+           x->w1 = x->w0 + n * (size_t)width; x->value = v; x->width = width; fk.st.memsets++);
+    return CUX_SUCCESS;
+}
+static CuResult f_memset8(CuDevPtr d, unsigned char v, size_t n, CuStream s) { return memset_async(d, v, 1, n, s); }
+static CuResult f_memset16(CuDevPtr d, unsigned short v, size_t n, CuStream s) { return memset_async(d, v, 2, n, s); }
+static CuResult f_memset32(CuDevPtr d, unsigned int v, size_t n, CuStream s) { return memset_async(d, v, 4, n, s); }
+static CuResult f_stream_create(CuStream *s, unsigned flags) {
+    CuResult r = CUX_SUCCESS;
+    LOCKED(if (flags != CUX_STREAM_NON_BLOCKING || fk.nstreams == MAX_STREAMS) r = 1;
+           else *s = (CuStream)(uintptr_t)(++fk.nstreams));
+    return r;
+}
+static CuResult f_stream_destroy(CuStream s) { return valid_stream(s) ? CUX_SUCCESS : 400; }
+static CuResult f_stream_sync(CuStream s) {
+    if (!valid_stream(s))
+        return 400;
+    LOCKED(fk.st.host_syncs++; int id = (int)(uintptr_t)s - 1; run_to(id, fk.stream[id].n - 1));
+    return CUX_SUCCESS;
+}
+static CuResult f_event_create(CuEvent *e, unsigned flags) {
+    (void)flags;
+    CuResult r = CUX_SUCCESS;
+    LOCKED(if (fk.nevents == MAX_EVENTS) r = 2;
+           else { fk.event[fk.nevents].stream = -1; *e = (CuEvent)(uintptr_t)(++fk.nevents); });
+    return r;
+}
+static CuResult f_event_destroy(CuEvent e) { (void)e; return CUX_SUCCESS; }
+static CuResult f_event_record(CuEvent e, CuStream s) {
+    if (!valid_stream(s))
+        return 400;
+    LOCKED(int id = (int)(uintptr_t)e - 1; FOp *x = issue(F_RECORD, s, "cuEventRecord");
+           fk.event[id].stream = x->stream; fk.event[id].pos = fk.stream[x->stream].n - 1);
+    return CUX_SUCCESS;
+}
+static CuResult f_wait_event(CuStream s, CuEvent e, unsigned flags) {
+    (void)flags;
+    if (!valid_stream(s))
+        return 400;
+    LOCKED(int id = (int)(uintptr_t)e - 1; FOp *x = issue(F_WAIT, s, "cuStreamWaitEvent");
+           fk.st.waits++;
+           if (!fk.o.ignore_waits) { x->wait_stream = fk.event[id].stream; x->wait_pos = fk.event[id].pos; });
+    return CUX_SUCCESS;
+}
+static CuResult f_event_sync(CuEvent e) {
+    LOCKED(fk.st.host_syncs++; int id = (int)(uintptr_t)e - 1;
+           if (fk.event[id].stream >= 0) run_to(fk.event[id].stream, fk.event[id].pos));
+    return CUX_SUCCESS;
+}
+static CuResult f_module_load(CuModule *m, const void *image) {
+    if (memcmp(image, "\x7f" "ELF", 4) != 0)
+        return 200;   // CUDA_ERROR_INVALID_IMAGE
+    *m = (CuModule)(uintptr_t)0x30d;
+    return CUX_SUCCESS;
+}
+static CuResult f_module_unload(CuModule m) { (void)m; return CUX_SUCCESS; }
+static CuResult f_get_function(CuFunction *f, CuModule m, const char *name) {
+    (void)m;
+    int kind = rt_emu_kernels_kind(fk.k, name);
+    if (kind < 0)
+        return 500;   // CUDA_ERROR_NOT_FOUND
+    CuResult r = CUX_SUCCESS;
+    LOCKED(if (fk.nfns == 4096) r = 2; else {
+        FFunction *fn = calloc(1, sizeof *fn);
+        snprintf(fn->name, sizeof fn->name, "%s", name);
+        fn->group = kind == 1;
+        fk.fns[fk.nfns++] = fn;
+        *f = (CuFunction)fn;
+    });
+    return r;
+}
+static CuResult f_launch(CuFunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                         unsigned bz, unsigned shared, CuStream s, void **params, void **extra) {
+    if (!valid_stream(s) || !params || extra || shared)
+        return 1;
+    FFunction *fn = (FFunction *)f;
+    size_t bytes = fn->group ? sizeof(KernelGroupArgs) : sizeof(KernelArgs);
+    LOCKED(FOp *x = issue(F_LAUNCH, s, fn->name); x->fn = fn; x->args = malloc(bytes);
+           memcpy(x->args, params[0], bytes);   // the driver copies the arguments at the launch
+           x->grid[0] = gx; x->grid[1] = gy; x->grid[2] = gz;
+           x->block[0] = bx; x->block[1] = by; x->block[2] = bz;
+           void *const *p = fn->group ? &((KernelGroupArgs *)x->args)->p[0][0] : ((KernelArgs *)x->args)->p;
+           int np = fn->group ? PLAN_GROUP_MAX * PLAN_GROUP_OPERANDS : 12;
+           for (int i = 0; i < np; i++) if (p[i]) x->point[x->npoint++] = (uintptr_t)p[i];
+           fk.st.launches++; fk.st.group_launches += fn->group; log_launch(fn->name));
+    return CUX_SUCCESS;
+}
+static CuResult f_error_string(CuResult r, const char **s) {
+    *s = r == CUX_ERROR_OUT_OF_MEMORY ? "out of memory" : "simulated driver error";
+    return CUX_SUCCESS;
+}
+
+//
+// cuBLASLt.
+//
+
+static LtStatus l_create(LtHandle *h) { *h = (LtHandle)(uintptr_t)0x17; return LTX_SUCCESS; }
+static LtStatus l_destroy(LtHandle h) { (void)h; return LTX_SUCCESS; }
+static size_t l_version(void) { return 130000; }
+static LtStatus l_desc_create(LtDesc *d, int compute, int scale) {
+    FDesc *x = calloc(1, sizeof *x);
+    *x = (FDesc){.compute = compute, .scale = scale, .epilogue = LTX_EPILOGUE_DEFAULT, .bias_type = -1};
+    *d = (LtDesc)x;
+    return LTX_SUCCESS;
+}
+static LtStatus l_desc_destroy(LtDesc d) { free(d); return LTX_SUCCESS; }
+static LtStatus l_desc_set(LtDesc d, int attr, const void *buf, size_t n) {
+    FDesc *x = (FDesc *)d;
+    if (attr == LTX_DESC_TRANSA && n == 4)
+        memcpy(&x->transa, buf, 4);
+    else if (attr == LTX_DESC_TRANSB && n == 4)
+        memcpy(&x->transb, buf, 4);
+    else if (attr == LTX_DESC_EPILOGUE && n == 4)
+        memcpy(&x->epilogue, buf, 4);
+    else if (attr == LTX_DESC_BIAS_POINTER && n == sizeof(void *))
+        memcpy(&x->bias, buf, n);
+    else if (attr == LTX_DESC_BIAS_DATA_TYPE && n == 4)
+        memcpy(&x->bias_type, buf, 4);
+    else
+        return 7;   // CUBLAS_STATUS_INVALID_VALUE
+    return LTX_SUCCESS;
+}
+static LtStatus l_layout_create(LtLayout *l, int type, uint64_t rows, uint64_t cols, int64_t ld) {
+    if (ld < (int64_t)rows)
+        return 7;
+    FLayout *x = calloc(1, sizeof *x);
+    *x = (FLayout){type, rows, cols, ld, 1, 0};
+    *l = (LtLayout)x;
+    return LTX_SUCCESS;
+}
+static LtStatus l_layout_destroy(LtLayout l) { free(l); return LTX_SUCCESS; }
+static LtStatus l_layout_set(LtLayout l, int attr, const void *buf, size_t n) {
+    FLayout *x = (FLayout *)l;
+    if (attr == LTX_LAYOUT_BATCH_COUNT && n == 4)
+        memcpy(&x->batch, buf, 4);
+    else if (attr == LTX_LAYOUT_STRIDED_BATCH_OFFSET && n == 8)
+        memcpy(&x->stride, buf, 8);
+    else
+        return 7;
+    return LTX_SUCCESS;
+}
+static LtStatus l_pref_create(LtPref *p) { *p = (LtPref)calloc(1, sizeof(FPref)); return LTX_SUCCESS; }
+static LtStatus l_pref_destroy(LtPref p) { free(p); return LTX_SUCCESS; }
+static LtStatus l_pref_set(LtPref p, int attr, const void *buf, size_t n) {
+    if (attr != LTX_PREF_MAX_WORKSPACE_BYTES || n != 8)
+        return 7;
+    memcpy(&((FPref *)p)->ws, buf, 8);
+    return LTX_SUCCESS;
+}
+
+// What cuBLASLt accepts for fp32 compute: A and B alike; 16-bit inputs into their own type
+// or fp32, fp32 into fp32; a bias of D's type or fp32; shapes that chain.
+static bool supported(const FDesc *d, const FLayout *a, const FLayout *b, const FLayout *c) {
+    if (d->compute != LTX_COMPUTE_32F || d->scale != LTX_R_32F || a->type != b->type)
+        return false;
+    if (a->type == LTX_R_32F ? c->type != LTX_R_32F : c->type != a->type && c->type != LTX_R_32F)
+        return false;
+    if (d->epilogue == LTX_EPILOGUE_BIAS && d->bias_type != c->type && d->bias_type != LTX_R_32F)
+        return false;
+    uint64_t am = d->transa ? a->cols : a->rows, ak = d->transa ? a->rows : a->cols;
+    uint64_t bk = d->transb ? b->cols : b->rows, bn = d->transb ? b->rows : b->cols;
+    return am == c->rows && bn == c->cols && ak == bk && a->batch == c->batch && b->batch == c->batch;
+}
+
+static LtStatus l_heuristic(LtHandle h, LtDesc d, LtLayout a, LtLayout b, LtLayout c, LtLayout dl,
+                            LtPref p, int n, LtHeuristic *res, int *got) {
+    (void)h, (void)p;
+    *got = 0;
+    if (n < 1 || c != dl)
+        return 7;
+    if (!supported((FDesc *)d, (FLayout *)a, (FLayout *)b, (FLayout *)c))
+        return 15;   // CUBLAS_STATUS_NOT_SUPPORTED
+    memset(res, 0, sizeof *res);
+    res->algo.data[0] = 0xfa4e;
+    *got = 1;
+    return LTX_SUCCESS;
+}
+
+static LtStatus l_matmul(LtHandle h, LtDesc d, const void *alpha, const void *a, LtLayout al,
+                         const void *b, LtLayout bl, const void *beta, const void *c, LtLayout cl,
+                         void *dst, LtLayout dl, const LtAlgo *algo, void *ws, size_t wsb, CuStream s) {
+    (void)h, (void)ws, (void)wsb;
+    if (!algo || algo->data[0] != 0xfa4e || !valid_stream(s))
+        return 7;
+    LOCKED(FOp *x = issue(F_GEMM, s, "cublasLtMatmul"); x->desc = *(FDesc *)d;
+           x->la = *(FLayout *)al; x->lb = *(FLayout *)bl; x->lc = *(FLayout *)cl; x->ld = *(FLayout *)dl;
+           x->alpha = *(const float *)alpha; x->beta = *(const float *)beta;
+           x->a = a; x->b = b; x->c = c; x->d = dst;
+           const void *pts[] = {a, b, c, dst, x->desc.epilogue == LTX_EPILOGUE_BIAS ? x->desc.bias : NULL, ws};
+           for (int i = 0; i < 6; i++) if (pts[i]) x->point[x->npoint++] = (uintptr_t)pts[i];
+           fk.st.gemms++);
+    return LTX_SUCCESS;
+}
+
+//
+// The tables.
+//
+
+int fake_cuda_open(CudaApi *api, const FakeOptions *o, char *err, size_t errlen) {
+    fake_cuda_close();
+    fk.o = *o;
+    fk.k = rt_emu_kernels_open(o->plan_dir, err, errlen);
+    if (!fk.k)
+        return -1;
+    *api = (CudaApi){
+        .cu = {f_init, f_version, f_count, f_get, f_name, f_attr, f_retain, f_release, f_set_current,
+               f_ctx_sync, f_mem_info, f_alloc, f_free, f_host_alloc, f_host_free, f_htod, f_dtoh,
+               f_copy_async, f_memset8, f_memset16, f_memset32, f_stream_create, f_stream_destroy,
+               f_stream_sync, f_wait_event, f_event_create, f_event_destroy, f_event_record,
+               f_event_sync, f_module_load, f_module_unload, f_get_function, f_launch,
+               f_error_string},
+        .lt = {l_create, l_destroy, l_version, l_desc_create, l_desc_destroy, l_desc_set,
+               l_layout_create, l_layout_destroy, l_layout_set, l_pref_create, l_pref_destroy,
+               l_pref_set, l_heuristic, l_matmul},
+    };
+    return 0;
+}
+
+const FakeStats *fake_cuda_stats(void) {
+    if (fk.first_error[0] && !fk.st.races)
+        snprintf(fk.st.first_race, sizeof fk.st.first_race, "a kernel failed: %.480s", fk.first_error);
+    return &fk.st;
+}
+
+void fake_cuda_reset_log(void) {
+    fk.log_len = 0;
+    if (fk.st.launch_log)
+        fk.st.launch_log[0] = '\0';
+}
+
+void fake_cuda_close(void) {
+    for (int s = 0; s < fk.nstreams; s++) {
+        for (int i = 0; i < fk.stream[s].n; i++) {
+            free(fk.stream[s].op[i]->args);
+            free(fk.stream[s].op[i]);
+        }
+        free(fk.stream[s].op);
+    }
+    for (int i = 0; i < fk.nfns; i++)
+        free(fk.fns[i]);
+    for (int i = 0; i < fk.nalloc; i++)
+        free((void *)fk.alloc[i].p);
+    free(fk.alloc);
+    free(fk.st.launch_log);
+    rt_emu_kernels_close(fk.k);
+    pthread_mutex_t mu = fk.mu;
+    memset(&fk, 0, sizeof fk);
+    fk.mu = mu;
+}

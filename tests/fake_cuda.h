@@ -1,0 +1,43 @@
+// fake_cuda.h — a simulated CUDA driver and cuBLASLt behind cuda.h's tables, for testing
+// the cuda backend's host-side logic on a machine without a GPU.
+//
+// Memory is host memory. Kernels are the plan's own kernels.cu, compiled for the CPU (the
+// emu's kernels.so) and launched by name. GEMMs are computed in fp32 from cuBLASLt's
+// column-major descriptors. Nothing runs when it is issued: every stream is a queue, and
+// work runs only when something on the host waits for it (an event, a stream, the
+// context), and then only what that wait depends on through stream order and
+// cuStreamWaitEvent, streams in reverse order, as late as a GPU might run it. A missing
+// wait therefore reads stale data rather than passing by luck, and each operation, when
+// it runs, is checked against every operation issued before it on another stream that
+// has not run: one writing bytes the other touches is a race (a kernel reading a buffer
+// before the copy that fills it has completed), recorded with both operations named.
+#ifndef FTC_TEST_FAKE_CUDA_H
+#define FTC_TEST_FAKE_CUDA_H
+
+#include "../runtime/cuda/cuda.h"
+#include "../runtime/runtime.h"
+
+#include <stdbool.h>
+
+typedef struct FakeOptions {
+    const char *plan_dir;     // whose kernels.cu the "GPU" runs
+    int cc_major, cc_minor;   // the architecture it reports
+    int64_t total_bytes;      // device memory; free = total - context - allocations
+    int64_t context_bytes;    // what the context takes before anything is allocated
+    bool ignore_waits;        // drop cuStreamWaitEvent (to show the race check fails)
+} FakeOptions;
+
+typedef struct FakeStats {
+    int launches, group_launches, gemms, copies, memsets, waits, host_syncs;
+    int races;                // operations that ran unordered with an earlier one
+    char first_race[512];
+    char *launch_log;         // kernel names in issue order, one per line (malloc'd)
+} FakeStats;
+
+// Fills `api` with the fake; 0, or -1 with err (the plan's kernels did not compile).
+int fake_cuda_open(CudaApi *api, const FakeOptions *o, char *err, size_t errlen);
+const FakeStats *fake_cuda_stats(void);
+void fake_cuda_reset_log(void);
+void fake_cuda_close(void);
+
+#endif

@@ -1,0 +1,278 @@
+// test_cuda.c — the cuda backend without a GPU: its host-side logic run against a
+// simulated driver (fake_cuda.c), which executes the plan's own kernels on the CPU,
+// computes cuBLASLt's GEMMs from their descriptors, runs every stream as late as a GPU
+// might and reports any operation that runs unordered with an earlier one touching its
+// bytes. Checked: tiny.ft trains on it as on the cpu backend (kept on the device; and with
+// swapped activations, offloaded gradients and CPU AdamW on the host stream), without a
+// race; dropping the backend's stream waits is caught; kernels launch in plan order; a
+// GPU of another architecture gets kernels.cu compiled by NVRTC; a plan too large for the
+// free memory is refused before anything is allocated, with the budget to re-plan for.
+#include "check.h"
+#include "fake_cuda.h"
+#include "harness.h"
+#include "../runtime/nvrtc.h"
+
+#include <math.h>
+
+static const char *tiny(void) { return harness_file("models/tiny.ft"); }
+
+// Runs `steps` optimizer steps of the plan on `be` from seed 7 with fixed tokens; the
+// mean loss of each step in losses[]. False after printing why.
+static bool train(const Plan *p, Backend *be, int steps, double *losses, bool poison) {
+    char err[1024];
+    Backend *host = rt_cpu_backend();
+    Exec x;
+    bool ok = rt_exec_init(&x, p, be, host, LAYOUT_PLANNED, err, sizeof err) == 0;
+    if (ok) {
+        x.poison = poison;
+        x.seed = 7;
+        rt_weights_init(&x, 7);
+    }
+    int64_t n = p->micro_batch * p->seq;
+    int32_t *tok = malloc(sizeof *tok * (size_t)n), *tgt = malloc(sizeof *tgt * (size_t)n);
+    for (int step = 1; ok && step <= steps; step++) {
+        x.step = step;
+        losses[step - 1] = 0;
+        for (int64_t m = 0; ok && m < p->accum; m++) {
+            x.micro = m;
+            for (int64_t i = 0; i < n; i++) {
+                tok[i] = (int32_t)((i * 31 + m * 7 + step * 3) % p->vocab);
+                tgt[i] = (int32_t)((i * 17 + m * 5 + 11) % p->vocab);
+            }
+            rt_write_raw(&x, plan_role(p, "tokens")->id, tok);
+            rt_write_raw(&x, plan_role(p, "targets")->id, tgt);
+            ok = rt_exec_phase(&x, PHASE_FWD, err, sizeof err) == 0 &&
+                 rt_exec_phase(&x, PHASE_BWD, err, sizeof err) == 0;
+            float l = NAN;
+            if (ok)
+                rt_read_f32(&x, plan_role(p, "loss")->id, &l);
+            losses[step - 1] += l / (double)p->accum;
+        }
+        ok = ok && rt_exec_phase(&x, PHASE_OPT, err, sizeof err) == 0;
+    }
+    if (!ok)
+        printf("  %s: %s\n", be->name, err);
+    free(tok), free(tgt);
+    if (x.plan)
+        rt_exec_free(&x);
+    host->destroy(host);
+    return ok;
+}
+
+static FakeOptions options(const Harness *h) {
+    return (FakeOptions){.plan_dir = h->dir, .cc_major = 8, .cc_minor = 0,
+                         .total_bytes = 40ll << 30, .context_bytes = 500ll << 20};
+}
+
+// The plan on the simulated GPU against the cpu backend: every loss within 2e-3 (GEMMs
+// sum in another order), and no race.
+static void trains_like_cpu(Harness *h, const FakeOptions *o, int steps, const char *what,
+                            bool streams) {
+    enum { MAX_STEPS = 16 };
+    double gpu[MAX_STEPS], cpu[MAX_STEPS];
+    CudaApi api;
+    char err[1024];
+    if (fake_cuda_open(&api, o, err, sizeof err) != 0) {
+        printf("  %s: %s\n", what, err);
+        CHECK(!"the simulated driver opens");
+        return;
+    }
+    Backend *be = rt_cuda_backend(h->dir, h->plan, &api, 0, err, sizeof err);
+    CHECKF(be != NULL, "%s: %s", what, err);
+    if (!be)
+        return;
+    Backend *ref = rt_cpu_backend();
+    bool ok = train(h->plan, be, steps, gpu, true) && train(h->plan, ref, steps, cpu, true);
+    be->destroy(be);
+    ref->destroy(ref);
+    CHECK(ok);
+    double worst = 0;
+    for (int i = 0; ok && i < steps; i++)
+        worst = fmax(worst, fabs(gpu[i] - cpu[i]));
+    const FakeStats *st = fake_cuda_stats();
+    printf("  %-28s %d steps: worst loss difference %.2g; %d launches (%d grouped), %d GEMMs, "
+           "%d copies, %d waits, %d host syncs\n",
+           what, steps, worst, st->launches, st->group_launches, st->gemms, st->copies, st->waits,
+           st->host_syncs);
+    CHECKF(ok && worst < 2e-3, "%s: loss %g (cuda) vs %g (cpu) at step 1", what, gpu[0], cpu[0]);
+    CHECKF(st->races == 0, "%s: %s", what, st->first_race);
+    CHECK(st->launches > 0 && st->gemms > 0);
+    if (streams)   // copies both ways, waits across streams, the host worker waiting
+        CHECK(st->copies > 0 && st->waits > 0 && st->host_syncs > steps * 3);
+    else           // the optimizer on the device, many tensors a launch
+        CHECK(st->group_launches > 0);
+    fake_cuda_close();
+}
+
+static void test_device_resident(void) {
+    Harness h;
+    harness_arch = "sm_80";
+    bool ok = harness_compile(&h, "models/tiny.ft", tiny(), 8);
+    harness_arch = NULL;
+    CHECK(ok);
+    if (ok) {
+        FakeOptions o = options(&h);
+        trains_like_cpu(&h, &o, 6, "tiny, on the device", false);
+    }
+    harness_free(&h);
+}
+
+// Swapped activations, gradients and AdamW on the host: copies on d2h/h2d, host work on
+// the worker thread, events both ways.
+static PlanChoice offloaded(void) {
+    return (PlanChoice){4, REMAT_SWAP, 1 << 20, REMAT_SWAP, {true, true}, NULL};
+}
+
+static void test_offloaded(void) {
+    Harness h;
+    PlanChoice c = offloaded();
+    harness_arch = "sm_80";
+    bool ok = harness_compile_choice(&h, "models/tiny.ft", tiny(), &c);
+    harness_arch = NULL;
+    CHECK(ok);
+    if (ok) {
+        FakeOptions o = options(&h);
+        trains_like_cpu(&h, &o, 4, "tiny, swapped and offloaded", true);
+    }
+    harness_free(&h);
+}
+
+// Without its cuStreamWaitEvent calls the same run (poison off: only the plan's events
+// order the streams) has races, which the simulator names: the check can fail.
+static void test_missing_waits_caught(void) {
+    Harness h;
+    PlanChoice c = offloaded();
+    harness_arch = "sm_80";
+    bool ok = harness_compile_choice(&h, "models/tiny.ft", tiny(), &c);
+    harness_arch = NULL;
+    CHECK(ok);
+    CudaApi api;
+    char err[1024];
+    FakeOptions o = options(&h);
+    o.ignore_waits = true;
+    if (ok && fake_cuda_open(&api, &o, err, sizeof err) == 0) {
+        Backend *be = rt_cuda_backend(h.dir, h.plan, &api, 0, err, sizeof err);
+        double loss[2];
+        if (be) {
+            train(h.plan, be, 2, loss, false);
+            be->destroy(be);
+        }
+        const FakeStats *st = fake_cuda_stats();
+        printf("  without waits: %d races; the first: %s\n", st->races, st->first_race);
+        CHECK(st->races > 0 && strstr(st->first_race, "had not"));
+        fake_cuda_close();
+    }
+    harness_free(&h);
+}
+
+// One step's launches, in issue order, are the plan's compute-stream launches in order
+// (a grouped launch once, at its first instruction).
+static void test_launch_order(void) {
+    Harness h;
+    harness_arch = "sm_80";
+    bool ok = harness_compile(&h, "models/tiny.ft", tiny(), 8);
+    harness_arch = NULL;
+    CudaApi api;
+    char err[1024];
+    FakeOptions o = options(&h);
+    if (ok && fake_cuda_open(&api, &o, err, sizeof err) == 0) {
+        Backend *be = rt_cuda_backend(h.dir, h.plan, &api, 0, err, sizeof err);
+        Backend *host = rt_cpu_backend();
+        Exec x;
+        ok = be && rt_exec_init(&x, h.plan, be, host, LAYOUT_PLANNED, err, sizeof err) == 0;
+        char *want = calloc(1, 1 << 20);
+        size_t used = 0;
+        for (int ph = 0; ok && ph < PHASE_COUNT; ph++)
+            for (int i = 0; i < h.plan->nins[ph]; i++)
+                for (int l = 0; l < h.plan->ins[ph][i].nlaunch; l++)
+                    used += (size_t)snprintf(want + used, (1 << 20) - used, "%s\n",
+                                             h.plan->ins[ph][i].launch[l].name);
+        if (ok) {
+            x.step = 1;
+            rt_weights_init(&x, 3);
+            fake_cuda_reset_log();
+            for (int ph = 0; ok && ph < PHASE_COUNT; ph++)
+                ok = rt_exec_phase(&x, (PlanPhase)ph, err, sizeof err) == 0;
+        }
+        const char *got = fake_cuda_stats()->launch_log;
+        CHECKF(ok && got && strcmp(got, want) == 0, "%s", ok ? "launches out of plan order" : err);
+        if (x.plan)
+            rt_exec_free(&x);
+        free(want);
+        if (be)
+            be->destroy(be);
+        host->destroy(host);
+        fake_cuda_close();
+    }
+    CHECK(ok);
+    harness_free(&h);
+}
+
+// A GPU of another architecture than the plan's CUBIN: kernels.cu is compiled for it.
+static void test_other_architecture(void) {
+    Harness h;
+    bool ok = harness_compile(&h, "models/tiny.ft", tiny(), 8);   // no CUBIN at all
+    CHECK(ok);
+    if (ok) {
+        FakeOptions o = options(&h);
+        o.cc_major = 9;
+        trains_like_cpu(&h, &o, 2, "tiny, sm_90 from kernels.cu", false);
+    }
+    harness_free(&h);
+}
+
+// Preflight: a plan larger than the free memory is refused before any allocation, naming
+// both figures and the budget to re-plan with.
+static void test_preflight(void) {
+    Harness h;
+    harness_arch = "sm_80";
+    bool ok = harness_compile(&h, "models/tiny.ft", tiny(), 8);
+    harness_arch = NULL;
+    CudaApi api;
+    char err[1024] = "";
+    FakeOptions o = options(&h);
+    o.total_bytes = (int64_t)h.plan->arena_bytes[ARENA_DEVICE] + o.context_bytes + (63ll << 20);
+    h.plan->reserve_bytes = 512ll << 20;   // as a preset's: the planner's context reserve
+    if (ok && fake_cuda_open(&api, &o, err, sizeof err) == 0) {
+        Backend *be = rt_cuda_backend(h.dir, h.plan, &api, 0, err, sizeof err);
+        CHECK(be == NULL);
+        printf("  refused: %s\n", err);
+        char budget[64];   // what is free, less the margin, plus the reserve
+        snprintf(budget, sizeof budget, "--budget %lldM",
+                 (long long)((h.plan->arena_bytes[ARENA_DEVICE] + (63ll << 20) - (64ll << 20) +
+                              h.plan->reserve_bytes) >> 20));
+        CHECKF(strstr(err, "of device memory") && strstr(err, "free of") && strstr(err, budget),
+               "want %s", budget);
+        if (be)
+            be->destroy(be);
+        fake_cuda_close();
+    }
+    CHECK(ok);
+    harness_free(&h);
+}
+
+// On a machine without a driver the probe says so and ftc runs on the cpu backend.
+static void test_probe(void) {
+    char why[512] = "";
+    int r = rt_cuda_probe(why, sizeof why);
+    printf("  probe: %d (%s)\n", r, r == 1 ? "a GPU" : why);
+    CHECK(r >= -1 && r <= 1);
+    CHECK(r == 1 || why[0]);
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && chdir(argv[1]) != 0)
+        return 2;
+    RUN(test_probe);
+    if (!rt_nvrtc_available(NULL)) {   // no CUBIN can be made, so no simulated GPU either
+        printf("skip: NVRTC not found: %s\n", rt_nvrtc_load_error());
+        return cases_failed_ ? 1 : 77;
+    }
+    RUN(test_device_resident);
+    RUN(test_offloaded);
+    RUN(test_missing_waits_caught);
+    RUN(test_launch_order);
+    RUN(test_other_architecture);
+    RUN(test_preflight);
+    return CHECK_DONE();
+}
