@@ -1,5 +1,6 @@
 // test_kernels.c — every generated kernel against the cpu backend, instruction by
-// instruction. A program is compiled (its plan directory holds kernels.cu and
+// instruction (with --device cuda on a GPU, or --device sim on the simulated driver of
+// fake_cuda.c, against the cuda backend, GEMMs included). A program is compiled (its plan directory holds kernels.cu and
 // ftc_emu.h), its plan laid out twice: on the cpu backend and on the emu backend (the
 // generated kernels compiled for the CPU). The cpu run goes through a whole step; before
 // each instruction the emu run receives the very bytes the instruction will read, runs
@@ -17,7 +18,9 @@
 // grouped launch (the optimizer over many tensors) runs at its first instruction with
 // every member's inputs, and each member's outputs are compared at the member.
 #include "check.h"
+#include "fake_cuda.h"
 #include "harness.h"
+#include "../runtime/nvrtc.h"
 
 #include <math.h>
 
@@ -127,6 +130,10 @@ typedef struct OpStat {
 } OpStat;
 
 static OpStat stats[OP_COUNT];
+// --device cuda: the kernels and cuBLASLt's GEMMs on a real GPU; --device sim: the cuda
+// backend on the simulated driver (tests/fake_cuda.c: the same kernels on the CPU, its
+// GEMMs computed from the cuBLASLt descriptors the backend builds).
+static bool on_gpu, on_sim;
 static int in_fused[OP_COUNT];   // steps of fused kernels, per op
 static int grouped[OP_COUNT];    // instructions in grouped launches, per op
 
@@ -189,7 +196,8 @@ static void compare(Exec *cpu, Exec *emu, const PlanInstr *in, int id) {
     free(x), free(y);
 }
 
-// One step of `text` in lockstep on the cpu and emu backends, compared per instruction.
+// One step of `text` in lockstep on the cpu and emu (or cuda) backends, compared per
+// instruction.
 static void lockstep(const char *name, const char *text, int64_t micro) {
     Harness h;
     if (!harness_compile(&h, name, text, micro)) {
@@ -199,12 +207,23 @@ static void lockstep(const char *name, const char *text, int64_t micro) {
     }
     h.x.poison = false;
     char err[2048];
-    Backend *emu = rt_emu_backend(h.dir, err, sizeof err), *host = rt_cpu_backend();
+    Backend *emu = NULL;
+    CudaApi api;
+    FakeOptions fo = {.plan_dir = h.dir, .cc_major = 8, .total_bytes = 1ll << 32};
+    if (on_sim)
+        emu = fake_cuda_open(&api, &fo, err, sizeof err) == 0
+                  ? rt_cuda_backend(h.dir, h.plan, &api, 0, err, sizeof err)
+                  : NULL;
+    else if (on_gpu)
+        emu = rt_cuda_backend(h.dir, h.plan, NULL, 0, err, sizeof err);
+    else
+        emu = rt_emu_backend(h.dir, err, sizeof err);
+    Backend *host = rt_cpu_backend();
     Exec xe;
     bool ok = emu && rt_exec_init(&xe, h.plan, emu, host, LAYOUT_PLANNED, err, sizeof err) == 0;
     if (!ok) {
         printf("  %s: %s\n", name, err);
-        CHECK(!"the emu backend starts");
+        CHECK(!"the backend starts");
         if (emu)
             emu->destroy(emu);
         host->destroy(host);
@@ -245,8 +264,10 @@ static void lockstep(const char *name, const char *text, int64_t micro) {
                 CHECK(!"runs");
                 break;
             }
-            if (op_desc(in->op)->cls == OPC_COPY || (in->nlaunch == 0 && in->by < 0))
-                continue;   // GEMMs and views: the cpu backend's own code on both sides
+            bool gemm = op_desc(in->op)->cls == OPC_GEMM;
+            if (op_desc(in->op)->cls == OPC_COPY ||
+                (in->nlaunch == 0 && in->by < 0 && !(gemm && (on_gpu || on_sim))))
+                continue;   // views, and on the emu GEMMs: the cpu backend's own code
             for (int k = 0; k < in->nout; k++)
                 compare(&h.x, &xe, in, in->out[k]);
             for (int s = 0; s < in->nstep; s++)
@@ -255,6 +276,10 @@ static void lockstep(const char *name, const char *text, int64_t micro) {
     rt_exec_free(&xe);
     emu->destroy(emu);
     host->destroy(host);
+    if (on_sim) {
+        CHECKF(fake_cuda_stats()->races == 0, "%s", fake_cuda_stats()->first_race);
+        fake_cuda_close();
+    }
     harness_free(&h);
 }
 
@@ -316,6 +341,16 @@ static void report(void) {
 int main(int argc, char **argv) {
     if (argc > 1 && chdir(argv[1]) != 0)
         return 2;
+    const char *dev = argc > 3 && strcmp(argv[2], "--device") == 0 ? argv[3] : "emu";
+    on_gpu = strcmp(dev, "cuda") == 0;
+    on_sim = strcmp(dev, "sim") == 0;
+    if (on_sim && !rt_nvrtc_available(NULL)) {
+        printf("skip: the simulated GPU loads a CUBIN, and NVRTC is not found\n");
+        return 77;
+    }
+    printf("  against the cpu backend on %s\n", on_gpu   ? "the GPU (the cuda backend)"
+                                                 : on_sim ? "the cuda backend, simulated driver"
+                                                          : "the emu backend");
     RUN(test_qwen_odd_shapes);
     RUN(test_qwen_full);
     RUN(test_qlora);

@@ -1,0 +1,74 @@
+// test_cuda_abi.c — runtime/cuda/cuda.h writes out the driver's and cuBLASLt's types and
+// constants so the cuda backend builds without the toolkit; where the toolkit's headers
+// exist, this checks every value and layout against them (at compile time: a mismatch is a
+// build error naming it).
+#include "check.h"
+#include "../runtime/cuda/cuda.h"
+
+#include <cublasLt.h>
+#include <cuda.h>
+#include <stddef.h>
+
+#define SAME(ours, theirs) _Static_assert((long long)(ours) == (long long)(theirs), #ours " != " #theirs)
+
+SAME(CUX_SUCCESS, CUDA_SUCCESS);
+SAME(CUX_ERROR_OUT_OF_MEMORY, CUDA_ERROR_OUT_OF_MEMORY);
+SAME(CUX_ERROR_NO_DEVICE, CUDA_ERROR_NO_DEVICE);
+SAME(CUX_ATTR_CC_MAJOR, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
+SAME(CUX_ATTR_CC_MINOR, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
+SAME(CUX_STREAM_NON_BLOCKING, CU_STREAM_NON_BLOCKING);
+SAME(CUX_EVENT_DISABLE_TIMING, CU_EVENT_DISABLE_TIMING);
+SAME(CUX_MEMHOSTALLOC_PORTABLE, CU_MEMHOSTALLOC_PORTABLE);
+SAME(sizeof(CuDevPtr), sizeof(CUdeviceptr));
+SAME(sizeof(CuDevice), sizeof(CUdevice));
+SAME(sizeof(CuResult), sizeof(CUresult));
+
+SAME(LTX_SUCCESS, CUBLAS_STATUS_SUCCESS);
+SAME(LTX_OP_N, CUBLAS_OP_N);
+SAME(LTX_OP_T, CUBLAS_OP_T);
+SAME(LTX_COMPUTE_32F, CUBLAS_COMPUTE_32F);
+SAME(LTX_R_32F, CUDA_R_32F);
+SAME(LTX_R_16F, CUDA_R_16F);
+SAME(LTX_R_16BF, CUDA_R_16BF);
+SAME(LTX_DESC_TRANSA, CUBLASLT_MATMUL_DESC_TRANSA);
+SAME(LTX_DESC_TRANSB, CUBLASLT_MATMUL_DESC_TRANSB);
+SAME(LTX_DESC_EPILOGUE, CUBLASLT_MATMUL_DESC_EPILOGUE);
+SAME(LTX_DESC_BIAS_POINTER, CUBLASLT_MATMUL_DESC_BIAS_POINTER);
+SAME(LTX_DESC_BIAS_DATA_TYPE, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE);
+SAME(LTX_EPILOGUE_DEFAULT, CUBLASLT_EPILOGUE_DEFAULT);
+SAME(LTX_EPILOGUE_BIAS, CUBLASLT_EPILOGUE_BIAS);
+SAME(LTX_LAYOUT_BATCH_COUNT, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT);
+SAME(LTX_LAYOUT_STRIDED_BATCH_OFFSET, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET);
+SAME(LTX_PREF_MAX_WORKSPACE_BYTES, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES);
+SAME(sizeof(LtStatus), sizeof(cublasStatus_t));
+SAME(sizeof(LtAlgo), sizeof(cublasLtMatmulAlgo_t));
+SAME(sizeof(LtHeuristic), sizeof(cublasLtMatmulHeuristicResult_t));
+SAME(offsetof(LtHeuristic, workspace_bytes), offsetof(cublasLtMatmulHeuristicResult_t, workspaceSize));
+SAME(offsetof(LtHeuristic, state), offsetof(cublasLtMatmulHeuristicResult_t, state));
+SAME(offsetof(LtHeuristic, waves), offsetof(cublasLtMatmulHeuristicResult_t, wavesCount));
+
+// The entry points the loader looks up by their base names are declared under them (cuda.h
+// maps each to the versioned symbol cuGetProcAddress resolves); cuBLASLt's likewise.
+#define DECLARED(f) _Static_assert(sizeof(&f) == sizeof(void (*)(void)), #f)
+DECLARED(cuInit);
+DECLARED(cuMemAlloc);
+DECLARED(cuMemGetInfo);
+DECLARED(cuMemcpyHtoD);
+DECLARED(cuMemcpyAsync);
+DECLARED(cuMemsetD8Async);
+DECLARED(cuMemHostAlloc);
+DECLARED(cuStreamWaitEvent);
+DECLARED(cuEventRecord);
+DECLARED(cuLaunchKernel);
+DECLARED(cuModuleLoadData);
+DECLARED(cuDevicePrimaryCtxRetain);
+DECLARED(cublasLtMatmul);
+DECLARED(cublasLtMatmulAlgoGetHeuristic);
+
+// Everything above is checked when this file compiles.
+static void test_abi(void) { CHECK(CUX_DRIVER_ABI >= 12000); }
+
+int main(void) {
+    RUN(test_abi);
+    return CHECK_DONE();
+}
