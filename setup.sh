@@ -10,8 +10,9 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 packages=(gcc make cmake flex bison pkg-config libopenblas-dev libjansson-dev)
-# the test suite also opens memory.html in a headless browser
-[ "${1:-}" = test ] && packages+=(chromium)
+# the test suite also opens memory.html in a headless browser and dry-runs tests/gpu/run.sh
+# (python3 for its report)
+[ "${1:-}" = test ] && packages+=(chromium python3)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -20,6 +20,10 @@ typedef struct PlanMeta {
     int64_t reserve_bytes;      // modeled CUDA context, outside the arena
     double flops_per_s, bytes_per_s;   // the GPU preset's peak rates, for trace.json
     double link_bytes_per_s;
+    // The cost model's estimate for the chosen plan: the FLOPs of one optimizer step
+    // without recompute, and its time (0: none made)
+    int64_t model_flops;
+    double step_us;
     const char *report;         // report.txt: the planner's decision and candidates, or NULL
     // LoRA, for the adapter files the runtime writes (r = 0: none)
     int64_t lora_r;

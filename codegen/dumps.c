@@ -256,6 +256,13 @@ void mv_write_json(FILE *f, const MemView *v, const MemMeta *m) {
             (long long)m->budget_bytes, (long long)m->reserve_bytes, (long long)v->peak, v->peak_at,
             (long long)v->peak, (long long)p->arena_bytes[ARENA_DEVICE],
             (long long)p->arena_bytes[ARENA_HOST]);
+    // The cost model's estimate, what a measured step is compared with (MFU is
+    // model_flops / measured seconds / peak_flops_per_s); absent from an older plan.
+    if (p->model_flops > 0)
+        fprintf(f, "  \"estimate\": {\"peak_flops_per_s\": %.6g, \"model_flops\": %lld, "
+                   "\"tokens_per_step\": %lld, \"step_us\": %.1f},\n",
+                m->flops_per_s, (long long)p->model_flops,
+                (long long)(p->seq * p->micro_batch * p->accum), p->est_step_us);
     fprintf(f, "  \"phases\": [");
     for (int ph = 0, base = 0; ph < PHASE_COUNT; base += p->nins[ph], ph++)
         fprintf(f, "%s{\"name\": \"%s\", \"first\": %d, \"count\": %d, \"peak_bytes\": %lld}",

@@ -46,6 +46,8 @@ int codegen_plan_write(FILE *f, const IrGraph *g, const PlanMeta *meta, const Ke
             (long long)logits->shape[logits->ndim - 1], meta->precision);
     fprintf(f, "optimizer %s lr=%.17g beta1=%.17g beta2=%.17g eps=%.17g weight_decay=%.17g\n",
             meta->optimizer, meta->lr, meta->beta1, meta->beta2, meta->eps, meta->weight_decay);
+    if (meta->model_flops > 0)
+        fprintf(f, "estimate model_flops=%lld step_us=%.1f\n", (long long)meta->model_flops, meta->step_us);
     if (meta->lora_r > 0)
         fprintf(f, "lora r=%lld alpha=%.17g dropout=%.17g targets=%s\n", (long long)meta->lora_r,
                 meta->lora_alpha, meta->lora_dropout, meta->lora_targets);

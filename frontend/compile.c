@@ -536,6 +536,8 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
                      .reserve_bytes = gpu->reserve_bytes, .flops_per_s = gpu->bf16_tflops * 1e12,
                      .bytes_per_s = gpu->hbm_gbps * 1e9, .link_bytes_per_s = gpu->link_gbps * 1e9,
                      .report = rtext};
+    StepCost est = cost_step(g, &pc.cm, meta.accum, m.train.batch * m.train.seq);
+    meta.model_flops = est.model_flops, meta.step_us = est.step_us;
     char targets[1024] = "";
     if (m.train.lora) {
         adapter_modules(g, targets, sizeof targets);

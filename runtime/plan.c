@@ -4,6 +4,7 @@
 #include "plan.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -185,7 +186,20 @@ static int read_header(Reader *r, Plan *p) {
             ok = ops_parse_i64(w[1], &p->vocab) && p->vocab > 0;
         else if (strcmp(w[0], "precision") == 0)
             p->precision = xstrdup(w[1]);
-        else if (strcmp(w[0], "lora") == 0) {
+        else if (strcmp(w[0], "estimate") == 0) {
+            for (int i = 1; ok && i < n; i++) {
+                char *eq = strchr(w[i], '=');
+                if (!eq)
+                    return bad(r, "estimate settings are key=value");
+                *eq = '\0';
+                if (!strcmp(w[i], "model_flops"))
+                    ok = ops_parse_i64(eq + 1, &p->model_flops) && p->model_flops >= 0;
+                else if (!strcmp(w[i], "step_us"))
+                    ok = parse_f64(eq + 1, &p->est_step_us) && isfinite(p->est_step_us) && p->est_step_us >= 0;
+                else
+                    return bad(r, "unknown estimate setting '%s'", w[i]);
+            }
+        } else if (strcmp(w[0], "lora") == 0) {
             for (int i = 1; ok && i < n; i++) {
                 char *eq = strchr(w[i], '=');
                 if (!eq)

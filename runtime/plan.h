@@ -161,6 +161,8 @@ typedef struct Plan {
     char *optimizer;        // "adamw" or "sgd"
     double lr, beta1, beta2, eps, weight_decay;
     int rank, ranks;
+    int64_t model_flops;    // the compiler's estimate for one optimizer step: FLOPs
+    double est_step_us;     // without recompute, and time (0: none in the plan)
     int64_t lora_r;         // 0 without LoRA
     double lora_alpha, lora_dropout;
     char *lora_targets;     // comma-separated module names

@@ -150,6 +150,10 @@ void rt_zero(Exec *x, int id);
 // Initialises every parameter per the plan (normal, ones, zeros, kaiming_uniform)
 // from `seed`, then the master copies and optimizer state; gradients are zeroed.
 void rt_weights_init(Exec *x, uint64_t seed);
+// The n values of buffer `id`'s initialisation stream for `seed` (what rt_weights_init
+// writes), computed in `parts` ranges at once (0: one per core for a large buffer); the
+// values are the same however many.
+void rt_weights_fill(float *v, int64_t n, PlanInit init, double scale, uint64_t seed, int id, int parts);
 // Loads every parameter by its checkpoint name from a safetensors file or directory;
 // -1 with err naming the file and the tensor.
 int rt_weights_load(Exec *x, const char *path, char *err, size_t errlen);

@@ -174,7 +174,7 @@ int rt_train(const RunOptions *o) {
             p->model, be->name, (long long)o->steps, (long long)p->micro_batch, (long long)p->accum,
             (long long)p->seq, (unsigned long long)nwin, o->data);
     const PlanBuffer *lossb = plan_role(p, "loss");
-    double t0 = now_s(), first_loss = 0, recent[10] = {0};
+    double t0 = now_s(), t1st = 0, first_loss = 0, recent[10] = {0};
     uint64_t cursor = 0;
     for (int64_t step = 1; step <= o->steps; step++) {
         double ts = now_s(), loss = 0;
@@ -202,6 +202,8 @@ int rt_train(const RunOptions *o) {
         }
         recent[(step - 1) % 10] = loss;
         double t1 = now_s();
+        if (step == 1)
+            t1st = t1;
         fprintf(o->out, "step %lld/%lld  loss %.6f  tok/s %.0f  lr %.3e  elapsed %.2fs  mem %s\n",
                 (long long)step, (long long)o->steps, loss, (double)tokens_per_step / (t1 - ts),
                 p->lr, t1 - t0, mems);
@@ -210,7 +212,12 @@ int rt_train(const RunOptions *o) {
             save(&x, o->save, o->merge, o->out) != 0)
             goto out;
     }
-    double total = now_s() - t0, tail = 0;
+    // The device's queues drained, so the last step's time is all in.
+    if (be->sync(be, err, sizeof err) != 0) {
+        error("%s", err);
+        goto out;
+    }
+    double tend = now_s(), total = tend - t0, tail = 0;
     int ntail = o->steps < 10 ? (int)o->steps : 10;
     for (int i = 0; i < ntail; i++)
         tail += recent[i];
@@ -219,6 +226,14 @@ int rt_train(const RunOptions *o) {
             (long long)o->steps, (long long)(tokens_per_step * o->steps), first_loss,
             ntail ? tail / ntail : 0.0, ntail, total,
             total > 0 ? (double)(tokens_per_step * o->steps) / total : 0.0);
+    if (o->steps > 1) {   // the first step also fills caches and warms the GPU up
+        double mean = (tend - t1st) / (double)(o->steps - 1);
+        fprintf(o->out, "steady: %.3fs per step after the first, %.0f tok/s", mean,
+                (double)tokens_per_step / mean);
+        if (p->est_step_us > 0)
+            fprintf(o->out, " (the plan estimated %.3fs)", p->est_step_us * 1e-6);
+        fputc('\n', o->out);
+    }
     if (o->save && save(&x, o->save, o->merge, o->out) != 0)
         goto out;
     rc = 0;

@@ -10,8 +10,10 @@
 #include <jansson.h>
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static uint64_t splitmix64(uint64_t *s) {
     uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
@@ -23,10 +25,25 @@ static uint64_t splitmix64(uint64_t *s) {
 // Uniform in (0, 1): 53 random bits, never 0.
 static double uniform(uint64_t *s) { return ((double)(splitmix64(s) >> 11) + 0.5) * 0x1p-53; }
 
-// Fills n values per the init scheme; the stream depends only on (seed, buffer id).
-static void fill(float *v, int64_t n, PlanInit init, double scale, uint64_t seed, int id) {
-    uint64_t s = seed ^ ((uint64_t)id * 0xd1b54a32d192ed03ull);
-    for (int64_t i = 0; i < n; i++) {
+// Values [lo, hi) of a buffer's stream. The stream depends only on (seed, buffer id):
+// splitmix64's k-th draw mixes s + k·γ, so value i, which takes `draws` draws, starts
+// from s + i·draws·γ wherever the range begins.
+typedef struct FillPart {
+    float *v;
+    int64_t lo, hi;
+    PlanInit init;
+    double scale;
+    uint64_t s;
+} FillPart;
+
+static void *fill_part(void *arg) {
+    const FillPart *f = arg;
+    int draws = f->init == PINIT_NORMAL ? 2 : f->init == PINIT_KAIMING_UNIFORM ? 1 : 0;
+    uint64_t s = f->s + (uint64_t)f->lo * (uint64_t)draws * 0x9e3779b97f4a7c15ull;
+    float *v = f->v;
+    double scale = f->scale;
+    PlanInit init = f->init;
+    for (int64_t i = f->lo; i < f->hi; i++) {
         switch (init) {
         case PINIT_ONES: v[i] = 1.0f; break;
         case PINIT_ZEROS: v[i] = 0.0f; break;
@@ -38,6 +55,29 @@ static void fill(float *v, int64_t n, PlanInit init, double scale, uint64_t seed
         }
         }
     }
+    return NULL;
+}
+
+void rt_weights_fill(float *v, int64_t n, PlanInit init, double scale, uint64_t seed, int id, int parts) {
+    enum { MAX_PARTS = 64 };
+    FillPart part[MAX_PARTS];
+    pthread_t tid[MAX_PARTS];
+    if (parts <= 0) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        parts = n < (1 << 20) || cores < 2 ? 1 : (int)cores;
+    }
+    int64_t nparts = parts < MAX_PARTS ? parts : MAX_PARTS;
+    uint64_t s = seed ^ ((uint64_t)id * 0xd1b54a32d192ed03ull);
+    int started = 0;
+    for (int64_t k = 0; k < nparts; k++) {
+        part[k] = (FillPart){v, n * k / nparts, n * (k + 1) / nparts, init, scale, s};
+        if (k == 0 || pthread_create(&tid[started], NULL, fill_part, &part[k]) != 0)
+            fill_part(&part[k]);   // the first part here; any thread that cannot start too
+        else
+            started++;
+    }
+    for (int k = 0; k < started; k++)
+        pthread_join(tid[k], NULL);
 }
 
 // Master copies start equal to their (loaded or initialised) parameter.
@@ -72,7 +112,7 @@ void rt_weights_init(Exec *x, uint64_t seed) {
             continue;
         int64_t n = plan_elems(b);
         float *v = malloc(sizeof(float) * (size_t)n);
-        fill(v, n, b->init, b->init_scale, seed, i);
+        rt_weights_fill(v, n, b->init, b->init_scale, seed, i, 0);
         rt_write_f32(x, i, v);
         free(v);
     }

@@ -21,6 +21,7 @@
 #include "data.h"
 #include "kernels.h"
 #include "safetensors.h"
+#include "runtime.h"
 
 #include "check.h"
 
@@ -887,6 +888,31 @@ static void check_convert(DataMode mode, const void *raw, size_t raw_n, const ui
     CHECK(count_entries(case_dir) == 2);
 }
 
+// Initialisation in parallel ranges gives the stream a single range gives, for every
+// scheme, including ranges of odd lengths and more ranges than values.
+static void test_init_split(void) {
+    enum { N = 100003 };
+    static float one[N], many[N];
+    PlanInit schemes[] = {PINIT_NORMAL, PINIT_KAIMING_UNIFORM, PINIT_ONES, PINIT_ZEROS};
+    for (size_t k = 0; k < sizeof schemes / sizeof schemes[0]; k++) {
+        rt_weights_fill(one, N, schemes[k], 0.02, 1234, 7, 1);
+        for (int parts = 2; parts <= 64; parts = parts * 3 + 1) {
+            rt_weights_fill(many, N, schemes[k], 0.02, 1234, 7, parts);
+            CHECK(memcmp(one, many, sizeof one) == 0);
+        }
+        rt_weights_fill(many, 5, schemes[k], 0.02, 1234, 7, 40);
+        CHECK(memcmp(one, many, 5 * sizeof(float)) == 0);
+    }
+    double sum = 0, sq = 0;   // and it is the stream it claims: normal(0, 0.02)
+    rt_weights_fill(one, N, PINIT_NORMAL, 0.02, 99, 3, 0);
+    for (int i = 0; i < N; i++)
+        sum += one[i], sq += (double)one[i] * one[i];
+    CHECK(fabs(sum / N) < 3 * 0.02 / sqrt(N));
+    CHECK(fabs(sqrt(sq / N) - 0.02) < 0.0005);
+    rt_weights_fill(many, N, PINIT_NORMAL, 0.02, 99, 4, 0);
+    CHECK(memcmp(one, many, sizeof one) != 0);   // another buffer, another stream
+}
+
 static void test_data_convert_bytes(void) {
     static const unsigned char raw[] = "hello\0\xff";
     uint32_t want[7];
@@ -1140,6 +1166,7 @@ int main(void) {
         fprintf(stderr, "test_io: mkdtemp: %s\n", strerror(errno));
         return 2;
     }
+    run("init_split", test_init_split);
     run("st_roundtrip", test_st_roundtrip);
     run("st_write_layout", test_st_write_layout);
     run("st_overwrite", test_st_overwrite);

@@ -8,6 +8,7 @@
 // the buffers and the instruction.
 #include "check.h"
 #include "harness.h"
+#include "../runtime/fileio.h"
 
 static Harness h;
 
@@ -355,6 +356,51 @@ static void test_group_reader(void) {
     free(text);
 }
 
+// The reader: the header's estimate line, read back; malformed ones rejected by name.
+static void test_estimate_reader(void) {
+    char path[512], bad[600];
+    snprintf(path, sizeof path, "%s/plan", h.dir);
+    snprintf(bad, sizeof bad, "%s/plan.est", h.dir);
+    size_t len = 0;
+    char *text = rt_read_whole(path, &len);
+    char *at = text ? strstr(text, "\nseq ") : NULL;
+    CHECK(at != NULL);
+    if (!at) {
+        free(text);
+        return;
+    }
+    static const struct {
+        const char *line, *err;   // err NULL: accepted
+    } cases[] = {
+        {"estimate model_flops=123456789 step_us=4567.5\n", NULL},
+        {"estimate model_flops=-1 step_us=1\n", "bad value"},
+        {"estimate model_flops=1 step_us=nan\n", "bad value"},
+        {"estimate model_flops=1 step_us=inf\n", "bad value"},
+        {"estimate flops=1\n", "unknown estimate setting 'flops'"},
+        {"estimate 12\n", "estimate settings are key=value"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        FILE *o = fopen(bad, "w");
+        fwrite(text, 1, (size_t)(at + 1 - text), o);
+        fputs(cases[i].line, o);
+        fputs(at + 1, o);
+        fclose(o);
+        Plan *p = NULL;
+        char err[512] = "";
+        int rc = plan_load(&p, bad, err, sizeof err);
+        if (!cases[i].err) {
+            CHECKF(rc == 0, "%s: %s", cases[i].line, err);
+            if (p)
+                CHECK(p->model_flops == 123456789 && p->est_step_us == 4567.5);
+        } else {
+            CHECKF(rc != 0 && strstr(err, cases[i].err), "%s: '%s'", cases[i].line, err);
+        }
+        if (p)
+            plan_free(p);
+    }
+    free(text);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && chdir(argv[1]) != 0)
         return 2;
@@ -373,6 +419,7 @@ int main(int argc, char **argv) {
     RUN(test_group_member_depends);
     RUN(test_group_member_dead_operand);
     RUN(test_group_reader);
+    RUN(test_estimate_reader);
     harness_free(&h);
     PlanChoice c = {4, REMAT_SWAP, 1 << 20, REMAT_SWAP, {true, true}, NULL};
     if (!harness_compile_choice(&hs, "models/tiny.ft", tiny_text(), &c)) {
