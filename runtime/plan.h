@@ -11,6 +11,8 @@
 //   vocab 256
 //   precision bf16
 //   optimizer adamw lr=0.003 beta1=0.9 beta2=0.999 eps=1e-08 weight_decay=0
+//   estimate model_flops=N step_us=X (the cost model's FLOPs, without recompute, and
+//                                      time of one optimizer step; optional)
 //   lora r=8 alpha=16 dropout=0.05 targets=q_proj,v_proj     (only with LoRA)
 //   rank 0 ranks 1
 //   arena device BYTES device        (the arena, its size, the memory it lives in:

@@ -231,7 +231,8 @@ int rt_train(const RunOptions *o) {
         fprintf(o->out, "steady: %.3fs per step after the first, %.0f tok/s", mean,
                 (double)tokens_per_step / mean);
         if (p->est_step_us > 0)
-            fprintf(o->out, " (the plan estimated %.3fs)", p->est_step_us * 1e-6);
+            fprintf(o->out, " (the plan estimated %.3fs on %s)", p->est_step_us * 1e-6,
+                    p->gpu ? p->gpu : "its GPU");
         fputc('\n', o->out);
     }
     if (o->save && save(&x, o->save, o->merge, o->out) != 0)

@@ -57,7 +57,7 @@ static int load_driver(CudaApi *api, char *err, size_t errlen) {
     void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         const char *why = dlerror();
-        snprintf(err, errlen, "no CUDA driver (libcuda.so.1: %s)", why ? why : "not found");
+        snprintf(err, errlen, "no CUDA driver (%s)", why ? why : "libcuda.so.1 not found");
         return -1;
     }
     GetProcAddress get = NULL;
