@@ -155,8 +155,13 @@ void codegen_kernels_free(KernelSet *ks);
 // Returns 0.
 int codegen_plan_write(FILE *f, const IrGraph *g, const PlanMeta *meta, const KernelSet *ks);
 
+// Whether a plan may be written to dir: a new path, an empty directory or a plan
+// directory (whose files other than ftc's own are kept); -1 with err otherwise.
+int codegen_plan_dir_check(const char *dir, char *err, size_t errlen);
 // Writes directory `dir` (plan and friends) atomically: everything goes to a fresh
-// temporary directory that replaces `dir` only when complete. 0, or -1 with err.
+// temporary directory that replaces `dir` only when complete, taking along whatever
+// else the user kept in it; what an ftc killed while writing `dir` left beside it
+// (DIR.tmp.PID, DIR.old.PID of dead processes) is removed. 0, or -1 with err.
 int codegen_plan_dir(const char *dir, const IrGraph *g, const PlanMeta *meta, char *err,
                      size_t errlen);
 

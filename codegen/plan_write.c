@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -157,12 +158,26 @@ int codegen_plan_write(FILE *f, const IrGraph *g, const PlanMeta *meta, const Ke
 }
 
 // Removes a directory of plain files (a plan directory we wrote).
+// The files ftc compile writes in a plan directory; anything else there is the user's
+// (weights saved beside the plan, notes) and is never deleted.
+static bool own_file(const char *name) {
+    static const char *const names[] = {"plan",        "kernels.cu",  "ftc_emu.h",  "kernels.txt",
+                                        "memory.txt",  "memory.json", "memory.html", "trace.json",
+                                        "report.txt"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strcmp(name, names[i]) == 0)
+            return true;
+    size_t n = strlen(name);   // kernels.sm_XX.cubin
+    return strncmp(name, "kernels.sm_", 11) == 0 && n > 17 && strcmp(name + n - 6, ".cubin") == 0;
+}
+
+// Removes ftc's own files from dir, then dir if that left it empty.
 static void remove_dir(const char *dir) {
     DIR *d = opendir(dir);
     if (!d)
         return;
     for (struct dirent *e; (e = readdir(d));) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+        if (!own_file(e->d_name))
             continue;
         char p[4096];
         snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
@@ -170,6 +185,102 @@ static void remove_dir(const char *dir) {
     }
     closedir(d);
     rmdir(dir);
+}
+
+// Whether dir is a plan directory: its `plan` file starts as every plan does.
+static bool is_plan_dir(const char *dir) {
+    char path[4200], head[16] = "";
+    snprintf(path, sizeof path, "%s/plan", dir);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    bool ok = fgets(head, sizeof head, f) && strncmp(head, "ftc-plan ", 9) == 0;
+    fclose(f);
+    return ok;
+}
+
+// Moves the entries of `from` that are not ftc's own into `to` (up to max names, kept in
+// moved[] for moving back); -1 with err when one cannot be moved (those moved went back).
+static int move_foreign(const char *from, const char *to, char (*moved)[256], int max, int *nmoved,
+                        char *err, size_t errlen) {
+    *nmoved = 0;
+    DIR *d = opendir(from);
+    if (!d) {
+        snprintf(err, errlen, "cannot read %s: %s", from, strerror(errno));
+        return -1;
+    }
+    int rc = 0;
+    for (struct dirent *e; rc == 0 && (e = readdir(d));) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || own_file(e->d_name))
+            continue;
+        char a[4400], b[4400];
+        snprintf(a, sizeof a, "%s/%s", from, e->d_name);
+        snprintf(b, sizeof b, "%s/%s", to, e->d_name);
+        if (*nmoved == max || strlen(e->d_name) >= 256 || rename(a, b) != 0) {
+            snprintf(err, errlen, "cannot keep %s while replacing the plan: %s", a,
+                     *nmoved == max ? "too many files of one's own there" : strerror(errno));
+            rc = -1;
+        } else {
+            snprintf(moved[(*nmoved)++], 256, "%s", e->d_name);
+        }
+    }
+    closedir(d);
+    if (rc != 0) {
+        for (int i = 0; i < *nmoved; i++) {
+            char a[4400], b[4400];
+            snprintf(a, sizeof a, "%.4096s/%.255s", to, moved[i]);
+            snprintf(b, sizeof b, "%.4096s/%.255s", from, moved[i]);
+            rename(a, b);
+        }
+        *nmoved = 0;
+    }
+    return rc;
+}
+
+// The first entry of dir, or "" when it has none.
+static void first_entry(const char *dir, char *name, size_t len) {
+    *name = '\0';
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    for (struct dirent *e; (e = readdir(d));)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+            snprintf(name, len, "%s", e->d_name);
+            break;
+        }
+    closedir(d);
+}
+
+// Removes what an ftc killed while writing DIR left beside it: DIR.tmp.PID and
+// DIR.old.PID whose process is gone (only ftc's own files in them, as remove_dir does).
+static void clean_leftovers(const char *dir) {
+    char parent[4096], base[4096];
+    const char *slash = strrchr(dir, '/');
+    snprintf(parent, sizeof parent, "%.*s", slash ? (int)(slash - dir) : 1, slash ? dir : ".");
+    if (slash == dir)
+        snprintf(parent, sizeof parent, "/");
+    snprintf(base, sizeof base, "%s", slash ? slash + 1 : dir);
+    size_t bl = strlen(base);
+    DIR *d = opendir(parent);
+    if (!d || bl == 0) {
+        if (d)
+            closedir(d);
+        return;
+    }
+    for (struct dirent *e; (e = readdir(d));) {
+        const char *n = e->d_name;
+        if (strncmp(n, base, bl) != 0 || (strncmp(n + bl, ".tmp.", 5) && strncmp(n + bl, ".old.", 5)))
+            continue;
+        char *end;
+        long pid = strtol(n + bl + 5, &end, 10);
+        if (*end || end == n + bl + 5 || pid <= 0 || pid == (long)getpid() ||
+            kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue;
+        char path[8300];
+        snprintf(path, sizeof path, "%s/%s", parent, n);
+        remove_dir(path);
+    }
+    closedir(d);
 }
 
 // Kernels in the order kernels.cu defines them: k0_..., k1_..., ...
@@ -243,9 +354,31 @@ static int write_text(const char *dir, const char *name, const char *text, char 
     return 0;
 }
 
+// Whether the plan may go to dir: a new path, an empty directory or a plan directory;
+// -1 with err for a file or a directory of something else.
+int codegen_plan_dir_check(const char *dir, char *err, size_t errlen) {
+    struct stat st;
+    if (stat(dir, &st) != 0)
+        return 0;
+    if (!S_ISDIR(st.st_mode)) {
+        snprintf(err, errlen, "cannot write the plan to %s: it is a file, not a directory", dir);
+        return -1;
+    }
+    char first[256];
+    first_entry(dir, first, sizeof first);
+    if (*first && !is_plan_dir(dir)) {
+        snprintf(err, errlen, "%s is a directory that is not empty and holds no plan (it has %s); "
+                 "ftc compile -o writes a new directory, an empty one or a plan directory", dir, first);
+        return -1;
+    }
+    return 0;
+}
+
 int codegen_plan_dir(const char *dir, const IrGraph *g, const PlanMeta *meta, char *err,
                      size_t errlen) {
     char tmp[4096], old[4096], path[4200];
+    if (codegen_plan_dir_check(dir, err, errlen) != 0)
+        return -1;
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", dir, (int)getpid());
     snprintf(old, sizeof old, "%s.old.%d", dir, (int)getpid());
     remove_dir(tmp);
@@ -316,22 +449,40 @@ int codegen_plan_dir(const char *dir, const IrGraph *g, const PlanMeta *meta, ch
         remove_dir(tmp);
         return -1;
     }
+    // Replace an existing plan directory (keeping whatever else the user put there), or
+    // fill an empty one; anything else is not ours to touch.
     struct stat st;
     bool had = stat(dir, &st) == 0;
-    if (had && (!S_ISDIR(st.st_mode) || rename(dir, old) != 0)) {
-        snprintf(err, errlen, "cannot replace %s: %s", dir,
-                 S_ISDIR(st.st_mode) ? strerror(errno) : "not a directory");
-        remove_dir(tmp);
-        return -1;
+    enum { MAX_KEPT = 256 };
+    static char kept[MAX_KEPT][256];
+    int nkept = 0;
+    if (had) {
+        if (codegen_plan_dir_check(dir, err, errlen) != 0) {
+            remove_dir(tmp);
+            return -1;
+        }
+        if (move_foreign(dir, tmp, kept, MAX_KEPT, &nkept, err, errlen) != 0) {
+            remove_dir(tmp);
+            return -1;
+        }
+        if (rename(dir, old) != 0) {
+            snprintf(err, errlen, "cannot replace %s: %s", dir, strerror(errno));
+            move_foreign(tmp, dir, kept, MAX_KEPT, &nkept, why, sizeof why);
+            remove_dir(tmp);
+            return -1;
+        }
     }
     if (rename(tmp, dir) != 0) {
         snprintf(err, errlen, "cannot create %s: %s", dir, strerror(errno));
-        if (had)
+        if (had) {
             rename(old, dir);
+            move_foreign(tmp, dir, kept, MAX_KEPT, &nkept, why, sizeof why);
+        }
         remove_dir(tmp);
         return -1;
     }
     if (had)
         remove_dir(old);
+    clean_leftovers(dir);
     return 0;
 }

@@ -299,6 +299,7 @@ static int plan(FILE *out, FILE *report, const PlanCtx *pc, const PlannerInput *
 
 int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
     const char *path = NULL, *gpu_name = "a100-40g", *outdir = NULL, *emit = NULL;
+    int out_arg = -1;
     int path_arg = 0, gpu_arg = 0, remat = -1, offload = -1;
     int64_t budget = 0, host = 0, micro = 0;
     const char *dump_after = NULL;
@@ -338,6 +339,7 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
             }
         } else if (!strcmp(s, "-o")) {
             outdir = argv[++i];
+            out_arg = i;
         } else if (!strcmp(s, "--emit-graph")) {
             emit = argv[++i];
         } else if (!strcmp(s, "--remat")) {
@@ -405,6 +407,23 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
         return EXIT_USAGE;
     }
 
+    // Where the plan goes: -o, else NAME.plan in the current directory. Checked now (a
+    // file, or a directory of other things, is refused) so that no planning is wasted.
+    char dir[4096], err[1024];
+    if (outdir) {
+        snprintf(dir, sizeof dir, "%s", outdir);
+    } else {
+        const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+        const char *dot = strrchr(base, '.');
+        snprintf(dir, sizeof dir, "%.*s.plan", (int)(dot && dot != base ? dot - base : (long)strlen(base)), base);
+    }
+    if (codegen_plan_dir_check(dir, err, sizeof err) != 0) {
+        if (out_arg >= 0)
+            arg_error(cl, out_arg, "%s", err);
+        else
+            fprintf(stderr, "ftc compile: error: %s\n", err);
+        return EXIT_NOFIT;
+    }
 
     FtSource src;
     if (fe_source_read(&src, path) != 0) {
@@ -492,7 +511,6 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
         fprintf(stderr, "%s: internal error: the IR failed verification\n", path);
         goto done;
     }
-    char dir[4096], err[1024];
     if (emit) {   // the training graph before remat and offload, for external solvers
         Arena *ea = arena_new();
         PlanChoice plain = {best.micro, REMAT_KEEP, 0, REMAT_KEEP, {false, false}, NULL};
@@ -516,13 +534,6 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
             fprintf(stderr, "ftc compile: error: cannot write %s\n", emit);
             goto done;
         }
-    }
-    if (outdir) {
-        snprintf(dir, sizeof dir, "%s", outdir);
-    } else {   // NAME.plan in the current directory
-        const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
-        const char *dot = strrchr(base, '.');
-        snprintf(dir, sizeof dir, "%.*s.plan", (int)(dot && dot != base ? dot - base : (long)strlen(base)), base);
     }
     fclose(rep);
     rep = NULL;

@@ -29,6 +29,12 @@ int fe_source_read(FtSource *src, const char *path) {
         return -1;
     }
     buf[len] = '\0';
+    // A UTF-8 byte-order mark (some editors write one) is not part of the source: dropped,
+    // so that the first line's columns are the editor's.
+    if (len >= 3 && memcmp(buf, "\xEF\xBB\xBF", 3) == 0) {
+        memmove(buf, buf + 3, len - 2);
+        len -= 3;
+    }
     src->text = buf;
     src->len = len;
     return 0;

@@ -629,6 +629,17 @@ static int make_params(Elab *e, Scope *s, const Ast *items) {
         }
         if (!e->g)
             continue;
+        // The checkpoint name goes into safetensors headers and the plan's text: not
+        // empty, no spaces or control characters.
+        const char *c = p->str;
+        while (*c && (unsigned char)*c > ' ' && *c != 0x7f)
+            c++;
+        if (!*p->str || *c) {
+            fe_error(e->src, p->loc, "parameter %s: checkpoint name \"%s\" %s", p->name, p->str,
+                     *p->str ? "has a space or a control character" : "is empty");
+            bad++;
+            continue;
+        }
         const char *nm = arena_printf(e->a, "%s%s", s->prefix, p->name);
         int id = ir_tensor_add(e->g, nm, TK_PARAM, dt, nd, shape, p->loc);
         IrTensor *t = ir_tensor(e->g, id);
@@ -1017,6 +1028,32 @@ fail:
     return -1;
 }
 
+static int by_hf_name(const void *a, const void *b) {
+    const IrTensor *x = *(const IrTensor *const *)a, *y = *(const IrTensor *const *)b;
+    int c = strcmp(x->hf_name, y->hf_name);
+    return c ? c : x->id - y->id;
+}
+
+// Two parameters under one checkpoint name would load the same tensor and save over each
+// other (a block's `as` without {i}, a copied line): an error at the second, once.
+static void check_checkpoint_names(Elab *e) {
+    IrGraph *g = e->g;
+    int n = 0;
+    const IrTensor **t = malloc(sizeof *t * (size_t)(g->tensors.len + 1));
+    for (int i = 0; i < g->tensors.len; i++)
+        if (g->tensors.at[i].kind == TK_PARAM && g->tensors.at[i].hf_name)
+            t[n++] = &g->tensors.at[i];
+    qsort(t, (size_t)n, sizeof *t, by_hf_name);
+    for (int i = 1; i < n; i++)
+        if (strcmp(t[i - 1]->hf_name, t[i]->hf_name) == 0) {
+            fe_error(e->src, t[i]->loc, "parameter %s has the checkpoint name \"%s\" of parameter %s "
+                     "(line %d)%s", t[i]->name, t[i]->hf_name, t[i - 1]->name, t[i - 1]->loc.line,
+                     t[i]->layer >= 0 ? "; a block's `as` needs {i} for the layer number" : "");
+            break;
+        }
+    free(t);
+}
+
 IrGraph *fe_elaborate(FtSource *src, const FtModel *m, int64_t batch, Arena *a) {
     const Ast *model = find_section(m->program, AST_MODEL);
     const Ast *train = find_section(m->program, AST_TRAIN);
@@ -1042,6 +1079,8 @@ IrGraph *fe_elaborate(FtSource *src, const FtModel *m, int64_t batch, Arena *a) 
         build_loss(&e, &ts, loss);
         vec_free(&ts.vars);
     }
+    if (src->errors == errors)
+        check_checkpoint_names(&e);
     vec_free(&consts.vars);
     if (src->errors != errors) {
         ir_graph_free(g);

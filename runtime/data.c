@@ -158,6 +158,35 @@ int data_read_window(DataFile *d, uint64_t window, int seq, int32_t *out, int32_
     return 0;
 }
 
+int data_check_vocab(DataFile *d, int32_t vocab, char *err, size_t errlen) {
+    if (vocab < 1)
+        return rt_fail(err, errlen, "%s: vocabulary size %d, must be at least 1", d->path, (int)vocab);
+    enum { CHUNK = 1 << 20 };   // tokens per read
+    size_t w = (size_t)d->token_bytes;
+    unsigned char *buf = malloc(CHUNK * w);
+    if (!buf)
+        return rt_fail(err, errlen, "%s: out of memory", d->path);
+    int rc = 0;
+    for (uint64_t at = 0; rc == 0 && at < d->n_tokens; at += CHUNK) {
+        size_t n = d->n_tokens - at < CHUNK ? (size_t)(d->n_tokens - at) : CHUNK;
+        if (rt_pread_full(d->fd, buf, n * w, DATA_HEADER_BYTES + at * w) < 0) {
+            rc = rt_fail(err, errlen, "%s: cannot read: %s", d->path, rt_read_errstr());
+            break;
+        }
+        for (size_t i = 0; i < n; i++) {
+            uint64_t v = w == 2 ? (uint64_t)buf[2 * i] | (uint64_t)buf[2 * i + 1] << 8
+                                : get_le(buf + 4 * i, 4);
+            if (v >= (uint64_t)vocab) {
+                rc = rt_fail(err, errlen, "%s: token %llu is %llu, not below the vocabulary size %d",
+                             d->path, (unsigned long long)(at + i), (unsigned long long)v, (int)vocab);
+                break;
+            }
+        }
+    }
+    free(buf);
+    return rc;
+}
+
 void data_close(DataFile *d) {
     if (!d)
         return;

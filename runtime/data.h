@@ -62,6 +62,11 @@ int data_read_window(DataFile *d, uint64_t window, int seq,
                      int32_t *out, // (seq+1)
                      int32_t vocab, char *err, size_t errlen);
 
+// Checks every token of d against vocab in one pass, so that a bad id anywhere is found
+// before training starts rather than when its window is drawn; the error names the first
+// (its index in the file and its value), as data_read_window's does.
+int data_check_vocab(DataFile *d, int32_t vocab, char *err, size_t errlen);
+
 // Closes d and frees it; d may be NULL.
 void data_close(DataFile *d);
 

@@ -2,10 +2,12 @@
 // instruction by instruction through a backend, and poisons buffers whose
 // lifetime has ended so that a liveness bug shows up as a wrong loss.
 #include "runtime.h"
+#include "fileio.h"
 #include "kernel_args.h"
 #include "cpu/kernels.h"
 #include "cpu/nf4.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -187,6 +189,36 @@ int rt_exec_phase(Exec *x, PlanPhase ph, char *err, size_t errlen) {
         if (run_instr(x, &p->ins[ph][i], x->poison, err, errlen) != 0)
             return -1;
     return x->be->sync(x->be, err, errlen);
+}
+
+int rt_exec_phase_find_nonfinite(Exec *x, PlanPhase ph, const PlanInstr **bad, int *out, char *err,
+                                 size_t errlen) {
+    const Plan *p = x->plan;
+    *bad = NULL, *out = -1;
+    for (int i = 0; i < p->nins[ph]; i++) {
+        const PlanInstr *in = &p->ins[ph][i];
+        if (run_instr(x, in, x->poison, err, errlen) != 0 || x->be->sync(x->be, err, errlen) != 0)
+            return -1;
+        for (int k = 0; k < in->nout; k++) {
+            const PlanBuffer *b = &p->buf[in->out[k]];
+            if (b->virt || (b->dtype != PDT_F32 && b->dtype != PDT_BF16 && b->dtype != PDT_F16))
+                continue;
+            int64_t n = plan_elems(b);
+            float *v = malloc(sizeof(float) * (size_t)n + 1);
+            if (!v)
+                return rt_fail(err, errlen, "out of memory reading %s", b->name);
+            rt_read_f32(x, in->out[k], v);
+            bool finite = true;
+            for (int64_t j = 0; j < n && finite; j++)
+                finite = isfinite(v[j]);
+            free(v);
+            if (!finite) {
+                *bad = in, *out = in->out[k];
+                return x->be->sync(x->be, err, errlen);
+            }
+        }
+    }
+    return 0;
 }
 
 void rt_read_raw(const Exec *x, int id, void *dst) {

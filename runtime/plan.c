@@ -172,6 +172,8 @@ static int read_header(Reader *r, Plan *p) {
             p->model = xstrdup(w[1]);
         else if (strcmp(w[0], "gpu") == 0)
             p->gpu = xstrdup(w[1]);
+        else if (strcmp(w[0], "source") == 0)
+            free(p->source), p->source = xstrdup(w[1]);
         else if (strcmp(w[0], "budget") == 0)
             ok = ops_parse_i64(w[1], &p->budget_bytes) && p->budget_bytes >= 0;
         else if (strcmp(w[0], "reserve") == 0)
@@ -667,7 +669,7 @@ void plan_free(Plan *p) {
             free(p->ins[ph][i].step);
         free(p->ins[ph]);
     }
-    free(p->model), free(p->gpu), free(p->precision), free(p->optimizer), free(p->lora_targets);
+    free(p->model), free(p->gpu), free(p->source), free(p->precision), free(p->optimizer), free(p->lora_targets);
     free(p);
 }
 

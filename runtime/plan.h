@@ -157,6 +157,7 @@ typedef struct Plan {
     int version;
     char *model;
     char *gpu;              // the preset it was planned for, or NULL
+    char *source;           // the .ft it was compiled from (for messages), or NULL
     int64_t budget_bytes, reserve_bytes;
     int64_t seq, micro_batch, accum, vocab;
     char *precision;

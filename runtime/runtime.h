@@ -124,6 +124,12 @@ void rt_exec_free(Exec *x);
 // Runs every instruction of phase `ph` (waits, launch or copy, record), then drains
 // the streams; -1 with err naming the instruction.
 int rt_exec_phase(Exec *x, PlanPhase ph, char *err, size_t errlen);
+// Runs phase ph as rt_exec_phase does, draining the device after every instruction and
+// reading its floating-point outputs, and stops at the first instruction that writes a
+// NaN or an infinity: *bad is that instruction and *out the buffer (NULL, -1 when none
+// does). For diagnosis (a non-finite loss), not speed.
+int rt_exec_phase_find_nonfinite(Exec *x, PlanPhase ph, const PlanInstr **bad, int *out, char *err,
+                                 size_t errlen);
 // Runs one instruction (waits, launch or copy, record), without draining the streams or
 // poisoning: tests that compare backends instruction by instruction; -1 with err.
 int rt_exec_instr(Exec *x, const PlanInstr *in, char *err, size_t errlen);

@@ -7,13 +7,17 @@
 // Fields are "name value" pairs separated by two spaces, so a program can split them.
 #include "runtime.h"
 #include "data.h"
+#include "fileio.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 static double now_s(void) {
     struct timespec t;
@@ -77,6 +81,36 @@ static int save(Exec *x, const char *dir, bool merge, FILE *out) {
     return 0;
 }
 
+// Whether --save DIR can be written, before any training: DIR a directory (or a new name
+// in one) where a file can be created; proved by creating one and removing it.
+static int check_save_dir(const char *dir, char *err, size_t errlen) {
+    struct stat st;
+    char where[4096];
+    if (stat(dir, &st) == 0) {
+        if (!S_ISDIR(st.st_mode))
+            return rt_fail(err, errlen, "--save %s: it is a file, not a directory", dir);
+        snprintf(where, sizeof where, "%s", dir);
+    } else {   // a new directory: its parent must be there
+        const char *slash = strrchr(dir, '/');
+        if (!slash)
+            snprintf(where, sizeof where, ".");
+        else if (slash == dir)
+            snprintf(where, sizeof where, "/");
+        else
+            snprintf(where, sizeof where, "%.*s", (int)(slash - dir), dir);
+        if (stat(where, &st) != 0 || !S_ISDIR(st.st_mode))
+            return rt_fail(err, errlen, "--save %s: there is no directory %s to create it in", dir, where);
+    }
+    char probe[4200];
+    snprintf(probe, sizeof probe, "%s/.ftc-probe.%d", where, (int)getpid());
+    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return rt_fail(err, errlen, "--save %s: cannot write in %s: %s", dir, where, strerror(errno));
+    close(fd);
+    unlink(probe);
+    return 0;
+}
+
 // The backend --device names; by default cuda where a driver sees a GPU, else cpu. A GPU
 // that is there but cannot take the plan is an error, never a quiet fall back.
 static Backend *pick_backend(const RunOptions *o, const Plan *p, char *err, size_t errlen) {
@@ -111,6 +145,41 @@ static void report_memory(Backend *be, const Plan *p, FILE *out) {
             planned ? 100.0 * (double)(used - planned) / (double)planned : 0.0);
 }
 
+// A non-finite loss at `step`: runs the micro-batch's forward again, reading every
+// output, and names the first instruction that wrote a NaN or infinity, with its place
+// in the .ft. The weights are those before the step (the optimizer has not run).
+static void nonfinite(Exec *x, float loss, int64_t step, DataFile *d, const uint64_t *order,
+                      uint64_t nwin, uint64_t *cursor, int32_t *window, int32_t *tokens, int32_t *targets) {
+    const Plan *p = x->plan;
+    char err[1024], where[1400] = "";
+    const PlanInstr *bad = NULL;
+    int out = -1;
+    char what[256] = "";
+    if (load_batch(x, d, order, nwin, cursor, window, tokens, targets, err, sizeof err) != 0 ||
+        rt_exec_phase_find_nonfinite(x, PHASE_FWD, &bad, &out, err, sizeof err) != 0) {
+        snprintf(where, sizeof where, "; looking for where it starts failed: %s", err);
+    } else if (bad) {
+        if (bad->nstep > 0) {   // a fused kernel: the ops it runs
+            snprintf(what, sizeof what, "a fused kernel (");
+            for (int s = 0; s < bad->nstep; s++)
+                snprintf(what + strlen(what), sizeof what - strlen(what), "%s%s", s ? ", " : "",
+                         op_desc(bad->step[s].op)->name);
+            snprintf(what + strlen(what), sizeof what - strlen(what), ")");
+        } else {
+            snprintf(what, sizeof what, "%s", op_desc(bad->op)->name);
+        }
+        int n = snprintf(where, sizeof where, "; the first non-finite value is in %s, written by %s",
+                         p->buf[out].name, what);
+        if (bad->line > 0 && n > 0 && (size_t)n < sizeof where)
+            snprintf(where + n, sizeof where - (size_t)n, " at %s:%d:%d", p->source ? p->source : "the .ft",
+                     bad->line, bad->col);
+    } else
+        snprintf(where, sizeof where, "; every forward value is finite: the loss itself overflowed");
+    error("step %lld, micro-step %lld: the loss is %s%s; stopped before the optimizer step, "
+          "the weights are those of step %lld", (long long)step, (long long)x->micro + 1,
+          isnan(loss) ? "nan" : loss > 0 ? "inf" : "-inf", where, (long long)step - 1);
+}
+
 int rt_train(const RunOptions *o) {
     char err[1024], path[4096];
     snprintf(path, sizeof path, "%s/plan", o->plan_dir);
@@ -120,6 +189,10 @@ int rt_train(const RunOptions *o) {
     if (plan_verify(p, stderr) != 0) {
         plan_free(p);
         return error("%s: the plan failed verification; it was not run", path);
+    }
+    if (o->save && check_save_dir(o->save, err, sizeof err) != 0) {
+        plan_free(p);
+        return error("%s", err);
     }
     if (!plan_role(p, "tokens") || !plan_role(p, "targets") || !plan_role(p, "loss")) {
         plan_free(p);
@@ -131,7 +204,18 @@ int rt_train(const RunOptions *o) {
         return error("%s", err);
     }
     uint64_t nwin = 0;
-    if (data_window_count(d, (int)p->seq, &nwin, err, sizeof err) != 0) {
+    // The shuffled order holds an index per window: a file with more windows than a
+    // quarter of this machine's memory can index is refused, not half-allocated.
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    uint64_t ram = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : UINT64_MAX;
+    if (data_window_count(d, (int)p->seq, &nwin, err, sizeof err) == 0 &&
+        nwin > ram / 4 / sizeof(uint64_t))
+        snprintf(err, sizeof err, "%s: %llu windows of %lld tokens; their shuffled order would take "
+                 "more than a quarter of this machine's memory", o->data, (unsigned long long)nwin,
+                 (long long)p->seq + 1);
+    // Every token id below the vocabulary, checked before step one.
+    if (nwin == 0 || nwin > ram / 4 / sizeof(uint64_t) ||
+        data_check_vocab(d, (int32_t)p->vocab, err, sizeof err) != 0) {
         data_close(d);
         plan_free(p);
         return error("%s", err);
@@ -143,12 +227,16 @@ int rt_train(const RunOptions *o) {
         return error("%s", err);
     }
     Backend *host = rt_cpu_backend();
-    Exec x;
+    Exec x = {0};
     int rc = 1;
     uint64_t *order = malloc(sizeof(uint64_t) * nwin);
     int32_t *window = malloc(sizeof(int32_t) * (size_t)(p->seq + 1));
     size_t batch_ids = (size_t)(p->micro_batch * p->seq);
     int32_t *tokens = malloc(sizeof(int32_t) * batch_ids), *targets = malloc(sizeof(int32_t) * batch_ids);
+    if (!order || !window || !tokens || !targets) {
+        error("out of memory for the data order and batch (%llu windows)", (unsigned long long)nwin);
+        goto out;
+    }
     data_shuffle(order, nwin, o->seed);
     if (rt_exec_init(&x, p, be, host, o->layout, err, sizeof err) != 0) {
         error("%s", err);
@@ -181,6 +269,7 @@ int rt_train(const RunOptions *o) {
         x.step = step;
         for (int64_t m = 0; m < p->accum; m++) {
             x.micro = m;
+            uint64_t at = cursor;
             if (load_batch(&x, d, order, nwin, &cursor, window, tokens, targets, err, sizeof err) != 0 ||
                 rt_exec_phase(&x, PHASE_FWD, err, sizeof err) != 0 ||
                 rt_exec_phase(&x, PHASE_BWD, err, sizeof err) != 0) {
@@ -189,6 +278,11 @@ int rt_train(const RunOptions *o) {
             }
             float l;
             rt_read_f32(&x, lossb->id, &l);
+            if (!isfinite(l)) {   // stop before the optimizer spreads it into the weights
+                cursor = at;
+                nonfinite(&x, l, step, d, order, nwin, &cursor, window, tokens, targets);
+                goto out;
+            }
             loss += l;
         }
         if (rt_exec_phase(&x, PHASE_OPT, err, sizeof err) != 0) {

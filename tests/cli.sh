@@ -175,6 +175,42 @@ done
 [ $rc = 1 ] && [ ! -s "$tmp/o" ] && grep -q "does not divide the global batch 8" "$tmp/e" \
     && ok micro-batch-divides || bad micro-batch-divides "exit $rc: $(cat "$tmp/e")"
 
+# -o never deletes what is not ftc's: a directory of other files is refused before any
+# planning (its files intact), a plan directory is replaced keeping the user's files and
+# folders in it, and what an ftc killed while writing left beside it is cleaned up.
+mkdir -p "$tmp/mm" && cp models/tiny.ft models/qwen2.ft "$tmp/mm/"
+"$ftc" compile "$tmp/mm/tiny.ft" -o "$tmp/mm" >"$tmp/o" 2>"$tmp/e"; rc=$?
+if [ $rc = 1 ] && [ ! -s "$tmp/o" ] && grep -q "is a directory that is not empty and holds no plan" "$tmp/e" &&
+   cmp -s "$tmp/mm/tiny.ft" models/tiny.ft && cmp -s "$tmp/mm/qwen2.ft" models/qwen2.ft &&
+   [ "$(ls "$tmp/mm" | wc -l)" = 2 ]; then ok o-refuses-foreign-dir; else
+    bad o-refuses-foreign-dir "exit $rc: $(cat "$tmp/e"); $(ls "$tmp/mm")"; fi
+: > "$tmp/afile"
+"$ftc" compile models/tiny.ft -o "$tmp/afile" >/dev/null 2>"$tmp/e"; rc=$?
+[ $rc = 1 ] && grep -q "it is a file, not a directory" "$tmp/e" && [ -f "$tmp/afile" ] && ok o-refuses-file ||
+    bad o-refuses-file "exit $rc: $(cat "$tmp/e")"
+"$ftc" compile models/tiny.ft -o "$tmp/pd" >/dev/null
+echo "mine" > "$tmp/pd/notes.txt" && mkdir "$tmp/pd/ckpt" && echo w > "$tmp/pd/ckpt/model.safetensors"
+dead=$(sh -c 'echo $$')   # a process that has exited
+mkdir "$tmp/pd.tmp.$dead" "$tmp/pd.old.$dead" "$tmp/pd.tmp.$$" &&
+    touch "$tmp/pd.tmp.$dead/plan" "$tmp/pd.old.$dead/kernels.cu" "$tmp/pd.tmp.$$/plan"
+if "$ftc" compile models/tiny.ft -o "$tmp/pd" >/dev/null && [ "$(cat "$tmp/pd/notes.txt")" = mine ] &&
+   [ -s "$tmp/pd/ckpt/model.safetensors" ] && [ -s "$tmp/pd/plan" ]; then ok o-keeps-user-files; else
+    bad o-keeps-user-files "$(ls "$tmp/pd")"; fi
+# the dead process's leftovers gone, a live one's (this shell's) kept
+[ ! -e "$tmp/pd.tmp.$dead" ] && [ ! -e "$tmp/pd.old.$dead" ] && [ -e "$tmp/pd.tmp.$$" ] && ok o-cleans-leftovers ||
+    bad o-cleans-leftovers "$(ls -d "$tmp"/pd.*)"
+mkdir "$tmp/empty" && "$ftc" compile models/tiny.ft -o "$tmp/empty" >/dev/null && [ -s "$tmp/empty/plan" ] &&
+    ok o-fills-empty-dir || bad o-fills-empty-dir "$(ls "$tmp/empty")"
+
+# A UTF-8 byte-order mark before the source is not a stray character, and columns after
+# it are the editor's.
+{ printf '\xef\xbb\xbf'; cat models/tiny.ft; } > "$tmp/bom.ft"
+"$ftc" compile "$tmp/bom.ft" -o "$tmp/bom.plan" >/dev/null 2>"$tmp/e" && ok bom-accepted ||
+    bad bom-accepted "$(cat "$tmp/e")"
+printf '\xef\xbb\xbfmodel @\n' > "$tmp/bom-bad.ft"
+"$ftc" compile "$tmp/bom-bad.ft" -o "$tmp/bom2.plan" >/dev/null 2>"$tmp/e"
+grep -q "bom-bad.ft:1:7: error" "$tmp/e" && ok bom-columns || bad bom-columns "$(cat "$tmp/e")"
+
 # The largest model compiles, planner search included, in under a second.
 start=$(date +%s%N)
 "$ftc" compile models/qwen2-72b.ft --budget 80G -o "$tmp/out.plan" >/dev/null; rc=$?

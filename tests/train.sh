@@ -128,6 +128,27 @@ printf '\x01\x00\x02\x00' > "$tmp/raw16"
 for i in $(seq 1 80); do printf '\x10\x27'; done >> "$tmp/raw16"
 "$ftc" data --u16 "$tmp/raw16" -o "$tmp/big.bin" >/dev/null
 fails token-beyond-vocab "is 10000, not below the vocabulary size 256" run "$tmp/tiny.plan" --data "$tmp/big.bin" --steps 1
+# One bad token at position 20000 of a corpus of good ones: found before step one (not
+# when its window is drawn), nothing printed on stdout but the header.
+{ printf 'A\0%.0s' $(seq 1 20000); printf '\x10\x27'; printf 'B\0%.0s' $(seq 1 2000); } > "$tmp/late16"
+"$ftc" data --u16 "$tmp/late16" -o "$tmp/late.bin" >/dev/null
+fails late-token-beyond-vocab "token 20000 is 10000, not below the vocabulary size 256" \
+    run "$tmp/tiny.plan" --data "$tmp/late.bin" --steps 1
+grep -q '^step' "$tmp/o" && bad late-token-before-step-one "a step ran: $(cat "$tmp/o")" || ok late-token-before-step-one
+# A loss that is not finite stops the run at that step, naming the first value that is
+# not and where in the .ft it comes from; the optimizer never takes the step.
+sed 's|    return linear(rmsnorm(x, final_norm, eps), lm_head)|    return linear(rmsnorm(x * 1e30 * 1e30, final_norm, eps), lm_head)|' \
+    models/tiny.ft > "$tmp/inf.ft"
+"$ftc" compile "$tmp/inf.ft" -o "$tmp/inf.plan" >/dev/null
+fails nonfinite-loss "step 1, micro-step 1: the loss is nan; the first non-finite value is in" \
+    run "$tmp/inf.plan" --data "$tmp/c.bin" --steps 3 --save "$tmp/inf-out"
+grep -q "inf.ft:44:.*stopped before the optimizer step" "$tmp/e" && [ ! -e "$tmp/inf-out" ] &&
+    ! grep -q '^step\|^done' "$tmp/o" && ok nonfinite-loss-where || bad nonfinite-loss-where "$(cat "$tmp/e" "$tmp/o")"
+# --save that cannot be written is refused before step one, not after training.
+fails save-no-parent "--save $tmp/no/such: there is no directory $tmp/no to create it in" \
+    run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 1 --save "$tmp/no/such"
+! grep -q '^step' "$tmp/o" && ok save-no-parent-before-step-one || bad save-no-parent-before-step-one "$(cat "$tmp/o")"
+fails save-is-file "it is a file, not a directory" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 1 --save "$tmp/c.bin"
 # A missing plan.
 fails missing-plan "cannot open" run "$tmp/nothing.plan" --data "$tmp/c.bin"
 
