@@ -91,12 +91,10 @@ int data_open(DataFile **out, const char *path, char *err, size_t errlen) {
     int rc;
     if (!d->path)
         rc = rt_fail(err, errlen, "%s: out of memory", path);
-    else if ((d->fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-        rc = rt_fail(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-    else if (fstat(d->fd, &st) < 0)
-        rc = rt_fail(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
-    else if (!S_ISREG(st.st_mode))
+    else if ((d->fd = rt_open_regular(path, &st)) == -2)
         rc = rt_fail(err, errlen, "%s: not a regular file", path);
+    else if (d->fd < 0)
+        rc = rt_fail(err, errlen, "%s: cannot open: %s", path, strerror(errno));
     else
         rc = check_header(d, (uint64_t)st.st_size, err, errlen);
     if (rc) {

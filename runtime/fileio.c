@@ -104,13 +104,34 @@ int rt_mkdir_p(const char *dir) {
     return 0;
 }
 
-char *rt_read_whole(const char *path, size_t *bytes) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+int rt_open_regular(const char *path, struct stat *st) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0)
-        return NULL;
+        return -1;
+    if (fstat(fd, st) != 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    if (!S_ISREG(st->st_mode)) {
+        close(fd);
+        return -2;
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    return fd;
+}
+
+char *rt_read_whole(const char *path, size_t *bytes) {
     struct stat st;
+    int fd = rt_open_regular(path, &st);
+    if (fd < 0) {
+        if (fd == -2)
+            errno = EINVAL;
+        return NULL;
+    }
     char *buf = NULL;
-    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (buf = malloc((size_t)st.st_size + 1))) {
+    if ((buf = malloc((size_t)st.st_size + 1))) {
         if (rt_pread_full(fd, buf, (size_t)st.st_size, 0) == 0) {
             buf[st.st_size] = '\0';
             *bytes = (size_t)st.st_size;

@@ -5,12 +5,17 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 // Reads exactly n bytes at offset off; -1 with errno set, or errno 0 at end of file.
 int rt_pread_full(int fd, void *dst, size_t n, uint64_t off);
 // A regular file's whole contents (malloc'd, with a NUL after them) and their size in
 // *bytes; NULL with errno set when it cannot be read.
 char *rt_read_whole(const char *path, size_t *bytes);
+// Opens path for reading only if it is a regular file (a FIFO would block, a device never
+// end): the descriptor, with *st filled; -1 with errno set when it cannot be opened, -2
+// when it is something other than a regular file (closed again).
+int rt_open_regular(const char *path, struct stat *st);
 // Writes exactly n bytes; -1 with errno set.
 int rt_write_full(int fd, const void *src, size_t n);
 // A message for the last failed read: strerror(errno), or "the file ended early".

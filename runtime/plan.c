@@ -2,12 +2,18 @@
 // relies on: every id in range, every buffer inside its arena, every instruction's
 // operands present.
 #include "plan.h"
+#include "fileio.h"
 
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+// A plan is text of a few lines per buffer and instruction: tens of MiB for the largest
+// models; a file far larger than that is not a plan.
+#define PLAN_MAX_BYTES (1 << 30)
 
 static const char *dtype_names[PDT_COUNT] = {"f32", "bf16", "f16", "i32", "u8", "nf4"};
 static const int dtype_bits[PDT_COUNT] = {32, 16, 16, 32, 8, 4};
@@ -582,9 +588,23 @@ static int check_buffers(Reader *r, Plan *p) {
 int plan_load(Plan **out, const char *path, char *err, size_t errlen) {
     *out = NULL;
     Reader r = {.path = path, .err = err, .errlen = errlen};
-    r.f = fopen(path, "r");
+    struct stat st;
+    int fd = rt_open_regular(path, &st);
+    if (fd == -2) {
+        snprintf(err, errlen, "%s: not a regular file", path);
+        return -1;
+    }
+    if (fd >= 0 && st.st_size > PLAN_MAX_BYTES) {
+        close(fd);
+        snprintf(err, errlen, "%s: %lld bytes, more than any plan (at most %d MiB)", path,
+                 (long long)st.st_size, PLAN_MAX_BYTES >> 20);
+        return -1;
+    }
+    r.f = fd >= 0 ? fdopen(fd, "r") : NULL;
     if (!r.f) {
         snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
         return -1;
     }
     Plan *p = calloc(1, sizeof *p);

@@ -266,14 +266,12 @@ static int check_overlap(StSet *s, int first, const char *path, char *err, size_
 static int parse_file(StSet *s, int file, char *err, size_t errlen) {
     StFile *f = &s->files[file];
     const char *path = f->path;
-    f->fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    f->fd = rt_open_regular(path, &st);
+    if (f->fd == -2)
+        return rt_fail(err, errlen, "%s: not a regular file", path);
     if (f->fd < 0)
         return rt_fail(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(f->fd, &st) < 0)
-        return rt_fail(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
-    if (!S_ISREG(st.st_mode))
-        return rt_fail(err, errlen, "%s: not a regular file", path);
     uint64_t size = (uint64_t)st.st_size;
     if (size < 8)
         return rt_fail(err, errlen,
@@ -387,7 +385,27 @@ static int shard_name_ok(const char *name) {
 static int open_index(StSet *s, const char *index_path, const char *dir, char *err,
                       size_t errlen) {
     json_error_t je;
-    json_t *root = json_load_file(index_path, JSON_REJECT_DUPLICATES, &je);
+    struct stat st;
+    int fd = rt_open_regular(index_path, &st);
+    if (fd == -2)
+        return rt_fail(err, errlen, "%s: not a regular file", index_path);
+    if (fd < 0)
+        return rt_fail(err, errlen, "%s: cannot open: %s", index_path, strerror(errno));
+    if ((uint64_t)st.st_size > HEADER_MAX_BYTES) {
+        close(fd);
+        return rt_fail(err, errlen, "%s: %llu bytes, over the 100 MB an index may take", index_path,
+                       (unsigned long long)st.st_size);
+    }
+    char *text = malloc((size_t)st.st_size + 1);
+    int got = text ? rt_pread_full(fd, text, (size_t)st.st_size, 0) : -1;
+    close(fd);
+    if (got != 0) {
+        rt_fail(err, errlen, "%s: cannot read: %s", index_path, text ? rt_read_errstr() : "out of memory");
+        free(text);
+        return -1;
+    }
+    json_t *root = json_loadb(text, (size_t)st.st_size, JSON_REJECT_DUPLICATES, &je);
+    free(text);
     if (!root)
         return rt_fail(err, errlen, "%s: not valid JSON: %s (line %d, column %d)", index_path,
                        je.text, je.line, je.column);
@@ -413,6 +431,19 @@ static int open_index(StSet *s, const char *index_path, const char *dir, char *e
         char *path = path_join(dir, json_string_value(v));
         if (!path) {
             rc = rt_fail(err, errlen, "%s: out of memory", index_path);
+            break;
+        }
+        // A shard is a file of this checkpoint: a link that leads out of the directory is
+        // refused (the index names files, and only its own).
+        // (One that cannot be resolved is reported by its opening below.)
+        char *real = realpath(path, NULL), *home = real ? realpath(dir, NULL) : NULL;
+        size_t hl = home ? strlen(home) : 0;
+        int outside = real && home && !(strncmp(real, home, hl) == 0 && (real[hl] == '/' || hl == 1));
+        free(real), free(home);
+        if (outside) {
+            rc = rt_fail(err, errlen, "%s: tensor '%s': shard %s leads outside the checkpoint directory",
+                         index_path, name, path);
+            free(path);
             break;
         }
         int seen = 0;

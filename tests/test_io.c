@@ -462,6 +462,48 @@ static void test_st_sharded(void) {
     }
 }
 
+// A shard linked to a file outside the checkpoint directory is refused; one linked
+// inside it is followed.
+static void test_st_shard_link_outside(void) {
+    char err[512] = "";
+    mkdir(tpath("ck"), 0755);
+    write_shard(tpath("model-00001-of-00002.safetensors"), SHARD1, 2, 10.0f);   // outside ck/
+    write_shard(tpath("ck/real-2.safetensors"), SHARD2, 1, 20.0f);
+    CHECK(symlink("../model-00001-of-00002.safetensors", tpath("ck/model-00001-of-00002.safetensors")) == 0);
+    CHECK(symlink("real-2.safetensors", tpath("ck/model-00002-of-00002.safetensors")) == 0);
+    write_text(tpath("ck/model.safetensors.index.json"), INDEX_OK);
+    StSet *set = NULL;
+    CHECK(st_open(&set, tpath("ck"), err, sizeof err) != 0 && !set);
+    CHECKF(strstr(err, "model-00001-of-00002.safetensors leads outside the checkpoint directory"), "%s", err);
+    // the same shard copied in: it opens, through the inside link too
+    write_shard(tpath("ck/model-00001-of-00002.safetensors.real"), SHARD1, 2, 10.0f);
+    unlink(tpath("ck/model-00001-of-00002.safetensors"));
+    CHECK(symlink("model-00001-of-00002.safetensors.real", tpath("ck/model-00001-of-00002.safetensors")) == 0);
+    CHECK_OK(st_open(&set, tpath("ck"), err, sizeof err), err);
+    st_close(set);
+}
+
+// A FIFO where a file is expected is refused at once, never waited on: as a checkpoint,
+// a shard, an index and a token file.
+static void test_fifo_inputs(void) {
+    char err[512] = "";
+    CHECK(mkfifo(tpath("pipe"), 0600) == 0);
+    StSet *set = NULL;
+    CHECK(st_open(&set, tpath("pipe"), err, sizeof err) != 0);
+    CHECKF(strstr(err, "not a regular file"), "%s", err);
+    write_shard(tpath("model-00002-of-00002.safetensors"), SHARD2, 1, 20.0f);
+    CHECK(mkfifo(tpath("model-00001-of-00002.safetensors"), 0600) == 0);
+    write_text(tpath("model.safetensors.index.json"), INDEX_OK);
+    CHECK(st_open(&set, case_dir, err, sizeof err) != 0);
+    CHECKF(strstr(err, "model-00001-of-00002.safetensors: not a regular file"), "%s", err);
+    CHECK(mkfifo(tpath("x.index.json"), 0600) == 0);
+    CHECK(st_open(&set, tpath("x.index.json"), err, sizeof err) != 0);
+    CHECKF(strstr(err, "not a regular file"), "%s", err);
+    DataFile *d = NULL;
+    CHECK(data_open(&d, tpath("pipe"), err, sizeof err) != 0);
+    CHECKF(strstr(err, "not a regular file"), "%s", err);
+}
+
 // A directory with model.safetensors opens that file even if an index sits beside it.
 static void test_st_directory_single(void) {
     char err[512] = "";
@@ -1172,6 +1214,8 @@ int main(void) {
     run("st_overwrite", test_st_overwrite);
     run("st_sharded", test_st_sharded);
     run("st_directory_single", test_st_directory_single);
+    run("st_shard_link_outside", test_st_shard_link_outside);
+    run("fifo_inputs", test_fifo_inputs);
     for (bad_st_at = 0; bad_st_at < N_BAD_ST; bad_st_at++)
         run(BAD_ST[bad_st_at].name, test_st_bad);
     run("st_bad_exact_message", test_st_bad_exact_message);

@@ -149,6 +149,10 @@ fails save-no-parent "--save $tmp/no/such: there is no directory $tmp/no to crea
     run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 1 --save "$tmp/no/such"
 ! grep -q '^step' "$tmp/o" && ok save-no-parent-before-step-one || bad save-no-parent-before-step-one "$(cat "$tmp/o")"
 fails save-is-file "it is a file, not a directory" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 1 --save "$tmp/c.bin"
+# A plan that is a device or a FIFO is refused, never read forever or waited on.
+mkdir "$tmp/zero.plan" "$tmp/fifo.plan" && ln -s /dev/zero "$tmp/zero.plan/plan" && mkfifo "$tmp/fifo.plan/plan"
+fails plan-is-device "zero.plan/plan: not a regular file" run "$tmp/zero.plan" --data "$tmp/c.bin"
+fails plan-is-fifo "fifo.plan/plan: not a regular file" run "$tmp/fifo.plan" --data "$tmp/c.bin"
 # A missing plan.
 fails missing-plan "cannot open" run "$tmp/nothing.plan" --data "$tmp/c.bin"
 
