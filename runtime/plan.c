@@ -129,9 +129,12 @@ static bool parse_shape(const char *s, int *ndim, int64_t *shape) {
         return true;
     char tmp[256];
     snprintf(tmp, sizeof tmp, "%s", s);
+    int64_t elems = 1;   // at most 2^50 elements: no product of dims or bytes overflows
     for (char *save, *p = strtok_r(tmp, "x", &save); p; p = strtok_r(NULL, "x", &save)) {
-        if (*ndim == PLAN_MAX_DIMS || !ops_parse_i64(p, &shape[*ndim]) || shape[*ndim] <= 0)
+        if (*ndim == PLAN_MAX_DIMS || !ops_parse_i64(p, &shape[*ndim]) || shape[*ndim] <= 0 ||
+            shape[*ndim] > (INT64_C(1) << 50) / elems)
             return false;
+        elems *= shape[*ndim];
         (*ndim)++;
     }
     return *ndim > 0;
@@ -492,6 +495,72 @@ static int read_steps(Reader *r, Plan *p, PlanInstr *in) {
     }
     return 0;
 }
+// The buffers the training loop reads and writes itself agree with the header: tokens
+// and targets i32 [micro_batch, seq] (it writes that many), the loss one f32, the
+// logits' last dimension the vocabulary.
+static int check_roles(Reader *r, const Plan *p) {
+    if (p->seq > (1 << 24) || p->micro_batch > (1 << 20) || p->vocab > (1 << 30))
+        return bad(r, "seq %lld, micro_batch %lld or vocab %lld is beyond any model", (long long)p->seq,
+                   (long long)p->micro_batch, (long long)p->vocab);
+    for (int i = 0; i < p->nbuf; i++) {
+        const PlanBuffer *b = &p->buf[i];
+        if (!b->role)
+            continue;
+        if (!strcmp(b->role, "tokens") || !strcmp(b->role, "targets")) {
+            if (b->dtype != PDT_I32 || b->virt || plan_elems(b) != p->micro_batch * p->seq)
+                return bad(r, "buffer %s (%s): %lld %s elements, the header's micro_batch x seq is "
+                           "%lld i32", b->name, b->role, (long long)plan_elems(b),
+                           plan_dtype_name(b->dtype), (long long)(p->micro_batch * p->seq));
+        } else if (!strcmp(b->role, "loss")) {
+            if (b->dtype != PDT_F32 || b->virt || plan_elems(b) != 1)
+                return bad(r, "buffer %s (loss): must be one f32", b->name);
+        } else if (!strcmp(b->role, "logits")) {
+            if (b->ndim < 1 || b->shape[b->ndim - 1] != p->vocab)
+                return bad(r, "buffer %s (logits): last dimension %lld, the header's vocab is %lld",
+                           b->name, b->ndim ? (long long)b->shape[b->ndim - 1] : 0LL, (long long)p->vocab);
+        }
+    }
+    return 0;
+}
+
+// An NF4 buffer is a parameter with its scales: an f32 absmax per 64-value block, or the
+// double-quantised u8 codes, f32 scales per 256 blocks and one f32 mean; each scale
+// buffer belongs to an NF4 parameter.
+static int check_nf4(Reader *r, const Plan *p) {
+    for (int i = 0; i < p->nbuf; i++) {
+        const PlanBuffer *b = &p->buf[i];
+        if (b->kind == PK_QUANT && (b->of < 0 || p->buf[b->of].dtype != PDT_NF4))
+            return bad(r, "buffer %s: NF4 scales of %d, which is not an NF4 parameter", b->name, b->of);
+        if (b->dtype != PDT_NF4)
+            continue;
+        if (b->kind != PK_PARAM || b->view >= 0 || b->virt)
+            return bad(r, "buffer %s: only a parameter's own buffer can be NF4", b->name);
+        int64_t blocks = (plan_elems(b) + 63) / 64;
+        const PlanBuffer *am = NULL, *codes = NULL, *scales = NULL, *mean = NULL;
+        for (int k = 0; k < p->nbuf; k++) {
+            const PlanBuffer *q = &p->buf[k];
+            if (q->kind != PK_QUANT || q->of != i || !q->role)
+                continue;
+            if (!strcmp(q->role, "nf4_absmax"))
+                am = q;
+            else if (!strcmp(q->role, "nf4_absmax_codes"))
+                codes = q;
+            else if (!strcmp(q->role, "nf4_absmax_scales"))
+                scales = q;
+            else if (!strcmp(q->role, "nf4_absmax_mean"))
+                mean = q;
+        }
+        bool single = am && am->dtype == PDT_F32 && plan_elems(am) == blocks;
+        bool dbl = codes && scales && mean && codes->dtype == PDT_U8 && plan_elems(codes) == blocks &&
+                   scales->dtype == PDT_F32 && plan_elems(scales) == (blocks + 255) / 256 &&
+                   mean->dtype == PDT_F32 && plan_elems(mean) == 1;
+        if (!single && !dbl)
+            return bad(r, "buffer %s: an NF4 parameter without its scales (an f32 absmax of %lld "
+                       "blocks, or codes, scales and mean)", b->name, (long long)blocks);
+    }
+    return 0;
+}
+
 
 // Grouped launches: a first instruction with one launch and group=N, then N-1 of its
 // phase with by= its id, and no by= elsewhere. (The verifier checks what they may do.)
@@ -574,15 +643,16 @@ static int check_buffers(Reader *r, Plan *p) {
                        (long long)b->bytes, (long long)plan_elems(b), plan_dtype_name(b->dtype));
         if (b->reuse >= 0 && p->buf[b->reuse].offset != b->offset)
             return bad(r, "buffer %s: reuses %s but lies elsewhere", b->name, p->buf[b->reuse].name);
-        if (b->offset + b->bytes > p->arena_bytes[b->arena])
-            return bad(r, "buffer %s: [%lld, %lld) lies past the end of the %s arena (%lld bytes)",
-                       b->name, (long long)b->offset, (long long)(b->offset + b->bytes),
+        if (b->offset < 0 || b->bytes < 0 || b->offset > p->arena_bytes[b->arena] ||
+            b->bytes > p->arena_bytes[b->arena] - b->offset)
+            return bad(r, "buffer %s: [%lld, +%lld) lies past the end of the %s arena (%lld bytes)",
+                       b->name, (long long)b->offset, (long long)b->bytes,
                        b->arena == ARENA_DEVICE ? "device" : "host",
                        (long long)p->arena_bytes[b->arena]);
         if (b->of >= p->nbuf)
             return bad(r, "buffer %s: of=%d out of range", b->name, b->of);
     }
-    return 0;
+    return check_roles(r, p) != 0 || check_nf4(r, p) != 0 ? -1 : 0;
 }
 
 int plan_load(Plan **out, const char *path, char *err, size_t errlen) {

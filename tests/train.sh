@@ -153,6 +153,23 @@ fails save-is-file "it is a file, not a directory" run "$tmp/tiny.plan" --data "
 mkdir "$tmp/zero.plan" "$tmp/fifo.plan" && ln -s /dev/zero "$tmp/zero.plan/plan" && mkfifo "$tmp/fifo.plan/plan"
 fails plan-is-device "zero.plan/plan: not a regular file" run "$tmp/zero.plan" --data "$tmp/c.bin"
 fails plan-is-fifo "fifo.plan/plan: not a regular file" run "$tmp/fifo.plan" --data "$tmp/c.bin"
+# Plans edited by hand that passed the reader and crashed the runtime: each refused with
+# what is wrong, before anything runs. (mutate NAME SED_EXPR WANT)
+mutate() {
+    rm -rf "$tmp/m.plan" && cp -r "$tmp/tiny.plan" "$tmp/m.plan" && sed -i "$2" "$tmp/m.plan/plan"
+    fails "plan-$1" "$3" run "$tmp/m.plan" --data "$tmp/c.bin" --steps 1
+}
+lm=$(grep -n '^buffer [0-9]* lm_head ' "$tmp/tiny.plan/plan" | cut -d: -f1)
+tg=$(grep -n ' role=targets' "$tmp/tiny.plan/plan" | cut -d: -f1)
+first=$(grep -n '^phase forward' "$tmp/tiny.plan/plan" | cut -d: -f1)
+mutate input-minus-one "$((first + 1))s/ in=[0-9]*,/ in=-1,/" "names buffer -1"
+mutate micro-batch '/^micro_batch/s/ .*/ 16/' "the header's micro_batch x seq is 1024 i32"
+mutate seq '/^seq /s/ .*/ 128/' "the header's micro_batch x seq is 1024 i32"
+mutate nf4 "${lm}s/ bf16 / nf4 /" "an NF4 parameter without its scales"
+mutate offset "${lm}s/ device [0-9]* / device 9223372036854775000 /" "lies past the end of the device arena"
+mutate shape "${lm}s/ 256x64 / 4294967296x4294967296 /" "bad shape '4294967296x4294967296'"
+mutate targets "${tg}s/ i32 8x64 / i32 8x32 /" "the header's micro_batch x seq is 512 i32"
+mutate vocab '/^vocab /s/ .*/ 100000/' "the header's vocab is 100000"
 # A missing plan.
 fails missing-plan "cannot open" run "$tmp/nothing.plan" --data "$tmp/c.bin"
 
