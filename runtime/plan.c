@@ -727,6 +727,12 @@ int plan_load(Plan **out, const char *path, char *err, size_t errlen) {
             if (read_instr(&r, p, &p->ins[ph][i], next_id++, line) != 0 ||
                 read_steps(&r, p, &p->ins[ph][i]) != 0)
                 goto done;
+            char why[512];   // its operands as its kernels take them (shapes.c)
+            const PlanInstr *in = &p->ins[ph][i];
+            if (plan_check_instr(p, in, why, sizeof why) != 0) {
+                bad(&r, "instruction %d (%s): %s", in->id, op_desc(in->op)->name, why);
+                goto done;
+            }
         }
     }
     if (!(line = next_line(&r)) || strcmp(line, "end") != 0) {

@@ -1,0 +1,302 @@
+// shapes.c — what every op's kernels assume of their operands, checked on a plan as it is
+// read: dtypes of the right kind, and shapes that agree, so that no kernel of any backend
+// touches memory outside its buffers, however the plan file was edited. The column is
+// keyed by op id like the backends' kernel columns; each rule states the dims the cpu
+// backend's kernel derives (runtime/cpu/backend.c) and requires the rest to match them.
+#include "plan.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef struct Check {
+    const Plan *p;
+    const int *in, *out;
+    int nin, nout;
+    char *err;
+    size_t errlen;
+} Check;
+
+static const PlanBuffer *I(const Check *c, int k) {
+    return k < c->nin && c->in[k] >= 0 ? &c->p->buf[c->in[k]] : NULL;
+}
+static const PlanBuffer *O(const Check *c, int k) { return k < c->nout ? &c->p->buf[c->out[k]] : NULL; }
+static int64_t E(const PlanBuffer *b) { return plan_elems(b); }
+static int64_t L(const PlanBuffer *b) { return b->ndim ? b->shape[b->ndim - 1] : 1; }
+static int64_t R(const PlanBuffer *b) { return E(b) / L(b); }
+static int64_t D(const PlanBuffer *b, int k) { return k < 0 ? b->shape[b->ndim + k] : b->shape[k]; }
+
+static int fail(const Check *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(const Check *c, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->err, c->errlen, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+// Each operand's dtype kind, inputs then outputs: F a float (f32, bf16, f16), I i32,
+// U u8, Q nf4, '-' an optional operand (any float, or absent), '*' anything; a shorter
+// string leaves the rest as F.
+static const char *const kinds[OP_COUNT][2] = {
+    [OP_EMBED] = {"FI", "F"},           [OP_CROSS_ENTROPY] = {"FI", "F"},
+    [OP_EMBED_BWD] = {"FI", "F"},       [OP_CROSS_ENTROPY_BWD] = {"FI", "F"},
+    [OP_DROPOUT] = {"F", "FU"},         [OP_DROPOUT_BWD] = {"FU", "F"},
+    [OP_DEQUANT] = {"QF", "F"},         [OP_COPY] = {"*", "*"},
+    [OP_VIEW] = {"*", "*"},
+};
+
+static bool kind_ok(char k, PlanDType t) {
+    switch (k) {
+    case 'I': return t == PDT_I32;
+    case 'U': return t == PDT_U8;
+    case 'Q': return t == PDT_NF4;
+    case '*': return true;
+    default: return t == PDT_F32 || t == PDT_BF16 || t == PDT_F16;
+    }
+}
+
+static int dtypes(const Check *c, OpKind op) {
+    for (int side = 0; side < 2; side++) {
+        const char *want = kinds[op][side] ? kinds[op][side] : "";
+        if (op == OP_DEQUANT && side == 0 && c->nin == 4)   // double quantisation
+            want = "QUFF";
+        int n = side ? c->nout : c->nin;
+        for (int k = 0; k < n; k++) {
+            const PlanBuffer *b = side ? O(c, k) : I(c, k);
+            char w = k < (int)strlen(want) ? want[k] : 'F';
+            if (b && !kind_ok(w, b->dtype))
+                return fail(c, "%s %d (%s) is %s, the op takes %s there", side ? "output" : "input", k,
+                            b->name, plan_dtype_name(b->dtype),
+                            w == 'I' ? "i32" : w == 'U' ? "u8" : w == 'Q' ? "nf4" : "a float dtype");
+        }
+    }
+    return 0;
+}
+
+#define NEED(cond, ...)                                                                            \
+    do {                                                                                           \
+        if (!(cond))                                                                               \
+            return fail(c, __VA_ARGS__);                                                           \
+    } while (0)
+#define SAME(a, b) NEED(E(a) == E(b), "%s has %lld elements, %s %lld", (a)->name, (long long)E(a), \
+                        (b)->name, (long long)E(b))
+#define OUTS(n) NEED(c->nout >= (n), "it needs %d outputs, has %d", (n), c->nout)
+#define ND(b, n) NEED((b)->ndim >= (n), "%s needs at least %d dimensions", (b)->name, (n))
+
+// q [B, S, H, D] against k and v [B, S, Hkv, D], H a multiple of Hkv; lse [B, H, S].
+static int attention_shapes(const Check *c, const PlanBuffer *q, const PlanBuffer *k,
+                            const PlanBuffer *v, const PlanBuffer *lse) {
+    NEED(q->ndim == 4 && k->ndim == 4 && v->ndim == 4, "q, k and v are [B, S, heads, head_dim]");
+    for (int d = 0; d < 4; d++)
+        NEED(k->shape[d] == v->shape[d], "k and v differ in shape");
+    NEED(D(k, 0) == D(q, 0) && D(k, 1) == D(q, 1) && D(k, 3) == D(q, 3) && D(q, 2) % D(k, 2) == 0,
+         "k [%lld, %lld, %lld, %lld] does not go with q [%lld, %lld, %lld, %lld]", (long long)D(k, 0),
+         (long long)D(k, 1), (long long)D(k, 2), (long long)D(k, 3), (long long)D(q, 0),
+         (long long)D(q, 1), (long long)D(q, 2), (long long)D(q, 3));
+    NEED(E(lse) == D(q, 0) * D(q, 2) * D(q, 1), "%s is not [B, heads, S]", lse->name);
+    return 0;
+}
+
+static int shapes(const Check *c, OpKind op, const OpAttr *attr) {
+    const PlanBuffer *a = I(c, 0), *b = I(c, 1), *o = O(c, 0);
+    if (op == OP_ZERO) {
+        OUTS(1);
+        return 0;
+    }
+    OUTS(1);
+    NEED(a, "its first input is absent");
+    switch (op) {
+    case OP_EMBED:   // table [V, C], ids -> [ids..., C]
+        NEED(a->ndim == 2 && L(o) == D(a, 1) && E(o) == E(b) * L(o), "%s is not [ids..., %lld] of %s",
+             o->name, (long long)D(a, 1), a->name);
+        return 0;
+    case OP_LINEAR:   // x [..., K], W [N, K], bias [N] -> [..., N]
+        NEED(b->ndim == 2 && D(b, 1) == L(a), "%s is not [N, %lld]", b->name, (long long)L(a));
+        NEED(!I(c, 2) || E(I(c, 2)) == D(b, 0), "the bias is not [%lld]", (long long)D(b, 0));
+        NEED(E(o) == R(a) * D(b, 0), "%s is not [..., %lld]", o->name, (long long)D(b, 0));
+        return 0;
+    case OP_MATMUL:
+    case OP_MATMUL_DA:
+    case OP_MATMUL_DB: {
+        ND(a, 2);
+        ND(b, 2);
+        // the kernel's M, K, N and batch from the first operand and one dim of the second
+        int64_t m = D(a, -2), k = D(a, -1), n = op == OP_MATMUL_DA ? D(b, -2) : D(b, -1);
+        NEED(E(a) % (m * k) == 0, "%s is not a batch of matrices", a->name);
+        int64_t batch = E(a) / (m * k);
+        int64_t eb = op == OP_MATMUL ? batch * k * n : op == OP_MATMUL_DA ? batch * n * k : batch * m * n;
+        int64_t eo = op == OP_MATMUL ? batch * m * n : op == OP_MATMUL_DA ? batch * m * n : batch * k * n;
+        NEED(op != OP_MATMUL || D(b, -2) == k, "%s's rows are not %s's columns", b->name, a->name);
+        NEED(op != OP_MATMUL_DA || D(b, -1) == k, "%s's columns are not %s's", b->name, a->name);
+        NEED(op != OP_MATMUL_DB || D(b, -2) == m, "%s's rows are not %s's", b->name, a->name);
+        NEED(E(b) == eb && E(o) == eo, "the shapes of %s, %s and %s do not make a batched product",
+             a->name, b->name, o->name);
+        return 0;
+    }
+    case OP_ADD:
+    case OP_SUB:
+    case OP_MUL:
+    case OP_DIV:
+    case OP_SUM_TO:   // b (or the output of sum_to) repeats over a
+        if (op == OP_SUM_TO)
+            b = o;
+        NEED(E(b) > 0 && E(a) % E(b) == 0, "%s does not repeat over %s", b->name, a->name);
+        if (op != OP_SUM_TO)
+            SAME(o, a);
+        return 0;
+    case OP_SCALE:
+    case OP_SILU:
+    case OP_GELU:
+    case OP_EXP:
+    case OP_SOFTMAX:
+    case OP_ACC:
+        SAME(o, a);
+        return 0;
+    case OP_SILU_BWD:
+    case OP_GELU_BWD:
+    case OP_SOFTMAX_BWD:
+        SAME(a, b);
+        SAME(o, a);
+        return 0;
+    case OP_RMSNORM:
+    case OP_LAYERNORM:   // x [..., C], w [C] (, b [C]) -> y, and rstd [rows] (or mean, rstd)
+        OUTS(2);
+        NEED(E(b) == L(a) && (op == OP_RMSNORM || E(I(c, 2)) == L(a)), "the weights are not [%lld]",
+             (long long)L(a));
+        SAME(o, a);
+        NEED(E(O(c, 1)) == (op == OP_RMSNORM ? 1 : 2) * R(a), "%s is not the rows' statistics", O(c, 1)->name);
+        return 0;
+    case OP_RMSNORM_DX:
+    case OP_LAYERNORM_DX:   // dy, x, w, stats -> dx
+        SAME(a, b);
+        NEED(E(I(c, 2)) == L(b), "the weights are not [%lld]", (long long)L(b));
+        NEED(E(I(c, 3)) == (op == OP_RMSNORM_DX ? 1 : 2) * R(b), "%s is not the rows' statistics",
+             I(c, 3)->name);
+        SAME(o, b);
+        return 0;
+    case OP_RMSNORM_DW:
+    case OP_LAYERNORM_DW:   // dy, x, stats -> dw [C]
+        SAME(a, b);
+        NEED(E(I(c, 2)) == (op == OP_RMSNORM_DW ? 1 : 2) * R(b), "%s is not the rows' statistics",
+             I(c, 2)->name);
+        NEED(E(o) == L(b), "%s is not [%lld]", o->name, (long long)L(b));
+        return 0;
+    case OP_ROPE:
+    case OP_ROPE_BWD:
+        NEED(a->ndim == 4, "%s is not [B, S, heads, head_dim]", a->name);
+        SAME(o, a);
+        return 0;
+    case OP_ATTENTION:   // q, k, v -> o, lse
+        OUTS(2);
+        SAME(o, a);
+        return attention_shapes(c, a, b, I(c, 2), O(c, 1));
+    case OP_ATTENTION_BWD:   // dy, q, k, v, o, lse -> dq, dk, dv
+        OUTS(3);
+        SAME(a, b);
+        SAME(I(c, 4), b);
+        SAME(o, b);
+        SAME(O(c, 1), I(c, 2));
+        SAME(O(c, 2), I(c, 3));
+        return attention_shapes(c, b, I(c, 2), I(c, 3), I(c, 5));
+    case OP_VIEW:   // the reader checks a view fits its base
+        return 0;
+    case OP_TRANSPOSE: {
+        int p0 = attr->perm[0], p1 = attr->perm[1];
+        NEED(p0 >= 0 && p1 >= 0 && p0 < a->ndim && p1 < a->ndim && o->ndim == a->ndim,
+             "perm=%d,%d does not name two of the %d dimensions", p0, p1, a->ndim);
+        for (int d = 0; d < a->ndim; d++)
+            NEED(o->shape[d] == a->shape[d == p0 ? p1 : d == p1 ? p0 : d], "%s is not %s with dims %d "
+                 "and %d swapped", o->name, a->name, p0, p1);
+        return 0;
+    }
+    case OP_DROPOUT:
+        SAME(o, a);
+        NEED(c->nout < 2 || E(O(c, 1)) == E(a), "the mask is not the input's size");
+        return 0;
+    case OP_DROPOUT_BWD:
+        SAME(a, b);
+        SAME(o, a);
+        return 0;
+    case OP_CROSS_ENTROPY:   // logits [..., V], targets [rows] -> the mean
+    case OP_CROSS_ENTROPY_BWD:
+        NEED(E(b) == R(a), "%s has %lld targets, %s %lld rows", b->name, (long long)E(b), a->name,
+             (long long)R(a));
+        if (op == OP_CROSS_ENTROPY)
+            NEED(E(o) == 1, "%s is not a scalar", o->name);
+        else
+            SAME(o, a);
+        return 0;
+    case OP_EMBED_BWD:   // dy [..., C], ids [rows] -> dtable [V, C]
+        NEED(E(b) == R(a) && o->ndim == 2 && D(o, 1) == L(a), "%s, %s and %s do not agree", a->name,
+             b->name, o->name);
+        return 0;
+    case OP_LINEAR_DX:   // dy [..., N], W [N, K] -> dx [..., K]
+        NEED(b->ndim == 2 && D(b, 0) == L(a) && E(o) == R(a) * D(b, 1), "%s, %s and %s do not agree",
+             a->name, b->name, o->name);
+        return 0;
+    case OP_LINEAR_DW:   // dy [..., N], x [..., K] -> dW [N, K]
+        NEED(R(a) == R(b) && E(o) == L(a) * L(b), "%s, %s and %s do not agree", a->name, b->name, o->name);
+        return 0;
+    case OP_COPY:
+        NEED(plan_dtype_bytes(a->dtype, E(a)) == plan_dtype_bytes(o->dtype, E(o)),
+             "a copy between buffers of different sizes");
+        return 0;
+    case OP_DEQUANT: {   // W nf4, absmax | codes, scales, mean -> W
+        int64_t blocks = (E(o) + 63) / 64;
+        SAME(o, a);
+        if (c->nin == 2)
+            NEED(E(b) == blocks, "%s is not one absmax per 64 weights", b->name);
+        else
+            NEED(c->nin == 4 && E(b) == blocks && E(I(c, 2)) == (blocks + 255) / 256 && E(I(c, 3)) >= 1,
+                 "the double-quantised scales do not fit %s", a->name);
+        return 0;
+    }
+    case OP_ADAMW:
+    case OP_SGD:   // grad -> param, (m, v,) master?
+        OUTS(op == OP_ADAMW ? 3 : 1);
+        for (int k = 0; k < c->nout; k++)
+            SAME(O(c, k), a);
+        return 0;
+    case OP_FUSED:   // its steps are checked one by one
+    case OP_ZERO:
+    case OP_COUNT:
+        return 0;
+    }
+    return 0;
+}
+
+#undef NEED
+#undef SAME
+#undef OUTS
+#undef ND
+
+static int check(const Plan *p, OpKind op, const OpAttr *attr, const int *in, int nin, const int *out,
+                 int nout, char *err, size_t errlen) {
+    Check c = {p, in, out, nin, nout, err, errlen};
+    for (int k = 0; k < nout; k++)   // an output may be virtual only inside a fused kernel
+        if (out[k] < 0)
+            return fail(&c, "output %d is absent", k);
+    int dt = dtypes(&c, op);
+    if (dt != 0 || op == OP_ZERO)
+        return dt;
+    for (int k = 0; k < nin; k++)   // an absent input only where the op has an optional one
+        if (in[k] < 0 && !(op == OP_LINEAR && k == 2))
+            return fail(&c, "input %d is absent", k);
+    return shapes(&c, op, attr);
+}
+
+int plan_check_instr(const Plan *p, const PlanInstr *in, char *err, size_t errlen) {
+    if (in->nstep == 0)
+        return check(p, in->op, &in->attr, in->in, in->nin, in->out, in->nout, err, errlen);
+    for (int s = 0; s < in->nstep; s++) {
+        const PlanStep *st = &in->step[s];
+        char why[400];
+        if (op_desc(st->op)->cls != OPC_ELEMENTWISE || st->op == OP_FUSED ||
+            check(p, st->op, &st->attr, st->in, st->nin, &st->out, 1, why, sizeof why) != 0)
+            return snprintf(err, errlen, "step %d (%s): %s", s, op_desc(st->op)->name,
+                            op_desc(st->op)->cls != OPC_ELEMENTWISE || st->op == OP_FUSED
+                                ? "not an elementwise op" : why), -1;
+    }
+    return 0;
+}
