@@ -96,18 +96,20 @@ static void instr_desc(FILE *f, const Plan *p, int id) {
     fputc(')', f);
 }
 
+static int by_bytes_desc(const void *x, const void *y, void *ctx) {
+    const Plan *p = ctx;
+    int a = *(const int *)x, b = *(const int *)y;
+    int64_t ba = p->buf[a].bytes, bb = p->buf[b].bytes;
+    return ba != bb ? (ba < bb ? 1 : -1) : a - b;   // ties in id order
+}
+
 // Buffers sorted by bytes, largest first (ids into p->buf).
 static int *largest(const Plan *p, int *count) {
     int *ids = malloc(sizeof(int) * (size_t)(p->nbuf + 1)), n = 0;
     for (int i = 0; i < p->nbuf; i++)
         if (owns(&p->buf[i]))
             ids[n++] = i;
-    for (int i = 1; i < n; i++) {   // insertion sort is fine at plan sizes; stable
-        int x = ids[i], j = i;
-        while (j > 0 && p->buf[ids[j - 1]].bytes < p->buf[x].bytes)
-            ids[j] = ids[j - 1], j--;
-        ids[j] = x;
-    }
+    qsort_r(ids, (size_t)n, sizeof(int), by_bytes_desc, (void *)p);
     *count = n;
     return ids;
 }

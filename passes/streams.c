@@ -13,6 +13,7 @@
 // nothing is ordered across phases here. The plan verifier checks the result with its
 // own replay.
 #include "passes.h"
+#include "../runtime/overlap.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -91,6 +92,32 @@ static int touches(const IrNode *n, int *ids, bool *write) {
     return m;
 }
 
+// A root born on bytes another held last, which died before it in the same phase, one
+// of the two off the compute stream.
+typedef struct Succ {
+    const IrGraph *g;
+    const int *first, *last;
+    const bool *cross;
+    struct {
+        int early, late;
+    } *pair;
+    int n, cap;
+} Succ;
+
+static void successor(int e, int l, void *ctx) {
+    Succ *c = ctx;
+    if (!c->cross[e] && !c->cross[l])   // both on the compute stream: plan order holds
+        return;
+    if (c->last[e] >= c->first[l] || c->g->nodes.at[c->last[e]].phase != c->g->nodes.at[c->first[l]].phase)
+        return;
+    if (c->n == c->cap) {
+        c->cap = c->cap ? 2 * c->cap : 1024;
+        c->pair = realloc(c->pair, sizeof *c->pair * (size_t)c->cap);
+    }
+    c->pair[c->n].early = e, c->pair[c->n].late = l;
+    c->n++;
+}
+
 int streams_apply(IrGraph *g, StreamStats *st) {
     memset(st, 0, sizeof *st);
     int nt = g->tensors.len, n = g->nodes.len;
@@ -118,39 +145,29 @@ int streams_apply(IrGraph *g, StreamStats *st) {
             cross[r] |= nd->stream != STREAM_COMPUTE;
         }
     }
-    // Byte successors: for each root, the roots placed on some of its bytes that died
-    // before it was born in the same phase, where either side leaves the compute stream.
-    // pred lists, CSR: count, then fill.
-    int *npred = calloc((size_t)nt + 2, sizeof(int)), *pred = NULL, *fill = NULL;
-    for (int pass = 0; pass < 2; pass++) {
-        for (int x = 0; x < nt; x++) {
-            const IrTensor *tx = &g->tensors.at[x];
-            if (y.root[x] != x || !cross[x] || persistent(tx) || last[x] < 0 || !ir_tensor_bytes(tx))
-                continue;
-            for (int z = 0; z < nt; z++) {
-                const IrTensor *tz = &g->tensors.at[z];
-                if (z == x || y.root[z] != z || persistent(tz) || last[z] < 0 ||
-                    tz->arena != tx->arena || (cross[z] && z < x) || !ir_tensor_bytes(tz) ||
-                    !(tx->offset < tz->offset + ir_tensor_bytes(tz) &&
-                      tz->offset < tx->offset + ir_tensor_bytes(tx)))
-                    continue;
-                int e = last[x] < first[z] ? x : z, l = e == x ? z : x;
-                if (last[e] >= first[l] || g->nodes.at[last[e]].phase != g->nodes.at[first[l]].phase)
-                    continue;
-                if (pass == 0)
-                    npred[l + 1]++;
-                else
-                    pred[fill[l]++] = e;
-            }
-        }
-        if (pass == 0) {
-            for (int i = 0; i < nt; i++)
-                npred[i + 1] += npred[i];
-            pred = malloc(sizeof(int) * (size_t)(npred[nt] + 1));
-            fill = malloc(sizeof(int) * (size_t)(nt + 1));
-            memcpy(fill, npred, sizeof(int) * (size_t)nt);
-        }
+    // Byte successors: for each root, the roots that held some of its bytes last before
+    // it was born, dead by then, in the same phase (a succession of holders orders them
+    // all: each waits for the one before). Pred lists, CSR.
+    ByteSpan *br = malloc(sizeof *br * (size_t)(nt + 1));
+    int nbr = 0;
+    for (int x = 0; x < nt; x++) {
+        const IrTensor *tx = &g->tensors.at[x];
+        if (y.root[x] == x && !persistent(tx) && last[x] >= 0 && ir_tensor_bytes(tx))
+            br[nbr++] = (ByteSpan){x, tx->arena, tx->offset, ir_tensor_bytes(tx), first[x]};
     }
+    Succ sc = {.g = g, .first = first, .last = last, .cross = cross};
+    byte_successions(br, nbr, successor, &sc);
+    free(br);
+    int *npred = calloc((size_t)nt + 2, sizeof(int));
+    for (int k = 0; k < sc.n; k++)
+        npred[sc.pair[k].late + 1]++;
+    for (int i = 0; i < nt; i++)
+        npred[i + 1] += npred[i];
+    int *pred = malloc(sizeof(int) * (size_t)(npred[nt] + 1)), *fill = malloc(sizeof(int) * (size_t)(nt + 1));
+    memcpy(fill, npred, sizeof(int) * (size_t)nt);
+    for (int k = 0; k < sc.n; k++)
+        pred[fill[sc.pair[k].late]++] = sc.pair[k].early;
+    free(sc.pair);
     y.pos = malloc(sizeof(int) * (size_t)(n + 1));
     y.clock = malloc(sizeof(int) * S * (size_t)(n + 1));
     y.hist = malloc(sizeof(Hist) * (size_t)(nt + 1));

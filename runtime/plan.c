@@ -178,9 +178,9 @@ static int read_header(Reader *r, Plan *p) {
             return bad(r, "'%s' needs a value", w[0]);
         bool ok = true;
         if (strcmp(w[0], "model") == 0)
-            p->model = xstrdup(w[1]);
+            free(p->model), p->model = xstrdup(w[1]);
         else if (strcmp(w[0], "gpu") == 0)
-            p->gpu = xstrdup(w[1]);
+            free(p->gpu), p->gpu = xstrdup(w[1]);
         else if (strcmp(w[0], "source") == 0)
             free(p->source), p->source = xstrdup(w[1]);
         else if (strcmp(w[0], "budget") == 0)
@@ -196,7 +196,7 @@ static int read_header(Reader *r, Plan *p) {
         else if (strcmp(w[0], "vocab") == 0)
             ok = ops_parse_i64(w[1], &p->vocab) && p->vocab > 0;
         else if (strcmp(w[0], "precision") == 0)
-            p->precision = xstrdup(w[1]);
+            free(p->precision), p->precision = xstrdup(w[1]);
         else if (strcmp(w[0], "estimate") == 0) {
             for (int i = 1; ok && i < n; i++) {
                 char *eq = strchr(w[i], '=');
@@ -223,7 +223,7 @@ static int read_header(Reader *r, Plan *p) {
                 else if (!strcmp(w[i], "dropout"))
                     ok = parse_f64(eq + 1, &p->lora_dropout);
                 else if (!strcmp(w[i], "targets"))
-                    p->lora_targets = xstrdup(eq + 1);
+                    free(p->lora_targets), p->lora_targets = xstrdup(eq + 1);
             }
         } else if (strcmp(w[0], "rank") == 0)
             ok = n == 4 && parse_int(w[1], &p->rank) && parse_int(w[3], &p->ranks);
@@ -243,7 +243,7 @@ static int read_header(Reader *r, Plan *p) {
             ok = ops_parse_i64(w[1], &e) && e >= 0 && e <= 100000000;
             p->events = (int)e;
         } else if (strcmp(w[0], "optimizer") == 0) {
-            p->optimizer = xstrdup(w[1]);
+            free(p->optimizer), p->optimizer = xstrdup(w[1]);
             for (int i = 2; ok && i < n; i++) {
                 char *eq = strchr(w[i], '=');
                 if (!eq)
@@ -305,7 +305,7 @@ static int read_buffer(Reader *r, Plan *p, int i, char *line) {
                 if (strcmp(v, kinds[j]) == 0)
                     b->kind = (PlanKind)j, ok = true;
         } else if (strcmp(key, "hf") == 0) {
-            b->hf = xstrdup(v);
+            free(b->hf), b->hf = xstrdup(v);
         } else if (strcmp(key, "init") == 0) {
             static const char *inits[] = {"normal", "ones", "zeros", "kaiming_uniform"};
             ok = false;
@@ -325,7 +325,7 @@ static int read_buffer(Reader *r, Plan *p, int i, char *line) {
         } else if (strcmp(key, "layer") == 0) {
             ok = parse_int(v, &b->layer);
         } else if (strcmp(key, "role") == 0) {
-            b->role = xstrdup(v);
+            free(b->role), b->role = xstrdup(v);
         } else if (strcmp(key, "virtual") == 0) {
             b->virt = strcmp(v, "1") == 0;
             ok = b->virt || strcmp(v, "0") == 0;

@@ -3,6 +3,7 @@
 // execution relies on. ftc compile runs it on every plan it writes; tests corrupt
 // plans on purpose and expect each fault to be named.
 #include "plan.h"
+#include "overlap.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -34,16 +35,32 @@ static bool reuse_pair(const int *root, const PlanBuffer *a, const PlanBuffer *b
     return lo == hi && (a->last == b->first || b->last == a->first);
 }
 
-static int by_first(const void *x, const void *y, void *ctx) {
-    const Plan *p = ctx;
-    const PlanBuffer *a = &p->buf[*(const int *)x], *b = &p->buf[*(const int *)y];
-    return a->first != b->first ? a->first - b->first : a->id - b->id;
-}
-
 #define OPNAME(in) op_desc((in)->op)->name
 
 static int check_streams(const Plan *p, const int *root, FILE *out);
 static int check_groups(const Plan *p, const int *root, FILE *out);
+
+// Two buffers on shared bytes: a problem when both are alive at once.
+typedef struct Clash {
+    const Plan *p;
+    const int *root;
+    FILE *out;
+    int bad;
+} Clash;
+
+static void clash(int x, int y, void *ctx) {
+    Clash *c = ctx;
+    const PlanBuffer *a = &c->p->buf[x], *b = &c->p->buf[y];   // a held the bytes before b
+    if (a->last < b->first || reuse_pair(c->root, a, b))
+        return;
+    FILE *out = c->out;
+    int bad = 0;
+    PROBLEM("buffers %s [%lld, %lld) and %s [%lld, %lld) share bytes while both live "
+            "(instructions %d..%d and %d..%d)",
+            a->name, (long long)a->offset, (long long)(a->offset + a->bytes), b->name,
+            (long long)b->offset, (long long)(b->offset + b->bytes), a->first, a->last, b->first, b->last);
+    c->bad += bad;
+}
 
 int plan_verify(const Plan *p, FILE *out) {
     int bad = 0, nbuf = p->nbuf, ni = plan_instr_count(p);
@@ -82,37 +99,21 @@ int plan_verify(const Plan *p, FILE *out) {
                         "after instruction %d", b->name, b->role, base->last, end);
         }
     }
-    // No two buffers live at once share bytes. Sweep time: two buffers overlapping in
-    // time are both alive when the later one starts, so each is checked against the
-    // buffers alive then (O(n·k), k the live buffers).
+    // No two buffers live at once share bytes, but for a declared in-place reuse. Each
+    // buffer is born on bytes others held last; if those are dead by then, every
+    // earlier holder is (their lifetimes were apart too), so successions find any clash.
     int *root = plan_roots(p);
-    int *ord = malloc(sizeof(int) * (size_t)(nbuf + 1)), n = 0;
-    int *alive = malloc(sizeof(int) * (size_t)(nbuf + 1)), na = 0;
-    for (int i = 0; i < nbuf; i++)
-        if (owns_bytes(&p->buf[i]) && p->buf[i].first >= 0 && p->buf[i].last >= p->buf[i].first)
-            ord[n++] = i;
-    qsort_r(ord, (size_t)n, sizeof(int), by_first, (void *)p);
-    for (int x = 0; x < n; x++) {
-        const PlanBuffer *b = &p->buf[ord[x]];
-        int keep = 0;
-        for (int k = 0; k < na; k++)
-            if (p->buf[alive[k]].last >= b->first)
-                alive[keep++] = alive[k];
-        na = keep;
-        for (int k = 0; k < na; k++) {
-            const PlanBuffer *a = &p->buf[alive[k]];
-            bool bytes = a->arena == b->arena && a->offset < b->offset + b->bytes &&
-                         b->offset < a->offset + a->bytes;
-            if (bytes && !reuse_pair(root, a, b))
-                PROBLEM("buffers %s [%lld, %lld) and %s [%lld, %lld) share bytes while both live "
-                        "(instructions %d..%d and %d..%d)",
-                        a->name, (long long)a->offset, (long long)(a->offset + a->bytes), b->name,
-                        (long long)b->offset, (long long)(b->offset + b->bytes), a->first, a->last,
-                        b->first, b->last);
-        }
-        alive[na++] = ord[x];
+    ByteSpan *own = malloc(sizeof *own * (size_t)(nbuf + 1));
+    int nown = 0;
+    for (int i = 0; i < nbuf; i++) {
+        const PlanBuffer *b = &p->buf[i];
+        if (owns_bytes(b) && b->first >= 0 && b->last >= b->first)
+            own[nown++] = (ByteSpan){i, b->arena, b->offset, b->bytes, b->first};
     }
-    free(ord), free(alive);
+    Clash cl = {.p = p, .root = root, .out = out};
+    byte_successions(own, nown, clash, &cl);
+    free(own);
+    bad += cl.bad;
     bad += check_streams(p, root, out) + check_groups(p, root, out);
     free(root);
     // Replay: operands exist, reads follow writes, touches fall inside lifetimes.
@@ -340,6 +341,27 @@ static bool lifelong(const PlanBuffer *b) {
     return b->kind == PK_PARAM || b->kind == PK_GRAD || b->kind == PK_STATE || b->kind == PK_QUANT;
 }
 
+// A root and the one that held its bytes last, one of them touched off compute.
+typedef struct Shared {
+    const bool *cross;
+    struct {
+        int a, b;
+    } *pair;
+    int n, cap;
+} Shared;
+
+static void shared_pair(int a, int b, void *ctx) {
+    Shared *s = ctx;
+    if (!s->cross[a] && !s->cross[b])
+        return;
+    if (s->n == s->cap) {
+        s->cap = s->cap ? 2 * s->cap : 1024;
+        s->pair = realloc(s->pair, sizeof *s->pair * (size_t)s->cap);
+    }
+    s->pair[s->n].a = a, s->pair[s->n].b = b;
+    s->n++;
+}
+
 static int check_streams(const Plan *p, const int *root, FILE *out) {
     int ni = plan_instr_count(p), nbuf = p->nbuf;
     Replay rr = {.p = p, .root = root, .out = out}, *r = &rr;
@@ -368,6 +390,18 @@ static int check_streams(const Plan *p, const int *root, FILE *out) {
             cross[rt] |= in->stream != STREAM_COMPUTE;
         }
     }
+    // Roots born on bytes another root held last, one of the two touched off the
+    // compute stream (a succession of holders orders them all when each pair is).
+    ByteSpan *br = malloc(sizeof *br * (size_t)(nbuf + 1));
+    int nbr = 0;
+    for (int i = 0; i < nbuf; i++) {
+        const PlanBuffer *b = &p->buf[i];
+        if (root[i] == i && owns_bytes(b) && !lifelong(b) && last[i] >= 0)
+            br[nbr++] = (ByteSpan){i, b->arena, b->offset, b->bytes, first[i]};
+    }
+    Shared sh = {.cross = cross};
+    byte_successions(br, nbr, shared_pair, &sh);
+    free(br);
     int base = 0;
     for (int ph = 0; ph < PHASE_COUNT; ph++) {
         int n = p->nins[ph], count[S] = {0};
@@ -421,30 +455,22 @@ static int check_streams(const Plan *p, const int *root, FILE *out) {
         // Buffers whose bytes another takes over later in this phase: everything the
         // first did must be done before the second's first touch. Only pairs with a
         // stream other than compute can be out of order.
-        for (int x = 0; x < nbuf; x++) {
-            const PlanBuffer *bx = &p->buf[x];
-            if (root[x] != x || !cross[x] || !owns_bytes(bx) || lifelong(bx) || last[x] < 0)
-                continue;
-            for (int y = 0; y < nbuf; y++) {
-                const PlanBuffer *by = &p->buf[y];
-                if (y == x || root[y] != y || !owns_bytes(by) || lifelong(by) || last[y] < 0 ||
-                    by->arena != bx->arena || (cross[y] && y < x) ||
-                    !(bx->offset < by->offset + by->bytes && by->offset < bx->offset + bx->bytes))
-                    continue;
-                int e = last[x] < first[y] ? x : y, l = e == x ? y : x;
-                if (last[e] >= first[l] || last[e] < base || first[l] >= base + n)
-                    continue;   // live at once (checked above), or in different phases
-                const Hist *h = &r->hist[e];
-                int j = first[l];
-                if (h->write >= 0 && !before(r, h->write, j))
-                    unordered(r, h->write, j, e, "write (and reuse the bytes of)");
-                for (int s = 0; s < S; s++)
-                    if (h->read[s] >= 0 && !before(r, h->read[s], j))
-                        unordered(r, h->read[s], j, e, "read (and reuse the bytes of)");
-            }
+        for (int k = 0; k < sh.n; k++) {
+            int x = sh.pair[k].a, y = sh.pair[k].b;
+            int e = last[x] < first[y] ? x : y, l = e == x ? y : x;
+            if (last[e] >= first[l] || last[e] < base || first[l] >= base + n)
+                continue;   // live at once (checked above), or in different phases
+            const Hist *h = &r->hist[e];
+            int j = first[l];
+            if (h->write >= 0 && !before(r, h->write, j))
+                unordered(r, h->write, j, e, "write (and reuse the bytes of)");
+            for (int s = 0; s < S; s++)
+                if (h->read[s] >= 0 && !before(r, h->read[s], j))
+                    unordered(r, h->read[s], j, e, "read (and reuse the bytes of)");
         }
         base += n;
     }
     free(r->pos), free(r->clock), free(r->hist), free(recorder), free(first), free(last), free(cross);
+    free(sh.pair);
     return r->bad;
 }

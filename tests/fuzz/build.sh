@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# build.sh — builds the libFuzzer harness for the .ft frontend and runs it.
+# build.sh — builds the libFuzzer harnesses (the .ft frontend, plan files) and runs one.
 #
-# usage: tests/fuzz/build.sh [SECONDS] [LIBFUZZER_FLAG...]
+# usage: [TARGET=ft|plan] tests/fuzz/build.sh [SECONDS] [LIBFUZZER_FLAG...]
 #   SECONDS   how long to fuzz (default 60); 0 only builds.
 #   flags     passed to the fuzzer as they are, e.g. -jobs=4 -workers=4, -fork=2.
 #
 # Builds, from the sources directly (not through CMake):
-#   tests/fuzz/fuzz_ft   the fuzzer: clang -fsanitize=fuzzer,address,undefined
-#   tests/fuzz/replay    the same harness with a plain main(), ASan+UBSan, no libFuzzer
-# then fuzzes with the seed corpus tests/fuzz/corpus (read-only), writing new inputs
-# to tests/fuzz/out/corpus and crashes, timeouts and leaks to tests/fuzz/out/artifacts/.
+#   tests/fuzz/fuzz_ft    the .ft fuzzer: clang -fsanitize=fuzzer,address,undefined
+#   tests/fuzz/replay     the same harness with a plain main(), ASan+UBSan, no libFuzzer
+#   tests/fuzz/fuzz_plan  the plan fuzzer (reader, verifier, one step on the cpu backend)
+# then fuzzes TARGET (default ft) with its seed corpus, tests/fuzz/corpus or
+# tests/fuzz/plans (read-only), writing new inputs to tests/fuzz/out/TARGET/corpus and
+# crashes, timeouts and leaks to tests/fuzz/out/TARGET/artifacts/.
 #
 # Environment:
 #   CC                clang to use (default clang; needs libFuzzer: on Debian/Ubuntu
@@ -32,7 +34,12 @@ esac
 
 CC=${CC:-clang}
 BUILD_DIR=${BUILD_DIR:-build}
-out=tests/fuzz/out
+TARGET=${TARGET:-ft}
+case $TARGET in
+    ft|plan) ;;
+    *) echo "build.sh: TARGET is ft or plan, got '$TARGET'" >&2; exit 2 ;;
+esac
+out=tests/fuzz/out/$TARGET
 
 # The lexer and parser come from flex and bison through CMake.
 if [ ! -f "$BUILD_DIR/lexer.c" ] || [ ! -f "$BUILD_DIR/parser.c" ] ||
@@ -56,15 +63,15 @@ fi
 
 srcs=()
 for f in frontend/*.c ir/*.c passes/*.c; do
-    [ "$f" = frontend/main.c ] || srcs+=("$f")
+    case $f in frontend/main.c|frontend/compile.c) ;; *) srcs+=("$f") ;; esac
 done
-srcs+=("$BUILD_DIR/lexer.c" "$BUILD_DIR/parser.c")
+srcs+=(runtime/ops.c "$BUILD_DIR/lexer.c" "$BUILD_DIR/parser.c")
 
 jansson_cflags=$(pkg-config --cflags jansson 2>/dev/null || true)
 jansson_libs=$(pkg-config --libs jansson 2>/dev/null || echo -ljansson)
 cflags=(-std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer
         -Wall -Wextra -Wno-sign-compare -Wno-unused-parameter -Wno-unused-function
-        -Ifrontend -Iir -Ipasses -I"$BUILD_DIR" $jansson_cflags)
+        -Ifrontend -Iir -Ipasses -Iruntime -I"$BUILD_DIR" $jansson_cflags)
 san=(-fsanitize=address,undefined -fno-sanitize-recover=all)
 
 echo "build.sh: building tests/fuzz/fuzz_ft and tests/fuzz/replay with $CC"
@@ -72,11 +79,23 @@ echo "build.sh: building tests/fuzz/fuzz_ft and tests/fuzz/replay with $CC"
     tests/fuzz/fuzz_ft.c "${srcs[@]}" $jansson_libs -lm -o tests/fuzz/fuzz_ft
 "$CC" "${cflags[@]}" "${san[@]}" \
     tests/fuzz/replay.c tests/fuzz/fuzz_ft.c "${srcs[@]}" $jansson_libs -lm -o tests/fuzz/replay
+# The plan fuzzer: the runtime without the training loop and the GPU backends.
+rsrcs=()
+for f in runtime/*.c runtime/cpu/*.c; do
+    [ "$f" = runtime/train.c ] || rsrcs+=("$f")
+done
+"$CC" "${cflags[@]}" -Iruntime/cpu "${san[@]}" -fsanitize=fuzzer \
+    tests/fuzz/fuzz_plan.c "${rsrcs[@]}" $jansson_libs -lopenblas -lpthread -ldl -lm -o tests/fuzz/fuzz_plan
 
 [ "$secs" -gt 0 ] || exit 0
 
 mkdir -p "$out/corpus" "$out/artifacts"
-echo "build.sh: fuzzing for ${secs}s (new inputs in $out/corpus, findings in $out/artifacts/)"
+echo "build.sh: fuzzing $TARGET for ${secs}s (new inputs in $out/corpus, findings in $out/artifacts/)"
+if [ "$TARGET" = plan ]; then
+    exec tests/fuzz/fuzz_plan "$out/corpus" tests/fuzz/plans \
+        -max_len=65536 -timeout=10 -max_total_time="$secs" -rss_limit_mb=4096 \
+        -artifact_prefix="$out/artifacts/" -print_final_stats=1 "$@"
+fi
 exec tests/fuzz/fuzz_ft "$out/corpus" tests/fuzz/corpus \
     -dict=tests/fuzz/ft.dict -max_len=8192 -timeout=5 -max_total_time="$secs" \
     -artifact_prefix="$out/artifacts/" -print_final_stats=1 "$@"
