@@ -2,7 +2,9 @@
 // (what one read or write call moves on Linux), and rt_fail for error messages.
 #include "fileio.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -119,6 +121,47 @@ int rt_open_regular(const char *path, struct stat *st) {
         return -2;
     }
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    return fd;
+}
+
+// Removes PATH.tmp.PID.* beside path whose process is gone.
+static void clean_stale_tmp(const char *path) {
+    char dir[4096];
+    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) + (slash == path) : 1, slash ? path : ".");
+    size_t bl = strlen(base);
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    for (struct dirent *e; (e = readdir(d));) {
+        const char *n = e->d_name;
+        if (strncmp(n, base, bl) != 0 || strncmp(n + bl, ".tmp.", 5) != 0)
+            continue;
+        char *end;
+        long pid = strtol(n + bl + 5, &end, 10);
+        if (end == n + bl + 5 || *end != '.' || pid <= 0 || pid == (long)getpid() ||
+            kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue;
+        char p[8300];
+        snprintf(p, sizeof p, "%s/%s", dir, n);
+        unlink(p);
+    }
+    closedir(d);
+}
+
+int rt_tmp_create(const char *path, char *tmp, size_t len) {
+    clean_stale_tmp(path);
+    if ((size_t)snprintf(tmp, len, "%s.tmp.%d.XXXXXX", path, (int)getpid()) >= len) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    int fd = mkstemp(tmp);
+    if (fd >= 0 && fchmod(fd, 0644) != 0) {
+        int e = errno;
+        close(fd), unlink(tmp);
+        errno = e;
+        return -1;
+    }
     return fd;
 }
 

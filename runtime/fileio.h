@@ -16,6 +16,11 @@ char *rt_read_whole(const char *path, size_t *bytes);
 // end): the descriptor, with *st filled; -1 with errno set when it cannot be opened, -2
 // when it is something other than a regular file (closed again).
 int rt_open_regular(const char *path, struct stat *st);
+// A new temporary file beside path, named PATH.tmp.PID.XXXXXX (unique, and naming the
+// process that writes it), opened for writing with mode 0644: the descriptor, its name
+// in tmp (len bytes); -1 with errno set. What dead processes left under such names beside
+// path (a killed save) is removed first.
+int rt_tmp_create(const char *path, char *tmp, size_t len);
 // Writes exactly n bytes; -1 with errno set.
 int rt_write_full(int fd, const void *src, size_t n);
 // A message for the last failed read: strerror(errno), or "the file ended early".

@@ -746,7 +746,8 @@ int st_write(const char *path, const StWrite *t, int n, const char *const *metad
         return rt_fail(err, errlen, "%s: invalid tensor list (n = %d)", path, n);
     int *order = malloc((size_t)(n ? n : 1) * sizeof *order);
     uint64_t *bytes = malloc((size_t)(n ? n : 1) * sizeof *bytes);
-    char *tmp = malloc(strlen(path) + 16);
+    size_t tmplen = strlen(path) + 40;
+    char *tmp = malloc(tmplen);
     char *header = NULL;
     json_t *root = NULL;
     int fd, rc = -1;
@@ -782,13 +783,12 @@ int st_write(const char *path, const StWrite *t, int n, const char *const *metad
     for (int i = 0; i < 8; i++)
         prefix[i] = (unsigned char)((uint64_t)padded >> (8 * i));
 
-    snprintf(tmp, strlen(path) + 16, "%s.tmp.XXXXXX", path);
-    fd = mkstemp(tmp);
+    fd = rt_tmp_create(path, tmp, tmplen);
     if (fd < 0) {
         rt_fail(err, errlen, "%s: cannot create a temporary file: %s", path, strerror(errno));
         goto done;
     }
-    int ok = fchmod(fd, 0644) == 0 && rt_write_full(fd, prefix, 8) == 0 &&
+    int ok = rt_write_full(fd, prefix, 8) == 0 &&
              rt_write_full(fd, header, hlen) == 0 &&
              rt_write_full(fd, "        ", padded - hlen) == 0;
     for (int j = 0; j < n && ok; j++)

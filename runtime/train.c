@@ -15,6 +15,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -108,6 +109,35 @@ static int check_save_dir(const char *dir, char *err, size_t errlen) {
         return rt_fail(err, errlen, "--save %s: cannot write in %s: %s", dir, where, strerror(errno));
     close(fd);
     unlink(probe);
+    return 0;
+}
+
+// One ftc at a time writes a --save directory: DIR (made now) holds .ftc-lock, locked
+// while this process lives (the kernel lets go however it ends) and naming it.
+static int lock_save_dir(const char *dir, int *fd_out, char *err, size_t errlen) {
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+        return rt_fail(err, errlen, "--save %s: cannot create it: %s", dir, strerror(errno));
+    char path[4200];
+    snprintf(path, sizeof path, "%s/.ftc-lock", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return rt_fail(err, errlen, "--save %s: cannot create %s: %s", dir, path, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        char who[32] = "";
+        ssize_t n = pread(fd, who, sizeof who - 1, 0);
+        who[n > 0 ? n : 0] = '\0';
+        who[strcspn(who, "\n")] = '\0';
+        close(fd);
+        return rt_fail(err, errlen, "--save %s: another ftc%s%s%s is writing it", dir, *who ? " (pid " : "",
+                       who, *who ? ")" : "");
+    }
+    char pid[32];
+    int len = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)len, 0) != len) {
+        close(fd);
+        return rt_fail(err, errlen, "--save %s: cannot write %s", dir, path);
+    }
+    *fd_out = fd;
     return 0;
 }
 
@@ -228,11 +258,15 @@ int rt_train(const RunOptions *o) {
     }
     Backend *host = rt_cpu_backend();
     Exec x = {0};
-    int rc = 1;
+    int rc = 1, lock = -1;
     uint64_t *order = malloc(sizeof(uint64_t) * nwin);
     int32_t *window = malloc(sizeof(int32_t) * (size_t)(p->seq + 1));
     size_t batch_ids = (size_t)(p->micro_batch * p->seq);
     int32_t *tokens = malloc(sizeof(int32_t) * batch_ids), *targets = malloc(sizeof(int32_t) * batch_ids);
+    if (o->save && lock_save_dir(o->save, &lock, err, sizeof err) != 0) {
+        error("%s", err);
+        goto out;
+    }
     if (!order || !window || !tokens || !targets) {
         error("out of memory for the data order and batch (%llu windows)", (unsigned long long)nwin);
         goto out;
@@ -333,6 +367,8 @@ int rt_train(const RunOptions *o) {
         goto out;
     rc = 0;
 out:
+    if (lock >= 0)
+        close(lock);
     rt_exec_free(&x);
     be->destroy(be);
     host->destroy(host);

@@ -5,6 +5,7 @@
 // loading by Hugging Face name, and saving.
 #include "runtime.h"
 #include "safetensors.h"
+#include "fileio.h"
 #include "cpu/kernels.h"
 
 #include <jansson.h>
@@ -284,9 +285,17 @@ int rt_adapters_save(Exec *x, const char *dir, const char *base_model, char *err
     json_object_set_new(cfg, "inference_mode", json_true());
     json_object_set_new(cfg, "base_model_name_or_path", json_string(base_model ? base_model : p->model));
     snprintf(path, sizeof path, "%s/adapter_config.json", dir);
-    char tmp[4300];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    rc = json_dump_file(cfg, tmp, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(9)) == 0 && rename(tmp, path) == 0 ? 0 : -1;
+    char tmp[4400];
+    int fd = rt_tmp_create(path, tmp, sizeof tmp);
+    char *text = json_dumps(cfg, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(9));
+    rc = fd >= 0 && text && rt_write_full(fd, text, strlen(text)) == 0 ? 0 : -1;
+    if (fd >= 0 && close(fd) != 0)
+        rc = -1;
+    if (rc == 0 && rename(tmp, path) != 0)
+        rc = -1;
+    if (rc != 0 && fd >= 0)
+        unlink(tmp);
+    free(text);
     json_decref(cfg);
     if (rc != 0)
         snprintf(err, errlen, "cannot write %s", path);

@@ -142,7 +142,7 @@ sed 's|    return linear(rmsnorm(x, final_norm, eps), lm_head)|    return linear
 "$ftc" compile "$tmp/inf.ft" -o "$tmp/inf.plan" >/dev/null
 fails nonfinite-loss "step 1, micro-step 1: the loss is nan; the first non-finite value is in" \
     run "$tmp/inf.plan" --data "$tmp/c.bin" --steps 3 --save "$tmp/inf-out"
-grep -q "inf.ft:44:.*stopped before the optimizer step" "$tmp/e" && [ ! -e "$tmp/inf-out" ] &&
+grep -q "inf.ft:44:.*stopped before the optimizer step" "$tmp/e" && [ ! -e "$tmp/inf-out/model.safetensors" ] &&
     ! grep -q '^step\|^done' "$tmp/o" && ok nonfinite-loss-where || bad nonfinite-loss-where "$(cat "$tmp/e" "$tmp/o")"
 # --save that cannot be written is refused before step one, not after training.
 fails save-no-parent "--save $tmp/no/such: there is no directory $tmp/no to create it in" \
@@ -170,6 +170,23 @@ mutate offset "${lm}s/ device [0-9]* / device 9223372036854775000 /" "lies past 
 mutate shape "${lm}s/ 256x64 / 4294967296x4294967296 /" "bad shape '4294967296x4294967296'"
 mutate targets "${tg}s/ i32 8x64 / i32 8x32 /" "the header's micro_batch x seq is 512 i32"
 mutate vocab '/^vocab /s/ .*/ 100000/' "the header's vocab is 100000"
+# One ftc at a time saves into a directory: a second is refused, naming the first; once
+# the first is gone, the next saves. Temporary files of a killed save are removed by the
+# next save into the directory; a live process's are not.
+"$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 100000 --save "$tmp/busy" >/dev/null 2>&1 &
+busy=$!
+for _ in $(seq 100); do [ -s "$tmp/busy/.ftc-lock" ] && break; sleep 0.1; done
+fails save-dir-locked "--save $tmp/busy: another ftc (pid $busy) is writing it" \
+    run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 1 --save "$tmp/busy"
+kill $busy; wait $busy 2>/dev/null
+dead=$(sh -c 'echo $$')
+: > "$tmp/busy/model.safetensors.tmp.$dead.AbCdEf" && : > "$tmp/busy/model.safetensors.tmp.$$.AbCdEf"
+if "$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 1 --save "$tmp/busy" >/dev/null &&
+   [ ! -e "$tmp/busy/model.safetensors.tmp.$dead.AbCdEf" ] && [ -e "$tmp/busy/model.safetensors.tmp.$$.AbCdEf" ]; then
+    ok save-after-lock-and-stale-tmp
+else
+    bad save-after-lock-and-stale-tmp "$(ls -a "$tmp/busy")"
+fi
 # A missing plan.
 fails missing-plan "cannot open" run "$tmp/nothing.plan" --data "$tmp/c.bin"
 
