@@ -36,8 +36,8 @@ CC=${CC:-clang}
 BUILD_DIR=${BUILD_DIR:-build}
 TARGET=${TARGET:-ft}
 case $TARGET in
-    ft|plan) ;;
-    *) echo "build.sh: TARGET is ft or plan, got '$TARGET'" >&2; exit 2 ;;
+    ft|plan|st|tokens|import) ;;
+    *) echo "build.sh: TARGET is ft, plan, st, tokens or import, got '$TARGET'" >&2; exit 2 ;;
 esac
 out=tests/fuzz/out/$TARGET
 
@@ -65,7 +65,7 @@ srcs=()
 for f in frontend/*.c ir/*.c passes/*.c; do
     case $f in frontend/main.c|frontend/compile.c) ;; *) srcs+=("$f") ;; esac
 done
-srcs+=(runtime/ops.c "$BUILD_DIR/lexer.c" "$BUILD_DIR/parser.c")
+srcs+=(runtime/ops.c runtime/overlap.c "$BUILD_DIR/lexer.c" "$BUILD_DIR/parser.c")
 
 jansson_cflags=$(pkg-config --cflags jansson 2>/dev/null || true)
 jansson_libs=$(pkg-config --libs jansson 2>/dev/null || echo -ljansson)
@@ -86,11 +86,25 @@ for f in runtime/*.c runtime/cpu/*.c; do
 done
 "$CC" "${cflags[@]}" -Iruntime/cpu "${san[@]}" -fsanitize=fuzzer \
     tests/fuzz/fuzz_plan.c "${rsrcs[@]}" $jansson_libs -lopenblas -lpthread -ldl -lm -o tests/fuzz/fuzz_plan
+# The readers' fuzzers: safetensors and token files (the runtime), config.json (import).
+for r in st:1 tokens:2 import:3; do
+    extra=("${rsrcs[@]}")
+    [ "${r%%:*}" = import ] && extra=("${srcs[@]}")
+    "$CC" "${cflags[@]}" -Iruntime/cpu "${san[@]}" -fsanitize=fuzzer -DFUZZ_READER="${r##*:}" \
+        tests/fuzz/fuzz_readers.c "${extra[@]}" $jansson_libs -lopenblas -lpthread -ldl -lm \
+        -o "tests/fuzz/fuzz_${r%%:*}"
+done
 
 [ "$secs" -gt 0 ] || exit 0
 
 mkdir -p "$out/corpus" "$out/artifacts"
 echo "build.sh: fuzzing $TARGET for ${secs}s (new inputs in $out/corpus, findings in $out/artifacts/)"
+case $TARGET in
+    st|tokens|import)
+        exec "tests/fuzz/fuzz_$TARGET" "$out/corpus" "tests/fuzz/readers/$TARGET" \
+            -max_len=16384 -timeout=10 -max_total_time="$secs" -rss_limit_mb=4096 \
+            -artifact_prefix="$out/artifacts/" -print_final_stats=1 "$@" ;;
+esac
 if [ "$TARGET" = plan ]; then
     exec tests/fuzz/fuzz_plan "$out/corpus" tests/fuzz/plans \
         -max_len=65536 -timeout=10 -max_total_time="$secs" -rss_limit_mb=4096 \
