@@ -1,13 +1,13 @@
 // plan_write.c — the plan file (format in runtime/plan.h) and the plan directory.
 // Offsets and lifetimes come from the liveness and alloc passes.
 #include "codegen.h"
+#include "../runtime/fileio.h"
 #include "../runtime/nvrtc.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -254,33 +254,8 @@ static void first_entry(const char *dir, char *name, size_t len) {
 // Removes what an ftc killed while writing DIR left beside it: DIR.tmp.PID and
 // DIR.old.PID whose process is gone (only ftc's own files in them, as remove_dir does).
 static void clean_leftovers(const char *dir) {
-    char parent[4096], base[4096];
-    const char *slash = strrchr(dir, '/');
-    snprintf(parent, sizeof parent, "%.*s", slash ? (int)(slash - dir) : 1, slash ? dir : ".");
-    if (slash == dir)
-        snprintf(parent, sizeof parent, "/");
-    snprintf(base, sizeof base, "%s", slash ? slash + 1 : dir);
-    size_t bl = strlen(base);
-    DIR *d = opendir(parent);
-    if (!d || bl == 0) {
-        if (d)
-            closedir(d);
-        return;
-    }
-    for (struct dirent *e; (e = readdir(d));) {
-        const char *n = e->d_name;
-        if (strncmp(n, base, bl) != 0 || (strncmp(n + bl, ".tmp.", 5) && strncmp(n + bl, ".old.", 5)))
-            continue;
-        char *end;
-        long pid = strtol(n + bl + 5, &end, 10);
-        if (*end || end == n + bl + 5 || pid <= 0 || pid == (long)getpid() ||
-            kill((pid_t)pid, 0) == 0 || errno != ESRCH)
-            continue;
-        char path[8300];
-        snprintf(path, sizeof path, "%s/%s", parent, n);
-        remove_dir(path);
-    }
-    closedir(d);
+    static const char *const tags[] = {".tmp.", ".old."};
+    rt_clean_leftovers(dir, tags, 2, false, remove_dir);
 }
 
 // Kernels in the order kernels.cu defines them: k0_..., k1_..., ...

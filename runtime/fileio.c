@@ -124,33 +124,39 @@ int rt_open_regular(const char *path, struct stat *st) {
     return fd;
 }
 
-// Removes PATH.tmp.PID.* beside path whose process is gone.
-static void clean_stale_tmp(const char *path) {
+void rt_clean_leftovers(const char *path, const char *const *tags, int ntags, bool more,
+                        void (*drop)(const char *entry)) {
     char dir[4096];
     const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
     snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) + (slash == path) : 1, slash ? path : ".");
     size_t bl = strlen(base);
-    DIR *d = opendir(dir);
+    DIR *d = bl ? opendir(dir) : NULL;
     if (!d)
         return;
     for (struct dirent *e; (e = readdir(d));) {
-        const char *n = e->d_name;
-        if (strncmp(n, base, bl) != 0 || strncmp(n + bl, ".tmp.", 5) != 0)
+        const char *n = e->d_name, *at = NULL;
+        for (int t = 0; t < ntags && !at; t++)
+            if (strncmp(n, base, bl) == 0 && strncmp(n + bl, tags[t], strlen(tags[t])) == 0)
+                at = n + bl + strlen(tags[t]);
+        if (!at)
             continue;
         char *end;
-        long pid = strtol(n + bl + 5, &end, 10);
-        if (end == n + bl + 5 || *end != '.' || pid <= 0 || pid == (long)getpid() ||
+        long pid = strtol(at, &end, 10);
+        if (end == at || (more ? *end != '.' : *end != '\0') || pid <= 0 || pid == (long)getpid() ||
             kill((pid_t)pid, 0) == 0 || errno != ESRCH)
             continue;
         char p[8300];
         snprintf(p, sizeof p, "%s/%s", dir, n);
-        unlink(p);
+        drop(p);
     }
     closedir(d);
 }
 
+static void unlink_entry(const char *p) { unlink(p); }
+
 int rt_tmp_create(const char *path, char *tmp, size_t len) {
-    clean_stale_tmp(path);
+    static const char *const tag[] = {".tmp."};
+    rt_clean_leftovers(path, tag, 1, true, unlink_entry);
     if ((size_t)snprintf(tmp, len, "%s.tmp.%d.XXXXXX", path, (int)getpid()) >= len) {
         errno = ENAMETOOLONG;
         return -1;

@@ -3,6 +3,7 @@
 #ifndef FTC_RUNTIME_FILEIO_H
 #define FTC_RUNTIME_FILEIO_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/stat.h>
@@ -16,6 +17,11 @@ char *rt_read_whole(const char *path, size_t *bytes);
 // end): the descriptor, with *st filled; -1 with errno set when it cannot be opened, -2
 // when it is something other than a regular file (closed again).
 int rt_open_regular(const char *path, struct stat *st);
+// Removes, through drop(entry path), what processes that are gone left beside path:
+// entries named BASENAME + tag + PID for one of the tags (e.g. ".tmp."), then "." and
+// more when `more`, else nothing.
+void rt_clean_leftovers(const char *path, const char *const *tags, int ntags, bool more,
+                        void (*drop)(const char *entry));
 // A new temporary file beside path, named PATH.tmp.PID.XXXXXX (unique, and naming the
 // process that writes it), opened for writing with mode 0644: the descriptor, its name
 // in tmp (len bytes); -1 with errno set. What dead processes left under such names beside
