@@ -31,15 +31,19 @@ static void usage(FILE *f) {
 
 static void usage_run(FILE *f) {
     fputs("usage: ftc run DIR --data FILE [--weights PATH] [--steps N] [--save DIR]\n"
-          "                   [--save-every N] [--seed N] [--poison] [--unplanned] [--merge]\n"
-          "                   [--device cuda|cpu|emu]\n"
+          "                   [--save-every N] [--keep K] [--resume DIR] [--seed N] [--poison]\n"
+          "                   [--unplanned] [--merge] [--device cuda|cpu|emu]\n"
           "\n"
           "  --data FILE       token file (ftc data makes one)\n"
           "  --weights PATH    Hugging Face safetensors: a file, or a directory (sharded too);\n"
           "                    without it, seeded initialisation\n"
           "  --steps N         optimizer steps (default 10)\n"
           "  --save DIR        write DIR/model.safetensors at the end (and every N steps with\n"
-          "                    --save-every N)\n"
+          "                    --save-every N, with the whole training state in\n"
+          "                    DIR/checkpoint-STEP, the K latest kept: --keep K, default 2)\n"
+          "  --resume DIR      continue from the latest checkpoint in DIR (or DIR itself, a\n"
+          "                    checkpoint): its weights, optimizer state, step and seed;\n"
+          "                    --steps is the total, counted from the start\n"
           "  --seed N          initialisation, data order and dropout (default 1234)\n"
           "  --poison          fill each buffer with NaN when its lifetime ends\n"
           "  --unplanned       every buffer its own allocation instead of the planned arena\n"
@@ -58,7 +62,8 @@ static int cmd_run(Cmdline *cl, int argc, char **argv, int first) {
         const char *s = argv[i];
         bool takes = strcmp(s, "--data") == 0 || strcmp(s, "--weights") == 0 ||
                      strcmp(s, "--steps") == 0 || strcmp(s, "--save") == 0 ||
-                     strcmp(s, "--save-every") == 0 ||
+                     strcmp(s, "--save-every") == 0 || strcmp(s, "--resume") == 0 ||
+                     strcmp(s, "--keep") == 0 ||
                      strcmp(s, "--seed") == 0 || strcmp(s, "--device") == 0;
         if (strcmp(s, "--help") == 0 || strcmp(s, "-h") == 0) {
             usage_run(stdout);
@@ -74,6 +79,18 @@ static int cmd_run(Cmdline *cl, int argc, char **argv, int first) {
             o.weights = argv[++i];
         else if (strcmp(s, "--save") == 0)
             o.save = argv[++i];
+        else if (strcmp(s, "--resume") == 0)
+            o.resume = argv[++i];
+        else if (strcmp(s, "--keep") == 0) {
+            i++;
+            if (!arg_count(cl, i, argv[i], &v))
+                return EXIT_USAGE;
+            if (v < 1 || v > 1000000) {
+                arg_error(cl, i, "--keep takes 1 to 1000000 checkpoints");
+                return EXIT_USAGE;
+            }
+            o.keep = (int)v;
+        }
         else if (strcmp(s, "--steps") == 0) {
             i++;
             if (!arg_count(cl, i, argv[i], &o.steps))

@@ -177,8 +177,21 @@ int rt_weights_save_merged(Exec *x, const char *path, char *err, size_t errlen);
 // train.c — ftc run.
 //
 
+// checkpoint.c: the whole training state after `step` (parameters, NF4 scales, optimizer
+// moments, master weights; with the seed, the rest follows) in DIR/checkpoint-STEP,
+// renamed into place when complete, keeping the `keep` latest; and back.
+int rt_checkpoint_save(Exec *x, const char *dir, int64_t step, uint64_t seed, int keep, char *err,
+                       size_t errlen);
+// The checkpoint to resume from: path itself when it holds state.safetensors, else its
+// latest complete checkpoint-STEP; -1 with err when there is none.
+int rt_checkpoint_find(const char *path, char *out, size_t len, char *err, size_t errlen);
+// Loads a checkpoint made for this plan into x; its step and seed.
+int rt_checkpoint_load(Exec *x, const char *ckpt, int64_t *step, uint64_t *seed, char *err, size_t errlen);
+
 typedef struct RunOptions {
     const char *plan_dir, *data, *weights, *save;
+    const char *resume;     // a --save directory or a checkpoint: continue from its state
+    int keep;               // checkpoints kept by --save-every (default 2)
     const char *device;     // "cpu", "emu", "cuda", or NULL: cuda when a GPU is there, else cpu
     int64_t steps;
     int64_t save_every;     // also save after every this many steps (0: only at the end)

@@ -271,20 +271,40 @@ int rt_train(const RunOptions *o) {
         error("out of memory for the data order and batch (%llu windows)", (unsigned long long)nwin);
         goto out;
     }
-    data_shuffle(order, nwin, o->seed);
     if (rt_exec_init(&x, p, be, host, o->layout, err, sizeof err) != 0) {
         error("%s", err);
         goto out;
     }
-    x.seed = o->seed;
+    // Resuming: the state of a checkpoint, its step and seed (the data order, dropout and
+    // AdamW's bias correction follow from them), so the run goes on as if never stopped.
+    uint64_t seed = o->seed;
+    int64_t done = 0;
+    char ckpt[4400];
+    if (o->resume) {
+        if (rt_checkpoint_find(o->resume, ckpt, sizeof ckpt, err, sizeof err) != 0 ||
+            rt_checkpoint_load(&x, ckpt, &done, &seed, err, sizeof err) != 0) {
+            error("%s", err);
+            goto out;
+        }
+        if (done >= o->steps) {
+            error("%s is step %lld; --steps %lld leaves nothing to run", ckpt, (long long)done,
+                  (long long)o->steps);
+            goto out;
+        }
+    }
+    data_shuffle(order, nwin, seed);
+    x.seed = seed;
     x.poison = o->poison;
-    if (o->weights) {
+    if (o->resume) {
+        fprintf(o->out, "resuming from %s (step %lld, seed %llu)\n", ckpt, (long long)done,
+                (unsigned long long)seed);
+    } else if (o->weights) {
         if (rt_weights_load(&x, o->weights, err, sizeof err) != 0) {
             error("%s", err);
             goto out;
         }
     } else {
-        rt_weights_init(&x, o->seed);
+        rt_weights_init(&x, seed);
     }
     int64_t mem = 0;
     for (int a = 0; a < ARENA_COUNT; a++)
@@ -297,8 +317,8 @@ int rt_train(const RunOptions *o) {
             (long long)p->seq, (unsigned long long)nwin, o->data);
     const PlanBuffer *lossb = plan_role(p, "loss");
     double t0 = now_s(), t1st = 0, first_loss = 0, recent[10] = {0};
-    uint64_t cursor = 0;
-    for (int64_t step = 1; step <= o->steps; step++) {
+    uint64_t cursor = (uint64_t)(done * p->accum * p->micro_batch);
+    for (int64_t step = done + 1; step <= o->steps; step++) {
         double ts = now_s(), loss = 0;
         x.step = step;
         for (int64_t m = 0; m < p->accum; m++) {
@@ -324,21 +344,27 @@ int rt_train(const RunOptions *o) {
             goto out;
         }
         loss /= (double)p->accum;
-        if (step == 1) {
+        if (step == done + 1) {
             first_loss = loss;
             report_memory(be, p, o->out);
         }
-        recent[(step - 1) % 10] = loss;
+        recent[(step - done - 1) % 10] = loss;
         double t1 = now_s();
-        if (step == 1)
+        if (step == done + 1)
             t1st = t1;
         fprintf(o->out, "step %lld/%lld  loss %.6f  tok/s %.0f  lr %.3e  elapsed %.2fs  mem %s\n",
                 (long long)step, (long long)o->steps, loss, (double)tokens_per_step / (t1 - ts),
                 p->lr, t1 - t0, mems);
         fflush(o->out);
-        if (o->save && o->save_every > 0 && step % o->save_every == 0 && step < o->steps &&
-            save(&x, o->save, o->merge, o->out) != 0)
-            goto out;
+        if (o->save && o->save_every > 0 && step % o->save_every == 0 && step < o->steps) {
+            if (save(&x, o->save, o->merge, o->out) != 0)
+                goto out;
+            if (rt_checkpoint_save(&x, o->save, step, seed, o->keep > 0 ? o->keep : 2, err, sizeof err) != 0) {
+                error("%s", err);
+                goto out;
+            }
+            fprintf(o->out, "saved %s/checkpoint-%06lld (the training state)\n", o->save, (long long)step);
+        }
     }
     // The device's queues drained, so the last step's time is all in.
     if (be->sync(be, err, sizeof err) != 0) {
@@ -346,16 +372,17 @@ int rt_train(const RunOptions *o) {
         goto out;
     }
     double tend = now_s(), total = tend - t0, tail = 0;
-    int ntail = o->steps < 10 ? (int)o->steps : 10;
+    int64_t ran = o->steps - done;   // steps this run took (after a resumed one's)
+    int ntail = ran < 10 ? (int)ran : 10;
     for (int i = 0; i < ntail; i++)
         tail += recent[i];
-    fprintf(o->out, "done: %lld steps, %lld tokens, loss %.4f at step 1, %.4f over the last %d steps, "
+    fprintf(o->out, "done: %lld steps, %lld tokens, loss %.4f at step %lld, %.4f over the last %d steps, "
                     "%.2fs, %.0f tok/s\n",
-            (long long)o->steps, (long long)(tokens_per_step * o->steps), first_loss,
+            (long long)ran, (long long)(tokens_per_step * ran), first_loss, (long long)done + 1,
             ntail ? tail / ntail : 0.0, ntail, total,
-            total > 0 ? (double)(tokens_per_step * o->steps) / total : 0.0);
-    if (o->steps > 1) {   // the first step also fills caches and warms the GPU up
-        double mean = (tend - t1st) / (double)(o->steps - 1);
+            total > 0 ? (double)(tokens_per_step * ran) / total : 0.0);
+    if (ran > 1) {   // the first step also fills caches and warms the GPU up
+        double mean = (tend - t1st) / (double)(ran - 1);
         fprintf(o->out, "steady: %.3fs per step after the first, %.0f tok/s", mean,
                 (double)tokens_per_step / mean);
         if (p->est_step_us > 0)

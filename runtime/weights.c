@@ -199,7 +199,9 @@ int rt_weights_save(Exec *x, const char *path, bool trainable_only, char *err, s
         w[n] = (StWrite){.name = b->hf, .dtype = ST_F32, .ndim = b->ndim, .shape = b->shape, .data = v};
         n++;
     }
-    const char *meta[] = {"format", "pt", "producer", "ftc", NULL};
+    char step[32];   // which step these weights are from, for every saved file
+    snprintf(step, sizeof step, "%lld", (long long)x->step);
+    const char *meta[] = {"format", "pt", "producer", "ftc", "step", step, NULL};
     int rc = st_write(path, w, n, meta, err, errlen);
     for (int i = 0; i < n; i++)
         free(data[i]);
@@ -261,7 +263,9 @@ int rt_adapters_save(Exec *x, const char *dir, const char *base_model, char *err
     }
     char path[4200];
     snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
-    const char *meta[] = {"format", "pt", "producer", "ftc", NULL};
+    char step[32];   // which step these weights are from, for every saved file
+    snprintf(step, sizeof step, "%lld", (long long)x->step);
+    const char *meta[] = {"format", "pt", "producer", "ftc", "step", step, NULL};
     int rc = st_write(path, w, n, meta, err, errlen);
     for (int i = 0; i < n; i++)
         free(names[i]), free((void *)w[i].data);
@@ -327,7 +331,9 @@ int rt_weights_save_merged(Exec *x, const char *path, char *err, size_t errlen) 
         }
         w[n++] = (StWrite){.name = b->hf, .dtype = ST_F32, .ndim = b->ndim, .shape = b->shape, .data = v};
     }
-    const char *meta[] = {"format", "pt", "producer", "ftc", NULL};
+    char step[32];   // which step these weights are from, for every saved file
+    snprintf(step, sizeof step, "%lld", (long long)x->step);
+    const char *meta[] = {"format", "pt", "producer", "ftc", "step", step, NULL};
     int rc = st_write(path, w, n, meta, err, errlen);
     for (int i = 0; i < n; i++)
         free((void *)w[i].data);

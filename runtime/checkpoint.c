@@ -1,0 +1,271 @@
+// checkpoint.c — the whole training state at the end of a step, and resuming from it.
+//
+// A checkpoint is a directory DIR/checkpoint-STEP holding state.safetensors: every
+// buffer that lives across steps (parameters, NF4 codes and scales, optimizer moments,
+// master weights) as its raw bytes under its plan name, with metadata: the step, the
+// seed, and a fingerprint of those buffers' names, dtypes and sizes. Gradients are zero
+// between steps and the data order, dropout masks and AdamW's bias correction follow
+// from (seed, step), so nothing else is needed to continue bitwise. It is written into
+// DIR/.checkpoint-STEP.tmp.PID and renamed into place when complete: a kill leaves
+// either the whole checkpoint or none (and a temporary directory the next save removes).
+#include "runtime.h"
+#include "fileio.h"
+#include "safetensors.h"
+
+#include <jansson.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static bool carried(const PlanBuffer *b) {
+    return b->view < 0 && !b->virt && b->bytes > 0 &&
+           (b->kind == PK_PARAM || b->kind == PK_STATE || b->kind == PK_QUANT);
+}
+
+// What the state must fit: the carried buffers' names, dtypes and sizes.
+static uint64_t fingerprint(const Plan *p) {
+    uint64_t h = RT_FNV_BASIS;
+    for (int i = 0; i < p->nbuf; i++) {
+        const PlanBuffer *b = &p->buf[i];
+        if (!carried(b))
+            continue;
+        int64_t n = plan_dtype_bytes(b->dtype, plan_elems(b));
+        h = rt_fnv1a64(h, b->name, strlen(b->name) + 1);
+        h = rt_fnv1a64(h, &b->dtype, sizeof b->dtype);
+        h = rt_fnv1a64(h, &n, sizeof n);
+    }
+    return h;
+}
+
+static void remove_tree(const char *dir) {   // a checkpoint directory: files only
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        char p[8300];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        unlink(p);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+// The step of a checkpoint directory's name, or -1.
+static int64_t step_of(const char *name) {
+    if (strncmp(name, "checkpoint-", 11) != 0)
+        return -1;
+    char *end;
+    long long s = strtoll(name + 11, &end, 10);
+    return end != name + 11 && !*end && s > 0 ? s : -1;
+}
+
+// Removes the checkpoints of DIR but the `keep` latest.
+static void prune(const char *dir, int keep) {
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    int64_t *steps = NULL;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        int64_t s = step_of(e->d_name);
+        if (s > 0) {
+            steps = realloc(steps, sizeof *steps * (size_t)(n + 1));
+            steps[n++] = s;
+        }
+    }
+    closedir(d);
+    for (int i = 0; i < n; i++) {
+        int newer = 0;
+        for (int j = 0; j < n; j++)
+            newer += steps[j] > steps[i];
+        if (newer >= keep) {
+            char p[4300];
+            snprintf(p, sizeof p, "%s/checkpoint-%06" PRId64, dir, steps[i]);
+            remove_tree(p);
+        }
+    }
+    free(steps);
+}
+
+static void drop_dir(const char *p) { remove_tree(p); }
+
+int rt_checkpoint_save(Exec *x, const char *dir, int64_t step, uint64_t seed, int keep, char *err,
+                       size_t errlen) {
+    const Plan *p = x->plan;
+    char tmp[4300], final[4300], path[4400];
+    snprintf(final, sizeof final, "%s/checkpoint-%06" PRId64, dir, step);
+    snprintf(tmp, sizeof tmp, "%s/.checkpoint-%06" PRId64 ".tmp.%d", dir, step, (int)getpid());
+    char probe[4300];   // what killed saves left: .checkpoint-N.tmp.PID of dead processes
+    snprintf(probe, sizeof probe, "%s/.checkpoint-%06" PRId64, dir, step);
+    static const char *const tag[] = {".tmp."};
+    rt_clean_leftovers(probe, tag, 1, false, drop_dir);
+    remove_tree(tmp);
+    if (mkdir(tmp, 0777) != 0)
+        return rt_fail(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
+    StWrite *w = calloc((size_t)p->nbuf + 1, sizeof *w);
+    void **data = calloc((size_t)p->nbuf + 1, sizeof *data);
+    int64_t *len = calloc((size_t)p->nbuf + 1, sizeof *len);
+    int n = 0, rc = 0;
+    for (int i = 0; i < p->nbuf && rc == 0; i++) {
+        const PlanBuffer *b = &p->buf[i];
+        if (!carried(b))
+            continue;
+        len[n] = plan_dtype_bytes(b->dtype, plan_elems(b));
+        data[n] = malloc((size_t)len[n] + 1);
+        if (!data[n]) {
+            rc = rt_fail(err, errlen, "out of memory saving %s", b->name);
+            break;
+        }
+        rt_read_raw(x, i, data[n]);
+        StDType t = b->dtype == PDT_F32 ? ST_F32 : b->dtype == PDT_BF16 ? ST_BF16
+                  : b->dtype == PDT_F16 ? ST_F16 : b->dtype == PDT_I32 ? ST_I32 : ST_U8;
+        bool whole = t != ST_U8 || b->dtype == PDT_U8;   // NF4: its bytes, as u8
+        w[n] = (StWrite){.name = b->name, .dtype = t, .ndim = whole ? b->ndim : 1,
+                         .shape = whole ? b->shape : &len[n], .data = data[n]};
+        n++;
+    }
+    char sstep[32], sseed[32], sfp[32];
+    snprintf(sstep, sizeof sstep, "%" PRId64, step);
+    snprintf(sseed, sizeof sseed, "%" PRIu64, seed);
+    snprintf(sfp, sizeof sfp, "%016" PRIx64, fingerprint(p));
+    const char *meta[] = {"producer", "ftc", "kind", "training state", "step", sstep,
+                          "seed", sseed, "plan", sfp, NULL};
+    snprintf(path, sizeof path, "%s/state.safetensors", tmp);
+    if (rc == 0)
+        rc = st_write(path, w, n, meta, err, errlen);
+    for (int i = 0; i < n; i++)
+        free(data[i]);
+    free(data), free(w), free(len);
+    if (rc == 0) {   // the same step twice (a run resumed and saved again): replace it
+        remove_tree(final);
+        if (rename(tmp, final) != 0)
+            rc = rt_fail(err, errlen, "cannot create %s: %s", final, strerror(errno));
+    }
+    if (rc != 0) {
+        remove_tree(tmp);
+        return -1;
+    }
+    prune(dir, keep);
+    return 0;
+}
+
+int rt_checkpoint_find(const char *path, char *out, size_t len, char *err, size_t errlen) {
+    char probe[4400];
+    snprintf(probe, sizeof probe, "%s/state.safetensors", path);
+    struct stat st;
+    if (stat(probe, &st) == 0) {   // a checkpoint directory itself
+        snprintf(out, len, "%s", path);
+        return 0;
+    }
+    DIR *d = opendir(path);
+    if (!d)
+        return rt_fail(err, errlen, "--resume %s: cannot open: %s", path, strerror(errno));
+    int64_t best = -1;
+    for (struct dirent *e; (e = readdir(d));) {
+        int64_t s = step_of(e->d_name);
+        if (s > best) {
+            snprintf(probe, sizeof probe, "%s/%s/state.safetensors", path, e->d_name);
+            if (stat(probe, &st) == 0)
+                best = s;
+        }
+    }
+    closedir(d);
+    if (best < 0)
+        return rt_fail(err, errlen, "--resume %s: no checkpoint in it (checkpoint-STEP/state.safetensors, "
+                       "written by --save-every)", path);
+    snprintf(out, len, "%s/checkpoint-%06" PRId64, path, best);
+    return 0;
+}
+
+// The state file's "__metadata__" (its header alone is read), or NULL with err.
+static json_t *state_meta(const char *path, char *err, size_t errlen) {
+    struct stat st;
+    int fd = rt_open_regular(path, &st);
+    if (fd < 0) {
+        rt_fail(err, errlen, "%s: %s", path, fd == -2 ? "not a regular file" : strerror(errno));
+        return NULL;
+    }
+    unsigned char b[8];
+    uint64_t hlen = 0;
+    char *text = NULL;
+    if (rt_pread_full(fd, b, 8, 0) == 0) {
+        for (int i = 7; i >= 0; i--)
+            hlen = hlen << 8 | b[i];
+        if (hlen <= (uint64_t)st.st_size - 8 && hlen < 100000000 && (text = malloc((size_t)hlen + 1)) &&
+            rt_pread_full(fd, text, (size_t)hlen, 8) != 0) {
+            free(text);
+            text = NULL;
+        }
+    }
+    close(fd);
+    json_t *root = text ? json_loadb(text, (size_t)hlen, 0, NULL) : NULL;
+    free(text);
+    json_t *meta = root ? json_incref(json_object_get(root, "__metadata__")) : NULL;
+    json_decref(root);
+    if (!json_is_object(meta)) {
+        json_decref(meta);
+        rt_fail(err, errlen, "%s: not a training state (no metadata)", path);
+        return NULL;
+    }
+    return meta;
+}
+
+// A metadata value as an unsigned integer (base 10 or 16).
+static int meta_u64(json_t *meta, const char *path, const char *key, int base, uint64_t *v, char *err,
+                    size_t errlen) {
+    const char *s = json_string_value(json_object_get(meta, key));
+    char *end;
+    errno = 0;
+    *v = s ? strtoull(s, &end, base) : 0;
+    if (!s || errno || end == s || *end)
+        return rt_fail(err, errlen, "%s: no \"%s\" in its metadata: not a training state", path, key);
+    return 0;
+}
+
+int rt_checkpoint_load(Exec *x, const char *ckpt, int64_t *step, uint64_t *seed, char *err, size_t errlen) {
+    const Plan *p = x->plan;
+    char path[4400];
+    snprintf(path, sizeof path, "%s/state.safetensors", ckpt);
+    uint64_t s, sd, fp;
+    json_t *meta = state_meta(path, err, errlen);
+    int bad = !meta || meta_u64(meta, path, "step", 10, &s, err, errlen) != 0 ||
+              meta_u64(meta, path, "seed", 10, &sd, err, errlen) != 0 ||
+              meta_u64(meta, path, "plan", 16, &fp, err, errlen) != 0;
+    json_decref(meta);
+    if (bad)
+        return -1;
+    if (fp != fingerprint(p))
+        return rt_fail(err, errlen, "%s: the state of another plan (its buffers differ from this plan's)", path);
+    StSet *set;
+    if (st_open(&set, path, err, errlen) != 0)
+        return -1;
+    int rc = 0;
+    for (int i = 0; i < p->nbuf && rc == 0; i++) {
+        const PlanBuffer *b = &p->buf[i];
+        if (!carried(b))
+            continue;
+        const StTensor *t = st_find(set, b->name);
+        size_t bytes = (size_t)plan_dtype_bytes(b->dtype, plan_elems(b));
+        void *v = malloc(bytes + 1);
+        if (!t) {
+            rc = rt_fail(err, errlen, "%s: no '%s'", path, b->name);
+        } else if (!v || st_read_raw(set, t, v, bytes, err, errlen) != 0) {
+            rc = -1;
+        } else {
+            rt_write_raw(x, i, v);
+        }
+        free(v);
+    }
+    st_close(set);
+    if (rc == 0)
+        *step = (int64_t)s, *seed = sd;
+    return rc;
+}

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Checkpoints and exact resume: a run killed with SIGKILL at random points (during saves
+# too) and resumed each time from its latest checkpoint ends with the same weights, bit
+# for bit, and prints the same loss at every step, as a run never stopped. Full
+# fine-tuning, and LoRA with dropout and the optimizer state on the host.
+# usage: resume.sh FTC SOURCE_DIR
+set -u
+ftc=$1 src=$2
+cd "$src" || exit 2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+ok() { echo "ok   $1"; pass=$((pass+1)); }
+bad() { echo "FAIL $1: $2"; fail=$((fail+1)); }
+losses() { grep -h '^step ' "$@" | awk '{print $2, $4}' | LC_ALL=C sort -u; }
+
+"$ftc" data --bytes tests/data/corpus.txt -o "$tmp/c.bin" >/dev/null
+sed 's/^train {/train {\n  lora(r = 4, alpha = 8, dropout = 0.1, targets = [q_proj, v_proj])/' models/tiny.ft > "$tmp/lora.ft"
+"$ftc" compile models/tiny.ft -o "$tmp/full.plan" >/dev/null
+"$ftc" compile "$tmp/lora.ft" --offload optimizer -o "$tmp/lora.plan" >/dev/null
+RANDOM=7
+for kind in full lora; do
+    args=(run "$tmp/$kind.plan" --data "$tmp/c.bin" --steps 30 --save-every 3 --seed 5)
+    "$ftc" "${args[@]}" --save "$tmp/$kind-ref" > "$tmp/$kind-ref.out" || bad "$kind-reference" "failed"
+    k=$tmp/$kind-k
+    runs=0 kills=0 finished=0
+    while [ $runs -lt 40 ] && [ $finished = 0 ]; do
+        resume=()
+        ls -d "$k"/checkpoint-* >/dev/null 2>&1 && resume=(--resume "$k")
+        "$ftc" "${args[@]}" --save "$k" "${resume[@]}" > "$tmp/$kind-run$runs.out" 2>&1 &
+        pid=$!
+        sleep "0.$((RANDOM % 9 + 1))"
+        if kill -9 $pid 2>/dev/null; then
+            kills=$((kills + 1))
+            wait $pid 2>/dev/null
+        else
+            wait $pid && finished=1
+        fi
+        runs=$((runs + 1))
+    done
+    [ $finished = 1 ] && [ $kills -gt 0 ] && ok "$kind-killed-$kills-times-finished" ||
+        bad "$kind-killed-and-resumed" "$runs runs, $kills kills, finished $finished"
+    out=model.safetensors
+    [ "$kind" = lora ] && out=adapter_model.safetensors
+    cmp -s "$tmp/$kind-ref/$out" "$k/$out" && ok "$kind-weights-bitwise" ||
+        bad "$kind-weights-bitwise" "the resumed run's $out differs"
+    # every loss any run printed is the reference's for that step
+    extra=$(LC_ALL=C comm -13 <(losses "$tmp/$kind-ref.out") <(losses "$tmp"/$kind-run*.out))
+    [ -z "$extra" ] && ok "$kind-losses-as-uninterrupted" || bad "$kind-losses-as-uninterrupted" "$extra"
+    # at most --keep (2) checkpoints, no temporary left behind by the finished run
+    n=$(ls -d "$k"/checkpoint-* | wc -l)
+    [ "$n" -le 2 ] && ok "$kind-keeps-2-checkpoints" || bad "$kind-keeps-2-checkpoints" "$n"
+done
+
+# Errors: nothing to resume from, a checkpoint of another plan, a finished run.
+"$ftc" run "$tmp/full.plan" --data "$tmp/c.bin" --steps 3 --resume "$tmp" >/dev/null 2>"$tmp/e"
+[ $? = 1 ] && grep -q "no checkpoint in it" "$tmp/e" && ok resume-nothing || bad resume-nothing "$(cat "$tmp/e")"
+"$ftc" run "$tmp/lora.plan" --data "$tmp/c.bin" --steps 30 --resume "$tmp/full-k" >/dev/null 2>"$tmp/e"
+[ $? = 1 ] && grep -q "the state of another plan" "$tmp/e" && ok resume-other-plan || bad resume-other-plan "$(cat "$tmp/e")"
+"$ftc" run "$tmp/full.plan" --data "$tmp/c.bin" --steps 3 --resume "$tmp/full-k" >/dev/null 2>"$tmp/e"
+[ $? = 1 ] && grep -q "leaves nothing to run" "$tmp/e" && ok resume-past-steps || bad resume-past-steps "$(cat "$tmp/e")"
+
+echo "$pass passed, $fail failed"
+[ "$fail" = 0 ]
