@@ -45,8 +45,10 @@ static void take(Map *m, const ByteSpan *s, void (*fn)(int, int, void *), void *
     int nkeep = 0;
     for (; j < m->n && m->at[j].lo < hi; j++) {
         const Piece *p = &m->at[j];
-        bool seen = false;   // a holder is reported once, however many pieces it has here
-        for (int k = i; k < j && !seen; k++)
+        // A holder is reported once however many pieces it has here (past 64 pieces it
+        // may be reported again: harmless to the callers, and no quadratic search).
+        bool seen = false;
+        for (int k = j - i <= 64 ? i : j; k < j && !seen; k++)
             seen = m->at[k].id == p->id;
         if (!seen)
             fn(p->id, s->id, ctx);

@@ -15,10 +15,10 @@ typedef struct ByteSpan {
 } ByteSpan;
 
 // Walks the spans in order of birth (ties by id), each taking its bytes over, and calls
-// fn(prev, next, ctx) once for every span prev that held some byte of next's last,
-// just before next took it. With lifetimes on shared bytes apart in time (a valid
-// plan), these successions order every byte's holders: any two holders of a byte are
-// joined by a chain of them. Sorts r.
+// fn(prev, next, ctx) for every span prev that held some byte of next's last, just
+// before next took it (once each, unless next covers more than 64 pieces). With
+// lifetimes on shared bytes apart in time (a valid plan), these successions order every
+// byte's holders: any two holders of a byte are joined by a chain of them. Sorts r.
 void byte_successions(ByteSpan *r, int n, void (*fn)(int prev, int next, void *ctx), void *ctx);
 
 #endif
