@@ -54,6 +54,24 @@ for kind in full lora; do
     [ "$n" -le 2 ] && ok "$kind-keeps-2-checkpoints" || bad "$kind-keeps-2-checkpoints" "$n"
 done
 
+# A full disk during a save (a file size limit: writes fail with EFBIG): a clear error and
+# exit 1, no temporary file left, and the checkpoint before it still resumes to the same
+# weights as a run never stopped.
+d=$tmp/full-disk
+"$ftc" run "$tmp/full.plan" --data "$tmp/c.bin" --steps 30 --save-every 3 --seed 5 --save "$d" --steps 4 >/dev/null
+( trap '' XFSZ; ulimit -f 300
+  "$ftc" run "$tmp/full.plan" --data "$tmp/c.bin" --steps 30 --save-every 3 --seed 5 --save "$d" --resume "$d" ) \
+    >/dev/null 2>"$tmp/e"
+rc=$?
+if [ $rc = 1 ] && grep -q "cannot write: File too large" "$tmp/e" && ! ls -A "$d" | grep -q '\.tmp\.'; then
+    ok disk-full-clean-error
+else
+    bad disk-full-clean-error "exit $rc: $(cat "$tmp/e"); $(ls -a "$d")"
+fi
+"$ftc" run "$tmp/full.plan" --data "$tmp/c.bin" --steps 30 --save-every 3 --seed 5 --save "$d" --resume "$d" >/dev/null &&
+    cmp -s "$d/model.safetensors" "$tmp/full-ref/model.safetensors" && ok disk-full-then-resume ||
+    bad disk-full-then-resume "the run after the full disk did not end as the reference"
+
 # Errors: nothing to resume from, a checkpoint of another plan, a finished run.
 "$ftc" run "$tmp/full.plan" --data "$tmp/c.bin" --steps 3 --resume "$tmp" >/dev/null 2>"$tmp/e"
 [ $? = 1 ] && grep -q "no checkpoint in it" "$tmp/e" && ok resume-nothing || bad resume-nothing "$(cat "$tmp/e")"
