@@ -170,6 +170,7 @@ mutate offset "${lm}s/ device [0-9]* / device 9223372036854775000 /" "lies past 
 mutate shape "${lm}s/ 256x64 / 4294967296x4294967296 /" "bad shape '4294967296x4294967296'"
 mutate targets "${tg}s/ i32 8x64 / i32 8x32 /" "the header's micro_batch x seq is 512 i32"
 mutate vocab '/^vocab /s/ .*/ 100000/' "the header's vocab is 100000"
+mutate other-version '1s/.*/ftc-plan 3/' "plan version 3; this runtime reads version 2"
 # One ftc at a time saves into a directory: a second is refused, naming the first; once
 # the first is gone, the next saves. Temporary files of a killed save are removed by the
 # next save into the directory; a live process's are not.
