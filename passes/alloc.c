@@ -186,30 +186,179 @@ static int64_t alloc_arena(IrGraph *g, int a, AllocStats *st, int64_t *lb, int *
     return arena;
 }
 
+// An ordered set of (a, b) pairs: a treap in an array, for place_by_start's live blocks
+// (by offset) and the gaps between them (by size, then offset).
+typedef struct TNode {
+    int64_t a, b;
+    int l, r;
+    uint32_t pri;
+} TNode;
+
+typedef struct Treap {
+    TNode *n;
+    int len, root, free_list;
+    uint32_t seed;
+} Treap;
+
+static bool key_less(int64_t a1, int64_t b1, int64_t a2, int64_t b2) {
+    return a1 < a2 || (a1 == a2 && b1 < b2);
+}
+
+// Splits tree x into the keys below (a, b) and the rest.
+static void tsplit(Treap *t, int x, int64_t a, int64_t b, int *lo, int *hi) {
+    if (x < 0) {
+        *lo = *hi = -1;
+        return;
+    }
+    if (key_less(t->n[x].a, t->n[x].b, a, b)) {
+        tsplit(t, t->n[x].r, a, b, &t->n[x].r, hi);
+        *lo = x;
+    } else {
+        tsplit(t, t->n[x].l, a, b, lo, &t->n[x].l);
+        *hi = x;
+    }
+}
+
+static int tmerge(Treap *t, int x, int y) {
+    if (x < 0 || y < 0)
+        return x < 0 ? y : x;
+    if (t->n[x].pri > t->n[y].pri) {
+        t->n[x].r = tmerge(t, t->n[x].r, y);
+        return x;
+    }
+    t->n[y].l = tmerge(t, x, t->n[y].l);
+    return y;
+}
+
+static void tinsert(Treap *t, int64_t a, int64_t b) {
+    int x = t->free_list;
+    if (x >= 0)
+        t->free_list = t->n[x].l;
+    else
+        x = t->len++;
+    t->seed = t->seed * 1664525u + 1013904223u;
+    t->n[x] = (TNode){a, b, -1, -1, t->seed};
+    int lo, hi;
+    tsplit(t, t->root, a, b, &lo, &hi);
+    t->root = tmerge(t, tmerge(t, lo, x), hi);
+}
+
+static void terase(Treap *t, int64_t a, int64_t b) {
+    int lo, mid, hi;
+    tsplit(t, t->root, a, b, &lo, &hi);
+    tsplit(t, hi, a, b + 1, &mid, &hi);
+    if (mid >= 0) {   // one node: keys are unique
+        t->n[mid].l = t->free_list;
+        t->free_list = mid;
+    }
+    t->root = tmerge(t, lo, hi);
+}
+
+// The smallest key at or above (a, b) (above when strict), or -1.
+static int tceil(const Treap *t, int64_t a, int64_t b, bool strict) {
+    int best = -1;
+    for (int x = t->root; x >= 0;) {
+        bool below = strict ? !key_less(a, b, t->n[x].a, t->n[x].b)
+                            : key_less(t->n[x].a, t->n[x].b, a, b);
+        if (below) {
+            x = t->n[x].r;
+        } else {
+            best = x;
+            x = t->n[x].l;
+        }
+    }
+    return best;
+}
+
+// The largest key below (a, b), or -1.
+static int tfloor_below(const Treap *t, int64_t a, int64_t b) {
+    int best = -1;
+    for (int x = t->root; x >= 0;) {
+        if (key_less(t->n[x].a, t->n[x].b, a, b)) {
+            best = x;
+            x = t->n[x].r;
+        } else {
+            x = t->n[x].l;
+        }
+    }
+    return best;
+}
+
+static int tmax(const Treap *t) {
+    int x = t->root;
+    while (x >= 0 && t->n[x].r >= 0)
+        x = t->n[x].r;
+    return x;
+}
+
+// A min-heap of block indices by their last use.
+static void heap_push(int *h, int *n, const Block *blocks, int i) {
+    int k = (*n)++;
+    for (; k > 0 && blocks[h[(k - 1) / 2]].last > blocks[i].last; k = (k - 1) / 2)
+        h[k] = h[(k - 1) / 2];
+    h[k] = i;
+}
+
+static int heap_pop(int *h, int *n, const Block *blocks) {
+    int top = h[0], x = h[--(*n)], k = 0;
+    for (;;) {
+        int c = 2 * k + 1;
+        if (c >= *n)
+            break;
+        if (c + 1 < *n && blocks[h[c + 1]].last < blocks[h[c]].last)
+            c++;
+        if (blocks[h[c]].last >= blocks[x].last)
+            break;
+        h[k] = h[c];
+        k = c;
+    }
+    if (*n > 0)
+        h[k] = x;
+    return top;
+}
+
 // Best fit for blocks sorted by start: only the blocks still live can overlap a later
-// one, so the scan keeps just those (sorted by offset). O(n·k), k the live blocks.
+// one, and those do not overlap each other, so the places to consider are the gaps
+// between them. The live blocks are kept by offset, their gaps by size (ties: the
+// lowest offset, as a scan from the bottom would pick), and the blocks that die first
+// in a heap: O(n log n).
 static int64_t place_by_start(Block *blocks, int n, int64_t base) {
-    int *active = malloc(sizeof(int) * (size_t)(n + 1)), na = 0;
+    Treap live = {.n = malloc(sizeof(TNode) * (size_t)(n + 1)), .root = -1, .free_list = -1, .seed = 1};
+    Treap gaps = {.n = malloc(sizeof(TNode) * (size_t)(2 * n + 2)), .root = -1, .free_list = -1, .seed = 7};
+    int *heap = malloc(sizeof(int) * (size_t)(n + 1)), nheap = 0;
     int64_t top = base;
     for (int i = 0; i < n; i++) {
         Block *b = &blocks[i];
-        int keep = 0;   // drop the blocks that died before this one starts
-        for (int k = 0; k < na; k++)
-            if (blocks[active[k]].last >= b->first)
-                active[keep++] = active[k];
-        na = keep;
-        b->offset = best_fit(blocks, active, na, base, b->size, NULL);   // all of them are live
+        while (nheap > 0 && blocks[heap[0]].last < b->first) {   // died before this starts
+            int d = heap_pop(heap, &nheap, blocks);
+            int64_t off = blocks[d].offset, end = off + blocks[d].size;
+            int p = tfloor_below(&live, off, d), s = tceil(&live, off, d, true);
+            int64_t prev_end = p >= 0 ? live.n[p].a + blocks[live.n[p].b].size : base;
+            if (off > prev_end)
+                terase(&gaps, off - prev_end, prev_end);
+            if (s >= 0 && live.n[s].a > end)
+                terase(&gaps, live.n[s].a - end, end);
+            terase(&live, off, d);
+            if (s >= 0 && live.n[s].a > prev_end)
+                tinsert(&gaps, live.n[s].a - prev_end, prev_end);
+        }
+        int g = tceil(&gaps, b->size, INT64_MIN, false);
+        if (g >= 0) {   // the smallest gap that holds it
+            int64_t start = gaps.n[g].b, len = gaps.n[g].a;
+            terase(&gaps, len, start);
+            if (len > b->size)
+                tinsert(&gaps, len - b->size, start + b->size);
+            b->offset = start;
+        } else {   // above every live block
+            int m = tmax(&live);
+            b->offset = m >= 0 ? live.n[m].a + blocks[live.n[m].b].size : base;
+        }
+        tinsert(&live, b->offset, i);
+        heap_push(heap, &nheap, blocks, i);
         if (b->offset + b->size > top)
             top = b->offset + b->size;
-        int k = na;
-        while (k > 0 && blocks[active[k - 1]].offset > b->offset) {
-            active[k] = active[k - 1];
-            k--;
-        }
-        active[k] = i;
-        na++;
     }
-    free(active);
+    free(live.n), free(gaps.n), free(heap);
     return top;
 }
 
