@@ -8,6 +8,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -349,6 +351,46 @@ int codegen_plan_dir_check(const char *dir, char *err, size_t errlen) {
     return 0;
 }
 
+// Puts the complete plan directory tmp in place of dir: an existing plan directory is
+// renamed to old (and removed), the user's other files in it carried over to the new
+// one; an empty directory or a new path just takes it. 0, or -1 with err (tmp removed).
+static int swap_in(const char *dir, const char *tmp, const char *old, char *err, size_t errlen) {
+    char why[1024];
+    struct stat st;
+    bool had = stat(dir, &st) == 0;
+    enum { MAX_KEPT = 256 };
+    static char kept[MAX_KEPT][256];
+    int nkept = 0;
+    if (had) {
+        if (codegen_plan_dir_check(dir, err, errlen) != 0) {
+            remove_dir(tmp);
+            return -1;
+        }
+        if (move_foreign(dir, tmp, kept, MAX_KEPT, &nkept, err, errlen) != 0) {
+            remove_dir(tmp);
+            return -1;
+        }
+        if (rename(dir, old) != 0) {
+            snprintf(err, errlen, "cannot replace %s: %s", dir, strerror(errno));
+            move_foreign(tmp, dir, kept, MAX_KEPT, &nkept, why, sizeof why);
+            remove_dir(tmp);
+            return -1;
+        }
+    }
+    if (rename(tmp, dir) != 0) {
+        snprintf(err, errlen, "cannot create %s: %s", dir, strerror(errno));
+        if (had) {
+            rename(old, dir);
+            move_foreign(tmp, dir, kept, MAX_KEPT, &nkept, why, sizeof why);
+        }
+        remove_dir(tmp);
+        return -1;
+    }
+    if (had)
+        remove_dir(old);
+    return 0;
+}
+
 int codegen_plan_dir(const char *dir, const IrGraph *g, const PlanMeta *meta, char *err,
                      size_t errlen) {
     char tmp[4096], old[4096], path[4200];
@@ -424,40 +466,19 @@ int codegen_plan_dir(const char *dir, const IrGraph *g, const PlanMeta *meta, ch
         remove_dir(tmp);
         return -1;
     }
-    // Replace an existing plan directory (keeping whatever else the user put there), or
-    // fill an empty one; anything else is not ours to touch.
-    struct stat st;
-    bool had = stat(dir, &st) == 0;
-    enum { MAX_KEPT = 256 };
-    static char kept[MAX_KEPT][256];
-    int nkept = 0;
-    if (had) {
-        if (codegen_plan_dir_check(dir, err, errlen) != 0) {
-            remove_dir(tmp);
-            return -1;
-        }
-        if (move_foreign(dir, tmp, kept, MAX_KEPT, &nkept, err, errlen) != 0) {
-            remove_dir(tmp);
-            return -1;
-        }
-        if (rename(dir, old) != 0) {
-            snprintf(err, errlen, "cannot replace %s: %s", dir, strerror(errno));
-            move_foreign(tmp, dir, kept, MAX_KEPT, &nkept, why, sizeof why);
-            remove_dir(tmp);
-            return -1;
-        }
-    }
-    if (rename(tmp, dir) != 0) {
-        snprintf(err, errlen, "cannot create %s: %s", dir, strerror(errno));
-        if (had) {
-            rename(old, dir);
-            move_foreign(tmp, dir, kept, MAX_KEPT, &nkept, why, sizeof why);
-        }
-        remove_dir(tmp);
+    // Two compiles into one DIR take turns at the swap (a lock on the directory that
+    // holds it), so neither sees the other's rename half done.
+    char parent[4096];
+    const char *slash = strrchr(dir, '/');
+    snprintf(parent, sizeof parent, "%.*s", slash ? (int)(slash - dir) + (slash == dir) : 1, slash ? dir : ".");
+    int lk = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (lk >= 0)
+        flock(lk, LOCK_EX);
+    rc = swap_in(dir, tmp, old, err, errlen);
+    if (lk >= 0)
+        close(lk);
+    if (rc != 0)
         return -1;
-    }
-    if (had)
-        remove_dir(old);
     clean_leftovers(dir);
     return 0;
 }

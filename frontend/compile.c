@@ -410,8 +410,10 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
     // Where the plan goes: -o, else NAME.plan in the current directory. Checked now (a
     // file, or a directory of other things, is refused) so that no planning is wasted.
     char dir[4096], err[1024];
-    if (outdir) {
+    if (outdir) {   // "out.plan/" names out.plan
         snprintf(dir, sizeof dir, "%s", outdir);
+        for (size_t n = strlen(dir); n > 1 && dir[n - 1] == '/'; n--)
+            dir[n - 1] = '\0';
     } else {
         const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
         const char *dot = strrchr(base, '.');

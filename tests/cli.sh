@@ -202,6 +202,20 @@ if "$ftc" compile models/tiny.ft -o "$tmp/pd" >/dev/null && [ "$(cat "$tmp/pd/no
 mkdir "$tmp/empty" && "$ftc" compile models/tiny.ft -o "$tmp/empty" >/dev/null && [ -s "$tmp/empty/plan" ] &&
     ok o-fills-empty-dir || bad o-fills-empty-dir "$(ls "$tmp/empty")"
 
+# "-o DIR/" names DIR; compiles into one DIR at once take turns at the swap: each
+# succeeds, the plan there reads back, nothing is left beside it.
+"$ftc" compile models/tiny.ft -o "$tmp/slash.plan/" >/dev/null && [ -s "$tmp/slash.plan/plan" ] &&
+    ok o-trailing-slash || bad o-trailing-slash "$(ls "$tmp" | grep slash)"
+pids=()
+for i in 1 2 3; do "$ftc" compile models/tiny.ft -o "$tmp/same.plan" >/dev/null 2>"$tmp/same$i.err" & pids+=($!); done
+allok=1
+for p in "${pids[@]}"; do wait "$p" || allok=0; done
+if [ $allok = 1 ] && "$ftc" inspect "$tmp/same.plan" >/dev/null && [ -z "$(ls -d "$tmp"/same.plan.* 2>/dev/null)" ]; then
+    ok o-concurrent-compiles
+else
+    bad o-concurrent-compiles "$(cat "$tmp"/same*.err; ls -d "$tmp"/same.plan*)"
+fi
+
 # A UTF-8 byte-order mark before the source is not a stray character, and columns after
 # it are the editor's.
 { printf '\xef\xbb\xbf'; cat models/tiny.ft; } > "$tmp/bom.ft"
