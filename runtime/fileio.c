@@ -106,6 +106,19 @@ int rt_mkdir_p(const char *dir) {
     return 0;
 }
 
+int64_t rt_host_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f)
+        return -1;
+    char line[256];
+    long long kib = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lld kB", &kib) == 1)
+            break;
+    fclose(f);
+    return kib < 0 ? -1 : kib * 1024;
+}
+
 int rt_open_regular(const char *path, struct stat *st) {
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0)

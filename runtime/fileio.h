@@ -13,6 +13,8 @@ int rt_pread_full(int fd, void *dst, size_t n, uint64_t off);
 // A regular file's whole contents (malloc'd, with a NUL after them) and their size in
 // *bytes; NULL with errno set when it cannot be read.
 char *rt_read_whole(const char *path, size_t *bytes);
+// The host memory available to a new allocation (MemAvailable), in bytes; -1 unknown.
+int64_t rt_host_available(void);
 // Opens path for reading only if it is a regular file (a FIFO would block, a device never
 // end): the descriptor, with *st filled; -1 with errno set when it cannot be opened, -2
 // when it is something other than a regular file (closed again).

@@ -256,6 +256,18 @@ int rt_train(const RunOptions *o) {
         plan_free(p);
         return error("%s", err);
     }
+    // On the CPU every arena is host memory: a plan made for a GPU may not fit the host.
+    int64_t need = p->arena_bytes[ARENA_DEVICE] + p->arena_bytes[ARENA_HOST], avail = rt_host_available();
+    if (strcmp(be->name, "cuda") != 0 && avail >= 0 && need > avail) {
+        char a[32], b[32], name[16];
+        snprintf(name, sizeof name, "%s", be->name);
+        be->destroy(be);
+        data_close(d);
+        plan_free(p);
+        return error("the plan's arenas take %s of memory on the %s backend, where they are host "
+                     "memory, but this machine has %s available",
+                     fmt_bytes(a, sizeof a, need), name, fmt_bytes(b, sizeof b, avail));
+    }
     Backend *host = rt_cpu_backend();
     Exec x = {0};
     int rc = 1, lock = -1;

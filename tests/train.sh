@@ -188,6 +188,12 @@ if "$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 1 --save "$tmp/busy" 
 else
     bad save-after-lock-and-stale-tmp "$(ls -a "$tmp/busy")"
 fi
+# A plan whose arenas exceed the host's available memory is refused on the CPU before
+# anything is allocated (Qwen2-72B planned for 2T: 1127 GiB of arena).
+"$ftc" compile models/qwen2-72b.ft --gpu h200 --budget 2T --host-mem 4T --micro-batch 1 \
+    -o "$tmp/huge.plan" >/dev/null
+fails host-memory "of memory on the cpu backend, where they are host memory, but this machine has" \
+    run "$tmp/huge.plan" --data "$tmp/c.bin" --steps 1
 # A missing plan.
 fails missing-plan "cannot open" run "$tmp/nothing.plan" --data "$tmp/c.bin"
 

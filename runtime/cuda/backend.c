@@ -658,20 +658,6 @@ static void cuda_destroy(Backend *be) {
 // Creation and preflight.
 //
 
-// MemAvailable from /proc/meminfo, in bytes; -1 when unknown.
-static int64_t host_available(void) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f)
-        return -1;
-    char line[256];
-    long long kib = -1;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %lld kB", &kib) == 1)
-            break;
-    fclose(f);
-    return kib < 0 ? -1 : kib * 1024;
-}
-
 // The plan must fit what is free now, before anything of ours is allocated: its device
 // arena, and room for the kernels' module and cuBLASLt (the rest of the plan's context
 // reserve is already spent: the context exists). The host arena must fit the host's
@@ -701,7 +687,7 @@ static int preflight(CudaState *s, const Plan *p, char *err, size_t errlen) {
                        fmt_bytes(f, sizeof f, (int64_t)free_b), fmt_bytes(t, sizeof t, (int64_t)total_b),
                        hint);
     }
-    int64_t host = p->arena_bytes[ARENA_HOST], avail = host_available();
+    int64_t host = p->arena_bytes[ARENA_HOST], avail = rt_host_available();
     if (host > 0 && avail >= 0 && avail < host)
         return rt_fail(err, errlen,
                        "the plan needs %s of pinned host memory (its host arena) but this machine "
