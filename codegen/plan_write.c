@@ -174,20 +174,7 @@ static bool own_file(const char *name) {
 }
 
 // Removes ftc's own files from dir, then dir if that left it empty.
-static void remove_dir(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    for (struct dirent *e; (e = readdir(d));) {
-        if (!own_file(e->d_name))
-            continue;
-        char p[4096];
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        unlink(p);
-    }
-    closedir(d);
-    rmdir(dir);
-}
+static void remove_dir(const char *dir) { rt_remove_dir(dir, own_file); }
 
 // Whether dir is a plan directory: its `plan` file starts as every plan does.
 static bool is_plan_dir(const char *dir) {

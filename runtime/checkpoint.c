@@ -43,20 +43,7 @@ static uint64_t fingerprint(const Plan *p) {
     return h;
 }
 
-static void remove_tree(const char *dir) {   // a checkpoint directory: files only
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    for (struct dirent *e; (e = readdir(d));) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        char p[8300];
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        unlink(p);
-    }
-    closedir(d);
-    rmdir(dir);
-}
+static void remove_tree(const char *dir) { rt_remove_dir(dir, NULL); }   // files only
 
 // The step of a checkpoint directory's name, or -1.
 static int64_t step_of(const char *name) {

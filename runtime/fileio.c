@@ -167,6 +167,21 @@ void rt_clean_leftovers(const char *path, const char *const *tags, int ntags, bo
 
 static void unlink_entry(const char *p) { unlink(p); }
 
+void rt_remove_dir(const char *dir, bool (*ours)(const char *name)) {
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || (ours && !ours(e->d_name)))
+            continue;
+        char p[8300];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        unlink(p);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
 int rt_tmp_create(const char *path, char *tmp, size_t len) {
     static const char *const tag[] = {".tmp."};
     rt_clean_leftovers(path, tag, 1, true, unlink_entry);

@@ -244,6 +244,8 @@ static int shapes(const Check *c, OpKind op, const OpAttr *attr) {
         return 0;
     case OP_DEQUANT: {   // W nf4, absmax | codes, scales, mean -> W
         int64_t blocks = (E(o) + 63) / 64;
+        NEED(b && (c->nin == 2 || (c->nin == 4 && I(c, 2) && I(c, 3))),
+             "it takes the absmax, or the codes, scales and mean, all present");
         SAME(o, a);
         if (c->nin == 2)
             NEED(E(b) == blocks, "%s is not one absmax per 64 weights", b->name);
@@ -280,8 +282,8 @@ static int check(const Plan *p, OpKind op, const OpAttr *attr, const int *in, in
     int dt = dtypes(&c, op);
     if (dt != 0 || op == OP_ZERO)
         return dt;
-    for (int k = 0; k < nin; k++)   // an absent input only where the op has an optional one
-        if (in[k] < 0 && !(op == OP_LINEAR && k == 2))
+    for (int k = 0; k < nin; k++)   // absent: only past the op's required inputs
+        if (in[k] < 0 && k < op_desc(op)->min_in)
             return fail(&c, "input %d is absent", k);
     return shapes(&c, op, attr);
 }

@@ -59,9 +59,7 @@ static int load_batch(Exec *x, DataFile *d, const uint64_t *order, uint64_t nwin
 // LoRA the adapters in PEFT's layout instead, and the merged weights when asked.
 // -1 after printing why.
 static int save(Exec *x, const char *dir, bool merge, FILE *out) {
-    char path[4096], err[1024];
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-        return error("cannot create %s: %s", dir, strerror(errno)), -1;
+    char path[4096], err[1024];   // dir exists: lock_save_dir made it before step one
     if (x->plan->lora_r > 0) {
         if (rt_adapters_save(x, dir, NULL, err, sizeof err) != 0)
             return error("%s", err), -1;

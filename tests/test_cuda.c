@@ -104,11 +104,19 @@ static void trains_like_cpu(Harness *h, const FakeOptions *o, int steps, const c
     fake_cuda_close();
 }
 
+// tiny.ft's plan with its CUBIN for sm_80 (the simulated GPU's SM): micro-batch 8, or
+// the choice c.
+static bool compile_tiny(Harness *h, const PlanChoice *c) {
+    harness_arch = "sm_80";
+    bool ok = c ? harness_compile_choice(h, "models/tiny.ft", tiny(), c)
+                : harness_compile(h, "models/tiny.ft", tiny(), 8);
+    harness_arch = NULL;
+    return ok;
+}
+
 static void test_device_resident(void) {
     Harness h;
-    harness_arch = "sm_80";
-    bool ok = harness_compile(&h, "models/tiny.ft", tiny(), 8);
-    harness_arch = NULL;
+    bool ok = compile_tiny(&h, NULL);
     CHECK(ok);
     if (ok) {
         FakeOptions o = options(&h);
@@ -126,9 +134,7 @@ static PlanChoice offloaded(void) {
 static void test_offloaded(void) {
     Harness h;
     PlanChoice c = offloaded();
-    harness_arch = "sm_80";
-    bool ok = harness_compile_choice(&h, "models/tiny.ft", tiny(), &c);
-    harness_arch = NULL;
+    bool ok = compile_tiny(&h, &c);
     CHECK(ok);
     if (ok) {
         FakeOptions o = options(&h);
@@ -142,9 +148,7 @@ static void test_offloaded(void) {
 static void test_missing_waits_caught(void) {
     Harness h;
     PlanChoice c = offloaded();
-    harness_arch = "sm_80";
-    bool ok = harness_compile_choice(&h, "models/tiny.ft", tiny(), &c);
-    harness_arch = NULL;
+    bool ok = compile_tiny(&h, &c);
     CHECK(ok);
     CudaApi api;
     char err[1024];
@@ -169,9 +173,7 @@ static void test_missing_waits_caught(void) {
 // (a grouped launch once, at its first instruction).
 static void test_launch_order(void) {
     Harness h;
-    harness_arch = "sm_80";
-    bool ok = harness_compile(&h, "models/tiny.ft", tiny(), 8);
-    harness_arch = NULL;
+    bool ok = compile_tiny(&h, NULL);
     CudaApi api;
     char err[1024];
     FakeOptions o = options(&h);
@@ -225,9 +227,7 @@ static void test_other_architecture(void) {
 // both figures and the budget to re-plan with.
 static void test_preflight(void) {
     Harness h;
-    harness_arch = "sm_80";
-    bool ok = harness_compile(&h, "models/tiny.ft", tiny(), 8);
-    harness_arch = NULL;
+    bool ok = compile_tiny(&h, NULL);
     CudaApi api;
     char err[1024] = "";
     FakeOptions o = options(&h);
