@@ -38,7 +38,8 @@ grep -F "qwen2-7b-lora: plan" "$tmp/out" | grep -q "micro-batch 1," && ok lora-m
 grep -F "qwen2-0.5b-full: transformers" "$tmp/out" | grep -q "seq 2048" && ok torch-seq-2048 ||
     bad torch-seq-2048 "$(grep -F "qwen2-0.5b-full: transformers" "$tmp/out")"
 
-# The report fails what is off: one loss moved by 5%, a kernel test that failed.
+# The report fails what is off: one loss moved by 5% (the device's own difference from
+# the cpu's, about 1e-4, may leave 4.99e-02), a kernel test that failed.
 w=$tmp/w
 python3 - "$w/tiny-dev.log" <<'PY'
 import re, sys
@@ -49,7 +50,7 @@ s = re.sub(r"^(step 7/20  loss )([0-9.]+)", lambda m: m.group(1) + "%.6f" % (flo
 open(p, "w").write(s)
 PY
 python3 tests/gpu/report.py "$w" sim emu > "$tmp/r1"; rc=$?
-[ $rc = 1 ] && grep "tiny.ft 20 steps" "$tmp/r1" | grep FAIL | grep -q "max rel diff 5.0" &&
+[ $rc = 1 ] && grep "tiny.ft 20 steps" "$tmp/r1" | grep FAIL | grep -qE "max rel diff (4\.9|5\.0)" &&
     ok report-fails-losses || bad report-fails-losses "rc $rc: $(grep "tiny.ft 20" "$tmp/r1")"
 echo 1 > "$w/kernels.rc"
 python3 tests/gpu/report.py "$w" sim emu > "$tmp/r2"; rc=$?
