@@ -174,6 +174,22 @@ int rt_adapters_save(Exec *x, const char *dir, const char *base_model, char *err
 int rt_weights_save_merged(Exec *x, const char *path, char *err, size_t errlen);
 
 //
+// save.c — the --save directory.
+//
+
+// Whether --save DIR can be written, before any training: DIR a directory (or a new name
+// in one) where a file can be created; -1 with err.
+int rt_save_check(const char *dir, char *err, size_t errlen);
+// Makes DIR and locks it for this process (DIR/.ftc-lock, let go however the process
+// ends), then removes what killed saves left in it; the lock's descriptor in *fd, or -1
+// with err naming the ftc that holds it.
+int rt_save_lock(const char *dir, int *fd, char *err, size_t errlen);
+// Saves the weights (with LoRA the adapters, and the merged weights when `merge`) into
+// DIR as one set from this step: written aside, then made current at once (DIR/latest),
+// the names people load linked through it; one line to `out`. -1 with err.
+int rt_save_weights(Exec *x, const char *dir, bool merge, FILE *out, char *err, size_t errlen);
+
+//
 // train.c — ftc run.
 //
 

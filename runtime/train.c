@@ -10,12 +10,10 @@
 #include "fileio.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -55,87 +53,11 @@ static int load_batch(Exec *x, DataFile *d, const uint64_t *order, uint64_t nwin
     return 0;
 }
 
-// Saves into DIR (atomically, file by file): the weights as model.safetensors; with
-// LoRA the adapters in PEFT's layout instead, and the merged weights when asked.
-// -1 after printing why.
+// Saves the weights into --save DIR as one set (save.c); -1 after printing why.
 static int save(Exec *x, const char *dir, bool merge, FILE *out) {
-    char path[4096], err[1024];   // dir exists: lock_save_dir made it before step one
-    if (x->plan->lora_r > 0) {
-        if (rt_adapters_save(x, dir, NULL, err, sizeof err) != 0)
-            return error("%s", err), -1;
-        fprintf(out, "saved %s/adapter_model.safetensors and adapter_config.json (step %lld)\n", dir,
-                (long long)x->step);
-        if (!merge)
-            return 0;
-        snprintf(path, sizeof path, "%s/model.safetensors", dir);
-        if (rt_weights_save_merged(x, path, err, sizeof err) != 0)
-            return error("%s", err), -1;
-        fprintf(out, "saved %s (merged)\n", path);
-        return 0;
-    }
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    if (rt_weights_save(x, path, false, err, sizeof err) != 0)
+    char err[1024];
+    if (rt_save_weights(x, dir, merge, out, err, sizeof err) != 0)
         return error("%s", err), -1;
-    fprintf(out, "saved %s (step %lld)\n", path, (long long)x->step);
-    return 0;
-}
-
-// Whether --save DIR can be written, before any training: DIR a directory (or a new name
-// in one) where a file can be created; proved by creating one and removing it.
-static int check_save_dir(const char *dir, char *err, size_t errlen) {
-    struct stat st;
-    char where[4096];
-    if (stat(dir, &st) == 0) {
-        if (!S_ISDIR(st.st_mode))
-            return rt_fail(err, errlen, "--save %s: it is a file, not a directory", dir);
-        snprintf(where, sizeof where, "%s", dir);
-    } else {   // a new directory: its parent must be there
-        const char *slash = strrchr(dir, '/');
-        if (!slash)
-            snprintf(where, sizeof where, ".");
-        else if (slash == dir)
-            snprintf(where, sizeof where, "/");
-        else
-            snprintf(where, sizeof where, "%.*s", (int)(slash - dir), dir);
-        if (stat(where, &st) != 0 || !S_ISDIR(st.st_mode))
-            return rt_fail(err, errlen, "--save %s: there is no directory %s to create it in", dir, where);
-    }
-    char probe[4200];
-    snprintf(probe, sizeof probe, "%s/.ftc-probe.%d", where, (int)getpid());
-    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return rt_fail(err, errlen, "--save %s: cannot write in %s: %s", dir, where, strerror(errno));
-    close(fd);
-    unlink(probe);
-    return 0;
-}
-
-// One ftc at a time writes a --save directory: DIR (made now) holds .ftc-lock, locked
-// while this process lives (the kernel lets go however it ends) and naming it.
-static int lock_save_dir(const char *dir, int *fd_out, char *err, size_t errlen) {
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-        return rt_fail(err, errlen, "--save %s: cannot create it: %s", dir, strerror(errno));
-    char path[4200];
-    snprintf(path, sizeof path, "%s/.ftc-lock", dir);
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return rt_fail(err, errlen, "--save %s: cannot create %s: %s", dir, path, strerror(errno));
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        char who[32] = "";
-        ssize_t n = pread(fd, who, sizeof who - 1, 0);
-        who[n > 0 ? n : 0] = '\0';
-        who[strcspn(who, "\n")] = '\0';
-        close(fd);
-        return rt_fail(err, errlen, "--save %s: another ftc%s%s%s is writing it", dir, *who ? " (pid " : "",
-                       who, *who ? ")" : "");
-    }
-    char pid[32];
-    int len = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
-    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)len, 0) != len) {
-        close(fd);
-        return rt_fail(err, errlen, "--save %s: cannot write %s", dir, path);
-    }
-    *fd_out = fd;
     return 0;
 }
 
@@ -218,7 +140,7 @@ int rt_train(const RunOptions *o) {
         plan_free(p);
         return error("%s: the plan failed verification; it was not run", path);
     }
-    if (o->save && check_save_dir(o->save, err, sizeof err) != 0) {
+    if (o->save && rt_save_check(o->save, err, sizeof err) != 0) {
         plan_free(p);
         return error("%s", err);
     }
@@ -273,7 +195,7 @@ int rt_train(const RunOptions *o) {
     int32_t *window = malloc(sizeof(int32_t) * (size_t)(p->seq + 1));
     size_t batch_ids = (size_t)(p->micro_batch * p->seq);
     int32_t *tokens = malloc(sizeof(int32_t) * batch_ids), *targets = malloc(sizeof(int32_t) * batch_ids);
-    if (o->save && lock_save_dir(o->save, &lock, err, sizeof err) != 0) {
+    if (o->save && rt_save_lock(o->save, &lock, err, sizeof err) != 0) {
         error("%s", err);
         goto out;
     }

@@ -13,6 +13,22 @@ pass=0 fail=0
 ok() { echo "ok   $1"; pass=$((pass+1)); }
 bad() { echo "FAIL $1: $2"; fail=$((fail+1)); }
 losses() { grep -h '^step ' "$@" | awk '{print $2, $4}' | LC_ALL=C sort -u; }
+# The step a saved safetensors file records in its metadata ("-" when it cannot be read).
+st_step() { head -c 65536 "$1" 2>/dev/null | grep -ao '"step":"[0-9]*"' | head -1 | tr -dc 0-9 || echo -; }
+# Whether the saved files of DIR are one set: the files people load (model and adapter)
+# record one step, the one DIR/latest names where it exists, and no link leads nowhere.
+set_whole() {
+    local want="" f s
+    [ -L "$1/latest" ] && want=$(readlink "$1/latest" | sed 's/^saved-0*//; s/-b$//')
+    for f in "$1"/model.safetensors "$1"/adapter_model.safetensors; do
+        [ -L "$f" ] && [ ! -e "$f" ] && return 1
+        [ -e "$f" ] || continue
+        s=$(st_step "$f")
+        [ -z "$want" ] && want=$s
+        [ "$s" = "$want" ] || return 1
+    done
+    return 0
+}
 
 "$ftc" data --bytes tests/data/corpus.txt -o "$tmp/c.bin" >/dev/null
 sed 's/^train {/train {\n  lora(r = 4, alpha = 8, dropout = 0.1, targets = [q_proj, v_proj])/' models/tiny.ft > "$tmp/lora.ft"
@@ -21,9 +37,10 @@ sed 's/^train {/train {\n  lora(r = 4, alpha = 8, dropout = 0.1, targets = [q_pr
 RANDOM=7
 for kind in full lora; do
     args=(run "$tmp/$kind.plan" --data "$tmp/c.bin" --steps 30 --save-every 3 --seed 5)
+    [ "$kind" = lora ] && args+=(--merge)
     "$ftc" "${args[@]}" --save "$tmp/$kind-ref" > "$tmp/$kind-ref.out" || bad "$kind-reference" "failed"
     k=$tmp/$kind-k
-    runs=0 kills=0 finished=0
+    runs=0 kills=0 finished=0 torn=0
     while [ $runs -lt 60 ] && [ $finished = 0 ]; do
         resume=()
         ls -d "$k"/checkpoint-* >/dev/null 2>&1 && resume=(--resume "$k")
@@ -34,11 +51,12 @@ for kind in full lora; do
         # that saves, that is inside the save. Progress does not depend on the speed of
         # the build (a sanitized one is many times slower).
         want=$((RANDOM % 5 + 1))
-        while kill -0 $pid 2>/dev/null && [ "$(grep -c '^step ' "$out")" -lt $want ]; do sleep 0.01; done
+        while kill -0 $pid 2>/dev/null && [ "$(grep -cs '^step ' "$out")" -lt $want ]; do sleep 0.01; done
         sleep "0.0$((RANDOM % 3))"
         if kill -9 $pid 2>/dev/null; then
             kills=$((kills + 1))
             wait $pid 2>/dev/null
+            set_whole "$k" || torn=$((torn + 1))
         else
             wait $pid && finished=1
         fi
@@ -46,10 +64,16 @@ for kind in full lora; do
     done
     [ $finished = 1 ] && [ $kills -gt 0 ] && ok "$kind-killed-$kills-times-finished" ||
         bad "$kind-killed-and-resumed" "$runs runs, $kills kills, finished $finished"
-    out=model.safetensors
-    [ "$kind" = lora ] && out=adapter_model.safetensors
-    cmp -s "$tmp/$kind-ref/$out" "$k/$out" && ok "$kind-weights-bitwise" ||
-        bad "$kind-weights-bitwise" "the resumed run's $out differs"
+    # after every kill the saved files were one set from one step (adapter and merged
+    # model alike)
+    [ $torn = 0 ] && ok "$kind-saved-set-whole-after-every-kill" ||
+        bad "$kind-saved-set-whole-after-every-kill" "$torn of $kills kills left a torn set"
+    outs=(model.safetensors)
+    [ "$kind" = lora ] && outs=(adapter_model.safetensors model.safetensors)
+    for out in "${outs[@]}"; do
+        cmp -s "$tmp/$kind-ref/$out" "$k/$out" && ok "$kind-$out-bitwise" ||
+            bad "$kind-$out-bitwise" "the resumed run's $out differs"
+    done
     # every loss any run printed is the reference's for that step
     extra=$(LC_ALL=C comm -13 <(losses "$tmp/$kind-ref.out") <(losses "$tmp"/$kind-run*.out))
     [ -z "$extra" ] && ok "$kind-losses-as-uninterrupted" || bad "$kind-losses-as-uninterrupted" "$extra"
@@ -75,6 +99,20 @@ fi
 "$ftc" run "$tmp/full.plan" --data "$tmp/c.bin" --steps 30 --save-every 3 --seed 5 --save "$d" --resume "$d" >/dev/null &&
     cmp -s "$d/model.safetensors" "$tmp/full-ref/model.safetensors" && ok disk-full-then-resume ||
     bad disk-full-then-resume "the run after the full disk did not end as the reference"
+
+# A save that fails half-way (the merged model does not fit under a file size limit, the
+# adapter did) leaves the set before it whole: adapter and merged model from one step.
+d=$tmp/half-saved
+"$ftc" run "$tmp/lora.plan" --data "$tmp/c.bin" --steps 3 --seed 5 --save "$d" --merge >/dev/null
+( trap '' XFSZ; ulimit -f 100
+  "$ftc" run "$tmp/lora.plan" --data "$tmp/c.bin" --steps 6 --seed 5 --save "$d" --merge ) >/dev/null 2>"$tmp/e"
+rc=$?
+if [ $rc = 1 ] && set_whole "$d" && [ "$(st_step "$d/adapter_model.safetensors")" = 3 ] &&
+   [ "$(st_step "$d/model.safetensors")" = 3 ] && ! ls -A "$d" | grep -q '\.tmp\.'; then
+    ok failed-save-keeps-set-whole
+else
+    bad failed-save-keeps-set-whole "exit $rc: adapter step $(st_step "$d/adapter_model.safetensors"), model step $(st_step "$d/model.safetensors"); $(ls -a "$d")"
+fi
 
 # Errors: nothing to resume from, a checkpoint of another plan, a finished run.
 "$ftc" run "$tmp/full.plan" --data "$tmp/c.bin" --steps 3 --resume "$tmp" >/dev/null 2>"$tmp/e"

@@ -1,0 +1,245 @@
+// save.c — the --save directory: checked before step one, locked while ftc writes it, and
+// the trained weights saved into it as one unit.
+//
+// What a save writes (model.safetensors; with LoRA adapter_model.safetensors and
+// adapter_config.json, and with --merge the merged model.safetensors too) is one set,
+// from one step. The set is written into DIR/.saved-STEP.tmp.PID, renamed to
+// DIR/saved-STEP when complete, and made current by replacing the symbolic link
+// DIR/latest with one naming it: a rename, so a reader always finds a whole set from one
+// step, never files from two. The names people load (DIR/model.safetensors, ...) are
+// links through latest (DIR/model.safetensors -> latest/model.safetensors), so
+// transformers' and PEFT's from_pretrained(DIR) read the current set. A kill at any
+// point leaves either the set before or the new one current; what it left half-written
+// is removed when the directory is next locked.
+//
+//   DIR/.ftc-lock                    who writes DIR (locked while that ftc lives)
+//   DIR/latest -> saved-000300       the current set
+//   DIR/saved-000300/...             its files
+//   DIR/model.safetensors -> latest/model.safetensors, ...
+//   DIR/checkpoint-000300/           the training state (checkpoint.c)
+#include "runtime.h"
+#include "fileio.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+// Every name a saved set may hold; a link at DIR/NAME exists exactly for the current
+// set's files.
+static const char *const artefacts[] = {"model.safetensors", "adapter_model.safetensors",
+                                        "adapter_config.json"};
+enum { NARTEFACT = sizeof artefacts / sizeof *artefacts };
+
+int rt_save_check(const char *dir, char *err, size_t errlen) {
+    struct stat st;
+    char where[4096];
+    if (stat(dir, &st) == 0) {
+        if (!S_ISDIR(st.st_mode))
+            return rt_fail(err, errlen, "--save %s: it is a file, not a directory", dir);
+        snprintf(where, sizeof where, "%s", dir);
+    } else {   // a new directory: its parent must be there
+        const char *slash = strrchr(dir, '/');
+        if (!slash)
+            snprintf(where, sizeof where, ".");
+        else if (slash == dir)
+            snprintf(where, sizeof where, "/");
+        else
+            snprintf(where, sizeof where, "%.*s", (int)(slash - dir), dir);
+        if (stat(where, &st) != 0 || !S_ISDIR(st.st_mode))
+            return rt_fail(err, errlen, "--save %s: there is no directory %s to create it in", dir, where);
+    }
+    char probe[4200];
+    snprintf(probe, sizeof probe, "%s/.ftc-probe.%d", where, (int)getpid());
+    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return rt_fail(err, errlen, "--save %s: cannot write in %s: %s", dir, where, strerror(errno));
+    close(fd);
+    unlink(probe);
+    return 0;
+}
+
+static void drop_entry(const char *p) {
+    struct stat st;
+    if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
+        rt_remove_dir(p, NULL);
+    else
+        unlink(p);
+}
+
+// What killed saves left in DIR: temporary sets, checkpoints, links and files of
+// processes that are gone.
+static void clean(const char *dir) {
+    char base[4200];
+    static const char *const tmp[] = {".tmp."};
+    snprintf(base, sizeof base, "%s/.latest", dir);
+    rt_clean_leftovers(base, tmp, 1, false, drop_entry);
+    for (int i = 0; i < NARTEFACT; i++) {
+        snprintf(base, sizeof base, "%s/.%s", dir, artefacts[i]);   // a link being made
+        rt_clean_leftovers(base, tmp, 1, false, drop_entry);
+        snprintf(base, sizeof base, "%s/%s", dir, artefacts[i]);    // a file being written
+        rt_clean_leftovers(base, tmp, 1, true, drop_entry);
+    }
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    for (struct dirent *e; (e = readdir(d));) {   // .saved-STEP.tmp.PID, .checkpoint-STEP.tmp.PID
+        const char *n = e->d_name, *t = strstr(n, ".tmp.");
+        if (t && (strncmp(n, ".saved-", 7) == 0 || strncmp(n, ".checkpoint-", 12) == 0)) {
+            snprintf(base, sizeof base, "%s/%.*s", dir, (int)(t - n), n);
+            rt_clean_leftovers(base, tmp, 1, false, drop_entry);
+        }
+    }
+    closedir(d);
+}
+
+int rt_save_lock(const char *dir, int *fd_out, char *err, size_t errlen) {
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+        return rt_fail(err, errlen, "--save %s: cannot create it: %s", dir, strerror(errno));
+    char path[4200];
+    snprintf(path, sizeof path, "%s/.ftc-lock", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return rt_fail(err, errlen, "--save %s: cannot create %s: %s", dir, path, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        char who[32] = "";
+        ssize_t n = pread(fd, who, sizeof who - 1, 0);
+        who[n > 0 ? n : 0] = '\0';
+        who[strcspn(who, "\n")] = '\0';
+        close(fd);
+        return rt_fail(err, errlen, "--save %s: another ftc%s%s%s is writing it", dir, *who ? " (pid " : "",
+                       who, *who ? ")" : "");
+    }
+    char pid[32];
+    int len = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)len, 0) != len) {
+        close(fd);
+        return rt_fail(err, errlen, "--save %s: cannot write %s", dir, path);
+    }
+    clean(dir);
+    *fd_out = fd;
+    return 0;
+}
+
+// The set DIR/latest names ("saved-000300"), or "" when there is none.
+static void current(const char *dir, char *name, size_t len) {
+    char link[4200];
+    snprintf(link, sizeof link, "%s/latest", dir);
+    ssize_t n = readlink(link, name, len - 1);
+    name[n > 0 ? n : 0] = '\0';
+}
+
+// Makes `link` a symbolic link holding `target`, replacing what is there by a rename;
+// -1 with err.
+static int link_to(const char *dir, const char *link, const char *name, const char *target, char *err,
+                   size_t errlen) {
+    char have[4200], tmp[4300];
+    ssize_t n = readlink(link, have, sizeof have - 1);
+    if (n >= 0 && (size_t)n == strlen(target) && memcmp(have, target, (size_t)n) == 0)
+        return 0;
+    struct stat st;
+    if (lstat(link, &st) == 0 && S_ISDIR(st.st_mode))
+        return rt_fail(err, errlen, "cannot save %s: it is a directory", link);
+    snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%d", dir, name, (int)getpid());
+    unlink(tmp);
+    if (symlink(target, tmp) != 0 || rename(tmp, link) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return rt_fail(err, errlen, "cannot make %s: %s", link, strerror(e));
+    }
+    return 0;
+}
+
+static bool in_set(const char *name, const char *const *set, int n) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(name, set[i]) == 0)
+            return true;
+    return false;
+}
+
+int rt_save_weights(Exec *x, const char *dir, bool merge, FILE *out, char *err, size_t errlen) {
+    const Plan *p = x->plan;
+    const char *set[NARTEFACT];
+    int n = 0;
+    if (p->lora_r > 0) {
+        set[n++] = "adapter_model.safetensors";
+        set[n++] = "adapter_config.json";
+        if (merge)
+            set[n++] = "model.safetensors";
+    } else {
+        set[n++] = "model.safetensors";
+    }
+    // The set's directory: saved-STEP, or saved-STEP-b when saved-STEP is the current one
+    // (the same step saved again, by a resumed run or another run into DIR).
+    char cur[256], name[64], tmp[4300], final[4300], path[4400];
+    current(dir, cur, sizeof cur);
+    snprintf(name, sizeof name, "saved-%06" PRId64, x->step);
+    if (strcmp(cur, name) == 0)
+        snprintf(name, sizeof name, "saved-%06" PRId64 "-b", x->step);
+    snprintf(final, sizeof final, "%s/%s", dir, name);
+    snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%d", dir, name, (int)getpid());
+    rt_remove_dir(tmp, NULL);
+    if (mkdir(tmp, 0777) != 0)
+        return rt_fail(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
+    int rc;
+    if (p->lora_r > 0) {
+        rc = rt_adapters_save(x, tmp, NULL, err, errlen);
+        snprintf(path, sizeof path, "%s/model.safetensors", tmp);
+        if (rc == 0 && merge)
+            rc = rt_weights_save_merged(x, path, err, errlen);
+    } else {
+        snprintf(path, sizeof path, "%s/model.safetensors", tmp);
+        rc = rt_weights_save(x, path, false, err, errlen);
+    }
+    if (rc == 0) {
+        rt_remove_dir(final, NULL);
+        if (rename(tmp, final) != 0)
+            rc = rt_fail(err, errlen, "cannot create %s: %s", final, strerror(errno));
+    }
+    if (rc != 0) {
+        rt_remove_dir(tmp, NULL);
+        return -1;
+    }
+    // Links at the names people load, through latest; then latest swung to the new set.
+    // Until it is, each link reads the set before (or nothing, the first time).
+    char link[4300], target[300];
+    for (int i = 0; i < n && rc == 0; i++) {
+        snprintf(link, sizeof link, "%s/%s", dir, set[i]);
+        snprintf(target, sizeof target, "latest/%s", set[i]);
+        rc = link_to(dir, link, set[i], target, err, errlen);
+    }
+    snprintf(link, sizeof link, "%s/latest", dir);
+    if (rc != 0 || link_to(dir, link, "latest", name, err, errlen) != 0)
+        return -1;
+    // What the new set does not hold: links of an earlier set's names, and earlier sets.
+    for (int i = 0; i < NARTEFACT; i++) {
+        snprintf(link, sizeof link, "%s/%s", dir, artefacts[i]);
+        snprintf(target, sizeof target, "latest/%s", artefacts[i]);
+        char have[300];
+        ssize_t k = readlink(link, have, sizeof have - 1);
+        if (!in_set(artefacts[i], set, n) && k >= 0 && (size_t)k == strlen(target) &&
+            memcmp(have, target, (size_t)k) == 0)
+            unlink(link);
+    }
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        if (strncmp(e->d_name, "saved-", 6) == 0 && strcmp(e->d_name, name) != 0) {
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            rt_remove_dir(path, NULL);
+        }
+    }
+    if (d)
+        closedir(d);
+    fprintf(out, "saved %s:", dir);
+    for (int i = 0; i < n; i++)
+        fprintf(out, "%s %s%s", i ? "," : "", set[i],
+                p->lora_r > 0 && strcmp(set[i], "model.safetensors") == 0 ? " (merged)" : "");
+    fprintf(out, " (step %" PRId64 ", %s)\n", x->step, name);
+    return 0;
+}
