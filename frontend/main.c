@@ -32,7 +32,7 @@ static void usage(FILE *f) {
 static void usage_run(FILE *f) {
     fputs("usage: ftc run DIR --data FILE [--weights PATH] [--steps N] [--save DIR]\n"
           "                   [--save-every N] [--keep K] [--resume DIR] [--seed N] [--poison]\n"
-          "                   [--unplanned] [--merge] [--device cuda|cpu|emu]\n"
+          "                   [--unplanned] [--merge] [--skip-nonfinite] [--device cuda|cpu|emu]\n"
           "\n"
           "  --data FILE       token file (ftc data makes one)\n"
           "  --weights PATH    Hugging Face safetensors: a file, or a directory (sharded too);\n"
@@ -49,6 +49,8 @@ static void usage_run(FILE *f) {
           "  --unplanned       every buffer its own allocation instead of the planned arena\n"
           "  --merge           with LoRA: also save the merged weights (model.safetensors);\n"
           "                    --save alone writes the adapters in PEFT's layout\n"
+          "  --skip-nonfinite  a step whose loss is not finite is skipped (its update not\n"
+          "                    taken) and counted; without it the run stops there\n"
           "  --device D        cuda (the GPU: the plan's kernels, cuBLASLt), cpu (the reference\n"
           "                    kernels) or emu (the plan's kernels compiled for and run on the\n"
           "                    CPU); default: cuda where the driver sees a GPU, else cpu\n",
@@ -117,6 +119,8 @@ static int cmd_run(Cmdline *cl, int argc, char **argv, int first) {
             o.layout = LAYOUT_UNPLANNED;
         else if (strcmp(s, "--merge") == 0)
             o.merge = true;
+        else if (strcmp(s, "--skip-nonfinite") == 0)
+            o.skip_nonfinite = true;
         else if (s[0] == '-' && s[1]) {
             arg_error(cl, i, "unknown option '%s' (see ftc help run)", s);
             return EXIT_USAGE;

@@ -3,7 +3,7 @@
 // A checkpoint is a directory DIR/checkpoint-STEP holding state.safetensors: every
 // buffer that lives across steps (parameters, NF4 codes and scales, optimizer moments,
 // master weights) as its raw bytes under its plan name, with metadata: the step, the
-// seed, and a fingerprint of those buffers' names, dtypes and sizes. Gradients are zero
+// seed, the steps whose update was skipped (AdamW's bias correction), and a fingerprint of those buffers' names, dtypes and sizes. Gradients are zero
 // between steps and the data order, dropout masks and AdamW's bias correction follow
 // from (seed, step), so nothing else is needed to continue bitwise. It is written into
 // DIR/.checkpoint-STEP.tmp.PID and renamed into place when complete: a kill leaves
@@ -119,12 +119,13 @@ int rt_checkpoint_save(Exec *x, const char *dir, int64_t step, uint64_t seed, in
                          .shape = whole ? b->shape : &len[n], .data = data[n]};
         n++;
     }
-    char sstep[32], sseed[32], sfp[32];
+    char sstep[32], sseed[32], sfp[32], sskip[32];
     snprintf(sstep, sizeof sstep, "%" PRId64, step);
+    snprintf(sskip, sizeof sskip, "%" PRId64, x->skipped);
     snprintf(sseed, sizeof sseed, "%" PRIu64, seed);
     snprintf(sfp, sizeof sfp, "%016" PRIx64, fingerprint(p));
     const char *meta[] = {"producer", "ftc", "kind", "training state", "step", sstep,
-                          "seed", sseed, "plan", sfp, NULL};
+                          "seed", sseed, "skipped", sskip, "plan", sfp, NULL};
     snprintf(path, sizeof path, "%s/state.safetensors", tmp);
     if (rc == 0)
         rc = st_write(path, w, n, meta, err, errlen);
@@ -221,11 +222,15 @@ int rt_checkpoint_load(Exec *x, const char *ckpt, int64_t *step, uint64_t *seed,
     const Plan *p = x->plan;
     char path[4400];
     snprintf(path, sizeof path, "%s/state.safetensors", ckpt);
-    uint64_t s, sd, fp;
+    uint64_t s, sd, fp, skipped = 0;
     json_t *meta = state_meta(path, err, errlen);
     int bad = !meta || meta_u64(meta, path, "step", 10, &s, err, errlen) != 0 ||
               meta_u64(meta, path, "seed", 10, &sd, err, errlen) != 0 ||
-              meta_u64(meta, path, "plan", 16, &fp, err, errlen) != 0;
+              meta_u64(meta, path, "plan", 16, &fp, err, errlen) != 0 ||
+              (json_object_get(meta, "skipped") &&   // absent: a state from before skipping
+               meta_u64(meta, path, "skipped", 10, &skipped, err, errlen) != 0);
+    if (!bad && skipped > s)
+        bad = rt_fail(err, errlen, "%s: %" PRIu64 " steps skipped of %" PRIu64, path, skipped, s);
     json_decref(meta);
     if (bad)
         return -1;
@@ -253,6 +258,6 @@ int rt_checkpoint_load(Exec *x, const char *ckpt, int64_t *step, uint64_t *seed,
     }
     st_close(set);
     if (rc == 0)
-        *step = (int64_t)s, *seed = sd;
+        *step = (int64_t)s, *seed = sd, x->skipped = (int64_t)skipped;
     return rc;
 }

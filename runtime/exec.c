@@ -240,6 +240,14 @@ void rt_zero(Exec *x, int id) {
     free(zeros);
 }
 
+void rt_exec_skip_update(Exec *x) {
+    const Plan *p = x->plan;
+    x->skipped++;
+    for (int i = 0; i < p->nins[PHASE_OPT]; i++)
+        if (p->ins[PHASE_OPT][i].op == OP_ZERO)
+            rt_zero(x, p->ins[PHASE_OPT][i].out[0]);
+}
+
 // The raw bytes of buffer `id` in host memory (malloc'd).
 static void *fetch(const Exec *x, int id) {
     const PlanBuffer *b = &x->plan->buf[id];
@@ -322,7 +330,7 @@ void rt_kernel_args(const Exec *x, const PlanInstr *in, KernelArgs *a) {
         a->p[k++] = in->in[i] >= 0 ? x->ptr[in->in[i]] : NULL;
     if (in->ws >= 0)
         a->p[k++] = x->ptr[in->ws];
-    a->i[0] = x->step;
+    a->i[0] = x->step - x->skipped;
     a->i[1] = x->micro;
     a->i[2] = (long long)rt_random_stream(x, in);
     a->f[0] = x->plan->lr;
@@ -338,7 +346,7 @@ void rt_kernel_group_args(const Exec *x, const PlanInstr *in, KernelGroupArgs *a
         for (int i = 0; i < m->nin; i++)
             a->p[k][j++] = m->in[i] >= 0 ? x->ptr[m->in[i]] : NULL;
     }
-    a->i[0] = x->step;
+    a->i[0] = x->step - x->skipped;
     a->i[1] = x->micro;
     a->f[0] = x->plan->lr;
 }

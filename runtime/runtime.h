@@ -111,7 +111,10 @@ struct Exec {
     void **ptr;             // per buffer: its address in its arena's memory (a view: its base's)
     int *root;              // per buffer: the buffer owning its bytes (plan_roots)
     uint64_t seed;          // dropout and initialisation
-    int64_t step;           // optimizer steps taken (1-based inside the optimizer phase)
+    int64_t step;           // training steps taken (1-based inside the step): the data
+                            // order, dropout masks and saved files follow it
+    int64_t skipped;        // steps whose update was skipped (--skip-nonfinite): AdamW's
+                            // bias correction counts the step - skipped updates taken
     int64_t micro;          // micro-step within the step
     bool poison;            // fill a buffer's bytes with NaN when its lifetime ends
 };
@@ -148,6 +151,9 @@ void rt_read_raw(const Exec *x, int id, void *dst);
 void rt_write_raw(Exec *x, int id, const void *src);
 // Zeroes buffer `id`.
 void rt_zero(Exec *x, int id);
+// Skips the update of the step under way: the gradients it accumulated are zeroed (what
+// the optimizer phase's zero instructions do after an update) and nothing else changes.
+void rt_exec_skip_update(Exec *x);
 
 //
 // weights.c — initialisation, checkpoint loading, saving.
@@ -201,7 +207,7 @@ int rt_checkpoint_save(Exec *x, const char *dir, int64_t step, uint64_t seed, in
 // The checkpoint to resume from: path itself when it holds state.safetensors, else its
 // latest complete checkpoint-STEP; -1 with err when there is none.
 int rt_checkpoint_find(const char *path, char *out, size_t len, char *err, size_t errlen);
-// Loads a checkpoint made for this plan into x; its step and seed.
+// Loads a checkpoint made for this plan into x (x->skipped too); its step and seed.
 int rt_checkpoint_load(Exec *x, const char *ckpt, int64_t *step, uint64_t *seed, char *err, size_t errlen);
 
 typedef struct RunOptions {
@@ -215,6 +221,7 @@ typedef struct RunOptions {
     bool poison;
     ExecLayout layout;
     bool merge;             // with LoRA: also save the merged weights
+    bool skip_nonfinite;    // a step with a non-finite loss is skipped and counted, not fatal
     FILE *out;              // progress lines
 } RunOptions;
 

@@ -249,11 +249,14 @@ int rt_train(const RunOptions *o) {
             (long long)p->seq, (unsigned long long)nwin, o->data);
     const PlanBuffer *lossb = plan_role(p, "loss");
     double t0 = now_s(), t1st = 0, first_loss = 0, recent[10] = {0};
+    int64_t nrecent = 0, first_step = 0, skipped0 = x.skipped;   // nrecent: steps updated
     uint64_t cursor = (uint64_t)(done * p->accum * p->micro_batch);
     for (int64_t step = done + 1; step <= o->steps; step++) {
         double ts = now_s(), loss = 0;
+        uint64_t start = cursor;
+        bool skip = false;
         x.step = step;
-        for (int64_t m = 0; m < p->accum; m++) {
+        for (int64_t m = 0; m < p->accum && !skip; m++) {
             x.micro = m;
             uint64_t at = cursor;
             if (load_batch(&x, d, order, nwin, &cursor, window, tokens, targets, err, sizeof err) != 0 ||
@@ -264,6 +267,13 @@ int rt_train(const RunOptions *o) {
             }
             float l;
             rt_read_f32(&x, lossb->id, &l);
+            if (!isfinite(l) && o->skip_nonfinite) {
+                // The step's update is skipped; its remaining windows are passed over, so
+                // the data order goes on as if it had been taken.
+                skip = true, loss = l;
+                cursor = start + (uint64_t)(p->accum * p->micro_batch);
+                break;
+            }
             if (!isfinite(l)) {   // stop before the optimizer spreads it into the weights
                 cursor = at;
                 nonfinite(&x, l, step, d, order, nwin, &cursor, window, tokens, targets);
@@ -271,21 +281,28 @@ int rt_train(const RunOptions *o) {
             }
             loss += l;
         }
-        if (rt_exec_phase(&x, PHASE_OPT, err, sizeof err) != 0) {
-            error("step %lld: %s", (long long)step, err);
-            goto out;
+        if (skip) {
+            rt_exec_skip_update(&x);
+        } else {
+            if (rt_exec_phase(&x, PHASE_OPT, err, sizeof err) != 0) {
+                error("step %lld: %s", (long long)step, err);
+                goto out;
+            }
+            loss /= (double)p->accum;
+            if (nrecent == 0)
+                first_loss = loss, first_step = step;
+            recent[nrecent++ % 10] = loss;
         }
-        loss /= (double)p->accum;
-        if (step == done + 1) {
-            first_loss = loss;
+        if (step == done + 1)
             report_memory(be, p, o->out);
-        }
-        recent[(step - done - 1) % 10] = loss;
         double t1 = now_s();
         if (step == done + 1)
             t1st = t1;
-        fprintf(o->out, "step %lld/%lld  loss %.6f  tok/s %.0f  lr %.3e  elapsed %.2fs  mem %s\n",
-                (long long)step, (long long)o->steps, loss, (double)tokens_per_step / (t1 - ts),
+        char skipped[64] = "";
+        if (skip)
+            snprintf(skipped, sizeof skipped, "  skipped %lld", (long long)x.skipped);
+        fprintf(o->out, "step %lld/%lld  loss %.6f%s  tok/s %.0f  lr %.3e  elapsed %.2fs  mem %s\n",
+                (long long)step, (long long)o->steps, loss, skipped, (double)tokens_per_step / (t1 - ts),
                 p->lr, t1 - t0, mems);
         fflush(o->out);
         if (o->save && o->save_every > 0 && step % o->save_every == 0 && step < o->steps) {
@@ -305,13 +322,17 @@ int rt_train(const RunOptions *o) {
     }
     double tend = now_s(), total = tend - t0, tail = 0;
     int64_t ran = o->steps - done;   // steps this run took (after a resumed one's)
-    int ntail = ran < 10 ? (int)ran : 10;
+    int ntail = nrecent < 10 ? (int)nrecent : 10;
     for (int i = 0; i < ntail; i++)
         tail += recent[i];
-    fprintf(o->out, "done: %lld steps, %lld tokens, loss %.4f at step %lld, %.4f over the last %d steps, "
+    char skips[96] = "";
+    if (x.skipped > skipped0)
+        snprintf(skips, sizeof skips, ", %lld skipped (a non-finite loss; their updates not taken)",
+                 (long long)(x.skipped - skipped0));
+    fprintf(o->out, "done: %lld steps%s, %lld tokens, loss %.4f at step %lld, %.4f over the last %d steps, "
                     "%.2fs, %.0f tok/s\n",
-            (long long)ran, (long long)(tokens_per_step * ran), first_loss, (long long)done + 1,
-            ntail ? tail / ntail : 0.0, ntail, total,
+            (long long)ran, skips, (long long)(tokens_per_step * ran), first_loss,
+            (long long)first_step, ntail ? tail / ntail : 0.0, ntail, total,
             total > 0 ? (double)(tokens_per_step * ran) / total : 0.0);
     if (ran > 1) {   // the first step also fills caches and warms the GPU up
         double mean = (tend - t1st) / (double)(ran - 1);

@@ -144,6 +144,54 @@ fails nonfinite-loss "step 1, micro-step 1: the loss is nan; the first non-finit
     run "$tmp/inf.plan" --data "$tmp/c.bin" --steps 3 --save "$tmp/inf-out"
 grep -q "inf.ft:44:.*stopped before the optimizer step" "$tmp/e" && [ ! -e "$tmp/inf-out/model.safetensors" ] &&
     ! grep -q '^step\|^done' "$tmp/o" && ok nonfinite-loss-where || bad nonfinite-loss-where "$(cat "$tmp/e" "$tmp/o")"
+# --skip-nonfinite: a step whose loss is not finite is skipped and counted, its update
+# not taken (the weights after it are bitwise those before it), and training goes on.
+# Token 255's embedding row is made infinite (rmsnorm makes it NaN), and one byte
+# of the corpus, in window 100 only, is 255.
+"$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 1 --save "$tmp/w0" >/dev/null
+python3 - "$tmp/w0/model.safetensors" "$tmp/huge.safetensors" <<'PY'
+import json, struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+t = json.loads(b[8:8 + n])["model.embed_tokens.weight"]
+dim = t["shape"][1]
+row = 8 + n + t["data_offsets"][0] + 255 * dim * 4
+b[row:row + dim * 4] = struct.pack("<%df" % dim, *([float("inf")] * dim))
+open(sys.argv[2], "wb").write(b)
+PY
+python3 -c "import sys; b = bytearray(open(sys.argv[1], 'rb').read()); b[6410] = 255; open(sys.argv[2], 'wb').write(b)" \
+    tests/data/corpus.txt "$tmp/c255"
+"$ftc" data --bytes "$tmp/c255" -o "$tmp/c255.bin" >/dev/null
+skiprun() { "$ftc" run "$tmp/tiny.plan" --data "$tmp/c255.bin" --weights "$tmp/huge.safetensors" --seed 3 --skip-nonfinite "$@"; }
+skiprun --steps 70 > "$tmp/sk.out" 2>&1
+k=$(grep -m1 'skipped 1' "$tmp/sk.out" | sed 's|^step \([0-9]*\)/.*|\1|')
+if [ $? = 0 ] && [ -n "$k" ] && [ "$(grep -c '  skipped ' "$tmp/sk.out")" = 1 ] &&
+   ! grep -v '  skipped ' "$tmp/sk.out" | grep '^step' | grep -qiE 'loss (-?nan|-?inf)' &&
+   grep -q '^done: 70 steps, 1 skipped (a non-finite loss' "$tmp/sk.out"; then
+    ok "skip-nonfinite-counts-and-goes-on (step $k of 70)"
+else
+    bad skip-nonfinite-counts-and-goes-on "$(grep -E 'skipped|^done|error' "$tmp/sk.out")"
+fi
+if [ -n "$k" ] && [ "$k" -gt 1 ]; then
+    skiprun --steps $((k - 1)) --save "$tmp/sk-before" >/dev/null 2>&1
+    skiprun --steps "$k" --save "$tmp/sk-at" >/dev/null 2>&1
+    skiprun --steps $((k + 1)) --save "$tmp/sk-after" >/dev/null 2>&1
+    "$st_diff" "$tmp/sk-at/model.safetensors" "$tmp/sk-before/model.safetensors" 0 >/dev/null &&
+        ! "$st_diff" "$tmp/sk-after/model.safetensors" "$tmp/sk-at/model.safetensors" 0 >/dev/null &&
+        ok skip-nonfinite-update-not-taken || bad skip-nonfinite-update-not-taken "the weights moved at step $k or not at $((k + 1))"
+fi
+# A checkpoint after the skip carries it: resumed, AdamW's bias correction counts the
+# updates taken, and the run ends as one never stopped.
+if [ -n "$k" ]; then
+    skiprun --steps $((k + 2)) --save-every $((k + 1)) --save "$tmp/sk-r" >/dev/null 2>&1
+    skiprun --steps $((k + 2)) --resume "$tmp/sk-r" --save "$tmp/sk-r2" >/dev/null 2>&1
+    "$st_diff" "$tmp/sk-r2/model.safetensors" "$tmp/sk-r/model.safetensors" 0 >/dev/null &&
+        ok skip-nonfinite-resumes-exactly || bad skip-nonfinite-resumes-exactly "the resumed run's weights differ"
+fi
+# Without it the same run stops at that step.
+"$ftc" run "$tmp/tiny.plan" --data "$tmp/c255.bin" --weights "$tmp/huge.safetensors" --seed 3 --steps 70 >/dev/null 2>"$tmp/e"
+[ $? = 1 ] && grep -q "step $k, micro-step 1: the loss is nan; the first non-finite value is in" "$tmp/e" &&
+    ok nonfinite-stops-without-skip || bad nonfinite-stops-without-skip "$(cat "$tmp/e")"
 # --save that cannot be written is refused before step one, not after training.
 fails save-no-parent "--save $tmp/no/such: there is no directory $tmp/no to create it in" \
     run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 1 --save "$tmp/no/such"

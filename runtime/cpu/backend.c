@@ -382,7 +382,7 @@ static int k_adamw(Call *c) {
     const Plan *p = c->x->plan;
     float *master = master_of(c, 3), *w = master ? master : OUT(0);
     cpu_adamw_step(w, IN(0), OUT(1), OUT(2), (size_t)ON(0), p->lr, p->beta1, p->beta2, p->eps,
-                   p->weight_decay, c->x->step);
+                   p->weight_decay, c->x->step - c->x->skipped);
     if (master)
         memcpy(OUT(0), master, sizeof(float) * (size_t)ON(0));
     return 0;
