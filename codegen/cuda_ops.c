@@ -138,7 +138,8 @@ static void a_rope(FILE *f, const CudaCtx *cx) {
     fprintf(f, "%lldLL, %lldLL, %lldLL, %lld, ", (long long)s[0], (long long)s[1], (long long)s[2],
             (long long)s[3]);
     flit(f, n->attr.f);
-    fprintf(f, ", %s, %d, %d", n->op == OP_ROPE ? "1.0f" : "-1.0f", DT(IN(0)), DT(OUT(0)));
+    fprintf(f, ", %s, %d, %d, %d", n->op == OP_ROPE ? "1.0f" : "-1.0f", n->nin > 1 && n->in[1] >= 0,
+            DT(IN(0)), DT(OUT(0)));
 }
 static void g_rope(const CudaCtx *cx, unsigned *grid, unsigned *block) {
     CTX(cx);

@@ -89,7 +89,9 @@ int codegen_plan_write(FILE *f, const IrGraph *g, const PlanMeta *meta, const Ke
         else if (i == g->logits)
             fprintf(f, " role=logits");
         else if (t->kind == TK_INPUT)
-            fprintf(f, " role=%s", strcmp(t->name, "targets") == 0 ? "targets" : "tokens");
+            fprintf(f, " role=%s", strcmp(t->name, "targets") == 0     ? "targets"
+                                   : strcmp(t->name, "positions") == 0 ? "positions"
+                                                                       : "tokens");
         fputc('\n', f);
     }
     static const char *phases[] = {"forward", "backward", "optimizer"};

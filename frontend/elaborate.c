@@ -45,6 +45,7 @@ typedef struct Elab {
     int counter;            // for unnamed tensors
     int calls;              // block instances made
     bool too_big;           // a size limit was reported
+    int positions;          // the position ids input, once something reads it; else -1
 } Elab;
 
 static Value none(void) { return (Value){.kind = V_NONE}; }
@@ -354,8 +355,11 @@ static Value eval_call(Elab *e, Scope *s, const Ast *x, const char *name) {
     const char *an;
     unsigned ak = op_user_attr(op, &an);
     int npos = 0, in[IR_MAX_INPUTS], nin = 0;
-    for (const Ast *a = x->args; a && !a->name; a = a->next)
-        npos++;
+    bool attr_named = false;   // then every positional argument is a tensor
+    for (const Ast *a = x->args; a; a = a->next) {
+        npos += !a->name;
+        attr_named |= a->name && an && strcmp(a->name, an) == 0;
+    }
     OpAttr attr = {0};
     bool have_attr = false, ok = true;
     // Positional arguments: tensors first (min_in..max_in), then the attribute.
@@ -371,7 +375,8 @@ static Value eval_call(Elab *e, Scope *s, const Ast *x, const char *name) {
             have_attr = true;
             continue;
         }
-        bool want_tensor = nin < info->min_in || (nin < info->max_in && (!an || npos - k > 1));
+        bool want_tensor =
+            nin < info->min_in || (nin < info->max_in && (!an || attr_named || npos - k > 1));
         if (want_tensor) {
             Value v = eval(e, s, a->lhs, NULL);
             if (v.kind != V_TENSOR && v.kind != V_NONE)
@@ -533,6 +538,16 @@ static Value eval_repeat(Elab *e, Scope *s, const Ast *x, const char *name) {
     return v;
 }
 
+// The position ids: an i32 [B, S] batch input the training loop fills (0..S-1 along each
+// row of unpacked data), made when the program first reads `positions`.
+static Value positions(Elab *e, SrcLoc loc) {
+    if (e->positions < 0) {
+        int64_t shape[2] = {e->g->batch, e->g->seq};
+        e->positions = ir_tensor_add(e->g, "positions", TK_INPUT, DT_I32, 2, shape, loc);
+    }
+    return tensor(e->positions);
+}
+
 static Value eval(Elab *e, Scope *s, const Ast *x, const char *name) {
     switch (x->kind) {
     case AST_INT: return (Value){.kind = V_INT, .i = x->ival};
@@ -544,6 +559,8 @@ static Value eval(Elab *e, Scope *s, const Ast *x, const char *name) {
     case AST_TUPLE: return (Value){.kind = V_LIST, .ast = x};
     case AST_IDENT: {
         Binding *b = lookup(s, x->name);
+        if (!b && e->g && strcmp(x->name, "positions") == 0)
+            return positions(e, x->loc);
         if (!b) {
             fe_error(e->src, x->loc, "unknown identifier '%s'", x->name);
             return none();
@@ -596,6 +613,13 @@ static Value eval(Elab *e, Scope *s, const Ast *x, const char *name) {
             return none();
         if (ids.kind != V_TENSOR) {
             fe_error(e->src, x->args->loc, "an index must be a tensor of token ids");
+            return none();
+        }
+        // Position ids reach S - 1: a table of fewer rows fails on the first batch.
+        const IrTensor *tab = ir_tensor(e->g, (int)t.i);
+        if (ids.i == e->positions && tab->ndim == 2 && tab->shape[0] < e->g->seq) {
+            fe_error(e->src, x->lhs->loc, "positions go up to %lld (seq = %lld), but this table has %lld "
+                     "rows", (long long)e->g->seq - 1, (long long)e->g->seq, (long long)tab->shape[0]);
             return none();
         }
         int in[2] = {(int)t.i, (int)ids.i};
@@ -658,15 +682,15 @@ static int make_params(Elab *e, Scope *s, const Ast *items) {
 //
 
 static bool reserved(const char *n) {
-    return strcmp(n, "B") == 0 || strcmp(n, "S") == 0;
+    return strcmp(n, "B") == 0 || strcmp(n, "S") == 0 || strcmp(n, "positions") == 0;
 }
 
 // Checks names in a body: no duplicates among params/assignments of a scope.
 static void check_names(Elab *e, const Ast *items) {
     for (const Ast *a = items; a; a = a->next) {
         if ((a->kind == AST_PARAM || a->kind == AST_ASSIGN) && reserved(a->name))
-            fe_error(e->src, a->loc, "'%s' is reserved for the micro-batch and sequence sizes",
-                     a->name);
+            fe_error(e->src, a->loc, "'%s' is reserved for %s", a->name,
+                     a->name[0] == 'p' ? "the position ids" : "the micro-batch and sequence sizes");
         if (a->kind != AST_PARAM && a->kind != AST_BLOCK)
             continue;
         for (const Ast *b = items; b != a; b = b->next)
@@ -892,7 +916,7 @@ static void fold_constants(Elab *e, Scope *s, const Ast *model) {
 int fe_check(FtSource *src, Ast *program, FtModel *m, Arena *a) {
     memset(m, 0, sizeof *m);
     m->program = program;
-    Elab e = {.src = src, .m = m, .a = a};
+    Elab e = {.src = src, .m = m, .a = a, .positions = -1};
     const Ast *model = NULL, *train = NULL;
     for (const Ast *s = program->body; s; s = s->next) {
         const Ast **slot = s->kind == AST_MODEL ? &model : &train;
@@ -1061,7 +1085,7 @@ IrGraph *fe_elaborate(FtSource *src, const FtModel *m, int64_t batch, Arena *a) 
     g->batch = batch;
     g->seq = m->train.seq;
     g->step = step_of(&m->train);
-    Elab e = {.src = src, .m = m, .g = g, .a = a};
+    Elab e = {.src = src, .m = m, .g = g, .a = a, .positions = -1};
     Scope consts = {.prefix = "", .hf_prefix = "", .layer = -1};
     e.model = &consts;
     bind(&consts, "B", (Value){.kind = V_INT, .i = batch});

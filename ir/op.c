@@ -166,11 +166,19 @@ static bool shape_norm(const IrGraph *g, const IrNode *n, IrTensor *out, IrShape
     return true;
 }
 
+// x [B, S, heads, head_dim] and, optionally, its position ids i32 [B, S].
 static bool shape_rope(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
     const IrTensor *x = IN(0);
-    if (x->ndim != 4 || x->shape[3] % 2)
+    if (x->ndim != 4 || x->shape[3] % 2 || !is_float(x->dtype))
         return fail(err, 0, "rope needs [B, S, heads, head_dim] with an even head_dim, got %s",
                     sh(x));
+    if (n->nin > 1 && n->in[1] >= 0) {
+        const IrTensor *p = IN(1);
+        if (p->dtype != DT_I32 || p->ndim != 2 || p->shape[0] != x->shape[0] ||
+            p->shape[1] != x->shape[1])
+            return fail(err, 1, "rope: position ids must be i32 [%lld, %lld] for %s, got %s",
+                        (long long)x->shape[0], (long long)x->shape[1], sh(x), sh(p));
+    }
     same_as(out, x);
     return true;
 }
@@ -552,7 +560,8 @@ static void bwd_unary(Autodiff *ad, const IrNode *n) {
         int in[2] = {dy, n->out[0]};
         d = ad_op(ad, n, OP_MUL, 2, in, (OpAttr){0}, "dx");
     } else if (n->op == OP_ROPE) {
-        d = ad_op(ad, n, OP_ROPE_BWD, 1, &dy, n->attr, "dx");
+        int in[2] = {dy, n->nin > 1 ? n->in[1] : -1};
+        d = ad_op(ad, n, OP_ROPE_BWD, in[1] >= 0 ? 2 : 1, in, n->attr, "dx");
     } else if (n->op == OP_SOFTMAX) {
         int in[2] = {dy, n->out[0]};
         d = ad_op(ad, n, OP_SOFTMAX_BWD, 2, in, n->attr, "dx");
@@ -710,7 +719,8 @@ static const OpInfo ops[OP_COUNT] = {
     [OP_LAYERNORM] = {.shape = shape_norm, .flops = flops_8elems,
                       .grad_needs = {I0 | I1 | A, I0 | A, 0}, .backward = bwd_norm,
                       .init = {0, INIT_ONES, INIT_ZEROS}, .aux = "stats"},
-    [OP_ROPE] = {.shape = shape_rope, .flops = flops_4elems, .backward = bwd_unary},
+    [OP_ROPE] = {.shape = shape_rope, .flops = flops_4elems, .grad_needs = {I1},
+                 .backward = bwd_unary},
     [OP_SOFTMAX] = {.shape = shape_unary, .flops = flops_4elems, .grad_needs = {O},
                     .backward = bwd_unary},
     [OP_ATTENTION] = {.shape = shape_attention, .flops = flops_attention,

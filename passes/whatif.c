@@ -4,7 +4,8 @@
 // the planner has: micro-batch 1, every block recomputed from its input with the input
 // waiting in host memory, optimizer state, master weights and gradients on the host.
 // The projections are found in the graph, not by name: the linears whose outputs reach
-// the first attention's q and v through views and elementwise ops (rope).
+// the first attention's q and v through views, elementwise ops and norms whose other
+// inputs are parameters or batch inputs (rope's position ids, a q/k norm's weight).
 #include "passes.h"
 
 #include <string.h>
@@ -21,7 +22,13 @@ static const char *projection(const IrGraph *g, int t) {
             const IrTensor *w = &g->tensors.at[n->in[1]];
             return w->kind == TK_PARAM ? w->decl : NULL;
         }
-        if (c != OPC_MOVEMENT && !(c == OPC_ELEMENTWISE && n->nin == 1))
+        // Through ops whose other inputs are parameters or batch inputs (a norm's weight,
+        // rope's position ids): the value still comes from in[0].
+        bool through = c == OPC_MOVEMENT || c == OPC_ELEMENTWISE || c == OPC_REDUCTION;
+        for (int k = 1; through && k < n->nin; k++)
+            through = n->in[k] < 0 || g->tensors.at[n->in[k]].kind == TK_PARAM ||
+                      g->tensors.at[n->in[k]].kind == TK_INPUT;
+        if (!through)
             return NULL;
         t = n->in[0];
     }

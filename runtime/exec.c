@@ -248,6 +248,23 @@ void rt_exec_skip_update(Exec *x) {
             rt_zero(x, p->ins[PHASE_OPT][i].out[0]);
 }
 
+void rt_write_positions(Exec *x, const int32_t *pos) {
+    const Plan *p = x->plan;
+    const PlanBuffer *b = plan_role(p, "positions");
+    if (!b)
+        return;
+    if (pos) {
+        rt_write_raw(x, b->id, pos);
+        return;
+    }
+    int64_t n = p->micro_batch * p->seq;
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(n + 1));
+    for (int64_t i = 0; i < n; i++)
+        ids[i] = (int32_t)(i % p->seq);
+    rt_write_raw(x, b->id, ids);
+    free(ids);
+}
+
 // The raw bytes of buffer `id` in host memory (malloc'd).
 static void *fetch(const Exec *x, int id) {
     const PlanBuffer *b = &x->plan->buf[id];

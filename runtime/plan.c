@@ -495,8 +495,8 @@ static int read_steps(Reader *r, Plan *p, PlanInstr *in) {
     }
     return 0;
 }
-// The buffers the training loop reads and writes itself agree with the header: tokens
-// and targets i32 [micro_batch, seq] (it writes that many), the loss one f32, the
+// The buffers the training loop reads and writes itself agree with the header: tokens,
+// targets and position ids i32 [micro_batch, seq] (it writes that many), the loss one f32, the
 // logits' last dimension the vocabulary.
 static int check_roles(Reader *r, const Plan *p) {
     if (p->seq > (1 << 24) || p->micro_batch > (1 << 20) || p->vocab > (1 << 30))
@@ -506,7 +506,7 @@ static int check_roles(Reader *r, const Plan *p) {
         const PlanBuffer *b = &p->buf[i];
         if (!b->role)
             continue;
-        if (!strcmp(b->role, "tokens") || !strcmp(b->role, "targets")) {
+        if (!strcmp(b->role, "tokens") || !strcmp(b->role, "targets") || !strcmp(b->role, "positions")) {
             if (b->dtype != PDT_I32 || b->virt || plan_elems(b) != p->micro_batch * p->seq)
                 return bad(r, "buffer %s (%s): %lld %s elements, the header's micro_batch x seq is "
                            "%lld i32", b->name, b->role, (long long)plan_elems(b),

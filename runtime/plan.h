@@ -35,7 +35,7 @@
 // Buffer keys: kind=param|grad|state|input|value|workspace|quant, hf=CHECKPOINT_NAME,
 // init=normal|ones|zeros|kaiming_uniform, scale=X, train=0|1, of=PARAM_ID, view=BASE_ID
 // (no bytes of its own: it reads its base's), reuse=ID (written in place over buffer ID,
-// whose last use is this buffer's first write), layer=L, role=tokens|targets|loss|logits
+// whose last use is this buffer's first write), layer=L, role=tokens|targets|positions|loss|logits
 // (a quant buffer: nf4_absmax, or nf4_absmax_codes|nf4_absmax_scales|nf4_absmax_mean for
 // double quantisation, of=the NF4 parameter).
 //
@@ -108,7 +108,7 @@ typedef struct PlanBuffer {
     int reuse;              // written in place over buffer `reuse`, which dies as this is
                             // born (same bytes, same offset); else -1
     int layer;              // repeat index of the block that made it, else -1
-    char *role;             // "tokens", "targets", "loss", "logits", or NULL
+    char *role;             // "tokens", "targets", "positions", "loss", "logits", or NULL
     bool virt;              // an intermediate of a fused instruction: no bytes, no place
 } PlanBuffer;
 

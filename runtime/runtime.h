@@ -154,6 +154,10 @@ void rt_zero(Exec *x, int id);
 // Skips the update of the step under way: the gradients it accumulated are zeroed (what
 // the optimizer phase's zero instructions do after an update) and nothing else changes.
 void rt_exec_skip_update(Exec *x);
+// Writes the position ids of a micro-batch (i32 [micro_batch, seq]) into the plan's
+// positions buffer: `pos`, or with NULL 0..seq-1 along every row; nothing when the plan
+// has none.
+void rt_write_positions(Exec *x, const int32_t *pos);
 
 //
 // weights.c — initialisation, checkpoint loading, saving.

@@ -43,7 +43,8 @@ static const char *const kinds[OP_COUNT][2] = {
     [OP_EMBED_BWD] = {"FI", "F"},       [OP_CROSS_ENTROPY_BWD] = {"FI", "F"},
     [OP_DROPOUT] = {"F", "FU"},         [OP_DROPOUT_BWD] = {"FU", "F"},
     [OP_DEQUANT] = {"QF", "F"},         [OP_COPY] = {"*", "*"},
-    [OP_VIEW] = {"*", "*"},
+    [OP_VIEW] = {"*", "*"},             [OP_ROPE] = {"FI", "F"},
+    [OP_ROPE_BWD] = {"FI", "F"},
 };
 
 static bool kind_ok(char k, PlanDType t) {
@@ -183,8 +184,10 @@ static int shapes(const Check *c, OpKind op, const OpAttr *attr) {
         NEED(E(o) == L(b), "%s is not [%lld]", o->name, (long long)L(b));
         return 0;
     case OP_ROPE:
-    case OP_ROPE_BWD:
+    case OP_ROPE_BWD:   // x [B, S, H, D], positions [B, S]?
         NEED(a->ndim == 4, "%s is not [B, S, heads, head_dim]", a->name);
+        NEED(!b || E(b) == D(a, 0) * D(a, 1), "%s is not [%lld, %lld] position ids", b ? b->name : "",
+             (long long)D(a, 0), (long long)D(a, 1));
         SAME(o, a);
         return 0;
     case OP_ATTENTION:   // q, k, v -> o, lse

@@ -35,7 +35,8 @@ static int error(const char *fmt, ...) {
     return 1;
 }
 
-// Fills the tokens and targets buffers with the next micro_batch windows; `tokens` and
+// Fills the tokens and targets buffers (and the position ids, when the model reads them)
+// with the next micro_batch windows; `tokens` and
 // `targets` are host staging of micro_batch x seq ids each.
 static int load_batch(Exec *x, DataFile *d, const uint64_t *order, uint64_t nwin, uint64_t *cursor,
                       int32_t *window, int32_t *tokens, int32_t *targets, char *err, size_t errlen) {
@@ -50,6 +51,7 @@ static int load_batch(Exec *x, DataFile *d, const uint64_t *order, uint64_t nwin
     }
     rt_write_raw(x, plan_role(p, "tokens")->id, tokens);
     rt_write_raw(x, plan_role(p, "targets")->id, targets);
+    rt_write_positions(x, NULL);   // every window starts a sequence at position 0
     return 0;
 }
 

@@ -120,7 +120,8 @@ int plan_verify(const Plan *p, FILE *out) {
     bool *written = calloc((size_t)nbuf + 1, sizeof(bool));
     for (int i = 0; i < nbuf; i++) {
         const PlanBuffer *b = &p->buf[i];
-        written[i] = whole_step(b) || (b->role && (!strcmp(b->role, "tokens") || !strcmp(b->role, "targets")));
+        written[i] = whole_step(b) || (b->role && (!strcmp(b->role, "tokens") || !strcmp(b->role, "targets") ||
+                                                    !strcmp(b->role, "positions")));
     }
     for (int id = 0; id < ni; id++) {
         const PlanInstr *in = plan_instr(p, id);

@@ -41,6 +41,7 @@ static bool train(const Plan *p, Backend *be, int steps, double *losses, bool po
             }
             rt_write_raw(&x, plan_role(p, "tokens")->id, tok);
             rt_write_raw(&x, plan_role(p, "targets")->id, tgt);
+            rt_write_positions(&x, NULL);
             ok = rt_exec_phase(&x, PHASE_FWD, err, sizeof err) == 0 &&
                  rt_exec_phase(&x, PHASE_BWD, err, sizeof err) == 0;
             float l = NAN;

@@ -72,8 +72,11 @@ static double check_case(const char *name, const char *body) {
         for (int64_t k = 0; k < plan_elems(plan_role(p, roles[r])); k++)
             batch[r][k] = (int32_t)(urand() * 7);
 #define LOAD_BATCH()                                                                    \
-    for (int r = 0; r < 2; r++)                                                         \
-        rt_write_raw(&h.x, plan_role(p, roles[r])->id, batch[r])
+    do {                                                                                \
+        for (int r = 0; r < 2; r++)                                                     \
+            rt_write_raw(&h.x, plan_role(p, roles[r])->id, batch[r]);                   \
+        rt_write_positions(&h.x, NULL);                                                 \
+    } while (0)
     LOAD_BATCH();
     if (!harness_step(&h)) {
         CHECK(!"runs");
@@ -135,6 +138,9 @@ CASE(test_softmax, "softmax", "    y = softmax(linear(x, w1))\n")
 CASE(test_rmsnorm, "rmsnorm", "    y = rmsnorm(linear(x, w1), n, 1e-5)\n")
 CASE(test_layernorm, "layernorm", "    y = layernorm(linear(x, w1), n, b, 1e-5)\n")
 CASE(test_rope, "rope", "    y = view(rope(view(linear(x, w1), [B, S, 2, 2]), 100.0), [B, S, D])\n")
+CASE(test_rope_positions, "rope(pos)",
+     "    y = view(rope(view(linear(x, w1), [B, S, 2, 2]), positions, 100.0), [B, S, D])\n")
+CASE(test_positions_embed, "emb[pos]", "    y = linear(x + emb[positions], w1)\n")
 CASE(test_matmul_transpose, "matmul",
      "    t = transpose(linear(x, w1), [1, 2])\n"
      "    y = matmul(matmul(x, t), linear(x, w2))\n")
@@ -164,6 +170,8 @@ int main(void) {
     RUN(test_rmsnorm);
     RUN(test_layernorm);
     RUN(test_rope);
+    RUN(test_rope_positions);
+    RUN(test_positions_embed);
     RUN(test_matmul_transpose);
     RUN(test_attention_gqa);
     RUN(test_attention_full);

@@ -24,7 +24,8 @@
 
 #include <math.h>
 
-// A Qwen2-shaped block at odd sizes, LoRA with dropout on q and v.
+// A Qwen2-shaped block at odd sizes, LoRA with dropout on q and v; q's rope reads the
+// position ids, k's its rows' indices.
 static const char *qwen_odd =
     "model odd {\n"
     "  vocab = 300  dim = 160  heads = 2  kv_heads = 1  head_dim = 80  ffn = 200\n"
@@ -43,7 +44,7 @@ static const char *qwen_odd =
     "    param wu [ffn, dim] as \"mlp.up_proj.weight\"\n"
     "    param wd [dim, ffn] as \"mlp.down_proj.weight\"\n"
     "    h = rmsnorm(x, attn_norm, 1e-6)\n"
-    "    q = rope(view(linear(h, wq, bq), [B, S, heads, head_dim]), 10000.0)\n"
+    "    q = rope(view(linear(h, wq, bq), [B, S, heads, head_dim]), positions, 10000.0)\n"
     "    k = rope(view(linear(h, wk), [B, S, kv_heads, head_dim]), 10000.0)\n"
     "    v = view(linear(h, wv), [B, S, kv_heads, head_dim])\n"
     "    a = attention(q, k, v, causal = true)\n"
@@ -64,8 +65,9 @@ static const char *qwen_odd =
     "%s"
     "}\n";
 
-// The other ops: LayerNorm with bias, GELU, softmax, transpose, matmul, exp, div, sub,
-// scale, a broadcast bias (sum_to), non-causal attention; fp16 storage, SGD.
+// The other ops: a position table read at the position ids, LayerNorm with bias, GELU,
+// softmax, transpose, matmul, exp, div, sub, scale, a broadcast bias (sum_to), non-causal
+// attention; fp16 storage, SGD.
 static const char *ops_fp16 =
     "model ops {\n"
     "  V = 300  D = 96  H = 3  HD = 32\n"
@@ -74,8 +76,9 @@ static const char *ops_fp16 =
     "  param w2 [D, D] as \"w2\"\n"
     "  param b [D] as \"b\"\n"
     "  param n [D] as \"n\"\n"
+    "  param pe [40, D] as \"pe\"\n"
     "  forward(tokens i32[B, S]) {\n"
-    "    x = emb[tokens]\n"
+    "    x = emb[tokens] + pe[positions]\n"
     "    h = layernorm(x, n, b, 1e-5)\n"
     "    g = gelu(linear(h, w1)) + b\n"
     "    s = softmax(linear(g, w2))\n"
@@ -239,6 +242,7 @@ static void lockstep(const char *name, const char *text, int64_t micro) {
             ids[i] = (int32_t)(urand32() % (uint32_t)p->vocab);
         rt_write_raw(&h.x, plan_role(p, r ? "targets" : "tokens")->id, ids);
     }
+    rt_write_positions(&h.x, NULL);
     free(ids);
     h.x.step = xe.step = 1;
     h.x.seed = xe.seed = 99;

@@ -94,6 +94,7 @@ static bool setup(Run *r, const char *name, const char *precision, const char *l
         if (!read)
             return false;
     }
+    rt_write_positions(&r->x, NULL);
     return true;
 }
 

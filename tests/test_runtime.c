@@ -590,27 +590,52 @@ typedef struct {
     float *x, *dx;
     size_t B, S, H, D;
     double theta;
+    const int32_t *pos;
 } RopeCase;
 
 static void rope_fwd(Fd *f) {
     RopeCase *c = (RopeCase *)f;
-    CHECK(cpu_rope_forward(f->out, c->x, c->B, c->S, c->H, c->D, c->theta) == CPU_OK);
+    CHECK(cpu_rope_forward(f->out, c->x, c->pos, c->B, c->S, c->H, c->D, c->theta) == CPU_OK);
 }
 
 static void rope_bwd(Fd *f) {
     RopeCase *c = (RopeCase *)f;
-    CHECK(cpu_rope_backward(c->dx, f->R, c->B, c->S, c->H, c->D, c->theta) == CPU_OK);
+    CHECK(cpu_rope_backward(c->dx, f->R, c->pos, c->B, c->S, c->H, c->D, c->theta) == CPU_OK);
 }
 
 static void test_rope_grad(void) {
-    RopeCase c = {.B = 2, .S = 5, .H = 2, .D = 8, .theta = 10000.0};
-    size_t n = c.B * c.S * c.H * c.D;
-    c.x = fnew(n), c.dx = fnew(n);
-    fill(c.x, n, -1, 1);
-    c.f.fwd = rope_fwd, c.f.bwd = rope_bwd;
-    set_output(&c.f, n);
-    add_input(&c.f, "x", c.x, c.dx, n, 0);
-    fd_check(&c.f, FD_STEP, FD_ATOL, FD_RTOL);
+    // positions restarting inside a row, as packed records have them
+    static const int32_t pos[10] = {0, 1, 2, 0, 1, 7, 3, 0, 11, 2};
+    for (int with_pos = 0; with_pos < 2; with_pos++) {
+        RopeCase c = {.B = 2, .S = 5, .H = 2, .D = 8, .theta = 10000.0, .pos = with_pos ? pos : NULL};
+        size_t n = c.B * c.S * c.H * c.D;
+        c.x = fnew(n), c.dx = fnew(n);
+        fill(c.x, n, -1, 1);
+        c.f.fwd = rope_fwd, c.f.bwd = rope_bwd;
+        set_output(&c.f, n);
+        add_input(&c.f, "x", c.x, c.dx, n, 0);
+        fd_check(&c.f, FD_STEP, FD_ATOL, FD_RTOL);
+    }
+}
+
+// Position ids: a row rotates by its id, not its index (0..S-1 ids give the plain result).
+static void test_rope_positions(void) {
+    enum { B = 2, S = 4, H = 1, D = 4 };
+    static const int32_t ids[B * S] = {0, 1, 2, 3, 5, 0, 1, 9};
+    static const int32_t plain[B * S] = {0, 1, 2, 3, 0, 1, 2, 3};
+    float *x = fnew(B * S * H * D), *y = fnew(B * S * H * D), *z = fnew(B * S * H * D);
+    fill(x, B * S * H * D, -1, 1);
+    CHECK(cpu_rope_forward(y, x, plain, B, S, H, D, 10000.0) == CPU_OK);
+    CHECK(cpu_rope_forward(z, x, NULL, B, S, H, D, 10000.0) == CPU_OK);
+    CHECK(memcmp(y, z, sizeof(float) * B * S * H * D) == 0);
+    CHECK(cpu_rope_forward(y, x, ids, B, S, H, D, 10000.0) == CPU_OK);
+    for (int r = 0; r < B * S; r++)
+        for (int i = 0; i < D / 2; i++) {
+            double ang = ids[r] * pow(10000.0, -2.0 * i / D);
+            const float *xr = x + r * D, *yr = y + r * D;
+            CHECK_NEAR(yr[i], xr[i] * cos(ang) - xr[i + D / 2] * sin(ang), 2e-6, 0);
+            CHECK_NEAR(yr[i + D / 2], xr[i + D / 2] * cos(ang) + xr[i] * sin(ang), 2e-6, 0);
+        }
 }
 
 // The rotate_half convention against angles in double (small positions, so fp32 angles agree to
@@ -620,7 +645,7 @@ static void test_rope_reference(void) {
     const double theta = 500000.0;
     float *x = fnew(B * S * H * D), *y = fnew(B * S * H * D);
     fill(x, B * S * H * D, -1, 1);
-    CHECK(cpu_rope_forward(y, x, B, S, H, D, theta) == CPU_OK);
+    CHECK(cpu_rope_forward(y, x, NULL, B, S, H, D, theta) == CPU_OK);
     for (int s = 0; s < S; s++)
         for (int h = 0; h < H; h++)
             for (int i = 0; i < D / 2; i++) {
@@ -631,9 +656,9 @@ static void test_rope_reference(void) {
                 CHECK_NEAR(yr[i + D / 2], xr[i + D / 2] * cos(ang) + xr[i] * sin(ang), 2e-6, 0);
             }
     float *z = fcopy(x, B * S * H * D);
-    CHECK(cpu_rope_forward(z, z, B, S, H, D, theta) == CPU_OK);
+    CHECK(cpu_rope_forward(z, z, NULL, B, S, H, D, theta) == CPU_OK);
     CHECK(memcmp(z, y, sizeof(float) * B * S * H * D) == 0);
-    CHECK(cpu_rope_forward(y, x, B, S, H, 5, theta) == CPU_ERR_ARG);
+    CHECK(cpu_rope_forward(y, x, NULL, B, S, H, 5, theta) == CPU_ERR_ARG);
     CHECK(cpu_rope_angles(y, z, S, 5, theta) == CPU_ERR_ARG);
 }
 
@@ -1254,6 +1279,7 @@ int main(void) {
     run("rmsnorm_grad", test_rmsnorm_grad);
     run("layernorm_grad", test_layernorm_grad);
     run("rope_grad", test_rope_grad);
+    run("rope_positions", test_rope_positions);
     run("rope_reference", test_rope_reference);
     run("rope_angles_fp32", test_rope_angles_fp32);
     run("attention_grad_gqa_causal", test_attention_grad_gqa_causal);

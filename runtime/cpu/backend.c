@@ -174,9 +174,14 @@ static int k_layernorm(Call *c) {
     return 0;
 }
 
+// Rope's optional position ids (in[1], i32 [B, S]), NULL when the plan gives none.
+static const int32_t *positions(Call *c) {
+    return c->in->nin > 1 && c->in->in[1] >= 0 ? RAW(1) : NULL;
+}
+
 static int k_rope(Call *c) {
     const int64_t *s = B(0)->shape;
-    return status(c, cpu_rope_forward(OUT(0), IN(0), (size_t)s[0], (size_t)s[1], (size_t)s[2],
+    return status(c, cpu_rope_forward(OUT(0), IN(0), positions(c), (size_t)s[0], (size_t)s[1], (size_t)s[2],
                                       (size_t)s[3], c->in->attr.f));
 }
 
@@ -316,7 +321,7 @@ static int k_layernorm_dw(Call *c) {
 
 static int k_rope_bwd(Call *c) {
     const int64_t *s = B(0)->shape;
-    return status(c, cpu_rope_backward(OUT(0), IN(0), (size_t)s[0], (size_t)s[1], (size_t)s[2],
+    return status(c, cpu_rope_backward(OUT(0), IN(0), positions(c), (size_t)s[0], (size_t)s[1], (size_t)s[2],
                                        (size_t)s[3], c->in->attr.f));
 }
 

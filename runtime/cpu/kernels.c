@@ -437,8 +437,8 @@ static float rope_inv_freq(size_t i, size_t D, double theta) {
 }
 
 // The fp32 angle s * inv_freq and its cos and sin, each rounded once to fp32.
-static void rope_cos_sin(size_t s, float inv_freq, float *c, float *sn) {
-    float angle = (float)s * inv_freq;
+static void rope_cos_sin(float s, float inv_freq, float *c, float *sn) {
+    float angle = s * inv_freq;
     *c = (float)cos((double)angle);
     *sn = (float)sin((double)angle);
 }
@@ -450,43 +450,48 @@ int cpu_rope_angles(float *cos_out, float *sin_out, size_t S, size_t D, double t
     for (size_t i = 0; i < half; i++) {
         float inv = rope_inv_freq(i, D, theta);
         for (size_t s = 0; s < S; s++)
-            rope_cos_sin(s, inv, &cos_out[s * half + i], &sin_out[s * half + i]);
+            rope_cos_sin((float)s, inv, &cos_out[s * half + i], &sin_out[s * half + i]);
     }
     return CPU_OK;
 }
 
-// Rotates every (i, i + D/2) pair by the position's angle times sign (+1 forward, -1 inverse).
-static int rope_apply(float *out, const float *x, size_t B, size_t S, size_t H, size_t D,
-                      double theta, float sign) {
-    if (D % 2 != 0)
+// Rotates every (i, i + D/2) pair of the row at (b, s) by the angle of its position
+// (pos[b, s], or s without position ids) times sign (+1 forward, -1 inverse).
+static int rope_apply(float *out, const float *x, const int32_t *pos, size_t B, size_t S,
+                      size_t H, size_t D, double theta, float sign) {
+    enum { MAX_HALF = 4096 };
+    if (D % 2 != 0 || D / 2 > MAX_HALF)
         return CPU_ERR_ARG;
     size_t half = D / 2;
-    for (size_t i = 0; i < half; i++) {
-        float inv = rope_inv_freq(i, D, theta);
+    float inv[MAX_HALF];
+    for (size_t i = 0; i < half; i++)
+        inv[i] = rope_inv_freq(i, D, theta);
+    for (size_t b = 0; b < B; b++)
         for (size_t s = 0; s < S; s++) {
-            float c, sn;
-            rope_cos_sin(s, inv, &c, &sn);
-            sn *= sign;
-            for (size_t b = 0; b < B; b++)
+            float p = pos ? (float)pos[b * S + s] : (float)s;
+            for (size_t i = 0; i < half; i++) {
+                float c, sn;
+                rope_cos_sin(p, inv[i], &c, &sn);
+                sn *= sign;
                 for (size_t h = 0; h < H; h++) {
                     size_t base = ((b * S + s) * H + h) * D;
                     float x1 = x[base + i], x2 = x[base + i + half];
                     out[base + i] = x1 * c - x2 * sn;
                     out[base + i + half] = x2 * c + x1 * sn;
                 }
+            }
         }
-    }
     return CPU_OK;
 }
 
-int cpu_rope_forward(float *out, const float *x, size_t B, size_t S, size_t H, size_t D,
-                     double theta) {
-    return rope_apply(out, x, B, S, H, D, theta, 1.0f);
+int cpu_rope_forward(float *out, const float *x, const int32_t *pos, size_t B, size_t S, size_t H,
+                     size_t D, double theta) {
+    return rope_apply(out, x, pos, B, S, H, D, theta, 1.0f);
 }
 
-int cpu_rope_backward(float *dx, const float *dout, size_t B, size_t S, size_t H, size_t D,
-                      double theta) {
-    return rope_apply(dx, dout, B, S, H, D, theta, -1.0f);
+int cpu_rope_backward(float *dx, const float *dout, const int32_t *pos, size_t B, size_t S,
+                      size_t H, size_t D, double theta) {
+    return rope_apply(dx, dout, pos, B, S, H, D, theta, -1.0f);
 }
 
 // ---------------------------------------------------------------------------------------------

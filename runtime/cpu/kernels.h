@@ -187,7 +187,8 @@ void cpu_layernorm_backward(float *dx,          // (N, C) =
 //
 // Angle arithmetic follows HF's fp32 code exactly: inv_freq[i] = 1 / theta^(2i/D) in fp32
 // (exponent (float)(2i) / (float)D, the power rounded once to fp32, the reciprocal in fp32),
-// angle = (float)s * inv_freq[i] in fp32 with position s = 0..S-1, then cos/sin of that fp32
+// angle = (float)p * inv_freq[i] in fp32 with position p (the row's position id, or its index
+// s = 0..S-1 when pos is NULL), then cos/sin of that fp32
 // angle rounded once to fp32. Only the power, cos and sin can differ from torch, by at most
 // the last-ulp differences between libm and SLEEF.
 
@@ -196,13 +197,16 @@ int cpu_rope_angles(float *cos_out,   // (S, D/2)
                     float *sin_out,   // (S, D/2)
                     size_t S, size_t D, double theta);
 // out[.., i] = x[i] cos - x[i + D/2] sin, out[.., i + D/2] = x[i + D/2] cos + x[i] sin for
-// i < D/2, at position s; CPU_ERR_ARG if D is odd. May run in place (out == x).
-int cpu_rope_forward(float *out,      // (B, S, H, D)
-                     const float *x,  // (B, S, H, D)
+// i < D/2, at position pos[b, s] (or s when pos is NULL); CPU_ERR_ARG if D is odd. May run in
+// place (out == x).
+int cpu_rope_forward(float *out,          // (B, S, H, D)
+                     const float *x,      // (B, S, H, D)
+                     const int32_t *pos,  // (B, S) or NULL
                      size_t B, size_t S, size_t H, size_t D, double theta);
 // dx = the inverse rotation of dout (assigned); CPU_ERR_ARG if D is odd. May run in place.
-int cpu_rope_backward(float *dx,         // (B, S, H, D) =
-                      const float *dout, // (B, S, H, D)
+int cpu_rope_backward(float *dx,          // (B, S, H, D) =
+                      const float *dout,  // (B, S, H, D)
+                      const int32_t *pos, // (B, S) or NULL
                       size_t B, size_t S, size_t H, size_t D, double theta);
 
 // ---------------------------------------------------------------------------------------------
