@@ -4,8 +4,10 @@
 // compile command is compile.c.
 #include "driver.h"
 #include "../runtime/data.h"
+#include "../runtime/dataset.h"
 
 #include <stdarg.h>
+#include <time.h>
 #include <unistd.h>
 
 static void usage(FILE *f) {
@@ -21,6 +23,7 @@ static void usage(FILE *f) {
           "  inspect DIR [--at peak|N] [--buffer NAME] [--top K] [--json] [--kernels]\n"
           "                            the memory schedule of a plan\n"
           "  data (--bytes|--u16|--u32) FILE -o OUT\n"
+          "  data --tokenizer tokenizer.json FILE.jsonl -o OUT [--template T] [--pack SEQ]\n"
           "                            make a token file\n"
           "  import CONFIG.json        write a .ft for a Hugging Face config on stdout\n"
           "  help [COMMAND]            this text, or one command's\n"
@@ -139,34 +142,85 @@ static int cmd_run(Cmdline *cl, int argc, char **argv, int first) {
 
 static void usage_data(FILE *f) {
     fputs("usage: ftc data (--bytes|--u16|--u32) FILE -o OUT.bin\n"
+          "       ftc data --tokenizer tokenizer.json FILE.jsonl -o OUT.bin [--template T]\n"
+          "                [--eos TOKEN] [--pack SEQ [--drop-long]] [--threads N]\n"
           "\n"
           "  --bytes           every byte of FILE is a token (vocab 256)\n"
           "  --u16, --u32      FILE holds little-endian token ids of 2 or 4 bytes\n"
+          "  --tokenizer F     encode the records of FILE.jsonl with a Hugging Face tokenizer.json\n"
+          "                    (byte-level BPE: GPT-2, Qwen2, Llama 3, Mistral-Nemo); one JSON\n"
+          "                    object a line: {\"text\"}, {\"prompt\", \"completion\"} (only the\n"
+          "                    completion trained) or {\"messages\": [{\"role\", \"content\"}]} (only\n"
+          "                    the assistant's content trained)\n"
+          "  --template T      how messages are rendered: chatml, llama3, or a string holding\n"
+          "                    {content} once and {role} (\\n, \\t read as such)\n"
+          "  --eos TOKEN       the end-of-sequence token after each record (default: the\n"
+          "                    tokenizer_config.json beside the tokenizer, else <|endoftext|>,\n"
+          "                    <|end_of_text|> or </s>)\n"
+          "  --pack SEQ        pack records into windows of SEQ tokens that none crosses (train\n"
+          "                    with seq = SEQ); a longer record is cut to SEQ, or with\n"
+          "                    --drop-long dropped\n"
+          "  --threads N       encoding threads (default: one per CPU)\n"
           "  -o OUT.bin        the token file to write (format in runtime/data.h)\n",
           f);
 }
 
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
 static int cmd_data(Cmdline *cl, int argc, char **argv, int first) {
     const char *in = NULL, *out = NULL;
-    int mode = -1;
+    int mode = -1, mode_at = 0, pack_at = 0, drop_at = 0;
+    DsOptions ds = {0};
     for (int i = first; i < argc; i++) {
         const char *s = argv[i];
         if (strcmp(s, "--help") == 0 || strcmp(s, "-h") == 0) {
             usage_data(stdout);
             return 0;
         }
-        if (strcmp(s, "--bytes") == 0 || strcmp(s, "--u16") == 0 || strcmp(s, "--u32") == 0) {
+        bool value = strcmp(s, "-o") == 0 || strcmp(s, "--tokenizer") == 0 || strcmp(s, "--template") == 0 ||
+                     strcmp(s, "--eos") == 0 || strcmp(s, "--pack") == 0 || strcmp(s, "--threads") == 0;
+        if (value && i + 1 >= argc) {
+            arg_error(cl, i, "%s needs a value", s);
+            return EXIT_USAGE;
+        }
+        int64_t v;
+        if (strcmp(s, "--bytes") == 0 || strcmp(s, "--u16") == 0 || strcmp(s, "--u32") == 0 ||
+            strcmp(s, "--tokenizer") == 0) {
             if (mode >= 0) {
-                arg_error(cl, i, "one of --bytes, --u16, --u32");
+                arg_error(cl, i, "one of --bytes, --u16, --u32, --tokenizer");
                 return EXIT_USAGE;
             }
-            mode = s[2] == 'b' ? DATA_BYTES : s[3] == '1' ? DATA_U16 : DATA_U32;
+            mode = s[2] == 'b' ? DATA_BYTES : s[2] == 't' ? 3 : s[3] == '1' ? DATA_U16 : DATA_U32;
+            mode_at = i;
+            if (mode == 3)
+                ds.tokenizer = argv[++i];
         } else if (strcmp(s, "-o") == 0) {
-            if (i + 1 >= argc) {
-                arg_error(cl, i, "-o needs a file");
+            out = argv[++i];
+        } else if (strcmp(s, "--template") == 0) {
+            ds.template_text = argv[++i];
+        } else if (strcmp(s, "--eos") == 0) {
+            ds.eos = argv[++i];
+        } else if (strcmp(s, "--pack") == 0) {
+            if (!arg_count(cl, i + 1, argv[i + 1], &v))
+                return EXIT_USAGE;
+            if (v < 1 || v > (1 << 30)) {
+                arg_error(cl, i + 1, "--pack needs a sequence length from 1 to 2^30");
                 return EXIT_USAGE;
             }
-            out = argv[++i];
+            ds.pack = v;
+            pack_at = ++i;
+        } else if (strcmp(s, "--threads") == 0) {
+            if (!arg_count(cl, i + 1, argv[i + 1], &v))
+                return EXIT_USAGE;
+            ds.threads = v > 64 ? 64 : (int)v;
+            i++;
+        } else if (strcmp(s, "--drop-long") == 0) {
+            ds.drop_long = true;
+            drop_at = i;
         } else if (s[0] == '-' && s[1]) {
             arg_error(cl, i, "unknown option '%s'", s);
             return EXIT_USAGE;
@@ -181,7 +235,43 @@ static int cmd_data(Cmdline *cl, int argc, char **argv, int first) {
         usage_data(stderr);
         return EXIT_USAGE;
     }
+    if (mode != 3 && (ds.template_text || ds.eos || ds.pack || ds.threads)) {
+        arg_error(cl, mode_at, "--template, --eos, --pack and --threads go with --tokenizer");
+        return EXIT_USAGE;
+    }
+    if (drop_at && !pack_at) {
+        arg_error(cl, drop_at, "--drop-long goes with --pack");
+        return EXIT_USAGE;
+    }
     char err[1024];
+    if (mode == 3) {
+        DsSummary sm;
+        double t0 = now_s();
+        if (ds_convert(in, out, &ds, &sm, err, sizeof err) != 0) {
+            fprintf(stderr, "ftc data: error: %s\n", err);
+            return EXIT_NOFIT;
+        }
+        double dt = now_s() - t0;
+        char a[32], b[32], c[32], d[32], e[32];
+        printf("%s: %s tokens, %s trained, from %s of %s records in %s (vocab %s, %d bytes a token; "
+               "end of sequence %s = %d)\n",
+               out, commas(a, (int64_t)sm.tokens), commas(b, (int64_t)sm.trained), commas(c, (int64_t)sm.written),
+               commas(e, (int64_t)sm.records), in, commas(d, sm.vocab), sm.token_bytes, sm.eos_text, (int)sm.eos);
+        if (ds.pack)
+            printf("packed into %s windows of %lld tokens: %s padding tokens (%.1f%%)\n",
+                   commas(a, (int64_t)sm.windows), (long long)ds.pack, commas(b, (int64_t)sm.padding),
+                   sm.tokens ? 100.0 * (double)sm.padding / (double)sm.tokens : 0.0);
+        uint64_t nlong = sm.cut + sm.dropped_long;
+        if (nlong)
+            printf("%s record%s longer than %lld tokens: %s\n", commas(a, (int64_t)nlong), nlong == 1 ? "" : "s",
+                   (long long)ds.pack, sm.cut ? "cut to the first of them" : "dropped (--drop-long)");
+        if (sm.dropped_untrained)
+            printf("%s record%s dropped: no token of %s is trained\n", commas(a, (int64_t)sm.dropped_untrained),
+                   sm.dropped_untrained == 1 ? "" : "s", sm.dropped_untrained == 1 ? "it" : "theirs");
+        printf("%s: %.1f MB in %.2f s, %.1f MB/s\n", in, (double)sm.input_bytes / 1e6, dt,
+               dt > 0 ? (double)sm.input_bytes / 1e6 / dt : 0.0);
+        return 0;
+    }
     uint64_t n = 0;
     if (data_convert(in, out, (DataMode)mode, &n, err, sizeof err) != 0) {
         fprintf(stderr, "ftc data: error: %s\n", err);

@@ -1,14 +1,23 @@
-// data.h: training data as an "ftc token file", and its reader, converter and shuffler.
+// data.h: training data as an "ftc token file", and its reader, writer, converter and shuffler.
 //
-// The ftc token file format (version 1), all integers little-endian:
+// The ftc token file format, version 2, all integers little-endian:
 //   offset  size  field
 //        0     8  magic "FTCTOKEN" (ASCII, no terminator)
-//        8     4  u32 version = 1
+//        8     4  u32 version = 2
 //       12     4  u32 bytes per token, 2 (uint16 tokens) or 4 (uint32 tokens)
 //       16     8  u64 token count T
-//       24     8  u64 reserved, must be 0
-//       32  T*w   the tokens, each w bytes, little-endian, unsigned
-// The file is exactly 32 + T * w bytes.
+//       24     8  u64 flags: bit 0 (DATA_HAS_INFO) T info bytes follow the tokens; no other bit
+//       32     8  u64 window: the seq the records were packed for (no record crosses a multiple
+//                 of it, ftc data --pack), or 0
+//       40     8  u64 the number of records the tokens came from (0 when not known)
+//       48    16  reserved, must be 0
+//       64  T*w   the tokens, each w bytes, little-endian, unsigned
+//  64+T*w     T   with DATA_HAS_INFO, one byte per token: bit 0 (DATA_TRAIN) the token is a
+//                 target the loss counts (its prediction from the token before it is trained),
+//                 bit 1 (DATA_START) it begins a record; no other bit
+// The file is exactly 64 + T * w (+ T) bytes. Without info bytes every token is trained.
+// Version 1 files are read too: the same first 24 bytes with version 1, then a reserved u64
+// that must be 0, the tokens from offset 32 (no info, window or record count).
 //
 // Training reads it in windows of seq+1 tokens (inputs are the first seq, targets the last seq):
 // window i starts at token i*seq, so consecutive windows share one token and every token but
@@ -21,12 +30,17 @@
 #ifndef FTC_RUNTIME_DATA_H
 #define FTC_RUNTIME_DATA_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 enum {
-    DATA_HEADER_BYTES = 32, // the header before the tokens
-    DATA_VERSION = 1,       // the only version this build reads and writes
+    DATA_HEADER_BYTES = 64,    // the header before the tokens
+    DATA_HEADER_BYTES_V1 = 32, // ... of a version 1 file
+    DATA_VERSION = 2,          // the version written; 1 and 2 are read
+    DATA_HAS_INFO = 1,         // header flag: info bytes follow the tokens
+    DATA_TRAIN = 1,            // info bit: the token is a trained target
+    DATA_START = 2,            // info bit: the token begins a record
 };
 
 // How data_convert reads its input.
@@ -39,9 +53,10 @@ typedef enum {
 // An opened token file.
 typedef struct DataFile DataFile;
 
-// Opens the token file at path into *out, rejecting a file shorter than the header, a wrong
-// magic, a version other than 1, a width other than 2 or 4, a non-zero reserved field, and a
-// size other than 32 + count * width (truncated or trailing bytes). *out is NULL after an error.
+// Opens the token file at path into *out, rejecting a file shorter than its header, a wrong
+// magic, a version other than 1 or 2, a width other than 2 or 4, an unknown flag, a non-zero
+// reserved field, and a size other than the header, tokens and info bytes (truncated or
+// trailing bytes). *out is NULL after an error.
 int data_open(DataFile **out, const char *path, char *err, size_t errlen);
 
 // Returns the number of tokens in d.
@@ -50,22 +65,33 @@ uint64_t data_count(const DataFile *d);
 int data_token_bytes(const DataFile *d);
 // Returns the path d was opened with.
 const char *data_path(const DataFile *d);
+// Whether d has info bytes (a loss mask and record starts).
+bool data_has_info(const DataFile *d);
+// The seq d's records were packed for, or 0.
+uint64_t data_packed_window(const DataFile *d);
+// The number of records d's tokens came from, or 0 when not known.
+uint64_t data_records(const DataFile *d);
 
 // Sets *n to the number of windows of seq+1 tokens in d, (count - 1) / seq; an error if seq < 1
 // or d holds fewer than seq+1 tokens (*n is 0 then).
 int data_window_count(const DataFile *d, int seq, uint64_t *n, char *err, size_t errlen);
 
-// Reads window `window` of seq+1 tokens (tokens window*seq .. window*seq+seq) into out; an
-// error if the window is past the last one, seq < 1, vocab < 1, the file cannot be read, or a
-// token is >= vocab (naming the token's index in the file). out is unspecified after an error.
+// Reads window `window` of seq+1 tokens (tokens window*seq .. window*seq+seq) into out, and
+// their info bytes into info unless it is NULL (DATA_TRAIN for every token of a file without
+// them); an error if the window is past the last one, seq < 1, vocab < 1, the file cannot be
+// read, or a token is >= vocab (naming the token's index in the file). out and info are
+// unspecified after an error.
 int data_read_window(DataFile *d, uint64_t window, int seq,
-                     int32_t *out, // (seq+1)
+                     int32_t *out,  // (seq+1)
+                     uint8_t *info, // (seq+1) or NULL
                      int32_t vocab, char *err, size_t errlen);
 
-// Checks every token of d against vocab in one pass, so that a bad id anywhere is found
-// before training starts rather than when its window is drawn; the error names the first
-// (its index in the file and its value), as data_read_window's does.
-int data_check_vocab(DataFile *d, int32_t vocab, char *err, size_t errlen);
+// Checks every token of d against vocab, and every info byte for bits other than DATA_TRAIN
+// and DATA_START, in one pass, so that a bad id anywhere is found before training starts
+// rather than when its window is drawn; the error names the first (its index in the file and
+// its value), as data_read_window's does. Sets *trained (may be NULL) to the number of tokens
+// after the first that are trained targets.
+int data_check_vocab(DataFile *d, int32_t vocab, uint64_t *trained, char *err, size_t errlen);
 
 // Closes d and frees it; d may be NULL.
 void data_close(DataFile *d);
@@ -76,9 +102,30 @@ void data_close(DataFile *d);
 void data_shuffle(uint64_t *order, // (n)
                   uint64_t n, uint64_t seed);
 
-// Converts in_path to a token file at out_path (written atomically: a temporary file in the same
-// directory, fsynced, then renamed; mode 0644) reading it as mode says, and sets *n_tokens (may
-// be NULL) to the token count. An error if mode is invalid, the input cannot be read or is
+// Writing a token file: tokens (and their info bytes) are streamed into a temporary file beside
+// the output (PATH.tmp.PID.XXXXXX, mode 0644; the info bytes into a second, unnamed one), which
+// data_writer_close completes, fsyncs and renames into place; nothing is left at the path when
+// it fails or the writer is dropped.
+typedef struct DataWriter DataWriter;
+
+// Starts writing a token file of token_bytes (2 or 4) a token, with info bytes when info.
+int data_writer_open(DataWriter **out, const char *path, int token_bytes, bool info, char *err,
+                     size_t errlen);
+// Appends n tokens (each below 2^(8 token_bytes)) and, when the writer takes them, their info
+// bytes.
+int data_writer_put(DataWriter *w, const int32_t *ids, const uint8_t *info, size_t n, char *err,
+                    size_t errlen);
+// The tokens written so far.
+uint64_t data_writer_count(const DataWriter *w);
+// Completes the file with the header's window and record count and renames it into place;
+// frees w, whatever happens.
+int data_writer_close(DataWriter *w, uint64_t window, uint64_t records, char *err, size_t errlen);
+// Drops the file being written (nothing is left at its path) and frees w; w may be NULL.
+void data_writer_drop(DataWriter *w);
+
+// Converts in_path to a token file at out_path (version 2 without info bytes; written
+// atomically as a DataWriter does) reading it as mode says, and sets *n_tokens (may be NULL)
+// to the token count. An error if mode is invalid, the input cannot be read or is
 // empty, a raw input's size is not a multiple of its token width, or the output cannot be
 // written (nothing is left at out_path then). The input is streamed, so it may be a pipe.
 int data_convert(const char *in_path, const char *out_path, DataMode mode, uint64_t *n_tokens,

@@ -35,19 +35,25 @@ static int error(const char *fmt, ...) {
     return 1;
 }
 
+// A target the loss ignores (PyTorch's ignore_index): every negative target is.
+enum { IGNORED_TARGET = -100 };
+
 // Fills the tokens and targets buffers (and the position ids, when the model reads them)
-// with the next micro_batch windows; `tokens` and
-// `targets` are host staging of micro_batch x seq ids each.
+// with the next micro_batch windows; `tokens` and `targets` are host staging of
+// micro_batch x seq ids each, `window` and `info` of one window. A target whose token is
+// not trained (the token file's mask) is IGNORED_TARGET.
 static int load_batch(Exec *x, DataFile *d, const uint64_t *order, uint64_t nwin, uint64_t *cursor,
-                      int32_t *window, int32_t *tokens, int32_t *targets, char *err, size_t errlen) {
+                      int32_t *window, uint8_t *info, int32_t *tokens, int32_t *targets, char *err,
+                      size_t errlen) {
     const Plan *p = x->plan;
     int S = (int)p->seq;
     for (int64_t b = 0; b < p->micro_batch; b++) {
         uint64_t w = order[(*cursor)++ % nwin];
-        if (data_read_window(d, w, S, window, (int32_t)p->vocab, err, errlen) != 0)
+        if (data_read_window(d, w, S, window, info, (int32_t)p->vocab, err, errlen) != 0)
             return -1;
         memcpy(tokens + b * S, window, sizeof(int32_t) * (size_t)S);
-        memcpy(targets + b * S, window + 1, sizeof(int32_t) * (size_t)S);
+        for (int j = 0; j < S; j++)
+            targets[b * S + j] = info[j + 1] & DATA_TRAIN ? window[j + 1] : IGNORED_TARGET;
     }
     rt_write_raw(x, plan_role(p, "tokens")->id, tokens);
     rt_write_raw(x, plan_role(p, "targets")->id, targets);
@@ -101,13 +107,14 @@ static void report_memory(Backend *be, const Plan *p, FILE *out) {
 // output, and names the first instruction that wrote a NaN or infinity, with its place
 // in the .ft. The weights are those before the step (the optimizer has not run).
 static void nonfinite(Exec *x, float loss, int64_t step, DataFile *d, const uint64_t *order,
-                      uint64_t nwin, uint64_t *cursor, int32_t *window, int32_t *tokens, int32_t *targets) {
+                      uint64_t nwin, uint64_t *cursor, int32_t *window, uint8_t *info, int32_t *tokens,
+                      int32_t *targets) {
     const Plan *p = x->plan;
     char err[1024], where[1400] = "";
     const PlanInstr *bad = NULL;
     int out = -1;
     char what[256] = "";
-    if (load_batch(x, d, order, nwin, cursor, window, tokens, targets, err, sizeof err) != 0 ||
+    if (load_batch(x, d, order, nwin, cursor, window, info, tokens, targets, err, sizeof err) != 0 ||
         rt_exec_phase_find_nonfinite(x, PHASE_FWD, &bad, &out, err, sizeof err) != 0) {
         snprintf(where, sizeof where, "; looking for where it starts failed: %s", err);
     } else if (bad) {
@@ -156,18 +163,30 @@ int rt_train(const RunOptions *o) {
         return error("%s", err);
     }
     uint64_t nwin = 0;
+    bool bad = false;
     // The shuffled order holds an index per window: a file with more windows than a
     // quarter of this machine's memory can index is refused, not half-allocated.
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     uint64_t ram = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : UINT64_MAX;
-    if (data_window_count(d, (int)p->seq, &nwin, err, sizeof err) == 0 &&
-        nwin > ram / 4 / sizeof(uint64_t))
-        snprintf(err, sizeof err, "%s: %llu windows of %lld tokens; their shuffled order would take "
+    if (data_window_count(d, (int)p->seq, &nwin, err, sizeof err) != 0)
+        bad = true;
+    else if (nwin > ram / 4 / sizeof(uint64_t))
+        bad = true, snprintf(err, sizeof err, "%s: %llu windows of %lld tokens; their shuffled order would take "
                  "more than a quarter of this machine's memory", o->data, (unsigned long long)nwin,
                  (long long)p->seq + 1);
-    // Every token id below the vocabulary, checked before step one.
-    if (nwin == 0 || nwin > ram / 4 / sizeof(uint64_t) ||
-        data_check_vocab(d, (int32_t)p->vocab, err, sizeof err) != 0) {
+    // Every token id below the vocabulary, and something to train on, checked before step one.
+    uint64_t trained = 0;
+    if (bad)
+        ;
+    else if (data_packed_window(d) && data_packed_window(d) != (uint64_t)p->seq)
+        bad = true, snprintf(err, sizeof err, "%s was packed for seq %llu (ftc data --pack %llu), but the plan's seq "
+                 "is %lld: records would cross windows", o->data, (unsigned long long)data_packed_window(d),
+                 (unsigned long long)data_packed_window(d), (long long)p->seq);
+    else if (data_check_vocab(d, (int32_t)p->vocab, &trained, err, sizeof err) != 0)
+        bad = true;
+    else if (trained == 0)
+        bad = true, snprintf(err, sizeof err, "%s: no token is trained (every target is masked)", o->data);
+    if (bad) {
         data_close(d);
         plan_free(p);
         return error("%s", err);
@@ -195,13 +214,14 @@ int rt_train(const RunOptions *o) {
     int rc = 1, lock = -1;
     uint64_t *order = malloc(sizeof(uint64_t) * nwin);
     int32_t *window = malloc(sizeof(int32_t) * (size_t)(p->seq + 1));
+    uint8_t *info = malloc((size_t)(p->seq + 1));
     size_t batch_ids = (size_t)(p->micro_batch * p->seq);
     int32_t *tokens = malloc(sizeof(int32_t) * batch_ids), *targets = malloc(sizeof(int32_t) * batch_ids);
     if (o->save && rt_save_lock(o->save, &lock, err, sizeof err) != 0) {
         error("%s", err);
         goto out;
     }
-    if (!order || !window || !tokens || !targets) {
+    if (!order || !window || !info || !tokens || !targets) {
         error("out of memory for the data order and batch (%llu windows)", (unsigned long long)nwin);
         goto out;
     }
@@ -261,7 +281,7 @@ int rt_train(const RunOptions *o) {
         for (int64_t m = 0; m < p->accum && !skip; m++) {
             x.micro = m;
             uint64_t at = cursor;
-            if (load_batch(&x, d, order, nwin, &cursor, window, tokens, targets, err, sizeof err) != 0 ||
+            if (load_batch(&x, d, order, nwin, &cursor, window, info, tokens, targets, err, sizeof err) != 0 ||
                 rt_exec_phase(&x, PHASE_FWD, err, sizeof err) != 0 ||
                 rt_exec_phase(&x, PHASE_BWD, err, sizeof err) != 0) {
                 error("step %lld: %s", (long long)step, err);
@@ -278,7 +298,7 @@ int rt_train(const RunOptions *o) {
             }
             if (!isfinite(l)) {   // stop before the optimizer spreads it into the weights
                 cursor = at;
-                nonfinite(&x, l, step, d, order, nwin, &cursor, window, tokens, targets);
+                nonfinite(&x, l, step, d, order, nwin, &cursor, window, info, tokens, targets);
                 goto out;
             }
             loss += l;
@@ -355,7 +375,7 @@ out:
     be->destroy(be);
     host->destroy(host);
     free(order);
-    free(window);
+    free(window), free(info);
     free(tokens), free(targets);
     data_close(d);
     plan_free(p);

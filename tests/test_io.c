@@ -906,9 +906,9 @@ static void check_convert(DataMode mode, const void *raw, size_t raw_n, const ui
     CHECK(got_n == n);
     size_t size;
     unsigned char *b = read_file(out, &size);
-    CHECK(size == 32 + n * (uint64_t)width);
-    CHECK(memcmp(b, "FTCTOKEN\1\0\0\0", 12) == 0 && b[12] == width && b[13] == 0);
-    CHECK(le64(b + 16) == n && le64(b + 24) == 0);
+    CHECK(size == 64 + n * (uint64_t)width);
+    CHECK(memcmp(b, "FTCTOKEN\2\0\0\0", 12) == 0 && b[12] == width && b[13] == 0);
+    CHECK(le64(b + 16) == n && le64(b + 24) == 0 && le64(b + 32) == 0 && le64(b + 40) == 0);
     struct stat st;
     CHECK(stat(out, &st) == 0 && (st.st_mode & 0777) == 0644);
 
@@ -922,9 +922,10 @@ static void check_convert(DataMode mode, const void *raw, size_t raw_n, const ui
     CHECK(nw == (n - 1) / (uint64_t)seq);
     int32_t *win = alloc_zeroed(((size_t)seq + 1) * sizeof(int32_t));
     for (uint64_t i = 0; i < nw; i++) {
-        CHECK_OK(data_read_window(d, i, seq, win, vocab, err, sizeof err), err);
+        uint8_t info[8];
+        CHECK_OK(data_read_window(d, i, seq, win, info, vocab, err, sizeof err), err);
         for (int k = 0; k <= seq; k++)
-            CHECK((uint32_t)win[k] == want[i * (uint64_t)seq + (uint64_t)k]);
+            CHECK((uint32_t)win[k] == want[i * (uint64_t)seq + (uint64_t)k] && info[k] == DATA_TRAIN);
     }
     data_close(d);
     CHECK(count_entries(case_dir) == 2);
@@ -1005,11 +1006,11 @@ static void test_data_windows(void) {
     }
     int32_t w[11];
     for (uint64_t i = 0; i < 3; i++) { // seq 3: [0..3], [3..6], [6..9], sharing one token each
-        CHECK_OK(data_read_window(d, i, 3, w, 10, err, sizeof err), err);
+        CHECK_OK(data_read_window(d, i, 3, w, NULL, 10, err, sizeof err), err);
         for (int k = 0; k < 4; k++)
             CHECK(w[k] == (int32_t)(3 * i) + k);
     }
-    CHECK_OK(data_read_window(d, 0, 9, w, 10, err, sizeof err), err);
+    CHECK_OK(data_read_window(d, 0, 9, w, NULL, 10, err, sizeof err), err);
     CHECK(w[0] == 0 && w[9] == 9);
 
     uint64_t n;
@@ -1017,18 +1018,18 @@ static void test_data_windows(void) {
               "holds 10 tokens, fewer than one window of seq+1 = 11 tokens");
     CHECK_ERR(data_window_count(d, 0, &n, err, sizeof err), err, path, NULL,
               "sequence length 0, must be at least 1");
-    CHECK_ERR(data_read_window(d, 3, 3, w, 10, err, sizeof err), err, path, NULL,
+    CHECK_ERR(data_read_window(d, 3, 3, w, NULL, 10, err, sizeof err), err, path, NULL,
               "window 3 is past the last one (3 windows of 4 tokens)");
-    CHECK_ERR(data_read_window(d, 0, 10, w, 10, err, sizeof err), err, path, NULL,
+    CHECK_ERR(data_read_window(d, 0, 10, w, NULL, 10, err, sizeof err), err, path, NULL,
               "fewer than one window");
-    CHECK_ERR(data_read_window(d, 0, 3, w, 0, err, sizeof err), err, path, NULL,
+    CHECK_ERR(data_read_window(d, 0, 3, w, NULL, 0, err, sizeof err), err, path, NULL,
               "vocabulary size 0, must be at least 1");
-    CHECK(data_read_window(d, 2, 3, w, 9, err, sizeof err) == -1);
+    CHECK(data_read_window(d, 2, 3, w, NULL, 9, err, sizeof err) == -1);
     CHECK(strcmp(err, fmt("%s: token 9 is 9, not below the vocabulary size 9", path)) == 0);
 
     // The file shrinks under an open reader.
     CHECK(truncate(path, 32 + 8) == 0);
-    CHECK_ERR(data_read_window(d, 2, 3, w, 10, err, sizeof err), err, path, NULL,
+    CHECK_ERR(data_read_window(d, 2, 3, w, NULL, 10, err, sizeof err), err, path, NULL,
               "cannot read window 2: the file ended early");
     data_close(d);
     data_close(NULL);
@@ -1044,9 +1045,9 @@ static void test_data_token_over_vocab(void) {
     if (!d)
         return;
     int32_t w[6];
-    CHECK_ERR(data_read_window(d, 0, 5, w, 500, err, sizeof err), err, path, NULL,
+    CHECK_ERR(data_read_window(d, 0, 5, w, NULL, 500, err, sizeof err), err, path, NULL,
               "token 3 is 999, not below the vocabulary size 500");
-    CHECK_OK(data_read_window(d, 0, 5, w, 1001, err, sizeof err), err);
+    CHECK_OK(data_read_window(d, 0, 5, w, NULL, 1001, err, sizeof err), err);
     CHECK(w[3] == 999 && w[5] == 1000);
     data_close(d);
 
@@ -1056,9 +1057,81 @@ static void test_data_token_over_vocab(void) {
     CHECK_OK(data_open(&d, path, err, sizeof err), err);
     if (!d)
         return;
-    CHECK_ERR(data_read_window(d, 0, 1, w, INT32_MAX, err, sizeof err), err, path, NULL,
+    CHECK_ERR(data_read_window(d, 0, 1, w, NULL, INT32_MAX, err, sizeof err), err, path, NULL,
               "token 1 is 4000000000, not below the vocabulary size 2147483647");
     data_close(d);
+}
+
+// Version 2 with info bytes, through the writer: windows bring their tokens' info, the
+// vocabulary pass counts the trained targets and refuses unknown info bits; a dropped writer
+// leaves nothing; malformed version 2 headers are refused.
+static void test_data_writer_info(void) {
+    char err[512] = "";
+    const char *path = tpath("info.tok");
+    int32_t ids[10];
+    uint8_t info[10];
+    for (int i = 0; i < 10; i++)
+        ids[i] = 70000 + i, info[i] = (uint8_t)((i % 3 ? DATA_TRAIN : 0) | (i % 4 == 0 ? DATA_START : 0));
+    DataWriter *w = NULL;
+    CHECK_OK(data_writer_open(&w, path, 4, true, err, sizeof err), err);
+    if (!w)
+        return;
+    CHECK_OK(data_writer_put(w, ids, info, 4, err, sizeof err), err);
+    CHECK_OK(data_writer_put(w, ids + 4, info + 4, 6, err, sizeof err), err);
+    CHECK(data_writer_count(w) == 10);
+    CHECK_OK(data_writer_close(w, 3, 2, err, sizeof err), err);
+    size_t size;
+    unsigned char *b = read_file(path, &size);
+    CHECK(size == 64 + 10 * 4 + 10);
+    CHECK(memcmp(b, "FTCTOKEN\2\0\0\0\4\0\0\0", 16) == 0 && le64(b + 16) == 10 && le64(b + 24) == 1 &&
+          le64(b + 32) == 3 && le64(b + 40) == 2 && le64(b + 48) == 0 && le64(b + 56) == 0);
+    CHECK(memcmp(b + 64 + 40, info, 10) == 0);
+    DataFile *d = NULL;
+    CHECK_OK(data_open(&d, path, err, sizeof err), err);
+    if (!d)
+        return;
+    CHECK(data_has_info(d) && data_packed_window(d) == 3 && data_records(d) == 2 && data_count(d) == 10);
+    int32_t win[4];
+    uint8_t got[4];
+    for (uint64_t k = 0; k < 3; k++) {
+        CHECK_OK(data_read_window(d, k, 3, win, got, 80000, err, sizeof err), err);
+        for (int i = 0; i < 4; i++)
+            CHECK(win[i] == ids[3 * k + (uint64_t)i] && got[i] == info[3 * k + (uint64_t)i]);
+    }
+    uint64_t trained = 0;
+    CHECK_OK(data_check_vocab(d, 80000, &trained, err, sizeof err), err);
+    CHECK(trained == 6);   // tokens 1, 2, 4, 5, 7, 8
+    data_close(d);
+    b[64 + 40 + 7] |= 0x80;
+    write_file(path, b, size);
+    CHECK_OK(data_open(&d, path, err, sizeof err), err);
+    if (d)
+        CHECK_ERR(data_check_vocab(d, 80000, NULL, err, sizeof err), err, path, NULL,
+                  "token 7's info byte is 0x81");
+    data_close(d);
+    // v2 headers: an unknown flag, reserved bytes, a size that leaves out the info bytes
+    static const struct { int at; unsigned char v; size_t size; const char *want; } bad[] = {
+        {24, 3, 64 + 50, "header flags 0x3, only bit 0 (info bytes) is defined"},
+        {50, 1, 64 + 50, "reserved header bytes 48..63 are not 0"},
+        {0, 0, 64 + 45, "header says 10 tokens of 4 bytes and their info bytes, but 45 bytes follow"},
+        {0, 0, 40, "shorter than the 64-byte header of version 2"},
+    };
+    b[64 + 40 + 7] &= 0x7f;
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        unsigned char keep = b[bad[k].at];
+        if (bad[k].at)
+            b[bad[k].at] = bad[k].v;
+        write_file(path, b, bad[k].size);
+        CHECK_ERR(data_open(&d, path, err, sizeof err), err, path, NULL, bad[k].want);
+        b[bad[k].at] = keep;
+    }
+    // a token that does not fit the width, and a dropped writer
+    CHECK_OK(data_writer_open(&w, path, 2, false, err, sizeof err), err);
+    CHECK_ERR(data_writer_put(w, ids, NULL, 1, err, sizeof err), err, path, NULL, "token 70000 does not fit 2 bytes");
+    data_writer_drop(w);
+    data_writer_drop(NULL);
+    CHECK(access(path, F_OK) == 0);   // the earlier file is still there, and nothing beside it
+    CHECK(count_entries(case_dir) == 1);
 }
 
 static void test_data_shuffle(void) {
@@ -1100,7 +1173,7 @@ static void test_data_bad_files(void) {
         const char *fragment;
     } cases[] = {
         {"FTCTOKEM", 1, 2, 4, 0, 8, "not an ftc token file (no \"FTCTOKEN\" magic"},
-        {"FTCTOKEN", 2, 2, 4, 0, 8, "token file version 2, this build reads version 1"},
+        {"FTCTOKEN", 3, 2, 4, 0, 8, "token file version 3, this build reads versions 1 and 2"},
         {"FTCTOKEN", 0, 2, 4, 0, 8, "token file version 0"},
         {"FTCTOKEN", 1, 3, 4, 0, 8, "3 bytes per token, must be 2 or 4"},
         {"FTCTOKEN", 1, 1, 4, 0, 8, "1 bytes per token, must be 2 or 4"},
@@ -1232,6 +1305,7 @@ int main(void) {
     run("data_convert_bytes", test_data_convert_bytes);
     run("data_convert_u16", test_data_convert_u16);
     run("data_convert_u32", test_data_convert_u32);
+    run("data_writer_info", test_data_writer_info);
     run("data_windows", test_data_windows);
     run("data_token_over_vocab", test_data_token_over_vocab);
     run("data_shuffle", test_data_shuffle);

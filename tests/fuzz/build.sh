@@ -36,8 +36,8 @@ CC=${CC:-clang}
 BUILD_DIR=${BUILD_DIR:-build}
 TARGET=${TARGET:-ft}
 case $TARGET in
-    ft|plan|st|tokens|import) ;;
-    *) echo "build.sh: TARGET is ft, plan, st, tokens or import, got '$TARGET'" >&2; exit 2 ;;
+    ft|plan|st|tokens|import|tok|jsonl) ;;
+    *) echo "build.sh: TARGET is ft, plan, st, tokens, import, tok or jsonl, got '$TARGET'" >&2; exit 2 ;;
 esac
 out=tests/fuzz/out/$TARGET
 
@@ -68,7 +68,7 @@ done
 srcs+=(runtime/ops.c runtime/overlap.c "$BUILD_DIR/lexer.c" "$BUILD_DIR/parser.c")
 
 jansson_cflags=$(pkg-config --cflags jansson 2>/dev/null || true)
-jansson_libs=$(pkg-config --libs jansson 2>/dev/null || echo -ljansson)
+jansson_libs="$(pkg-config --libs jansson 2>/dev/null || echo -ljansson) $(pkg-config --libs libpcre2-8 libutf8proc 2>/dev/null || echo -lpcre2-8 -lutf8proc)"
 cflags=(-std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer
         -Wall -Wextra -Wno-sign-compare -Wno-unused-parameter -Wno-unused-function
         -Ifrontend -Iir -Ipasses -Iruntime -I"$BUILD_DIR" $jansson_cflags)
@@ -86,11 +86,13 @@ for f in runtime/*.c runtime/cpu/*.c; do
 done
 "$CC" "${cflags[@]}" -Iruntime/cpu "${san[@]}" -fsanitize=fuzzer \
     tests/fuzz/fuzz_plan.c "${rsrcs[@]}" $jansson_libs -lopenblas -lpthread -ldl -lm -o tests/fuzz/fuzz_plan
-# The readers' fuzzers: safetensors and token files (the runtime), config.json (import).
-for r in st:1 tokens:2 import:3; do
+# The readers' fuzzers: safetensors and token files (the runtime), config.json (import),
+# tokenizer.json and JSONL datasets (the runtime).
+for r in st:1 tokens:2 import:3 tok:4 jsonl:5; do
     extra=("${rsrcs[@]}")
     [ "${r%%:*}" = import ] && extra=("${srcs[@]}")
     "$CC" "${cflags[@]}" -Iruntime/cpu "${san[@]}" -fsanitize=fuzzer -DFUZZ_READER="${r##*:}" \
+        -DFUZZ_TOKENIZER="\"$root/tests/fixtures/tok/qwen2.json\"" \
         tests/fuzz/fuzz_readers.c "${extra[@]}" $jansson_libs -lopenblas -lpthread -ldl -lm \
         -o "tests/fuzz/fuzz_${r%%:*}"
 done
@@ -100,9 +102,11 @@ done
 mkdir -p "$out/corpus" "$out/artifacts"
 echo "build.sh: fuzzing $TARGET for ${secs}s (new inputs in $out/corpus, findings in $out/artifacts/)"
 case $TARGET in
-    st|tokens|import)
+    st|tokens|import|tok|jsonl)
+        max_len=16384
+        [ "$TARGET" = tok ] && max_len=65536   # the tokenizer seeds are 13-22 KB
         exec "tests/fuzz/fuzz_$TARGET" "$out/corpus" "tests/fuzz/readers/$TARGET" \
-            -max_len=16384 -timeout=10 -max_total_time="$secs" -rss_limit_mb=4096 \
+            -max_len=$max_len -timeout=10 -max_total_time="$secs" -rss_limit_mb=4096 \
             -artifact_prefix="$out/artifacts/" -print_final_stats=1 "$@" ;;
 esac
 if [ "$TARGET" = plan ]; then

@@ -1,0 +1,637 @@
+// dataset.c — JSONL records to a token file; see dataset.h for the record kinds, the mask,
+// templates and packing.
+//
+// The input is read in batches of whole lines, each cut into chunks; worker threads take
+// chunks in any order, parse and encode every record of theirs into the chunk's own arrays
+// (ids, info bytes, record lengths), and the calling thread then writes the chunks in file
+// order, packing as it goes. A chunk that meets a bad line stops there, so the first error in
+// file order is the one reported.
+#include "dataset.h"
+#include "data.h"
+#include "fileio.h"
+#include "tokenizer.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+enum {
+    CHUNK_BYTES = 1 << 19,    // input bytes a worker takes at a time
+    CHUNKS_PER_THREAD = 4,    // per batch
+    MAX_THREADS = 64,
+    MSG = 512,
+};
+
+// ---------------------------------------------------------------------------------------------
+// Templates
+
+// A template's text around {content}, each part a list of literal runs and {role}s.
+typedef struct Part {
+    char *text;               // literal bytes, the {role}s removed
+    size_t len;
+    size_t *role_at;          // offsets in text where the role goes
+    int nrole;
+} Part;
+
+typedef struct Template {
+    Part before, after;
+} Template;
+
+static void part_free(Part *p) {
+    free(p->text), free(p->role_at);
+    memset(p, 0, sizeof *p);
+}
+
+// Reads s[0..n) into p: escapes decoded, {role} marked. -1 when out of memory.
+static int part_read(Part *p, const char *s, size_t n) {
+    p->text = malloc(n + 1);
+    p->role_at = malloc((n / 6 + 1) * sizeof *p->role_at);
+    if (!p->text || !p->role_at)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == '\\' && i + 1 < n && (s[i + 1] == 'n' || s[i + 1] == 't' || s[i + 1] == '\\')) {
+            p->text[p->len++] = s[i + 1] == 'n' ? '\n' : s[i + 1] == 't' ? '\t' : '\\';
+            i++;
+        } else if (n - i >= 6 && memcmp(s + i, "{role}", 6) == 0) {
+            p->role_at[p->nrole++] = p->len;
+            i += 5;
+        } else {
+            p->text[p->len++] = s[i];
+        }
+    }
+    return 0;
+}
+
+static int template_read(Template *t, const char *spec, char *err, size_t errlen) {
+    if (strcmp(spec, "chatml") == 0)
+        spec = "<|im_start|>{role}\\n{content}<|im_end|>\\n";
+    else if (strcmp(spec, "llama3") == 0)
+        spec = "<|start_header_id|>{role}<|end_header_id|>\\n\\n{content}<|eot_id|>";
+    const char *c = strstr(spec, "{content}");
+    if (!c || strstr(c + 9, "{content}"))
+        return rt_fail(err, errlen, "--template '%s': a template holds {content} exactly once (or is "
+                       "chatml or llama3)", spec);
+    if (part_read(&t->before, spec, (size_t)(c - spec)) != 0 ||
+        part_read(&t->after, c + 9, strlen(c + 9)) != 0)
+        return rt_fail(err, errlen, "out of memory");
+    return 0;
+}
+
+static void template_free(Template *t) {
+    part_free(&t->before);
+    part_free(&t->after);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Encoding records
+
+typedef struct Conv {
+    const Tokenizer *tok;
+    const DsOptions *o;
+    Template tmpl;
+    bool have_tmpl;
+    int32_t eos;
+    const char *in_path;
+} Conv;
+
+// What one chunk of lines became.
+typedef struct Chunk {
+    const char *text;         // whole lines
+    size_t len;
+    TokIds ids;
+    uint8_t *info;            // one per id
+    size_t info_cap;
+    uint32_t *rec_len;        // tokens of each record, in order
+    size_t nrec, rec_cap;
+    uint64_t lines;           // lines in the chunk
+    uint64_t records;
+    uint64_t err_line;        // 1-based within the chunk; 0: no error
+    int err_col;              // the JSON error's column, or 0
+    char err[MSG];
+} Chunk;
+
+typedef struct Worker {
+    Conv *cv;
+    TokScratch *scratch;
+    Chunk *chunks;
+    int nchunks;
+    int *next;                // the next chunk to take (shared)
+    char *scratch_text;       // rendered template parts
+    size_t scratch_cap;
+} Worker;
+
+static int info_reserve(Chunk *c, size_t n) {
+    if (n <= c->info_cap)
+        return 0;
+    size_t cap = c->info_cap ? c->info_cap : 4096;
+    while (cap < n)
+        cap *= 2;
+    uint8_t *p = realloc(c->info, cap);
+    if (!p)
+        return -1;
+    c->info = p;
+    c->info_cap = cap;
+    return 0;
+}
+
+// Appends the ids of text (trained or not) to the chunk's record being built.
+static int put_text(Worker *w, Chunk *c, const char *text, size_t len, bool trained) {
+    size_t before = c->ids.n;
+    int rc = tok_encode(w->cv->tok, w->scratch, text, len, &c->ids);
+    if (rc != 0) {
+        snprintf(c->err, sizeof c->err, "%s", tok_strerror(rc));
+        return -1;
+    }
+    if (info_reserve(c, c->ids.n) != 0) {
+        snprintf(c->err, sizeof c->err, "out of memory");
+        return -1;
+    }
+    if (c->ids.n > before)
+        memset(c->info + before, trained ? DATA_TRAIN : 0, c->ids.n - before);
+    return 0;
+}
+
+static int put_ids(Chunk *c, const int32_t *ids, size_t n, uint8_t info) {
+    size_t before = c->ids.n;
+    if (n == 0)
+        return 0;
+    if (tok_ids_push(&c->ids, ids, n) != 0 || info_reserve(c, c->ids.n) != 0) {
+        snprintf(c->err, sizeof c->err, "out of memory");
+        return -1;
+    }
+    memset(c->info + before, info, n);
+    return 0;
+}
+
+// A template part with the role filled in, encoded.
+static int put_part(Worker *w, Chunk *c, const Part *p, const char *role, size_t nrole, bool trained) {
+    size_t need = p->len + (size_t)p->nrole * nrole;
+    if (need == 0)
+        return 0;
+    if (need > w->scratch_cap) {
+        char *b = realloc(w->scratch_text, need + 64);
+        if (!b) {
+            snprintf(c->err, sizeof c->err, "out of memory");
+            return -1;
+        }
+        w->scratch_text = b;
+        w->scratch_cap = need + 64;
+    }
+    size_t o = 0, at = 0;
+    for (int r = 0; r < p->nrole; r++) {
+        memcpy(w->scratch_text + o, p->text + at, p->role_at[r] - at);
+        o += p->role_at[r] - at;
+        at = p->role_at[r];
+        memcpy(w->scratch_text + o, role, nrole);
+        o += nrole;
+    }
+    memcpy(w->scratch_text + o, p->text + at, p->len - at);
+    o += p->len - at;
+    return put_text(w, c, w->scratch_text, o, trained);
+}
+
+static bool is_str(json_t *v) { return json_is_string(v); }
+
+// The record rec (a JSON object) appended to c as one record; -1 with c->err set.
+static int put_record(Worker *w, Chunk *c, json_t *rec) {
+    const Conv *cv = w->cv;
+    json_t *text = json_object_get(rec, "text"), *prompt = json_object_get(rec, "prompt");
+    json_t *completion = json_object_get(rec, "completion"), *messages = json_object_get(rec, "messages");
+    int kinds = (text != NULL) + (prompt != NULL || completion != NULL) + (messages != NULL);
+    if (kinds != 1) {
+        snprintf(c->err, sizeof c->err, "%s", kinds == 0
+                 ? "a record needs \"text\", \"prompt\" and \"completion\", or \"messages\""
+                 : "a record has one of \"text\", \"prompt\" and \"completion\", or \"messages\", not several");
+        return -1;
+    }
+    size_t start = c->ids.n, n;
+    const int32_t *pre = tok_prefix(cv->tok, &n);
+    if (put_ids(c, pre, n, 0) != 0)
+        return -1;
+    if (text) {
+        if (!is_str(text)) {
+            snprintf(c->err, sizeof c->err, "\"text\" is not a string");
+            return -1;
+        }
+        if (put_text(w, c, json_string_value(text), json_string_length(text), true) != 0)
+            return -1;
+    } else if (prompt || completion) {
+        if (!is_str(prompt) || !is_str(completion)) {
+            snprintf(c->err, sizeof c->err, "%s", !prompt ? "a \"completion\" without a \"prompt\""
+                     : !completion ? "a \"prompt\" without a \"completion\""
+                     : "\"prompt\" and \"completion\" must be strings");
+            return -1;
+        }
+        if (put_text(w, c, json_string_value(prompt), json_string_length(prompt), false) != 0 ||
+            put_text(w, c, json_string_value(completion), json_string_length(completion), true) != 0)
+            return -1;
+    } else {
+        if (!json_is_array(messages)) {
+            snprintf(c->err, sizeof c->err, "\"messages\" is not a list");
+            return -1;
+        }
+        if (!cv->have_tmpl) {
+            snprintf(c->err, sizeof c->err, "a \"messages\" record needs --template (chatml, llama3, or a "
+                     "string with {role} and {content})");
+            return -1;
+        }
+        for (size_t i = 0; i < json_array_size(messages); i++) {
+            json_t *m = json_array_get(messages, i), *role = json_object_get(m, "role");
+            json_t *content = json_object_get(m, "content");
+            if (!is_str(role) || !is_str(content)) {
+                snprintf(c->err, sizeof c->err, "messages[%zu] needs a \"role\" and a \"content\", both strings", i);
+                return -1;
+            }
+            const char *r = json_string_value(role);
+            size_t nr = json_string_length(role);
+            bool train = nr == 9 && memcmp(r, "assistant", 9) == 0;
+            if (put_part(w, c, &cv->tmpl.before, r, nr, false) != 0 ||
+                put_text(w, c, json_string_value(content), json_string_length(content), train) != 0 ||
+                put_part(w, c, &cv->tmpl.after, r, nr, train) != 0)
+                return -1;
+        }
+    }
+    const int32_t *suf = tok_suffix(cv->tok, &n);
+    if (put_ids(c, suf, n, 0) != 0)
+        return -1;
+    size_t len = c->ids.n - start;
+    if (len == 0 || c->ids.id[c->ids.n - 1] != cv->eos) {
+        uint8_t last = len ? c->info[c->ids.n - 1] : 0;
+        if (put_ids(c, &cv->eos, 1, last & DATA_TRAIN) != 0)
+            return -1;
+        len++;
+    }
+    c->info[start] = DATA_START;   // nothing of the record comes before its first token
+    if (len > UINT32_MAX) {
+        snprintf(c->err, sizeof c->err, "a record of more than 2^32 tokens");
+        return -1;
+    }
+    if (c->nrec == c->rec_cap) {
+        size_t cap = c->rec_cap ? 2 * c->rec_cap : 256;
+        uint32_t *p = realloc(c->rec_len, cap * sizeof *p);
+        if (!p) {
+            snprintf(c->err, sizeof c->err, "out of memory");
+            return -1;
+        }
+        c->rec_len = p;
+        c->rec_cap = cap;
+    }
+    c->rec_len[c->nrec++] = (uint32_t)len;
+    return 0;
+}
+
+// Encodes every line of chunk c; stops at the first bad one.
+static void do_chunk(Worker *w, Chunk *c) {
+    const char *p = c->text, *end = c->text + c->len;
+    while (p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        const char *le = nl ? nl : end;
+        c->lines++;
+        size_t n = (size_t)(le - p);
+        if (n && p[n - 1] == '\r')
+            n--;
+        size_t k = 0;
+        while (k < n && (p[k] == ' ' || p[k] == '\t'))
+            k++;
+        if (k < n) {
+            json_error_t je;
+            json_t *rec = json_loadb(p, n, JSON_ALLOW_NUL, &je);
+            if (!rec) {
+                snprintf(c->err, sizeof c->err, "not valid JSON: %s", je.text);
+                c->err_col = je.column > 0 ? je.column : 1;
+                c->err_line = c->lines;
+                return;
+            }
+            int rc = 0;
+            size_t ids_before = c->ids.n;
+            if (!json_is_object(rec)) {
+                snprintf(c->err, sizeof c->err, "a record is a JSON object, this line is %s",
+                         json_is_array(rec) ? "a list" : json_is_string(rec) ? "a string" : "a value");
+                rc = -1;
+            } else {
+                rc = put_record(w, c, rec);
+            }
+            json_decref(rec);
+            if (rc != 0) {
+                c->ids.n = ids_before;
+                c->err_line = c->lines;
+                return;
+            }
+            c->records++;
+        }
+        p = nl ? nl + 1 : end;
+    }
+}
+
+static void *worker_main(void *arg) {
+    Worker *w = arg;
+    for (;;) {
+        int k = __atomic_fetch_add(w->next, 1, __ATOMIC_RELAXED);
+        if (k >= w->nchunks)
+            return NULL;
+        do_chunk(w, &w->chunks[k]);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writing, packing
+
+typedef struct Out {
+    DataWriter *w;
+    const DsOptions *o;
+    DsSummary *sum;
+    int32_t eos;
+    int64_t fill;             // tokens in the window being packed
+} Out;
+
+// Pads the rest of the window being packed.
+static int pad_window(Out *out, char *err, size_t errlen) {
+    int64_t left = out->o->pack - out->fill;
+    if (out->fill == 0)
+        return 0;
+    int32_t ids[256];
+    uint8_t info[256];
+    for (int i = 0; i < 256; i++)
+        ids[i] = out->eos, info[i] = 0;
+    info[0] = DATA_START;
+    while (left > 0) {
+        size_t k = left < 256 ? (size_t)left : 256;
+        if (data_writer_put(out->w, ids, info, k, err, errlen) != 0)
+            return -1;
+        info[0] = 0;
+        left -= (int64_t)k;
+        out->sum->padding += k;
+    }
+    out->fill = 0;
+    out->sum->windows++;
+    return 0;
+}
+
+static int put_out(Out *out, const int32_t *ids, const uint8_t *info, size_t n, char *err, size_t errlen) {
+    size_t trained = 0;
+    for (size_t i = 0; i < n; i++)
+        trained += info[i] & DATA_TRAIN;
+    int64_t seq = out->o->pack;
+    if (seq > 0 && (int64_t)n > seq) {
+        if (out->o->drop_long) {
+            out->sum->dropped_long++;
+            return 0;
+        }
+        out->sum->cut++;
+        n = (size_t)seq;
+        trained = 0;
+        for (size_t i = 0; i < n; i++)
+            trained += info[i] & DATA_TRAIN;
+    }
+    if (trained == 0) {
+        out->sum->dropped_untrained++;
+        return 0;
+    }
+    if (seq > 0 && out->fill + (int64_t)n > seq && pad_window(out, err, errlen) != 0)
+        return -1;
+    if (data_writer_put(out->w, ids, info, n, err, errlen) != 0)
+        return -1;
+    if (seq > 0) {
+        out->fill += (int64_t)n;
+        if (out->fill == seq)
+            out->fill = 0, out->sum->windows++;
+    }
+    out->sum->written++;
+    out->sum->trained += trained;
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The conversion
+
+// The end-of-sequence token: given, named by tokenizer_config.json beside the tokenizer, or
+// the first of the usual names.
+static int find_eos(Conv *cv, DsSummary *sum, char *err, size_t errlen) {
+    const char *name = cv->o->eos;
+    char given[64] = "";
+    json_t *cfg = NULL;
+    if (!name) {
+        char path[4096];
+        const char *slash = strrchr(cv->o->tokenizer, '/');
+        snprintf(path, sizeof path, "%.*stokenizer_config.json", slash ? (int)(slash - cv->o->tokenizer + 1) : 0,
+                 cv->o->tokenizer);
+        cfg = json_load_file(path, 0, NULL);
+        json_t *e = json_object_get(cfg, "eos_token");
+        if (json_is_object(e))
+            e = json_object_get(e, "content");
+        if (json_is_string(e))
+            snprintf(given, sizeof given, "%s", json_string_value(e));
+        name = given[0] ? given : NULL;
+    }
+    static const char *const usual[] = {"<|endoftext|>", "<|end_of_text|>", "</s>"};
+    int32_t id = name ? tok_find(cv->tok, name, strlen(name)) : -1;
+    for (int k = 0; !name && k < 3 && id < 0; k++)
+        if ((id = tok_find(cv->tok, usual[k], strlen(usual[k]))) >= 0)
+            name = usual[k];
+    int rc = 0;
+    if (id < 0 && name)
+        rc = rt_fail(err, errlen, "%s: the end-of-sequence token \"%s\"%s is not in the tokenizer",
+                     cv->o->tokenizer, name, cv->o->eos ? " (--eos)" : " (tokenizer_config.json)");
+    else if (id < 0)
+        rc = rt_fail(err, errlen, "%s: no end-of-sequence token (none of <|endoftext|>, <|end_of_text|>, "
+                     "</s>, and no tokenizer_config.json beside it): name one with --eos", cv->o->tokenizer);
+    if (rc == 0) {
+        cv->eos = id;
+        sum->eos = id;
+        snprintf(sum->eos_text, sizeof sum->eos_text, "%s", name);
+    }
+    json_decref(cfg);
+    return rc;
+}
+
+static void chunk_reset(Chunk *c) {
+    c->ids.n = 0;
+    c->nrec = 0;
+    c->lines = c->records = c->err_line = 0;
+    c->err_col = 0;
+    c->err[0] = '\0';
+}
+
+static void chunk_free(Chunk *c) {
+    tok_ids_free(&c->ids);
+    free(c->info), free(c->rec_len);
+}
+
+int ds_convert(const char *in_path, const char *out_path, const DsOptions *o, DsSummary *sum, char *err,
+               size_t errlen) {
+    memset(sum, 0, sizeof *sum);
+    Conv cv = {.o = o, .in_path = in_path};
+    Tokenizer *tok = NULL;
+    if (tok_load(&tok, o->tokenizer, err, errlen) != 0)
+        return -1;
+    cv.tok = tok;
+    int rc = 0;
+    if (o->template_text) {
+        rc = template_read(&cv.tmpl, o->template_text, err, errlen);
+        cv.have_tmpl = rc == 0;
+    }
+    if (rc == 0)
+        rc = find_eos(&cv, sum, err, errlen);
+    if (rc != 0) {
+        template_free(&cv.tmpl);
+        tok_free(tok);
+        return -1;
+    }
+    sum->vocab = tok_vocab_size(tok);
+    sum->token_bytes = sum->vocab <= 65536 ? 2 : 4;
+
+    struct stat st;
+    int fd = rt_open_regular(in_path, &st);
+    if (fd < 0) {
+        int e = errno;
+        template_free(&cv.tmpl);
+        tok_free(tok);
+        return fd == -2 ? rt_fail(err, errlen, "%s: not a regular file", in_path)
+                        : rt_fail(err, errlen, "%s: cannot open: %s", in_path, strerror(e));
+    }
+    int threads = o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    threads = threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads;
+    int nchunks = threads * CHUNKS_PER_THREAD;
+    size_t cap = (size_t)nchunks * CHUNK_BYTES + 1;
+    char *buf = malloc(cap);
+    Chunk *chunks = calloc((size_t)nchunks, sizeof *chunks);
+    Worker *workers = calloc((size_t)threads, sizeof *workers);
+    pthread_t *tids = calloc((size_t)threads, sizeof *tids);
+    DataWriter *w = NULL;
+    if (!buf || !chunks || !workers || !tids)
+        rc = rt_fail(err, errlen, "out of memory");
+    for (int k = 0; rc == 0 && k < threads; k++)
+        if (!(workers[k].scratch = tok_scratch_new(tok)))
+            rc = rt_fail(err, errlen, "out of memory");
+    if (rc == 0)
+        rc = data_writer_open(&w, out_path, sum->token_bytes, true, err, errlen);
+    Out out = {.w = w, .o = o, .sum = sum, .eos = cv.eos};
+    size_t have = 0;
+    bool eof = false, first = true;
+    uint64_t line0 = 0;   // lines before the batch
+    while (rc == 0 && !(eof && have == 0)) {
+        // Fill the buffer, then cut it after its last newline (all of it at the end).
+        while (!eof && have < cap - 1) {
+            ssize_t r = read(fd, buf + have, cap - 1 - have);
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r < 0) {
+                rc = rt_fail(err, errlen, "%s: cannot read: %s", in_path, strerror(errno));
+                break;
+            }
+            eof = r == 0;
+            have += (size_t)r;
+            sum->input_bytes += (uint64_t)r;
+        }
+        if (rc)
+            break;
+        if (first && have >= 3 && memcmp(buf, "\xef\xbb\xbf", 3) == 0) {   // a UTF-8 byte order mark
+            memmove(buf, buf + 3, have - 3);
+            have -= 3;
+        }
+        first = false;
+        size_t use = have, skip = 0;
+        if (!eof) {
+            char *nl = memrchr(buf, '\n', have);
+            if (!nl) {   // one line longer than the buffer: make room and read on
+                size_t ncap = cap * 2;
+                char *nb = realloc(buf, ncap);
+                if (!nb) {
+                    rc = rt_fail(err, errlen, "%s: out of memory for a line of more than %zu bytes", in_path, cap);
+                    break;
+                }
+                buf = nb, cap = ncap;
+                continue;
+            }
+            use = (size_t)(nl - buf) + 1;
+        }
+        // Chunks of about CHUNK_BYTES each, ending at newlines.
+        int n = 0;
+        size_t per = (use - skip) / (size_t)nchunks + 1;
+        per = per < CHUNK_BYTES ? CHUNK_BYTES : per;
+        for (size_t at = skip; at < use && n < nchunks; n++) {
+            size_t endp = at + per >= use || n == nchunks - 1 ? use : at + per;
+            if (endp < use) {
+                char *nl = memchr(buf + endp, '\n', use - endp);
+                endp = nl ? (size_t)(nl - buf) + 1 : use;
+            }
+            chunk_reset(&chunks[n]);
+            chunks[n].text = buf + at;
+            chunks[n].len = endp - at;
+            at = endp;
+        }
+        int next = 0;
+        int nt = threads < n ? threads : n;
+        for (int k = 0; k < nt; k++) {
+            workers[k] = (Worker){&cv, workers[k].scratch, chunks, n, &next, workers[k].scratch_text,
+                                  workers[k].scratch_cap};
+            if (k > 0 && pthread_create(&tids[k], NULL, worker_main, &workers[k]) != 0)
+                tids[k] = 0, worker_main(&workers[k]);
+        }
+        if (nt > 0)
+            worker_main(&workers[0]);
+        for (int k = 1; k < nt; k++)
+            if (tids[k])
+                pthread_join(tids[k], NULL);
+        for (int k = 0; rc == 0 && k < n; k++) {
+            Chunk *c = &chunks[k];
+            size_t at = 0;
+            for (size_t r = 0; rc == 0 && r < c->nrec; r++) {
+                rc = put_out(&out, c->ids.id + at, c->info + at, c->rec_len[r], err, errlen);
+                at += c->rec_len[r];
+            }
+            if (rc == 0 && c->err_line) {
+                uint64_t line = line0 + c->err_line;
+                if (c->err_col)
+                    rc = rt_fail(err, errlen, "%s:%llu:%d: %s", in_path, (unsigned long long)line, c->err_col,
+                                 c->err);
+                else
+                    rc = rt_fail(err, errlen, "%s:%llu: %s", in_path, (unsigned long long)line, c->err);
+            }
+            line0 += c->lines;
+            sum->lines += c->lines;
+            sum->records += c->records;
+        }
+        memmove(buf, buf + use, have - use);
+        have -= use;
+    }
+    close(fd);
+    if (rc == 0 && sum->records == 0)
+        rc = sum->input_bytes == 0 ? rt_fail(err, errlen, "%s: is empty, there are no records", in_path)
+                                   : rt_fail(err, errlen, "%s: has no records (%llu blank lines)", in_path,
+                                             (unsigned long long)sum->lines);
+    if (rc == 0 && sum->written == 0)
+        rc = rt_fail(err, errlen, "%s: no record has a trained token left (%llu without any%s)", in_path,
+                     (unsigned long long)sum->dropped_untrained,
+                     sum->dropped_long ? ", the others longer than --pack" : "");
+    if (rc == 0 && o->pack > 0) {   // the last window padded, and the token after it
+        int32_t one = cv.eos;
+        uint8_t info = DATA_START;
+        rc = pad_window(&out, err, errlen);
+        if (rc == 0)
+            rc = data_writer_put(w, &one, &info, 1, err, errlen);
+        sum->padding += rc == 0;
+    }
+    if (rc == 0) {
+        sum->tokens = data_writer_count(w);
+        rc = data_writer_close(w, (uint64_t)(o->pack > 0 ? o->pack : 0), sum->written, err, errlen);
+        w = NULL;
+    }
+    data_writer_drop(w);
+    for (int k = 0; chunks && k < nchunks; k++)
+        chunk_free(&chunks[k]);
+    for (int k = 0; workers && k < threads; k++) {
+        tok_scratch_free(workers[k].scratch);
+        free(workers[k].scratch_text);
+    }
+    free(chunks), free(workers), free(tids), free(buf);
+    template_free(&cv.tmpl);
+    tok_free(tok);
+    return rc;
+}

@@ -1,0 +1,71 @@
+// dataset.h — JSONL datasets to token files, through the model's own tokenizer.
+//
+// Each non-blank line of the JSONL file is one record, a JSON object of one of three kinds:
+//   {"text": "..."}                       every token trained
+//   {"prompt": "...", "completion": "..."}  only the completion trained
+//   {"messages": [{"role": "...", "content": "..."}, ...]}
+//                                         rendered by a template (DsOptions.template_text);
+//                                         only the assistant messages' content and what the
+//                                         template puts after it trained
+// Other keys are ignored. A record's tokens are the tokenizer post-processor's ids before it
+// (e.g. Llama 3's BOS), its parts each encoded on their own (so where training starts is a
+// token boundary), the post-processor's ids after it, then the end-of-sequence token unless
+// the record already ends with it; that token is trained when the one before it is. A
+// record's first token is never trained (nothing of the record comes before it). The token
+// file gets one info byte per token (runtime/data.h): trained, and record start.
+//
+// Message template: a string holding {content} once and {role} any number of times, rendered
+// for every message in order, with \n, \t and \\ read as the characters they name; `chatml`
+// stands for "<|im_start|>{role}\n{content}<|im_end|>\n" and `llama3` for
+// "<|start_header_id|>{role}<|end_header_id|>\n\n{content}<|eot_id|>". For a message whose
+// role is "assistant", the content and the template's text after it are trained; the text
+// before it (with the role) is not.
+//
+// Packing (DsOptions.pack = seq): records are laid end to end in windows of seq tokens and
+// none crosses a window's end: a record that does not fit in what is left of a window starts
+// the next, and the rest is padding (the end-of-sequence token, never trained, a record of
+// its own). A record longer than seq is cut to its first seq tokens, or dropped
+// (DsOptions.drop_long). Without packing records follow each other across windows. Either
+// way a record with no trained token is dropped.
+//
+// Records are parsed and encoded on several threads, chunk by chunk, and written in order.
+#ifndef FTC_RUNTIME_DATASET_H
+#define FTC_RUNTIME_DATASET_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct DsOptions {
+    const char *tokenizer;     // tokenizer.json
+    const char *eos;           // the end-of-sequence token's text, or NULL: tokenizer_config.json
+                               // beside the tokenizer names it, else the first of
+                               // <|endoftext|>, <|end_of_text|>, </s> the tokenizer has
+    const char *template_text; // the message template, `chatml`, `llama3`, or NULL (then a
+                               // messages record is an error)
+    int64_t pack;              // seq to pack for, or 0
+    bool drop_long;            // with pack: drop a record longer than seq instead of cutting it
+    int threads;               // 0: one per online CPU
+} DsOptions;
+
+typedef struct DsSummary {
+    uint64_t lines, records;   // lines read, records among them (the rest blank)
+    uint64_t written;          // records in the file
+    uint64_t tokens, trained;  // tokens in the file, and how many of them are trained
+    uint64_t windows, padding; // with pack: windows, and padding tokens in them
+    uint64_t cut, dropped_long, dropped_untrained;
+    uint64_t input_bytes;
+    int64_t vocab;
+    int32_t eos;
+    char eos_text[64];
+    int token_bytes;
+} DsSummary;
+
+// Converts the JSONL file at in_path into the token file out_path (atomically: nothing is
+// left there on failure). 0, or -1 with the reason in err: "PATH:LINE:COL: ..." for a line
+// that is not valid JSON, "PATH:LINE: ..." for a record that is not one of the three kinds,
+// and the tokenizer's, the template's or the output's own errors.
+int ds_convert(const char *in_path, const char *out_path, const DsOptions *o, DsSummary *sum,
+               char *err, size_t errlen);
+
+#endif

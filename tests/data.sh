@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# ftc data --tokenizer end to end: the token file a JSONL dataset becomes (ids against
+# tokenizers', the mask of each record kind, packing), the summary, and every bad input:
+# its exact message, exit 1, and nothing left at -o. Then a tiny model trains on it.
+# usage: data.sh FTC SOURCE_DIR
+set -u
+ftc=$1 src=$2
+cd "$src" || exit 2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+ok() { echo "ok   $1"; pass=$((pass+1)); }
+bad() { echo "FAIL $1: $2"; fail=$((fail+1)); }
+tok=tests/fixtures/tok
+
+# The token file as text: "id:info" for every token (info 1 trained, 2 record start),
+# read with od (the header: u32 width at 12, u64 count at 16, u64 flags at 24).
+dump() {
+    local w n flags
+    w=$(od -An -tu4 -j12 -N4 "$1" | tr -d ' ')
+    n=$(od -An -tu8 -j16 -N8 "$1" | tr -d ' ')
+    flags=$(od -An -tu8 -j24 -N8 "$1" | tr -d ' ')
+    paste -d: <(od -An -v -tu"$w" -j64 -N$((w * n)) "$1" | tr -s ' ' '\n' | grep .) \
+              <(if [ $((flags & 1)) = 1 ]; then od -An -v -tu1 -j$((64 + w * n)) "$1" | tr -s ' ' '\n' | grep .;
+                else yes 1 | head -n "$n"; fi) | tr '\n' ' ' | sed 's/ $//'
+}
+
+# 1. Every corpus line as a text record: the ids are tokenizers' (NAME.ids), each
+# record's first token a start and untrained, the others trained, then the
+# end-of-sequence token (trained) unless the record ends with it; a record of the end
+# token alone has nothing trained and is dropped.
+for case in qwen2:900:'<|endoftext|>' gpt2:0:'<|endoftext|>' llama3:1001:'<|end_of_text|>'; do
+    style=${case%%:*} rest=${case#*:} eos=${rest%%:*} name=${rest#*:}
+    if ! "$ftc" data --tokenizer "$tok/$style.json" "$tok/corpus.jsonl" --eos "$name" -o "$tmp/$style.bin" \
+            > "$tmp/$style.out" 2>&1; then
+        bad "ids-$style" "$(cat "$tmp/$style.out")"
+        continue
+    fi
+    want=$(awk -v eos="$eos" 'NF == 1 && $1 == eos { next }
+                              { n = split($0, a, " "); s = "";
+                                for (i = 1; i <= n; i++) s = s (i > 1 ? " " : "") a[i] ":" (i == 1 ? 2 : 1);
+                                if (a[n] != eos) s = s " " eos ":1"; print s }' "$tok/$style.ids" | tr '\n' ' ' | sed 's/ $//')
+    got=$(dump "$tmp/$style.bin")
+    [ "$got" = "$want" ] && ok "ids-$style ($(wc -w <<<"$got") tokens)" ||
+        bad "ids-$style" "$(diff <(tr ' ' '\n' <<<"$got") <(tr ' ' '\n' <<<"$want") | head -5)"
+done
+
+# 2. The mask of each kind of record, packed for seq 32 (ids from tokenizers, for the
+# pieces fixture, whose ByteLevel puts a space before every piece): a prompt is not
+# trained, its completion and the end token are; a conversation trains only the
+# assistant's content and the template after it; a record that does not fit what is left
+# of a window starts the next, the rest padded with untrained end tokens; one token more
+# closes the file.
+printf '%s\n' '{"prompt": "ab", "completion": "cd"}' \
+    '{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}' \
+    '{"text": "xyz"}' > "$tmp/kinds.jsonl"
+want="264:2 65:0 283:1 67:1 0:1 220:2 27:0 84:0 82:0 272:0 220:0 29:0 220:0 71:0 72:0 389:0 220:0 27:0 64:0 310:0"
+want="$want 72:0 362:0 336:0 83:0 220:0 29:0 220:1 88:1 78:1 389:1 0:1 0:2 220:2 87:1 88:1 89:1 0:1 0:2"
+for i in $(seq 26); do want="$want 0:0"; done
+want="$want 0:2"
+if "$ftc" data --tokenizer "$tok/pieces.json" "$tmp/kinds.jsonl" --eos '!' --template '<{role}>{content};' \
+        --pack 32 -o "$tmp/kinds.bin" > "$tmp/kinds.out" 2>&1 && [ "$(dump "$tmp/kinds.bin")" = "$want" ] &&
+   [ "$(od -An -tu8 -j32 -N16 "$tmp/kinds.bin" | tr -s ' ')" = " 32 3" ]; then
+    ok mask-and-packing
+else
+    bad mask-and-packing "$(cat "$tmp/kinds.out"; dump "$tmp/kinds.bin")"
+fi
+
+# 3. The summary: records cut (or dropped) for the window, records with nothing trained.
+printf '%s\n' '{"text": "a b c d e f g h i j k l m n o p q r s t u v w x y z"}' \
+    '{"prompt": "only a prompt that is long enough to fill the window alone", "completion": "x"}' \
+    '{"text": "short"}' > "$tmp/long.jsonl"
+"$ftc" data --tokenizer "$tok/qwen2.json" "$tmp/long.jsonl" --pack 8 -o "$tmp/long.bin" > "$tmp/long.out" 2>&1
+if grep -q '^2 records longer than 8 tokens: cut to the first of them$' "$tmp/long.out" &&
+   grep -q '^1 record dropped: no token of it is trained$' "$tmp/long.out" &&
+   grep -q "^$tmp/long.bin: 17 tokens, 10 trained, from 2 of 3 records in $tmp/long.jsonl (vocab 903, 2 bytes a token; end of sequence <|endoftext|> = 900)$" "$tmp/long.out" &&
+   grep -q '^packed into 2 windows of 8 tokens: 5 padding tokens (29.4%)$' "$tmp/long.out"; then
+    ok summary-cut
+else
+    bad summary-cut "$(cat "$tmp/long.out")"
+fi
+"$ftc" data --tokenizer "$tok/qwen2.json" "$tmp/long.jsonl" --pack 8 --drop-long -o "$tmp/long.bin" > "$tmp/long.out" 2>&1
+grep -q '^2 records longer than 8 tokens: dropped (--drop-long)$' "$tmp/long.out" && grep -q 'from 1 of 3 records' "$tmp/long.out" &&
+    ok summary-drop || bad summary-drop "$(cat "$tmp/long.out")"
+
+# 4. Bad input: the exact message, exit 1, nothing on stdout, nothing at -o (a file
+# there before is left as it was).
+echo keep > "$tmp/out.bin"
+expect() {   # name, message, ftc data arguments...
+    local name=$1 want=$2; shift 2
+    local out err rc
+    out=$("$ftc" data "$@" -o "$tmp/out.bin" 2>"$tmp/err"); rc=$?
+    err=$(cat "$tmp/err")
+    if [ "$rc" = 1 ] && [ -z "$out" ] && [ "$err" = "$want" ] && [ "$(cat "$tmp/out.bin")" = keep ] &&
+       [ "$(ls "$tmp" | grep -c '^out\.bin\.tmp')" = 0 ]; then
+        ok "bad-$name"
+    else
+        bad "bad-$name" "exit $rc, stdout '$out', stderr '$err' (want '$want'), out.bin '$(head -c 20 "$tmp/out.bin")'"
+    fi
+}
+q=$tok/qwen2.json
+printf '{"text": "a"}\n\n{"text": "b",\n{"text": "c"}\n' > "$tmp/json.jsonl"
+expect malformed-json "ftc data: error: $tmp/json.jsonl:3:13: not valid JSON: string or '}' expected near end of file" \
+    --tokenizer "$q" "$tmp/json.jsonl"
+printf '{"text": "a"}\n{"text": "b"} x\n' > "$tmp/trail.jsonl"
+expect trailing-garbage "ftc data: error: $tmp/trail.jsonl:2:15: not valid JSON: end of file expected near 'x'" \
+    --tokenizer "$q" "$tmp/trail.jsonl"
+: > "$tmp/empty.jsonl"
+expect empty-file "ftc data: error: $tmp/empty.jsonl: is empty, there are no records" --tokenizer "$q" "$tmp/empty.jsonl"
+printf '\n  \n\r\n' > "$tmp/blank.jsonl"
+expect blank-file "ftc data: error: $tmp/blank.jsonl: has no records (3 blank lines)" --tokenizer "$q" "$tmp/blank.jsonl"
+printf '{"text": "a"}\n[1, 2]\n' > "$tmp/list.jsonl"
+expect not-an-object "ftc data: error: $tmp/list.jsonl:2: a record is a JSON object, this line is a list" \
+    --tokenizer "$q" "$tmp/list.jsonl"
+printf '{"txt": "a"}\n' > "$tmp/kind.jsonl"
+expect no-kind "ftc data: error: $tmp/kind.jsonl:1: a record needs \"text\", \"prompt\" and \"completion\", or \"messages\"" \
+    --tokenizer "$q" "$tmp/kind.jsonl"
+printf '{"text": "a", "prompt": "b", "completion": "c"}\n' > "$tmp/two.jsonl"
+expect two-kinds "ftc data: error: $tmp/two.jsonl:1: a record has one of \"text\", \"prompt\" and \"completion\", or \"messages\", not several" \
+    --tokenizer "$q" "$tmp/two.jsonl"
+printf '{"prompt": "a"}\n' > "$tmp/half.jsonl"
+expect prompt-alone "ftc data: error: $tmp/half.jsonl:1: a \"prompt\" without a \"completion\"" --tokenizer "$q" "$tmp/half.jsonl"
+printf '{"text": ["a"]}\n' > "$tmp/type.jsonl"
+expect text-not-string "ftc data: error: $tmp/type.jsonl:1: \"text\" is not a string" --tokenizer "$q" "$tmp/type.jsonl"
+printf '{"messages": [{"role": "user", "content": "a"}]}\n' > "$tmp/msg.jsonl"
+expect no-template "ftc data: error: $tmp/msg.jsonl:1: a \"messages\" record needs --template (chatml, llama3, or a string with {role} and {content})" \
+    --tokenizer "$q" "$tmp/msg.jsonl"
+printf '{"messages": [{"role": "user"}]}\n' > "$tmp/msg2.jsonl"
+expect message-no-content "ftc data: error: $tmp/msg2.jsonl:1: messages[0] needs a \"role\" and a \"content\", both strings" \
+    --tokenizer "$q" "$tmp/msg2.jsonl" --template chatml
+expect template-no-content "ftc data: error: --template '<{role}>': a template holds {content} exactly once (or is chatml or llama3)" \
+    --tokenizer "$q" "$tmp/msg.jsonl" --template '<{role}>'
+printf '{"prompt": "a", "completion": ""}\n' > "$tmp/none.jsonl"
+expect nothing-trained "ftc data: error: $tmp/none.jsonl: no record has a trained token left (1 without any)" \
+    --tokenizer "$q" "$tmp/none.jsonl" --eos '<|im_end|>'
+printf '{"text": "aaaaaaaaaaaaaaaaaaaaaaa aaaaaaaaaaa aaaaaaa"}\n' > "$tmp/toolong.jsonl"
+expect all-too-long "ftc data: error: $tmp/toolong.jsonl: no record has a trained token left (0 without any, the others longer than --pack)" \
+    --tokenizer "$q" "$tmp/toolong.jsonl" --pack 4 --drop-long
+expect no-eos "ftc data: error: $q: the end-of-sequence token \"<|nope|>\" (--eos) is not in the tokenizer" \
+    --tokenizer "$q" "$tmp/long.jsonl" --eos '<|nope|>'
+expect no-input "ftc data: error: $tmp/missing.jsonl: cannot open: No such file or directory" --tokenizer "$q" "$tmp/missing.jsonl"
+expect input-directory "ftc data: error: $tmp: not a regular file" --tokenizer "$q" "$tmp"
+printf '{"model": {"type": "Unigram", "vocab": [["a", 0.0]]}, "pre_tokenizer": {"type": "Metaspace"}}' > "$tmp/unigram.json"
+expect unigram-tokenizer "ftc data: error: $tmp/unigram.json: model.type is \"Unigram\"; ftc reads byte-level BPE tokenizers (model.type \"BPE\" with a ByteLevel pre-tokenizer)" \
+    --tokenizer "$tmp/unigram.json" "$tmp/long.jsonl"
+printf '{"model": {"type": "BPE", "byte_fallback": true, "vocab": {"a": 0}, "merges": []}, "pre_tokenizer": {"type": "Metaspace", "replacement": "x"}}' > "$tmp/sp.json"
+expect sentencepiece-tokenizer "ftc data: error: $tmp/sp.json: pre_tokenizer Metaspace is not supported (ftc reads byte-level BPE: Split, Digits and ByteLevel)" \
+    --tokenizer "$tmp/sp.json" "$tmp/long.jsonl"
+printf '{"model": ' > "$tmp/broken.json"
+expect tokenizer-not-json "ftc data: error: $tmp/broken.json:1:10: not valid JSON: unexpected token near end of file" \
+    --tokenizer "$tmp/broken.json" "$tmp/long.jsonl"
+
+# 5. A tiny model over the tokenizer's vocabulary trains on the packed file (seq 16), and
+# refuses a file packed for another seq.
+sed 's/vocab    = 256/vocab    = 1024/; s/seq       = 64/seq       = 16/' models/tiny.ft > "$tmp/t1024.ft"
+"$ftc" compile "$tmp/t1024.ft" -o "$tmp/t.plan" > /dev/null
+"$ftc" data --tokenizer "$q" "$tok/corpus.jsonl" --pack 16 -o "$tmp/p16.bin" > /dev/null
+out=$("$ftc" run "$tmp/t.plan" --data "$tmp/p16.bin" --steps 3 2>&1)
+first=$(grep '^step 1/' <<<"$out" | awk '{print $4}')
+awk -v l="$first" 'BEGIN { exit !(l > 6.7 && l < 7.2) }' && ok "train-on-packed (loss $first, ln 1024 = 6.93)" || bad train-on-packed "$out"
+"$ftc" data --tokenizer "$q" "$tok/corpus.jsonl" --pack 32 -o "$tmp/p32.bin" > /dev/null
+out=$("$ftc" run "$tmp/t.plan" --data "$tmp/p32.bin" --steps 3 2>&1); rc=$?
+[ "$rc" = 1 ] && [ "$out" = "ftc run: error: $tmp/p32.bin was packed for seq 32 (ftc data --pack 32), but the plan's seq is 16: records would cross windows" ] &&
+    ok run-refuses-other-pack || bad run-refuses-other-pack "exit $rc: $out"
+
+echo "$pass passed, $fail failed"
+[ "$fail" = 0 ]
