@@ -15,6 +15,10 @@ typedef struct PlanMeta {
     const char *precision;      // "bf16", "fp16", "fp32", "bf16_pure"
     const char *optimizer;      // "adamw", "sgd"
     double lr, beta1, beta2, eps, weight_decay;
+    // the learning rate's schedule (runtime/plan.h: the schedule line); NULL: constant
+    const char *lr_schedule;
+    int64_t warmup_steps, steps;
+    double min_lr;
     int64_t arena_bytes;        // the device arena the offsets were assigned in
     int64_t host_bytes;         // the host arena
     int64_t reserve_bytes;      // modeled CUDA context, outside the arena
@@ -80,7 +84,7 @@ enum { KERNEL_MAX_LAUNCHES = 3 };
 
 // The optimizer's hyperparameters, which the update kernels are specialised on.
 typedef struct KernelHyper {
-    double beta1, beta2, eps, weight_decay;
+    double beta1, beta2, eps;   // (weight decay is each update's own: its attribute)
 } KernelHyper;
 
 typedef struct KernelLaunch {

@@ -250,12 +250,37 @@ static void a_dequant(FILE *f, const CudaCtx *cx) {
     fprintf(f, "%lldLL, %d, %d", (long long)ir_tensor_elems(OUT(0)), n->nin == 4, DT(OUT(0)));
 }
 
-// The optimizers: the element count, then the constants a group shares.
+// The gradients' reduction: partial sums per block, then their sum in order.
+static void a_grad_sumsq(FILE *f, const CudaCtx *cx) {
+    CTX(cx);
+    int64_t n_el = ir_tensor_elems(IN(0));
+    if (l == 0)
+        fprintf(f, "%lldLL, %lldLL, %d", (long long)n_el, (long long)op_sumsq_blocks(n_el), DT(IN(0)));
+    else
+        fprintf(f, "%lldLL, %d", (long long)op_sumsq_blocks(n_el), upd(n));
+}
+static void g_grad_sumsq(const CudaCtx *cx, unsigned *grid, unsigned *block) {
+    CTX(cx);
+    if (l == 0) {
+        grid[0] = (unsigned)op_sumsq_blocks(ir_tensor_elems(IN(0)));
+        block[0] = 256;
+    } else {
+        one_block(grid, block, 256);
+    }
+}
+
+static void a_grad_factor(FILE *f, const CudaCtx *cx) { flit(f, cx->n->attr.f); }
+static void g_one_thread(const CudaCtx *cx, unsigned *grid, unsigned *block) {
+    (void)cx;
+    one_block(grid, block, 32);
+}
+
+// The optimizers: the element count, then the constants a group shares (the tensor's
+// weight decay among them).
 static void ga_adamw(FILE *f, const CudaCtx *cx) {
     CTX(cx);
     fprintf(f, "%d, %.17g, %.17g, %.17g, %.17g, %d, %d, %d", ir_node_nout(n) == 4, cx->hyper->beta1,
-            cx->hyper->beta2, cx->hyper->eps, cx->hyper->weight_decay, DT(OUT(0)), DT(IN(0)),
-            DT(OUT(1)));
+            cx->hyper->beta2, cx->hyper->eps, n->attr.f, DT(OUT(0)), DT(IN(0)), DT(OUT(1)));
 }
 static void a_adamw(FILE *f, const CudaCtx *cx) {
     fprintf(f, "%lldLL, ", (long long)ir_tensor_elems(&cx->g->tensors.at[cx->n->out[0]]));
@@ -298,6 +323,8 @@ static const CudaOp column[OP_COUNT] = {
     [OP_DEQUANT] = {{"dequant"}, {0}, a_dequant, g_ew_out0},
     [OP_ADAMW] = {{"adamw"}, {0}, a_adamw, g_ew_out0, "adamw_group", ga_adamw},
     [OP_SGD] = {{"sgd"}, {0}, a_sgd, g_ew_out0, "sgd_group", ga_sgd},
+    [OP_GRAD_SUMSQ] = {{"grad_sumsq_part", "grad_sumsq_final"}, {1, 1}, a_grad_sumsq, g_grad_sumsq},
+    [OP_GRAD_FACTOR] = {{"grad_factor"}, {0}, a_grad_factor, g_one_thread},
 };
 
 const CudaOp *cuda_op(OpKind op) {

@@ -49,6 +49,9 @@ int codegen_plan_write(FILE *f, const IrGraph *g, const PlanMeta *meta, const Ke
             (long long)logits->shape[logits->ndim - 1], meta->precision);
     fprintf(f, "optimizer %s lr=%.17g beta1=%.17g beta2=%.17g eps=%.17g weight_decay=%.17g\n",
             meta->optimizer, meta->lr, meta->beta1, meta->beta2, meta->eps, meta->weight_decay);
+    fprintf(f, "schedule %s warmup=%lld steps=%lld min_lr=%.17g\n",
+            meta->lr_schedule ? meta->lr_schedule : "constant", (long long)meta->warmup_steps,
+            (long long)meta->steps, meta->min_lr);
     if (meta->model_flops > 0)
         fprintf(f, "estimate model_flops=%lld step_us=%.1f\n", (long long)meta->model_flops, meta->step_us);
     if (meta->lora_r > 0)
@@ -88,6 +91,10 @@ int codegen_plan_write(FILE *f, const IrGraph *g, const PlanMeta *meta, const Ke
             fprintf(f, " role=loss");
         else if (i == g->logits)
             fprintf(f, " role=logits");
+        else if (i == g->grad_stats)
+            fprintf(f, " role=grad_stats");
+        else if (i == g->grad_factor)
+            fprintf(f, " role=grad_factor");
         else if (t->kind == TK_INPUT)
             fprintf(f, " role=%s", strcmp(t->name, "targets") == 0     ? "targets"
                                    : strcmp(t->name, "positions") == 0 ? "positions"
@@ -394,7 +401,7 @@ int codegen_plan_dir(const char *dir, const IrGraph *g, const PlanMeta *meta, ch
     }
     // The kernels: kernels.cu, and the header that compiles it on the CPU (--device emu).
     KernelSet ks;
-    KernelHyper hyper = {meta->beta1, meta->beta2, meta->eps, meta->weight_decay};
+    KernelHyper hyper = {meta->beta1, meta->beta2, meta->eps};
     if (codegen_kernels(g, &hyper, &ks, err, errlen) != 0) {
         remove_dir(tmp);
         return -1;

@@ -146,6 +146,17 @@ Pipeline driver_pipeline(DriverSource *ds, Arena *a, PassDiag *diag) {
                       .verify = VERIFY_PASSES};
 }
 
+void driver_meta_train(PlanMeta *meta, const TrainSpec *t) {
+    static const char *const prec[] = {"bf16", "fp16", "fp32", "bf16_pure"};
+    static const char *const sched[] = {"constant", "linear", "cosine"};
+    meta->precision = prec[t->precision];
+    meta->optimizer = t->optimizer;
+    meta->lr = t->lr, meta->beta1 = t->beta1, meta->beta2 = t->beta2, meta->eps = t->eps;
+    meta->weight_decay = t->weight_decay;
+    meta->lr_schedule = sched[t->lr_schedule];
+    meta->warmup_steps = t->warmup_steps, meta->steps = t->steps, meta->min_lr = t->min_lr;
+}
+
 // The module names the adapters attach to ("q_proj,v_proj"), for adapter_config.json:
 // PEFT names target modules by the checkpoint's module names.
 static void adapter_modules(const IrGraph *g, char *targets, size_t cap) {
@@ -486,7 +497,8 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
     pipe.diag = NULL;
     pipe.verify = false;
     pipe.cache = pipeline_cache_new();
-    PlanCtx pc = {.pipeline = &pipe, .gpu = gpu, .cm = {gpu, cost_measure_host_adamw()}};
+    PlanCtx pc = {.pipeline = &pipe, .gpu = gpu,
+                  .cm = {gpu, cost_measure_host_adamw(), cost_measure_host_sumsq()}};
     PlannerInput pin = {.global_batch = m.train.batch, .budget_bytes = budget, .host_budget_bytes = host,
                         .reserve_bytes = gpu->reserve_bytes, .weights_bytes = states.bytes[MEM_WEIGHTS],
                         .grads_bytes = states.bytes[MEM_GRADS],
@@ -539,16 +551,13 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
     }
     fclose(rep);
     rep = NULL;
-    static const char *prec[] = {"bf16", "fp16", "fp32", "bf16_pure"};
     PlanMeta meta = {.model = m.name, .source = path, .gpu = gpu->name, .arch = gpu->arch,
-                     .budget_bytes = budget,
-                     .accum = m.train.batch / best.micro, .precision = prec[m.train.precision],
-                     .optimizer = m.train.optimizer, .lr = m.train.lr, .beta1 = m.train.beta1,
-                     .beta2 = m.train.beta2, .eps = m.train.eps, .weight_decay = m.train.weight_decay,
+                     .budget_bytes = budget, .accum = m.train.batch / best.micro,
                      .arena_bytes = bs.alloc.arena_bytes, .host_bytes = bs.alloc.host_bytes,
                      .reserve_bytes = gpu->reserve_bytes, .flops_per_s = gpu->bf16_tflops * 1e12,
                      .bytes_per_s = gpu->hbm_gbps * 1e9, .link_bytes_per_s = gpu->link_gbps * 1e9,
                      .report = rtext};
+    driver_meta_train(&meta, &m.train);
     StepCost est = cost_step(g, &pc.cm, meta.accum, m.train.batch * m.train.seq);
     meta.model_flops = est.model_flops, meta.step_us = est.step_us;
     char targets[1024] = "";

@@ -50,5 +50,8 @@ typedef struct DriverSource {
 Pipeline driver_pipeline(DriverSource *ds, Arena *a, PassDiag *diag);
 // A PassDiag printing to stderr against `src`.
 PassDiag driver_diag(FtSource *src);
+// Fills what the plan header says of the train section (precision, optimizer and its
+// hyperparameters, the schedule) into `meta`; strings are static or the spec's.
+void driver_meta_train(PlanMeta *meta, const TrainSpec *t);
 
 #endif

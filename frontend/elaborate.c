@@ -735,6 +735,11 @@ static void read_optimizer(Elab *e, Scope *s, const Ast *x, TrainSpec *t) {
             t->beta1 = as_float(b1), t->beta2 = as_float(b2);
             continue;
         }
+        if (strcmp(a->name, "decay_all") == 0) {
+            Value v = want(e, s, a->lhs, V_BOOL, V_BOOL, "decay_all");
+            t->decay_all = v.kind == V_BOOL && v.i;
+            continue;
+        }
         double *dst = strcmp(a->name, "lr") == 0             ? &t->lr
                       : strcmp(a->name, "eps") == 0          ? &t->eps
                       : strcmp(a->name, "weight_decay") == 0 ? &t->weight_decay
@@ -828,11 +833,43 @@ static void read_precision(Elab *e, const Ast *x, TrainSpec *t) {
     fe_error(e->src, x->loc, "precision must be bf16, fp16, fp32 or bf16_pure");
 }
 
+static void read_schedule(Elab *e, const Ast *x, TrainSpec *t) {
+    static const char *const names[] = {"constant", "linear", "cosine"};
+    for (int i = 0; x->kind == AST_IDENT && i < 3; i++)
+        if (strcmp(x->name, names[i]) == 0) {
+            t->lr_schedule = (LrSchedule)i;
+            return;
+        }
+    fe_error(e->src, x->loc, "lr_schedule must be constant, linear or cosine");
+}
+
+// A train setting that is a number: an integer in [lo, hi] (is_int), else a float >= lo.
+static void read_number(Elab *e, Scope *s, const Ast *it, bool is_int, double lo, double hi,
+                        void *dst) {
+    Value v = is_int ? want(e, s, it->lhs, V_INT, V_INT, it->name)
+                     : want(e, s, it->lhs, V_FLOAT, V_INT, it->name);
+    if (v.kind == V_NONE)
+        return;
+    double x = as_float(v);
+    if (!(x >= lo && x <= hi)) {
+        if (is_int)
+            fe_error(e->src, it->lhs->loc, "%s must be between %.0f and %.0f", it->name, lo, hi);
+        else
+            fe_error(e->src, it->lhs->loc, "%s must be at least %g", it->name, lo);
+        return;
+    }
+    if (is_int)
+        *(int64_t *)dst = v.i;
+    else
+        *(double *)dst = x;
+}
+
 static void read_train(Elab *e, Scope *s, const Ast *train, TrainSpec *t) {
     *t = (TrainSpec){.precision = PREC_BF16, .master_weights = true, .optim_dtype = DT_F32,
                      .optimizer = "adamw", .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999,
                      .eps = 1e-8, .weight_decay = 0.01};
     bool have_seq = false, have_batch = false, have_loss = false;
+    SrcLoc schedule_loc = train->loc, min_lr_loc = train->loc, warmup_loc = train->loc;
     for (const Ast *it = train->body; it; it = it->next) {
         if (it->kind == AST_EXPR_STMT) {
             const Ast *c = it->lhs;
@@ -871,12 +908,34 @@ static void read_train(Elab *e, Scope *s, const Ast *train, TrainSpec *t) {
             t->master_weights = v.kind == V_BOOL && v.i;
         } else if (strcmp(k, "optimizer") == 0) {
             read_optimizer(e, s, it->lhs, t);
+        } else if (strcmp(k, "lr_schedule") == 0) {
+            read_schedule(e, it->lhs, t);
+            schedule_loc = it->lhs->loc;
+        } else if (strcmp(k, "warmup_steps") == 0) {
+            read_number(e, s, it, true, 0, 1e12, &t->warmup_steps);
+            warmup_loc = it->lhs->loc;
+        } else if (strcmp(k, "steps") == 0) {
+            read_number(e, s, it, true, 1, 1e12, &t->steps);
+        } else if (strcmp(k, "min_lr") == 0) {
+            read_number(e, s, it, false, 0, INFINITY, &t->min_lr);
+            min_lr_loc = it->lhs->loc;
+        } else if (strcmp(k, "clip") == 0) {
+            read_number(e, s, it, false, 0, INFINITY, &t->clip);
         } else {
             fe_error(e->src, it->loc,
                      "unknown train setting '%s' (seq, batch, micro_batch, loss, precision, "
-                     "master_weights, optimizer, budget, host_mem)", k);
+                     "master_weights, optimizer, lr_schedule, warmup_steps, steps, min_lr, clip, "
+                     "budget, host_mem)", k);
         }
     }
+    if (t->min_lr > t->lr)
+        fe_error(e->src, min_lr_loc, "min_lr %g is above the learning rate %g", t->min_lr, t->lr);
+    if (t->steps && t->warmup_steps > t->steps)
+        fe_error(e->src, warmup_loc, "warmup_steps %lld is more than steps %lld",
+                 (long long)t->warmup_steps, (long long)t->steps);
+    if (t->lr_schedule != LR_CONSTANT && !t->steps)
+        fe_error(e->src, schedule_loc, "lr_schedule = %s decays over the run: it needs steps = N",
+                 t->lr_schedule == LR_LINEAR ? "linear" : "cosine");
     if (!have_seq)
         fe_error(e->src, train->loc, "train needs seq = N");
     if (!have_batch)
@@ -962,7 +1021,8 @@ out:
 //
 
 static IrStep step_of(const TrainSpec *t) {
-    IrStep st = {.optim_dt = t->optim_dtype, .master = t->master_weights};
+    IrStep st = {.optim_dt = t->optim_dtype, .master = t->master_weights, .clip = t->clip,
+                 .weight_decay = t->weight_decay, .decay_all = t->decay_all};
     switch (t->precision) {
     case PREC_BF16:
     case PREC_BF16_PURE: st.weight_dt = st.compute_dt = st.grad_dt = DT_BF16; break;

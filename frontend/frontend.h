@@ -125,6 +125,11 @@ typedef struct LoraTarget {
     SrcLoc loc;
 } LoraTarget;
 
+// The learning rate over the run: after `warmup_steps` of a linear rise from 0, held
+// (constant) or decayed to min_lr at `steps` (linear, cosine), as Hugging Face's
+// get_*_schedule_with_warmup.
+typedef enum LrSchedule { LR_CONSTANT, LR_LINEAR, LR_COSINE } LrSchedule;
+
 typedef struct TrainSpec {
     int64_t seq, batch;         // sequence length, global batch (sequences per optimizer step)
     int64_t micro_batch;        // 0 when not given: the global batch, no accumulation
@@ -133,6 +138,12 @@ typedef struct TrainSpec {
     DType optim_dtype;          // AdamW m, v
     const char *optimizer;      // "adamw" or "sgd"
     double lr, beta1, beta2, eps, weight_decay;
+    bool decay_all;             // weight decay on norm weights and biases too (default: not)
+    LrSchedule lr_schedule;
+    int64_t warmup_steps;       // optimizer steps of the linear warm-up
+    int64_t steps;              // the run's optimizer steps, 0 when not given
+    double min_lr;              // where linear and cosine end
+    double clip;                // the gradients' global L2 norm clipped to this, 0: never
     int64_t budget_bytes, host_mem_bytes;   // 0 when not given
     // lora(...)
     bool lora;

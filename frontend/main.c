@@ -40,7 +40,7 @@ static void usage_run(FILE *f) {
           "  --data FILE       token file (ftc data makes one)\n"
           "  --weights PATH    Hugging Face safetensors: a file, or a directory (sharded too);\n"
           "                    without it, seeded initialisation\n"
-          "  --steps N         optimizer steps (default 10)\n"
+          "  --steps N         optimizer steps (default: the train section's steps, else 10)\n"
           "  --save DIR        write DIR/model.safetensors at the end (and every N steps with\n"
           "                    --save-every N, with the whole training state in\n"
           "                    DIR/checkpoint-STEP, the K latest kept: --keep K, default 2)\n"
@@ -52,8 +52,8 @@ static void usage_run(FILE *f) {
           "  --unplanned       every buffer its own allocation instead of the planned arena\n"
           "  --merge           with LoRA: also save the merged weights (model.safetensors);\n"
           "                    --save alone writes the adapters in PEFT's layout\n"
-          "  --skip-nonfinite  a step whose loss is not finite is skipped (its update not\n"
-          "                    taken) and counted; without it the run stops there\n"
+          "  --skip-nonfinite  a step whose loss or gradients are not finite is skipped (its\n"
+          "                    update not taken) and counted; without it the run stops there\n"
           "  --device D        cuda (the GPU: the plan's kernels, cuBLASLt), cpu (the reference\n"
           "                    kernels) or emu (the plan's kernels compiled for and run on the\n"
           "                    CPU); default: cuda where the driver sees a GPU, else cpu\n",
@@ -61,7 +61,7 @@ static void usage_run(FILE *f) {
 }
 
 static int cmd_run(Cmdline *cl, int argc, char **argv, int first) {
-    RunOptions o = {.steps = 10, .seed = 1234, .layout = LAYOUT_PLANNED, .out = stdout};
+    RunOptions o = {.seed = 1234, .layout = LAYOUT_PLANNED, .out = stdout};
     int64_t v;
     for (int i = first; i < argc; i++) {
         const char *s = argv[i];
@@ -100,6 +100,10 @@ static int cmd_run(Cmdline *cl, int argc, char **argv, int first) {
             i++;
             if (!arg_count(cl, i, argv[i], &o.steps))
                 return EXIT_USAGE;
+            if (o.steps < 1) {
+                arg_error(cl, i, "--steps must be at least 1");
+                return EXIT_USAGE;
+            }
         } else if (strcmp(s, "--save-every") == 0) {
             i++;
             if (!arg_count(cl, i, argv[i], &o.save_every))

@@ -35,7 +35,7 @@ const char *mem_category_name(MemCategory c) { return c < MEM_COUNT ? categories
 IrGraph *ir_graph_new(Arena *a) {
     IrGraph *g = arena_alloc(a, sizeof *g);
     g->arena = a;
-    g->loss = g->logits = -1;
+    g->loss = g->logits = g->grad_stats = g->grad_factor = -1;
     return g;
 }
 
@@ -212,6 +212,20 @@ void ir_set_param_init(IrGraph *g) {
             if (t->kind == TK_PARAM)
                 t->init = (IrInit)op->init[k];
         }
+    }
+}
+
+void ir_param_decays(const IrGraph *g, bool *decays) {
+    for (int i = 0; i < g->tensors.len; i++)
+        decays[i] = true;
+    if (g->step.decay_all)
+        return;
+    for (int i = 0; i < g->nodes.len; i++) {
+        const IrNode *n = &g->nodes.at[i];
+        const OpInfo *op = op_info(n->op);
+        for (int k = 0; k < n->nin; k++)
+            if (n->in[k] >= 0 && op->init[k])
+                decays[n->in[k]] = false;
     }
 }
 

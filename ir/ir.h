@@ -187,6 +187,9 @@ typedef struct IrStep {
     bool master;            // fp32 master copies of trainable parameters
     DType optim_dt;         // optimizer state elements
     int optim_states;       // state tensors per parameter: AdamW 2, SGD 0
+    double weight_decay;    // AdamW's, on every trainable parameter when decay_all, else
+    bool decay_all;         // not on norm weights and biases (ir_param_decays)
+    double clip;            // the gradients' global L2 norm clipped to this, 0: never
 } IrStep;
 
 typedef struct IrGraph {
@@ -197,6 +200,9 @@ typedef struct IrGraph {
     int logits;             // the tensor fed to the loss, -1 while there is none
     int64_t batch, seq;     // B and S the graph was elaborated for
     IrStep step;
+    int grad_stats;         // f32[2]: the gradients' sum of squares and non-finite count,
+    int grad_factor;        // f32[2]: what the updates scale them by, and whether to skip
+                            // (autodiff makes both; the runtime reads them after a step)
     int events;             // events the streams pass made
     VEC(IrFused) fused;     // the steps of OP_FUSED nodes (the fuse pass)
     int64_t gemm_workspace_bytes;   // scratch a GEMM's library call gets (cuBLASLt), 0: none
@@ -221,6 +227,11 @@ int ir_layers(const IrGraph *g);
 // Sets each parameter's initialisation from the op-table role it plays (norm weights
 // ones, biases zeros); the rest stay normal(0, 0.02).
 void ir_set_param_init(IrGraph *g);
+// Per tensor id, whether weight decay applies to it: everywhere with step.decay_all,
+// else not where some node reads it in a norm weight's or a bias's place (the inputs
+// the op table initialises to ones or zeros), as Hugging Face's Trainer leaves out
+// biases and LayerNorm weights. `decays` holds g->tensors.len entries.
+void ir_param_decays(const IrGraph *g, bool *decays);
 int ir_shape_str(char *buf, size_t cap, const IrTensor *t);  // "[2, 2048, 3584] bf16"
 
 // The shape rule of `op` checks the inputs and fills the output; on a mismatch it

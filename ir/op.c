@@ -333,6 +333,15 @@ static bool shape_update(const IrGraph *g, const IrNode *n, IrTensor *out, IrSha
     return true;
 }
 
+// The gradients' reduction and what the updates make of it: f32[2] each.
+static bool shape_grad_pair(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
+    (void)g, (void)n, (void)err;
+    out->dtype = DT_F32;
+    out->ndim = 1;
+    out->shape[0] = 2;
+    return true;
+}
+
 // A fused node is made whole by the fuse pass, never through a shape rule: its output is
 // its last step's.
 static bool shape_fused(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
@@ -473,6 +482,13 @@ static int64_t scratch_attention_bwd(const IrGraph *g, const IrNode *n) {
 }
 
 // The loss's term per row (fp32), summed in a fixed order on a GPU.
+// The sum of squares' per-block partials (sum, non-finite count), reduced in order.
+static int64_t scratch_grad_sumsq(const IrGraph *g, const IrNode *n) {
+    return 2 * 4 * op_sumsq_blocks(ir_tensor_elems(IN(0)));
+}
+
+static int64_t flops_2in0(const IrGraph *g, const IrNode *n) { return 2 * elems_in0(g, n); }
+
 static int64_t scratch_rows_f32(const IrGraph *g, const IrNode *n) {
     return 4 * ir_tensor_elems(IN(1));
 }
@@ -773,6 +789,8 @@ static const OpInfo ops[OP_COUNT] = {
     [OP_ADAMW] = {.shape = shape_update, .flops = flops_adamw},
     [OP_SGD] = {.shape = shape_update, .flops = flops_elems},
     [OP_ZERO] = {.shape = shape_update, .flops = flops_zero, .device = "y = 0.0f;"},
+    [OP_GRAD_SUMSQ] = {.shape = shape_grad_pair, .flops = flops_2in0, .scratch_bytes = scratch_grad_sumsq},
+    [OP_GRAD_FACTOR] = {.shape = shape_grad_pair, .flops = flops_zero},
 };
 
 const OpInfo *op_info(OpKind op) {

@@ -81,8 +81,43 @@ int autodiff_apply(IrGraph *g, int accum_steps, PassDiag *d) {
         free(ad.grad);
         return -1;
     }
-    // The optimizer: one update per trainable parameter; then the gradients are zeroed
-    // (updates side by side can share one launch: codegen's grouped kernels).
+    // The gradients' global reduction: their sum of squares (and non-finite count) into
+    // one pair, in parameter order, then what every update multiplies its gradient by
+    // (the clip coefficient over the loss scale) and whether the step is skipped.
+    SrcLoc at = g->tensors.at[g->loss].loc;
+    int64_t two = 2;
+    g->grad_stats = ir_tensor_add(g, "grad_stats", TK_VALUE, DT_F32, 1, &two, at);
+    g->tensors.at[g->grad_stats].cat = MEM_OPTIMIZER;
+    bool first = true;
+    for (int i = 0; i < nparams; i++) {
+        if (grads[i] < 0)
+            continue;
+        const IrTensor p = g->tensors.at[i];
+        int id = ir_node_add_update(g, OP_GRAD_SUMSQ, 1, &grads[i], (OpAttr){0}, 1, &g->grad_stats,
+                                    p.layer, p.loc);
+        g->nodes.at[id].phase = PHASE_OPTIMIZER;
+        if (first)   // the first assigns: nothing carries over from the step before
+            g->nodes.at[id].update = 0, g->tensors.at[g->grad_stats].producer = id;
+        first = false;
+    }
+    if (first) {   // nothing trains: nothing to update
+        free(grads);
+        free(ad.grad);
+        g->grad_stats = -1;
+        return 0;
+    }
+    IrShapeErr err;
+    int fid = ir_node_add(g, OP_GRAD_FACTOR, 1, &g->grad_stats, (OpAttr){.f = st->clip}, "grad_factor",
+                          -1, at, &err);
+    IR_ASSERT(fid >= 0);
+    g->nodes.at[fid].phase = PHASE_OPTIMIZER;
+    g->grad_factor = g->nodes.at[fid].out[0];
+    g->tensors.at[g->grad_factor].cat = MEM_OPTIMIZER;
+    // The optimizer: one update per trainable parameter, weight decay where it applies;
+    // then the gradients are zeroed (updates side by side can share one launch: codegen's
+    // grouped kernels).
+    bool *decays = malloc(sizeof(bool) * (size_t)(g->tensors.len + 1));
+    ir_param_decays(g, decays);
     for (int i = 0; i < nparams; i++) {
         if (grads[i] < 0)
             continue;
@@ -95,10 +130,13 @@ int autodiff_apply(IrGraph *g, int accum_steps, PassDiag *d) {
         }
         if (st->master)
             outs[nout++] = state_tensor(g, i, "master", DT_F32, MEM_MASTER, TK_STATE);
-        int id = ir_node_add_update(g, st->optim_states == 2 ? OP_ADAMW : OP_SGD, 1, &grads[i],
-                                    (OpAttr){0}, nout, outs, p.layer, p.loc);
+        int in[2] = {grads[i], g->grad_factor};
+        OpAttr attr = {.f = st->optim_states == 2 && decays[i] ? st->weight_decay : 0};
+        int id = ir_node_add_update(g, st->optim_states == 2 ? OP_ADAMW : OP_SGD, 2, in, attr, nout,
+                                    outs, p.layer, p.loc);
         g->nodes.at[id].phase = PHASE_OPTIMIZER;
     }
+    free(decays);
     for (int i = 0; i < nparams; i++) {
         if (grads[i] < 0)
             continue;

@@ -5,9 +5,10 @@
 // with f(x) = x / (x + 48); attention at half the peak (flash-attention class kernels);
 // everything else is bound by memory traffic at 80% of the HBM bandwidth; each kernel
 // costs a launch. Host nodes: gradients reach the host over the link on a copy stream
-// that overlaps the backward, and swapped activations likewise; the CPU AdamW runs at
-// the measured host rate while gradients come over and the updated weights go back,
-// the two overlapping layer by layer.
+// that overlaps the backward, and swapped activations likewise; the gradients' norm over
+// host gradients runs first, at the measured host rate; then the CPU AdamW runs at the
+// measured host rate while the updated weights go back, the two overlapping layer by
+// layer.
 #include "passes.h"
 
 #include <math.h>
@@ -61,6 +62,9 @@ StepCost cost_step(const IrGraph *g, const CostModel *cm, int64_t accum, int64_t
             if (n->phase == PHASE_OPTIMIZER && cls == OPC_OPTIMIZER) {
                 optimizer_on_host = true;
                 cpu_params += (double)ir_tensor_elems(&g->tensors.at[n->in[0]]);
+            } else if (n->op == OP_GRAD_SUMSQ && cm->host_sumsq_per_s > 0) {
+                // the gradients' norm on the host, before any update can start
+                c.opt_us += (double)ir_tensor_elems(&g->tensors.at[n->in[0]]) / cm->host_sumsq_per_s * 1e6;
             }
             continue;
         }
@@ -115,4 +119,27 @@ double cost_measure_host_adamw(void) {
     free(p);
     double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
     return s > 0 ? 3.0 * N / s : 1e9;
+}
+
+double cost_measure_host_sumsq(void) {
+    // The reduction's loop (runtime/cpu: squares summed in double) over 4M floats, twice.
+    enum { N = 1 << 22 };
+    float *x = malloc(sizeof(float) * N);
+    if (!x)
+        return 0;
+    for (int i = 0; i < N; i++)
+        x[i] = 1e-3f * (float)(i % 101);
+    struct timespec t0, t1;
+    volatile double sink = 0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int rep = 0; rep < 2; rep++) {
+        double s = 0;
+        for (int i = 0; i < N; i++)
+            s += (double)x[i] * x[i];
+        sink += s;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    free(x);
+    double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    return s > 0 ? 2.0 * N / s : 0;
 }

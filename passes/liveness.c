@@ -11,8 +11,11 @@
 
 #include <stdlib.h>
 
-static bool persistent(const IrTensor *t) {
-    return t->kind == TK_PARAM || t->kind == TK_GRAD || t->kind == TK_STATE || t->kind == TK_QUANT;
+// Whole-step tensors: the parameters and what belongs to them, and the gradients'
+// reduction, which the runtime reads after the step.
+static bool persistent(const IrGraph *g, const IrTensor *t) {
+    return t->kind == TK_PARAM || t->kind == TK_GRAD || t->kind == TK_STATE || t->kind == TK_QUANT ||
+           t->id == g->grad_stats || t->id == g->grad_factor;
 }
 
 // The tensor whose bytes `t` finally occupies: its base, then along reuse links.
@@ -58,7 +61,7 @@ int liveness_apply(IrGraph *g, bool in_place) {
             g->tensors.at[ir_tensor_base(g, roles[k])].last = end;
     for (int i = 0; i < g->tensors.len; i++) {
         IrTensor *t = &g->tensors.at[i];
-        if (persistent(t))
+        if (persistent(g, t))
             t->first = 0, t->last = n - 1;
         else if (t->kind == TK_INPUT)
             t->first = 0;
@@ -67,7 +70,8 @@ int liveness_apply(IrGraph *g, bool in_place) {
             t->last = g->tensors.at[t->alias_of].last;
         }
         // Saved for backward: made in the forward phase, read in the backward phase.
-        if (t->kind == TK_VALUE && t->alias_of < 0 && t->producer >= 0 && t->last >= 0) {
+        if (t->kind == TK_VALUE && t->alias_of < 0 && t->producer >= 0 && t->last >= 0 &&
+            !persistent(g, t)) {
             bool fwd = g->nodes.at[t->producer].phase == PHASE_FORWARD;
             bool bwd = g->nodes.at[t->last].phase != PHASE_FORWARD;
             t->cat = g->nodes.at[t->producer].recompute ? MEM_RECOMPUTE
@@ -91,6 +95,7 @@ int liveness_apply(IrGraph *g, bool in_place) {
         t->producer = i;
         t->first = t->last = i;
         t->layer = g->nodes.at[i].layer;
+        t->arena = g->nodes.at[i].stream == STREAM_HOST;   // where its node runs
         g->nodes.at[i].ws = ws;
     }
     if (!in_place)

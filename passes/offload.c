@@ -41,11 +41,13 @@ static void to_device(IrGraph *g, int from, int to, const IrNode *at, OffloadSta
     st->h2d_bytes += ir_tensor_bytes(&g->tensors.at[to]);
 }
 
-// An optimizer node on the host: its gradient and its weight through host buffers.
-static void host_update(IrGraph *g, IrRewrite *rw, IrNode *nd, OffloadStats *st) {
+// An optimizer node on the host: its gradient and its weight through host buffers, the
+// gradients' factor from `factor` (a host tensor).
+static void host_update(IrGraph *g, IrRewrite *rw, IrNode *nd, int factor, OffloadStats *st) {
     int grad = nd->in[0], param = nd->out[0];
     if (g->tensors.at[grad].arena == 0)
         nd->in[0] = to_host(g, grad, nd, "host", st);
+    nd->in[1] = factor;
     bool master = false;   // the update starts from an fp32 master copy, not the weight
     for (int k = 1; k < IR_MAX_OUTPUTS && nd->out[k] >= 0; k++)
         master |= g->tensors.at[nd->out[k]].cat == MEM_MASTER;
@@ -105,14 +107,25 @@ int offload_apply(IrGraph *g, const OffloadSpec *o, OffloadStats *st) {
     }
     if (!o->optimizer && !o->grads)
         return 0;
+    // The gradients' reduction runs where they are: on the host with them, else on the
+    // device, its factor then copied over for the host updates.
+    if (o->grads && g->grad_stats >= 0)
+        g->tensors.at[g->grad_stats].arena = g->tensors.at[g->grad_factor].arena = 1;
+    int factor = g->grad_factor;
     IrRewrite rw;
     ir_rewrite_begin(&rw, g);
     for (IrNode nd; ir_rewrite_next(&rw, &nd);) {
         int out = nd.out[0];
         bool into_host_grad = nd.phase == PHASE_BACKWARD && (nd.update & 1u) && out >= 0 &&
                               g->tensors.at[out].kind == TK_GRAD && g->tensors.at[out].arena == 1;
-        if (o->optimizer && op_desc(nd.op)->cls == OPC_OPTIMIZER) {
-            host_update(g, &rw, &nd, st);
+        if (nd.op == OP_GRAD_SUMSQ || nd.op == OP_GRAD_FACTOR) {
+            if (o->grads)
+                nd.stream = STREAM_HOST;
+            ir_rewrite_keep(&rw, &nd);
+            if (nd.op == OP_GRAD_FACTOR && o->optimizer && !o->grads)
+                factor = to_host(g, nd.out[0], &nd, "host", st);
+        } else if (o->optimizer && op_desc(nd.op)->cls == OPC_OPTIMIZER) {
+            host_update(g, &rw, &nd, factor, st);
         } else if (into_host_grad) {
             host_accumulate(g, &rw, &nd, rw.at - 1, st);
         } else {

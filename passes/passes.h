@@ -197,6 +197,8 @@ const GpuPreset *gpu_presets(int *n);
 typedef struct CostModel {
     const GpuPreset *gpu;
     double host_adam_params_per_s;  // CPU AdamW rate, measured on this machine
+    double host_sumsq_per_s;        // the CPU's sum of squares over host gradients (elements
+                                    // per second, measured; 0: not counted)
 } CostModel;
 
 typedef struct StepCost {
@@ -213,6 +215,8 @@ double cost_node_us(const IrGraph *g, const IrNode *n, const CostModel *cm);
 StepCost cost_step(const IrGraph *g, const CostModel *cm, int64_t accum, int64_t tokens_per_step);
 // The host's fp32 AdamW rate in parameters per second, timed on this machine.
 double cost_measure_host_adamw(void);
+// The host's rate for the gradients' sum of squares (elements per second), timed here.
+double cost_measure_host_sumsq(void);
 
 //
 // planner.c — the search for the fastest plan that fits.

@@ -50,6 +50,8 @@ int rt_exec_init(Exec *x, const Plan *p, Backend *be, Backend *host, ExecLayout 
     x->be = be;
     x->host = host;
     x->layout = layout;
+    x->lr = p->lr;
+    x->loss_scale = 1;
     if (be->prepare(be, p, STREAM_COMPUTE, err, errlen) != 0 ||
         host->prepare(host, p, STREAM_HOST, err, errlen) != 0)
         return -1;
@@ -265,6 +267,17 @@ void rt_write_positions(Exec *x, const int32_t *pos) {
     free(ids);
 }
 
+bool rt_grad_stats(const Exec *x, double *norm, bool *nonfinite) {
+    const PlanBuffer *b = plan_role(x->plan, "grad_stats");
+    if (!b)
+        return false;
+    float st[2];
+    rt_read_raw(x, b->id, st);
+    *norm = sqrt((double)st[0]) / x->loss_scale;
+    *nonfinite = st[1] != 0.0f || !isfinite(st[0]);
+    return true;
+}
+
 // The raw bytes of buffer `id` in host memory (malloc'd).
 static void *fetch(const Exec *x, int id) {
     const PlanBuffer *b = &x->plan->buf[id];
@@ -350,7 +363,8 @@ void rt_kernel_args(const Exec *x, const PlanInstr *in, KernelArgs *a) {
     a->i[0] = x->step - x->skipped;
     a->i[1] = x->micro;
     a->i[2] = (long long)rt_random_stream(x, in);
-    a->f[0] = x->plan->lr;
+    a->f[0] = x->lr;
+    a->f[1] = x->loss_scale;
 }
 
 void rt_kernel_group_args(const Exec *x, const PlanInstr *in, KernelGroupArgs *a) {
@@ -365,5 +379,6 @@ void rt_kernel_group_args(const Exec *x, const PlanInstr *in, KernelGroupArgs *a
     }
     a->i[0] = x->step - x->skipped;
     a->i[1] = x->micro;
-    a->f[0] = x->plan->lr;
+    a->f[0] = x->lr;
+    a->f[1] = x->loss_scale;
 }

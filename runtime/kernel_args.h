@@ -10,7 +10,7 @@
 typedef struct KernelArgs {
     void *p[12];            // outputs, inputs, workspace, in plan order
     long long i[4];         // [0] the optimizer updates taken (this one included), [1] the micro-step, [2] the random stream
-    double f[4];            // [0] the learning rate
+    double f[4];            // [0] the learning rate, [1] the loss scale
 } KernelArgs;
 
 typedef struct KernelGroupArgs {

@@ -65,6 +65,15 @@ typedef struct OpAttr {
     int64_t seed;               // dropout: its random stream (a recompute repeats it)
 } OpAttr;
 
+// grad_sumsq's blocks over a gradient of n elements: each sums 4096 of them (a thread
+// block's 256 threads, 16 each) into a partial of the workspace, at most 1024 partials,
+// which one block then adds in order. The compiler sizes the workspace and the launch
+// with it, the runtime checks a plan against it.
+static inline int64_t op_sumsq_blocks(int64_t n) {
+    int64_t b = (n + 4095) / 4096;
+    return b < 1 ? 1 : b > 1024 ? 1024 : b;
+}
+
 // ops.c
 const OpDesc *op_desc(OpKind op);
 // The op named `name`, or false.

@@ -225,6 +225,27 @@ static int read_header(Reader *r, Plan *p) {
                 else if (!strcmp(w[i], "targets"))
                     free(p->lora_targets), p->lora_targets = xstrdup(eq + 1);
             }
+        } else if (strcmp(w[0], "schedule") == 0) {
+            static const char *const kinds[] = {"constant", "linear", "cosine"};
+            ok = false;
+            for (int k = 0; k < 3; k++)
+                if (!strcmp(w[1], kinds[k]))
+                    p->schedule = (PlanSchedule)k, ok = true;
+            for (int i = 2; ok && i < n; i++) {
+                char *eq = strchr(w[i], '=');
+                if (!eq)
+                    return bad(r, "schedule settings are key=value");
+                *eq = '\0';
+                if (!strcmp(w[i], "warmup"))
+                    ok = ops_parse_i64(eq + 1, &p->warmup_steps) && p->warmup_steps >= 0;
+                else if (!strcmp(w[i], "steps"))
+                    ok = ops_parse_i64(eq + 1, &p->steps) && p->steps >= 0;
+                else if (!strcmp(w[i], "min_lr"))
+                    ok = parse_f64(eq + 1, &p->min_lr) && isfinite(p->min_lr) && p->min_lr >= 0;
+                else
+                    return bad(r, "unknown schedule setting '%s'", w[i]);
+            }
+            ok = ok && (p->schedule == SCHED_CONSTANT || p->steps > 0);
         } else if (strcmp(w[0], "rank") == 0)
             ok = n == 4 && parse_int(w[1], &p->rank) && parse_int(w[3], &p->ranks);
         else if (strcmp(w[0], "arena") == 0) {
@@ -514,6 +535,9 @@ static int check_roles(Reader *r, const Plan *p) {
         } else if (!strcmp(b->role, "loss")) {
             if (b->dtype != PDT_F32 || b->virt || plan_elems(b) != 1)
                 return bad(r, "buffer %s (loss): must be one f32", b->name);
+        } else if (!strcmp(b->role, "grad_stats") || !strcmp(b->role, "grad_factor")) {
+            if (b->dtype != PDT_F32 || b->virt || b->view >= 0 || plan_elems(b) != 2)
+                return bad(r, "buffer %s (%s): must be two f32", b->name, b->role);
         } else if (!strcmp(b->role, "logits")) {
             if (b->ndim < 1 || b->shape[b->ndim - 1] != p->vocab)
                 return bad(r, "buffer %s (logits): last dimension %lld, the header's vocab is %lld",

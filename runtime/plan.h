@@ -11,6 +11,8 @@
 //   vocab 256
 //   precision bf16
 //   optimizer adamw lr=0.003 beta1=0.9 beta2=0.999 eps=1e-08 weight_decay=0
+//   schedule cosine warmup=100 steps=1000 min_lr=0     (constant|linear|cosine: the
+//                                      learning rate at each step, rt_lr_at; optional)
 //   estimate model_flops=N step_us=X (the cost model's FLOPs, without recompute, and
 //                                      time of one optimizer step; optional)
 //   lora r=8 alpha=16 dropout=0.05 targets=q_proj,v_proj     (only with LoRA)
@@ -35,9 +37,14 @@
 // Buffer keys: kind=param|grad|state|input|value|workspace|quant, hf=CHECKPOINT_NAME,
 // init=normal|ones|zeros|kaiming_uniform, scale=X, train=0|1, of=PARAM_ID, view=BASE_ID
 // (no bytes of its own: it reads its base's), reuse=ID (written in place over buffer ID,
-// whose last use is this buffer's first write), layer=L, role=tokens|targets|positions|loss|logits
-// (a quant buffer: nf4_absmax, or nf4_absmax_codes|nf4_absmax_scales|nf4_absmax_mean for
-// double quantisation, of=the NF4 parameter).
+// whose last use is this buffer's first write), layer=L, role=tokens|targets|positions|loss|
+// logits|grad_stats|grad_factor (a quant buffer: nf4_absmax, or nf4_absmax_codes|
+// nf4_absmax_scales|nf4_absmax_mean for double quantisation, of=the NF4 parameter).
+// grad_stats and grad_factor, two f32 each, live the whole step: the optimizer phase
+// starts with one grad_sumsq per gradient (their sum of squares and count of non-finite
+// elements into grad_stats), then grad_factor (what every update multiplies its gradient
+// by: the clip coefficient over the loss scale, and whether the step is skipped), which
+// every adamw and sgd reads as its second input; the runtime reads both after the step.
 //
 // Streams (ops.h): an instruction runs on `stream` (compute when absent): device
 // kernels on compute and only on device buffers; `copy` instructions on d2h (device
@@ -87,6 +94,7 @@ typedef enum PlanArena { ARENA_DEVICE, ARENA_HOST, ARENA_COUNT } PlanArena;
 typedef enum PlanKind { PK_PARAM, PK_GRAD, PK_STATE, PK_INPUT, PK_VALUE, PK_WORKSPACE, PK_QUANT } PlanKind;
 typedef enum PlanInit { PINIT_NORMAL, PINIT_ONES, PINIT_ZEROS, PINIT_KAIMING_UNIFORM } PlanInit;
 typedef enum PlanPhase { PHASE_FWD, PHASE_BWD, PHASE_OPT, PHASE_COUNT } PlanPhase;
+typedef enum PlanSchedule { SCHED_CONSTANT, SCHED_LINEAR, SCHED_COSINE } PlanSchedule;
 
 typedef struct PlanBuffer {
     int id;
@@ -163,6 +171,10 @@ typedef struct Plan {
     char *precision;
     char *optimizer;        // "adamw" or "sgd"
     double lr, beta1, beta2, eps, weight_decay;
+    PlanSchedule schedule;  // the learning rate over the run
+    int64_t warmup_steps;   // of a linear rise from 0
+    int64_t steps;          // the run's optimizer steps (0: not given; constant only)
+    double min_lr;          // where linear and cosine end, at `steps`
     int rank, ranks;
     int64_t model_flops;    // the compiler's estimate for one optimizer step: FLOPs
     double est_step_us;     // without recompute, and time (0: none in the plan)

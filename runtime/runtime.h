@@ -116,6 +116,9 @@ struct Exec {
     int64_t skipped;        // steps whose update was skipped (--skip-nonfinite): AdamW's
                             // bias correction counts the step - skipped updates taken
     int64_t micro;          // micro-step within the step
+    double lr;              // this step's learning rate (the plan's schedule; rt_lr_at)
+    double loss_scale;      // the loss's backward is scaled by it, the gradients unscaled
+                            // (fp16's dynamic loss scale; 1 otherwise)
     bool poison;            // fill a buffer's bytes with NaN when its lifetime ends
 };
 
@@ -158,6 +161,11 @@ void rt_exec_skip_update(Exec *x);
 // positions buffer: `pos`, or with NULL 0..seq-1 along every row; nothing when the plan
 // has none.
 void rt_write_positions(Exec *x, const int32_t *pos);
+// What the last optimizer phase found of the gradients (the plan's grad_stats, one global
+// reduction of them all): their L2 norm, unscaled by x->loss_scale, and whether some
+// element was not finite (the updates then skipped the step: the weights are unchanged).
+// False when the plan has no such reduction.
+bool rt_grad_stats(const Exec *x, double *norm, bool *nonfinite);
 
 //
 // weights.c — initialisation, checkpoint loading, saving.
@@ -198,6 +206,13 @@ int rt_save_lock(const char *dir, int *fd, char *err, size_t errlen);
 // DIR as one set from this step: written aside, then made current at once (DIR/latest),
 // the names people load linked through it; one line to `out`. -1 with err.
 int rt_save_weights(Exec *x, const char *dir, bool merge, FILE *out, char *err, size_t errlen);
+// schedule.c — what changes from step to step.
+//
+
+// The learning rate of optimizer step `step` (1-based) under the plan's schedule: a
+// linear warm-up from 0 over warmup_steps, then the peak (constant), or a linear or half-
+// cosine decay to min_lr at `steps` (held there after), as Hugging Face's schedulers.
+double rt_lr_at(const Plan *p, int64_t step);
 
 //
 // train.c — ftc run.
@@ -219,7 +234,7 @@ typedef struct RunOptions {
     const char *resume;     // a --save directory or a checkpoint: continue from its state
     int keep;               // checkpoints kept by --save-every (default 2)
     const char *device;     // "cpu", "emu", "cuda", or NULL: cuda when a GPU is there, else cpu
-    int64_t steps;
+    int64_t steps;          // 0: the plan's (the train section's steps), else 10
     int64_t save_every;     // also save after every this many steps (0: only at the end)
     uint64_t seed;
     bool poison;

@@ -258,10 +258,16 @@ static int shapes(const Check *c, OpKind op, const OpAttr *attr) {
         return 0;
     }
     case OP_ADAMW:
-    case OP_SGD:   // grad -> param, (m, v,) master?
+    case OP_SGD:   // grad, factor -> param, (m, v,) master?
         OUTS(op == OP_ADAMW ? 3 : 1);
         for (int k = 0; k < c->nout; k++)
             SAME(O(c, k), a);
+        NEED(b && b->dtype == PDT_F32 && E(b) == 2, "its second input is not the gradients' factor (two f32)");
+        return 0;
+    case OP_GRAD_SUMSQ:    // grad -> (sum of squares, non-finite count)
+    case OP_GRAD_FACTOR:   // those -> (factor, skip)
+        NEED(o->dtype == PDT_F32 && E(o) == 2, "%s is not two f32", o->name);
+        NEED(op == OP_GRAD_SUMSQ || (a->dtype == PDT_F32 && E(a) == 2), "%s is not two f32", a->name);
         return 0;
     case OP_FUSED:   // its steps are checked one by one
     case OP_ZERO:
@@ -292,6 +298,12 @@ static int check(const Plan *p, OpKind op, const OpAttr *attr, const int *in, in
 }
 
 int plan_check_instr(const Plan *p, const PlanInstr *in, char *err, size_t errlen) {
+    if (in->op == OP_GRAD_SUMSQ && in->nin == 1 && in->in[0] >= 0) {   // its partials' scratch
+        int64_t need = 8 * op_sumsq_blocks(plan_elems(&p->buf[in->in[0]]));
+        if (in->ws < 0 || p->buf[in->ws].bytes < need)
+            return snprintf(err, errlen, "its workspace is not the %lld bytes of its partial sums",
+                            (long long)need), -1;
+    }
     if (in->nstep == 0)
         return check(p, in->op, &in->attr, in->in, in->nin, in->out, in->nout, err, errlen);
     for (int s = 0; s < in->nstep; s++) {

@@ -1,8 +1,10 @@
 // train.c — `ftc run`: the training loop. Each step runs `accum` micro-steps
 // (forward, backward) on windows of seq + 1 tokens drawn in a seeded shuffled order,
-// then the optimizer phase, and prints one progress line:
+// then the optimizer phase at the schedule's learning rate (the gradients' global norm
+// found, clipped, and the step skipped if a gradient is not finite), and prints one
+// progress line:
 //
-//   step 3/20  loss 4.812345  tok/s 10234  lr 3.000e-03  elapsed 0.41s  mem 3.2 MiB
+//   step 3/20  loss 4.812345  tok/s 10234  lr 3.000e-03  gnorm 1.2345  elapsed 0.41s  mem 3.2 MiB
 //
 // Fields are "name value" pairs separated by two spaces, so a program can split them.
 #include "runtime.h"
@@ -149,6 +151,8 @@ int rt_train(const RunOptions *o) {
         plan_free(p);
         return error("%s: the plan failed verification; it was not run", path);
     }
+    // --steps, else the train section's steps, else 10
+    int64_t steps = o->steps ? o->steps : p->steps ? p->steps : 10;
     if (o->save && rt_save_check(o->save, err, sizeof err) != 0) {
         plan_free(p);
         return error("%s", err);
@@ -240,9 +244,9 @@ int rt_train(const RunOptions *o) {
             error("%s", err);
             goto out;
         }
-        if (done >= o->steps) {
+        if (done >= steps) {
             error("%s is step %lld; --steps %lld leaves nothing to run", ckpt, (long long)done,
-                  (long long)o->steps);
+                  (long long)steps);
             goto out;
         }
     }
@@ -267,17 +271,35 @@ int rt_train(const RunOptions *o) {
     fmt_bytes(mems, sizeof mems, mem);
     int64_t tokens_per_step = p->seq * p->micro_batch * p->accum;
     fprintf(o->out, "ftc run: %s on %s, %lld steps of %lld x %lld x %lld tokens (micro-batch x accumulation x seq), %llu windows in %s\n",
-            p->model, be->name, (long long)o->steps, (long long)p->micro_batch, (long long)p->accum,
+            p->model, be->name, (long long)steps, (long long)p->micro_batch, (long long)p->accum,
             (long long)p->seq, (unsigned long long)nwin, o->data);
+    double clip = 0;
+    for (int i = 0; i < p->nins[PHASE_OPT]; i++)
+        if (p->ins[PHASE_OPT][i].op == OP_GRAD_FACTOR)
+            clip = p->ins[PHASE_OPT][i].attr.f;
+    if (p->schedule != SCHED_CONSTANT || p->warmup_steps || clip > 0) {
+        static const char *const kinds[] = {"constant", "linear", "cosine"};
+        fprintf(o->out, "schedule: lr %s", kinds[p->schedule]);
+        if (p->warmup_steps)
+            fprintf(o->out, " after %lld warm-up steps from 0", (long long)p->warmup_steps);
+        fprintf(o->out, ", peak %.3e", p->lr);
+        if (p->schedule != SCHED_CONSTANT)
+            fprintf(o->out, ", %.3e at step %lld", p->min_lr, (long long)p->steps);
+        if (clip > 0)
+            fprintf(o->out, "; gradients clipped to a global norm of %g", clip);
+        fputc('\n', o->out);
+    }
     const PlanBuffer *lossb = plan_role(p, "loss");
     double t0 = now_s(), t1st = 0, first_loss = 0, recent[10] = {0};
     int64_t nrecent = 0, first_step = 0, skipped0 = x.skipped;   // nrecent: steps updated
     uint64_t cursor = (uint64_t)(done * p->accum * p->micro_batch);
-    for (int64_t step = done + 1; step <= o->steps; step++) {
+    for (int64_t step = done + 1; step <= steps; step++) {
         double ts = now_s(), loss = 0;
         uint64_t start = cursor;
         bool skip = false;
         x.step = step;
+        // the schedule counts the updates taken, as Trainer steps it only after one
+        x.lr = rt_lr_at(p, step - x.skipped);
         for (int64_t m = 0; m < p->accum && !skip; m++) {
             x.micro = m;
             uint64_t at = cursor;
@@ -303,6 +325,8 @@ int rt_train(const RunOptions *o) {
             }
             loss += l;
         }
+        double gnorm = 0;
+        bool bad_grad = false;
         if (skip) {
             rt_exec_skip_update(&x);
         } else {
@@ -311,6 +335,19 @@ int rt_train(const RunOptions *o) {
                 goto out;
             }
             loss /= (double)p->accum;
+        }
+        if (!skip && rt_grad_stats(&x, &gnorm, &bad_grad) && bad_grad) {
+            // a gradient is not finite: every update left its parameter as it was
+            if (!o->skip_nonfinite) {
+                error("step %lld: a gradient is not finite (their norm is %g); the step's update "
+                      "was not taken, the weights are those of step %lld", (long long)step, gnorm,
+                      (long long)step - 1);
+                goto out;
+            }
+            skip = true;
+            x.skipped++;
+        }
+        if (!skip) {
             if (nrecent == 0)
                 first_loss = loss, first_step = step;
             recent[nrecent++ % 10] = loss;
@@ -323,11 +360,11 @@ int rt_train(const RunOptions *o) {
         char skipped[64] = "";
         if (skip)
             snprintf(skipped, sizeof skipped, "  skipped %lld", (long long)x.skipped);
-        fprintf(o->out, "step %lld/%lld  loss %.6f%s  tok/s %.0f  lr %.3e  elapsed %.2fs  mem %s\n",
-                (long long)step, (long long)o->steps, loss, skipped, (double)tokens_per_step / (t1 - ts),
-                p->lr, t1 - t0, mems);
+        fprintf(o->out, "step %lld/%lld  loss %.6f%s  tok/s %.0f  lr %.3e  gnorm %.4g  elapsed %.2fs  mem %s\n",
+                (long long)step, (long long)steps, loss, skipped, (double)tokens_per_step / (t1 - ts),
+                x.lr, gnorm, t1 - t0, mems);
         fflush(o->out);
-        if (o->save && o->save_every > 0 && step % o->save_every == 0 && step < o->steps) {
+        if (o->save && o->save_every > 0 && step % o->save_every == 0 && step < steps) {
             if (save(&x, o->save, o->merge, o->out) != 0)
                 goto out;
             if (rt_checkpoint_save(&x, o->save, step, seed, o->keep > 0 ? o->keep : 2, err, sizeof err) != 0) {
@@ -343,13 +380,13 @@ int rt_train(const RunOptions *o) {
         goto out;
     }
     double tend = now_s(), total = tend - t0, tail = 0;
-    int64_t ran = o->steps - done;   // steps this run took (after a resumed one's)
+    int64_t ran = steps - done;   // steps this run took (after a resumed one's)
     int ntail = nrecent < 10 ? (int)nrecent : 10;
     for (int i = 0; i < ntail; i++)
         tail += recent[i];
     char skips[96] = "";
     if (x.skipped > skipped0)
-        snprintf(skips, sizeof skips, ", %lld skipped (a non-finite loss; their updates not taken)",
+        snprintf(skips, sizeof skips, ", %lld skipped (a non-finite loss or gradient; their updates not taken)",
                  (long long)(x.skipped - skipped0));
     fprintf(o->out, "done: %lld steps%s, %lld tokens, loss %.4f at step %lld, %.4f over the last %d steps, "
                     "%.2fs, %.0f tok/s\n",

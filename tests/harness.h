@@ -62,17 +62,14 @@ static bool harness_compile_choice(Harness *h, const char *name, const char *tex
         snprintf(targets + strlen(targets), sizeof targets - strlen(targets), "%s%s", i ? "," : "",
                  h->m.train.lora_targets[i].name);
     if (ok) {
-        static const char *prec[] = {"bf16", "fp16", "fp32", "bf16_pure"};
         snprintf(h->dir, sizeof h->dir, "%s/ftc-test-%d-%d", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
                  (int)getpid(), serial++);
         PlanMeta meta = {.model = h->m.name, .source = name, .gpu = "none", .arch = harness_arch,
-                         .accum = h->m.train.batch / batch, .precision = prec[h->m.train.precision],
-                         .optimizer = h->m.train.optimizer, .lr = h->m.train.lr,
-                         .beta1 = h->m.train.beta1, .beta2 = h->m.train.beta2, .eps = h->m.train.eps,
-                         .weight_decay = h->m.train.weight_decay, .arena_bytes = as.arena_bytes,
+                         .accum = h->m.train.batch / batch, .arena_bytes = as.arena_bytes,
                          .host_bytes = as.host_bytes, .lora_r = h->m.train.lora ? h->m.train.lora_r : 0,
                          .lora_alpha = h->m.train.lora_alpha, .lora_dropout = h->m.train.lora_dropout,
                          .lora_targets = targets};
+        driver_meta_train(&meta, &h->m.train);
         ok = codegen_plan_dir(h->dir, g, &meta, err, sizeof err) == 0;
         snprintf(path, sizeof path, "%s/plan", h->dir);
         if (ok && plan_load(&h->plan, path, err, sizeof err) != 0)

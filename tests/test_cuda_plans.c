@@ -128,7 +128,7 @@ static bool sweep(const char *model, int kind) {
                 BuildStats bs;
                 IrGraph *g = pipeline_build(&pipe, &c, ga, &bs);
                 KernelSet ks;
-                KernelHyper h = {0.9, 0.999, 1e-8, 0.0};
+                KernelHyper h = {0.9, 0.999, 1e-8};
                 char err[512];
                 ok = g && codegen_kernels(g, &h, &ks, err, sizeof err) == 0;
                 if (ok) {

@@ -250,7 +250,7 @@ static void collect(void *ctx, SrcLoc loc, const char *msg) {
 static void test_missing_derivative_rule(void) {
     Arena *a = arena_new();
     IrGraph *g = ir_graph_new(a);
-    g->step = (IrStep){DT_F32, DT_F32, DT_F32, false, DT_F32, 2};
+    g->step = (IrStep){.weight_dt = DT_F32, .compute_dt = DT_F32, .grad_dt = DT_F32, .optim_dt = DT_F32, .optim_states = 2};
     SrcLoc at = {"m.ft", 1, 1, 1}, mid = {"m.ft", 7, 12, 4};
     int64_t ids[2] = {2, 4}, tab[2] = {16, 8};
     int tok = ir_tensor_add(g, "tokens", TK_INPUT, DT_I32, 2, ids, at);
@@ -277,6 +277,38 @@ static void test_missing_derivative_rule(void) {
     arena_free(a);
 }
 
+// Weight decay where Hugging Face's Trainer puts it: on every trainable parameter but the
+// biases and the norm weights (by their checkpoint names here; ftc takes them from the
+// op table's roles), unless decay_all asks for all.
+static void test_weight_decay_roles(void) {
+    for (int all = 0; all < 2; all++) {
+        Loaded l;
+        CHECK(load(&l, "models/qwen2.ft",
+                   all ? "optimizer = adamw(lr = 1e-4, weight_decay = 0.1, decay_all = true)"
+                       : "optimizer = adamw(lr = 1e-4, weight_decay = 0.1)", 1));
+        if (!l.g || autodiff_apply(l.g, 1, NULL) != 0) {
+            CHECK(!"autodiff");
+            unload(&l);
+            continue;
+        }
+        int decayed = 0, kept = 0;
+        for (int i = 0; i < l.g->nodes.len; i++) {
+            const IrNode *n = &l.g->nodes.at[i];
+            if (n->op != OP_ADAMW)
+                continue;
+            const char *hf = l.g->tensors.at[n->out[0]].hf_name;
+            size_t len = strlen(hf);
+            bool exempt = !all && ((len > 5 && !strcmp(hf + len - 5, ".bias")) || strstr(hf, "norm"));
+            CHECKF(n->attr.f == (exempt ? 0.0 : 0.1), "%s: weight decay %g", hf, n->attr.f);
+            decayed += n->attr.f > 0, kept += n->attr.f == 0;
+        }
+        // 28 layers: 7 matrices each, plus embed and lm_head; 3 biases and 2 norms each, plus the final norm
+        CHECK_EQ(all ? 339 : 28 * 7 + 2, decayed);
+        CHECK_EQ(all ? 0 : 28 * 5 + 1, kept);
+        unload(&l);
+    }
+}
+
 static void test_presets(void) {
     const GpuPreset *p = gpu_preset("a100-40g");
     CHECK(p && p->mem_bytes == 40LL << 30);
@@ -298,6 +330,7 @@ int main(int argc, char **argv) {
     RUN(test_lora_errors);
     RUN(test_qlora_weights_exact);
     RUN(test_missing_derivative_rule);
+    RUN(test_weight_decay_roles);
     RUN(test_presets);
     return CHECK_DONE();
 }

@@ -3,7 +3,9 @@
 // config.json, compile the step, load model.safetensors through the normal
 // checkpoint path, run one forward/backward on the cpu backend and compare the
 // logits, the loss and every parameter gradient; then one AdamW step from torch's
-// gradients against torch.optim.AdamW.
+// gradients against torch.optim.AdamW. And the training loop's parts against torch and
+// transformers (tests/fixtures/train, made by make_train_ref.py): the learning rate
+// schedules, and ten steps with the gradients clipped by their global norm.
 // Tolerances, per tensor: fp32 plans 1e-4 in max |ftc - torch| / max |torch| (the
 // AdamW step 1e-6). bf16 plans, in ||ftc - exact||₂ / ||exact||₂ with exact the fp32
 // result: 2e-2, or 1.5x PyTorch's own bf16 error where that is larger. Comparing two
@@ -11,9 +13,11 @@
 // (L2) from exact on these fixtures, whose weights (std 0.2) make the attention sharp.
 #include "../runtime/safetensors.h"
 #include "check.h"
+
+#include <jansson.h>
 #include "harness.h"
 
-static const char *refdir = ".";
+static const char *refdir = ".", *traindir = ".";
 
 // Replaces the first line starting with `key` (after spaces) in text with `line`.
 static char *set_line(char *text, const char *key, const char *line) {
@@ -46,9 +50,11 @@ typedef struct Run {
     StSet *expect;
 } Run;
 
-// Imports, compiles and loads case `name` at `precision` (with `lora`, a lora(...)
-// line, or NULL); false on failure.
-static bool setup(Run *r, const char *name, const char *precision, const char *lora) {
+// Imports, compiles and loads case `name` at `precision`, its optimizer line `opt` (NULL:
+// the fixtures' AdamW, decay on every parameter as their single torch param group) and
+// `lora`, more lines of the train section, or NULL; false on failure.
+static bool setup_opt(Run *r, const char *name, const char *precision, const char *opt_line,
+                      const char *lora) {
     char path[1024], err[1024];
     memset(r, 0, sizeof *r);
     snprintf(path, sizeof path, "%s/%s/config.json", refdir, name);
@@ -64,8 +70,10 @@ static bool setup(Run *r, const char *name, const char *precision, const char *l
     char prec[64];
     snprintf(prec, sizeof prec, "  precision = %s", precision);
     text = set_line(text, "precision ", prec);
-    char opt[256];
-    snprintf(opt, sizeof opt, "  optimizer = adamw(lr = 1e-2, betas = (0.9, 0.95), eps = 1e-8, weight_decay = 0.1)%s%s",
+    char opt[1024];
+    snprintf(opt, sizeof opt, "  optimizer = %s%s%s",
+             opt_line ? opt_line
+                      : "adamw(lr = 1e-2, betas = (0.9, 0.95), eps = 1e-8, weight_decay = 0.1, decay_all = true)",
              lora ? "\n" : "", lora ? lora : "");
     text = set_line(text, "optimizer ", opt);
     bool ok = harness_compile(&r->h, name, text, 2);
@@ -96,6 +104,10 @@ static bool setup(Run *r, const char *name, const char *precision, const char *l
     }
     rt_write_positions(&r->x, NULL);
     return true;
+}
+
+static bool setup(Run *r, const char *name, const char *precision, const char *lora) {
+    return setup_opt(r, name, precision, NULL, lora);
 }
 
 static void teardown(Run *r) {
@@ -257,6 +269,108 @@ static void run_case(const char *name, const char *precision, double tol) {
     run_case_lora(name, precision, tol, NULL);
 }
 
+// The learning rate at every step of transformers' schedulers (train/schedules.json).
+static void test_schedules(void) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/schedules.json", traindir);
+    json_error_t je;
+    json_t *root = json_load_file(path, 0, &je), *cases = json_object_get(root, "cases");
+    CHECKF(json_is_array(cases), "%s: %s", path, je.text);
+    size_t i, n = 0;
+    json_t *c;
+    json_array_foreach(cases, i, c) {
+        static const char *const kinds[] = {"constant", "linear", "cosine"};
+        Plan p = {.lr = json_number_value(json_object_get(c, "lr")),
+                  .warmup_steps = json_integer_value(json_object_get(c, "warmup")),
+                  .steps = json_integer_value(json_object_get(c, "steps")),
+                  .min_lr = json_number_value(json_object_get(c, "min_lr"))};
+        for (int k = 0; k < 3; k++)
+            if (!strcmp(json_string_value(json_object_get(c, "schedule")), kinds[k]))
+                p.schedule = (PlanSchedule)k;
+        json_t *lrs = json_object_get(c, "lrs");
+        double worst = 0;
+        for (size_t s = 0; s < json_array_size(lrs); s++, n++) {
+            double want = json_number_value(json_array_get(lrs, s)), got = rt_lr_at(&p, (int64_t)s + 1);
+            worst = fmax(worst, fabs(got - want) / fmax(want, 1e-30));
+            CHECK_NEAR(got, want, 0, 1e-12);
+        }
+        printf("  %-18s %2zu steps, worst relative difference %.2g\n",
+               json_string_value(json_object_get(c, "name")), json_array_size(lrs), worst);
+    }
+    CHECK(n > 40);
+    json_decref(root);
+}
+
+// Ten AdamW steps of qwen2_tiny in fp32 against torch (train/clip10): the cosine schedule
+// with warm-up, the gradients clipped by their global norm (which is over 5: the clip
+// acts at every step), weight decay on all but biases and norm weights. Each step's loss,
+// learning rate and gradient norm, and every weight after the ten steps.
+static void test_clip10(void) {
+    Run r;
+    char err[1024], path[1024], key[512];
+    bool ok = setup_opt(&r, "qwen2_tiny", "fp32",
+                        "adamw(lr = 1e-2, betas = (0.9, 0.95), eps = 1e-8, weight_decay = 0.1)",
+                        "  lr_schedule = cosine\n  warmup_steps = 3\n  steps = 10\n  clip = 1.0");
+    CHECK(ok);
+    StSet *ex = NULL;
+    snprintf(path, sizeof path, "%s/clip10/expect.safetensors", traindir);
+    if (ok && st_open(&ex, path, err, sizeof err) != 0)
+        ok = false, printf("  %s\n", err);
+    CHECK(ok);
+    if (!ok) {
+        teardown(&r);
+        return;
+    }
+    float loss[10], norm[10], lr[10];   // lr: torch's double as f32
+    CHECK_EQ(0, st_read_f32(ex, st_find(ex, "loss"), loss, 10, err, sizeof err));
+    CHECK_EQ(0, st_read_f32(ex, st_find(ex, "grad_norm"), norm, 10, err, sizeof err));
+    CHECK_EQ(0, st_read_f32(ex, st_find(ex, "lr"), lr, 10, err, sizeof err));
+    double worst_loss = 0, worst_norm = 0;
+    for (int s = 1; s <= 10 && !CASE_FAILED(); s++) {
+        const char *roles[2] = {"tokens", "targets"};
+        for (int k = 0; k < 2; k++) {
+            const PlanBuffer *b = plan_role(r.plan, roles[k]);
+            snprintf(key, sizeof key, "%s.%d", roles[k], s);
+            int32_t ids[64];
+            CHECK(b->bytes <= (int64_t)sizeof ids &&
+                  st_read_raw(ex, st_find(ex, key), ids, (size_t)b->bytes, err, sizeof err) == 0);
+            rt_write_raw(&r.x, b->id, ids);
+        }
+        CHECK_EQ(0, rt_exec_phase(&r.x, PHASE_FWD, err, sizeof err));
+        CHECK_EQ(0, rt_exec_phase(&r.x, PHASE_BWD, err, sizeof err));
+        float l;
+        rt_read_f32(&r.x, plan_role(r.plan, "loss")->id, &l);
+        r.x.step = s;
+        r.x.lr = rt_lr_at(r.plan, s);
+        CHECK_EQ(0, rt_exec_phase(&r.x, PHASE_OPT, err, sizeof err));
+        double gn;
+        bool bad;
+        CHECK(rt_grad_stats(&r.x, &gn, &bad) && !bad);
+        worst_loss = fmax(worst_loss, fabs(l - loss[s - 1]) / loss[s - 1]);
+        worst_norm = fmax(worst_norm, fabs(gn - norm[s - 1]) / norm[s - 1]);
+        CHECK_NEAR(l, loss[s - 1], 0, 1e-5);
+        CHECK_NEAR(gn, norm[s - 1], 0, 1e-5);
+        CHECK_NEAR((float)r.x.lr, lr[s - 1], 0, 0);
+    }
+    double worst_w = 0;
+    int params = 0;
+    StSet *ref = r.expect;
+    for (int i = 0; i < r.plan->nbuf; i++) {
+        const PlanBuffer *b = &r.plan->buf[i];
+        if (b->kind != PK_PARAM)
+            continue;
+        snprintf(key, sizeof key, "after.%s", b->hf);
+        r.expect = ex;   // compare against this fixture
+        expect_close(&r, i, key, 1e-4, &worst_w);
+        params++;
+    }
+    r.expect = ref;
+    printf("  qwen2_tiny fp32, 10 steps: loss %.2g, gradient norm %.2g, lr as torch's; %d weights "
+           "after: worst max rel err %.2e (tolerance 1e-4)\n", worst_loss, worst_norm, params, worst_w);
+    st_close(ex);
+    teardown(&r);
+}
+
 static void test_qwen2_fp32(void) { run_case("qwen2_tiny", "fp32", 1e-4); }
 // PEFT's LoRA (r = 4, alpha = 8 on q_proj, v_proj): logits, loss and the adapters' gradients.
 static void test_qwen2_peft_lora_fp32(void) {
@@ -272,6 +386,8 @@ static void test_llama_gqa_bf16(void) { run_case("llama_tiny_gqa_untied", "bf16"
 int main(int argc, char **argv) {
     if (argc > 1)
         refdir = argv[1];
+    if (argc > 2)
+        traindir = argv[2];
     RUN(test_qwen2_fp32);
     RUN(test_llama_tied_fp32);
     RUN(test_llama_gqa_fp32);
@@ -279,5 +395,7 @@ int main(int argc, char **argv) {
     RUN(test_qwen2_bf16);
     RUN(test_llama_tied_bf16);
     RUN(test_llama_gqa_bf16);
+    RUN(test_schedules);
+    RUN(test_clip10);
     return CHECK_DONE();
 }

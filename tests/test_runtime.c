@@ -1043,12 +1043,12 @@ static void test_adamw_hand_example(void) {
     //        bias corrections 0.19 and 0.001999,
     //        p = 0.99900000002 - 1e-3 * (0.02/0.19) / sqrt(0.00031225/0.001999) = 0.998733663
     float p = 1.0f, m = 0.0f, v = 0.0f, g = 0.5f;
-    cpu_adamw_step(&p, &g, &m, &v, 1, 1e-3, 0.9, 0.999, 1e-8, 0.0, 1);
+    cpu_adamw_step(&p, &g, 1.0f, &m, &v, 1, 1e-3, 0.9, 0.999, 1e-8, 0.0, 1);
     CHECK_NEAR(m, 0.05, 0, 1e-6);
     CHECK_NEAR(v, 0.00025, 0, 1e-6);
     CHECK_NEAR(p, 0.99900000002, 1e-7, 0);
     g = -0.25f;
-    cpu_adamw_step(&p, &g, &m, &v, 1, 1e-3, 0.9, 0.999, 1e-8, 0.0, 2);
+    cpu_adamw_step(&p, &g, 1.0f, &m, &v, 1, 1e-3, 0.9, 0.999, 1e-8, 0.0, 2);
     CHECK_NEAR(m, 0.02, 0, 1e-6);
     CHECK_NEAR(v, 0.00031225, 0, 1e-6);
     CHECK_NEAR(p, 0.998733663, 1e-7, 0);
@@ -1063,7 +1063,7 @@ static void test_adamw_hand_example(void) {
         pd[i] = P[i];
     for (int t = 1; t <= 2; t++) {
         fill(G, n, -0.1f, 0.1f);
-        cpu_adamw_step(P, G, M, Vv, n, lr, b1, b2, eps, wd, t);
+        cpu_adamw_step(P, G, 1.0f, M, Vv, n, lr, b1, b2, eps, wd, t);
         for (int i = 0; i < n; i++) {
             pd[i] *= 1.0 - lr * wd;
             md[i] = b1 * md[i] + (1.0 - b1) * G[i];

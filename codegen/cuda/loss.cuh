@@ -1,6 +1,7 @@
 /* loss.cuh — cross entropy over logits [N, V] with i32 targets (a negative target is
  * ignored, as PyTorch's ignore_index): the mean over the other rows of
- * logsumexp(row) - row[target], and its gradient (softmax - onehot) * scale / count.
+ * logsumexp(row) - row[target], and its gradient (softmax - onehot) * scale / count, scale
+ * times the run's loss scale (a.f[1]).
  * A row's logsumexp is its max plus the log of the fp32 sum of exp(x - max) over one
  * block; the fp32 softmax is never stored: each row is read, reduced, and written as
  * the gradient in the logits' dtype. */
@@ -76,7 +77,8 @@ FTC_INLINE void ce_grad(FtcArgs a, long long N, long long V, float scale, int dt
     for (long long j = threadIdx.x; j < V; j += blockDim.x)
         sum += expf(ldf(a.p[1], base + j, dtx) - mx);
     sum = block_sum(sum, red);
-    float lse = mx + logf(sum), g = count ? scale / (float)count : 0.0f;
+    float lse = mx + logf(sum), dloss = (float)((double)scale * a.f[1]);   /* a.f[1]: the loss scale */
+    float g = count ? dloss / (float)count : 0.0f;
     __syncthreads();   /* every read of the row is done before the first write */
     for (long long j = threadIdx.x; j < V; j += blockDim.x) {
         float p = expf(ldf(a.p[1], base + j, dtx) - lse);

@@ -11,7 +11,7 @@
  * launched with the grid and block the plan names; a.p[] holds the instruction's
  * buffers in plan order (outputs, then inputs, then its workspace), a.i[] and a.f[] the
  * runtime scalars the instruction's kernel documents (optimizer step, dropout stream,
- * learning rate). Shapes are constants of each kernel's specialisation. A grouped
+ * learning rate, loss scale). Shapes are constants of each kernel's specialisation. A grouped
  * launch (the optimizer over many tensors at once) covers several consecutive plan
  * instructions: it is
  *     FTC_GROUP_KERNEL(NAME)
@@ -24,7 +24,7 @@ typedef struct FtcArgs {
     void *p[12];        /* buffers: outputs, inputs, workspace, in plan order */
     long long i[4];     /* runtime integers: [0] the optimizer step, [1] the micro-step,
                            [2] the instruction's random stream (dropout) */
-    double f[4];        /* runtime reals: [0] the learning rate */
+    double f[4];        /* runtime reals: [0] the learning rate, [1] the loss scale */
 } FtcArgs;
 
 /* At most FTC_GROUP_MAX instructions of at most FTC_GROUP_OPERANDS operands each in one

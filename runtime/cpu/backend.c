@@ -343,8 +343,10 @@ static int k_dropout_bwd(Call *c) {
 
 static int k_cross_entropy_bwd(Call *c) {
     int64_t V = last_dim(B(0));
+    // the loss's scale: 1 / accumulation steps, times the run's loss scale (fp16)
+    float dloss = (float)(c->in->attr.f * c->x->loss_scale);
     return status(c, cpu_cross_entropy_backward(OUT(0), IN(0), RAW(1), (size_t)rows(B(0)),
-                                                (size_t)V, (float)c->in->attr.f));
+                                                (size_t)V, dloss));
 }
 
 //
@@ -379,25 +381,47 @@ static int k_zero(Call *c) {
     return 0;
 }
 
+// The gradients' reduction: out = (sum of squares, non-finite count), added over the
+// gradients one by one (the first assigns).
+static int k_grad_sumsq(Call *c) {
+    double s;
+    size_t bad;
+    cpu_sumsq(IN(0), (size_t)N(0), &s, &bad);
+    zero_unless_update(c, 0);
+    OUT(0)[0] += (float)s;
+    OUT(0)[1] += (float)bad;
+    return 0;
+}
+
+static int k_grad_factor(Call *c) {
+    cpu_grad_factor(IN(0), c->x->loss_scale, c->in->attr.f, OUT(0));
+    return 0;
+}
+
 // The parameter (and its master copy, when the plan keeps one) after an update: the
-// master is updated in fp32 and the weight is its rounding.
+// master is updated in fp32 and the weight is its rounding. in[1] is the step's gradient
+// factor: a skipped step (factor[1] set) leaves everything as it was.
 static float *master_of(Call *c, int k) { return c->in->nout > k ? OUT(k) : NULL; }
+static bool skipped(Call *c) { return IN(1)[1] != 0.0f; }
 
 static int k_adamw(Call *c) {
     const Plan *p = c->x->plan;
+    if (skipped(c))
+        return 0;
     float *master = master_of(c, 3), *w = master ? master : OUT(0);
-    cpu_adamw_step(w, IN(0), OUT(1), OUT(2), (size_t)ON(0), p->lr, p->beta1, p->beta2, p->eps,
-                   p->weight_decay, c->x->step - c->x->skipped);
+    cpu_adamw_step(w, IN(0), IN(1)[0], OUT(1), OUT(2), (size_t)ON(0), c->x->lr, p->beta1, p->beta2,
+                   p->eps, c->in->attr.f, c->x->step - c->x->skipped);
     if (master)
         memcpy(OUT(0), master, sizeof(float) * (size_t)ON(0));
     return 0;
 }
 
 static int k_sgd(Call *c) {
-    const Plan *p = c->x->plan;
-    float *master = master_of(c, 1), *w = master ? master : OUT(0);
+    if (skipped(c))
+        return 0;
+    float *master = master_of(c, 1), *w = master ? master : OUT(0), lr = (float)c->x->lr, f = IN(1)[0];
     for (int64_t i = 0; i < ON(0); i++)
-        w[i] -= (float)p->lr * IN(0)[i];
+        w[i] -= lr * (IN(0)[i] * f);
     if (master)
         memcpy(OUT(0), master, sizeof(float) * (size_t)ON(0));
     return 0;
@@ -425,7 +449,7 @@ static const Kernel kernels[OP_COUNT] = {
     [OP_CROSS_ENTROPY_BWD] = k_cross_entropy_bwd,
     [OP_DEQUANT] = k_dequant,
     [OP_ACC] = k_acc,               [OP_ADAMW] = k_adamw,           [OP_SGD] = k_sgd,
-    [OP_ZERO] = k_zero,
+    [OP_ZERO] = k_zero,             [OP_GRAD_SUMSQ] = k_grad_sumsq, [OP_GRAD_FACTOR] = k_grad_factor,
 };
 
 // OpenBLAS's threads cost more than they give on small GEMMs (2x on tiny.ft here):

@@ -762,8 +762,28 @@ int cpu_cross_entropy_backward(float *dlogits, const float *logits, const int32_
 // ---------------------------------------------------------------------------------------------
 // Optimizer
 
-void cpu_adamw_step(float *param, const float *grad, float *m, float *v, size_t n, double lr,
-                    double beta1, double beta2, double eps, double weight_decay, int64_t t) {
+void cpu_sumsq(const float *x, size_t n, double *sumsq, size_t *nonfinite) {
+    double s = 0;
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        s += (double)x[i] * x[i];
+        bad += !isfinite(x[i]);
+    }
+    *sumsq = s, *nonfinite = bad;
+}
+
+void cpu_grad_factor(const float *stats, double loss_scale, double clip, float *factor) {
+    float scale = (float)loss_scale, norm = sqrtf(stats[0]) / scale, coef = 1.0f;
+    if (clip > 0) {
+        coef = (float)clip / (norm + 1e-6f);
+        coef = coef < 1.0f ? coef : 1.0f;
+    }
+    factor[0] = coef / scale;
+    factor[1] = stats[1] != 0.0f || !isfinite(stats[0]) ? 1.0f : 0.0f;
+}
+
+void cpu_adamw_step(float *param, const float *grad, float gscale, float *m, float *v, size_t n,
+                    double lr, double beta1, double beta2, double eps, double weight_decay, int64_t t) {
     // Python-float scalars reach torch's fp32 kernels as fp32 (value.to<float>()).
     float decay = (float)(1.0 - lr * weight_decay);
     float w1 = (float)(1.0 - beta1);
@@ -776,7 +796,7 @@ void cpu_adamw_step(float *param, const float *grad, float *m, float *v, size_t 
     float epsf = (float)eps;
     int small = fabsf(w1) < 0.5f;
     for (size_t i = 0; i < n; i++) {
-        float g = grad[i];
+        float g = grad[i] * gscale;
         float p = param[i] * decay;
         // torch's vectorised lerp: fmadd(weight, end - start, start) for |weight| < 0.5,
         // else fmadd(weight - 1, end - start, end).

@@ -312,13 +312,30 @@ int cpu_cross_entropy_backward(float *dlogits,          // (N, V) =
 // ---------------------------------------------------------------------------------------------
 // Optimizer
 
+// The sum of the squares of x, in double in index order (a NaN or infinity makes it one),
+// and how many of x are not finite.
+void cpu_sumsq(const float *x,         // (n)
+               size_t n, double *sumsq, size_t *nonfinite);
+
+// What the updates multiply the gradients by, from their (sum of squares, non-finite
+// count) `stats` over every gradient: factor[0] = the clip coefficient over the loss scale
+// (torch's clip_grad_norm_: max_norm / (norm + 1e-6), at most 1, norm the L2 norm of the
+// unscaled gradients; 1 when clip is 0); factor[1] = 1 to skip the step (a gradient is
+// not finite), else 0. In fp32, as the generated kernel computes it.
+void cpu_grad_factor(const float *stats,   // (2)
+                     double loss_scale, double clip,
+                     float *factor);       // (2)
+
 // One torch.optim.AdamW step (default: non-foreach, non-amsgrad, non-fused) at 1-based step t,
 // in torch's fp32 arithmetic: scalars cast to fp32 as torch's CPU kernels do,
 // param *= 1 - lr*wd; m = lerp(m, g, 1 - beta1) (fused multiply-add, as torch's vectorised
 // lerp); v = v*beta2 + ((1 - beta2)*g)*g; denom = sqrt(v) / sqrt(1 - beta2^t) + eps;
 // param += (-(lr / (1 - beta1^t)) * m) / denom. Bias corrections are computed in double.
+// g is grad * gscale (unscaled and clipped as the step's gradient factor says; 1 leaves
+// torch's arithmetic as it is).
 void cpu_adamw_step(float *param,       // (n)
                     const float *grad,  // (n)
+                    float gscale,
                     float *m,           // (n) first moment, starts at 0
                     float *v,           // (n) second moment, starts at 0
                     size_t n, double lr, double beta1, double beta2, double eps,
