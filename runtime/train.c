@@ -257,7 +257,7 @@ int rt_train(const RunOptions *o) {
         fprintf(o->out, "resuming from %s (step %lld, seed %llu)\n", ckpt, (long long)done,
                 (unsigned long long)seed);
     } else if (o->weights) {
-        if (rt_weights_load(&x, o->weights, err, sizeof err) != 0) {
+        if (rt_weights_load(&x, o->weights, seed, err, sizeof err) != 0) {
             error("%s", err);
             goto out;
         }

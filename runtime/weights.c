@@ -121,21 +121,47 @@ void rt_weights_init(Exec *x, uint64_t seed) {
     sync_masters(x);
 }
 
-int rt_weights_load(Exec *x, const char *path, char *err, size_t errlen) {
+// Per buffer: the id of its fp32 master copy, or -1 (malloc'd).
+static int *masters(const Plan *p) {
+    int *m = malloc(sizeof(int) * (size_t)(p->nbuf + 1));
+    for (int i = 0; i < p->nbuf; i++)
+        m[i] = -1;
+    for (int i = 0; i < p->nbuf; i++)
+        if (p->buf[i].kind == PK_STATE && strcmp(p->buf[i].category, "master") == 0 && p->buf[i].of >= 0)
+            m[p->buf[i].of] = i;
+    return m;
+}
+
+// A parameter's values: into the parameter in its own dtype, and into its fp32 master
+// copy as they are, so a master starts from the checkpoint's own precision and not from
+// the weight's rounding of it.
+static void put_param(Exec *x, int id, int master, const float *v) {
+    rt_write_f32(x, id, v);
+    if (master >= 0)
+        rt_write_f32(x, master, v);
+}
+
+int rt_weights_load(Exec *x, const char *path, uint64_t seed, char *err, size_t errlen) {
     const Plan *p = x->plan;
     StSet *st;
     if (st_open(&st, path, err, errlen) != 0)
         return -1;
-    int rc = 0;
+    int rc = 0, *master = masters(p);
     for (int i = 0; i < p->nbuf && rc == 0; i++) {
         const PlanBuffer *b = &p->buf[i];
         if (b->kind != PK_PARAM)
             continue;
         const StTensor *t = st_find(st, b->hf);
         if (!t) {
-            // A LoRA adapter is new: it keeps its initialisation.
-            if (strstr(b->hf, ".lora_A.") || strstr(b->hf, ".lora_B."))
+            // A LoRA adapter is new: its seeded initialisation.
+            if (strstr(b->hf, ".lora_A.") || strstr(b->hf, ".lora_B.")) {
+                int64_t n = plan_elems(b);
+                float *v = malloc(sizeof(float) * (size_t)n);
+                rt_weights_fill(v, n, b->init, b->init_scale, seed, i, 0);
+                put_param(x, i, master[i], v);
+                free(v);
                 continue;
+            }
             snprintf(err, errlen, "%s: no tensor '%s' (parameter %s of the plan)", path, b->hf, b->name);
             rc = -1;
             break;
@@ -163,15 +189,14 @@ int rt_weights_load(Exec *x, const char *path, char *err, size_t errlen) {
             snprintf(err, errlen, "%s", why);
             rc = -1;
         } else {
-            rt_write_f32(x, i, v);
+            put_param(x, i, master[i], v);
         }
         free(v);
     }
     st_close(st);
-    if (rc == 0) {
+    free(master);
+    if (rc == 0)
         zero_state(x);
-        sync_masters(x);
-    }
     return rc;
 }
 

@@ -83,7 +83,7 @@ static bool setup_opt(Run *r, const char *name, const char *precision, const cha
     r->plan = r->h.plan;
     r->x = r->h.x;
     snprintf(path, sizeof path, "%s/%s/model.safetensors", refdir, name);
-    if (rt_weights_load(&r->x, path, err, sizeof err) != 0)
+    if (rt_weights_load(&r->x, path, 0, err, sizeof err) != 0)
         return printf("  %s\n", err), false;
     snprintf(path, sizeof path, "%s/%s/expect.safetensors", refdir, name);
     if (st_open(&r->expect, path, err, sizeof err) != 0)

@@ -92,6 +92,25 @@ done
 grep -q ' copy out=' "$tmp/swap.plan/plan" && grep -q ' host ' "$tmp/swap.plan/plan" && ok swap-uses-host-copies ||
     bad swap-uses-host-copies "no copies to the host in the plan"
 
+# The fp32 master copies start from the checkpoint's own values: a bf16-mixed run from
+# the fp32 weights another run saved, at a learning rate of 1e-30 (no step moves a
+# weight), saves them back bit for bit, low bits included, not their bf16 rounding.
+sed 's/^  optimizer = .*/  optimizer = adamw(lr = 1e-30)/' models/tiny.ft > "$tmp/still.ft"
+"$ftc" compile "$tmp/still.ft" -o "$tmp/still.plan" >/dev/null
+"$ftc" run "$tmp/still.plan" --data "$tmp/c.bin" --steps 1 --weights "$tmp/planned/model.safetensors" \
+    --save "$tmp/still" >/dev/null
+"$st_diff" "$tmp/still/model.safetensors" "$tmp/planned/model.safetensors" 0 >/dev/null &&
+    ok master-from-fp32-checkpoint || bad master-from-fp32-checkpoint \
+    "$("$st_diff" "$tmp/still/model.safetensors" "$tmp/planned/model.safetensors" 0)"
+# LoRA adapters a base checkpoint lacks start from their initialisation (A random, B
+# zero), so they train: the gradients' norm is not zero and the loss moves.
+sed 's/^  optimizer = .*/&\n  lora(r = 4, alpha = 8, targets = [wq, wv])/' models/tiny.ft > "$tmp/lora.ft"
+"$ftc" compile "$tmp/lora.ft" -o "$tmp/lora.plan" >/dev/null
+out=$("$ftc" run "$tmp/lora.plan" --data "$tmp/c.bin" --steps 3 --weights "$tmp/planned/model.safetensors")
+gn=$(grep '^step 1/' <<<"$out" | awk '{print $10}')
+awk -v g="$gn" 'BEGIN { exit !(g > 0) }' && ok "lora-from-base-checkpoint-trains (gnorm $gn)" ||
+    bad lora-from-base-checkpoint-trains "$out"
+
 # Save, then start from the saved weights.
 if "$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 3 --poison --save "$tmp/ck" >/dev/null &&
    [ -s "$tmp/ck/model.safetensors" ] &&
