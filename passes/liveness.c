@@ -5,8 +5,9 @@
 //
 // Lifetimes are node indices over all phases. Parameters, gradients and optimizer
 // state live for the whole step; the batch (tokens, targets) from node 0, since the
-// runtime fills it before the micro-step starts; the loss and the logits to the end of
-// the micro-step, since the runtime reads them after it.
+// runtime fills it before the micro-step starts; the loss to the end of the micro-step,
+// since the runtime reads it after it. The logits are a value like any other: they die at
+// their last reader (the loss's backward), as nothing after the step reads them.
 #include "passes.h"
 
 #include <stdlib.h>
@@ -50,15 +51,13 @@ int liveness_apply(IrGraph *g, bool in_place) {
         for (int k = 0; k < IR_MAX_OUTPUTS && nd->out[k] >= 0; k++)
             touch(g, nd->out[k], i);
     }
-    // The loss and the logits are read by the runtime after the micro-step's last node.
+    // The loss is read by the runtime after the micro-step's last node.
     int end = -1;
     for (int i = 0; i < n; i++)
         if (g->nodes.at[i].phase != PHASE_OPTIMIZER)
             end = i;
-    int roles[2] = {g->loss, g->logits};
-    for (int k = 0; k < 2; k++)
-        if (roles[k] >= 0 && end > g->tensors.at[ir_tensor_base(g, roles[k])].last)
-            g->tensors.at[ir_tensor_base(g, roles[k])].last = end;
+    if (g->loss >= 0 && end > g->tensors.at[ir_tensor_base(g, g->loss)].last)
+        g->tensors.at[ir_tensor_base(g, g->loss)].last = end;
     for (int i = 0; i < g->tensors.len; i++) {
         IrTensor *t = &g->tensors.at[i];
         if (persistent(g, t))
@@ -114,7 +113,7 @@ int liveness_apply(IrGraph *g, bool in_place) {
             int b = ir_tensor_base(g, nd->in[k]);
             const IrTensor *x = &g->tensors.at[b];
             if (x->kind != TK_VALUE || x->last != i || x->dtype != o->dtype ||
-                ir_tensor_bytes(x) != ir_tensor_bytes(o) || b == g->logits)
+                ir_tensor_bytes(x) != ir_tensor_bytes(o))
                 continue;
             o->reuse = b;
             break;

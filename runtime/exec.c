@@ -143,7 +143,9 @@ static void poison_dead(Exec *x, const PlanInstr *in) {
             continue;
         const PlanBuffer *b = &p->buf[id];
         const PlanBuffer *base = b->view >= 0 ? &p->buf[b->view] : b;
-        if (base->last != in->id || persistent(base) || base->role)
+        // The runtime reads the loss after the phase; the logits die like any value.
+        bool read_after = base->role && strcmp(base->role, "logits") != 0;
+        if (base->last != in->id || persistent(base) || read_after)
             continue;
         bool taken = false;
         for (int o = 0; o < in->nout; o++)

@@ -88,11 +88,12 @@ int plan_verify(const Plan *p, FILE *out) {
             PROBLEM("buffer %s (%s) must live for the whole step, not [%d, %d]", b->name,
                     b->category, b->first, b->last);
     }
-    // The runtime reads the loss and the logits after the micro-step's last instruction.
+    // The runtime reads the loss after the micro-step's last instruction (nothing reads
+    // the logits after their last reader).
     int end = p->nins[PHASE_FWD] + p->nins[PHASE_BWD] - 1;
     for (int i = 0; i < nbuf; i++) {
         const PlanBuffer *b = &p->buf[i];
-        if (b->role && (!strcmp(b->role, "loss") || !strcmp(b->role, "logits"))) {
+        if (b->role && !strcmp(b->role, "loss")) {
             const PlanBuffer *base = b->view >= 0 && b->view < nbuf ? &p->buf[b->view] : b;
             if (base->last < end)
                 PROBLEM("buffer %s (the %s) dies at instruction %d, before the runtime reads it "
