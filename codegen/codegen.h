@@ -28,6 +28,11 @@ typedef struct PlanMeta {
     // without recompute, and its time (0: none made)
     int64_t model_flops;
     double step_us;
+    // The training host the cost model assumed (host_cores 0: none), and the AdamW and
+    // link rates over which the planner's choice holds (plan.h's `host` line)
+    int host_cores;
+    double host_adamw_per_core, host_link;
+    double adamw_lo, adamw_hi, link_lo, link_hi;
     const char *report;         // report.txt: the planner's decision and candidates, or NULL
     // LoRA, for the adapter files the runtime writes (r = 0: none)
     int64_t lora_r;
@@ -56,6 +61,12 @@ typedef struct MemView {
     int peak_at;
     int64_t phase_peak[PHASE_COUNT];
     int phase_peak_at[PHASE_COUNT];
+    // The pinned host arena, its own view: offloaded state, swapped activations, streamed
+    // weights, staging.
+    int64_t *hlive;                 // (n, MV_CATS) host bytes live per category
+    int64_t *htotal;                // (n)
+    int64_t hpeak;
+    int hpeak_at;
 } MemView;
 
 int mv_init(MemView *v, const Plan *p);

@@ -33,6 +33,32 @@ static bool owns(const PlanBuffer *b) { return b->view < 0 && b->bytes > 0; }
 // The instructions over which b's bytes are counted.
 static int count_from(const PlanBuffer *b) { return b->first + (b->reuse >= 0 ? 1 : 0); }
 
+// Live bytes per instruction and category of the buffers in arena `a`; the peak.
+static void live_of(const Plan *p, int n, PlanArena a, int64_t *live, int64_t *total, int64_t *peak,
+                    int *peak_at) {
+    int64_t *delta = calloc((size_t)(n + 1) * MV_CATS, sizeof(int64_t));
+    for (int i = 0; i < p->nbuf; i++) {
+        const PlanBuffer *b = &p->buf[i];
+        if (!owns(b) || b->arena != a || count_from(b) > b->last)
+            continue;
+        int c = mv_category(b->category);
+        delta[(size_t)count_from(b) * MV_CATS + c] += b->bytes;
+        delta[(size_t)(b->last + 1) * MV_CATS + c] -= b->bytes;
+    }
+    int64_t run[MV_CATS] = {0};
+    *peak = 0, *peak_at = 0;
+    for (int i = 0; i < n; i++) {
+        for (int c = 0; c < MV_CATS; c++) {
+            run[c] += delta[(size_t)i * MV_CATS + c];
+            live[(size_t)i * MV_CATS + c] = run[c];
+            total[i] += run[c];
+        }
+        if (total[i] > *peak)
+            *peak = total[i], *peak_at = i;
+    }
+    free(delta);
+}
+
 int mv_init(MemView *v, const Plan *p) {
     memset(v, 0, sizeof *v);
     v->p = p;
@@ -40,26 +66,10 @@ int mv_init(MemView *v, const Plan *p) {
     int n = v->n > 0 ? v->n : 1;
     v->live = calloc((size_t)n * MV_CATS, sizeof(int64_t));
     v->total = calloc((size_t)n, sizeof(int64_t));
-    int64_t *delta = calloc((size_t)(n + 1) * MV_CATS, sizeof(int64_t));
-    for (int i = 0; i < p->nbuf; i++) {
-        const PlanBuffer *b = &p->buf[i];
-        if (!owns(b) || b->arena != ARENA_DEVICE || count_from(b) > b->last)
-            continue;
-        int c = mv_category(b->category);
-        delta[(size_t)count_from(b) * MV_CATS + c] += b->bytes;
-        delta[(size_t)(b->last + 1) * MV_CATS + c] -= b->bytes;
-    }
-    int64_t run[MV_CATS] = {0};
-    for (int i = 0; i < v->n; i++) {
-        for (int c = 0; c < MV_CATS; c++) {
-            run[c] += delta[(size_t)i * MV_CATS + c];
-            v->live[(size_t)i * MV_CATS + c] = run[c];
-            v->total[i] += run[c];
-        }
-        if (v->total[i] > v->peak)
-            v->peak = v->total[i], v->peak_at = i;
-    }
-    free(delta);
+    v->hlive = calloc((size_t)n * MV_CATS, sizeof(int64_t));
+    v->htotal = calloc((size_t)n, sizeof(int64_t));
+    live_of(p, v->n, ARENA_DEVICE, v->live, v->total, &v->peak, &v->peak_at);
+    live_of(p, v->n, ARENA_HOST, v->hlive, v->htotal, &v->hpeak, &v->hpeak_at);
     for (int ph = 0, base = 0; ph < PHASE_COUNT; base += p->nins[ph], ph++) {
         v->phase_peak_at[ph] = -1;
         for (int i = base; i < base + p->nins[ph]; i++)
@@ -72,6 +82,8 @@ int mv_init(MemView *v, const Plan *p) {
 void mv_free(MemView *v) {
     free(v->live);
     free(v->total);
+    free(v->hlive);
+    free(v->htotal);
     memset(v, 0, sizeof *v);
 }
 
@@ -114,6 +126,21 @@ static int *largest(const Plan *p, int *count) {
     return ids;
 }
 
+// The `top` largest buffers of arena `a` live at instruction `at` (ids: largest first).
+static void live_list(FILE *f, const Plan *p, const int *ids, int n, int at, PlanArena a, int top) {
+    char s[32];
+    for (int k = 0, shown = 0; k < n && shown < top; k++) {
+        const PlanBuffer *x = &p->buf[ids[k]];
+        if (count_from(x) > at || x->last < at || x->arena != a)
+            continue;
+        fprintf(f, "    %-44s %-12s %12s  %s ", x->name, x->category, gib(s, x->bytes),
+                plan_dtype_name(x->dtype));
+        shape(f, x);
+        fprintf(f, "  [%d, %d]\n", x->first, x->last);
+        shown++;
+    }
+}
+
 void mv_print_at(FILE *f, const MemView *v, int at, int top) {
     const Plan *p = v->p;
     char a[32], b[32];
@@ -130,17 +157,20 @@ void mv_print_at(FILE *f, const MemView *v, int at, int top) {
             fprintf(f, "  %-12s %12s  %5.1f%%\n", cat_names[c], gib(b, x),
                     100.0 * (double)x / (double)(v->total[at] ? v->total[at] : 1));
     }
-    int n, *ids = largest(p, &n), shown = 0;
+    int n, *ids = largest(p, &n);
     fprintf(f, "  largest device buffers live there:\n");
-    for (int k = 0; k < n && shown < top; k++) {
-        const PlanBuffer *x = &p->buf[ids[k]];
-        if (count_from(x) > at || x->last < at || x->arena != ARENA_DEVICE)
-            continue;
-        fprintf(f, "    %-44s %-12s %12s  %s ", x->name, x->category, gib(a, x->bytes),
-                plan_dtype_name(x->dtype));
-        shape(f, x);
-        fprintf(f, "  [%d, %d]\n", x->first, x->last);
-        shown++;
+    live_list(f, p, ids, n, at, ARENA_DEVICE, top);
+    if (p->arena_bytes[ARENA_HOST] > 0) {
+        fprintf(f, "on the host at instruction %d: %s of the %s pinned arena\n", at, gib(a, v->htotal[at]),
+                gib(b, p->arena_bytes[ARENA_HOST]));
+        for (int c = 0; c < MV_CATS; c++) {
+            int64_t x = v->hlive[(size_t)at * MV_CATS + c];
+            if (x)
+                fprintf(f, "  %-12s %12s  %5.1f%%\n", cat_names[c], gib(b, x),
+                        100.0 * (double)x / (double)(v->htotal[at] ? v->htotal[at] : 1));
+        }
+        fprintf(f, "  largest host buffers live there:\n");
+        live_list(f, p, ids, n, at, ARENA_HOST, top);
     }
     free(ids);
 }
@@ -184,6 +214,49 @@ int mv_print_buffer(FILE *f, const MemView *v, const char *name) {
     return -1;
 }
 
+// The `top` largest buffers of arena `a`, with their lifetimes (ids: largest first).
+static void largest_table(FILE *f, const Plan *p, const int *ids, int n, PlanArena a, int top) {
+    char s[32];
+    fprintf(f, "  %-44s %-12s %12s  %-9s %s\n", "name", "category", "bytes", "lifetime", "shape");
+    for (int k = 0, shown = 0; k < n && shown < top; k++) {
+        const PlanBuffer *x = &p->buf[ids[k]];
+        if (x->arena != a)
+            continue;
+        char life[32];
+        snprintf(life, sizeof life, "%d..%d", x->first, x->last);
+        fprintf(f, "  %-44s %-12s %12s  %-9s %s ", x->name, x->category, gib(s, x->bytes), life,
+                plan_dtype_name(x->dtype));
+        shape(f, x);
+        fputc('\n', f);
+        shown++;
+    }
+}
+
+// The host arena's own view: its size and peak, by category there, its largest buffers.
+static void host_txt(FILE *f, const MemView *v) {
+    const Plan *p = v->p;
+    char a[32], b[32];
+    if (p->arena_bytes[ARENA_HOST] <= 0)
+        return;
+    fprintf(f, "\nhost memory (the pinned host arena: offloaded state, swapped activations, staging)\n");
+    fprintf(f, "host arena    %s\n", gib(a, p->arena_bytes[ARENA_HOST]));
+    fprintf(f, "peak live     %s at ", gib(b, v->hpeak));
+    instr_desc(f, p, v->hpeak_at);
+    fprintf(f, "\n\non the host at its peak, by category\n");
+    for (int k = 0; k < MV_CATS; k++) {
+        int64_t x = v->hlive[(size_t)v->hpeak_at * MV_CATS + k];
+        if (x)
+            fprintf(f, "  %-12s %12s  %5.1f%%\n", cat_names[k], gib(a, x),
+                    100.0 * (double)x / (double)(v->hpeak ? v->hpeak : 1));
+    }
+    int n, *ids = largest(p, &n), nh = 0;
+    for (int k = 0; k < n; k++)
+        nh += p->buf[ids[k]].arena == ARENA_HOST;
+    fprintf(f, "\nthe %d largest host buffers\n", nh < 10 ? nh : 10);
+    largest_table(f, p, ids, n, ARENA_HOST, 10);
+    free(ids);
+}
+
 void mv_write_txt(FILE *f, const MemView *v, const MemMeta *m) {
     const Plan *p = v->p;
     char a[32], b[32], c[32];
@@ -211,17 +284,11 @@ void mv_write_txt(FILE *f, const MemView *v, const MemMeta *m) {
                     100.0 * (double)x / (double)(v->peak ? v->peak : 1));
     }
     int n, *ids = largest(p, &n);
-    fprintf(f, "\nthe %d largest buffers\n", n < 20 ? n : 20);
-    fprintf(f, "  %-44s %-12s %12s  %-9s %s\n", "name", "category", "bytes", "lifetime", "shape");
-    for (int k = 0; k < n && k < 20; k++) {
-        const PlanBuffer *x = &p->buf[ids[k]];
-        char life[32];
-        snprintf(life, sizeof life, "%d..%d", x->first, x->last);
-        fprintf(f, "  %-44s %-12s %12s  %-9s %s ", x->name, x->category, gib(a, x->bytes), life,
-                plan_dtype_name(x->dtype));
-        shape(f, x);
-        fputc('\n', f);
-    }
+    int nd = 0;
+    for (int k = 0; k < n; k++)
+        nd += p->buf[ids[k]].arena == ARENA_DEVICE;
+    fprintf(f, "\nthe %d largest device buffers\n", nd < 20 ? nd : 20);
+    largest_table(f, p, ids, n, ARENA_DEVICE, 20);
     free(ids);
     // The timeline: one row per slice of instructions, its peak as a bar of letters.
     int rows = v->n < 48 ? v->n : 48, width = 64;
@@ -246,6 +313,19 @@ void mv_write_txt(FILE *f, const MemView *v, const MemMeta *m) {
         }
         fprintf(f, "%s\n", lo <= v->peak_at && v->peak_at < hi ? "  <- peak" : "");
     }
+    host_txt(f, v);
+}
+
+// "name": {"weights": [bytes per instruction], ...} of one arena.
+static void live_json(FILE *f, const char *name, const int64_t *live, int n) {
+    fprintf(f, "  \"%s\": {\n", name);
+    for (int c = 0; c < MV_CATS; c++) {
+        fprintf(f, "    \"%s\": [", cat_names[c]);
+        for (int i = 0; i < n; i++)
+            fprintf(f, "%s%lld", i ? "," : "", (long long)live[(size_t)i * MV_CATS + c]);
+        fprintf(f, "]%s\n", c + 1 < MV_CATS ? "," : "");
+    }
+    fprintf(f, "  }");
 }
 
 void mv_write_json(FILE *f, const MemView *v, const MemMeta *m) {
@@ -305,14 +385,12 @@ void mv_write_json(FILE *f, const MemView *v, const MemMeta *m) {
                 id, OPNAME(in), plan_phase_name(plan_instr_phase(p, id)), in->layer, in->line,
                 id + 1 < v->n ? "," : "");
     }
-    fprintf(f, "  ],\n  \"live_bytes\": {\n");
-    for (int c = 0; c < MV_CATS; c++) {
-        fprintf(f, "    \"%s\": [", cat_names[c]);
-        for (int i = 0; i < v->n; i++)
-            fprintf(f, "%s%lld", i ? "," : "", (long long)v->live[(size_t)i * MV_CATS + c]);
-        fprintf(f, "]%s\n", c + 1 < MV_CATS ? "," : "");
-    }
-    fprintf(f, "  }\n}\n");
+    fprintf(f, "  ],\n");
+    live_json(f, "live_bytes", v->live, v->n);
+    fprintf(f, ",\n  \"host_peak_bytes\": %lld,\n  \"host_peak_instruction\": %d,\n", (long long)v->hpeak,
+            v->hpeak_at);
+    live_json(f, "host_live_bytes", v->hlive, v->n);
+    fprintf(f, "\n}\n");
 }
 
 static void xml_str(FILE *f, const char *s) {
@@ -326,74 +404,25 @@ static void xml_str(FILE *f, const char *s) {
         }
 }
 
-void mv_write_html(FILE *f, const MemView *v, const MemMeta *m) {
+enum { HTML_W = 1100, HTML_H = 420, HTML_H2 = 220, HTML_L = 70 };   // plot sizes, left margin
+
+// Address over time in arena `a`: each buffer owning bytes there a rectangle
+// (instructions x offsets).
+static void svg_addr(FILE *f, const MemView *v, PlanArena a, const char *id) {
     const Plan *p = v->p;
-    char a[32], b[32], c[32];
-    const double W = 1100, H = 420, H2 = 220, L = 70;   // plot sizes, left margin
+    char s[32];
+    const double W = HTML_W, H = HTML_H, L = HTML_L;
     int n = v->n > 0 ? v->n : 1;
-    int64_t arena = p->arena_bytes[ARENA_DEVICE] > 0 ? p->arena_bytes[ARENA_DEVICE] : 1;
+    int64_t arena = p->arena_bytes[a] > 0 ? p->arena_bytes[a] : 1;
     double xs = W / n;
-    fprintf(f, "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">\n<title>ftc memory: ");
-    xml_str(f, p->model);
-    fprintf(f, "</title>\n<style>\n"
-               "body{font:13px sans-serif;margin:16px;color:#222}\n"
-               "rect.buf{stroke:#0003;stroke-width:0.3}\nrect.buf:hover{stroke:#000;stroke-width:1.5}\n"
-               "#info{font-family:monospace;white-space:pre;min-height:3em;background:#f6f6f6;padding:6px}\n"
-               ".peak{stroke:#d00;stroke-width:1.5;stroke-dasharray:4 3}\n"
-               ".lg span{display:inline-block;width:12px;height:12px;margin:0 4px 0 12px;vertical-align:middle}\n"
-               "</style></head><body>\n");
-    fprintf(f, "<h2>");
-    xml_str(f, p->model);
-    fprintf(f, ": micro-batch %lld &times; seq %lld, accumulation %lld</h2>\n", (long long)p->micro_batch,
-            (long long)p->seq, (long long)p->accum);
-    fprintf(f, "<p><b>Peak %s</b> at instruction %d (%s <code>%s</code>, %s phase) &mdash; "
-               "device arena %s, budget %s. The red line marks the peak; hover over a rectangle "
-               "for its buffer.</p>\n",
-            gib(a, v->peak), v->peak_at, plan_instr(p, v->peak_at) ? "op" : "", plan_instr(p, v->peak_at) ?
-            OPNAME(plan_instr(p, v->peak_at)) : "", plan_phase_name(plan_instr_phase(p, v->peak_at)),
-            gib(b, arena), gib(c, m->budget_bytes));
-    // What the peak is made of, largest first: the answer to "why this much".
-    fprintf(f, "<p>At the peak:");
-    bool used[MV_CATS] = {0};
-    for (int r = 0; r < MV_CATS; r++) {
-        int best = -1;
-        for (int k = 0; k < MV_CATS; k++)
-            if (!used[k] && (best < 0 || v->live[(size_t)v->peak_at * MV_CATS + k] >
-                                             v->live[(size_t)v->peak_at * MV_CATS + best]))
-                best = k;
-        int64_t x = v->live[(size_t)v->peak_at * MV_CATS + best];
-        used[best] = true;
-        if (!x)
-            break;
-        fprintf(f, "%s <span style=\"color:%s\">&#9632;</span> %s %s (%.1f%%)", r ? "," : "",
-                cat_colors[best], cat_names[best], gib(a, x),
-                100.0 * (double)x / (double)(v->peak ? v->peak : 1));
-    }
-    int nl, *ids = largest(p, &nl), shown = 0;
-    fprintf(f, ".<br>Largest buffers live there:");
-    for (int k = 0; k < nl && shown < 5; k++) {
-        const PlanBuffer *x = &p->buf[ids[k]];
-        if (count_from(x) > v->peak_at || x->last < v->peak_at)
-            continue;
-        fprintf(f, "%s <code>", shown ? "," : "");
-        xml_str(f, x->name);
-        fprintf(f, "</code> %s", gib(a, x->bytes));
-        shown++;
-    }
-    free(ids);
-    fprintf(f, ".</p>\n");
-    fprintf(f, "<div class=\"lg\">");
-    for (int c = 0; c < MV_CATS - 1; c++)
-        fprintf(f, "<span style=\"background:%s\"></span>%s", cat_colors[c], cat_names[c]);
-    fprintf(f, "</div>\n<div id=\"info\">hover over a buffer</div>\n");
-    // Address over time: each buffer a rectangle (instructions x offsets).
-    fprintf(f, "<h3>Address over time</h3>\n<svg id=\"addr\" width=\"%.0f\" height=\"%.0f\" "
-               "xmlns=\"http://www.w3.org/2000/svg\">\n", W + L + 10, H + 30);
+    int peak_at = a == ARENA_DEVICE ? v->peak_at : v->hpeak_at;
+    fprintf(f, "<svg id=\"%s\" class=\"addr\" width=\"%.0f\" height=\"%.0f\" "
+               "xmlns=\"http://www.w3.org/2000/svg\">\n", id, W + L + 10, H + 30);
     fprintf(f, "<g transform=\"translate(%.0f,5)\">\n<rect x=\"0\" y=\"0\" width=\"%.0f\" height=\"%.0f\" "
                "fill=\"#fafafa\" stroke=\"#ccc\"/>\n", L, W, H);
     for (int i = 0; i < p->nbuf; i++) {
         const PlanBuffer *x = &p->buf[i];
-        if (!owns(x) || x->arena != ARENA_DEVICE)
+        if (!owns(x) || x->arena != a)
             continue;
         double x0 = x->first * xs, w = (x->last - x->first + 1) * xs;
         double y1 = H - (double)x->offset / (double)arena * H;
@@ -409,45 +438,134 @@ void mv_write_html(FILE *f, const MemView *v, const MemMeta *m) {
         fprintf(f, "]\" data-b=\"%lld\" data-l=\"%d..%d\" data-o=\"%lld\"><title>", (long long)x->bytes,
                 x->first, x->last, (long long)x->offset);
         xml_str(f, x->name);
-        fprintf(f, " (%s, %s, instructions %d..%d)</title></rect>\n", x->category, gib(a, x->bytes),
+        fprintf(f, " (%s, %s, instructions %d..%d)</title></rect>\n", x->category, gib(s, x->bytes),
                 x->first, x->last);
     }
     fprintf(f, "<line class=\"peak\" x1=\"%.2f\" y1=\"0\" x2=\"%.2f\" y2=\"%.0f\"/>\n",
-            (v->peak_at + 0.5) * xs, (v->peak_at + 0.5) * xs, H);
+            (peak_at + 0.5) * xs, (peak_at + 0.5) * xs, H);
     fprintf(f, "<text x=\"-6\" y=\"%.0f\" text-anchor=\"end\">0</text>"
                "<text x=\"-6\" y=\"12\" text-anchor=\"end\">%s</text>"
                "<text x=\"0\" y=\"%.0f\">instruction 0</text>"
                "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"end\">%d</text>\n",
-            H, gib(a, arena), H + 18, W, H + 18, v->n - 1);
+            H, gib(s, arena), H + 18, W, H + 18, v->n - 1);
     fprintf(f, "</g></svg>\n");
-    // Stacked categories over time.
-    fprintf(f, "<h3>Live bytes by category</h3>\n<svg id=\"cats\" width=\"%.0f\" height=\"%.0f\" "
+}
+
+// Live bytes of one arena stacked by category over time.
+static void svg_cats(FILE *f, const MemView *v, const int64_t *live, int64_t peak, int peak_at) {
+    char s[32];
+    const double W = HTML_W, H2 = HTML_H2, L = HTML_L;
+    int n = v->n > 0 ? v->n : 1;
+    double xs = W / n;
+    fprintf(f, "<svg class=\"cats\" width=\"%.0f\" height=\"%.0f\" "
                "xmlns=\"http://www.w3.org/2000/svg\">\n<g transform=\"translate(%.0f,5)\">\n",
             W + L + 10, H2 + 30, L);
     int step = v->n > 2000 ? v->n / 2000 : 1;
-    double ys = H2 / (double)(v->peak ? v->peak : 1);
+    double ys = H2 / (double)(peak ? peak : 1);
     for (int c = MV_CATS - 1; c >= 0; c--) {   // draw from the top of the stack down
         fprintf(f, "<path fill=\"%s\" d=\"M0,%.0f", cat_colors[c], H2);
         for (int i = 0; i < v->n; i += step) {
             int64_t below = 0;
             for (int k = 0; k <= c; k++)
-                below += v->live[(size_t)i * MV_CATS + k];
+                below += live[(size_t)i * MV_CATS + k];
             fprintf(f, " L%.2f,%.2f L%.2f,%.2f", i * xs, H2 - below * ys, (i + step) * xs,
                     H2 - below * ys);
         }
         fprintf(f, " L%.0f,%.0f Z\"><title>%s</title></path>\n", W, H2, cat_names[c]);
     }
     fprintf(f, "<line class=\"peak\" x1=\"%.2f\" y1=\"0\" x2=\"%.2f\" y2=\"%.0f\"/>\n",
-            (v->peak_at + 0.5) * xs, (v->peak_at + 0.5) * xs, H2);
-    fprintf(f, "<text x=\"-6\" y=\"12\" text-anchor=\"end\">%s</text></g></svg>\n", gib(a, v->peak));
+            (peak_at + 0.5) * xs, (peak_at + 0.5) * xs, H2);
+    fprintf(f, "<text x=\"-6\" y=\"12\" text-anchor=\"end\">%s</text></g></svg>\n", gib(s, peak));
+}
+
+// What one arena's peak is made of, largest category first, and its largest buffers
+// live there: the answer to "why this much".
+static void peak_story(FILE *f, const MemView *v, const int64_t *live, int64_t peak, int at, PlanArena a) {
+    const Plan *p = v->p;
+    char s[32];
+    fprintf(f, "<p>At the peak:");
+    bool used[MV_CATS] = {0};
+    for (int r = 0; r < MV_CATS; r++) {
+        int best = -1;
+        for (int k = 0; k < MV_CATS; k++)
+            if (!used[k] && (best < 0 || live[(size_t)at * MV_CATS + k] > live[(size_t)at * MV_CATS + best]))
+                best = k;
+        int64_t x = live[(size_t)at * MV_CATS + best];
+        used[best] = true;
+        if (!x)
+            break;
+        fprintf(f, "%s <span style=\"color:%s\">&#9632;</span> %s %s (%.1f%%)", r ? "," : "",
+                cat_colors[best], cat_names[best], gib(s, x), 100.0 * (double)x / (double)(peak ? peak : 1));
+    }
+    int nl, *ids = largest(p, &nl), shown = 0;
+    fprintf(f, ".<br>Largest %s buffers live there:", a == ARENA_DEVICE ? "device" : "host");
+    for (int k = 0; k < nl && shown < 5; k++) {
+        const PlanBuffer *x = &p->buf[ids[k]];
+        if (x->arena != a || count_from(x) > at || x->last < at)
+            continue;
+        fprintf(f, "%s <code>", shown ? "," : "");
+        xml_str(f, x->name);
+        fprintf(f, "</code> %s", gib(s, x->bytes));
+        shown++;
+    }
+    free(ids);
+    fprintf(f, ".</p>\n");
+}
+
+void mv_write_html(FILE *f, const MemView *v, const MemMeta *m) {
+    const Plan *p = v->p;
+    char a[32], b[32], c[32];
+    int64_t arena = p->arena_bytes[ARENA_DEVICE] > 0 ? p->arena_bytes[ARENA_DEVICE] : 1;
+    fprintf(f, "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">\n<title>ftc memory: ");
+    xml_str(f, p->model);
+    fprintf(f, "</title>\n<style>\n"
+               "body{font:13px sans-serif;margin:16px;color:#222}\n"
+               "rect.buf{stroke:#0003;stroke-width:0.3}\nrect.buf:hover{stroke:#000;stroke-width:1.5}\n"
+               "#info{font-family:monospace;white-space:pre;min-height:3em;background:#f6f6f6;padding:6px}\n"
+               ".peak{stroke:#d00;stroke-width:1.5;stroke-dasharray:4 3}\n"
+               ".lg span{display:inline-block;width:12px;height:12px;margin:0 4px 0 12px;vertical-align:middle}\n"
+               "</style></head><body>\n");
+    fprintf(f, "<h2>");
+    xml_str(f, p->model);
+    fprintf(f, ": micro-batch %lld &times; seq %lld, accumulation %lld</h2>\n", (long long)p->micro_batch,
+            (long long)p->seq, (long long)p->accum);
+    fprintf(f, "<p><b>Device peak %s</b> at instruction %d (%s <code>%s</code>, %s phase) &mdash; "
+               "device arena %s, budget %s. The red line marks the peak; hover over a rectangle "
+               "for its buffer.</p>\n",
+            gib(a, v->peak), v->peak_at, plan_instr(p, v->peak_at) ? "op" : "", plan_instr(p, v->peak_at) ?
+            OPNAME(plan_instr(p, v->peak_at)) : "", plan_phase_name(plan_instr_phase(p, v->peak_at)),
+            gib(b, arena), gib(c, m->budget_bytes));
+    peak_story(f, v, v->live, v->peak, v->peak_at, ARENA_DEVICE);
+    fprintf(f, "<div class=\"lg\">");
+    for (int k = 0; k < MV_CATS - 1; k++)
+        fprintf(f, "<span style=\"background:%s\"></span>%s", cat_colors[k], cat_names[k]);
+    fprintf(f, "</div>\n<div id=\"info\">hover over a buffer</div>\n");
+    fprintf(f, "<h3>Device: address over time</h3>\n");
+    svg_addr(f, v, ARENA_DEVICE, "addr");
+    fprintf(f, "<h3>Device: live bytes by category</h3>\n");
+    svg_cats(f, v, v->live, v->peak, v->peak_at);
+    if (p->arena_bytes[ARENA_HOST] > 0) {
+        fprintf(f, "<h3>Host memory: the pinned host arena</h3>\n<p><b>Host peak %s</b> at instruction %d "
+                   "(%s phase) &mdash; host arena %s: offloaded optimizer state and master weights, "
+                   "gradients, swapped activations, streamed weights and their staging.</p>\n",
+                gib(a, v->hpeak), v->hpeak_at, plan_phase_name(plan_instr_phase(p, v->hpeak_at)),
+                gib(b, p->arena_bytes[ARENA_HOST]));
+        peak_story(f, v, v->hlive, v->hpeak, v->hpeak_at, ARENA_HOST);
+        fprintf(f, "<h3>Host: address over time</h3>\n");
+        svg_addr(f, v, ARENA_HOST, "host-addr");
+        fprintf(f, "<h3>Host: live bytes by category</h3>\n");
+        svg_cats(f, v, v->hlive, v->hpeak, v->hpeak_at);
+    }
     fprintf(f, "<script>\n"
                "const info = document.getElementById('info');\n"
-               "document.getElementById('addr').addEventListener('mouseover', e => {\n"
-               "  const d = e.target.dataset;\n"
-               "  if (!d || !d.n) return;\n"
-               "  info.textContent = d.n + '  (' + d.c + ')\\n' + d.s + ', ' + Number(d.b).toLocaleString() +\n"
-               "    ' bytes at offset ' + Number(d.o).toLocaleString() + ', live over instructions ' + d.l;\n"
-               "});\n</script>\n</body></html>\n");
+               "for (const svg of document.querySelectorAll('svg.addr'))\n"
+               "  svg.addEventListener('mouseover', e => {\n"
+               "    const d = e.target.dataset;\n"
+               "    if (!d || !d.n) return;\n"
+               "    info.textContent = d.n + '  (' + d.c + ', ' + (svg.id === 'addr' ? 'device' : 'host') + ')\\n' +\n"
+               "      d.s + ', ' + Number(d.b).toLocaleString() + ' bytes at offset ' +\n"
+               "      Number(d.o).toLocaleString() + ', live over instructions ' + d.l;\n"
+               "  });\n</script>\n</body></html>\n");
 }
 
 // Estimated duration of an instruction: the roofline of its FLOPs and bytes.

@@ -54,6 +54,10 @@ int codegen_plan_write(FILE *f, const IrGraph *g, const PlanMeta *meta, const Ke
             (long long)meta->steps, meta->min_lr);
     if (meta->model_flops > 0)
         fprintf(f, "estimate model_flops=%lld step_us=%.1f\n", (long long)meta->model_flops, meta->step_us);
+    if (meta->host_cores > 0)
+        fprintf(f, "host cores=%d adamw_per_core=%.6g link=%.6g adamw_holds=%.6g,%.6g link_holds=%.6g,%.6g\n",
+                meta->host_cores, meta->host_adamw_per_core, meta->host_link, meta->adamw_lo,
+                meta->adamw_hi, meta->link_lo, meta->link_hi);
     if (meta->lora_r > 0)
         fprintf(f, "lora r=%lld alpha=%.17g dropout=%.17g targets=%s\n", (long long)meta->lora_r,
                 meta->lora_alpha, meta->lora_dropout, meta->lora_targets);

@@ -4,6 +4,7 @@
 // elaboration (the only part of the pipeline that reads the .ft) and prints.
 #include "driver.h"
 
+#include <math.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -23,15 +24,24 @@ void usage_compile(FILE *f) {
     fputs("usage: ftc compile FILE.ft [--budget SIZE] [--gpu PRESET] [--host-mem SIZE] [-o DIR]\n"
           "                   [--micro-batch N] [--remat P] [--offload L] [--dump-ir]\n"
           "                   [--dump-after PASS] [--emit-graph FILE.json] [--time-passes]\n"
-          "                   [--no-fusion]\n"
+          "                   [--no-fusion] [--reserve SIZE] [--host-cores N] [--host-adamw RATE]\n"
+          "                   [--host-link GBPS]\n"
           "\n"
-          "  --budget SIZE     device memory the step must fit (default: the preset's memory)\n"
+          "  --budget SIZE     device memory the step must fit (default, and at most: the card's\n"
+          "                    memory as it reports it, the preset's)\n"
           "  --host-mem SIZE   host memory for offloaded state (default: this machine's RAM)\n"
           "  --gpu PRESET      GPU preset (default a100-40g):",
           f);
     for (int i = 0; i < n; i++)
         fprintf(f, " %s", p[i].name);
     fputs("\n"
+          "  --reserve SIZE    the CUDA context and driver's use of the card, outside the plan\n"
+          "                    (default: the preset's, 512M)\n"
+          "The training host, for the cost model (defaults: a typical training server):\n"
+          "  --host-cores N    threads the CPU AdamW runs on (default 32)\n"
+          "  --host-adamw RATE fp32 AdamW parameters per second per core, every core busy\n"
+          "                    (default 200M; k, M, G multiply by 10^3, 10^6, 10^9)\n"
+          "  --host-link GBPS  host-device link, GB/s each way (default: the preset's)\n"
           "  -o DIR            the plan directory to write (default: NAME.plan, NAME the file's stem)\n"
           "  --dump-ir         print the IR after each pass of the chosen plan\n"
           "  --dump-after PASS print the IR after one pass of the chosen plan: elaborate, lora,\n"
@@ -245,6 +255,40 @@ static void suggestions(FILE *f, const PlanCtx *pc, const FtModel *m, const Plan
     fprintf(f, "  a smaller global batch changes only the accumulation at micro-batch 1, not the memory\n");
 }
 
+// "between A and B UNIT", "of at least A UNIT", "of at most B UNIT".
+static void range(FILE *f, double lo, double hi, const char *fmt, const char *unit) {
+    char a[32], b[32];
+    snprintf(a, sizeof a, fmt, lo);
+    snprintf(b, sizeof b, fmt, hi);
+    if (lo > 0 && isfinite(hi))
+        fprintf(f, "between %s and %s %s", a, b, unit);
+    else if (lo > 0)
+        fprintf(f, "of at least %s %s", a, unit);
+    else
+        fprintf(f, "of at most %s %s", b, unit);
+}
+
+// The host rates over which the choice holds, when some other plan would win outside.
+static void holds_line(FILE *f, const PlanHolds *h, const CostModel *cm) {
+    bool adamw = h->adamw_lo > 0 || isfinite(h->adamw_hi), link = h->link_lo > 0 || isfinite(h->link_hi);
+    if (!adamw && !link)
+        return;
+    fprintf(f, "  the choice holds for");
+    if (adamw) {
+        fprintf(f, " a host AdamW ");
+        range(f, h->adamw_lo / 1e6, h->adamw_hi / 1e6, "%.0f", "M parameters/s");
+        fprintf(f, " (assumed %.0f M)", cm->host_adamw_per_s / 1e6);
+    }
+    if (adamw && link)
+        fprintf(f, " and");
+    if (link) {
+        fprintf(f, " a link ");
+        range(f, h->link_lo / 1e9, h->link_hi / 1e9, "%.1f", "GB/s");
+        fprintf(f, " (assumed %.1f)", cm->link_bytes_per_s / 1e9);
+    }
+    fprintf(f, "; ftc run warns outside\n");
+}
+
 // Time per stage over every build of this compile (the planner's candidates included).
 static void print_times(FILE *f, const PassTimes *t) {
     int n;
@@ -264,20 +308,24 @@ static void print_times(FILE *f, const PassTimes *t) {
 // `out` and `report`. 0 with *chosen set, or -1 after printing why nothing fits and
 // what would.
 static int plan(FILE *out, FILE *report, const PlanCtx *pc, const PlannerInput *pin,
-                const FtModel *m, PlanChoice *chosen) {
+                const FtModel *m, const HostSpec *host, PlanChoice *chosen, PlanHolds *holds) {
     PlannerResult r;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     planner_search(pin, &r);
     clock_gettime(CLOCK_MONOTONIC, &t1);
+    *holds = planner_holds(&r, pc->cm.host_adamw_per_s, pc->cm.link_bytes_per_s);
     double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6;
     FILE *sinks[2] = {out, report};
     for (int s = 0; s < 2; s++) {
         FILE *f = sinks[s];
-        fprintf(f, "\nplanner: %d candidates planned in %.0f ms (host AdamW measured at %.0f M params/s)\n",
-                r.tried.len, ms, pc->cm.host_adam_params_per_s / 1e6);
+        fprintf(f, "\nplanner: %d candidates planned in %.0f ms (host: %d cores x %.0f M AdamW "
+                   "parameters/s, link %.1f GB/s)\n",
+                r.tried.len, ms, host->cores, host->adamw_per_core / 1e6, pc->cm.link_bytes_per_s / 1e9);
         if (r.best >= 0)
             decision(f, &r.tried.at[r.best], m, pc->gpu, pin->budget_bytes, pin->nlayers);
+        if (r.best >= 0)
+            holds_line(f, holds, &pc->cm);
         if (r.tried.len)
             candidates_table(f, &r, pin->nlayers);
     }
@@ -312,7 +360,8 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
     const char *path = NULL, *gpu_name = "a100-40g", *outdir = NULL, *emit = NULL;
     int out_arg = -1;
     int path_arg = 0, gpu_arg = 0, remat = -1, offload = -1;
-    int64_t budget = 0, host = 0, micro = 0;
+    int64_t budget = 0, host = 0, micro = 0, reserve = -1;
+    HostSpec hs = host_default();
     const char *dump_after = NULL;
     bool time_passes = false, no_fusion = false;
     for (int i = first; i < argc; i++) {
@@ -324,7 +373,9 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
         bool takes = !strcmp(s, "--budget") || !strcmp(s, "--gpu") || !strcmp(s, "--micro-batch") ||
                      !strcmp(s, "-o") || !strcmp(s, "--remat") || !strcmp(s, "--offload") ||
                      !strcmp(s, "--host-mem") || !strcmp(s, "--emit-graph") ||
-                     !strcmp(s, "--dump-after");
+                     !strcmp(s, "--dump-after") || !strcmp(s, "--reserve") ||
+                     !strcmp(s, "--host-cores") || !strcmp(s, "--host-adamw") ||
+                     !strcmp(s, "--host-link");
         if (takes && i + 1 >= argc) {
             arg_error(cl, i, "%s needs a value", s);
             return EXIT_USAGE;
@@ -337,6 +388,41 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
                 arg_error(cl, i, "%s", why[0] ? why : "a size must be positive");
                 return EXIT_USAGE;
             }
+        } else if (!strcmp(s, "--reserve")) {
+            char why[160] = "";
+            i++;
+            if (fe_size_parse(argv[i], &reserve, why, sizeof why) != 0 || reserve < 0) {
+                arg_error(cl, i, "%s", why[0] ? why : "a size cannot be negative");
+                return EXIT_USAGE;
+            }
+        } else if (!strcmp(s, "--host-cores")) {
+            char *end;
+            errno = 0;
+            long n = strtol(argv[++i], &end, 10);
+            if (errno || *end || n < 1 || n > 65536) {
+                arg_error(cl, i, "--host-cores needs a whole number of threads from 1 to 65536");
+                return EXIT_USAGE;
+            }
+            hs.cores = (int)n;
+        } else if (!strcmp(s, "--host-adamw") || !strcmp(s, "--host-link")) {
+            bool adamw = s[7] == 'a';
+            i++;
+            char *end;
+            errno = 0;
+            double v = strtod(argv[i], &end);
+            double unit = 1;
+            if (adamw && *end && !end[1])
+                unit = *end == 'k' ? 1e3 : *end == 'M' ? 1e6 : *end == 'G' ? 1e9 : 0, end += unit > 0;
+            if (errno || end == argv[i] || *end || !isfinite(v) || v <= 0) {
+                arg_error(cl, i, adamw ? "--host-adamw needs a positive rate in parameters per second "
+                                         "(200M, 1.5G)"
+                                       : "--host-link needs a positive rate in GB/s (25, 12.5)");
+                return EXIT_USAGE;
+            }
+            if (adamw)
+                hs.adamw_per_core = v * unit;
+            else
+                hs.link_gbps = v;
         } else if (!strcmp(s, "--gpu")) {
             gpu_name = argv[++i];
             gpu_arg = i;
@@ -417,6 +503,10 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
         arg_error(cl, gpu_arg, "unknown GPU preset '%s' (one of: %s)", gpu_name, list);
         return EXIT_USAGE;
     }
+    GpuPreset card = *gpu;   // the preset, with the reserve the user gave
+    if (reserve >= 0)
+        card.reserve_bytes = reserve;
+    gpu = &card;
 
     // Where the plan goes: -o, else NAME.plan in the current directory. Checked now (a
     // file, or a directory of other things, is refused) so that no planning is wasted.
@@ -456,6 +546,9 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
         goto done;
     if (!budget)
         budget = m.train.budget_bytes ? m.train.budget_bytes : gpu->mem_bytes;
+    int64_t asked = budget;   // more than the card has is the card's memory
+    if (budget > gpu->mem_bytes)
+        budget = gpu->mem_bytes;
     if (!host)
         host = m.train.host_mem_bytes ? m.train.host_mem_bytes
                                       : (int64_t)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGE_SIZE);
@@ -487,6 +580,10 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
         goto done;
     }
     report_compile(out, path, &m, naive, gpu, budget);
+    if (asked > budget)
+        fprintf(out, "the %s reports %lld MiB (%s) of memory, less than the %s asked: planned for "
+                     "the card's\n",
+                gpu->name, (long long)(gpu->mem_bytes >> 20), SIZE(gpu->mem_bytes), SIZE(asked));
     int nlayers = ir_layers(naive);
     MemBreakdown states = count_naive_memory(naive, 0);
     ir_graph_free(naive);
@@ -498,7 +595,7 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
     pipe.verify = false;
     pipe.cache = pipeline_cache_new();
     PlanCtx pc = {.pipeline = &pipe, .gpu = gpu,
-                  .cm = {gpu, cost_measure_host_adamw(), cost_measure_host_sumsq()}};
+                  .cm = {gpu, host_adamw_rate(&hs), host_sumsq_rate(&hs), host_link_bytes_per_s(&hs, gpu)}};
     PlannerInput pin = {.global_batch = m.train.batch, .budget_bytes = budget, .host_budget_bytes = host,
                         .reserve_bytes = gpu->reserve_bytes, .weights_bytes = states.bytes[MEM_WEIGHTS],
                         .grads_bytes = states.bytes[MEM_GRADS],
@@ -506,7 +603,8 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
                         .build = pipeline_plan_choice, .ctx = &pc, .nlayers = nlayers, .micro = micro,
                         .remat = remat, .offload = offload};
     PlanChoice best;
-    if (plan(out, rep, &pc, &pin, &m, &best) != 0) {
+    PlanHolds holds;
+    if (plan(out, rep, &pc, &pin, &m, &hs, &best, &holds) != 0) {
         pipeline_cache_free(pipe.cache);
         show = true;   // the analysis of why nothing fits is the answer
         goto done;
@@ -555,7 +653,10 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
                      .budget_bytes = budget, .accum = m.train.batch / best.micro,
                      .arena_bytes = bs.alloc.arena_bytes, .host_bytes = bs.alloc.host_bytes,
                      .reserve_bytes = gpu->reserve_bytes, .flops_per_s = gpu->bf16_tflops * 1e12,
-                     .bytes_per_s = gpu->hbm_gbps * 1e9, .link_bytes_per_s = gpu->link_gbps * 1e9,
+                     .bytes_per_s = gpu->hbm_gbps * 1e9, .link_bytes_per_s = pc.cm.link_bytes_per_s,
+                     .host_cores = hs.cores, .host_adamw_per_core = hs.adamw_per_core,
+                     .host_link = pc.cm.link_bytes_per_s, .adamw_lo = holds.adamw_lo,
+                     .adamw_hi = holds.adamw_hi, .link_lo = holds.link_lo, .link_hi = holds.link_hi,
                      .report = rtext};
     driver_meta_train(&meta, &m.train);
     StepCost est = cost_step(g, &pc.cm, meta.accum, m.train.batch * m.train.seq);

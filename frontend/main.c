@@ -290,8 +290,9 @@ static void usage_inspect(FILE *f) {
     fputs("usage: ftc inspect DIR [--at peak|N] [--buffer NAME] [--top K] [--json] [--kernels]\n"
           "\n"
           "  (no option)       the summary: budget, peak and where, breakdown, largest buffers,\n"
-          "                    timeline (what DIR/memory.txt holds)\n"
-          "  --at peak|N       what is live at the peak or at instruction N\n"
+          "                    timeline, and the host arena's own (what DIR/memory.txt holds)\n"
+          "  --at peak|N       what is live at the device's peak or at instruction N, on the\n"
+          "                    device and on the host\n"
           "  --buffer NAME     one buffer: place, lifetime, the instructions touching it\n"
           "  --top K           how many buffers to list (default 20)\n"
           "  --json            everything, for programs (what DIR/memory.json holds)\n"
@@ -363,7 +364,8 @@ static int cmd_inspect(Cmdline *cl, int argc, char **argv, int first) {
     }
     const GpuPreset *gpu = p->gpu ? gpu_preset(p->gpu) : NULL;
     MemMeta mm = {p->budget_bytes, p->reserve_bytes, gpu ? gpu->bf16_tflops * 1e12 : 312e12,
-                  gpu ? gpu->hbm_gbps * 1e9 : 1555e9, gpu ? gpu->link_gbps * 1e9 : 25e9};
+                  gpu ? gpu->hbm_gbps * 1e9 : 1555e9,
+                  p->host_link > 0 ? p->host_link : gpu ? gpu->link_gbps * 1e9 : 25e9};
     MemView v;
     mv_init(&v, p);
     int rc = 0;

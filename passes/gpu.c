@@ -1,20 +1,23 @@
-// gpu.c — GPU presets (REFERENCE.md §5). Memory sizes follow each card's label:
-// "40G" cards have 40 GiB, "24 GB" cards 24·10^9 bytes; the H200's 141 GB shows
-// as about 139 GiB usable.
+// gpu.c — GPU presets (REFERENCE.md §5) and the host the cost model assumes.
+//
+// A preset's memory is what the card reports as its total (nvidia-smi's figure, in
+// MiB): an RTX 4090 reports 24564 MiB, less than 24 GiB, so a budget of "24G" on it is
+// the card's 24564 MiB. What a process can allocate is that less the driver's and the
+// context's use, the preset's reserve (a modeled figure; `ftc compile --reserve` sets
+// another, and `ftc run` on a GPU prints what the device really shows in use).
 #include "passes.h"
 
 #include <string.h>
 
-#define GiB(x) ((int64_t)(x) << 30)
 #define MiB(x) ((int64_t)(x) << 20)
 
 static const GpuPreset presets[] = {
-    {"a100-40g", GiB(40), 312, 1555, 25, MiB(512), MiB(4), "sm_80"},
-    {"a100-80g", GiB(80), 312, 2039, 25, MiB(512), MiB(4), "sm_80"},
-    {"h100-80g", GiB(80), 989, 3350, 50, MiB(512), MiB(32), "sm_90"},
-    {"h200", GiB(139), 989, 4800, 50, MiB(512), MiB(32), "sm_90"},
-    {"l4", 24000000000LL, 121, 300, 25, MiB(512), MiB(4), "sm_89"},
-    {"rtx4090", GiB(24), 165, 1008, 25, MiB(512), MiB(4), "sm_89"},
+    {"a100-40g", MiB(40960), 312, 1555, 25, MiB(512), MiB(4), "sm_80"},
+    {"a100-80g", MiB(81920), 312, 2039, 25, MiB(512), MiB(4), "sm_80"},
+    {"h100-80g", MiB(81559), 989, 3350, 50, MiB(512), MiB(32), "sm_90"},
+    {"h200", MiB(143771), 989, 4800, 50, MiB(512), MiB(32), "sm_90"},
+    {"l4", MiB(23034), 121, 300, 25, MiB(512), MiB(4), "sm_89"},
+    {"rtx4090", MiB(24564), 165, 1008, 25, MiB(512), MiB(4), "sm_89"},
 };
 
 const GpuPreset *gpu_preset(const char *name) {
@@ -28,3 +31,19 @@ const GpuPreset *gpu_presets(int *n) {
     *n = (int)(sizeof presets / sizeof presets[0]);
     return presets;
 }
+
+// A typical training server: 32 cores for the CPU AdamW, each updating 200 M fp32
+// parameters a second with every core busy (AdamW moves ~30 bytes a parameter, so 32
+// cores take ~190 GB/s of memory bandwidth, what two sockets of DDR4/DDR5 give), and
+// the GPU preset's link.
+HostSpec host_default(void) { return (HostSpec){.cores = 32, .adamw_per_core = 2e8, .link_gbps = 0}; }
+
+double host_adamw_rate(const HostSpec *h) { return (double)h->cores * h->adamw_per_core; }
+
+double host_link_bytes_per_s(const HostSpec *h, const GpuPreset *gpu) {
+    return (h->link_gbps > 0 ? h->link_gbps : gpu->link_gbps) * 1e9;
+}
+
+// A sum of squares in double, in order, on one core: a fifth of the time of an AdamW
+// update per element (one load, a multiply-add on a dependent chain).
+double host_sumsq_rate(const HostSpec *h) { return 5.0 * h->adamw_per_core; }

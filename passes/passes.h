@@ -190,15 +190,30 @@ typedef struct GpuPreset {
 const GpuPreset *gpu_preset(const char *name);   // NULL if unknown
 const GpuPreset *gpu_presets(int *n);
 
+// The machine that will train, as the cost model sees it (ftc compile --host-*).
+typedef struct HostSpec {
+    int cores;                  // threads the CPU AdamW runs on
+    double adamw_per_core;      // fp32 AdamW parameters per second per core, all cores busy
+    double link_gbps;           // achieved host link each way, GB/s (0: the GPU preset's)
+} HostSpec;
+
+// The documented defaults: a typical training server (gpu.c says which).
+HostSpec host_default(void);
+double host_adamw_rate(const HostSpec *h);          // parameters per second, all cores
+double host_link_bytes_per_s(const HostSpec *h, const GpuPreset *gpu);
+// The host's sum of squares (a norm over host gradients), elements per second on one thread.
+double host_sumsq_rate(const HostSpec *h);
+
 //
 // cost.c — the estimated step time on a GPU preset.
 //
 
 typedef struct CostModel {
     const GpuPreset *gpu;
-    double host_adam_params_per_s;  // CPU AdamW rate, measured on this machine
-    double host_sumsq_per_s;        // the CPU's sum of squares over host gradients (elements
-                                    // per second, measured; 0: not counted)
+    double host_adamw_per_s;    // CPU AdamW over offloaded state, parameters per second
+    double host_sumsq_per_s;    // the CPU's sum of squares over host gradients (elements per
+                                // second, on one thread: the sum runs in a fixed order)
+    double link_bytes_per_s;    // the host link, each way (0: the GPU preset's)
 } CostModel;
 
 typedef struct StepCost {
@@ -209,14 +224,22 @@ typedef struct StepCost {
     double copy_us;         // link time per step (overlapped where it can be)
     int64_t model_flops;    // per step, without recompute
     double tokens_per_s, mfu;
+    // What step_us is made of, so that it can be priced again for another host
+    // (cost_step_at): per micro-step the device's time and the bytes over the link;
+    // in the optimizer phase the device's time, the link's bytes and the parameters
+    // the CPU updates.
+    int64_t accum, tokens;
+    double micro_device_us, micro_link_bytes;
+    double opt_device_us, opt_link_bytes, host_params;
+    double host_sumsq_elems;    // the gradients' norm on the host, before the updates
+    double sumsq_per_adamw;     // the host's sum-of-squares rate over its AdamW rate
 } StepCost;
 
 double cost_node_us(const IrGraph *g, const IrNode *n, const CostModel *cm);
 StepCost cost_step(const IrGraph *g, const CostModel *cm, int64_t accum, int64_t tokens_per_step);
-// The host's fp32 AdamW rate in parameters per second, timed on this machine.
-double cost_measure_host_adamw(void);
-// The host's rate for the gradients' sum of squares (elements per second), timed here.
-double cost_measure_host_sumsq(void);
+// The step time of `c` on a host whose CPU AdamW runs at `adamw_per_s` parameters per
+// second and whose link moves `link_bytes_per_s` each way.
+double cost_step_at(const StepCost *c, double adamw_per_s, double link_bytes_per_s);
 
 //
 // planner.c — the search for the fastest plan that fits.
@@ -275,6 +298,17 @@ int planner_search(const PlannerInput *in, PlannerResult *r);
 int planner_exact(const PlannerInput *in, int64_t micro, int level, RematPolicy *policies,
                   Candidate *best);
 void planner_choice_str(char *buf, size_t cap, const PlanChoice *c, int nlayers);
+
+// Over which host rates the choice holds: the range of CPU AdamW rates (at the link
+// `link`), and of link rates (at the AdamW rate `adamw`), around the assumed ones, in
+// which r->best stays the fastest of the fitting candidates tried. A bound the choice
+// never meets within 1/1000 to 1000 times the assumed rate is 0 (lower) or INFINITY.
+typedef struct PlanHolds {
+    double adamw_lo, adamw_hi;      // parameters per second
+    double link_lo, link_hi;        // bytes per second
+} PlanHolds;
+
+PlanHolds planner_holds(const PlannerResult *r, double adamw, double link);
 
 //
 // count.c — parameter counts and the memory a step needs with no technique applied.

@@ -13,6 +13,7 @@
 // candidates are merged in a fixed order, so the result does not depend on timing.
 #include "passes.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -240,4 +241,44 @@ int planner_exact(const PlannerInput *in, int64_t micro, int level, RematPolicy 
     }
     free(trial);
     return fits;
+}
+
+// The candidate fastest at (adamw, link) among the fitting ones.
+static int fastest_at(const PlannerResult *r, double adamw, double link) {
+    int best = -1;
+    double best_us = 0;
+    for (int i = 0; i < r->tried.len; i++) {
+        const Candidate *c = &r->tried.at[i];
+        if (!c->fits)
+            continue;
+        double us = cost_step_at(&c->o.cost, adamw, link);
+        if (best < 0 || us < best_us)
+            best = i, best_us = us;
+    }
+    return best;
+}
+
+// How far rate `x` (index 0: AdamW, 1: link) can move by steps of 2^(1/8) before
+// another candidate is the fastest; the last factor at which r->best still is.
+static double holds_to(const PlannerResult *r, double adamw, double link, int which, double dir) {
+    double f = 1;
+    for (int k = 1; k <= 80; k++) {   // 2^10 = 1024 either way
+        double g = pow(2.0, dir * k / 8.0);
+        int b = which == 0 ? fastest_at(r, adamw * g, link) : fastest_at(r, adamw, link * g);
+        if (b != r->best)
+            return f;
+        f = g;
+    }
+    return dir < 0 ? 0 : INFINITY;
+}
+
+PlanHolds planner_holds(const PlannerResult *r, double adamw, double link) {
+    PlanHolds h = {0, INFINITY, 0, INFINITY};
+    if (r->best < 0)
+        return h;
+    h.adamw_lo = adamw * holds_to(r, adamw, link, 0, -1);
+    h.adamw_hi = adamw * holds_to(r, adamw, link, 0, 1);
+    h.link_lo = link * holds_to(r, adamw, link, 1, -1);
+    h.link_hi = link * holds_to(r, adamw, link, 1, 1);
+    return h;
 }

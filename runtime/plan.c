@@ -210,6 +210,35 @@ static int read_header(Reader *r, Plan *p) {
                 else
                     return bad(r, "unknown estimate setting '%s'", w[i]);
             }
+        } else if (strcmp(w[0], "host") == 0) {
+            for (int i = 1; ok && i < n; i++) {
+                char *eq = strchr(w[i], '=');
+                if (!eq)
+                    return bad(r, "host settings are key=value");
+                *eq = '\0';
+                double lo, hi;
+                if (!strcmp(w[i], "cores"))
+                    ok = parse_int(eq + 1, &p->host_cores) && p->host_cores > 0;
+                else if (!strcmp(w[i], "adamw_per_core"))
+                    ok = parse_f64(eq + 1, &p->host_adamw_per_core) && isfinite(p->host_adamw_per_core) &&
+                         p->host_adamw_per_core > 0;
+                else if (!strcmp(w[i], "link"))
+                    ok = parse_f64(eq + 1, &p->host_link) && isfinite(p->host_link) && p->host_link > 0;
+                else if (!strcmp(w[i], "adamw_holds") || !strcmp(w[i], "link_holds")) {
+                    char *comma = strchr(eq + 1, ',');
+                    ok = comma != NULL;
+                    if (ok) {
+                        *comma = '\0';
+                        ok = parse_f64(eq + 1, &lo) && parse_f64(comma + 1, &hi) && lo >= 0 && hi >= lo &&
+                             !isnan(lo) && !isnan(hi);
+                    }
+                    if (ok && w[i][0] == 'a')
+                        p->adamw_lo = lo, p->adamw_hi = hi;
+                    else if (ok)
+                        p->link_lo = lo, p->link_hi = hi;
+                } else
+                    return bad(r, "unknown host setting '%s'", w[i]);
+            }
         } else if (strcmp(w[0], "lora") == 0) {
             for (int i = 1; ok && i < n; i++) {
                 char *eq = strchr(w[i], '=');

@@ -16,6 +16,12 @@
 //   estimate model_flops=N step_us=X (the cost model's FLOPs, without recompute, and
 //                                      time of one optimizer step; optional)
 //   lora r=8 alpha=16 dropout=0.05 targets=q_proj,v_proj     (only with LoRA)
+//   host cores=32 adamw_per_core=2e+08 link=2.5e+10 adamw_holds=LO,HI link_holds=LO,HI
+//                                    (optional: the training host the cost model assumed:
+//                                     CPU AdamW threads and parameters per second per core,
+//                                     link bytes per second; the ranges of AdamW rate (all
+//                                     cores) and link rate over which the planner's choice
+//                                     stays the fastest, inf for no bound)
 //   rank 0 ranks 1
 //   arena device BYTES device        (the arena, its size, the memory it lives in:
 //   arena host BYTES pinned           device memory, or page-locked host memory)
@@ -178,6 +184,10 @@ typedef struct Plan {
     int rank, ranks;
     int64_t model_flops;    // the compiler's estimate for one optimizer step: FLOPs
     double est_step_us;     // without recompute, and time (0: none in the plan)
+    int host_cores;         // the host the cost model assumed (0: the plan does not say)
+    double host_adamw_per_core, host_link;  // parameters/s a core, link bytes/s
+    double adamw_lo, adamw_hi;  // AdamW rates (all cores) over which the choice holds
+    double link_lo, link_hi;    // link rates over which the choice holds
     int64_t lora_r;         // 0 without LoRA
     double lora_alpha, lora_dropout;
     char *lora_targets;     // comma-separated module names

@@ -74,6 +74,10 @@ int rt_cuda_probe(char *why, size_t len);
 // What the GPU and the process hold: the device's total and free memory, and the name;
 // false if `b` is not the cuda backend.
 bool rt_cuda_memory(Backend *b, int64_t *total, int64_t *free_bytes, char *name, size_t namelen);
+// The host-to-device rate from x's pinned host arena to its device arena, bytes per second
+// (timed on up to 64 MiB: before any buffer holds data); 0 if x does not run on the cuda
+// backend with planned arenas of both kinds.
+double rt_cuda_link_rate(const Exec *x);
 
 // emu/backend.c — the plan's generated kernels (DIR/kernels.cu) compiled by the host C
 // compiler against DIR/ftc_emu.h (the CUDA execution model on the CPU) and launched as
@@ -215,6 +219,30 @@ int rt_save_weights(Exec *x, const char *dir, bool merge, FILE *out, char *err, 
 // linear warm-up from 0 over warmup_steps, then the peak (constant), or a linear or half-
 // cosine decay to min_lr at `steps` (held there after), as Hugging Face's schedulers.
 double rt_lr_at(const Plan *p, int64_t step);
+
+//
+// host.c — the host ftc run trains on.
+//
+
+// Threads for host-stream work: $FTC_HOST_THREADS, else the online CPUs.
+int rt_host_threads(void);
+// fn(ctx, lo, hi) over [0, n) in ranges, on rt_host_threads() threads when n is large
+// (fn must treat elements independently: the result is then the same on any number).
+void rt_parallel_for(int64_t n, void (*fn)(void *ctx, int64_t lo, int64_t hi), void *ctx);
+// This machine's fp32 AdamW rate, parameters per second over every host thread (timed).
+double rt_host_adamw_rate(void);
+typedef struct HostRates {
+    double adamw;           // CPU AdamW parameters per second, every host thread (0: not timed)
+    double link;            // host to device bytes per second (0: not timed)
+} HostRates;
+
+// Times this host's AdamW (when the plan runs AdamW on the host) and, on a GPU, its link
+// (when the plan copies), for a plan that says what host it assumed; before any buffer
+// holds data (the link is timed through the arenas).
+HostRates rt_host_measure(const Exec *x);
+// Prints the rates against the plan's assumptions, and a warning for each outside the
+// range over which the plan's choice is the fastest.
+void rt_host_check(const Plan *p, HostRates r, FILE *out);
 
 //
 // train.c — ftc run.

@@ -233,6 +233,7 @@ int rt_train(const RunOptions *o) {
         error("%s", err);
         goto out;
     }
+    HostRates rates = rt_host_measure(&x);   // before any buffer holds data: the link is timed through them
     // Resuming: the state of a checkpoint, its step and seed (the data order, dropout and
     // AdamW's bias correction follow from them), so the run goes on as if never stopped.
     uint64_t seed = o->seed;
@@ -289,6 +290,7 @@ int rt_train(const RunOptions *o) {
             fprintf(o->out, "; gradients clipped to a global norm of %g", clip);
         fputc('\n', o->out);
     }
+    rt_host_check(p, rates, o->out);
     const PlanBuffer *lossb = plan_role(p, "loss");
     double t0 = now_s(), t1st = 0, first_loss = 0, recent[10] = {0};
     int64_t nrecent = 0, first_step = 0, skipped0 = x.skipped;   // nrecent: steps updated

@@ -65,6 +65,31 @@ fi
 expect budget-default models/tiny.ft "budget 42,949,672,960 bytes = 40.00 GiB (a100-40g): fits, 39.50 GiB to spare"
 out=$("$ftc" compile models/tiny.ft --budget 40GB --gpu h100-80g -o "$tmp/out.plan")
 grep -q "^budget 40,000,000,000 bytes = 37.25 GiB (h100-80g): fits" <<<"$out" && ok budget-gb || bad budget-gb "$out"
+# A budget past the card's memory is the card's, as it reports it (an RTX 4090 has 24564
+# MiB, less than "24G"): the plan fits the real card.
+out=$("$ftc" compile models/qwen2.ft --budget 24G --gpu rtx4090 --host-mem 256G -o "$tmp/r.plan")
+dev=$(grep -o '^device arena  [^,]*, plus .* = [0-9.]* GiB' "$tmp/r.plan/memory.txt" | awk '{print $NF}')
+if grep -q '^the rtx4090 reports 24564 MiB (23.99 GiB) of memory, less than the 24.00 GiB asked: planned for the card.s$' <<<"$out" &&
+   grep -q '^budget        23.99 GiB (25757220864 bytes)$' "$tmp/r.plan/memory.txt" &&
+   awk -v d="$dev" 'BEGIN { exit !(d * 1024 <= 24564) }'; then
+    ok "budget-is-the-card's ($dev GiB on a 24564 MiB card)"
+else
+    bad budget-is-the-card\'s "$dev: $(grep 'reports\|^plan: micro' <<<"$out")"
+fi
+# The host the cost model assumes is the training server's, from flags: the same plan
+# on every compiling machine, recorded in the plan.
+out=$("$ftc" compile models/tiny.ft --offload optimizer --host-cores 8 --host-adamw 1.5G --host-link 12.5 -o "$tmp/h.plan")
+if grep -q '^planner: .*(host: 8 cores x 1500 M AdamW parameters/s, link 12.5 GB/s)$' <<<"$out" &&
+   grep -q '^host cores=8 adamw_per_core=1.5e+09 link=1.25e+10 ' "$tmp/h.plan/plan"; then
+    ok host-flags-recorded
+else
+    bad host-flags-recorded "$(grep '^planner' <<<"$out"; grep '^host' "$tmp/h.plan/plan")"
+fi
+for flag in "--host-cores 0" "--host-adamw fast" "--host-adamw -1" "--host-link 0" "--reserve -1M"; do
+    "$ftc" compile models/tiny.ft $flag -o "$tmp/x.plan" >/dev/null 2>&1; rc=$?
+    [ $rc = 2 ] && [ ! -e "$tmp/x.plan" ] || { bad "usage-$flag" "exit $rc"; continue; }
+done
+ok host-flag-usage-errors
 out=$("$ftc" compile models/qwen2.ft --budget 40G --host-mem 256G -o "$tmp/q.plan")
 grep -q "does not fit with no technique applied" <<<"$out" && ok qwen2-40g-no-technique || bad qwen2-40g-no-technique "$out"
 # Full fine-tuning of Qwen2-7B fits 40G: weights on the device, the rest offloaded.

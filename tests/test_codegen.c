@@ -78,7 +78,7 @@ static void test_dumps_agree(void) {
     snprintf(path, sizeof path, "%s/memory.txt", h.dir);
     char *txt = slurp(path);
     CHECK(txt && strstr(txt, "peak live") && strstr(txt, "at the peak, by category") &&
-          strstr(txt, "the 20 largest buffers") && strstr(txt, "<- peak"));
+          strstr(txt, "the 20 largest device buffers") && strstr(txt, "<- peak"));
     // Both JSON dumps parse (jansson), with the keys tools rely on.
     const char *files[] = {"memory.json", "trace.json"};
     for (int k = 0; k < 2; k++) {
@@ -97,6 +97,87 @@ static void test_dumps_agree(void) {
     mv_free(&v);
 }
 
+// The host arena has its own view: a plan with offloaded state and swapped activations
+// shows its host peak (what the buffer table implies) apart, and the device's lists of
+// largest buffers name device buffers only.
+static void test_host_view(const char *text) {
+    Harness o;
+    PlanChoice c = {1, REMAT_SWAP, 2, REMAT_SWAP, {true, true}, NULL};   // host state the largest
+    if (!harness_compile_choice(&o, "models/tiny.ft", text, &c)) {
+        CHECK(false);
+        harness_free(&o);
+        return;
+    }
+    const Plan *p = o.plan;
+    CHECK(p->arena_bytes[ARENA_HOST] > 0);
+    MemView v;
+    mv_init(&v, p);
+    int64_t most = 0;
+    for (int i = 0; i < v.n; i++) {
+        int64_t live = 0;
+        for (int b = 0; b < p->nbuf; b++) {
+            const PlanBuffer *x = &p->buf[b];
+            if (x->view < 0 && x->arena == ARENA_HOST && x->first + (x->reuse >= 0) <= i && i <= x->last)
+                live += x->bytes;
+        }
+        CHECK_EQ(live, v.htotal[i]);
+        if (live > most)
+            most = live;
+    }
+    CHECK_EQ(most, v.hpeak);
+    char path[600];
+    snprintf(path, sizeof path, "%s/memory.txt", o.dir);
+    char *txt = slurp(path);
+    CHECK(txt && strstr(txt, "host memory (the pinned host arena") && strstr(txt, "the 10 largest host buffers"));
+    // Every buffer the device's table names is a device buffer.
+    const char *from = txt ? strstr(txt, "largest device buffers") : NULL, *to = txt ? strstr(txt, "\ntimeline") : NULL;
+    int named = 0;
+    for (const char *l = from ? strchr(from, '\n') : NULL; l && to && l < to; l = strchr(l + 1, '\n')) {
+        char name[128];
+        if (sscanf(l + 1, "%127s", name) != 1 || !strcmp(name, "name"))
+            continue;
+        for (int b = 0; b < p->nbuf; b++)
+            if (!strcmp(p->buf[b].name, name)) {
+                CHECK(p->buf[b].arena == ARENA_DEVICE);
+                named++;
+            }
+    }
+    CHECK(named > 0);
+    FILE *f = tmpfile();
+    mv_print_at(f, &v, v.peak_at, 1000);
+    rewind(f);
+    char line[512];
+    bool device_part = false;
+    int host_named = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (strstr(line, "largest device buffers"))
+            device_part = true;
+        else if (strstr(line, "on the host at instruction"))
+            device_part = false;
+        char name[128];
+        if (sscanf(line, "    %127s", name) != 1)
+            continue;
+        for (int b = 0; b < p->nbuf; b++)
+            if (!strcmp(p->buf[b].name, name)) {
+                CHECK(p->buf[b].arena == (device_part ? ARENA_DEVICE : ARENA_HOST));
+                host_named += !device_part;
+            }
+    }
+    fclose(f);
+    CHECK(host_named > 0);
+    snprintf(path, sizeof path, "%s/memory.json", o.dir);
+    json_error_t je;
+    json_t *j = json_load_file(path, 0, &je);
+    CHECK(j && json_integer_value(json_object_get(j, "host_peak_bytes")) == v.hpeak &&
+          json_object_get(json_object_get(j, "host_live_bytes"), "optimizer") != NULL);
+    json_decref(j);
+    snprintf(path, sizeof path, "%s/memory.html", o.dir);
+    char *html = slurp(path);
+    CHECK(html && strstr(html, "id=\"host-addr\"") && strstr(html, "Host memory"));
+    mv_free(&v);
+    harness_free(&o);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && chdir(argv[1]) != 0)
         return 2;
@@ -113,5 +194,6 @@ int main(int argc, char **argv) {
     RUN(test_plan_round_trip);
     RUN(test_dumps_agree);
     harness_free(&h);
+    RUN_NAMED("test_host_view", test_host_view(text));
     return CHECK_DONE();
 }

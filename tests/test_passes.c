@@ -313,7 +313,20 @@ static void test_presets(void) {
     const GpuPreset *p = gpu_preset("a100-40g");
     CHECK(p && p->mem_bytes == 40LL << 30);
     CHECK(gpu_preset("h100-80g") && gpu_preset("h100-80g")->bf16_tflops == 989);
-    CHECK(gpu_preset("l4") && gpu_preset("l4")->mem_bytes == 24000000000LL);
+    // What each card reports as its total (nvidia-smi, in MiB): a "24 GB" RTX 4090 has
+    // 24564 MiB, less than 24 GiB.
+    CHECK(gpu_preset("l4") && gpu_preset("l4")->mem_bytes == 23034LL << 20);
+    CHECK(gpu_preset("rtx4090") && gpu_preset("rtx4090")->mem_bytes == 24564LL << 20);
+    CHECK(gpu_preset("rtx4090")->mem_bytes < 24LL << 30);
+    CHECK(gpu_preset("h100-80g")->mem_bytes == 81559LL << 20);
+    CHECK(gpu_preset("h200")->mem_bytes == 143771LL << 20);
+    // The cost model's host: a training server's figures, the same on every compiling machine.
+    HostSpec h = host_default();
+    CHECK_EQ(32, h.cores);
+    CHECK(host_adamw_rate(&h) == 32 * 2e8);
+    CHECK(host_link_bytes_per_s(&h, p) == 25e9);
+    h.link_gbps = 12.5;
+    CHECK(host_link_bytes_per_s(&h, p) == 12.5e9);
     CHECK(gpu_preset("a100") == NULL);
     int n;
     gpu_presets(&n);

@@ -25,6 +25,17 @@ fi
 first=$(grep '^step 1/' <<<"$out" | awk '{print $4}')
 awk -v l="$first" 'BEGIN { exit !(l > 5.3 && l < 5.8) }' && ok "first-loss-ln256 ($first)" || bad first-loss-ln256 "$first"
 
+# The host: a plan running AdamW on the CPU says what this machine's rate is against the
+# rate it assumed; outside the range over which the plan's choice holds, a warning.
+"$ftc" compile models/tiny.ft --offload optimizer -o "$tmp/host.plan" >/dev/null
+out=$("$ftc" run "$tmp/host.plan" --data "$tmp/c.bin" --steps 1 2>&1)
+grep -q '^host: CPU AdamW at [0-9]* M parameters/s on [0-9]* threads (the plan assumed 6400 M: 32 cores x 200 M)$' <<<"$out" &&
+    ! grep -q warning <<<"$out" && ok host-rate-reported || bad host-rate-reported "$out"
+sed -i 's/^host \(.*\) adamw_holds=[^ ]*/host \1 adamw_holds=1e+15,inf/' "$tmp/host.plan/plan"
+out=$("$ftc" run "$tmp/host.plan" --data "$tmp/c.bin" --steps 1 2>&1)
+grep -q "^ftc run: warning: the plan's choice is the fastest only for a host AdamW of at least 1000000000 M parameters/s; on this machine another plan is faster: re-plan with ftc compile ... --host-cores [0-9]* --host-adamw [0-9]*M$" <<<"$out" &&
+    ok host-rate-warns || bad host-rate-warns "$out"
+
 # Same seed, same losses, bitwise; another seed, other losses. Poison is on in every
 # run here: a buffer is NaN the moment its lifetime ends.
 a=$("$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 6 --seed 7 --poison | losses)

@@ -67,23 +67,37 @@ static void reserve(CpuState *s, size_t n) {
     }
 }
 
-static void widen(float *dst, const Arg *a) {
-    if (a->b->dtype == PDT_BF16)
-        for (int64_t i = 0; i < a->n; i++)
-            dst[i] = cpu_bf16_to_f32(((const uint16_t *)a->raw)[i]);
+// Storage to fp32 and back, over element ranges (rt_parallel_for: large tensors on every
+// host thread, the same bits on any number).
+typedef struct Conv {
+    const Arg *a;
+    float *f;
+} Conv;
+
+static void widen_part(void *ctx, int64_t lo, int64_t hi) {
+    const Conv *c = ctx;
+    const uint16_t *raw = c->a->raw;
+    if (c->a->b->dtype == PDT_BF16)
+        for (int64_t i = lo; i < hi; i++)
+            c->f[i] = cpu_bf16_to_f32(raw[i]);
     else
-        for (int64_t i = 0; i < a->n; i++)
-            dst[i] = cpu_f16_to_f32(((const uint16_t *)a->raw)[i]);
+        for (int64_t i = lo; i < hi; i++)
+            c->f[i] = cpu_f16_to_f32(raw[i]);
 }
 
-static void narrow(const Arg *a) {
-    if (a->b->dtype == PDT_BF16)
-        for (int64_t i = 0; i < a->n; i++)
-            ((uint16_t *)a->raw)[i] = cpu_f32_to_bf16(a->f[i]);
-    else if (a->b->dtype == PDT_F16)
-        for (int64_t i = 0; i < a->n; i++)
-            ((uint16_t *)a->raw)[i] = cpu_f32_to_f16(a->f[i]);
+static void narrow_part(void *ctx, int64_t lo, int64_t hi) {
+    const Conv *c = ctx;
+    uint16_t *raw = c->a->raw;
+    if (c->a->b->dtype == PDT_BF16)
+        for (int64_t i = lo; i < hi; i++)
+            raw[i] = cpu_f32_to_bf16(c->f[i]);
+    else if (c->a->b->dtype == PDT_F16)
+        for (int64_t i = lo; i < hi; i++)
+            raw[i] = cpu_f32_to_f16(c->f[i]);
 }
+
+static void widen(float *dst, const Arg *a) { rt_parallel_for(a->n, widen_part, &(Conv){a, dst}); }
+static void narrow(const Arg *a) { rt_parallel_for(a->n, narrow_part, &(Conv){a, a->f}); }
 
 static int fail(Call *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int fail(Call *c, const char *fmt, ...) {
@@ -370,9 +384,14 @@ static int k_dequant(Call *c) {
 // Optimizer ops.
 //
 
-static int k_acc(Call *c) {
-    for (int64_t i = 0; i < ON(0); i++)
+static void acc_part(void *ctx, int64_t lo, int64_t hi) {
+    Call *c = ctx;
+    for (int64_t i = lo; i < hi; i++)
         OUT(0)[i] += IN(0)[i];
+}
+
+static int k_acc(Call *c) {
+    rt_parallel_for(ON(0), acc_part, c);
     return 0;
 }
 
@@ -404,15 +423,20 @@ static int k_grad_factor(Call *c) {
 static float *master_of(Call *c, int k) { return c->in->nout > k ? OUT(k) : NULL; }
 static bool skipped(Call *c) { return IN(1)[1] != 0.0f; }
 
-static int k_adamw(Call *c) {
+static void adamw_part(void *ctx, int64_t lo, int64_t hi) {
+    Call *c = ctx;
     const Plan *p = c->x->plan;
+    float *master = master_of(c, 3), *w = master ? master : OUT(0);
+    cpu_adamw_step(w + lo, IN(0) + lo, IN(1)[0], OUT(1) + lo, OUT(2) + lo, (size_t)(hi - lo), c->x->lr,
+                   p->beta1, p->beta2, p->eps, c->in->attr.f, c->x->step - c->x->skipped);
+    if (master)
+        memcpy(OUT(0) + lo, master + lo, sizeof(float) * (size_t)(hi - lo));
+}
+
+static int k_adamw(Call *c) {
     if (skipped(c))
         return 0;
-    float *master = master_of(c, 3), *w = master ? master : OUT(0);
-    cpu_adamw_step(w, IN(0), IN(1)[0], OUT(1), OUT(2), (size_t)ON(0), c->x->lr, p->beta1, p->beta2,
-                   p->eps, c->in->attr.f, c->x->step - c->x->skipped);
-    if (master)
-        memcpy(OUT(0), master, sizeof(float) * (size_t)ON(0));
+    rt_parallel_for(ON(0), adamw_part, c);
     return 0;
 }
 

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 // One GEMM instruction as a cuBLASLt call. The plan's row-major C[M,N] = op(A) op(B) is
 // cuBLASLt's column-major C^T[N,M] = op(B)^T op(A)^T: its A is the plan's B and its B the
@@ -725,6 +726,37 @@ bool rt_cuda_memory(Backend *be, int64_t *total, int64_t *free_bytes, char *name
     *total = (int64_t)t, *free_bytes = (int64_t)f;
     snprintf(name, namelen, "%s", s->name);
     return true;
+}
+
+double rt_cuda_link_rate(const Exec *x) {
+    Backend *be = x->be;
+    if (!be || strcmp(be->name, "cuda") != 0 || x->layout != LAYOUT_PLANNED || !x->arena[ARENA_HOST] ||
+        !x->arena[ARENA_DEVICE])
+        return 0;
+    CudaState *s = be->state;
+    int64_t n = x->plan->arena_bytes[ARENA_HOST];
+    if (n > x->plan->arena_bytes[ARENA_DEVICE])
+        n = x->plan->arena_bytes[ARENA_DEVICE];
+    if (n > 64ll << 20)
+        n = 64ll << 20;
+    if (n < 1 << 20)   // too little to time
+        return 0;
+    drain(s);
+    CuStream st = s->stream[STREAM_H2D];
+    double best = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        if (!call_ok(s, s->api.cu.MemcpyAsync(dptr(x->arena[ARENA_DEVICE]), dptr(x->arena[ARENA_HOST]),
+                                              (size_t)n, st), "cuMemcpyAsync") ||
+            !call_ok(s, s->api.cu.StreamSynchronize(st), "cuStreamSynchronize"))
+            return 0;
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double sec = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+        if (sec > 0 && (double)n / sec > best)
+            best = (double)n / sec;
+    }
+    return best;
 }
 
 Backend *rt_cuda_backend(const char *plan_dir, const Plan *p, const CudaApi *api, int device,
