@@ -105,6 +105,30 @@ static void report_memory(Backend *be, const Plan *p, FILE *out) {
             planned ? 100.0 * (double)(used - planned) / (double)planned : 0.0);
 }
 
+// Where a search for the first non-finite value ended, for an error message: "; the first
+// non-finite value is in NAME, written by OP at FILE:LINE:COL", or `none` when no value was.
+static void first_nonfinite(const Plan *p, const PlanInstr *bad, int out, const char *none, char *where,
+                            size_t len) {
+    if (!bad) {
+        snprintf(where, len, "; %s", none);
+        return;
+    }
+    char what[256] = "";
+    if (bad->nstep > 0) {   // a fused kernel: the ops it runs
+        snprintf(what, sizeof what, "a fused kernel (");
+        for (int s = 0; s < bad->nstep; s++)
+            snprintf(what + strlen(what), sizeof what - strlen(what), "%s%s", s ? ", " : "",
+                     op_desc(bad->step[s].op)->name);
+        snprintf(what + strlen(what), sizeof what - strlen(what), ")");
+    } else {
+        snprintf(what, sizeof what, "%s", op_desc(bad->op)->name);
+    }
+    int n = snprintf(where, len, "; the first non-finite value is in %s, written by %s", p->buf[out].name, what);
+    if (bad->line > 0 && n > 0 && (size_t)n < len)
+        snprintf(where + n, len - (size_t)n, " at %s:%d:%d", p->source ? p->source : "the .ft", bad->line,
+                 bad->col);
+}
+
 // A non-finite loss at `step`: runs the micro-batch's forward again, reading every
 // output, and names the first instruction that wrote a NaN or infinity, with its place
 // in the .ft. The weights are those before the step (the optimizer has not run).
@@ -115,30 +139,51 @@ static void nonfinite(Exec *x, float loss, int64_t step, DataFile *d, const uint
     char err[1024], where[1400] = "";
     const PlanInstr *bad = NULL;
     int out = -1;
-    char what[256] = "";
     if (load_batch(x, d, order, nwin, cursor, window, info, tokens, targets, err, sizeof err) != 0 ||
-        rt_exec_phase_find_nonfinite(x, PHASE_FWD, &bad, &out, err, sizeof err) != 0) {
+        rt_exec_phase_find_nonfinite(x, PHASE_FWD, &bad, &out, err, sizeof err) != 0)
         snprintf(where, sizeof where, "; looking for where it starts failed: %s", err);
-    } else if (bad) {
-        if (bad->nstep > 0) {   // a fused kernel: the ops it runs
-            snprintf(what, sizeof what, "a fused kernel (");
-            for (int s = 0; s < bad->nstep; s++)
-                snprintf(what + strlen(what), sizeof what - strlen(what), "%s%s", s ? ", " : "",
-                         op_desc(bad->step[s].op)->name);
-            snprintf(what + strlen(what), sizeof what - strlen(what), ")");
-        } else {
-            snprintf(what, sizeof what, "%s", op_desc(bad->op)->name);
-        }
-        int n = snprintf(where, sizeof where, "; the first non-finite value is in %s, written by %s",
-                         p->buf[out].name, what);
-        if (bad->line > 0 && n > 0 && (size_t)n < sizeof where)
-            snprintf(where + n, sizeof where - (size_t)n, " at %s:%d:%d", p->source ? p->source : "the .ft",
-                     bad->line, bad->col);
-    } else
-        snprintf(where, sizeof where, "; every forward value is finite: the loss itself overflowed");
+    else
+        first_nonfinite(p, bad, out, "every forward value is finite: the loss itself overflowed", where,
+                        sizeof where);
     error("step %lld, micro-step %lld: the loss is %s%s; stopped before the optimizer step, "
           "the weights are those of step %lld", (long long)step, (long long)x->micro + 1,
           isnan(loss) ? "nan" : loss > 0 ? "inf" : "-inf", where, (long long)step - 1);
+}
+
+// A gradient that is not finite at `step`, every loss of it finite: the optimizer took no
+// update (and zeroed the gradients), so the step's micro-batches are run again from
+// *cursor, backward reading every output, to name the first instruction that wrote a
+// NaN or an infinity, with its place in the .ft.
+static void nonfinite_grad(Exec *x, double norm, int64_t step, DataFile *d, const uint64_t *order,
+                           uint64_t nwin, uint64_t *cursor, int32_t *window, uint8_t *info, int32_t *tokens,
+                           int32_t *targets) {
+    const Plan *p = x->plan;
+    char err[1024], where[1400] = "";
+    const PlanInstr *bad = NULL;
+    int out = -1;
+    int64_t m = 0;
+    for (; m < p->accum && !bad; m++) {
+        x->micro = m;
+        if (load_batch(x, d, order, nwin, cursor, window, info, tokens, targets, err, sizeof err) != 0 ||
+            rt_exec_phase(x, PHASE_FWD, err, sizeof err) != 0 ||
+            rt_exec_phase_find_nonfinite(x, PHASE_BWD, &bad, &out, err, sizeof err) != 0) {
+            snprintf(where, sizeof where, "; looking for where it starts failed: %s", err);
+            break;
+        }
+    }
+    char mstep[64] = "";
+    if (bad && p->accum > 1)
+        snprintf(mstep, sizeof mstep, " (in micro-step %lld's backward)", (long long)m);
+    const char *what = "a gradient is not finite";
+    if (!*where && !bad) {   // every gradient finite: only the norm's fp32 sum overflowed
+        what = "the gradients' norm overflowed";
+        snprintf(where, sizeof where, "; every value backward wrote is finite, but their sum of "
+                 "squares exceeds fp32 (a norm above 1.8e19)");
+    } else if (!*where) {
+        first_nonfinite(p, bad, out, "", where, sizeof where);
+    }
+    error("step %lld: %s (their norm is %g)%s%s; the step's update was not taken, the weights are "
+          "those of step %lld", (long long)step, what, norm, where, mstep, (long long)step - 1);
 }
 
 int rt_train(const RunOptions *o) {
@@ -341,9 +386,8 @@ int rt_train(const RunOptions *o) {
         if (!skip && rt_grad_stats(&x, &gnorm, &bad_grad) && bad_grad) {
             // a gradient is not finite: every update left its parameter as it was
             if (!o->skip_nonfinite) {
-                error("step %lld: a gradient is not finite (their norm is %g); the step's update "
-                      "was not taken, the weights are those of step %lld", (long long)step, gnorm,
-                      (long long)step - 1);
+                cursor = start;
+                nonfinite_grad(&x, gnorm, step, d, order, nwin, &cursor, window, info, tokens, targets);
                 goto out;
             }
             skip = true;

@@ -224,6 +224,29 @@ fi
 "$ftc" run "$tmp/tiny.plan" --data "$tmp/c255.bin" --weights "$tmp/huge.safetensors" --seed 3 --steps 70 >/dev/null 2>"$tmp/e"
 [ $? = 1 ] && grep -q "step $k, micro-step 1: the loss is nan; the first non-finite value is in" "$tmp/e" &&
     ok nonfinite-stops-without-skip || bad nonfinite-stops-without-skip "$(cat "$tmp/e")"
+# A gradient that is not finite while the loss is: (x·b)/b with b = 1e-25 is x forward,
+# but backward's b² underflows to 0. The run stops naming the first value backward made
+# that is not finite and its .ft line, the update not taken; --skip-nonfinite counts it.
+# With accumulation the micro-step is named too.
+sed 's|    return linear(rmsnorm(x, final_norm, eps), lm_head)|    return linear(rmsnorm((x * (exp(x * 0.0) * 1e-25)) / (exp(x * 0.0) * 1e-25), final_norm, eps), lm_head)|' \
+    models/tiny.ft > "$tmp/gradinf.ft"
+"$ftc" compile "$tmp/gradinf.ft" -o "$tmp/gradinf.plan" >/dev/null
+"$ftc" compile "$tmp/gradinf.ft" --micro-batch 4 -o "$tmp/gradinf4.plan" >/dev/null
+fails nonfinite-gradient "step 1: a gradient is not finite (their norm is nan); the first non-finite value is in" \
+    run "$tmp/gradinf.plan" --data "$tmp/c.bin" --steps 3 --save "$tmp/gi-out"
+grep -q "gradinf.ft:44:[0-9]*; the step's update was not taken, the weights are those of step 0" "$tmp/e" &&
+    [ ! -e "$tmp/gi-out/model.safetensors" ] && ! grep -q '^step\|^done' "$tmp/o" &&
+    ok nonfinite-gradient-where || bad nonfinite-gradient-where "$(cat "$tmp/e" "$tmp/o")"
+fails nonfinite-gradient-micro-step "(in micro-step 1's backward)" run "$tmp/gradinf4.plan" --data "$tmp/c.bin" --steps 1
+"$ftc" run "$tmp/gradinf.plan" --data "$tmp/c.bin" --steps 3 --skip-nonfinite > "$tmp/o" 2>&1
+[ $? = 0 ] && [ "$(grep -c '  skipped ' "$tmp/o")" = 3 ] && grep -q '^done: 3 steps, 3 skipped' "$tmp/o" &&
+    ok skip-nonfinite-gradient || bad skip-nonfinite-gradient "$(cat "$tmp/o")"
+# Gradients all finite whose norm's fp32 sum of squares overflows (the logits x 1e20) are
+# told apart from a non-finite gradient.
+sed 's|    return linear(rmsnorm(x, final_norm, eps), lm_head)|    return linear(rmsnorm(x, final_norm, eps), lm_head) * 1e20|' models/tiny.ft > "$tmp/gbig.ft"
+"$ftc" compile "$tmp/gbig.ft" -o "$tmp/gbig.plan" >/dev/null
+fails gradient-norm-overflow "step 1: the gradients' norm overflowed (their norm is inf); every value backward wrote is finite" \
+    run "$tmp/gbig.plan" --data "$tmp/c.bin" --steps 1
 # --save that cannot be written is refused before step one, not after training.
 fails save-no-parent "--save $tmp/no/such: there is no directory $tmp/no to create it in" \
     run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 1 --save "$tmp/no/such"
