@@ -214,20 +214,21 @@ static void a_ce(FILE *f, const CudaCtx *cx) {
     CTX(cx);
     const IrTensor *lg = IN(0);
     long long N = (long long)rows_of(lg), V = (long long)last_dim(lg);
+    int counted = n->nin > 2 && n->in[2] >= 0;   // the step's target count is an operand
     if (n->op == OP_CROSS_ENTROPY) {
         if (l == 0)
-            fprintf(f, "%lldLL, %lldLL, %d", N, V, DT(lg));
+            fprintf(f, "%lldLL, %lldLL, %d, %d", N, V, DT(lg), counted);
         else
-            fprintf(f, "%lldLL", N);
+            fprintf(f, "%lldLL, %d", N, counted);
         return;
     }
     if (l == 0) {
-        fprintf(f, "%lldLL", N);
+        fprintf(f, "%lldLL, %d", N, counted);
         return;
     }
     fprintf(f, "%lldLL, %lldLL, ", N, V);
     flit(f, n->attr.f);
-    fprintf(f, ", %d, %d", DT(lg), DT(OUT(0)));
+    fprintf(f, ", %d, %d, %d", DT(lg), DT(OUT(0)), counted);
 }
 static void g_ce(const CudaCtx *cx, unsigned *grid, unsigned *block) {
     CTX(cx);

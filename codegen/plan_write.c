@@ -100,9 +100,10 @@ int codegen_plan_write(FILE *f, const IrGraph *g, const PlanMeta *meta, const Ke
         else if (i == g->grad_factor)
             fprintf(f, " role=grad_factor");
         else if (t->kind == TK_INPUT)
-            fprintf(f, " role=%s", strcmp(t->name, "targets") == 0     ? "targets"
-                                   : strcmp(t->name, "positions") == 0 ? "positions"
-                                                                       : "tokens");
+            fprintf(f, " role=%s", strcmp(t->name, "targets") == 0        ? "targets"
+                                   : strcmp(t->name, "positions") == 0    ? "positions"
+                                   : strcmp(t->name, "target_count") == 0 ? "target_count"
+                                                                          : "tokens");
         fputc('\n', f);
     }
     static const char *phases[] = {"forward", "backward", "optimizer"};

@@ -1099,8 +1099,11 @@ static int build_loss(Elab *e, Scope *train, const Ast *loss) {
     // Targets are the input shifted by one: the data loader reads seq + 1 tokens.
     IrTensor *tk = ir_tensor(e->g, (int)toks.i);
     int tgt = ir_tensor_add(e->g, "targets", TK_INPUT, tk->dtype, tk->ndim, tk->shape, ncall->loc);
-    int in[2] = {(int)logits.i, tgt};
-    Value l = add_node(e, &fs, OP_CROSS_ENTROPY, 2, in, (OpAttr){0}, "loss", loss->loc, loss->args);
+    // The loss is a mean over the trained targets of the whole optimizer step, however
+    // many micro-steps it takes: the training loop counts them into target_count.
+    int cnt = ir_tensor_add(e->g, "target_count", TK_INPUT, DT_I32, 0, NULL, loss->loc);
+    int in[3] = {(int)logits.i, tgt, cnt};
+    Value l = add_node(e, &fs, OP_CROSS_ENTROPY, 3, in, (OpAttr){0}, "loss", loss->loc, loss->args);
     vec_free(&fs.vars);
     if (l.kind != V_TENSOR)
         return -1;

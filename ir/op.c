@@ -237,6 +237,8 @@ static bool shape_cross_entropy(const IrGraph *g, const IrNode *n, IrTensor *out
     if (!ok)
         return fail(err, 1, "cross_entropy: logits %s and targets %s do not match", sh(lg),
                     sh(tg));
+    if (n->nin > 2 && n->in[2] >= 0 && (IN(2)->dtype != DT_I32 || ir_tensor_elems(IN(2)) != 1))
+        return fail(err, 2, "cross_entropy: the target count %s is not one i32", sh(IN(2)));
     out->dtype = DT_F32;
     out->ndim = 0;
     return true;
@@ -681,14 +683,17 @@ static void bwd_view(Autodiff *ad, const IrNode *n) {
     ad_add(ad, n, n->in[0], ad_op(ad, n, n->op, 1, &dy, a, "dx"));
 }
 
-// The loss is the root: its gradient is the accumulation scale, folded into the op.
+// The loss is the root: its gradient is the accumulation scale, folded into the op. A
+// loss over the step's trained targets (a count input) sums over the micro-steps as it
+// is: each is its own share of the step's mean, so the scale is 1.
 static void bwd_cross_entropy(Autodiff *ad, const IrNode *n) {
     if (!ad_needs(ad, n->in[0]))
         return;
-    int in[2] = {n->in[0], n->in[1]};
+    bool counted = n->nin > 2 && n->in[2] >= 0;
+    int in[3] = {n->in[0], n->in[1], counted ? n->in[2] : -1};
     OpAttr a = n->attr;
-    a.f = ad->loss_scale;
-    ad_add(ad, n, n->in[0], ad_op(ad, n, OP_CROSS_ENTROPY_BWD, 2, in, a, "dlogits"));
+    a.f = counted ? 1.0 : ad->loss_scale;
+    ad_add(ad, n, n->in[0], ad_op(ad, n, OP_CROSS_ENTROPY_BWD, counted ? 3 : 2, in, a, "dlogits"));
 }
 
 //
@@ -747,7 +752,7 @@ static const OpInfo ops[OP_COUNT] = {
     [OP_DROPOUT] = {.shape = shape_dropout, .flops = flops_elems, .grad_needs = {A},
                     .backward = bwd_unary, .aux = "mask"},
     [OP_CROSS_ENTROPY] = {.shape = shape_cross_entropy, .flops = flops_cross_entropy,
-                          .grad_needs = {I0 | I1}, .backward = bwd_cross_entropy,
+                          .grad_needs = {I0 | I1 | I2}, .backward = bwd_cross_entropy,
                           .scratch_bytes = scratch_rows_f32},
     // backward ops
     [OP_EMBED_BWD] = {.shape = shape_attr, .flops = flops_elems, .scratch_bytes = scratch_embed_bwd},

@@ -195,6 +195,33 @@ int data_read_window(DataFile *d, uint64_t window, int seq, int32_t *out, uint8_
     return 0;
 }
 
+int data_window_trained(DataFile *d, uint64_t window, int seq, uint64_t *n, char *err, size_t errlen) {
+    uint64_t n_windows;
+    *n = 0;
+    if (data_window_count(d, seq, &n_windows, err, errlen) < 0)
+        return -1;
+    if (window >= n_windows)
+        return rt_fail(err, errlen, "%s: window %llu is past the last one (%llu windows of %d tokens)", d->path,
+                       (unsigned long long)window, (unsigned long long)n_windows, seq + 1);
+    if (!d->info) {
+        *n = (uint64_t)seq;
+        return 0;
+    }
+    enum { CHUNK = 4096 };
+    unsigned char buf[CHUNK];
+    uint64_t first = window * (uint64_t)seq + 1, left = (uint64_t)seq;
+    while (left > 0) {
+        size_t k = left < CHUNK ? (size_t)left : CHUNK;
+        if (rt_pread_full(d->fd, buf, k, d->header + d->n_tokens * (uint64_t)d->token_bytes + first) < 0)
+            return rt_fail(err, errlen, "%s: cannot read window %llu's info bytes: %s", d->path,
+                           (unsigned long long)window, rt_read_errstr());
+        for (size_t i = 0; i < k; i++)
+            *n += buf[i] & DATA_TRAIN;
+        first += k, left -= k;
+    }
+    return 0;
+}
+
 int data_check_vocab(DataFile *d, int32_t vocab, uint64_t *trained, char *err, size_t errlen) {
     if (vocab < 1)
         return rt_fail(err, errlen, "%s: vocabulary size %d, must be at least 1", d->path, (int)vocab);

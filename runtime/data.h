@@ -86,6 +86,11 @@ int data_read_window(DataFile *d, uint64_t window, int seq,
                      uint8_t *info, // (seq+1) or NULL
                      int32_t vocab, char *err, size_t errlen);
 
+// Sets *n to the number of trained targets of window `window` (its tokens 1 .. seq with
+// DATA_TRAIN; seq for a file without info bytes), reading only info bytes; errors as
+// data_read_window's.
+int data_window_trained(DataFile *d, uint64_t window, int seq, uint64_t *n, char *err, size_t errlen);
+
 // Checks every token of d against vocab, and every info byte for bits other than DATA_TRAIN
 // and DATA_START, in one pass, so that a bad id anywhere is found before training starts
 // rather than when its window is drawn; the error names the first (its index in the file and

@@ -252,6 +252,25 @@ void rt_exec_skip_update(Exec *x) {
             rt_zero(x, p->ins[PHASE_OPT][i].out[0]);
 }
 
+int64_t rt_write_target_count(Exec *x, int64_t n) {
+    const Plan *p = x->plan;
+    const PlanBuffer *b = plan_role(p, "target_count"), *tg = plan_role(p, "targets");
+    if (n < 0 && tg) {   // the trained targets of the micro-batch in the targets buffer
+        int64_t k = plan_elems(tg);
+        int32_t *t = malloc(sizeof(int32_t) * (size_t)(k + 1));
+        rt_read_raw(x, tg->id, t);
+        n = 0;
+        for (int64_t i = 0; i < k; i++)
+            n += t[i] >= 0;
+        free(t);
+    }
+    if (b) {
+        int32_t v = n > INT32_MAX ? INT32_MAX : (int32_t)n;
+        rt_write_raw(x, b->id, &v);
+    }
+    return n;
+}
+
 void rt_write_positions(Exec *x, const int32_t *pos) {
     const Plan *p = x->plan;
     const PlanBuffer *b = plan_role(p, "positions");

@@ -546,8 +546,8 @@ static int read_steps(Reader *r, Plan *p, PlanInstr *in) {
     return 0;
 }
 // The buffers the training loop reads and writes itself agree with the header: tokens,
-// targets and position ids i32 [micro_batch, seq] (it writes that many), the loss one f32, the
-// logits' last dimension the vocabulary.
+// targets and position ids i32 [micro_batch, seq] (it writes that many), the target count
+// one i32, the loss one f32, the logits' last dimension the vocabulary.
 static int check_roles(Reader *r, const Plan *p) {
     if (p->seq > (1 << 24) || p->micro_batch > (1 << 20) || p->vocab > (1 << 30))
         return bad(r, "seq %lld, micro_batch %lld or vocab %lld is beyond any model", (long long)p->seq,
@@ -561,6 +561,9 @@ static int check_roles(Reader *r, const Plan *p) {
                 return bad(r, "buffer %s (%s): %lld %s elements, the header's micro_batch x seq is "
                            "%lld i32", b->name, b->role, (long long)plan_elems(b),
                            plan_dtype_name(b->dtype), (long long)(p->micro_batch * p->seq));
+        } else if (!strcmp(b->role, "target_count")) {
+            if (b->dtype != PDT_I32 || b->virt || plan_elems(b) != 1)
+                return bad(r, "buffer %s (target_count): must be one i32", b->name);
         } else if (!strcmp(b->role, "loss")) {
             if (b->dtype != PDT_F32 || b->virt || plan_elems(b) != 1)
                 return bad(r, "buffer %s (loss): must be one f32", b->name);

@@ -43,8 +43,8 @@
 // Buffer keys: kind=param|grad|state|input|value|workspace|quant, hf=CHECKPOINT_NAME,
 // init=normal|ones|zeros|kaiming_uniform, scale=X, train=0|1, of=PARAM_ID, view=BASE_ID
 // (no bytes of its own: it reads its base's), reuse=ID (written in place over buffer ID,
-// whose last use is this buffer's first write), layer=L, role=tokens|targets|positions|loss|
-// logits|grad_stats|grad_factor (a quant buffer: nf4_absmax, or nf4_absmax_codes|
+// whose last use is this buffer's first write), layer=L, role=tokens|targets|positions|
+// target_count|loss|logits|grad_stats|grad_factor (a quant buffer: nf4_absmax, or nf4_absmax_codes|
 // nf4_absmax_scales|nf4_absmax_mean for double quantisation, of=the NF4 parameter).
 // grad_stats and grad_factor, two f32 each, live the whole step: the optimizer phase
 // starts with one grad_sumsq per gradient (their sum of squares and count of non-finite

@@ -170,6 +170,11 @@ void rt_write_positions(Exec *x, const int32_t *pos);
 // element was not finite (the updates then skipped the step: the weights are unchanged).
 // False when the plan has no such reduction.
 bool rt_grad_stats(const Exec *x, double *norm, bool *nonfinite);
+// Writes the number of trained targets of the optimizer step under way (the loss is their
+// mean) into the plan's target_count buffer, nothing when the plan has none; with n < 0,
+// the trained (non-negative) targets in the targets buffer now, for a step of one
+// micro-batch. Returns the count written.
+int64_t rt_write_target_count(Exec *x, int64_t n);
 
 //
 // weights.c — initialisation, checkpoint loading, saving.

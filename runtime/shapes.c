@@ -39,8 +39,8 @@ static int fail(const Check *c, const char *fmt, ...) {
 // U u8, Q nf4, '-' an optional operand (any float, or absent), '*' anything; a shorter
 // string leaves the rest as F.
 static const char *const kinds[OP_COUNT][2] = {
-    [OP_EMBED] = {"FI", "F"},           [OP_CROSS_ENTROPY] = {"FI", "F"},
-    [OP_EMBED_BWD] = {"FI", "F"},       [OP_CROSS_ENTROPY_BWD] = {"FI", "F"},
+    [OP_EMBED] = {"FI", "F"},           [OP_CROSS_ENTROPY] = {"FII", "F"},
+    [OP_EMBED_BWD] = {"FI", "F"},       [OP_CROSS_ENTROPY_BWD] = {"FII", "F"},
     [OP_DROPOUT] = {"F", "FU"},         [OP_DROPOUT_BWD] = {"FU", "F"},
     [OP_DEQUANT] = {"QF", "F"},         [OP_COPY] = {"*", "*"},
     [OP_VIEW] = {"*", "*"},             [OP_ROPE] = {"FI", "F"},
@@ -221,10 +221,11 @@ static int shapes(const Check *c, OpKind op, const OpAttr *attr) {
         SAME(a, b);
         SAME(o, a);
         return 0;
-    case OP_CROSS_ENTROPY:   // logits [..., V], targets [rows] -> the mean
+    case OP_CROSS_ENTROPY:   // logits [..., V], targets [rows], count? [1] -> the mean
     case OP_CROSS_ENTROPY_BWD:
         NEED(E(b) == R(a), "%s has %lld targets, %s %lld rows", b->name, (long long)E(b), a->name,
              (long long)R(a));
+        NEED(c->nin < 3 || !I(c, 2) || E(I(c, 2)) == 1, "the target count %s is not one value", I(c, 2)->name);
         if (op == OP_CROSS_ENTROPY)
             NEED(E(o) == 1, "%s is not a scalar", o->name);
         else

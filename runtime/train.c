@@ -40,26 +40,51 @@ static int error(const char *fmt, ...) {
 // A target the loss ignores (PyTorch's ignore_index): every negative target is.
 enum { IGNORED_TARGET = -100 };
 
-// Fills the tokens and targets buffers (and the position ids, when the model reads them)
-// with the next micro_batch windows; `tokens` and `targets` are host staging of
-// micro_batch x seq ids each, `window` and `info` of one window. A target whose token is
+// Where the batches come from: the token file in its shuffled order, and host staging for
+// one window (`window`, `info`: seq + 1 each) and one micro-batch (`tokens`, `targets`:
+// micro_batch x seq each).
+typedef struct Feed {
+    DataFile *d;
+    const uint64_t *order;
+    uint64_t nwin;
+    int32_t *window, *tokens, *targets;
+    uint8_t *info;
+    int64_t count;   // the trained targets of the step under way (step_count)
+} Feed;
+
+// The trained targets of the step's accum x micro_batch windows from *cursor on, into
+// f->count: the loss is their mean over the whole step, whatever the micro-batch.
+static int step_count(const Exec *x, Feed *f, uint64_t cursor, char *err, size_t errlen) {
+    const Plan *p = x->plan;
+    f->count = 0;
+    for (int64_t k = 0; k < p->accum * p->micro_batch; k++) {
+        uint64_t n;
+        if (data_window_trained(f->d, f->order[(cursor + (uint64_t)k) % f->nwin], (int)p->seq, &n, err,
+                                errlen) != 0)
+            return -1;
+        f->count += (int64_t)n;
+    }
+    return 0;
+}
+
+// Fills the tokens and targets buffers (and the position ids, when the model reads them,
+// and the step's target count) with the next micro_batch windows. A target whose token is
 // not trained (the token file's mask) is IGNORED_TARGET.
-static int load_batch(Exec *x, DataFile *d, const uint64_t *order, uint64_t nwin, uint64_t *cursor,
-                      int32_t *window, uint8_t *info, int32_t *tokens, int32_t *targets, char *err,
-                      size_t errlen) {
+static int load_batch(Exec *x, Feed *f, uint64_t *cursor, char *err, size_t errlen) {
     const Plan *p = x->plan;
     int S = (int)p->seq;
     for (int64_t b = 0; b < p->micro_batch; b++) {
-        uint64_t w = order[(*cursor)++ % nwin];
-        if (data_read_window(d, w, S, window, info, (int32_t)p->vocab, err, errlen) != 0)
+        uint64_t w = f->order[(*cursor)++ % f->nwin];
+        if (data_read_window(f->d, w, S, f->window, f->info, (int32_t)p->vocab, err, errlen) != 0)
             return -1;
-        memcpy(tokens + b * S, window, sizeof(int32_t) * (size_t)S);
+        memcpy(f->tokens + b * S, f->window, sizeof(int32_t) * (size_t)S);
         for (int j = 0; j < S; j++)
-            targets[b * S + j] = info[j + 1] & DATA_TRAIN ? window[j + 1] : IGNORED_TARGET;
+            f->targets[b * S + j] = f->info[j + 1] & DATA_TRAIN ? f->window[j + 1] : IGNORED_TARGET;
     }
-    rt_write_raw(x, plan_role(p, "tokens")->id, tokens);
-    rt_write_raw(x, plan_role(p, "targets")->id, targets);
+    rt_write_raw(x, plan_role(p, "tokens")->id, f->tokens);
+    rt_write_raw(x, plan_role(p, "targets")->id, f->targets);
     rt_write_positions(x, NULL);   // every window starts a sequence at position 0
+    rt_write_target_count(x, f->count);
     return 0;
 }
 
@@ -132,14 +157,12 @@ static void first_nonfinite(const Plan *p, const PlanInstr *bad, int out, const 
 // A non-finite loss at `step`: runs the micro-batch's forward again, reading every
 // output, and names the first instruction that wrote a NaN or infinity, with its place
 // in the .ft. The weights are those before the step (the optimizer has not run).
-static void nonfinite(Exec *x, float loss, int64_t step, DataFile *d, const uint64_t *order,
-                      uint64_t nwin, uint64_t *cursor, int32_t *window, uint8_t *info, int32_t *tokens,
-                      int32_t *targets) {
+static void nonfinite(Exec *x, float loss, int64_t step, Feed *f, uint64_t *cursor) {
     const Plan *p = x->plan;
     char err[1024], where[1400] = "";
     const PlanInstr *bad = NULL;
     int out = -1;
-    if (load_batch(x, d, order, nwin, cursor, window, info, tokens, targets, err, sizeof err) != 0 ||
+    if (load_batch(x, f, cursor, err, sizeof err) != 0 ||
         rt_exec_phase_find_nonfinite(x, PHASE_FWD, &bad, &out, err, sizeof err) != 0)
         snprintf(where, sizeof where, "; looking for where it starts failed: %s", err);
     else
@@ -154,9 +177,7 @@ static void nonfinite(Exec *x, float loss, int64_t step, DataFile *d, const uint
 // update (and zeroed the gradients), so the step's micro-batches are run again from
 // *cursor, backward reading every output, to name the first instruction that wrote a
 // NaN or an infinity, with its place in the .ft.
-static void nonfinite_grad(Exec *x, double norm, int64_t step, DataFile *d, const uint64_t *order,
-                           uint64_t nwin, uint64_t *cursor, int32_t *window, uint8_t *info, int32_t *tokens,
-                           int32_t *targets) {
+static void nonfinite_grad(Exec *x, double norm, int64_t step, Feed *f, uint64_t *cursor) {
     const Plan *p = x->plan;
     char err[1024], where[1400] = "";
     const PlanInstr *bad = NULL;
@@ -164,7 +185,7 @@ static void nonfinite_grad(Exec *x, double norm, int64_t step, DataFile *d, cons
     int64_t m = 0;
     for (; m < p->accum && !bad; m++) {
         x->micro = m;
-        if (load_batch(x, d, order, nwin, cursor, window, info, tokens, targets, err, sizeof err) != 0 ||
+        if (load_batch(x, f, cursor, err, sizeof err) != 0 ||
             rt_exec_phase(x, PHASE_FWD, err, sizeof err) != 0 ||
             rt_exec_phase_find_nonfinite(x, PHASE_BWD, &bad, &out, err, sizeof err) != 0) {
             snprintf(where, sizeof where, "; looking for where it starts failed: %s", err);
@@ -337,6 +358,9 @@ int rt_train(const RunOptions *o) {
     }
     rt_host_check(p, rates, o->out);
     const PlanBuffer *lossb = plan_role(p, "loss");
+    bool counted = plan_role(p, "target_count") != NULL;
+    Feed feed = {.d = d, .order = order, .nwin = nwin, .window = window, .tokens = tokens,
+                 .targets = targets, .info = info};
     double t0 = now_s(), t1st = 0, first_loss = 0, recent[10] = {0};
     int64_t nrecent = 0, first_step = 0, skipped0 = x.skipped;   // nrecent: steps updated
     uint64_t cursor = (uint64_t)(done * p->accum * p->micro_batch);
@@ -350,7 +374,8 @@ int rt_train(const RunOptions *o) {
         for (int64_t m = 0; m < p->accum && !skip; m++) {
             x.micro = m;
             uint64_t at = cursor;
-            if (load_batch(&x, d, order, nwin, &cursor, window, info, tokens, targets, err, sizeof err) != 0 ||
+            if ((m == 0 && step_count(&x, &feed, cursor, err, sizeof err) != 0) ||
+                load_batch(&x, &feed, &cursor, err, sizeof err) != 0 ||
                 rt_exec_phase(&x, PHASE_FWD, err, sizeof err) != 0 ||
                 rt_exec_phase(&x, PHASE_BWD, err, sizeof err) != 0) {
                 error("step %lld: %s", (long long)step, err);
@@ -367,7 +392,7 @@ int rt_train(const RunOptions *o) {
             }
             if (!isfinite(l)) {   // stop before the optimizer spreads it into the weights
                 cursor = at;
-                nonfinite(&x, l, step, d, order, nwin, &cursor, window, info, tokens, targets);
+                nonfinite(&x, l, step, &feed, &cursor);
                 goto out;
             }
             loss += l;
@@ -381,13 +406,14 @@ int rt_train(const RunOptions *o) {
                 error("step %lld: %s", (long long)step, err);
                 goto out;
             }
-            loss /= (double)p->accum;
+            if (!counted)   // each micro-step's loss is its own mean; else its share of the step's
+                loss /= (double)p->accum;
         }
         if (!skip && rt_grad_stats(&x, &gnorm, &bad_grad) && bad_grad) {
             // a gradient is not finite: every update left its parameter as it was
             if (!o->skip_nonfinite) {
                 cursor = start;
-                nonfinite_grad(&x, gnorm, step, d, order, nwin, &cursor, window, info, tokens, targets);
+                nonfinite_grad(&x, gnorm, step, &feed, &cursor);
                 goto out;
             }
             skip = true;

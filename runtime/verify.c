@@ -122,7 +122,8 @@ int plan_verify(const Plan *p, FILE *out) {
     for (int i = 0; i < nbuf; i++) {
         const PlanBuffer *b = &p->buf[i];
         written[i] = whole_step(b) || (b->role && (!strcmp(b->role, "tokens") || !strcmp(b->role, "targets") ||
-                                                    !strcmp(b->role, "positions")));
+                                                    !strcmp(b->role, "positions") ||
+                                                    !strcmp(b->role, "target_count")));
     }
     for (int id = 0; id < ni; id++) {
         const PlanInstr *in = plan_instr(p, id);

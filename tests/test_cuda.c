@@ -42,12 +42,13 @@ static bool train(const Plan *p, Backend *be, int steps, double *losses, bool po
             rt_write_raw(&x, plan_role(p, "tokens")->id, tok);
             rt_write_raw(&x, plan_role(p, "targets")->id, tgt);
             rt_write_positions(&x, NULL);
+            rt_write_target_count(&x, n * p->accum);   // every target of the step trained
             ok = rt_exec_phase(&x, PHASE_FWD, err, sizeof err) == 0 &&
                  rt_exec_phase(&x, PHASE_BWD, err, sizeof err) == 0;
             float l = NAN;
             if (ok)
                 rt_read_f32(&x, plan_role(p, "loss")->id, &l);
-            losses[step - 1] += l / (double)p->accum;
+            losses[step - 1] += l;   // each micro-step's share of the step's mean
         }
         ok = ok && rt_exec_phase(&x, PHASE_OPT, err, sizeof err) == 0;
     }

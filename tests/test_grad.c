@@ -76,6 +76,7 @@ static double check_case(const char *name, const char *body) {
         for (int r = 0; r < 2; r++)                                                     \
             rt_write_raw(&h.x, plan_role(p, roles[r])->id, batch[r]);                   \
         rt_write_positions(&h.x, NULL);                                                 \
+        rt_write_target_count(&h.x, -1);                                                \
     } while (0)
     LOAD_BATCH();
     if (!harness_step(&h)) {

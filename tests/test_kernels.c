@@ -237,12 +237,17 @@ static void lockstep(const char *name, const char *text, int64_t micro) {
     rt_weights_init(&h.x, 7);
     int64_t ntok = p->seq * p->micro_batch;
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)ntok);
+    // Targets: one in five ignored (-100, as a masked prompt token), and the step's count
+    // larger than this micro-batch's, as when other micro-steps hold trained targets too.
     for (int r = 0; r < 2; r++) {
         for (int64_t i = 0; i < ntok; i++)
             ids[i] = (int32_t)(urand32() % (uint32_t)p->vocab);
+        for (int64_t i = 3; r && i < ntok; i += 5)
+            ids[i] = -100;
         rt_write_raw(&h.x, plan_role(p, r ? "targets" : "tokens")->id, ids);
     }
     rt_write_positions(&h.x, NULL);
+    rt_write_target_count(&h.x, rt_write_target_count(&h.x, -1) + 7);
     free(ids);
     h.x.step = xe.step = 1;
     h.x.seed = xe.seed = 99;

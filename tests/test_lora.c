@@ -40,6 +40,7 @@ static void train(Harness *h, int steps, double *first, double *last) {
         rt_write_raw(&h->x, tok->id, ids);
         rt_write_raw(&h->x, tgt->id, next);
         rt_write_positions(&h->x, NULL);
+        rt_write_target_count(&h->x, -1);
         h->x.step = step;
         CHECK(rt_exec_phase(&h->x, PHASE_FWD, err, sizeof err) == 0);
         CHECK(rt_exec_phase(&h->x, PHASE_BWD, err, sizeof err) == 0);

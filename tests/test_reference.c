@@ -52,9 +52,11 @@ typedef struct Run {
 
 // Imports, compiles and loads case `name` at `precision`, its optimizer line `opt` (NULL:
 // the fixtures' AdamW, decay on every parameter as their single torch param group) and
-// `lora`, more lines of the train section, or NULL; false on failure.
-static bool setup_opt(Run *r, const char *name, const char *precision, const char *opt_line,
-                      const char *lora) {
+// `lora`, more lines of the train section, or NULL, for a global batch of `batch` windows
+// in micro-batches of `micro`; false on failure. The batch is written only when it is one
+// micro-batch.
+static bool setup_full(Run *r, const char *name, const char *precision, const char *opt_line,
+                       const char *lora, int batch, int micro) {
     char path[1024], err[1024];
     memset(r, 0, sizeof *r);
     snprintf(path, sizeof path, "%s/%s/config.json", refdir, name);
@@ -66,7 +68,9 @@ static bool setup_opt(Run *r, const char *name, const char *precision, const cha
     if (rc != 0)
         return free(text), false;
     text = set_line(text, "seq ", "  seq = 8");
-    text = set_line(text, "batch ", "  batch = 2");
+    char bline[64];
+    snprintf(bline, sizeof bline, "  batch = %d", batch);
+    text = set_line(text, "batch ", bline);
     char prec[64];
     snprintf(prec, sizeof prec, "  precision = %s", precision);
     text = set_line(text, "precision ", prec);
@@ -76,7 +80,7 @@ static bool setup_opt(Run *r, const char *name, const char *precision, const cha
                       : "adamw(lr = 1e-2, betas = (0.9, 0.95), eps = 1e-8, weight_decay = 0.1, decay_all = true)",
              lora ? "\n" : "", lora ? lora : "");
     text = set_line(text, "optimizer ", opt);
-    bool ok = harness_compile(&r->h, name, text, 2);
+    bool ok = harness_compile(&r->h, name, text, micro);
     free(text);
     if (!ok)
         return false;
@@ -88,6 +92,8 @@ static bool setup_opt(Run *r, const char *name, const char *precision, const cha
     snprintf(path, sizeof path, "%s/%s/expect.safetensors", refdir, name);
     if (st_open(&r->expect, path, err, sizeof err) != 0)
         return printf("  %s\n", err), false;
+    if (micro != batch)
+        return true;
     // the batch
     const char *roles[2] = {"tokens", "targets"};
     for (int k = 0; k < 2; k++) {
@@ -103,11 +109,17 @@ static bool setup_opt(Run *r, const char *name, const char *precision, const cha
             return false;
     }
     rt_write_positions(&r->x, NULL);
+    rt_write_target_count(&r->x, -1);
     return true;
 }
 
 static bool setup(Run *r, const char *name, const char *precision, const char *lora) {
-    return setup_opt(r, name, precision, NULL, lora);
+    return setup_full(r, name, precision, NULL, lora, 2, 2);
+}
+
+static bool setup_opt(Run *r, const char *name, const char *precision, const char *opt_line,
+                      const char *lora) {
+    return setup_full(r, name, precision, opt_line, lora, 2, 2);
 }
 
 static void teardown(Run *r) {
@@ -341,6 +353,7 @@ static void test_clip10(void) {
                   st_read_raw(ex, st_find(ex, key), ids, (size_t)b->bytes, err, sizeof err) == 0);
             rt_write_raw(&r.x, b->id, ids);
         }
+        rt_write_target_count(&r.x, -1);
         CHECK_EQ(0, rt_exec_phase(&r.x, PHASE_FWD, err, sizeof err));
         CHECK_EQ(0, rt_exec_phase(&r.x, PHASE_BWD, err, sizeof err));
         float l;
@@ -377,6 +390,62 @@ static void test_clip10(void) {
 }
 
 static void test_qwen2_fp32(void) { run_case("qwen2_tiny", "fp32", 1e-4); }
+
+// Masked targets over a step of two micro-batches (make_ref_masked.py): each micro-step's
+// loss is its sum of terms over the step's trained targets, as transformers' loss with
+// num_items_in_batch; the step's loss their sum, the gradients accumulated over both.
+static void test_qwen2_masked_accumulated_fp32(void) {
+    Run r;
+    char err[1024];
+    bool ok = setup_full(&r, "qwen2_tiny_masked", "fp32", NULL, NULL, 4, 2);
+    CHECK(ok);
+    CHECK(!ok || r.plan->accum == 2);
+    if (!ok || r.plan->accum != 2) {
+        teardown(&r);
+        return;
+    }
+    int32_t tokens[32], targets[32], count[1];
+    const char *names[3] = {"tokens", "targets", "count"};
+    int32_t *into[3] = {tokens, targets, count};
+    for (int k = 0; k < 3; k++) {
+        const StTensor *t = st_find(r.expect, names[k]);
+        CHECK(t && st_read_raw(r.expect, t, into[k], (size_t)st_elems(t) * 4, err, sizeof err) == 0);
+    }
+    double loss = 0, worst = 0;
+    for (int m = 0; m < 2; m++) {   // rows 2m and 2m + 1
+        r.x.micro = m;
+        rt_write_raw(&r.x, plan_role(r.plan, "tokens")->id, tokens + 16 * m);
+        rt_write_raw(&r.x, plan_role(r.plan, "targets")->id, targets + 16 * m);
+        rt_write_positions(&r.x, NULL);
+        CHECK_EQ(count[0], rt_write_target_count(&r.x, count[0]));
+        CHECK_EQ(0, rt_exec_phase(&r.x, PHASE_FWD, err, sizeof err));
+        CHECK_EQ(0, rt_exec_phase(&r.x, PHASE_BWD, err, sizeof err));
+        char key[32];
+        snprintf(key, sizeof key, "loss.micro%d", m);
+        expect_close(&r, plan_role(r.plan, "loss")->id, key, 1e-5, &worst);
+        float l;
+        rt_read_f32(&r.x, plan_role(r.plan, "loss")->id, &l);
+        loss += l;
+    }
+    const StTensor *t = st_find(r.expect, "loss");
+    float want = 0;
+    CHECK(t && st_read_f32(r.expect, t, &want, 1, err, sizeof err) == 0);
+    CHECK_NEAR(loss, want, 0, 1e-5);
+    int grads = 0;
+    for (int i = 0; i < r.plan->nbuf; i++) {
+        const PlanBuffer *b = &r.plan->buf[i];
+        if (b->kind != PK_GRAD)
+            continue;
+        char key[512];
+        snprintf(key, sizeof key, "grad.%s", r.plan->buf[b->of].hf);
+        expect_close(&r, i, key, 1e-4, &worst);
+        grads++;
+    }
+    CHECK(grads > 10);
+    printf("  qwen2_tiny_masked fp32, %d of 32 targets trained, 2 micro-batches: loss %.7f (transformers "
+           "%.7f), %d gradients: worst max rel err %.2e (tolerance 1e-04)\n", count[0], loss, want, grads, worst);
+    teardown(&r);
+}
 // PEFT's LoRA (r = 4, alpha = 8 on q_proj, v_proj): logits, loss and the adapters' gradients.
 static void test_qwen2_peft_lora_fp32(void) {
     run_case_lora("qwen2_tiny_lora", "fp32", 1e-4,
@@ -394,6 +463,7 @@ int main(int argc, char **argv) {
     if (argc > 2)
         traindir = argv[2];
     RUN(test_qwen2_fp32);
+    RUN(test_qwen2_masked_accumulated_fp32);
     RUN(test_llama_tied_fp32);
     RUN(test_llama_gqa_fp32);
     RUN(test_qwen2_peft_lora_fp32);

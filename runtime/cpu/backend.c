@@ -241,10 +241,23 @@ static int k_dropout(Call *c) {
                                          rt_random_stream(c->x, c->in), 0));
 }
 
+// The step's trained targets when the loss has a count input, else -1.
+static int64_t target_count(Call *c) {
+    if (c->in->nin < 3 || c->in->in[2] < 0)
+        return -1;
+    int32_t n = ((const int32_t *)RAW(2))[0];
+    return n < 0 ? 0 : n;
+}
+
 static int k_cross_entropy(Call *c) {
-    int64_t V = last_dim(B(0));
-    return status(c, cpu_cross_entropy_forward(OUT(0), NULL, IN(0), RAW(1), (size_t)rows(B(0)),
-                                               (size_t)V));
+    int64_t V = last_dim(B(0)), count = target_count(c);
+    if (count < 0)
+        return status(c, cpu_cross_entropy_forward(OUT(0), NULL, IN(0), RAW(1), (size_t)rows(B(0)),
+                                                   (size_t)V));
+    double sum = 0.0;   // this micro-batch's share of the step's mean
+    int st = cpu_cross_entropy_forward_rows(&sum, NULL, IN(0), RAW(1), (size_t)rows(B(0)), (size_t)V);
+    OUT(0)[0] = count > 0 ? (float)(sum / (double)count) : 0.0f;
+    return status(c, st);
 }
 
 //
@@ -356,11 +369,15 @@ static int k_dropout_bwd(Call *c) {
 }
 
 static int k_cross_entropy_bwd(Call *c) {
-    int64_t V = last_dim(B(0));
-    // the loss's scale: 1 / accumulation steps, times the run's loss scale (fp16)
+    int64_t V = last_dim(B(0)), count = target_count(c);
+    // the loss's scale (1 / accumulation steps, or 1 over the step's target count), times
+    // the run's loss scale (fp16)
     float dloss = (float)(c->in->attr.f * c->x->loss_scale);
-    return status(c, cpu_cross_entropy_backward(OUT(0), IN(0), RAW(1), (size_t)rows(B(0)),
-                                                (size_t)V, dloss));
+    if (count < 0)
+        return status(c, cpu_cross_entropy_backward(OUT(0), IN(0), RAW(1), (size_t)rows(B(0)),
+                                                    (size_t)V, dloss));
+    return status(c, cpu_cross_entropy_backward_rows(OUT(0), IN(0), RAW(1), (size_t)rows(B(0)), (size_t)V,
+                                                     dloss, (size_t)count));
 }
 
 //

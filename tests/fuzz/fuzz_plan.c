@@ -55,6 +55,7 @@ static void one_step(const Plan *p) {
         for (int i = 0; i < p->nbuf; i++)
             if (p->buf[i].role && (!strcmp(p->buf[i].role, "tokens") || !strcmp(p->buf[i].role, "targets")))
                 rt_zero(&x, i);
+        rt_write_target_count(&x, -1);
         if (rt_exec_phase(&x, PHASE_FWD, err, sizeof err) == 0 &&
             rt_exec_phase(&x, PHASE_BWD, err, sizeof err) == 0)
             rt_exec_phase(&x, PHASE_OPT, err, sizeof err);
