@@ -104,12 +104,21 @@ FTC_INLINE void adamw_at(const AdamwStep *s, void *const *p, long long i, int ma
 /* The factor operand of an update: after the outputs and the gradient. */
 FTC_INLINE const float *factor_of(void *const *p, int nout) { return (const float *)p[nout + 1]; }
 
+/* A skipped update still writes its weight output: the master copy's rounding, as an
+ * update would (the output may be a staging buffer a copy takes to the device). Without
+ * a master the weight is updated in place and stays as it was. p[0]: the weight, p[wm]:
+ * its master. */
+FTC_INLINE void skip_at(void *const *p, int wm, long long i, int dtp) { stf(p[0], i, dtp, ldf(p[wm], i, FTC_F32)); }
+
 /* AdamW over one tensor of n elements.  a.p: param, m, v, [master,] grad, factor. */
 FTC_INLINE void adamw(FtcArgs a, long long n, int master, double beta1, double beta2, double eps,
                       double weight_decay, int dtp, int dtg, int dtm) {
     const float *fc = factor_of(a.p, master ? 4 : 3);
-    if (fc[1] != 0.0f)
+    if (fc[1] != 0.0f) {
+        for (long long i = ftc_gid(); master && i < n; i += ftc_gstride())
+            skip_at(a.p, 3, i, dtp);
         return;
+    }
     AdamwStep s = adamw_step(a.f[0], a.i[0], beta1, beta2, eps, weight_decay);
     for (long long i = ftc_gid(); i < n; i += ftc_gstride())
         adamw_at(&s, a.p, i, master, fc[0], dtp, dtg, dtm);
@@ -129,6 +138,8 @@ FTC_INLINE void adamw_group(const FtcGroupArgs *ga, const long long *start, int 
         const float *fc = factor_of(ga->p[k], master ? 4 : 3);
         if (fc[1] == 0.0f)
             adamw_at(&s, ga->p[k], i - start[k], master, fc[0], dtp, dtg, dtm);
+        else if (master)
+            skip_at(ga->p[k], 3, i - start[k], dtp);
     }
 }
 
@@ -145,8 +156,11 @@ FTC_INLINE void sgd_at(float lr, void *const *p, long long i, int master, float 
 /* SGD over one tensor.  a.p: param, [master,] grad, factor. */
 FTC_INLINE void sgd(FtcArgs a, long long n, int master, int dtp, int dtg) {
     const float *fc = factor_of(a.p, master ? 2 : 1);
-    if (fc[1] != 0.0f)
+    if (fc[1] != 0.0f) {
+        for (long long i = ftc_gid(); master && i < n; i += ftc_gstride())
+            skip_at(a.p, 1, i, dtp);
         return;
+    }
     for (long long i = ftc_gid(); i < n; i += ftc_gstride())
         sgd_at((float)a.f[0], a.p, i, master, fc[0], dtp, dtg);
 }
@@ -160,5 +174,7 @@ FTC_INLINE void sgd_group(const FtcGroupArgs *ga, const long long *start, int co
         const float *fc = factor_of(ga->p[k], master ? 2 : 1);
         if (fc[1] == 0.0f)
             sgd_at((float)ga->f[0], ga->p[k], i - start[k], master, fc[0], dtp, dtg);
+        else if (master)
+            skip_at(ga->p[k], 1, i - start[k], dtp);
     }
 }

@@ -439,6 +439,14 @@ static int k_grad_factor(Call *c) {
 // factor: a skipped step (factor[1] set) leaves everything as it was.
 static float *master_of(Call *c, int k) { return c->in->nout > k ? OUT(k) : NULL; }
 static bool skipped(Call *c) { return IN(1)[1] != 0.0f; }
+// A skipped update still writes its weight output (which may be a staging buffer a copy
+// takes to the device): the master's rounding, as an update would. Without a master the
+// weight is updated in place and stays as it was.
+static int skip_update(Call *c, float *master) {
+    if (master)
+        memcpy(OUT(0), master, sizeof(float) * (size_t)ON(0));
+    return 0;
+}
 
 static void adamw_part(void *ctx, int64_t lo, int64_t hi) {
     Call *c = ctx;
@@ -452,14 +460,14 @@ static void adamw_part(void *ctx, int64_t lo, int64_t hi) {
 
 static int k_adamw(Call *c) {
     if (skipped(c))
-        return 0;
+        return skip_update(c, master_of(c, 3));
     rt_parallel_for(ON(0), adamw_part, c);
     return 0;
 }
 
 static int k_sgd(Call *c) {
     if (skipped(c))
-        return 0;
+        return skip_update(c, master_of(c, 1));
     float *master = master_of(c, 1), *w = master ? master : OUT(0), lr = (float)c->x->lr, f = IN(1)[0];
     for (int64_t i = 0; i < ON(0); i++)
         w[i] -= lr * (IN(0)[i] * f);
