@@ -19,6 +19,9 @@ typedef struct PlanMeta {
     const char *lr_schedule;
     int64_t warmup_steps, steps;
     double min_lr;
+    // fp16's dynamic loss scale (the loss_scale line); init 0: none
+    double scale_init, scale_growth, scale_backoff;
+    int64_t scale_interval;
     int64_t arena_bytes;        // the device arena the offsets were assigned in
     int64_t host_bytes;         // the host arena
     int64_t reserve_bytes;      // modeled CUDA context, outside the arena

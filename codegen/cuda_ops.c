@@ -280,7 +280,9 @@ static void g_one_thread(const CudaCtx *cx, unsigned *grid, unsigned *block) {
 // weight decay among them).
 static void ga_adamw(FILE *f, const CudaCtx *cx) {
     CTX(cx);
-    fprintf(f, "%d, %.17g, %.17g, %.17g, %.17g, %d, %d, %d", ir_node_nout(n) == 4, cx->hyper->beta1,
+    // the fourth output: none (0), the fp32 master (1) or the Kahan compensation (2)
+    int mode = ir_node_nout(n) < 4 ? 0 : OUT(3)->cat == MEM_MASTER ? 1 : 2;
+    fprintf(f, "%d, %.17g, %.17g, %.17g, %.17g, %d, %d, %d", mode, cx->hyper->beta1,
             cx->hyper->beta2, cx->hyper->eps, n->attr.f, DT(OUT(0)), DT(IN(0)), DT(OUT(1)));
 }
 static void a_adamw(FILE *f, const CudaCtx *cx) {

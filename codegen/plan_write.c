@@ -52,6 +52,9 @@ int codegen_plan_write(FILE *f, const IrGraph *g, const PlanMeta *meta, const Ke
     fprintf(f, "schedule %s warmup=%lld steps=%lld min_lr=%.17g\n",
             meta->lr_schedule ? meta->lr_schedule : "constant", (long long)meta->warmup_steps,
             (long long)meta->steps, meta->min_lr);
+    if (meta->scale_init > 0)
+        fprintf(f, "loss_scale init=%.17g growth=%.17g backoff=%.17g interval=%lld\n", meta->scale_init,
+                meta->scale_growth, meta->scale_backoff, (long long)meta->scale_interval);
     if (meta->model_flops > 0)
         fprintf(f, "estimate model_flops=%lld step_us=%.1f\n", (long long)meta->model_flops, meta->step_us);
     if (meta->host_cores > 0)

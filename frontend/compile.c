@@ -120,6 +120,53 @@ static void report_compile(FILE *out, const char *path, const FtModel *m, const 
                 fmt_bytes(c, sizeof c, mb.total), (double)mb.total / (double)budget);
 }
 
+// The model states of each precision regime (the train section's optimizer, LoRA and
+// quantisation kept): the graph elaborated as that regime, through quantize, counted as
+// the naive step counts them (count_naive_memory). Bytes per parameter of the whole
+// model, split by category; the train section's own regime marked.
+static void report_modes(FILE *out, FtSource *src, const FtModel *m) {
+    typedef struct { const char *name; Precision p; bool master; } Mode;
+    static const Mode modes[] = {
+        {"fp32", PREC_FP32, false},
+        {"bf16 mixed (fp32 master)", PREC_BF16, true},
+        {"fp16 mixed (fp32 master, loss scale)", PREC_FP16, true},
+        {"bf16 without a master", PREC_BF16, false},
+        {"bf16_pure (Kahan-compensated)", PREC_BF16_PURE, false},
+    };
+    fprintf(out, "\nmodel states per parameter by precision (%s; weights + grads + optimizer + master):\n",
+            m->train.optimizer);
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        FtModel mm = *m;
+        TrainSpec *t = &mm.train;
+        t->precision = modes[i].p;
+        t->master_weights = modes[i].master;
+        t->optim_dtype = modes[i].p == PREC_BF16_PURE ? DT_BF16 : DT_F32;
+        DriverSource ds = {src, &mm};
+        Arena *a = arena_new();
+        Pipeline pipe = driver_pipeline(&ds, a, NULL);
+        pipe.verify = false;
+        pipe.stop_after = m->train.quantize ? "quantize" : "lora";
+        PlanChoice one = {1, REMAT_KEEP, 0, REMAT_KEEP, {false, false}, NULL};
+        BuildStats bs;
+        IrGraph *g = pipeline_build(&pipe, &one, a, &bs);
+        if (g) {
+            MemBreakdown mb = count_naive_memory(g, 0);
+            double n = (double)count_params(g).total;
+            int64_t st = mb.bytes[MEM_WEIGHTS] + mb.bytes[MEM_GRADS] + mb.bytes[MEM_OPTIMIZER] +
+                         mb.bytes[MEM_MASTER];
+            bool ours = m->train.precision == modes[i].p && m->train.master_weights == modes[i].master;
+            fprintf(out, "  %-38s %6.2f = %.2f + %.2f + %.2f + %.2f  %9.2f GB%s\n", modes[i].name,
+                    (double)st / n, (double)mb.bytes[MEM_WEIGHTS] / n, (double)mb.bytes[MEM_GRADS] / n,
+                    (double)mb.bytes[MEM_OPTIMIZER] / n, (double)mb.bytes[MEM_MASTER] / n,
+                    (double)st / 1e9, ours ? "  <- this train section" : "");
+            ir_graph_free(g);
+        }
+        arena_free(a);
+    }
+    fprintf(out, "  (fp16 AdamW without the master is refused; every mode adds the gradients' reduction: "
+                 "16 bytes)\n");
+}
+
 // Pipeline.elaborate: the program at another micro-batch or sequence length. Planner
 // threads call it at once: each call counts errors in a source of its own.
 static IrGraph *elaborate(void *ctx, int64_t micro, int64_t seq, Arena *a) {
@@ -165,6 +212,10 @@ void driver_meta_train(PlanMeta *meta, const TrainSpec *t) {
     meta->weight_decay = t->weight_decay;
     meta->lr_schedule = sched[t->lr_schedule];
     meta->warmup_steps = t->warmup_steps, meta->steps = t->steps, meta->min_lr = t->min_lr;
+    if (t->precision == PREC_FP16) {
+        meta->scale_init = t->scale_init, meta->scale_growth = t->scale_growth;
+        meta->scale_backoff = t->scale_backoff, meta->scale_interval = t->scale_interval;
+    }
 }
 
 // The module names the adapters attach to ("q_proj,v_proj"), for adapter_config.json:
@@ -584,6 +635,7 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
         fprintf(out, "the %s reports %lld MiB (%s) of memory, less than the %s asked: planned for "
                      "the card's\n",
                 gpu->name, (long long)(gpu->mem_bytes >> 20), SIZE(gpu->mem_bytes), SIZE(asked));
+    report_modes(out, &src, &m);
     int nlayers = ir_layers(naive);
     MemBreakdown states = count_naive_memory(naive, 0);
     ir_graph_free(naive);

@@ -820,6 +820,44 @@ static void read_quantize(Elab *e, Scope *s, const Ast *x, TrainSpec *t) {
     }
 }
 
+// grad_scaler(init_scale = 65536, growth_factor = 2.0, backoff_factor = 0.5,
+//             growth_interval = 2000) — torch.amp.GradScaler's names and defaults.
+static void read_grad_scaler(Elab *e, Scope *s, const Ast *x, TrainSpec *t) {
+    for (const Ast *a = x->args; a; a = a->next) {
+        if (!a->name) {
+            fe_error(e->src, a->loc, "grad_scaler arguments are named: init_scale = 65536, ...");
+            continue;
+        }
+        double *dst = !strcmp(a->name, "init_scale")       ? &t->scale_init
+                      : !strcmp(a->name, "growth_factor")  ? &t->scale_growth
+                      : !strcmp(a->name, "backoff_factor") ? &t->scale_backoff
+                                                           : NULL;
+        if (!dst && strcmp(a->name, "growth_interval") != 0) {
+            fe_error(e->src, a->loc, "unknown grad_scaler argument '%s' (init_scale, growth_factor, "
+                     "backoff_factor, growth_interval)", a->name);
+            continue;
+        }
+        Value v = dst ? want(e, s, a->lhs, V_FLOAT, V_INT, a->name) : want(e, s, a->lhs, V_INT, V_INT, a->name);
+        if (v.kind == V_NONE)
+            continue;
+        double f = as_float(v);
+        bool ok = dst == &t->scale_init      ? f > 0 && isfinite(f)
+                  : dst == &t->scale_growth  ? f > 1 && isfinite(f)
+                  : dst == &t->scale_backoff ? f > 0 && f < 1
+                                             : v.i >= 1 && v.i <= (1ll << 40);
+        if (!ok) {
+            fe_error(e->src, a->lhs->loc, "%s must be %s", a->name,
+                     dst == &t->scale_init ? "positive" : dst == &t->scale_growth ? "above 1"
+                     : dst == &t->scale_backoff ? "between 0 and 1" : "a positive number of steps");
+            continue;
+        }
+        if (dst)
+            *dst = f;
+        else
+            t->scale_interval = v.i;
+    }
+}
+
 static void read_precision(Elab *e, const Ast *x, TrainSpec *t) {
     static const struct { const char *name; Precision p; } names[] = {
         {"bf16", PREC_BF16}, {"fp16", PREC_FP16}, {"fp32", PREC_FP32}, {"bf16_pure", PREC_BF16_PURE}};
@@ -867,9 +905,13 @@ static void read_number(Elab *e, Scope *s, const Ast *it, bool is_int, double lo
 static void read_train(Elab *e, Scope *s, const Ast *train, TrainSpec *t) {
     *t = (TrainSpec){.precision = PREC_BF16, .master_weights = true, .optim_dtype = DT_F32,
                      .optimizer = "adamw", .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999,
-                     .eps = 1e-8, .weight_decay = 0.01};
+                     .eps = 1e-8, .weight_decay = 0.01, .scale_init = 65536.0, .scale_growth = 2.0,
+                     .scale_backoff = 0.5, .scale_interval = 2000};
     bool have_seq = false, have_batch = false, have_loss = false;
     SrcLoc schedule_loc = train->loc, min_lr_loc = train->loc, warmup_loc = train->loc;
+    SrcLoc scaler_loc = train->loc;
+    bool have_scaler = false;
+    t->master_loc = train->loc;
     for (const Ast *it = train->body; it; it = it->next) {
         if (it->kind == AST_EXPR_STMT) {
             const Ast *c = it->lhs;
@@ -877,8 +919,11 @@ static void read_train(Elab *e, Scope *s, const Ast *train, TrainSpec *t) {
                 read_lora(e, s, c, t);
             else if (strcmp(c->name, "quantize") == 0)
                 read_quantize(e, s, c, t);
+            else if (strcmp(c->name, "grad_scaler") == 0)
+                read_grad_scaler(e, s, c, t), scaler_loc = c->loc, have_scaler = true;
             else
-                fe_error(e->src, c->loc, "unknown train directive '%s' (lora, quantize)", c->name);
+                fe_error(e->src, c->loc, "unknown train directive '%s' (lora, quantize, grad_scaler)",
+                         c->name);
             continue;
         }
         const char *k = it->name;
@@ -906,6 +951,7 @@ static void read_train(Elab *e, Scope *s, const Ast *train, TrainSpec *t) {
         } else if (strcmp(k, "master_weights") == 0) {
             Value v = want(e, s, it->lhs, V_BOOL, V_BOOL, k);
             t->master_weights = v.kind == V_BOOL && v.i;
+            t->master_loc = it->lhs->loc;
         } else if (strcmp(k, "optimizer") == 0) {
             read_optimizer(e, s, it->lhs, t);
         } else if (strcmp(k, "lr_schedule") == 0) {
@@ -950,6 +996,18 @@ static void read_train(Elab *e, Scope *s, const Ast *train, TrainSpec *t) {
                  (long long)t->micro_batch, (long long)t->batch);
     if (t->precision == PREC_FP32)
         t->master_weights = false;
+    if (have_scaler && t->precision != PREC_FP16)
+        fe_error(e->src, scaler_loc, "grad_scaler scales the loss for fp16, whose gradients underflow "
+                 "without it; %s needs none", t->precision == PREC_FP32 ? "fp32" : "bf16 (8 exponent bits, "
+                 "fp32's range)");
+    // fp16 weights updated by AdamW in place: an update below half an fp16 ulp (2^-11 of
+    // the weight) is lost, and the loss scale has nowhere to be undone exactly.
+    if (t->precision == PREC_FP16 && !t->master_weights && strcmp(t->optimizer, "adamw") == 0)
+        fe_error(e->src, t->master_loc,
+                 "fp16 AdamW needs the fp32 master copy: updated in fp16 itself, a weight loses every "
+                 "update below half its ulp (2^-11 of the weight: most of AdamW's at lr 1e-4 and "
+                 "below); keep master_weights (the default for fp16), or train in bf16_pure, whose "
+                 "updates are Kahan-compensated");
 }
 
 // Folds the model's constants into scope `s` (in order; later ones see earlier).
@@ -1022,7 +1080,9 @@ out:
 
 static IrStep step_of(const TrainSpec *t) {
     IrStep st = {.optim_dt = t->optim_dtype, .master = t->master_weights, .clip = t->clip,
-                 .weight_decay = t->weight_decay, .decay_all = t->decay_all};
+                 .weight_decay = t->weight_decay, .decay_all = t->decay_all,
+                 .kahan = t->precision == PREC_BF16_PURE && !t->master_weights &&
+                          strcmp(t->optimizer, "adamw") == 0};
     switch (t->precision) {
     case PREC_BF16:
     case PREC_BF16_PURE: st.weight_dt = st.compute_dt = st.grad_dt = DT_BF16; break;

@@ -144,6 +144,12 @@ typedef struct TrainSpec {
     int64_t steps;              // the run's optimizer steps, 0 when not given
     double min_lr;              // where linear and cosine end
     double clip;                // the gradients' global L2 norm clipped to this, 0: never
+    // fp16's dynamic loss scale, as torch.amp.GradScaler: the loss's backward times `scale`,
+    // which halves (backoff) at a step whose gradients overflow (the step skipped) and
+    // doubles (growth) after `interval` steps without
+    double scale_init, scale_growth, scale_backoff;
+    int64_t scale_interval;
+    SrcLoc master_loc;          // where master_weights was set (for a refusal)
     int64_t budget_bytes, host_mem_bytes;   // 0 when not given
     // lora(...)
     bool lora;

@@ -190,6 +190,8 @@ typedef struct IrStep {
     double weight_decay;    // AdamW's, on every trainable parameter when decay_all, else
     bool decay_all;         // not on norm weights and biases (ir_param_decays)
     double clip;            // the gradients' global L2 norm clipped to this, 0: never
+    bool kahan;             // no master: each update Kahan-compensated through a buffer
+                            // of the weight's dtype (bf16_pure), so small updates add up
 } IrStep;
 
 typedef struct IrGraph {

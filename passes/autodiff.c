@@ -130,6 +130,8 @@ int autodiff_apply(IrGraph *g, int accum_steps, PassDiag *d) {
         }
         if (st->master)
             outs[nout++] = state_tensor(g, i, "master", DT_F32, MEM_MASTER, TK_STATE);
+        else if (st->kahan && st->optim_states == 2)   // what the weight's rounding left out
+            outs[nout++] = state_tensor(g, i, "kahan", p.dtype, MEM_OPTIMIZER, TK_STATE);
         int in[2] = {grads[i], g->grad_factor};
         OpAttr attr = {.f = st->optim_states == 2 && decays[i] ? st->weight_decay : 0};
         int id = ir_node_add_update(g, st->optim_states == 2 ? OP_ADAMW : OP_SGD, 2, in, attr, nout,

@@ -32,6 +32,8 @@ MemBreakdown count_naive_memory(const IrGraph *g, int64_t reserve_bytes) {
             m.bytes[MEM_OPTIMIZER] += st->optim_states * dtype_bytes(st->optim_dt, n);
             if (st->master)
                 m.bytes[MEM_MASTER] += dtype_bytes(DT_F32, n);
+            else if (st->kahan && st->optim_states == 2)   // the compensation, the weight's dtype
+                m.bytes[MEM_OPTIMIZER] += ir_tensor_bytes(t);
         } else if (t->kind == TK_INPUT) {
             m.bytes[MEM_IO] += ir_tensor_bytes(t);
         } else if (t->kind == TK_QUANT) {

@@ -119,13 +119,16 @@ int rt_checkpoint_save(Exec *x, const char *dir, int64_t step, uint64_t seed, in
                          .shape = whole ? b->shape : &len[n], .data = data[n]};
         n++;
     }
-    char sstep[32], sseed[32], sfp[32], sskip[32];
+    char sstep[32], sseed[32], sfp[32], sskip[32], sscale[40], strack[32];
     snprintf(sstep, sizeof sstep, "%" PRId64, step);
     snprintf(sskip, sizeof sskip, "%" PRId64, x->skipped);
     snprintf(sseed, sizeof sseed, "%" PRIu64, seed);
     snprintf(sfp, sizeof sfp, "%016" PRIx64, fingerprint(p));
+    snprintf(sscale, sizeof sscale, "%.17g", x->loss_scale);   // round-trips the double
+    snprintf(strack, sizeof strack, "%" PRId64, x->scale_tracker);
     const char *meta[] = {"producer", "ftc", "kind", "training state", "step", sstep,
-                          "seed", sseed, "skipped", sskip, "plan", sfp, NULL};
+                          "seed", sseed, "skipped", sskip, "plan", sfp, "loss_scale", sscale,
+                          "scale_tracker", strack, NULL};
     snprintf(path, sizeof path, "%s/state.safetensors", tmp);
     if (rc == 0)
         rc = st_write(path, w, n, meta, err, errlen);
@@ -222,7 +225,8 @@ int rt_checkpoint_load(Exec *x, const char *ckpt, int64_t *step, uint64_t *seed,
     const Plan *p = x->plan;
     char path[4400];
     snprintf(path, sizeof path, "%s/state.safetensors", ckpt);
-    uint64_t s, sd, fp, skipped = 0;
+    uint64_t s, sd, fp, skipped = 0, tracker = 0;
+    double scale = x->loss_scale;
     json_t *meta = state_meta(path, err, errlen);
     int bad = !meta || meta_u64(meta, path, "step", 10, &s, err, errlen) != 0 ||
               meta_u64(meta, path, "seed", 10, &sd, err, errlen) != 0 ||
@@ -231,6 +235,15 @@ int rt_checkpoint_load(Exec *x, const char *ckpt, int64_t *step, uint64_t *seed,
                meta_u64(meta, path, "skipped", 10, &skipped, err, errlen) != 0);
     if (!bad && skipped > s)
         bad = rt_fail(err, errlen, "%s: %" PRIu64 " steps skipped of %" PRIu64, path, skipped, s);
+    // fp16's loss scale and its growth tracker (absent: a state from before loss scaling)
+    const char *ls = meta ? json_string_value(json_object_get(meta, "loss_scale")) : NULL;
+    if (!bad && ls) {
+        char *end;
+        scale = strtod(ls, &end);
+        if (end == ls || *end || !(scale > 0 && scale < 1e38) ||
+            meta_u64(meta, path, "scale_tracker", 10, &tracker, err, errlen) != 0)
+            bad = rt_fail(err, errlen, "%s: a bad loss scale in its metadata", path);
+    }
     json_decref(meta);
     if (bad)
         return -1;
@@ -258,6 +271,7 @@ int rt_checkpoint_load(Exec *x, const char *ckpt, int64_t *step, uint64_t *seed,
     }
     st_close(set);
     if (rc == 0)
-        *step = (int64_t)s, *seed = sd, x->skipped = (int64_t)skipped;
+        *step = (int64_t)s, *seed = sd, x->skipped = (int64_t)skipped, x->loss_scale = scale,
+        x->scale_tracker = (int64_t)tracker;
     return rc;
 }

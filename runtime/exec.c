@@ -51,7 +51,7 @@ int rt_exec_init(Exec *x, const Plan *p, Backend *be, Backend *host, ExecLayout 
     x->host = host;
     x->layout = layout;
     x->lr = p->lr;
-    x->loss_scale = 1;
+    x->loss_scale = p->scale_init > 0 ? (double)(float)p->scale_init : 1;
     if (be->prepare(be, p, STREAM_COMPUTE, err, errlen) != 0 ||
         host->prepare(host, p, STREAM_HOST, err, errlen) != 0)
         return -1;

@@ -275,6 +275,23 @@ static int read_header(Reader *r, Plan *p) {
                     return bad(r, "unknown schedule setting '%s'", w[i]);
             }
             ok = ok && (p->schedule == SCHED_CONSTANT || p->steps > 0);
+        } else if (strcmp(w[0], "loss_scale") == 0) {
+            for (int i = 1; ok && i < n; i++) {
+                char *eq = strchr(w[i], '=');
+                if (!eq)
+                    return bad(r, "loss_scale settings are key=value");
+                *eq = '\0';
+                if (!strcmp(w[i], "interval"))
+                    ok = ops_parse_i64(eq + 1, &p->scale_interval) && p->scale_interval >= 1;
+                else if (!strcmp(w[i], "init") || !strcmp(w[i], "growth") || !strcmp(w[i], "backoff")) {
+                    double *dst = w[i][0] == 'i' ? &p->scale_init : w[i][0] == 'g' ? &p->scale_growth
+                                                                                  : &p->scale_backoff;
+                    ok = parse_f64(eq + 1, dst) && isfinite(*dst) && *dst > 0;
+                } else
+                    return bad(r, "unknown loss_scale setting '%s'", w[i]);
+            }
+            ok = ok && p->scale_init > 0 && p->scale_growth >= 1 && p->scale_backoff > 0 &&
+                 p->scale_backoff < 1 && p->scale_interval >= 1 && p->scale_init < 1e38;
         } else if (strcmp(w[0], "rank") == 0)
             ok = n == 4 && parse_int(w[1], &p->rank) && parse_int(w[3], &p->ranks);
         else if (strcmp(w[0], "arena") == 0) {

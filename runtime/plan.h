@@ -13,6 +13,8 @@
 //   optimizer adamw lr=0.003 beta1=0.9 beta2=0.999 eps=1e-08 weight_decay=0
 //   schedule cosine warmup=100 steps=1000 min_lr=0     (constant|linear|cosine: the
 //                                      learning rate at each step, rt_lr_at; optional)
+//   loss_scale init=65536 growth=2 backoff=0.5 interval=2000   (fp16: the dynamic loss
+//                                      scale, rt_scale_update; optional)
 //   estimate model_flops=N step_us=X (the cost model's FLOPs, without recompute, and
 //                                      time of one optimizer step; optional)
 //   lora r=8 alpha=16 dropout=0.05 targets=q_proj,v_proj     (only with LoRA)
@@ -181,6 +183,9 @@ typedef struct Plan {
     int64_t warmup_steps;   // of a linear rise from 0
     int64_t steps;          // the run's optimizer steps (0: not given; constant only)
     double min_lr;          // where linear and cosine end, at `steps`
+    double scale_init;      // fp16's dynamic loss scale, torch.amp.GradScaler's: its start
+    double scale_growth, scale_backoff; // (0: no loss scaling), its factors,
+    int64_t scale_interval; // and the steps without an overflow before it grows
     int rank, ranks;
     int64_t model_flops;    // the compiler's estimate for one optimizer step: FLOPs
     double est_step_us;     // without recompute, and time (0: none in the plan)

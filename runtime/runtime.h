@@ -123,6 +123,7 @@ struct Exec {
     double lr;              // this step's learning rate (the plan's schedule; rt_lr_at)
     double loss_scale;      // the loss's backward is scaled by it, the gradients unscaled
                             // (fp16's dynamic loss scale; 1 otherwise)
+    int64_t scale_tracker;  // steps since the loss scale last changed without an overflow
     bool poison;            // fill a buffer's bytes with NaN when its lifetime ends
 };
 
@@ -224,6 +225,10 @@ int rt_save_weights(Exec *x, const char *dir, bool merge, FILE *out, char *err, 
 // linear warm-up from 0 over warmup_steps, then the peak (constant), or a linear or half-
 // cosine decay to min_lr at `steps` (held there after), as Hugging Face's schedulers.
 double rt_lr_at(const Plan *p, int64_t step);
+// fp16's dynamic loss scale after a step, as torch.amp.GradScaler.update() moves it under
+// the plan's loss_scale settings: backed off (and the tracker reset) when the step's
+// gradients overflowed, grown after `interval` steps without (if it stays finite in fp32).
+void rt_scale_update(Exec *x, bool overflowed);
 
 //
 // host.c — the host ftc run trains on.

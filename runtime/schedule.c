@@ -1,6 +1,7 @@
 // schedule.c — what the training loop changes from step to step: the learning rate
 // under the plan's schedule, as Hugging Face's get_{constant,linear,cosine}_schedule_with
-// _warmup (a LambdaLR stepped once per optimizer step) compute it.
+// _warmup (a LambdaLR stepped once per optimizer step) compute it; and fp16's loss scale,
+// as torch.amp.GradScaler moves it.
 #include "runtime.h"
 
 #include <math.h>
@@ -26,4 +27,19 @@ double rt_lr_at(const Plan *p, int64_t step) {
     // with min_lr the decay ends there, not at 0 (HF's cosine_with_min_lr)
     double floor = p->min_lr / lr;
     return lr * (f * (1.0 - floor) + floor);
+}
+
+void rt_scale_update(Exec *x, bool overflowed) {
+    const Plan *p = x->plan;
+    float scale = (float)x->loss_scale;   // torch keeps it in an fp32 tensor
+    if (overflowed) {
+        scale = (float)((double)scale * p->scale_backoff);
+        x->scale_tracker = 0;
+    } else if (++x->scale_tracker == p->scale_interval) {
+        float grown = (float)((double)scale * p->scale_growth);
+        if (isfinite(grown))
+            scale = grown;
+        x->scale_tracker = 0;
+    }
+    x->loss_scale = scale;
 }

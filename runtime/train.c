@@ -409,9 +409,12 @@ int rt_train(const RunOptions *o) {
             if (!counted)   // each micro-step's loss is its own mean; else its share of the step's
                 loss /= (double)p->accum;
         }
+        bool scaled = p->scale_init > 0, skip_loss = skip;   // fp16's dynamic loss scale
+        double scale = x.loss_scale;
         if (!skip && rt_grad_stats(&x, &gnorm, &bad_grad) && bad_grad) {
-            // a gradient is not finite: every update left its parameter as it was
-            if (!o->skip_nonfinite) {
+            // a gradient is not finite: every update left its parameter as it was; under a
+            // loss scale that is an overflow, which backs the scale off (below)
+            if (!scaled && !o->skip_nonfinite) {
                 cursor = start;
                 nonfinite_grad(&x, gnorm, step, &feed, &cursor);
                 goto out;
@@ -419,6 +422,8 @@ int rt_train(const RunOptions *o) {
             skip = true;
             x.skipped++;
         }
+        if (scaled && !skip_loss)
+            rt_scale_update(&x, bad_grad);
         if (!skip) {
             if (nrecent == 0)
                 first_loss = loss, first_step = step;
@@ -429,12 +434,14 @@ int rt_train(const RunOptions *o) {
         double t1 = now_s();
         if (step == done + 1)
             t1st = t1;
-        char skipped[64] = "";
+        char skipped[96] = "";
         if (skip)
             snprintf(skipped, sizeof skipped, "  skipped %lld", (long long)x.skipped);
+        if (scaled)   // the scale this step ran with
+            snprintf(skipped + strlen(skipped), sizeof skipped - strlen(skipped), "  scale %g", scale);
         fprintf(o->out, "step %lld/%lld  loss %.6f%s  tok/s %.0f  lr %.3e  gnorm %.4g  elapsed %.2fs  mem %s\n",
                 (long long)step, (long long)steps, loss, skipped, (double)tokens_per_step / (t1 - ts),
-                x.lr, gnorm, t1 - t0, mems);
+                x.lr, isnan(gnorm) ? NAN : gnorm, t1 - t0, mems);
         fflush(o->out);
         if (o->save && o->save_every > 0 && step % o->save_every == 0 && step < steps) {
             if (save(&x, o->save, o->merge, o->out) != 0)
@@ -458,7 +465,7 @@ int rt_train(const RunOptions *o) {
         tail += recent[i];
     char skips[96] = "";
     if (x.skipped > skipped0)
-        snprintf(skips, sizeof skips, ", %lld skipped (a non-finite loss or gradient; their updates not taken)",
+        snprintf(skips, sizeof skips, ", %lld skipped (a non-finite loss or gradients; their updates not taken)",
                  (long long)(x.skipped - skipped0));
     fprintf(o->out, "done: %lld steps%s, %lld tokens, loss %.4f at step %lld, %.4f over the last %d steps, "
                     "%.2fs, %.0f tok/s\n",

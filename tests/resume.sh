@@ -2,7 +2,8 @@
 # Checkpoints and exact resume: a run killed with SIGKILL at random points (during saves
 # too) and resumed each time from its latest checkpoint ends with the same weights, bit
 # for bit, and prints the same loss at every step, as a run never stopped. Full
-# fine-tuning, and LoRA with dropout and the optimizer state on the host.
+# fine-tuning, LoRA with dropout and the optimizer state on the host, and fp16 with its
+# dynamic loss scale under a schedule and clipping.
 # usage: resume.sh FTC SOURCE_DIR
 set -u
 ftc=$1 src=$2
@@ -34,8 +35,14 @@ set_whole() {
 sed 's/^train {/train {\n  lora(r = 4, alpha = 8, dropout = 0.1, targets = [q_proj, v_proj])/' models/tiny.ft > "$tmp/lora.ft"
 "$ftc" compile models/tiny.ft -o "$tmp/full.plan" >/dev/null
 "$ftc" compile "$tmp/lora.ft" --offload optimizer -o "$tmp/lora.plan" >/dev/null
+# fp16 whose loss scale overflows, backs off and grows within the run, under a cosine
+# schedule with warm-up and clipping: the scale, its growth tracker and the updates
+# taken (the schedule's position) go into each checkpoint.
+sed 's/precision = bf16/precision = fp16\n  grad_scaler(init_scale = 524288, growth_interval = 3)\n  lr_schedule = cosine\n  warmup_steps = 4\n  steps = 30\n  clip = 1.0/' \
+    models/tiny.ft > "$tmp/fp16.ft"
+"$ftc" compile "$tmp/fp16.ft" -o "$tmp/fp16.plan" >/dev/null
 RANDOM=7
-for kind in full lora; do
+for kind in full lora fp16; do
     args=(run "$tmp/$kind.plan" --data "$tmp/c.bin" --steps 30 --save-every 3 --seed 5)
     [ "$kind" = lora ] && args+=(--merge)
     "$ftc" "${args[@]}" --save "$tmp/$kind-ref" > "$tmp/$kind-ref.out" || bad "$kind-reference" "failed"

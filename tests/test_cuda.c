@@ -32,6 +32,7 @@ static bool train(const Plan *p, Backend *be, int steps, double *losses, bool po
     int32_t *tok = malloc(sizeof *tok * (size_t)n), *tgt = malloc(sizeof *tgt * (size_t)n);
     for (int step = 1; ok && step <= steps; step++) {
         x.step = step;
+        x.lr = rt_lr_at(p, step);
         losses[step - 1] = 0;
         for (int64_t m = 0; ok && m < p->accum; m++) {
             x.micro = m;
@@ -51,6 +52,12 @@ static bool train(const Plan *p, Backend *be, int steps, double *losses, bool po
             losses[step - 1] += l;   // each micro-step's share of the step's mean
         }
         ok = ok && rt_exec_phase(&x, PHASE_OPT, err, sizeof err) == 0;
+        double norm;
+        bool bad = false;
+        if (ok && rt_grad_stats(&x, &norm, &bad) && bad)
+            x.skipped++;
+        if (ok && p->scale_init > 0)   // fp16: the loss scale moves as the training loop moves it
+            rt_scale_update(&x, bad);
     }
     if (!ok)
         printf("  %s: %s\n", be->name, err);
@@ -125,6 +132,31 @@ static void test_device_resident(void) {
         trains_like_cpu(&h, &o, 6, "tiny, on the device", false);
     }
     harness_free(&h);
+}
+
+// fp16 on the device with its loss scale (overflowing at first, then backed off), a
+// schedule and clipping (bf16_pure's kernels are checked one by one: kernels-cuda-sim).
+static void test_precisions(void) {
+    static const char *const with[][2] = {
+        {"fp16\n  grad_scaler(init_scale = 524288)\n  clip = 0.5\n  lr_schedule = cosine\n  steps = 4",
+         "tiny fp16, loss scale, clip"},
+    };
+    for (size_t i = 0; i < sizeof with / sizeof with[0]; i++) {
+        char text[8192];
+        const char *t = tiny(), *at = strstr(t, "precision = bf16");
+        snprintf(text, sizeof text, "%.*sprecision = %s%s", (int)(at - t), t, with[i][0],
+                 at + strlen("precision = bf16"));
+        Harness h;
+        harness_arch = "sm_80";
+        bool ok = harness_compile(&h, with[i][1], text, 8);
+        harness_arch = NULL;
+        CHECK(ok);
+        if (ok) {
+            FakeOptions o = options(&h);
+            trains_like_cpu(&h, &o, 4, with[i][1], false);
+        }
+        harness_free(&h);
+    }
 }
 
 // Swapped activations, gradients and AdamW on the host: copies on d2h/h2d, host work on
@@ -272,6 +304,7 @@ int main(int argc, char **argv) {
     }
     RUN(test_device_resident);
     RUN(test_offloaded);
+    RUN(test_precisions);
     RUN(test_missing_waits_caught);
     RUN(test_launch_order);
     RUN(test_other_architecture);

@@ -138,6 +138,9 @@ static OpStat stats[OP_COUNT];
 // GEMMs computed from the cuBLASLt descriptors the backend builds).
 static bool on_gpu, on_sim;
 static int in_fused[OP_COUNT];   // steps of fused kernels, per op
+// The next lockstep's gradients overflow (fp16 under a huge loss scale): grad_factor must
+// skip the step on both backends, every parameter as it was before the optimizer phase.
+static bool expect_skip;
 static int grouped[OP_COUNT];    // instructions in grouped launches, per op
 
 // Whether op's kernels compute what the cpu backend computes, operation for operation.
@@ -175,9 +178,10 @@ static void compare(Exec *cpu, Exec *emu, const PlanInstr *in, int id) {
         rt_read_f32(cpu, id, fx);
         rt_read_f32(emu, id, fy);
         double big = 0, diff = 0;
-        for (int64_t i = 0; i < n; i++) {
-            big = fmax(big, fabs(fx[i]));
-            double d = fabs((double)fx[i] - fy[i]);
+        for (int64_t i = 0; i < n; i++) {   // (the same infinity, or NaN on both, agree)
+            big = isfinite(fx[i]) ? fmax(big, fabs(fx[i])) : big;
+            bool agree = fx[i] == fy[i] || (isnan(fx[i]) && isnan(fy[i]));
+            double d = agree ? 0 : fabs((double)fx[i] - fy[i]);
             diff = isnan(d) ? INFINITY : fmax(diff, d);
         }
         double e = big > 0 ? diff / big : diff;
@@ -251,9 +255,15 @@ static void lockstep(const char *name, const char *text, int64_t micro) {
     free(ids);
     h.x.step = xe.step = 1;
     h.x.seed = xe.seed = 99;
+    void **before = calloc((size_t)p->nbuf + 1, sizeof(void *));   // expect_skip: the parameters
     for (int ph = 0; ph < PHASE_COUNT && ok; ph++)
         for (int i = 0; i < p->nins[ph] && ok; i++) {
             const PlanInstr *in = &p->ins[ph][i];
+            for (int b = 0; expect_skip && ph == PHASE_OPT && i == 0 && b < p->nbuf; b++)
+                if (p->buf[b].kind == PK_PARAM) {
+                    before[b] = malloc((size_t)p->buf[b].bytes + 1);
+                    rt_read_raw(&h.x, b, before[b]);
+                }
             // A grouped launch does its members' work at its own place: their inputs go
             // over with its own, and at each member only the cpu side runs.
             for (int m = 0; in->by < 0 && m < (in->group ? in->group : 1); m++) {
@@ -282,6 +292,28 @@ static void lockstep(const char *name, const char *text, int64_t micro) {
             for (int s = 0; s < in->nstep; s++)
                 in_fused[in->step[s].op]++;
         }
+    if (expect_skip && ok) {
+        float fc[2] = {0, 0};
+        rt_read_raw(&xe, plan_role(p, "grad_factor")->id, fc);
+        CHECKF(fc[1] == 1.0f, "%s: the step is not skipped (factor %g, %g)", name, fc[0], fc[1]);
+        int same = 0, params = 0;
+        for (int b = 0; b < p->nbuf; b++) {
+            if (!before[b])
+                continue;
+            void *now = malloc((size_t)p->buf[b].bytes + 1);
+            rt_read_raw(&xe, b, now);
+            same += memcmp(now, before[b], (size_t)p->buf[b].bytes) == 0;
+            params++;
+            free(now);
+        }
+        CHECKF(params > 0 && same == params, "%s: %d of %d parameters unchanged by the skipped step", name,
+               same, params);
+        printf("  %s: the gradients overflowed, the step was skipped, %d parameters unchanged\n", name,
+               params);
+    }
+    for (int b = 0; b < p->nbuf; b++)
+        free(before[b]);
+    free(before);
     rt_exec_free(&xe);
     emu->destroy(emu);
     host->destroy(host);
@@ -316,6 +348,32 @@ static void test_qlora(void) {
 }
 
 static void test_other_ops_fp16(void) { lockstep("ops-fp16", ops_fp16, 2); }
+
+// qwen_odd at another precision line (the rest of the train section as written).
+static void odd_with(char *text, size_t cap, const char *precision) {
+    char base[8192];
+    snprintf(base, sizeof base, qwen_odd, "");
+    char *at = strstr(base, "precision = bf16\n");
+    snprintf(text, cap, "%.*sprecision = %s\n%s", (int)(at - base), base, precision,
+             at + strlen("precision = bf16\n"));
+}
+
+// bf16_pure: AdamW's moments in bf16 and its updates Kahan-compensated (bitwise).
+static void test_bf16_pure(void) {
+    char text[8192];
+    odd_with(text, sizeof text, "bf16_pure");
+    lockstep("qwen-odd-bf16-pure", text, 2);
+}
+
+// fp16 under a loss scale of 2^40: the backward overflows, the reduction finds it, and
+// every update (grouped or not) skips the step.
+static void test_fp16_overflow(void) {
+    char text[8192];
+    odd_with(text, sizeof text, "fp16\n  grad_scaler(init_scale = 1099511627776.0)");
+    expect_skip = true;
+    lockstep("qwen-odd-fp16-overflow", text, 2);
+    expect_skip = false;
+}
 
 static void test_attention_head_dims(void) {
     static const int hd[] = {40, 64, 96, 128, 256};
@@ -364,6 +422,8 @@ int main(int argc, char **argv) {
     RUN(test_qwen_full);
     RUN(test_qlora);
     RUN(test_other_ops_fp16);
+    RUN(test_bf16_pure);
+    RUN(test_fp16_overflow);
     RUN(test_attention_head_dims);
     report();
     // Every op the emitter generates a kernel for appeared at least once.

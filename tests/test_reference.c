@@ -318,6 +318,33 @@ static void test_schedules(void) {
     json_decref(root);
 }
 
+// fp16's loss scale over 24 steps, some overflowing, against torch.amp.GradScaler's
+// (train/gradscaler.json): the scale after each step, exactly.
+static void test_gradscaler(void) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/gradscaler.json", traindir);
+    json_error_t je;
+    json_t *root = json_load_file(path, 0, &je);
+    json_t *over = json_object_get(root, "overflow"), *after = json_object_get(root, "scale_after");
+    CHECKF(json_is_array(over) && json_array_size(over) == json_array_size(after), "%s: %s", path, je.text);
+    Plan p = {.scale_init = json_number_value(json_object_get(root, "init_scale")),
+              .scale_growth = json_number_value(json_object_get(root, "growth_factor")),
+              .scale_backoff = json_number_value(json_object_get(root, "backoff_factor")),
+              .scale_interval = json_integer_value(json_object_get(root, "growth_interval"))};
+    Exec x = {.plan = &p, .loss_scale = p.scale_init};
+    int changes = 0;
+    for (size_t s = 0; s < json_array_size(over); s++) {
+        double before = x.loss_scale, want = json_number_value(json_array_get(after, s));
+        rt_scale_update(&x, json_is_true(json_array_get(over, s)));
+        CHECKF(x.loss_scale == want, "step %zu: scale %g, torch's %g", s + 1, x.loss_scale, want);
+        changes += x.loss_scale != before;
+    }
+    printf("  %zu steps, %d scale changes (backoffs and growths), every scale torch's\n",
+           json_array_size(over), changes);
+    CHECK(changes >= 6);
+    json_decref(root);
+}
+
 // Ten AdamW steps of qwen2_tiny in fp32 against torch (train/clip10): the cosine schedule
 // with warm-up, the gradients clipped by their global norm (which is over 5: the clip
 // acts at every step), weight decay on all but biases and norm weights. Each step's loss,
@@ -472,5 +499,6 @@ int main(int argc, char **argv) {
     RUN(test_llama_gqa_bf16);
     RUN(test_schedules);
     RUN(test_clip10);
+    RUN(test_gradscaler);
     return CHECK_DONE();
 }

@@ -1079,6 +1079,37 @@ static void test_adamw_hand_example(void) {
     }
 }
 
+// bf16_pure's Kahan-compensated updates: 1000 updates of +1e-4 to a bf16 weight of 1.0
+// (each under half its ulp, 2^-8) vanish stored plainly, and add up to 1.1 compensated
+// (within the bf16 ulp there, 2^-7); a weight of 100.0 with updates of 0.3 and -0.3 in
+// turn ends within half an ulp of where it started; and an update larger than the ulp
+// lands where plain rounding puts it.
+static void test_kahan_small_updates(void) {
+    float plain = 1.0f, w = 1.0f, comp = 0.0f;
+    for (int i = 0; i < 1000; i++) {
+        plain = cpu_bf16_to_f32(cpu_f32_to_bf16(plain + 1e-4f));
+        float old = w, next = w + 1e-4f;
+        cpu_kahan(&next, &old, &comp, 1, false);
+        comp = cpu_bf16_to_f32(cpu_f32_to_bf16(comp));   // stored in the weight's dtype
+        w = next;
+        CHECK(cpu_bf16_to_f32(cpu_f32_to_bf16(w)) == w);   // a weight bf16 holds
+    }
+    CHECK(plain == 1.0f);
+    CHECK_NEAR(w, 1.1, 0x1p-7, 0);
+    printf("  1000 updates of 1e-4 to 1.0 in bf16: %g plainly, %.5g compensated (exact 1.1)\n", plain, w);
+    float x = 100.0f, c = 0.0f;
+    for (int i = 0; i < 200; i++) {
+        float old = x, next = x + (i % 2 ? -0.3f : 0.3f);
+        cpu_kahan(&next, &old, &c, 1, false);
+        c = cpu_bf16_to_f32(cpu_f32_to_bf16(c));
+        x = next;
+    }
+    CHECK_NEAR(x, 100.0, 0.25, 0);
+    float old = 1.0f, big = 1.0f + 0.1f, zero = 0.0f;
+    cpu_kahan(&big, &old, &zero, 1, false);
+    CHECK(big == cpu_bf16_to_f32(cpu_f32_to_bf16(1.1f)));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Cross entropy
 
@@ -1296,6 +1327,7 @@ int main(void) {
     run("bf16_rounding", test_bf16_rounding);
     run("fp16_conversion", test_fp16_conversion);
     run("adamw_hand_example", test_adamw_hand_example);
+    run("kahan_small_updates", test_kahan_small_updates);
     run("determinism", test_determinism);
     return CHECK_DONE();
 }

@@ -309,6 +309,50 @@ fi
     -o "$tmp/huge.plan" >/dev/null
 fails host-memory "of memory on the cpu backend, where they are host memory, but this machine has" \
     run "$tmp/huge.plan" --data "$tmp/c.bin" --steps 1
+# Every precision trains tiny.ft on the cpu backend: 30 steps bring the loss from ln 256
+# well down (fp32; bf16 mixed; fp16 mixed with its dynamic loss scale; bf16_pure, its
+# updates Kahan-compensated).
+for prec in fp32 bf16 fp16 bf16_pure; do
+    sed "s/precision = bf16/precision = $prec/" models/tiny.ft > "$tmp/p-$prec.ft"
+    "$ftc" compile "$tmp/p-$prec.ft" -o "$tmp/p-$prec.plan" >/dev/null
+    out=$("$ftc" run "$tmp/p-$prec.plan" --data "$tmp/c.bin" --steps 30 2>&1)
+    last=$(grep '^step 30/' <<<"$out" | awk '{print $4}')
+    awk -v l="$last" 'BEGIN { exit !(l < 4.6) }' && ok "trains-$prec (loss 5.51 -> $last)" || bad "trains-$prec" "$out"
+done
+# fp16's loss scale: from 2^40 every step overflows, is skipped (the weights bitwise
+# those a learning rate of 0 leaves) and halves the scale, as GradScaler does; from
+# 2^19 the first overflows, the scale falls to 2^18, where backward fits, and grows
+# back after growth_interval steps without an overflow.
+sed 's/precision = bf16/precision = fp16\n  grad_scaler(init_scale = 1099511627776.0, growth_interval = 2)/' models/tiny.ft > "$tmp/f16huge.ft"
+sed 's/precision = bf16/precision = fp16/; s/lr = 3e-3/lr = 0.0/' models/tiny.ft > "$tmp/f16lr0.ft"
+"$ftc" compile "$tmp/f16huge.ft" -o "$tmp/f16huge.plan" >/dev/null
+"$ftc" compile "$tmp/f16lr0.ft" -o "$tmp/f16lr0.plan" >/dev/null
+out=$("$ftc" run "$tmp/f16huge.plan" --data "$tmp/c.bin" --steps 3 --save "$tmp/f16huge")
+"$ftc" run "$tmp/f16lr0.plan" --data "$tmp/c.bin" --steps 1 --save "$tmp/f16lr0" >/dev/null
+scales=$(grep '^step ' <<<"$out" | sed 's/.*  scale \([^ ]*\) .*/\1/' | tr '\n' ' ')
+if grep -q '^step 1/3  loss [0-9.]*  skipped 1  scale 1.09951e+12 ' <<<"$out" &&
+   grep -q '^step 3/3  loss [0-9.]*  skipped 3  scale 2.74878e+11 ' <<<"$out" &&
+   [ "$scales" = "1.09951e+12 5.49756e+11 2.74878e+11 " ] &&
+   grep -q '^done: 3 steps, 3 skipped' <<<"$out" &&
+   "$st_diff" "$tmp/f16huge/model.safetensors" "$tmp/f16lr0/model.safetensors" 0 >/dev/null; then
+    ok "fp16-overflow-skipped-and-backed-off ($scales)"
+else
+    bad fp16-overflow-skipped-and-backed-off "$out $("$st_diff" "$tmp/f16huge/model.safetensors" "$tmp/f16lr0/model.safetensors" 0)"
+fi
+sed 's/precision = bf16/precision = fp16\n  grad_scaler(init_scale = 524288, growth_interval = 3)/' models/tiny.ft > "$tmp/f16edge.ft"
+"$ftc" compile "$tmp/f16edge.ft" -o "$tmp/f16edge.plan" >/dev/null
+out=$("$ftc" run "$tmp/f16edge.plan" --data "$tmp/c.bin" --steps 12)
+# GradScaler's rule, step by step: after a skipped step the scale halves; after 3 steps
+# in a row without one it doubles; otherwise it stays.
+if grep '^step ' <<<"$out" | awk '{ s = $0; sub(/.*  scale /, "", s); sub(/ .*/, "", s); sk = $0 ~ /  skipped /
+        if (n && s + 0 != want) bad = 1
+        if (sk) { want = s / 2; run = 0; skips++ } else if (++run == 3) { want = s * 2; run = 0; grows++ } else want = s
+        n++ } END { exit !(n == 12 && !bad && skips > 0 && grows > 0) }'; then
+    ok "fp16-scale-backs-off-and-grows ($(grep '^step ' <<<"$out" | sed 's/.*  scale \([^ ]*\) .*/\1/' | tr '\n' ' '))"
+else
+    bad fp16-scale-backs-off-and-grows "$out"
+fi
+
 # A missing plan.
 fails missing-plan "cannot open" run "$tmp/nothing.plan" --data "$tmp/c.bin"
 # The schedule: without --steps the train section's steps run; the warm-up starts at 0

@@ -81,23 +81,34 @@ FTC_INLINE AdamwStep adamw_step(double lr, long long t, double beta1, double bet
     return s;
 }
 
+/* What AdamW's fourth output is: none, the fp32 master copy, or the weight's Kahan
+ * compensation (bf16_pure: no master). */
+enum { ADAMW_PLAIN = 0, ADAMW_MASTER = 1, ADAMW_KAHAN = 2 };
+
 /* Element i of one tensor: w = the master copy when there is one (fp32), else the weight
- * itself; the weight then takes w's rounding. p: param, m, v, [master,] grad, factor; f
- * the factor's value. */
-FTC_INLINE void adamw_at(const AdamwStep *s, void *const *p, long long i, int master, float f,
+ * itself; the weight then takes w's rounding. With Kahan compensation the update joins the
+ * compensation c, the weight becomes (old + c) rounded and c keeps what the rounding lost,
+ * as the cpu backend's cpu_kahan. p: param, m, v, [master | kahan,] grad, factor; f the
+ * factor's value. */
+FTC_INLINE void adamw_at(const AdamwStep *s, void *const *p, long long i, int mode, float f,
                          int dtp, int dtg, int dtm) {
-    void *w = master ? p[3] : p[0];
-    int dtw = master ? FTC_F32 : dtp;
-    float g = ldf(p[master ? 4 : 3], i, dtg) * f, mi = ldf(p[1], i, dtm), vi = ldf(p[2], i, dtm);
-    float x = ldf(w, i, dtw) * s->decay;
+    void *w = mode == ADAMW_MASTER ? p[3] : p[0];
+    int dtw = mode == ADAMW_MASTER ? FTC_F32 : dtp;
+    float g = ldf(p[mode ? 4 : 3], i, dtg) * f, mi = ldf(p[1], i, dtm), vi = ldf(p[2], i, dtm);
+    float x0 = ldf(w, i, dtw), x = x0 * s->decay;
     mi = s->small ? fmaf(s->w1, g - mi, mi) : fmaf(s->w1 - 1.0f, g - mi, g);
     vi = vi * s->b2 + s->c2 * g * g;
     float denom = sqrtf(vi) / s->bias_c2_sqrt + s->eps;
     x = x + s->neg_step * mi / denom;
+    if (mode == ADAMW_KAHAN) {
+        float c = ldf(p[3], i, dtp) + (x - x0), t = rnd(x0 + c, dtp);
+        stf(p[3], i, dtp, c + (x0 - t));
+        x = t;
+    }
     stf(w, i, dtw, x);
     stf(p[1], i, dtm, mi);
     stf(p[2], i, dtm, vi);
-    if (master)
+    if (mode == ADAMW_MASTER)
         stf(p[0], i, dtp, x);
 }
 
@@ -106,28 +117,28 @@ FTC_INLINE const float *factor_of(void *const *p, int nout) { return (const floa
 
 /* A skipped update still writes its weight output: the master copy's rounding, as an
  * update would (the output may be a staging buffer a copy takes to the device). Without
- * a master the weight is updated in place and stays as it was. p[0]: the weight, p[wm]:
- * its master. */
+ * a master the weight (and a Kahan compensation) is updated in place and stays as it
+ * was. p[0]: the weight, p[wm]: its master. */
 FTC_INLINE void skip_at(void *const *p, int wm, long long i, int dtp) { stf(p[0], i, dtp, ldf(p[wm], i, FTC_F32)); }
 
-/* AdamW over one tensor of n elements.  a.p: param, m, v, [master,] grad, factor. */
-FTC_INLINE void adamw(FtcArgs a, long long n, int master, double beta1, double beta2, double eps,
+/* AdamW over one tensor of n elements.  a.p: param, m, v, [master | kahan,] grad, factor. */
+FTC_INLINE void adamw(FtcArgs a, long long n, int mode, double beta1, double beta2, double eps,
                       double weight_decay, int dtp, int dtg, int dtm) {
-    const float *fc = factor_of(a.p, master ? 4 : 3);
+    const float *fc = factor_of(a.p, mode ? 4 : 3);
     if (fc[1] != 0.0f) {
-        for (long long i = ftc_gid(); master && i < n; i += ftc_gstride())
+        for (long long i = ftc_gid(); mode == ADAMW_MASTER && i < n; i += ftc_gstride())
             skip_at(a.p, 3, i, dtp);
         return;
     }
     AdamwStep s = adamw_step(a.f[0], a.i[0], beta1, beta2, eps, weight_decay);
     for (long long i = ftc_gid(); i < n; i += ftc_gstride())
-        adamw_at(&s, a.p, i, master, fc[0], dtp, dtg, dtm);
+        adamw_at(&s, a.p, i, mode, fc[0], dtp, dtg, dtm);
 }
 
 /* The tensors of a group in one launch: their elements laid end to end, tensor k's at
  * [start[k], start[k + 1]) of the launch's range, its buffers ga->p[k]. A thread's
  * elements only grow, so the tensor it is in is found by walking forward. */
-FTC_INLINE void adamw_group(const FtcGroupArgs *ga, const long long *start, int count, int master,
+FTC_INLINE void adamw_group(const FtcGroupArgs *ga, const long long *start, int count, int mode,
                             double beta1, double beta2, double eps, double weight_decay, int dtp,
                             int dtg, int dtm) {
     AdamwStep s = adamw_step(ga->f[0], ga->i[0], beta1, beta2, eps, weight_decay);
@@ -135,10 +146,10 @@ FTC_INLINE void adamw_group(const FtcGroupArgs *ga, const long long *start, int 
     for (long long i = ftc_gid(); i < start[count]; i += ftc_gstride()) {
         while (i >= start[k + 1])
             k++;
-        const float *fc = factor_of(ga->p[k], master ? 4 : 3);
+        const float *fc = factor_of(ga->p[k], mode ? 4 : 3);
         if (fc[1] == 0.0f)
-            adamw_at(&s, ga->p[k], i - start[k], master, fc[0], dtp, dtg, dtm);
-        else if (master)
+            adamw_at(&s, ga->p[k], i - start[k], mode, fc[0], dtp, dtg, dtm);
+        else if (mode == ADAMW_MASTER)
             skip_at(ga->p[k], 3, i - start[k], dtp);
     }
 }

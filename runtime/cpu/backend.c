@@ -435,9 +435,12 @@ static int k_grad_factor(Call *c) {
 }
 
 // The parameter (and its master copy, when the plan keeps one) after an update: the
-// master is updated in fp32 and the weight is its rounding. in[1] is the step's gradient
-// factor: a skipped step (factor[1] set) leaves everything as it was.
-static float *master_of(Call *c, int k) { return c->in->nout > k ? OUT(k) : NULL; }
+// master is updated in fp32 and the weight is its rounding; without a master, out[3] may
+// be the weight's Kahan compensation (bf16_pure). in[1] is the step's gradient factor:
+// a skipped step (factor[1] set) leaves everything as it was.
+static float *master_of(Call *c, int k) {
+    return c->in->nout > k && !strcmp(OB(k)->category, "master") ? OUT(k) : NULL;
+}
 static bool skipped(Call *c) { return IN(1)[1] != 0.0f; }
 // A skipped update still writes its weight output (which may be a staging buffer a copy
 // takes to the device): the master's rounding, as an update would. Without a master the
@@ -452,8 +455,19 @@ static void adamw_part(void *ctx, int64_t lo, int64_t hi) {
     Call *c = ctx;
     const Plan *p = c->x->plan;
     float *master = master_of(c, 3), *w = master ? master : OUT(0);
-    cpu_adamw_step(w + lo, IN(0) + lo, IN(1)[0], OUT(1) + lo, OUT(2) + lo, (size_t)(hi - lo), c->x->lr,
-                   p->beta1, p->beta2, p->eps, c->in->attr.f, c->x->step - c->x->skipped);
+    float *comp = !master && c->in->nout > 3 ? OUT(3) : NULL;
+    // with a compensation, a slice at a time: its weights before, the update, then Kahan
+    int64_t slice = comp ? 1024 : hi - lo;
+    for (int64_t a = lo; a < hi; a += slice) {
+        int64_t b = hi - a > slice ? a + slice : hi;
+        float old[1024];
+        if (comp)
+            memcpy(old, w + a, sizeof(float) * (size_t)(b - a));
+        cpu_adamw_step(w + a, IN(0) + a, IN(1)[0], OUT(1) + a, OUT(2) + a, (size_t)(b - a), c->x->lr,
+                       p->beta1, p->beta2, p->eps, c->in->attr.f, c->x->step - c->x->skipped);
+        if (comp)
+            cpu_kahan(w + a, old, comp + a, (size_t)(b - a), OB(0)->dtype == PDT_F16);
+    }
     if (master)
         memcpy(OUT(0) + lo, master + lo, sizeof(float) * (size_t)(hi - lo));
 }

@@ -782,6 +782,15 @@ void cpu_grad_factor(const float *stats, double loss_scale, double clip, float *
     factor[1] = stats[1] != 0.0f || !isfinite(stats[0]) ? 1.0f : 0.0f;
 }
 
+void cpu_kahan(float *w, const float *old, float *comp, size_t n, bool f16) {
+    for (size_t i = 0; i < n; i++) {
+        float c = comp[i] + (w[i] - old[i]), x = old[i] + c;
+        float t = f16 ? cpu_f16_to_f32(cpu_f32_to_f16(x)) : cpu_bf16_to_f32(cpu_f32_to_bf16(x));
+        comp[i] = c + (old[i] - t);
+        w[i] = t;
+    }
+}
+
 void cpu_adamw_step(float *param, const float *grad, float gscale, float *m, float *v, size_t n,
                     double lr, double beta1, double beta2, double eps, double weight_decay, int64_t t) {
     // Python-float scalars reach torch's fp32 kernels as fp32 (value.to<float>()).

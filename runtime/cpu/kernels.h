@@ -25,6 +25,7 @@
 #ifndef FTC_RUNTIME_CPU_KERNELS_H
 #define FTC_RUNTIME_CPU_KERNELS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -325,6 +326,18 @@ void cpu_sumsq(const float *x,         // (n)
 void cpu_grad_factor(const float *stats,   // (2)
                      double loss_scale, double clip,
                      float *factor);       // (2)
+
+// Kahan-compensated storage of an update (bf16_pure, whose weights have no fp32 master):
+// w holds the updated values in fp32, old the weight before, comp the compensation (what
+// earlier roundings left out). For each element the update u = w - old joins comp, the
+// weight becomes old + comp rounded to its dtype (bf16, or f16 when `f16`), and comp
+// keeps what that rounding lost, so updates far below half an ulp add up instead of
+// vanishing. w and comp are written (comp in fp32: the caller stores it in the weight's
+// dtype).
+void cpu_kahan(float *w,           // (n) in: updated, out: stored weight (representable)
+               const float *old,   // (n)
+               float *comp,        // (n)
+               size_t n, bool f16);
 
 // One torch.optim.AdamW step (default: non-foreach, non-amsgrad, non-fused) at 1-based step t,
 // in torch's fp32 arithmetic: scalars cast to fp32 as torch's CPU kernels do,
