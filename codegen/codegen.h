@@ -154,6 +154,9 @@ typedef struct CudaOp {
     // of a group (nodes whose constants print alike may share a launch).
     const char *group_fn;
     void (*group_args)(FILE *f, const CudaCtx *x);
+    // File-scope text a launch's kernel needs before it (a table), "$K" for the kernel's
+    // name; NULL for none.
+    void (*prefix)(FILE *f, const CudaCtx *x);
 } CudaOp;
 
 // The op's row, or NULL when it has none (elementwise ops, GEMMs, views, copies).

@@ -5,6 +5,7 @@
 // from the op's device code (OpInfo.device). GEMMs have none either: a BLAS library
 // (cuBLASLt on a GPU) serves them; views move nothing; copies are plan copies.
 #include "codegen.h"
+#include "../runtime/cpu/kernels.h"
 
 #include <math.h>
 #include <string.h>
@@ -100,6 +101,10 @@ static void a_norm(FILE *f, const CudaCtx *cx) {
     const IrTensor *x = IN(0);
     fprintf(f, "%lldLL, %lld, ", (long long)rows_of(x), (long long)last_dim(x));
     flit(f, n->attr.f);
+    if (n->op == OP_RMSNORM) {
+        fprintf(f, ", ");
+        flit(f, n->attr.offset);
+    }
     fprintf(f, ", %d, %d", DT(x), DT(IN(1)));
     if (n->op == OP_LAYERNORM)
         fprintf(f, ", %d", DT(IN(2)));
@@ -113,8 +118,12 @@ static void g_rows_in0(const CudaCtx *cx, unsigned *grid, unsigned *block) {
 static void a_norm_dx(FILE *f, const CudaCtx *cx) {
     CTX(cx);
     const IrTensor *x = IN(1);
-    fprintf(f, "%lldLL, %lld, %d, %d, %d, %d", (long long)rows_of(x), (long long)last_dim(x),
-            DT(OUT(0)), DT(IN(0)), DT(x), DT(IN(2)));
+    fprintf(f, "%lldLL, %lld, ", (long long)rows_of(x), (long long)last_dim(x));
+    if (n->op == OP_RMSNORM_DX) {
+        flit(f, n->attr.offset);
+        fprintf(f, ", ");
+    }
+    fprintf(f, "%d, %d, %d, %d", DT(OUT(0)), DT(IN(0)), DT(x), DT(IN(2)));
 }
 static void g_rows_in1(const CudaCtx *cx, unsigned *grid, unsigned *block) {
     CTX(cx);
@@ -132,18 +141,38 @@ static void g_colsum_out0(const CudaCtx *cx, unsigned *grid, unsigned *block) {
     colsum_geometry(ir_tensor_elems(OUT(0)), grid, block);
 }
 
+// The frequencies, computed by the cpu backend's own function, as the kernel's table.
+static void p_rope(FILE *f, const CudaCtx *cx) {
+    CTX(cx);
+    float inv[4096], mscale;
+    const IrTensor *x = IN(0);
+    int64_t d = n->attr.rope.rotary ? n->attr.rope.rotary : x->shape[3];
+    IR_ASSERT(d / 2 <= 4096 && cpu_rope_freqs(inv, &mscale, (size_t)x->shape[3], n->attr.f,
+                                              &n->attr.rope) == CPU_OK);
+    fprintf(f, "FTC_CONST float $K_inv[%lld] = {", (long long)(d / 2));
+    for (int64_t i = 0; i < d / 2; i++)
+        fprintf(f, "%s%s%af", i ? "," : "", i % 4 ? " " : "\n    ", (double)inv[i]);
+    fprintf(f, "};\n");
+}
+
 static void a_rope(FILE *f, const CudaCtx *cx) {
     CTX(cx);
     const int64_t *s = IN(0)->shape;
-    fprintf(f, "%lldLL, %lldLL, %lldLL, %lld, ", (long long)s[0], (long long)s[1], (long long)s[2],
-            (long long)s[3]);
-    flit(f, n->attr.f);
+    float inv[4096], mscale;
+    IR_ASSERT(cpu_rope_freqs(inv, &mscale, (size_t)s[3], n->attr.f, &n->attr.rope) == CPU_OK);
+    fprintf(f, "%lldLL, %lldLL, %lldLL, %lld, %lld, $K_inv, ", (long long)s[0], (long long)s[1],
+            (long long)s[2], (long long)s[3],
+            (long long)(n->attr.rope.rotary ? n->attr.rope.rotary : s[3]));
+    flit(f, mscale);
     fprintf(f, ", %s, %d, %d, %d", n->op == OP_ROPE ? "1.0f" : "-1.0f", n->nin > 1 && n->in[1] >= 0,
             DT(IN(0)), DT(OUT(0)));
 }
+// One thread a rotated pair or a passed-through element.
 static void g_rope(const CudaCtx *cx, unsigned *grid, unsigned *block) {
     CTX(cx);
-    ew_geometry(ir_tensor_elems(IN(0)) / 2, grid, block);
+    const int64_t *s = IN(0)->shape;
+    int64_t d = n->attr.rope.rotary ? n->attr.rope.rotary : s[3];
+    ew_geometry(s[0] * s[1] * s[2] * (d / 2 + s[3] - d), grid, block);
 }
 
 static void a_softmax(FILE *f, const CudaCtx *cx) {
@@ -198,6 +227,47 @@ static void a_transpose(FILE *f, const CudaCtx *cx) {
 static void g_ew_out0(const CudaCtx *cx, unsigned *grid, unsigned *block) {
     CTX(cx);
     ew_geometry(ir_tensor_elems(OUT(0)), grid, block);
+}
+
+// A tensor as (outer, dim, inner) around dimension `axis`.
+static void around(const IrTensor *t, int axis, int64_t *outer, int64_t *dim, int64_t *inner) {
+    *outer = *inner = 1;
+    for (int d = 0; d < t->ndim; d++)
+        if (d < axis)
+            *outer *= t->shape[d];
+        else if (d > axis)
+            *inner *= t->shape[d];
+    *dim = t->shape[axis];
+}
+
+// slice: around its input; slice_bwd: around its output (the input's shape).
+static void a_slice(FILE *f, const CudaCtx *cx) {
+    CTX(cx);
+    int64_t outer, dim, inner;
+    around(n->op == OP_SLICE ? IN(0) : OUT(0), n->attr.axis, &outer, &dim, &inner);
+    fprintf(f, "%lldLL, %lldLL, %lldLL, %lldLL, %lldLL, ", (long long)outer, (long long)dim,
+            (long long)inner, (long long)n->attr.start, (long long)n->attr.size);
+    if (n->op == OP_SLICE_BWD)
+        fprintf(f, "%d, ", upd(n));
+    fprintf(f, "%d, %d", DT(n->op == OP_SLICE ? IN(0) : OUT(0)), DT(n->op == OP_SLICE ? OUT(0) : IN(0)));
+}
+// One thread an element written: the range alone when a slice_bwd adds into its output.
+static void g_slice(const CudaCtx *cx, unsigned *grid, unsigned *block) {
+    CTX(cx);
+    ew_geometry(n->op == OP_SLICE_BWD && upd(n) ? ir_tensor_elems(IN(0)) : ir_tensor_elems(OUT(0)),
+                grid, block);
+}
+
+static void a_concat(FILE *f, const CudaCtx *cx) {
+    CTX(cx);
+    int64_t outer, dim, inner, end = 0;
+    around(OUT(0), n->attr.axis, &outer, &dim, &inner);
+    fprintf(f, "%lldLL, %lldLL, %d", (long long)outer, (long long)inner, n->nin);
+    for (int k = 0; k < 6; k++) {
+        end += k < n->nin ? IN(k)->shape[n->attr.axis] : 0;
+        fprintf(f, ", %lldLL", (long long)end);
+    }
+    fprintf(f, ", %d", DT(OUT(0)));
 }
 
 static void a_dropout(FILE *f, const CudaCtx *cx) {
@@ -312,13 +382,16 @@ static const CudaOp column[OP_COUNT] = {
     [OP_LAYERNORM_DX] = {{"layernorm_dx"}, {1}, a_norm_dx, g_rows_in1},
     [OP_RMSNORM_DW] = {{"rmsnorm_dw"}, {1}, a_norm_dw, g_colsum_out0},
     [OP_LAYERNORM_DW] = {{"layernorm_dw"}, {1}, a_norm_dw, g_colsum_out0},
-    [OP_ROPE] = {{"rope"}, {0}, a_rope, g_rope},
-    [OP_ROPE_BWD] = {{"rope"}, {0}, a_rope, g_rope},
+    [OP_ROPE] = {{"rope"}, {0}, a_rope, g_rope, .prefix = p_rope},
+    [OP_ROPE_BWD] = {{"rope"}, {0}, a_rope, g_rope, .prefix = p_rope},
     [OP_SOFTMAX] = {{"softmax_fwd"}, {1}, a_softmax, g_rows_in0},
     [OP_SOFTMAX_BWD] = {{"softmax_bwd"}, {1}, a_softmax, g_rows_in1},
     [OP_ATTENTION] = {{"attention_fwd"}, {1}, a_attention, g_attention},
     [OP_ATTENTION_BWD] = {{"attention_bwd_dq", "attention_bwd_dkv"}, {1, 1}, a_attention, g_attention},
     [OP_TRANSPOSE] = {{"transpose"}, {0}, a_transpose, g_ew_out0},
+    [OP_SLICE] = {{"slice_fwd"}, {0}, a_slice, g_slice},
+    [OP_SLICE_BWD] = {{"slice_bwd"}, {0}, a_slice, g_slice},
+    [OP_CONCAT] = {{"concat_fwd"}, {0}, a_concat, g_ew_out0},
     [OP_DROPOUT] = {{"dropout_fwd"}, {0}, a_dropout, g_ew_out0},
     [OP_CROSS_ENTROPY] = {{"ce_rows", "ce_mean"}, {1, 1}, a_ce, g_ce},
     [OP_CROSS_ENTROPY_BWD] = {{"ce_count", "ce_grad"}, {1, 1}, a_ce, g_ce},

@@ -190,6 +190,15 @@ static char *template_body(const CudaOp *c, const CudaCtx *x) {
     return text_of(f, &buf, &len);
 }
 
+// The file-scope text before a template launch's kernel (its tables).
+static char *prefix_text(const CudaOp *c, const CudaCtx *x) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    c->prefix(f, x);
+    return text_of(f, &buf, &len);
+}
+
 static void geometry_for(int64_t total, unsigned *grid, unsigned *block) {
     int64_t b = (total + 255) / 256;
     grid[0] = (unsigned)(b < 1 ? 1 : b > 4096 ? 4096 : b);
@@ -342,10 +351,11 @@ static int group_kernel(Emitter *e, const IrGraph *g, const KernelHyper *h, int 
 }
 
 // Whether the node runs without a generated kernel: a GEMM (the BLAS library), a plan
-// copy, or a view (no bytes move).
-static bool library_or_nothing(const IrNode *n) {
+// copy, or a view (no bytes move: a view op, or a slice whose range is contiguous).
+static bool library_or_nothing(const IrGraph *g, const IrNode *n) {
     OpClass c = op_desc(n->op)->cls;
-    return c == OPC_GEMM || c == OPC_COPY || (c == OPC_MOVEMENT && !cuda_op(n->op));
+    return c == OPC_GEMM || c == OPC_COPY ||
+           (c == OPC_MOVEMENT && (!cuda_op(n->op) || g->tensors.at[n->out[0]].alias_of >= 0));
 }
 
 static void emit_tables(FILE *f) {
@@ -368,7 +378,7 @@ int codegen_kernels(const IrGraph *g, const KernelHyper *h, KernelSet *ks, char 
     for (int i = 0; i < g->nodes.len; i++) {
         const IrNode *n = &g->nodes.at[i];
         NodeKernels *nk = &ks->node[i];
-        if (library_or_nothing(n) || nk->by >= 0)
+        if (library_or_nothing(g, n) || nk->by >= 0)
             continue;
         if (nk->group) {
             group_kernel(&e, g, h, i, nk->group, &nk->at[0]);
@@ -393,7 +403,8 @@ int codegen_kernels(const IrGraph *g, const KernelHyper *h, KernelSet *ks, char 
         } else if (c) {
             for (int l = 0; l < KERNEL_MAX_LAUNCHES && c->fn[l]; l++) {
                 CudaCtx x = {g, n, l, h};
-                int k = intern(&e, template_body(c, &x), c->fn[l], c->syncs[l]);
+                int k = intern_text(&e, template_body(c, &x), c->prefix ? prefix_text(c, &x) : NULL,
+                                    c->fn[l], c->syncs[l], false);
                 KernelLaunch *kl = &nk->at[nk->n++];
                 memcpy(kl->name, e.kernels.at[k].name, sizeof kl->name);
                 kl->grid[1] = kl->grid[2] = kl->block[1] = kl->block[2] = 1;

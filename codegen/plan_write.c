@@ -62,8 +62,9 @@ int codegen_plan_write(FILE *f, const IrGraph *g, const PlanMeta *meta, const Ke
                 meta->host_cores, meta->host_adamw_per_core, meta->host_link, meta->adamw_lo,
                 meta->adamw_hi, meta->link_lo, meta->link_hi);
     if (meta->lora_r > 0)
-        fprintf(f, "lora r=%lld alpha=%.17g dropout=%.17g targets=%s\n", (long long)meta->lora_r,
-                meta->lora_alpha, meta->lora_dropout, meta->lora_targets);
+        fprintf(f, "lora r=%lld alpha=%.17g dropout=%.17g targets=%s%s\n", (long long)meta->lora_r,
+                meta->lora_alpha, meta->lora_dropout, meta->lora_targets,
+                g->lora_fan_in_fan_out ? " fan_in_fan_out=1" : "");
     fprintf(f, "rank 0 ranks 1\narena device %lld device\narena host %lld pinned\nevents %d\nbuffers %d\n",
             (long long)arena, (long long)meta->host_bytes, g->events, nt);
     for (int i = 0; i < nt; i++) {
@@ -72,7 +73,8 @@ int codegen_plan_write(FILE *f, const IrGraph *g, const PlanMeta *meta, const Ke
         const IrTensor *b = &g->tensors.at[base];
         IR_ASSERT(b->offset >= 0 || t->virt);
         fprintf(f, "buffer %d %s %s %s %lld %lld %s ", i, t->name, mem_category_name(t->cat),
-                b->arena ? "host" : "device", (long long)(t->virt ? 0 : b->offset),
+                b->arena ? "host" : "device",
+                (long long)(t->virt ? 0 : b->offset + (t->alias_of >= 0 ? t->alias_offset : 0)),
                 (long long)ir_tensor_bytes(t), dtype_name(t->dtype));
         shape_str(f, t);
         int first = b->first < 0 ? 0 : b->first, last = b->last < 0 ? 0 : b->last;
@@ -83,6 +85,8 @@ int codegen_plan_write(FILE *f, const IrGraph *g, const PlanMeta *meta, const Ke
             fprintf(f, " virtual=1");
         if (t->alias_of >= 0)
             fprintf(f, " view=%d", t->alias_of);
+        if (t->alias_of >= 0 && t->alias_offset)
+            fprintf(f, " at=%lld", (long long)t->alias_offset);
         if (t->reuse >= 0)
             fprintf(f, " reuse=%d", t->reuse);
         if (t->kind == TK_PARAM)

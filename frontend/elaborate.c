@@ -277,55 +277,98 @@ static Value eval_binop(Elab *e, Scope *s, const Ast *x, const char *name) {
     return none();
 }
 
-// Reads an op's .ft attribute (`kind`, one ATTR_* bit, written `an`) from a positional
-// argument or `an = value`.
-static bool read_attr(Elab *e, Scope *s, unsigned kind, const char *an, const Ast *arg,
-                      OpAttr *attr) {
-    if (kind == ATTR_CAUSAL) {
-        // `causal` alone, or `causal = true|false`
-        if (!arg->name && arg->lhs->kind == AST_IDENT && strcmp(arg->lhs->name, "causal") == 0) {
-            attr->causal = true;
-            return true;
-        }
-        Value v = eval(e, s, arg->lhs, NULL);
-        if (v.kind != V_BOOL) {
-            if (v.kind != V_NONE)
-                fe_error(e->src, arg->lhs->loc, "'causal' must be true or false");
+// Reads the value `v` (an argument's expression) of keyword `kw` into its field of
+// `attr`; false after an error.
+static bool read_kw(Elab *e, Scope *s, const OpKeyword *kw, const Ast *v, OpAttr *attr) {
+    switch (kw->kind) {
+    case KW_SHAPE:
+        if (v->kind != AST_LIST) {
+            fe_error(e->src, v->loc, "view needs a shape in brackets, e.g. [B, S, dim]");
             return false;
         }
-        attr->causal = v.i != 0;
-        return true;
-    }
-    if (kind == ATTR_SHAPE) {
-        if (arg->lhs->kind != AST_LIST) {
-            fe_error(e->src, arg->lhs->loc, "view needs a shape in brackets, e.g. [B, S, dim]");
-            return false;
-        }
-        attr->ndim = eval_dims(e, s, arg->lhs->args, attr->shape, arg->lhs->loc);
+        attr->ndim = eval_dims(e, s, v->args, attr->shape, v->loc);
         return attr->ndim > 0;
-    }
-    if (kind == ATTR_PERM) {
-        const Ast *l = arg->lhs;
-        bool pair = (l->kind == AST_TUPLE || l->kind == AST_LIST) && ast_count(l->args) == 2;
-        Value a = pair ? eval(e, s, l->args, NULL) : none();
-        Value b = a.kind == V_INT ? eval(e, s, l->args->next, NULL) : none();
-        if (a.kind != V_INT || b.kind != V_INT || ast_count(l->args) != 2 || a.i < 0 ||
-            b.i < 0 || a.i >= IR_MAX_DIMS || b.i >= IR_MAX_DIMS) {
-            fe_error(e->src, l->loc, "transpose needs two dimension indices, e.g. [1, 2]");
+    case KW_PAIR: {
+        bool pair = (v->kind == AST_TUPLE || v->kind == AST_LIST) && ast_count(v->args) == 2;
+        Value a = pair ? eval(e, s, v->args, NULL) : none();
+        Value b = a.kind == V_INT ? eval(e, s, v->args->next, NULL) : none();
+        if (a.kind != V_INT || b.kind != V_INT || a.i < 0 || b.i < 0 || a.i >= IR_MAX_DIMS ||
+            b.i >= IR_MAX_DIMS) {
+            fe_error(e->src, v->loc, "transpose needs two dimension indices, e.g. [1, 2]");
             return false;
         }
         attr->perm[0] = (int)a.i;
         attr->perm[1] = (int)b.i;
         return true;
     }
-    Value v = eval(e, s, arg->lhs, NULL);
-    if (!is_number(v)) {
-        if (v.kind != V_NONE)
-            fe_error(e->src, arg->lhs->loc, "'%s' must be a number, but this is %s", an,
-                     vkind_name(v.kind));
+    case KW_WORD: {   // a bare name, or a string
+        const char *w = v->kind == AST_IDENT || v->kind == AST_STR ? v->name : NULL;
+        if (!w || !rope_scaling_find(w, &attr->rope.scaling)) {
+            fe_error(e->src, v->loc, "'%s' must be default, linear, dynamic, llama3 or yarn",
+                     kw->word);
+            return false;
+        }
+        return true;
+    }
+    default:
+        break;
+    }
+    // `causal` alone means causal = true
+    if (kw->kind == KW_BOOL && v->kind == AST_IDENT && strcmp(v->name, kw->word) == 0 &&
+        !lookup(s, v->name)) {
+        attr->causal = true;
+        return true;
+    }
+    Value x = eval(e, s, v, NULL);
+    if (x.kind == V_NONE)
+        return false;
+    if (kw->kind == KW_BOOL) {
+        if (x.kind != V_BOOL) {
+            fe_error(e->src, v->loc, "'%s' must be true or false", kw->word);
+            return false;
+        }
+        if (kw->field == KF_CAUSAL)
+            attr->causal = x.i != 0;
+        else
+            attr->rope.no_truncate = x.i == 0;
+        return true;
+    }
+    if (kw->kind == KW_NUMBER ? !is_number(x) : x.kind != V_INT) {
+        fe_error(e->src, v->loc, "'%s' must be %s, but this is %s", kw->word,
+                 kw->kind == KW_NUMBER ? "a number" : "an integer", vkind_name(x.kind));
         return false;
     }
-    attr->f = as_float(v);
+    if (kw->kind == KW_COUNT && x.i < 0) {
+        fe_error(e->src, v->loc, "'%s' must not be negative", kw->word);
+        return false;
+    }
+    double f = as_float(x);
+    if (kw->kind == KW_INT && (x.i < -IR_MAX_DIMS || x.i >= IR_MAX_DIMS)) {
+        fe_error(e->src, v->loc, "'%s' %lld is not a dimension index", kw->word, (long long)x.i);
+        return false;
+    }
+    if (kw->kind == KW_COUNT && x.i > (1LL << 50)) {
+        fe_error(e->src, v->loc, "'%s' %lld is beyond any tensor", kw->word, (long long)x.i);
+        return false;
+    }
+    switch (kw->field) {
+    case KF_F: attr->f = f; break;
+    case KF_AXIS: attr->axis = (int)x.i; break;   // negative: from the end (the shape rule resolves it)
+    case KF_START: attr->start = x.i; break;
+    case KF_SIZE: attr->size = x.i; break;
+    case KF_WINDOW: attr->window = x.i; break;
+    case KF_SOFTCAP: attr->softcap = f; break;
+    case KF_SCALE: attr->scale = f; break;
+    case KF_OFFSET: attr->offset = f; break;
+    case KF_ROTARY: attr->rope.rotary = x.i; break;
+    case KF_FACTOR: attr->rope.factor = f; break;
+    case KF_LOW: attr->rope.low = f; break;
+    case KF_HIGH: attr->rope.high = f; break;
+    case KF_ORIGINAL: attr->rope.original = x.i; break;
+    case KF_LENGTH: attr->rope.length = x.i; break;
+    case KF_ATTN_FACTOR: attr->rope.attn_factor = f; break;
+    default: IR_ASSERT(!"a keyword with no field");
+    }
     return true;
 }
 
@@ -352,46 +395,73 @@ static Value eval_call(Elab *e, Scope *s, const Ast *x, const char *name) {
         return none();
     }
     const OpDesc *info = op_desc(op);
-    const char *an;
-    unsigned ak = op_user_attr(op, &an);
-    int npos = 0, in[IR_MAX_INPUTS], nin = 0;
-    bool attr_named = false;   // then every positional argument is a tensor
+    OpKeyword kws[OP_MAX_KEYWORDS];
+    int nkw = op_user_keywords(op, kws);
+    // Which keywords are given by name (each once, and no field set by two), and how many
+    // positional attributes the rest leaves to fill.
+    bool given[OP_MAX_KEYWORDS] = {0}, ok = true;
+    int setter[KF_COUNT];   // per field, the keyword given for it, or -1
+    for (int f = 0; f < KF_COUNT; f++)
+        setter[f] = -1;
+    int npos = 0, slots = 0;
     for (const Ast *a = x->args; a; a = a->next) {
-        npos += !a->name;
-        attr_named |= a->name && an && strcmp(a->name, an) == 0;
-    }
-    OpAttr attr = {0};
-    bool have_attr = false, ok = true;
-    // Positional arguments: tensors first (min_in..max_in), then the attribute.
-    int k = 0;
-    for (const Ast *a = x->args; a; a = a->next, k++) {
-        if (a->name) {
-            if (!an || strcmp(a->name, an) != 0) {
-                fe_error(e->src, a->loc, "%s has no argument named '%s'", info->name, a->name);
-                ok = false;
-                continue;
-            }
-            ok &= read_attr(e, s, ak, an, a, &attr);
-            have_attr = true;
+        if (!a->name) {
+            npos++;
             continue;
         }
-        bool want_tensor =
-            nin < info->min_in || (nin < info->max_in && (!an || attr_named || npos - k > 1));
-        if (want_tensor) {
+        int k = 0;
+        while (k < nkw && strcmp(kws[k].word, a->name) != 0)
+            k++;
+        if (k == nkw) {
+            fe_error(e->src, a->loc, "%s has no argument named '%s'", info->name, a->name);
+            ok = false;
+        } else if (given[k]) {
+            fe_error(e->src, a->loc, "'%s' is given twice", a->name);
+            ok = false;
+        } else if (setter[kws[k].field] >= 0) {
+            fe_error(e->src, a->loc, "'%s' sets what '%s' already set", a->name,
+                     kws[setter[kws[k].field]].word);
+            ok = false;
+        }
+        if (k < nkw) {
+            given[k] = true;
+            setter[kws[k].field] = k;
+        }
+    }
+    for (int k = 0; k < nkw; k++)
+        slots += kws[k].positional && !given[k];
+    OpAttr attr = {0};
+    int in[IR_MAX_INPUTS], nin = 0, next_kw = 0, k = 0;
+    // Positional arguments: the tensors (min_in of them, then optional ones while more
+    // arguments remain than positional attributes), then the attributes in order.
+    for (const Ast *a = x->args; a; a = a->next) {
+        if (a->name) {
+            int j = 0;
+            while (j < nkw && strcmp(kws[j].word, a->name) != 0)
+                j++;
+            if (j < nkw)
+                ok &= read_kw(e, s, &kws[j], a->lhs, &attr);
+            continue;
+        }
+        int left = npos - k++;   // this argument and the positional ones after it
+        if (nin < info->min_in || (nin < info->max_in && left > slots)) {
             Value v = eval(e, s, a->lhs, NULL);
             if (v.kind != V_TENSOR && v.kind != V_NONE)
                 fe_error(e->src, a->lhs->loc, "argument %d of %s must be a tensor, but this is %s",
-                         k + 1, info->name, vkind_name(v.kind));
+                         nin + 1, info->name, vkind_name(v.kind));
             ok &= v.kind == V_TENSOR;
             in[nin++] = v.kind == V_TENSOR ? (int)v.i : -1;   // a failed argument still takes its place
-        } else if (an && !have_attr) {
-            ok &= read_attr(e, s, ak, an, a, &attr);
-            have_attr = true;
-        } else {
-            fe_error(e->src, a->loc, "too many arguments to %s (takes %d%s)", info->name,
-                     info->max_in, an ? " and an attribute" : "");
+            continue;
+        }
+        while (next_kw < nkw && (!kws[next_kw].positional || given[next_kw]))
+            next_kw++;
+        if (next_kw == nkw) {
+            fe_error(e->src, a->loc, "too many arguments to %s (takes %d tensor%s%s)", info->name,
+                     info->max_in, info->max_in == 1 ? "" : "s", slots ? " and its attributes" : "");
             return none();
         }
+        given[next_kw] = true;
+        ok &= read_kw(e, s, &kws[next_kw++], a->lhs, &attr);
     }
     if (!ok)
         return none();
@@ -400,10 +470,17 @@ static Value eval_call(Elab *e, Scope *s, const Ast *x, const char *name) {
                  info->min_in, nin);
         return none();
     }
-    if (an && !have_attr && !(info->flags & OPF_ATTR_OPTIONAL)) {
-        fe_error(e->src, x->loc, "%s needs its '%s' argument", info->name, an);
-        return none();
-    }
+    for (int j = 0; j < nkw; j++)
+        if (kws[j].required && !given[j]) {
+            fe_error(e->src, x->loc, "%s needs its '%s' argument", info->name, kws[j].word);
+            return none();
+        }
+    // A dimension counted from the end (-1 the last) is stored as its index.
+    if ((info->attrs & (ATTR_SLICE | ATTR_AXIS)) && attr.axis < 0 && in[0] >= 0)
+        attr.axis += ir_tensor(e->g, in[0])->ndim;
+    // A dynamic rope is computed for a fixed length: the sequence's, unless given.
+    if ((info->attrs & ATTR_ROPE) && attr.rope.scaling == ROPE_DYNAMIC && !attr.rope.length)
+        attr.rope.length = e->g->seq;
     return add_node(e, s, op, nin, in, attr, value_name(e, s, name, info->name), x->loc, x->args);
 }
 

@@ -161,6 +161,7 @@ int ir_node_add(IrGraph *g, OpKind op, int nin, const int *in, OpAttr attr,
         o->producer = n.id;
         o->layer = layer;
         o->alias_of = k == 0 ? outs[0].alias_of : -1;
+        o->alias_offset = k == 0 && outs[0].alias_of >= 0 ? outs[0].alias_offset : 0;
         o->requires_grad = k == 0 && rg;
     }
     vec_push(&g->nodes, n);

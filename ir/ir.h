@@ -117,6 +117,7 @@ typedef struct IrTensor {
     MemCategory cat;
     int producer;           // node id, -1 for params and inputs
     int alias_of;           // a view shares its base's bytes: base tensor id, else -1
+    int64_t alias_offset;   // a view: where its bytes start in its base's
     int layer;              // repeat index, -1 outside any repeated block
     bool trainable;         // TK_PARAM: gets a gradient and optimizer state
     const char *decl;       // TK_PARAM: the name in the .ft ("wq"); LoRA targets match it
@@ -208,6 +209,7 @@ typedef struct IrGraph {
     int events;             // events the streams pass made
     VEC(IrFused) fused;     // the steps of OP_FUSED nodes (the fuse pass)
     int64_t gemm_workspace_bytes;   // scratch a GEMM's library call gets (cuBLASLt), 0: none
+    bool lora_fan_in_fan_out;       // the LoRA targets' weights are stored [in, out] (the lora pass)
 } IrGraph;
 
 // graph.c
@@ -318,9 +320,35 @@ typedef struct OpInfo {
 const OpInfo *op_info(OpKind op);
 // The op a .ft call names: a user op (OPF_USER) called `name`, or false.
 bool op_lookup_user(const char *name, OpKind *out);
-// The attribute an op takes in .ft after its tensor arguments (one ATTR_* bit, 0 for
-// none) and its keyword ("eps", "causal", "shape", "dims", ...).
-unsigned op_user_attr(OpKind op, const char **keyword);
+// An attribute an op takes in .ft after its tensor arguments.
+typedef enum OpKwKind {
+    KW_NUMBER,      // a number
+    KW_COUNT,       // an integer >= 0
+    KW_INT,         // an integer (a dimension may count from the end: -1 the last)
+    KW_BOOL,        // true or false; `causal` alone means causal = true
+    KW_SHAPE,       // a list of dimensions, [B, S, dim]
+    KW_PAIR,        // two dimension indices, [1, 2]
+    KW_WORD,        // a name (rope's scaling: default, linear, dynamic, llama3, yarn)
+} OpKwKind;
+
+typedef enum OpKwField {    // the OpAttr field a keyword sets
+    KF_F, KF_CAUSAL, KF_AXIS, KF_START, KF_SIZE, KF_SHAPE, KF_PERM, KF_WINDOW, KF_SOFTCAP,
+    KF_SCALE, KF_OFFSET, KF_ROTARY, KF_SCALING, KF_FACTOR, KF_LOW, KF_HIGH, KF_ORIGINAL,
+    KF_LENGTH, KF_ATTN_FACTOR, KF_TRUNCATE, KF_COUNT
+} OpKwField;
+
+typedef struct OpKeyword {
+    const char *word;       // "eps", "causal", "window", ...
+    OpKwKind kind;
+    bool positional;        // may follow the tensors without its name, in this order
+    OpKwField field;
+    bool required;          // positional, and the op's attributes are not optional
+} OpKeyword;
+
+enum { OP_MAX_KEYWORDS = 16 };
+
+// The .ft attributes of `op` into out[], in order; their count (0 for none).
+int op_user_keywords(OpKind op, OpKeyword out[OP_MAX_KEYWORDS]);
 int64_t op_flops(const IrGraph *g, const IrNode *n);
 int64_t op_bytes_read(const IrGraph *g, const IrNode *n);
 int64_t op_bytes_written(const IrGraph *g, const IrNode *n);

@@ -88,19 +88,74 @@ static bool shape_linear(const IrGraph *g, const IrNode *n, IrTensor *out, IrSha
     return true;
 }
 
+// a [..., M, K] times b [..., K, N] (the same batch dims), or times a 2-D b [K, N] for
+// every row of a: [..., K] x [K, N] -> [..., N] (a weight stored [in, out]).
 static bool shape_matmul(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
     const IrTensor *a = IN(0), *b = IN(1);
-    if (a->ndim < 2 || a->ndim != b->ndim)
-        return fail(err, 1, "matmul needs two tensors of equal rank >= 2, got %s and %s",
-                    sh(a), sh(b));
+    bool broadcast = b->ndim == 2 && a->ndim >= 2;
+    if (a->ndim < 2 || (a->ndim != b->ndim && !broadcast) || !is_float(a->dtype) ||
+        !is_float(b->dtype))
+        return fail(err, 1, "matmul needs two float tensors of equal rank >= 2, or a 2-D second "
+                    "one, got %s and %s", sh(a), sh(b));
     int r = a->ndim;
-    for (int i = 0; i < r - 2; i++)
+    for (int i = 0; !broadcast && i < r - 2; i++)
         if (a->shape[i] != b->shape[i])
             return fail(err, 1, "matmul: batch dims differ: %s and %s", sh(a), sh(b));
-    if (a->shape[r - 1] != b->shape[r - 2])
+    if (a->shape[r - 1] != b->shape[b->ndim - 2])
         return fail(err, 1, "matmul: inner dims differ: %s and %s", sh(a), sh(b));
     same_as(out, a);
-    out->shape[r - 1] = b->shape[r - 1];
+    out->shape[r - 1] = b->shape[b->ndim - 1];
+    return true;
+}
+
+// A dimension index that may count from the end (-1 the last) into 0..ndim-1, or -1.
+static int dim_index(int d, int ndim) {
+    if (d < 0)
+        d += ndim;
+    return d >= 0 && d < ndim ? d : -1;
+}
+
+// x -> the range [start, start + size) of dim `axis`. Where every dim before the axis is
+// 1 the range is contiguous: the result is a view at its offset in x's bytes.
+static bool shape_slice(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
+    const IrTensor *x = IN(0);
+    int ax = dim_index(n->attr.axis, x->ndim);
+    if (ax < 0)
+        return fail(err, 0, "slice: dim %d is not a dimension of %s", n->attr.axis, sh(x));
+    int64_t start = n->attr.start, size = n->attr.size;
+    if (size < 1 || start < 0 || start > x->shape[ax] - size)
+        return fail(err, 0, "slice: [%lld, %lld) is not inside dim %d (size %lld) of %s",
+                    (long long)start, (long long)(start + size), ax, (long long)x->shape[ax], sh(x));
+    if (x->dtype == DT_NF4)
+        return fail(err, 0, "slice: %s is stored as NF4", sh(x));
+    same_as(out, x);
+    out->shape[ax] = size;
+    if (prod(x->shape, 0, ax) == 1) {
+        const IrTensor *base = T(ir_tensor_base(g, n->in[0]));
+        out->alias_of = base->id;
+        out->alias_offset = x->alias_offset + dtype_bytes(x->dtype, start * prod(x->shape, ax + 1, x->ndim));
+    }
+    return true;
+}
+
+// x0, x1, ... of one dtype and rank, equal but along `axis` -> joined along it.
+static bool shape_concat(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
+    const IrTensor *x = IN(0);
+    int ax = dim_index(n->attr.axis, x->ndim);
+    if (ax < 0)
+        return fail(err, 0, "concat: dim %d is not a dimension of %s", n->attr.axis, sh(x));
+    if (!is_float(x->dtype))
+        return fail(err, 0, "concat needs float tensors, got %s", sh(x));
+    same_as(out, x);
+    for (int k = 1; k < n->nin; k++) {
+        const IrTensor *y = IN(k);
+        bool ok = y->ndim == x->ndim && y->dtype == x->dtype;
+        for (int d = 0; ok && d < x->ndim; d++)
+            ok = d == ax || y->shape[d] == x->shape[d];
+        if (!ok)
+            return fail(err, k, "concat: %s does not fit %s along dim %d", sh(y), sh(x), ax);
+        out->shape[ax] += y->shape[ax];
+    }
     return true;
 }
 
@@ -128,6 +183,12 @@ static bool shape_unary(const IrGraph *g, const IrNode *n, IrTensor *out, IrShap
         return fail(err, 0, "%s needs a float tensor, got %s", op_desc(n->op)->name, sh(IN(0)));
     same_as(out, IN(0));
     return true;
+}
+
+static bool shape_softcap(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
+    if (!(n->attr.f > 0))
+        return fail(err, -1, "softcap: cap must be more than 0, got %g", n->attr.f);
+    return shape_unary(g, n, out, err);
 }
 
 static bool shape_dropout(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
@@ -172,6 +233,35 @@ static bool shape_rope(const IrGraph *g, const IrNode *n, IrTensor *out, IrShape
     if (x->ndim != 4 || x->shape[3] % 2 || !is_float(x->dtype))
         return fail(err, 0, "rope needs [B, S, heads, head_dim] with an even head_dim, got %s",
                     sh(x));
+    const OpRope *r = &n->attr.rope;
+    const char *scaling = rope_scaling_name(r->scaling);
+    if (!(n->attr.f > 1))
+        return fail(err, -1, "rope: theta must be more than 1, got %g", n->attr.f);
+    if (r->rotary % 2 || r->rotary > x->shape[3])
+        return fail(err, -1, "rope: rotary = %lld must be even and at most head_dim %lld",
+                    (long long)r->rotary, (long long)x->shape[3]);
+    if (r->scaling != ROPE_PLAIN && !(r->factor > 0))
+        return fail(err, -1, "rope: scaling = %s needs a factor > 0", scaling);
+    if ((r->scaling == ROPE_DYNAMIC || r->scaling == ROPE_LLAMA3 || r->scaling == ROPE_YARN) &&
+        r->original < 1)
+        return fail(err, -1, "rope: scaling = %s needs original_max (the pretrained length)", scaling);
+    if (r->scaling == ROPE_DYNAMIC && (r->rotary ? r->rotary : x->shape[3]) <= 2)
+        return fail(err, -1, "rope: scaling = dynamic needs more than 2 rotary dims");
+    if (r->scaling == ROPE_LLAMA3 && !(r->low > 0 && r->high > r->low))
+        return fail(err, -1, "rope: scaling = llama3 needs 0 < low_freq_factor < high_freq_factor, "
+                    "got %g and %g", r->low, r->high);
+    if (r->scaling == ROPE_YARN && (r->low < 0 || r->high < 0 || r->attn_factor < 0))
+        return fail(err, -1, "rope: beta_fast, beta_slow and attention_factor cannot be negative");
+    bool llama3_keys = r->scaling == ROPE_LLAMA3 || r->scaling == ROPE_YARN;
+    if (!llama3_keys && (r->low != 0 || r->high != 0))
+        return fail(err, -1, "rope: low_freq_factor, high_freq_factor, beta_fast and beta_slow "
+                    "belong to scaling = llama3 or yarn, not %s", scaling);
+    if (r->scaling != ROPE_YARN && (r->attn_factor != 0 || r->no_truncate))
+        return fail(err, -1, "rope: attention_factor and truncate belong to scaling = yarn, not %s",
+                    scaling);
+    if (r->scaling == ROPE_PLAIN && (r->factor != 0 || r->original))
+        return fail(err, -1, "rope: factor and original_max need a scaling (linear, dynamic, "
+                    "llama3 or yarn)");
     if (n->nin > 1 && n->in[1] >= 0) {
         const IrTensor *p = IN(1);
         if (p->dtype != DT_I32 || p->ndim != 2 || p->shape[0] != x->shape[0] ||
@@ -214,6 +304,7 @@ static bool shape_view(const IrGraph *g, const IrNode *n, IrTensor *out, IrShape
                     sh(&want));
     same_as(out, &want);
     out->alias_of = ir_tensor_base(g, n->in[0]);
+    out->alias_offset = x->alias_offset;
     return true;
 }
 
@@ -296,11 +387,22 @@ static bool shape_matmul_da(const IrGraph *g, const IrNode *n, IrTensor *out, Ir
     return true;
 }
 
+// a [.., M, K], dy [.., M, N] -> db [.., K, N], or [K, N] summed over every row when the
+// forward's b was 2-D (shape= says so).
 static bool shape_matmul_db(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
     (void)err;
     same_as(out, IN(1));
+    if (n->attr.ndim == 2) {
+        out->ndim = 2;
+        out->shape[1] = IN(1)->shape[IN(1)->ndim - 1];
+    }
     out->shape[out->ndim - 2] = IN(0)->shape[IN(0)->ndim - 1];
     return true;
+}
+
+// dy [.., size along axis, ..] -> dx of the forward input's shape (attr.shape).
+static bool shape_slice_bwd(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
+    return shape_attr(g, n, out, err);
 }
 
 static bool shape_norm_dw(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
@@ -429,6 +531,12 @@ static int64_t flops_fused(const IrGraph *g, const IrNode *n) {
 }
 
 static int64_t read_nothing(const IrGraph *g, const IrNode *n) { (void)g, (void)n; return 0; }
+
+// A slice that is a view moves nothing; a copy reads its range.
+static int64_t read_slice(const IrGraph *g, const IrNode *n) {
+    const IrTensor *o = T(n->out[0]);
+    return o->alias_of >= 0 ? 0 : dtype_bytes(IN(0)->dtype, ir_tensor_elems(o));
+}
 
 // GEMM dimensions: M x K times K x N.
 static void gemm_linear(const IrGraph *g, const IrNode *n, int64_t *m, int64_t *nn, int64_t *k) {
@@ -597,6 +705,47 @@ static void bwd_unary(Autodiff *ad, const IrNode *n) {
     ad_add(ad, n, n->in[0], d);
 }
 
+// tanh, softcap: their backward reads the output; gelu_exact: the input.
+static void bwd_activation(Autodiff *ad, const IrNode *n) {
+    int dy = ad_dy(ad, n, 0);
+    if (dy < 0 || !ad_needs(ad, n->in[0]))
+        return;
+    OpKind op = n->op == OP_TANH ? OP_TANH_BWD : n->op == OP_SOFTCAP ? OP_SOFTCAP_BWD : OP_GELU_EXACT_BWD;
+    int in[2] = {dy, n->op == OP_GELU_EXACT ? n->in[0] : n->out[0]};
+    ad_add(ad, n, n->in[0], ad_op(ad, n, op, 2, in, n->attr, "dx"));
+}
+
+// The slice's gradient is dy in its range of the input, zero elsewhere; into a parameter's
+// gradient it is added in place.
+static void bwd_slice(Autodiff *ad, const IrNode *n) {
+    int dy = ad_dy(ad, n, 0);
+    if (dy < 0 || !ad_needs(ad, n->in[0]))
+        return;
+    const IrTensor *x = T_AD(ad, n->in[0]);
+    OpAttr a = n->attr;
+    a.axis = dim_index(a.axis, x->ndim);
+    a.ndim = x->ndim;
+    memcpy(a.shape, x->shape, sizeof a.shape);
+    ad_acc(ad, n, n->in[0], OP_SLICE_BWD, 1, &dy, a);
+}
+
+// Each input's gradient is its range of dy.
+static void bwd_concat(Autodiff *ad, const IrNode *n) {
+    int dy = ad_dy(ad, n, 0);
+    if (dy < 0)
+        return;
+    int ax = dim_index(n->attr.axis, T_AD(ad, n->in[0])->ndim);
+    int64_t at = 0;
+    for (int k = 0; k < n->nin; k++) {
+        int64_t size = T_AD(ad, n->in[k])->shape[ax];
+        if (ad_needs(ad, n->in[k])) {
+            OpAttr a = {.axis = ax, .start = at, .size = size};
+            ad_add(ad, n, n->in[k], ad_op(ad, n, OP_SLICE, 1, &dy, a, "dpart"));
+        }
+        at += size;
+    }
+}
+
 static void bwd_embed(Autodiff *ad, const IrNode *n) {
     int dy = ad_dy(ad, n, 0);
     if (dy < 0 || !ad_needs(ad, n->in[0]))
@@ -635,7 +784,11 @@ static void bwd_matmul(Autodiff *ad, const IrNode *n) {
     }
     if (ad_needs(ad, n->in[1])) {
         int in[2] = {n->in[0], dy};
-        ad_add(ad, n, n->in[1], ad_op(ad, n, OP_MATMUL_DB, 2, in, (OpAttr){0}, "db"));
+        const IrTensor *a = T_AD(ad, n->in[0]), *b = T_AD(ad, n->in[1]);
+        OpAttr at = {0};
+        if (b->ndim == 2 && a->ndim > 2)   // a weight shared by every row: summed over them
+            at = (OpAttr){.ndim = 2, .shape = {b->shape[0], b->shape[1]}};
+        ad_add(ad, n, n->in[1], ad_op(ad, n, OP_MATMUL_DB, 2, in, at, "db"));
     }
 }
 
@@ -754,6 +907,16 @@ static const OpInfo ops[OP_COUNT] = {
     [OP_CROSS_ENTROPY] = {.shape = shape_cross_entropy, .flops = flops_cross_entropy,
                           .grad_needs = {I0 | I1 | I2}, .backward = bwd_cross_entropy,
                           .scratch_bytes = scratch_rows_f32},
+    [OP_SLICE] = {.shape = shape_slice, .flops = flops_zero, .bytes_read = read_slice,
+                  .backward = bwd_slice},
+    [OP_CONCAT] = {.shape = shape_concat, .flops = flops_zero, .backward = bwd_concat},
+    [OP_TANH] = {.shape = shape_unary, .flops = flops_4elems, .grad_needs = {O},
+                 .backward = bwd_activation, .device = "y = tanhf(x0);"},
+    [OP_SOFTCAP] = {.shape = shape_softcap, .flops = flops_4elems, .grad_needs = {O},
+                    .backward = bwd_activation, .device = "y = c * tanhf(x0 / c);"},
+    [OP_GELU_EXACT] = {.shape = shape_unary, .flops = flops_8elems, .grad_needs = {I0},
+                       .backward = bwd_activation,
+                       .device = "y = 0.5f * x0 * (1.0f + erff(x0 * 0.70710678118654752f));"},
     // backward ops
     [OP_EMBED_BWD] = {.shape = shape_attr, .flops = flops_elems, .scratch_bytes = scratch_embed_bwd},
     [OP_LINEAR_DX] = {.shape = shape_linear_dx, .flops = flops_linear_bwd, .gemm = gemm_linear_dx,
@@ -785,6 +948,14 @@ static const OpInfo ops[OP_COUNT] = {
                         .device = "y = x1 != 0.0f ? x0 * (1.0f / (1.0f - c)) : 0.0f;"},
     [OP_CROSS_ENTROPY_BWD] = {.shape = shape_like0, .flops = flops_cross_entropy,
                               .scratch_bytes = scratch_cross_entropy},
+    [OP_SLICE_BWD] = {.shape = shape_slice_bwd, .flops = flops_zero},
+    [OP_TANH_BWD] = {.shape = shape_like1, .flops = flops_4elems, .device = "y = x0 * (1.0f - x1 * x1);"},
+    [OP_SOFTCAP_BWD] = {.shape = shape_like1, .flops = flops_4elems,
+                        .device = "float t = x1 / c; y = x0 * (1.0f - t * t);"},
+    [OP_GELU_EXACT_BWD] = {.shape = shape_like1, .flops = flops_8elems,
+                           .device = "float cdf = 0.5f * (1.0f + erff(x1 * 0.70710678118654752f));"
+                                     " float pdf = expf(-0.5f * x1 * x1) * 0.39894228040143268f;"
+                                     " y = x0 * (cdf + x1 * pdf);"},
     // storage
     [OP_COPY] = {.shape = shape_like0, .flops = flops_zero},
     [OP_DEQUANT] = {.shape = shape_dequant, .flops = flops_4elems},
@@ -807,21 +978,48 @@ bool op_lookup_user(const char *name, OpKind *out) {
     return op_find(name, out) && (op_desc(*out)->flags & OPF_USER);
 }
 
-unsigned op_user_attr(OpKind op, const char **keyword) {
+// Every attribute keyword .ft knows, in the order an op takes them; an op has those whose
+// bit its row declares. The first of a bit's keywords that is positional leads.
+static const struct { unsigned bit; OpKeyword kw; } keywords[] = {
+    {ATTR_F, {NULL, KW_NUMBER, true, KF_F, false}},   // the word is the op's f_key
+    {ATTR_CAUSAL, {"causal", KW_BOOL, true, KF_CAUSAL, false}},
+    {ATTR_SLICE, {"dim", KW_INT, true, KF_AXIS, false}},
+    {ATTR_SLICE, {"start", KW_COUNT, true, KF_START, false}},
+    {ATTR_SLICE, {"size", KW_COUNT, true, KF_SIZE, false}},
+    {ATTR_AXIS, {"dim", KW_INT, true, KF_AXIS, false}},
+    {ATTR_SHAPE, {"shape", KW_SHAPE, true, KF_SHAPE, false}},
+    {ATTR_PERM, {"dims", KW_PAIR, true, KF_PERM, false}},
+    {ATTR_WINDOW, {"window", KW_COUNT, false, KF_WINDOW, false}},
+    {ATTR_SOFTCAP, {"softcap", KW_NUMBER, false, KF_SOFTCAP, false}},
+    {ATTR_SCALE, {"scale", KW_NUMBER, false, KF_SCALE, false}},
+    {ATTR_OFFSET, {"offset", KW_NUMBER, false, KF_OFFSET, false}},
+    {ATTR_ROPE, {"rotary", KW_COUNT, false, KF_ROTARY, false}},
+    {ATTR_ROPE, {"scaling", KW_WORD, false, KF_SCALING, false}},
+    {ATTR_ROPE, {"factor", KW_NUMBER, false, KF_FACTOR, false}},
+    {ATTR_ROPE, {"low_freq_factor", KW_NUMBER, false, KF_LOW, false}},
+    {ATTR_ROPE, {"high_freq_factor", KW_NUMBER, false, KF_HIGH, false}},
+    {ATTR_ROPE, {"beta_fast", KW_NUMBER, false, KF_LOW, false}},
+    {ATTR_ROPE, {"beta_slow", KW_NUMBER, false, KF_HIGH, false}},
+    {ATTR_ROPE, {"original_max", KW_COUNT, false, KF_ORIGINAL, false}},
+    {ATTR_ROPE, {"length", KW_COUNT, false, KF_LENGTH, false}},
+    {ATTR_ROPE, {"attention_factor", KW_NUMBER, false, KF_ATTN_FACTOR, false}},
+    {ATTR_ROPE, {"truncate", KW_BOOL, false, KF_TRUNCATE, false}},
+};
+
+int op_user_keywords(OpKind op, OpKeyword out[OP_MAX_KEYWORDS]) {
     const OpDesc *d = op_desc(op);
-    static const struct { unsigned bit; const char *word; } order[] = {
-        {ATTR_CAUSAL, "causal"}, {ATTR_SHAPE, "shape"}, {ATTR_PERM, "dims"}};
-    *keyword = NULL;
-    if (d->attrs & ATTR_F) {
-        *keyword = d->f_key;
-        return ATTR_F;
+    int n = 0;
+    for (size_t i = 0; i < sizeof keywords / sizeof keywords[0]; i++) {
+        if (!(d->attrs & keywords[i].bit))
+            continue;
+        IR_ASSERT(n < OP_MAX_KEYWORDS);
+        out[n] = keywords[i].kw;
+        if (keywords[i].bit == ATTR_F)
+            out[n].word = d->f_key;
+        out[n].required = out[n].positional && !(d->flags & OPF_ATTR_OPTIONAL);
+        n++;
     }
-    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
-        if (d->attrs & order[i].bit) {
-            *keyword = order[i].word;
-            return order[i].bit;
-        }
-    return 0;
+    return n;
 }
 
 int64_t op_flops(const IrGraph *g, const IrNode *n) { return ops[n->op].flops(g, n); }

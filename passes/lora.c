@@ -1,6 +1,7 @@
 // lora.c — the LoRA pass. Each targeted linear y = x Wᵀ (+ b) gains a low-rank
-// path: y' = y + (alpha/r) · (dropout(x) Aᵀ) Bᵀ, A [r, in], B [out, r]. Every
-// original parameter is frozen; only A and B train.
+// path: y' = y + (alpha/r) · (dropout(x) Aᵀ) Bᵀ, A [r, in], B [out, r]; so does a
+// product y = x W by a 2-D weight stored [in, out] (GPT-2's Conv1D; PEFT's
+// fan_in_fan_out). Every original parameter is frozen; only A and B train.
 #include "passes.h"
 
 #include <math.h>
@@ -21,6 +22,15 @@ static bool module_is(const char *hf, const char *want) {
 static bool matches(const IrTensor *t, const char *target) {
     return t->kind == TK_PARAM && ((t->decl && strcmp(t->decl, target) == 0) ||
                                    (t->hf_name && module_is(t->hf_name, target)));
+}
+
+// Whether node n multiplies by a weight LoRA can adapt: a linear's, or a 2-D parameter a
+// matmul applies to every row ([in, out]); *stored_in_out says which.
+static bool adaptable(const IrGraph *g, const IrNode *n, bool *stored_in_out) {
+    const IrTensor *w = &g->tensors.at[n->in[1]];
+    *stored_in_out = n->op == OP_MATMUL;
+    return n->op == OP_LINEAR || (n->op == OP_MATMUL && w->kind == TK_PARAM && w->ndim == 2 &&
+                                  g->tensors.at[n->in[0]].ndim > 2);
 }
 
 // Which target (index) a linear's weight matches, or -1.
@@ -57,25 +67,43 @@ static int add_param(IrGraph *g, const IrTensor *w, const char *which, int64_t d
 
 int lora_apply(IrGraph *g, const LoraSpec *spec, PassDiag *d) {
     int nt = g->tensors.len;
-    // Every target must name at least one linear weight.
+    // Every target must name at least one linear weight; PEFT's adapter_config.json has one
+    // fan_in_fan_out, so the targets' weights are all [out, in] or all [in, out].
+    int kinds = 0, first[3] = {-1, -1, -1};   // per layout (1 [out, in], 2 [in, out]): a target
     for (int k = 0; k < spec->n_targets; k++) {
-        bool param = false, linear = false;
+        bool param = false;
+        int kind = 0;
         for (int i = 0; i < nt; i++)
             param |= matches(&g->tensors.at[i], spec->targets[k]);
         for (int i = 0; i < g->nodes.len; i++) {
             const IrNode *n = &g->nodes.at[i];
-            linear |= n->op == OP_LINEAR && matches(&g->tensors.at[n->in[1]], spec->targets[k]);
+            bool in_out;
+            if ((n->op == OP_LINEAR || n->op == OP_MATMUL) && adaptable(g, n, &in_out) &&
+                matches(&g->tensors.at[n->in[1]], spec->targets[k]))
+                kind |= in_out ? 2 : 1;
         }
-        if (!param)
+        if (!param) {
             pass_error(d, spec->target_locs[k],
                        "unknown LoRA target '%s': no parameter or module has that name",
                        spec->targets[k]);
-        else if (!linear)
-            pass_error(d, spec->target_locs[k], "LoRA target '%s' is not the weight of a linear",
-                       spec->targets[k]);
+        } else if (!kind) {
+            pass_error(d, spec->target_locs[k], "LoRA target '%s' is not the weight of a linear "
+                       "(or of a matmul by a 2-D weight)", spec->targets[k]);
+        } else if ((kinds | kind) == 3) {
+            int other = first[kind == 2 ? 1 : 2];
+            pass_error(d, spec->target_locs[k], "LoRA target '%s' is stored [%s] and '%s' [%s]: "
+                       "PEFT's adapters share one layout (fan_in_fan_out)", spec->targets[k],
+                       kind == 2 ? "in, out" : kind == 1 ? "out, in" : "both ways",
+                       spec->targets[other >= 0 ? other : k], kind == 2 ? "out, in" : "in, out");
+        } else {
+            kinds |= kind;
+            if (first[kind] < 0)
+                first[kind] = k;
+        }
     }
     if (d->errors)
         return -1;
+    g->lora_fan_in_fan_out = kinds == 2;
 
     int *remap = malloc(sizeof(int) * (size_t)nt);
     for (int i = 0; i < nt; i++)
@@ -91,14 +119,17 @@ int lora_apply(IrGraph *g, const LoraSpec *spec, PassDiag *d) {
         if (g->tensors.at[n.out[0]].alias_of >= 0)   // a view of a rewritten linear aliases the new sum
             g->tensors.at[n.out[0]].alias_of = ir_tensor_base(g, n.in[0]);
         ir_rewrite_keep(&rw, &n);
-        if (n.op != OP_LINEAR || target_of(spec, &g->tensors.at[n.in[1]]) < 0)
+        bool in_out;
+        if ((n.op != OP_LINEAR && n.op != OP_MATMUL) || !adaptable(g, &n, &in_out) ||
+            target_of(spec, &g->tensors.at[n.in[1]]) < 0)
             continue;
         const IrTensor wc = g->tensors.at[n.in[1]];   // a copy: the vector may move as tensors are added
-        int a = add_param(g, &wc, "A", spec->r, wc.shape[1]);
-        int b = add_param(g, &wc, "B", wc.shape[0], spec->r);
+        int64_t in_f = wc.shape[in_out ? 0 : 1], out_f = wc.shape[in_out ? 1 : 0];
+        int a = add_param(g, &wc, "A", spec->r, in_f);
+        int b = add_param(g, &wc, "B", out_f, spec->r);
         // As PEFT: A ~ kaiming_uniform(a = sqrt(5)), i.e. U(-1/sqrt(in), 1/sqrt(in)); B = 0.
         ir_tensor(g, a)->init = INIT_KAIMING_UNIFORM;
-        ir_tensor(g, a)->init_scale = 1.0 / sqrt((double)wc.shape[1]);
+        ir_tensor(g, a)->init_scale = 1.0 / sqrt((double)in_f);
         ir_tensor(g, b)->init = INIT_ZEROS;
         const char *base = g->tensors.at[n.out[0]].name;
         int x = n.in[0];

@@ -88,7 +88,7 @@ int rt_exec_init(Exec *x, const Plan *p, Backend *be, Backend *host, ExecLayout 
     }
     for (int i = 0; i < p->nbuf; i++)
         if (p->buf[i].view >= 0)
-            x->ptr[i] = x->ptr[p->buf[i].view];
+            x->ptr[i] = (char *)x->ptr[p->buf[i].view] + p->buf[i].view_at;
     return 0;
 }
 

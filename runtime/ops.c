@@ -3,6 +3,7 @@
 #include "ops.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,7 +49,73 @@ int op_attr_format(char *buf, size_t cap, OpKind op, const OpAttr *a, bool exact
         PUT(" chunk=%lld", (long long)a->chunk_rows);
     if ((d->attrs & ATTR_SEED) && a->seed)
         PUT(" seed=%lld", (long long)a->seed);
+    const char *g = exact ? "%.17g" : "%g";
+#define PUTF(key, v)                                                                               \
+    do {                                                                                           \
+        PUT(" " key "=");                                                                          \
+        PUT(g, (v));                                                                               \
+    } while (0)
+    if ((d->attrs & ATTR_WINDOW) && a->window)
+        PUT(" window=%lld", (long long)a->window);
+    if ((d->attrs & ATTR_SOFTCAP) && a->softcap != 0)
+        PUTF("softcap", a->softcap);
+    if ((d->attrs & ATTR_SCALE) && a->scale != 0)
+        PUTF("scale", a->scale);
+    if ((d->attrs & ATTR_OFFSET) && a->offset != 0)
+        PUTF("offset", a->offset);
+    if (d->attrs & (ATTR_SLICE | ATTR_AXIS))
+        PUT(" axis=%d", a->axis);
+    if (d->attrs & ATTR_SLICE)
+        PUT(" start=%lld size=%lld", (long long)a->start, (long long)a->size);
+    if (d->attrs & ATTR_ROPE) {
+        const OpRope *r = &a->rope;
+        if (r->rotary)
+            PUT(" rotary=%lld", (long long)r->rotary);
+        if (r->scaling != ROPE_PLAIN)
+            PUT(" scaling=%s", rope_scaling_name(r->scaling));
+        if (r->factor != 0)
+            PUTF("factor", r->factor);
+        if (r->low != 0)
+            PUTF("low", r->low);
+        if (r->high != 0)
+            PUTF("high", r->high);
+        if (r->original)
+            PUT(" original=%lld", (long long)r->original);
+        if (r->length)
+            PUT(" length=%lld", (long long)r->length);
+        if (r->attn_factor != 0)
+            PUTF("attn_factor", r->attn_factor);
+        if (r->no_truncate)
+            PUT(" truncate=0");
+    }
+#undef PUTF
     return (int)n;
+}
+
+static const char *scaling_names[ROPE_SCALING_COUNT] = {"default", "linear", "dynamic", "llama3", "yarn"};
+
+const char *rope_scaling_name(int scaling) {
+    return scaling >= 0 && scaling < ROPE_SCALING_COUNT ? scaling_names[scaling] : "?";
+}
+
+bool rope_scaling_find(const char *name, int *out) {
+    for (int i = 0; i < ROPE_SCALING_COUNT; i++)
+        if (strcmp(scaling_names[i], name) == 0) {
+            *out = i;
+            return true;
+        }
+    return false;
+}
+
+// A finite double, or false.
+static bool parse_real(const char *v, double *out) {
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (errno || end == v || *end || !isfinite(x))
+        return false;
+    *out = x;
+    return true;
 }
 
 bool ops_parse_i64(const char *s, int64_t *v) {
@@ -104,6 +171,48 @@ int op_attr_parse(OpKind op, const char *key, const char *v, OpAttr *a) {
         return ops_parse_i64(v, &a->chunk_rows) && a->chunk_rows >= 0 ? 1 : -1;
     if ((d->attrs & ATTR_SEED) && strcmp(key, "seed") == 0)
         return ops_parse_i64(v, &a->seed) ? 1 : -1;
+    int64_t i;
+    if ((d->attrs & ATTR_WINDOW) && strcmp(key, "window") == 0)
+        return ops_parse_i64(v, &a->window) && a->window >= 0 ? 1 : -1;
+    if ((d->attrs & ATTR_SOFTCAP) && strcmp(key, "softcap") == 0)
+        return parse_real(v, &a->softcap) && a->softcap >= 0 ? 1 : -1;
+    if ((d->attrs & ATTR_SCALE) && strcmp(key, "scale") == 0)
+        return parse_real(v, &a->scale) && a->scale >= 0 ? 1 : -1;
+    if ((d->attrs & ATTR_OFFSET) && strcmp(key, "offset") == 0)
+        return parse_real(v, &a->offset) ? 1 : -1;
+    if ((d->attrs & (ATTR_SLICE | ATTR_AXIS)) && strcmp(key, "axis") == 0) {
+        if (!ops_parse_i64(v, &i) || i < 0 || i >= OP_MAX_DIMS)
+            return -1;
+        a->axis = (int)i;
+        return 1;
+    }
+    if ((d->attrs & ATTR_SLICE) && (strcmp(key, "start") == 0 || strcmp(key, "size") == 0)) {
+        int64_t *dst = key[1] == 't' ? &a->start : &a->size;
+        return ops_parse_i64(v, dst) && *dst >= 0 && *dst <= (1LL << 50) ? 1 : -1;
+    }
+    if (d->attrs & ATTR_ROPE) {
+        OpRope *r = &a->rope;
+        if (strcmp(key, "rotary") == 0)
+            return ops_parse_i64(v, &r->rotary) && r->rotary >= 0 && r->rotary <= (1 << 20) ? 1 : -1;
+        if (strcmp(key, "scaling") == 0)
+            return rope_scaling_find(v, &r->scaling) ? 1 : -1;
+        double *f = !strcmp(key, "factor")        ? &r->factor
+                    : !strcmp(key, "low")         ? &r->low
+                    : !strcmp(key, "high")        ? &r->high
+                    : !strcmp(key, "attn_factor") ? &r->attn_factor
+                                                  : NULL;
+        if (f)
+            return parse_real(v, f) ? 1 : -1;
+        int64_t *n = !strcmp(key, "original") ? &r->original : !strcmp(key, "length") ? &r->length : NULL;
+        if (n)
+            return ops_parse_i64(v, n) && *n >= 0 && *n <= (1LL << 40) ? 1 : -1;
+        if (strcmp(key, "truncate") == 0) {
+            if (strcmp(v, "0") && strcmp(v, "1"))
+                return -1;
+            r->no_truncate = v[0] == '0';
+            return 1;
+        }
+    }
     return 0;
 }
 

@@ -36,7 +36,39 @@ enum {                  // OpDesc.attrs: the fields of OpAttr an op reads
     ATTR_SHAPE = 1 << 3,    // ndim, shape
     ATTR_CHUNK = 1 << 4,    // chunk_rows
     ATTR_SEED = 1 << 5,     // seed
+    ATTR_WINDOW = 1 << 6,   // window (attention)
+    ATTR_SOFTCAP = 1 << 7,  // softcap (attention)
+    ATTR_SCALE = 1 << 8,    // scale (attention)
+    ATTR_OFFSET = 1 << 9,   // offset (rmsnorm)
+    ATTR_SLICE = 1 << 10,   // axis, start, size
+    ATTR_AXIS = 1 << 11,    // axis alone (concat)
+    ATTR_ROPE = 1 << 12,    // rope: its rotary dims and frequency scaling
 };
+
+// How rope's frequencies are scaled from the base 1 / theta^(2i/d) (Hugging Face's
+// rope_type), d its rotary dims.
+typedef enum RopeScaling {
+    ROPE_PLAIN,         // no scaling ("default")
+    ROPE_LINEAR,        // every frequency / factor
+    ROPE_DYNAMIC,       // NTK: theta grown for a sequence of `length` beyond `original`
+    ROPE_LLAMA3,        // low frequencies / factor, high ones kept, a ramp between (Llama 3.1)
+    ROPE_YARN,          // interpolation ramped in by rotations (beta_fast, beta_slow); cos and
+                        // sin scaled by attn_factor
+    ROPE_SCALING_COUNT
+} RopeScaling;
+
+// rope's attributes besides theta (OpAttr.f).
+typedef struct OpRope {
+    int64_t rotary;         // the leading dims of each head that rotate (0: all); even
+    int scaling;            // RopeScaling
+    double factor;          // linear, dynamic, llama3, yarn
+    double low, high;       // llama3: low_freq_factor, high_freq_factor; yarn: beta_fast, beta_slow
+    int64_t original;       // llama3, yarn: original_max_position_embeddings; dynamic:
+                            // max_position_embeddings
+    int64_t length;         // dynamic: the sequence length its theta is computed for
+    double attn_factor;     // yarn: the factor on cos and sin (0: from factor)
+    bool no_truncate;       // yarn: the correction range left unrounded
+} OpRope;
 
 typedef enum OpKind {
 #define OP(id, name, cls, flags, min_in, max_in, attrs, f_key) OP_##id,
@@ -63,6 +95,13 @@ typedef struct OpAttr {
     int64_t shape[OP_MAX_DIMS];
     int64_t chunk_rows;         // cross_entropy_bwd: rows per chunk (0 = all at once)
     int64_t seed;               // dropout: its random stream (a recompute repeats it)
+    int64_t window;             // attention: a query sees the `window` keys ending at itself (0: all)
+    double softcap;             // attention: scores capped to softcap·tanh(s / softcap) (0: not)
+    double scale;               // attention: the scores' scale (0: 1 / sqrt(head_dim))
+    double offset;              // rmsnorm: y = x·rstd·(w + offset)
+    int axis;                   // slice, slice_bwd, concat: the dimension
+    int64_t start, size;        // slice, slice_bwd: the range [start, start + size) along axis
+    OpRope rope;                // rope, rope_bwd
 } OpAttr;
 
 // grad_sumsq's blocks over a gradient of n elements: each sums 4096 of them (a thread
@@ -74,12 +113,18 @@ static inline int64_t op_sumsq_blocks(int64_t n) {
     return b < 1 ? 1 : b > 1024 ? 1024 : b;
 }
 
+const char *rope_scaling_name(int scaling);     // "linear", ...; "default" for ROPE_PLAIN
+bool rope_scaling_find(const char *name, int *out);
+
 // ops.c
 const OpDesc *op_desc(OpKind op);
 // The op named `name`, or false.
 bool op_find(const char *name, OpKind *out);
 // Writes op's meaningful attributes as " key=value" pairs (plans and printouts):
-// "eps=1e-06", "causal=1", "perm=1,2", "shape=8x64", "chunk=128", "seed=7"; `exact`
+// "eps=1e-06", "causal=1", "perm=1,2", "shape=8x64", "chunk=128", "seed=7", "window=4096",
+// "softcap=50", "scale=0.0625", "offset=1", "axis=2 start=0 size=64", "rotary=32",
+// "scaling=llama3 factor=8 low=1 high=4 original=8192"; a field at its default (0) is
+// left out. `exact`
 // writes f with all 17 digits (plans), else as %g (printouts). Returns the length
 // written (snprintf's convention).
 int op_attr_format(char *buf, size_t cap, OpKind op, const OpAttr *a, bool exact);

@@ -253,6 +253,9 @@ static int read_header(Reader *r, Plan *p) {
                     ok = parse_f64(eq + 1, &p->lora_dropout);
                 else if (!strcmp(w[i], "targets"))
                     free(p->lora_targets), p->lora_targets = xstrdup(eq + 1);
+                else if (!strcmp(w[i], "fan_in_fan_out"))
+                    ok = (!strcmp(eq + 1, "0") || !strcmp(eq + 1, "1")) &&
+                         ((p->lora_fan_in_fan_out = eq[1] == '1'), true);
             }
         } else if (strcmp(w[0], "schedule") == 0) {
             static const char *const kinds[] = {"constant", "linear", "cosine"};
@@ -387,6 +390,8 @@ static int read_buffer(Reader *r, Plan *p, int i, char *line) {
             ok = parse_int(v, &b->of);
         } else if (strcmp(key, "view") == 0) {
             ok = parse_int(v, &b->view);
+        } else if (strcmp(key, "at") == 0) {
+            ok = ops_parse_i64(v, &b->view_at) && b->view_at >= 0 && b->view_at <= (1LL << 52);
         } else if (strcmp(key, "reuse") == 0) {
             ok = parse_int(v, &b->reuse) && b->reuse >= 0 && b->reuse != i;
         } else if (strcmp(key, "layer") == 0) {
@@ -702,8 +707,9 @@ static int check_buffers(Reader *r, Plan *p) {
             if (b->view >= p->nbuf || p->buf[b->view].view >= 0)
                 return bad(r, "buffer %s: view of %d, which is not a base buffer", b->name, b->view);
             const PlanBuffer *base = &p->buf[b->view];
-            if (plan_dtype_bytes(b->dtype, plan_elems(b)) > base->bytes)
-                return bad(r, "buffer %s: larger than its base %s", b->name, base->name);
+            if (plan_dtype_bytes(b->dtype, plan_elems(b)) > base->bytes - b->view_at)
+                return bad(r, "buffer %s: larger than its base %s from byte %lld", b->name, base->name,
+                           (long long)b->view_at);
             continue;
         }
         if (b->virt) {   // a fused kernel's intermediate: it has no bytes to check

@@ -17,7 +17,8 @@
 //                                      scale, rt_scale_update; optional)
 //   estimate model_flops=N step_us=X (the cost model's FLOPs, without recompute, and
 //                                      time of one optimizer step; optional)
-//   lora r=8 alpha=16 dropout=0.05 targets=q_proj,v_proj     (only with LoRA)
+//   lora r=8 alpha=16 dropout=0.05 targets=q_proj,v_proj [fan_in_fan_out=1]
+//        (only with LoRA; fan_in_fan_out=1: the adapted weights are stored [in, out])
 //   host cores=32 adamw_per_core=2e+08 link=2.5e+10 adamw_holds=LO,HI link_holds=LO,HI
 //                                    (optional: the training host the cost model assumed:
 //                                     CPU AdamW threads and parameters per second per core,
@@ -44,7 +45,8 @@
 // that lives for the whole step has FIRST 0 and LAST the final instruction.
 // Buffer keys: kind=param|grad|state|input|value|workspace|quant, hf=CHECKPOINT_NAME,
 // init=normal|ones|zeros|kaiming_uniform, scale=X, train=0|1, of=PARAM_ID, view=BASE_ID
-// (no bytes of its own: it reads its base's), reuse=ID (written in place over buffer ID,
+// (no bytes of its own: it reads its base's), at=BYTES (a view's start in its base's bytes,
+// 0 when absent; its OFFSET is the base's plus that), reuse=ID (written in place over buffer ID,
 // whose last use is this buffer's first write), layer=L, role=tokens|targets|positions|
 // target_count|loss|logits|grad_stats|grad_factor (a quant buffer: nf4_absmax, or nf4_absmax_codes|
 // nf4_absmax_scales|nf4_absmax_mean for double quantisation, of=the NF4 parameter).
@@ -121,6 +123,7 @@ typedef struct PlanBuffer {
     bool trainable;
     int of;                 // PK_GRAD, PK_STATE: the parameter's buffer id; else -1
     int view;               // a view of buffer `view` (shares its bytes); else -1
+    int64_t view_at;        // a view: where its bytes start in its base's
     int reuse;              // written in place over buffer `reuse`, which dies as this is
                             // born (same bytes, same offset); else -1
     int layer;              // repeat index of the block that made it, else -1
@@ -196,6 +199,7 @@ typedef struct Plan {
     int64_t lora_r;         // 0 without LoRA
     double lora_alpha, lora_dropout;
     char *lora_targets;     // comma-separated module names
+    bool lora_fan_in_fan_out;   // the adapted weights are stored [in, out] (PEFT's fan_in_fan_out)
     int64_t arena_bytes[ARENA_COUNT];
     MemKind arena_kind[ARENA_COUNT];
     int events;             // event ids are 0 .. events-1

@@ -122,15 +122,19 @@ static int shapes(const Check *c, OpKind op, const OpAttr *attr) {
     case OP_MATMUL_DB: {
         ND(a, 2);
         ND(b, 2);
-        // the kernel's M, K, N and batch from the first operand and one dim of the second
-        int64_t m = D(a, -2), k = D(a, -1), n = op == OP_MATMUL_DA ? D(b, -2) : D(b, -1);
+        // the kernel's M, K, N and batch from the first operand and one dim of the second; a
+        // 2-D weight (b, or db's output) shared by every row folds the batch into M
+        const PlanBuffer *w = op == OP_MATMUL_DB ? o : b;
+        bool shared = w->ndim == 2 && a->ndim > 2;
+        int64_t m = shared ? R(a) : D(a, -2), k = D(a, -1), n = op == OP_MATMUL_DA ? D(b, -2) : D(b, -1);
         NEED(E(a) % (m * k) == 0, "%s is not a batch of matrices", a->name);
         int64_t batch = E(a) / (m * k);
         int64_t eb = op == OP_MATMUL ? batch * k * n : op == OP_MATMUL_DA ? batch * n * k : batch * m * n;
         int64_t eo = op == OP_MATMUL ? batch * m * n : op == OP_MATMUL_DA ? batch * m * n : batch * k * n;
         NEED(op != OP_MATMUL || D(b, -2) == k, "%s's rows are not %s's columns", b->name, a->name);
         NEED(op != OP_MATMUL_DA || D(b, -1) == k, "%s's columns are not %s's", b->name, a->name);
-        NEED(op != OP_MATMUL_DB || D(b, -2) == m, "%s's rows are not %s's", b->name, a->name);
+        NEED(op != OP_MATMUL_DB || (shared ? R(b) : D(b, -2)) == m, "%s's rows are not %s's", b->name,
+             a->name);
         NEED(E(b) == eb && E(o) == eo, "the shapes of %s, %s and %s do not make a batched product",
              a->name, b->name, o->name);
         return 0;
@@ -149,6 +153,9 @@ static int shapes(const Check *c, OpKind op, const OpAttr *attr) {
     case OP_SCALE:
     case OP_SILU:
     case OP_GELU:
+    case OP_GELU_EXACT:
+    case OP_TANH:
+    case OP_SOFTCAP:
     case OP_EXP:
     case OP_SOFTMAX:
     case OP_ACC:
@@ -156,6 +163,9 @@ static int shapes(const Check *c, OpKind op, const OpAttr *attr) {
         return 0;
     case OP_SILU_BWD:
     case OP_GELU_BWD:
+    case OP_GELU_EXACT_BWD:
+    case OP_TANH_BWD:
+    case OP_SOFTCAP_BWD:
     case OP_SOFTMAX_BWD:
         SAME(a, b);
         SAME(o, a);
@@ -204,6 +214,31 @@ static int shapes(const Check *c, OpKind op, const OpAttr *attr) {
         return attention_shapes(c, b, I(c, 2), I(c, 3), I(c, 5));
     case OP_VIEW:   // the reader checks a view fits its base
         return 0;
+    case OP_SLICE:        // x -> [start, start + size) of dim axis (a view moves nothing)
+    case OP_SLICE_BWD: {  // dy -> dx, the forward input's shape
+        const PlanBuffer *x = op == OP_SLICE ? a : o, *y = op == OP_SLICE ? o : a;
+        int ax = attr->axis;
+        NEED(ax >= 0 && ax < x->ndim, "axis=%d is not a dimension of %s", ax, x->name);
+        NEED(attr->size >= 1 && attr->start >= 0 && attr->start <= D(x, ax) - attr->size,
+             "[%lld, %lld) is not inside dimension %d of %s", (long long)attr->start,
+             (long long)(attr->start + attr->size), ax, x->name);
+        NEED(E(y) == E(x) / D(x, ax) * attr->size, "%s is not %s's range", y->name, x->name);
+        return 0;
+    }
+    case OP_CONCAT: {     // x0, x1, ... -> joined along axis
+        int ax = attr->axis;
+        NEED(ax >= 0 && ax < o->ndim, "axis=%d is not a dimension of %s", ax, o->name);
+        int64_t along = 0;
+        for (int k = 0; k < c->nin; k++) {
+            const PlanBuffer *x = I(c, k);
+            NEED(x && x->ndim == o->ndim, "input %d is absent or not of %s's rank", k, o->name);
+            for (int d = 0; d < o->ndim; d++)
+                NEED(d == ax || x->shape[d] == o->shape[d], "%s does not fit %s", x->name, o->name);
+            along += D(x, ax);
+        }
+        NEED(along == D(o, ax), "the inputs do not add up to %s along dimension %d", o->name, ax);
+        return 0;
+    }
     case OP_TRANSPOSE: {
         int p0 = attr->perm[0], p1 = attr->perm[1];
         NEED(p0 >= 0 && p1 >= 0 && p0 < a->ndim && p1 < a->ndim && o->ndim == a->ndim,

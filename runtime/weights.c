@@ -310,7 +310,7 @@ int rt_adapters_save(Exec *x, const char *dir, const char *base_model, char *err
     json_object_set_new(cfg, "lora_dropout", json_real(p->lora_dropout));
     json_object_set_new(cfg, "target_modules", targets);
     json_object_set_new(cfg, "bias", json_string("none"));
-    json_object_set_new(cfg, "fan_in_fan_out", json_false());
+    json_object_set_new(cfg, "fan_in_fan_out", p->lora_fan_in_fan_out ? json_true() : json_false());
     json_object_set_new(cfg, "inference_mode", json_true());
     json_object_set_new(cfg, "base_model_name_or_path", json_string(base_model ? base_model : p->model));
     snprintf(path, sizeof path, "%s/adapter_config.json", dir);
@@ -342,15 +342,16 @@ int rt_weights_save_merged(Exec *x, const char *path, char *err, size_t errlen) 
             continue;
         float *v = param_values(x, i);
         int a, bb;
-        if (b->ndim == 2 && adapters_of(p, i, &a, &bb)) {   // W += scale · B A
+        if (b->ndim == 2 && adapters_of(p, i, &a, &bb)) {   // W += scale · B A (its transpose [in, out])
             float *A = param_values(x, a), *B = param_values(x, bb);
-            int64_t rows = b->shape[0], cols = b->shape[1], r = p->buf[a].shape[0];
-            for (int64_t o = 0; o < rows; o++)
-                for (int64_t c = 0; c < cols; c++) {
+            bool t = p->lora_fan_in_fan_out;
+            int64_t outs = b->shape[t ? 1 : 0], ins = b->shape[t ? 0 : 1], r = p->buf[a].shape[0];
+            for (int64_t o = 0; o < outs; o++)
+                for (int64_t c = 0; c < ins; c++) {
                     double s = 0;
                     for (int64_t k = 0; k < r; k++)
-                        s += (double)B[o * r + k] * A[k * cols + c];
-                    v[o * cols + c] += (float)(scale * s);
+                        s += (double)B[o * r + k] * A[k * ins + c];
+                    v[t ? c * outs + o : o * ins + c] += (float)(scale * s);
                 }
             free(A), free(B);
         }

@@ -1,5 +1,6 @@
 // test_cuda_plans.c — every kernel of the plans of every shipped model compiles with
-// NVRTC for sm_80 and sm_90 without spilling. For each model in models/, full
+// NVRTC for sm_80 and sm_90 without spilling. For each model in models/ (and
+// tests/ft/new-ops.ft, every op the architectures add, in one program), full
 // fine-tuning, LoRA (r = 8 on q and v) and QLoRA, each recompute policy, with and
 // without optimizer state and gradients offloaded, the plan at micro-batch 1 is built
 // through every pass and its kernels.cu generated. The distinct kernels of all of them
@@ -12,11 +13,19 @@
 
 #include <unistd.h>
 
-static const char *models[] = {"tiny", "qwen2-0.5b", "qwen2-1.5b", "qwen2", "qwen2-72b", "llama2-7b"};
+static const char *models[] = {"models/tiny.ft", "models/qwen2-0.5b.ft", "models/qwen2-1.5b.ft",
+                               "models/qwen2.ft", "models/qwen2-72b.ft", "models/llama2-7b.ft",
+                               "tests/ft/new-ops.ft"};
 static const char *kinds[] = {"full", "lora", "qlora"};
-static const char *extra[] = {"", "  lora(r = 8, alpha = 16, dropout = 0.05, targets = [q_proj, v_proj])\n",
-                              "  lora(r = 8, alpha = 16, targets = [q_proj, v_proj])\n"
+// The train section's additions per kind; %s the LoRA targets.
+static const char *extra[] = {"", "  lora(r = 8, alpha = 16, dropout = 0.05, targets = [%s])\n",
+                              "  lora(r = 8, alpha = 16, targets = [%s])\n"
                               "  quantize(nf4, double_quant = true)\n"};
+
+// LoRA's targets for a model: q and v, or what the test program has.
+static const char *targets_of(const char *model) {
+    return strstr(model, "new-ops") ? "wqkv, o_proj" : "q_proj, v_proj";
+}
 
 // The templates (the text before the first kernel, the same in every kernels.cu) and
 // the distinct kernels' bodies seen so far.
@@ -100,15 +109,15 @@ static char *union_source(void) {
 
 // Generates the kernels of every policy and offload level of one model and kind.
 static bool sweep(const char *model, int kind) {
-    char path[512];
-    snprintf(path, sizeof path, "models/%s.ft", model);
     FtSource src;
-    if (fe_source_read(&src, path) != 0)
+    if (fe_source_read(&src, model) != 0)
         return false;
     char *end = strrchr(src.text, '}');   // the train section's closing brace
     size_t head = (size_t)(end - src.text);
-    char *t = malloc(src.len + strlen(extra[kind]) + 2);
-    sprintf(t, "%.*s%s%s", (int)head, src.text, extra[kind], end);
+    char add[256];
+    snprintf(add, sizeof add, extra[kind], targets_of(model));
+    char *t = malloc(src.len + strlen(add) + 2);
+    sprintf(t, "%.*s%s%s", (int)head, src.text, add, end);
     free(src.text);
     src.text = t;
     src.len = strlen(t);

@@ -142,6 +142,15 @@ CASE(test_rope, "rope", "    y = view(rope(view(linear(x, w1), [B, S, 2, 2]), 10
 CASE(test_rope_positions, "rope(pos)",
      "    y = view(rope(view(linear(x, w1), [B, S, 2, 2]), positions, 100.0), [B, S, D])\n")
 CASE(test_positions_embed, "emb[pos]", "    y = linear(x + emb[positions], w1)\n")
+CASE(test_slice_concat, "slice+cat",
+     "    y = concat(slice(linear(x, w1), 2, 2, 2), slice(x, dim = -1, start = 0, size = 2), dim = 2)\n")
+CASE(test_slice_view, "slice(view)",   // rows of parameters: views at an offset
+     "    y = linear(x, concat(slice(w1, 0, 0, 2), slice(w2, 0, 1, 2), dim = 0)) + x * slice(b, 0, 0, 4)\n")
+CASE(test_tanh, "tanh", "    y = tanh(linear(x, w1))\n")
+CASE(test_softcap, "softcap", "    y = softcap(linear(x, w1) * 3.0, 2.0)\n")
+CASE(test_gelu_exact, "gelu_exact", "    y = gelu_exact(linear(x, w1))\n")
+CASE(test_matmul_2d, "matmul[K,N]", "    y = matmul(x, w1) + matmul(silu(x), w2)\n")
+CASE(test_rmsnorm_offset, "rmsnorm+1", "    y = rmsnorm(linear(x, w1), b, 1e-5, offset = 1.0)\n")
 CASE(test_matmul_transpose, "matmul",
      "    t = transpose(linear(x, w1), [1, 2])\n"
      "    y = matmul(matmul(x, t), linear(x, w2))\n")
@@ -174,6 +183,13 @@ int main(void) {
     RUN(test_rope_positions);
     RUN(test_positions_embed);
     RUN(test_matmul_transpose);
+    RUN(test_slice_concat);
+    RUN(test_slice_view);
+    RUN(test_tanh);
+    RUN(test_softcap);
+    RUN(test_gelu_exact);
+    RUN(test_matmul_2d);
+    RUN(test_rmsnorm_offset);
     RUN(test_attention_gqa);
     RUN(test_attention_full);
     RUN(test_dropout);

@@ -163,12 +163,23 @@ static void test_op_table(void) {
     }
     CHECK(!op_find("conv2d", &k));
     CHECK(!op_lookup_user("copy", &k) && !op_lookup_user("scale", &k));
-    const char *kw;
-    CHECK_EQ(ATTR_F, op_user_attr(OP_RMSNORM, &kw));
-    CHECK_STR("eps", kw);
-    CHECK_EQ(ATTR_PERM, op_user_attr(OP_TRANSPOSE, &kw));
-    CHECK_STR("dims", kw);
-    CHECK_EQ(0, op_user_attr(OP_LINEAR, &kw));
+    OpKeyword kw[OP_MAX_KEYWORDS];
+    CHECK_EQ(2, op_user_keywords(OP_RMSNORM, kw));
+    CHECK_STR("eps", kw[0].word);
+    CHECK(kw[0].positional && kw[0].required);
+    CHECK_STR("offset", kw[1].word);
+    CHECK(!kw[1].positional && !kw[1].required);
+    CHECK_EQ(1, op_user_keywords(OP_TRANSPOSE, kw));
+    CHECK_STR("dims", kw[0].word);
+    CHECK_EQ(0, op_user_keywords(OP_LINEAR, kw));
+    int n = op_user_keywords(OP_ATTENTION, kw);
+    CHECK(n >= 1 && strcmp(kw[0].word, "causal") == 0 && !kw[0].required);   // optional attributes
+    for (int i = 0; i < OP_COUNT; i++) {   // every keyword of an op is a distinct word
+        n = op_user_keywords((OpKind)i, kw);
+        for (int a = 0; a < n; a++)
+            for (int b = 0; b < a; b++)
+                CHECK(strcmp(kw[a].word, kw[b].word) != 0);
+    }
 }
 
 // Attributes print and parse back through the shared text form plans use.
@@ -192,6 +203,51 @@ static void test_attr_text(void) {
     op_attr_format(buf, sizeof buf, OP_TRANSPOSE, &t, false);
     CHECK_STR(" perm=1,2", buf);
     CHECK_EQ(-1, op_attr_parse(OP_TRANSPOSE, "perm", "1,9", &w));
+}
+
+// The attributes the architectures added print and parse back, every field exactly.
+static void parse_back(OpKind op, const OpAttr *a, OpAttr *b) {
+    char buf[512];
+    op_attr_format(buf, sizeof buf, op, a, true);
+    *b = (OpAttr){0};
+    for (char *save, *kv = strtok_r(buf, " ", &save); kv; kv = strtok_r(NULL, " ", &save)) {
+        char *eq = strchr(kv, '=');
+        CHECK(eq != NULL);
+        if (!eq)
+            return;
+        *eq = '\0';
+        CHECK_EQ(1, op_attr_parse(op, kv, eq + 1, b));
+    }
+}
+
+static void test_attr_text_more(void) {
+    char buf[512];
+    OpAttr r = {.f = 500000, .rope = {.rotary = 32, .scaling = ROPE_LLAMA3, .factor = 8, .low = 1,
+                                      .high = 4, .original = 8192}}, b;
+    op_attr_format(buf, sizeof buf, OP_ROPE, &r, false);
+    CHECK_STR(" theta=500000 rotary=32 scaling=llama3 factor=8 low=1 high=4 original=8192", buf);
+    parse_back(OP_ROPE, &r, &b);
+    CHECK(memcmp(&b.rope, &r.rope, sizeof r.rope) == 0 && b.f == r.f);
+    OpAttr y = {.f = 1e6, .rope = {.scaling = ROPE_YARN, .factor = 4, .original = 32768,
+                                   .attn_factor = 0.9210423553163399, .no_truncate = true}};
+    parse_back(OP_ROPE_BWD, &y, &b);
+    CHECK(memcmp(&b.rope, &y.rope, sizeof y.rope) == 0);
+    OpAttr d = {.f = 1e4, .rope = {.scaling = ROPE_DYNAMIC, .factor = 2, .original = 2048, .length = 4096}};
+    parse_back(OP_ROPE, &d, &b);
+    CHECK(memcmp(&b.rope, &d.rope, sizeof d.rope) == 0);
+    CHECK_EQ(-1, op_attr_parse(OP_ROPE, "scaling", "longrope", &b));
+    OpAttr s = {.axis = 2, .start = 96, .size = 48};
+    op_attr_format(buf, sizeof buf, OP_SLICE, &s, true);
+    CHECK_STR(" axis=2 start=96 size=48", buf);
+    parse_back(OP_SLICE_BWD, &s, &b);
+    CHECK(b.axis == 2 && b.start == 96 && b.size == 48);
+    CHECK_EQ(-1, op_attr_parse(OP_SLICE, "axis", "6", &b));
+    OpAttr n = {.f = 1e-6, .offset = 1};
+    parse_back(OP_RMSNORM_DX, &n, &b);
+    CHECK(b.offset == 1 && b.f == 1e-6);
+    OpAttr c = {.f = 30};
+    op_attr_format(buf, sizeof buf, OP_SOFTCAP, &c, false);
+    CHECK_STR(" cap=30", buf);
 }
 
 static void test_requires_grad(void) {
@@ -248,6 +304,7 @@ int main(void) {
     RUN(test_shape_errors);
     RUN(test_op_table);
     RUN(test_attr_text);
+    RUN(test_attr_text_more);
     RUN(test_requires_grad);
     RUN(test_verify_catches);
     return CHECK_DONE();

@@ -97,6 +97,44 @@ static const char *ops_fp16 =
     "  optimizer = sgd(lr = 0.1)\n"
     "}\n";
 
+// The ops of GPT-2, Phi-3 and Gemma at odd sizes: a fused qkv cut into q, k, v (slices
+// along the last dim: copies), rows of a weight (a slice along dim 0: a view), concat, a
+// product by a 2-D weight [in, out] (and its gradient over every row), GeLU exact and
+// tanh, soft-capping, tanh, (1 + w) RMSNorm, rope scaled as Llama 3.1 does and partial with
+// YaRN; bf16.
+static const char *new_ops =
+    "model newops {\n"
+    "  V = 300  D = 72  H = 3  HD = 24  F = 50\n"
+    "  param emb [V, D] as \"emb\"\n"
+    "  param wqkv [3 * D, D] as \"wqkv\"\n"
+    "  param wc [D, 2 * F] as \"wc\"\n"
+    "  param bc [2 * F] as \"bc\"\n"
+    "  param wp [F, D] as \"wp\"\n"
+    "  param n [D] as \"n\"\n"
+    "  forward(tokens i32[B, S]) {\n"
+    "    x = emb[tokens]\n"
+    "    h = rmsnorm(x, n, 1e-6, offset = 1.0)\n"
+    "    qkv = linear(h, wqkv)\n"
+    "    q = rope(view(slice(qkv, 2, 0, D), [B, S, H, HD]), positions, 500000.0, scaling = llama3,\n"
+    "             factor = 8.0, low_freq_factor = 1.0, high_freq_factor = 4.0, original_max = 16)\n"
+    "    k = rope(view(slice(qkv, 2, D, D), [B, S, H, HD]), 10000.0, rotary = 8, scaling = yarn,\n"
+    "             factor = 4.0, original_max = 8)\n"
+    "    v = view(linear(h, slice(wqkv, 0, 2 * D, D)), [B, S, H, HD])\n"
+    "    a = view(attention(q, k, v, causal = true), [B, S, D])\n"
+    "    u = matmul(a, wc) + bc\n"
+    "    g = gelu_exact(slice(u, 2, 0, F)) * gelu(slice(u, 2, F, F))\n"
+    "    y = concat(matmul(g, wp), tanh(x), dim = 2)\n"
+    "    z = slice(y, 2, D / 2, D) + x\n"
+    "    return softcap(linear(z, emb), 30.0)\n"
+    "  }\n"
+    "}\n"
+    "train {\n"
+    "  seq = 33  batch = 2\n"
+    "  loss = cross_entropy(forward(tokens), next(tokens))\n"
+    "  precision = bf16\n"
+    "  optimizer = adamw(lr = 1e-3)\n"
+    "}\n";
+
 // Attention alone at one head dim: bf16, causal, GQA 2:1. Head dims that are multiples
 // of 16 up to 256 take the tensor-core kernels, the others the warp-per-row ones.
 static const char *attention_hd =
@@ -348,6 +386,7 @@ static void test_qlora(void) {
 }
 
 static void test_other_ops_fp16(void) { lockstep("ops-fp16", ops_fp16, 2); }
+static void test_new_ops(void) { lockstep("new-ops", new_ops, 2); }
 
 // qwen_odd at another precision line (the rest of the train section as written).
 static void odd_with(char *text, size_t cap, const char *precision) {
@@ -424,6 +463,7 @@ int main(int argc, char **argv) {
     RUN(test_other_ops_fp16);
     RUN(test_bf16_pure);
     RUN(test_fp16_overflow);
+    RUN(test_new_ops);
     RUN(test_attention_head_dims);
     report();
     // Every op the emitter generates a kernel for appeared at least once.

@@ -8,6 +8,7 @@
 // targets, attention against a naive double-precision reference, dropout determinism, input
 // rejection.
 #include "kernels.h"
+#include "safetensors.h"
 
 #include "check.h"
 
@@ -356,7 +357,8 @@ static void test_matmul_grad(void) {
 }
 
 // Elementwise ops: one case type, the op chosen by a code.
-typedef enum { EW_ADD, EW_SUB, EW_MUL, EW_DIV, EW_SCALE, EW_SILU, EW_GELU, EW_EXP } EwOp;
+typedef enum { EW_ADD, EW_SUB, EW_MUL, EW_DIV, EW_SCALE, EW_SILU, EW_GELU, EW_EXP, EW_TANH, EW_SOFTCAP,
+               EW_GELU_EXACT } EwOp;
 
 typedef struct {
     Fd f;
@@ -378,6 +380,9 @@ static void ew_fwd(Fd *f) {
     case EW_SILU: cpu_silu_forward(f->out, c->a, c->n); break;
     case EW_GELU: cpu_gelu_forward(f->out, c->a, c->n); break;
     case EW_EXP: cpu_exp_forward(f->out, c->a, c->n); break;
+    case EW_TANH: cpu_tanh_forward(f->out, c->a, c->n); break;
+    case EW_SOFTCAP: cpu_softcap_forward(f->out, c->a, 2.5f, c->n); break;
+    case EW_GELU_EXACT: cpu_gelu_exact_forward(f->out, c->a, c->n); break;
     }
 }
 
@@ -392,6 +397,9 @@ static void ew_bwd(Fd *f) {
     case EW_SILU: cpu_silu_backward(c->da, f->R, c->a, c->n); break;
     case EW_GELU: cpu_gelu_backward(c->da, f->R, c->a, c->n); break;
     case EW_EXP: cpu_exp_backward(c->da, f->R, f->out, c->n); break;
+    case EW_TANH: cpu_tanh_backward(c->da, f->R, f->out, c->n); break;
+    case EW_SOFTCAP: cpu_softcap_backward(c->da, f->R, f->out, 2.5f, c->n); break;
+    case EW_GELU_EXACT: cpu_gelu_exact_backward(c->da, f->R, c->a, c->n); break;
     }
 }
 
@@ -419,6 +427,53 @@ static void test_scale_grad(void) { ew_check(EW_SCALE, 0, -1, 1); }
 static void test_silu_grad(void) { ew_check(EW_SILU, 0, -3, 3); }
 static void test_gelu_grad(void) { ew_check(EW_GELU, 0, -3, 3); }
 static void test_exp_grad(void) { ew_check(EW_EXP, 0, -1, 1); }
+static void test_tanh_grad(void) { ew_check(EW_TANH, 0, -2, 2); }
+static void test_softcap_grad(void) { ew_check(EW_SOFTCAP, 0, -6, 6); }
+static void test_gelu_exact_grad(void) { ew_check(EW_GELU_EXACT, 0, -3, 3); }
+
+typedef struct {
+    Fd f;
+    float *x[3], *dx[3], *part;   // part: the slice, forward and backward
+    size_t outer, inner, dims[3];
+} JoinCase;
+
+// slice x0's middle range [1, 1 + dims[1]) and join it with x1 and x2.
+static void join_fwd(Fd *f) {
+    JoinCase *c = (JoinCase *)f;
+    cpu_slice_forward(c->part, c->x[0], c->outer, c->dims[0], c->inner, 1, c->dims[1]);
+    const float *xs[3] = {c->part, c->x[1], c->x[2]};
+    size_t d[3] = {c->dims[1], c->dims[1], c->dims[2]};
+    cpu_concat_forward(f->out, xs, d, 3, c->outer, c->inner);
+}
+
+// concat's backward is slices of dy; the slice's, slice_bwd (assigning, then adding).
+static void join_bwd(Fd *f) {
+    JoinCase *c = (JoinCase *)f;
+    size_t total = 2 * c->dims[1] + c->dims[2], o = c->outer, in = c->inner;
+    float *g = c->part;
+    cpu_slice_forward(g, f->R, o, total, in, 0, c->dims[1]);
+    cpu_slice_backward(c->dx[0], g, o, c->dims[0], in, 1, c->dims[1], 0);
+    cpu_slice_backward(c->dx[0], g, o, c->dims[0], in, 1, c->dims[1], 1);   // twice: += works
+    for (size_t i = 0; i < o * c->dims[0] * in; i++)
+        c->dx[0][i] *= 0.5f;
+    cpu_slice_forward(c->dx[1], f->R, o, total, in, c->dims[1], c->dims[1]);
+    cpu_slice_forward(c->dx[2], f->R, o, total, in, 2 * c->dims[1], c->dims[2]);
+}
+
+static void test_slice_concat_grad(void) {
+    JoinCase c = {.outer = 3, .inner = 2, .dims = {5, 2, 3}};
+    c.part = fnew(c.outer * c.dims[1] * c.inner);
+    size_t n[3] = {c.outer * c.dims[0] * c.inner, c.outer * c.dims[1] * c.inner,
+                   c.outer * c.dims[2] * c.inner};
+    for (int k = 0; k < 3; k++) {
+        c.x[k] = fnew(n[k]), c.dx[k] = fnew(n[k]);
+        fill(c.x[k], n[k], -1, 1);
+        add_input(&c.f, k == 0 ? "x0" : k == 1 ? "x1" : "x2", c.x[k], c.dx[k], n[k], 0);
+    }
+    c.f.fwd = join_fwd, c.f.bwd = join_bwd;
+    set_output(&c.f, c.outer * (2 * c.dims[1] + c.dims[2]) * c.inner);
+    fd_check(&c.f, FD_STEP, FD_ATOL, FD_RTOL);
+}
 
 // Forward values of the activations against double formulas, and in-place operation.
 static void test_elementwise_values(void) {
@@ -436,6 +491,15 @@ static void test_elementwise_values(void) {
                                          (v + 0.044715 * v * v * v))),
                    1e-6, 1e-6);
     }
+    cpu_gelu_exact_forward(y, x, n);
+    for (int i = 0; i < n; i++)
+        CHECK_NEAR(y[i], 0.5 * x[i] * (1.0 + erf(x[i] / sqrt(2.0))), 1e-6, 1e-6);
+    cpu_softcap_forward(y, x, 2.5f, n);
+    for (int i = 0; i < n; i++)
+        CHECK_NEAR(y[i], 2.5 * tanh(x[i] / 2.5), 1e-6, 1e-6);
+    cpu_tanh_forward(y, x, n);
+    for (int i = 0; i < n; i++)
+        CHECK_NEAR(y[i], tanh(x[i]), 1e-6, 1e-6);
     cpu_exp_forward(y, x, n);
     for (int i = 0; i < n; i++)
         CHECK_NEAR(y[i], exp((double)x[i]), 0, 1e-6);
@@ -516,17 +580,17 @@ typedef struct {
     Fd f;
     float *x, *w, *b, *dx, *dw, *db, *mean, *rstd;
     size_t N, C;
-    float eps;
+    float eps, offset;
 } NormCase;
 
 static void rmsnorm_fwd(Fd *f) {
     NormCase *c = (NormCase *)f;
-    cpu_rmsnorm_forward(f->out, c->rstd, c->x, c->w, c->N, c->C, c->eps);
+    cpu_rmsnorm_forward(f->out, c->rstd, c->x, c->w, c->N, c->C, c->eps, c->offset);
 }
 
 static void rmsnorm_bwd(Fd *f) {
     NormCase *c = (NormCase *)f;
-    cpu_rmsnorm_backward(c->dx, c->dw, f->R, c->x, c->w, c->rstd, c->N, c->C);
+    cpu_rmsnorm_backward(c->dx, c->dw, f->R, c->x, c->w, c->rstd, c->N, c->C, c->offset);
 }
 
 static void layernorm_fwd(Fd *f) {
@@ -549,19 +613,24 @@ static void norm_setup(NormCase *c) {
     add_input(&c->f, "w", c->w, c->dw, c->C, 1);
 }
 
+// Plain (w) and Gemma's (1 + w) weights: offset 0 and 1.
 static void test_rmsnorm_grad(void) {
-    NormCase c = {.N = 4, .C = 7, .eps = 1e-6f};
-    norm_setup(&c);
-    c.f.fwd = rmsnorm_fwd, c.f.bwd = rmsnorm_bwd;
-    fd_check(&c.f, FD_STEP, FD_ATOL, FD_RTOL);
-    for (size_t n = 0; n < c.N; n++) { // the forward against double
-        double ss = 0.0;
-        for (size_t j = 0; j < c.C; j++)
-            ss += (double)c.x[n * c.C + j] * c.x[n * c.C + j];
-        double r = 1.0 / sqrt(ss / (double)c.C + c.eps);
-        CHECK_NEAR(c.rstd[n], r, 0, 1e-6);
-        for (size_t j = 0; j < c.C; j++)
-            CHECK_NEAR(c.f.out[n * c.C + j], c.x[n * c.C + j] * r * c.w[j], 1e-6, 1e-6);
+    for (int off = 0; off < 2; off++) {
+        NormCase c = {.N = 4, .C = 7, .eps = 1e-6f, .offset = (float)off};
+        norm_setup(&c);
+        if (off)
+            fill(c.w, c.C, -0.5f, 0.5f);
+        c.f.fwd = rmsnorm_fwd, c.f.bwd = rmsnorm_bwd;
+        fd_check(&c.f, FD_STEP, FD_ATOL, FD_RTOL);
+        for (size_t n = 0; n < c.N; n++) { // the forward against double
+            double ss = 0.0;
+            for (size_t j = 0; j < c.C; j++)
+                ss += (double)c.x[n * c.C + j] * c.x[n * c.C + j];
+            double r = 1.0 / sqrt(ss / (double)c.C + c.eps);
+            CHECK_NEAR(c.rstd[n], r, 0, 1e-6);
+            for (size_t j = 0; j < c.C; j++)
+                CHECK_NEAR(c.f.out[n * c.C + j], c.x[n * c.C + j] * r * (c.w[j] + off), 1e-6, 1e-6);
+        }
     }
 }
 
@@ -585,29 +654,36 @@ static void test_layernorm_grad(void) {
     }
 }
 
+static const OpRope plain_rope = {0};
+
 typedef struct {
     Fd f;
     float *x, *dx;
     size_t B, S, H, D;
     double theta;
     const int32_t *pos;
+    OpRope r;
 } RopeCase;
 
 static void rope_fwd(Fd *f) {
     RopeCase *c = (RopeCase *)f;
-    CHECK(cpu_rope_forward(f->out, c->x, c->pos, c->B, c->S, c->H, c->D, c->theta) == CPU_OK);
+    CHECK(cpu_rope_forward(f->out, c->x, c->pos, c->B, c->S, c->H, c->D, c->theta, &c->r) == CPU_OK);
 }
 
 static void rope_bwd(Fd *f) {
     RopeCase *c = (RopeCase *)f;
-    CHECK(cpu_rope_backward(c->dx, f->R, c->pos, c->B, c->S, c->H, c->D, c->theta) == CPU_OK);
+    CHECK(cpu_rope_backward(c->dx, f->R, c->pos, c->B, c->S, c->H, c->D, c->theta, &c->r) == CPU_OK);
 }
 
 static void test_rope_grad(void) {
     // positions restarting inside a row, as packed records have them
     static const int32_t pos[10] = {0, 1, 2, 0, 1, 7, 3, 0, 11, 2};
-    for (int with_pos = 0; with_pos < 2; with_pos++) {
-        RopeCase c = {.B = 2, .S = 5, .H = 2, .D = 8, .theta = 10000.0, .pos = with_pos ? pos : NULL};
+    // plain; half the dims rotated with YaRN's scaled cos and sin (the rest pass through)
+    const OpRope yarn = {.rotary = 4, .scaling = ROPE_YARN, .factor = 3, .original = 4, .attn_factor = 1.3};
+    for (int v = 0; v < 4; v++) {
+        bool with_pos = v & 1;
+        RopeCase c = {.B = 2, .S = 5, .H = 2, .D = 8, .theta = 10000.0, .pos = with_pos ? pos : NULL,
+                      .r = v & 2 ? yarn : plain_rope};
         size_t n = c.B * c.S * c.H * c.D;
         c.x = fnew(n), c.dx = fnew(n);
         fill(c.x, n, -1, 1);
@@ -625,10 +701,10 @@ static void test_rope_positions(void) {
     static const int32_t plain[B * S] = {0, 1, 2, 3, 0, 1, 2, 3};
     float *x = fnew(B * S * H * D), *y = fnew(B * S * H * D), *z = fnew(B * S * H * D);
     fill(x, B * S * H * D, -1, 1);
-    CHECK(cpu_rope_forward(y, x, plain, B, S, H, D, 10000.0) == CPU_OK);
-    CHECK(cpu_rope_forward(z, x, NULL, B, S, H, D, 10000.0) == CPU_OK);
+    CHECK(cpu_rope_forward(y, x, plain, B, S, H, D, 10000.0, &plain_rope) == CPU_OK);
+    CHECK(cpu_rope_forward(z, x, NULL, B, S, H, D, 10000.0, &plain_rope) == CPU_OK);
     CHECK(memcmp(y, z, sizeof(float) * B * S * H * D) == 0);
-    CHECK(cpu_rope_forward(y, x, ids, B, S, H, D, 10000.0) == CPU_OK);
+    CHECK(cpu_rope_forward(y, x, ids, B, S, H, D, 10000.0, &plain_rope) == CPU_OK);
     for (int r = 0; r < B * S; r++)
         for (int i = 0; i < D / 2; i++) {
             double ang = ids[r] * pow(10000.0, -2.0 * i / D);
@@ -645,7 +721,7 @@ static void test_rope_reference(void) {
     const double theta = 500000.0;
     float *x = fnew(B * S * H * D), *y = fnew(B * S * H * D);
     fill(x, B * S * H * D, -1, 1);
-    CHECK(cpu_rope_forward(y, x, NULL, B, S, H, D, theta) == CPU_OK);
+    CHECK(cpu_rope_forward(y, x, NULL, B, S, H, D, theta, &plain_rope) == CPU_OK);
     for (int s = 0; s < S; s++)
         for (int h = 0; h < H; h++)
             for (int i = 0; i < D / 2; i++) {
@@ -656,9 +732,9 @@ static void test_rope_reference(void) {
                 CHECK_NEAR(yr[i + D / 2], xr[i + D / 2] * cos(ang) + xr[i] * sin(ang), 2e-6, 0);
             }
     float *z = fcopy(x, B * S * H * D);
-    CHECK(cpu_rope_forward(z, z, NULL, B, S, H, D, theta) == CPU_OK);
+    CHECK(cpu_rope_forward(z, z, NULL, B, S, H, D, theta, &plain_rope) == CPU_OK);
     CHECK(memcmp(z, y, sizeof(float) * B * S * H * D) == 0);
-    CHECK(cpu_rope_forward(y, x, NULL, B, S, H, 5, theta) == CPU_ERR_ARG);
+    CHECK(cpu_rope_forward(y, x, NULL, B, S, H, 5, theta, &plain_rope) == CPU_ERR_ARG);
     CHECK(cpu_rope_angles(y, z, S, 5, theta) == CPU_ERR_ARG);
 }
 
@@ -1288,7 +1364,73 @@ static void test_determinism(void) {
 
 // ---------------------------------------------------------------------------------------------
 
-int main(void) {
+// transformers' frequency tables (tests/fixtures/make_rope.py: ROPE_INIT_FUNCTIONS on the
+// same settings) against cpu_rope_freqs: each frequency within 1 ulp, the cos/sin factor
+// within 1e-7 relative.
+static const char *fixtures = "tests/fixtures";
+
+static void test_rope_freqs_hf(void) {
+    static const struct {
+        const char *name;
+        size_t D;
+        double theta;
+        OpRope r;
+    } cases[] = {
+        {"plain_64", 64, 10000.0, {0}},
+        {"plain_128_1e6", 128, 1000000.0, {0}},
+        {"partial_quarter", 128, 10000.0, {.rotary = 32}},
+        {"linear_8", 256, 1000000.0, {.scaling = ROPE_LINEAR, .factor = 8}},
+        {"dynamic_short", 64, 10000.0, {.scaling = ROPE_DYNAMIC, .factor = 2, .original = 2048, .length = 1024}},
+        {"dynamic_long", 64, 10000.0, {.scaling = ROPE_DYNAMIC, .factor = 2, .original = 2048, .length = 4096}},
+        {"llama3_1", 128, 500000.0,
+         {.scaling = ROPE_LLAMA3, .factor = 8, .low = 1, .high = 4, .original = 8192}},
+        {"llama3_2", 64, 500000.0,
+         {.scaling = ROPE_LLAMA3, .factor = 32, .low = 1, .high = 4, .original = 8192}},
+        {"yarn_qwen", 128, 1000000.0, {.scaling = ROPE_YARN, .factor = 4, .original = 32768}},
+        {"yarn_mscale_untruncated", 64, 10000.0,
+         {.scaling = ROPE_YARN, .factor = 40, .low = 24, .high = 2, .original = 4096,
+          .attn_factor = 0.9210423553163399, .no_truncate = true}},
+        {"yarn_given_factor_partial", 96, 10000.0,
+         {.rotary = 48, .scaling = ROPE_YARN, .factor = 2.5, .original = 2048, .attn_factor = 1.25}},
+    };
+    char path[1024], err[512];
+    snprintf(path, sizeof path, "%s/rope/freqs.safetensors", fixtures);
+    StSet *st = NULL;
+    CHECKF(st_open(&st, path, err, sizeof err) == 0, "%s", err);
+    if (!st)
+        return;
+    int exact = 0, total = 0;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        char name[128];
+        snprintf(name, sizeof name, "%s.inv", cases[c].name);
+        const StTensor *t = st_find(st, name);
+        snprintf(name, sizeof name, "%s.mscale", cases[c].name);
+        const StTensor *m = st_find(st, name);
+        CHECKF(t && m, "%s: not in the fixture", cases[c].name);
+        if (!t || !m)
+            continue;
+        int64_t n = st_elems(t);
+        float want[4096], got[4096], wscale, scale;
+        CHECK(n <= 4096 && st_read_f32(st, t, want, n, err, sizeof err) == 0 &&
+              st_read_f32(st, m, &wscale, 1, err, sizeof err) == 0);
+        CHECK_EQ(CPU_OK, cpu_rope_freqs(got, &scale, cases[c].D, cases[c].theta, &cases[c].r));
+        size_t d = cases[c].r.rotary ? (size_t)cases[c].r.rotary : cases[c].D;
+        CHECK_EQ((int64_t)(d / 2), n);
+        for (int64_t i = 0; i < n && (int64_t)(d / 2) == n; i++) {
+            int32_t ulps = (int32_t)f32_bits(got[i]) - (int32_t)f32_bits(want[i]);
+            exact += ulps == 0, total++;
+            CHECKF(abs(ulps) <= 1, "%s: inv_freq[%lld] %.9g, transformers %.9g", cases[c].name,
+                   (long long)i, got[i], want[i]);
+        }
+        CHECK_NEAR(scale, wscale, 0, 1e-7);
+    }
+    printf("  %d of %d frequencies bitwise transformers', the rest within 1 ulp\n", exact, total);
+    st_close(st);
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1)
+        fixtures = argv[1];
     run("checker_can_fail", test_checker_can_fail);
     run("embedding_grad", test_embedding_grad);
     run("embedding_rejects_bad_ids", test_embedding_rejects_bad_ids);
@@ -1302,6 +1444,10 @@ int main(void) {
     run("scale_grad", test_scale_grad);
     run("silu_grad", test_silu_grad);
     run("gelu_grad", test_gelu_grad);
+    run("tanh_grad", test_tanh_grad);
+    run("softcap_grad", test_softcap_grad);
+    run("gelu_exact_grad", test_gelu_exact_grad);
+    run("slice_concat_grad", test_slice_concat_grad);
     run("exp_grad", test_exp_grad);
     run("elementwise_values", test_elementwise_values);
     run("sum_grad", test_sum_grad);
@@ -1312,6 +1458,7 @@ int main(void) {
     run("rope_grad", test_rope_grad);
     run("rope_positions", test_rope_positions);
     run("rope_reference", test_rope_reference);
+    run("rope_freqs_hf", test_rope_freqs_hf);
     run("rope_angles_fp32", test_rope_angles_fp32);
     run("attention_grad_gqa_causal", test_attention_grad_gqa_causal);
     run("attention_grad_gqa_noncausal", test_attention_grad_gqa_noncausal);

@@ -5,9 +5,10 @@
  * fp32 rounding, not bitwise. Operands follow the plan's order in a.p[]: outputs, then
  * inputs. */
 
-/* y = x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps), kept in fp32 for the backward.
+/* y = x * rstd * (w + offset), rstd = 1 / sqrt(mean(x^2) + eps), kept in fp32 for the backward.
  * a.p: y [rows, C], rstd f32 [rows], x [rows, C], w [C]. */
-FTC_INLINE void rmsnorm_fwd(FtcArgs a, long long rows, int C, float eps, int dtx, int dtw, int dty) {
+FTC_INLINE void rmsnorm_fwd(FtcArgs a, long long rows, int C, float eps, float offset, int dtx, int dtw,
+                            int dty) {
     __shared__ float red[32];
     long long r = blockIdx.x, base = r * C;
     if (r >= rows)
@@ -22,24 +23,25 @@ FTC_INLINE void rmsnorm_fwd(FtcArgs a, long long rows, int C, float eps, int dtx
     if (threadIdx.x == 0)
         ((float *)a.p[1])[r] = rs;
     for (int c = threadIdx.x; c < C; c += blockDim.x)
-        stf(a.p[0], base + c, dty, (ldf(a.p[2], base + c, dtx) * rs) * ldf(a.p[3], c, dtw));
+        stf(a.p[0], base + c, dty, (ldf(a.p[2], base + c, dtx) * rs) * (ldf(a.p[3], c, dtw) + offset));
 }
 
-/* dx = r w dy - (r^3 / C) x sum(w dy x).  a.p: dx, dy, x, w, rstd. */
-FTC_INLINE void rmsnorm_dx(FtcArgs a, long long rows, int C, int dtdx, int dtdy, int dtx, int dtw) {
+/* dx = r w' dy - (r^3 / C) x sum(w' dy x), w' = w + offset.  a.p: dx, dy, x, w, rstd. */
+FTC_INLINE void rmsnorm_dx(FtcArgs a, long long rows, int C, float offset, int dtdx, int dtdy, int dtx,
+                           int dtw) {
     __shared__ float red[32];
     long long r = blockIdx.x, base = r * C;
     if (r >= rows)
         return;
     float dot = 0.0f;
     for (int c = threadIdx.x; c < C; c += blockDim.x)
-        dot += ldf(a.p[3], c, dtw) * ldf(a.p[1], base + c, dtdy) * ldf(a.p[2], base + c, dtx);
+        dot += (ldf(a.p[3], c, dtw) + offset) * ldf(a.p[1], base + c, dtdy) * ldf(a.p[2], base + c, dtx);
     dot = block_sum(dot, red);
     float rs = ((const float *)a.p[4])[r];
     float k = rs * rs * rs * dot / (float)C;
     for (int c = threadIdx.x; c < C; c += blockDim.x)
         stf(a.p[0], base + c, dtdx,
-            rs * ldf(a.p[3], c, dtw) * ldf(a.p[1], base + c, dtdy) - k * ldf(a.p[2], base + c, dtx));
+            rs * (ldf(a.p[3], c, dtw) + offset) * ldf(a.p[1], base + c, dtdy) - k * ldf(a.p[2], base + c, dtx));
 }
 
 /* mean and rstd per row (stats f32 [2, rows]: the means, then the rstds); y = (x - mean)

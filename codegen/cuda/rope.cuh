@@ -1,23 +1,27 @@
-/* rope.cuh — rotary position embedding over x [B, S, H, D]: every (i, i + D/2) pair of
- * a head rotated by the angle p * inv_freq[i], inv_freq[i] = 1 / theta^(2i/D), p the row's
- * position id (or its index s), computed exactly as the cpu backend does (fp32
- * frequencies, the angle's cos and sin in double, rounded once). One thread a pair, so
- * the output may share the input's bytes. */
+/* rope.cuh — rotary position embedding over x [B, S, H, D]: every (i, i + d/2) pair of the
+ * first d dims of a head rotated by the angle p * inv[i], p the row's position id (or its
+ * index s), inv[] the frequencies the cpu backend computes (cpu_rope_freqs: the generator
+ * writes them into the kernel as a table), the angle's cos and sin in double, rounded once,
+ * times mscale (YaRN's attention factor); dims from d on pass through. One thread a pair
+ * or a passed-through element, so the output may share the input's bytes. */
 
 /* a.p: out, x, positions i32 [B, S] when has_pos.  sign +1 rotates (forward), -1 rotates
  * back (the backward of dy). */
-FTC_INLINE void rope(FtcArgs a, long long B, long long S, long long H, int D, float theta, float sign,
-                     int has_pos, int dtx, int dty) {
-    int half = D / 2;
-    long long pairs = B * S * H * half;
-    for (long long idx = ftc_gid(); idx < pairs; idx += ftc_gstride()) {
-        int i = (int)(idx % half);
-        long long row = idx / half, bs = row / H, base = row * D;
+FTC_INLINE void rope(FtcArgs a, long long B, long long S, long long H, int D, int d, const float *inv,
+                     float mscale, float sign, int has_pos, int dtx, int dty) {
+    int half = d / 2, width = half + (D - d);   /* a row's work items: pairs, then the rest */
+    long long items = B * S * H * width;
+    for (long long idx = ftc_gid(); idx < items; idx += ftc_gstride()) {
+        int i = (int)(idx % width);
+        long long row = idx / width, bs = row / H, base = row * D;
+        if (i >= half) {   /* past the rotary dims */
+            long long at = base + d + (i - half);
+            stf(a.p[0], at, dty, ldf(a.p[1], at, dtx));
+            continue;
+        }
         float pos = has_pos ? (float)((const int *)a.p[2])[bs] : (float)(bs % S);
-        float e = (float)(2 * i) / (float)D;
-        float inv = 1.0f / (float)pow((double)theta, (double)e);
-        float angle = pos * inv;
-        float c = (float)cos((double)angle), sn = (float)sin((double)angle) * sign;
+        float angle = pos * inv[i];
+        float c = (float)cos((double)angle) * mscale, sn = (float)sin((double)angle) * mscale * sign;
         float x1 = ldf(a.p[1], base + i, dtx), x2 = ldf(a.p[1], base + i + half, dtx);
         stf(a.p[0], base + i, dty, x1 * c - x2 * sn);
         stf(a.p[0], base + i + half, dty, x2 * c + x1 * sn);

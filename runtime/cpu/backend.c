@@ -150,9 +150,16 @@ static int k_linear(Call *c) {
     return 0;
 }
 
+// A batched product's rows per matrix: a 2-D operand where the other has batch dims is one
+// matrix shared by every row, so the batch folds into M.
+static int64_t rows_per_matrix(const PlanBuffer *a, bool shared) {
+    return shared ? rows(a) : a->shape[a->ndim - 2];
+}
+
 static int k_matmul(Call *c) {
     const PlanBuffer *a = B(0), *b = B(1);
-    int64_t M = a->shape[a->ndim - 2], K = a->shape[a->ndim - 1], Nn = b->shape[b->ndim - 1];
+    int64_t K = a->shape[a->ndim - 1], Nn = b->shape[b->ndim - 1];
+    int64_t M = rows_per_matrix(a, b->ndim == 2 && a->ndim > 2);
     cpu_matmul_forward(OUT(0), IN(0), IN(1), (size_t)(N(0) / (M * K)), (size_t)M, (size_t)K, (size_t)Nn);
     return 0;
 }
@@ -174,10 +181,47 @@ static int k_scale(Call *c) { cpu_scale_forward(OUT(0), IN(0), (float)c->in->att
 static int k_silu(Call *c) { cpu_silu_forward(OUT(0), IN(0), (size_t)N(0)); return 0; }
 static int k_gelu(Call *c) { cpu_gelu_forward(OUT(0), IN(0), (size_t)N(0)); return 0; }
 static int k_exp(Call *c) { cpu_exp_forward(OUT(0), IN(0), (size_t)N(0)); return 0; }
+static int k_tanh(Call *c) { cpu_tanh_forward(OUT(0), IN(0), (size_t)N(0)); return 0; }
+static int k_softcap(Call *c) { cpu_softcap_forward(OUT(0), IN(0), (float)c->in->attr.f, (size_t)N(0)); return 0; }
+static int k_gelu_exact(Call *c) { cpu_gelu_exact_forward(OUT(0), IN(0), (size_t)N(0)); return 0; }
+
+// A tensor as (outer, dim, inner) around dimension `axis`.
+static void around(const PlanBuffer *b, int axis, size_t *outer, size_t *dim, size_t *inner) {
+    *outer = *inner = 1;
+    for (int d = 0; d < b->ndim; d++)
+        if (d < axis)
+            *outer *= (size_t)b->shape[d];
+        else if (d > axis)
+            *inner *= (size_t)b->shape[d];
+    *dim = (size_t)b->shape[axis];
+}
+
+// A slice whose output is a view of the input's bytes moves nothing.
+static int k_slice(Call *c) {
+    if (OB(0)->view >= 0)
+        return 0;
+    size_t outer, dim, inner;
+    around(B(0), c->in->attr.axis, &outer, &dim, &inner);
+    cpu_slice_forward(OUT(0), IN(0), outer, dim, inner, (size_t)c->in->attr.start,
+                      (size_t)c->in->attr.size);
+    return 0;
+}
+
+static int k_concat(Call *c) {
+    const float *x[PLAN_MAX_IN];
+    size_t dims[PLAN_MAX_IN], outer, dim, inner;
+    for (int k = 0; k < c->in->nin; k++) {
+        x[k] = IN(k);
+        dims[k] = (size_t)B(k)->shape[c->in->attr.axis];
+    }
+    around(OB(0), c->in->attr.axis, &outer, &dim, &inner);
+    cpu_concat_forward(OUT(0), x, dims, (size_t)c->in->nin, outer, inner);
+    return 0;
+}
 
 static int k_rmsnorm(Call *c) {
     cpu_rmsnorm_forward(OUT(0), OUT(1), IN(0), IN(1), (size_t)rows(B(0)), (size_t)last_dim(B(0)),
-                        (float)c->in->attr.f);
+                        (float)c->in->attr.f, (float)c->in->attr.offset);
     return 0;
 }
 
@@ -196,7 +240,7 @@ static const int32_t *positions(Call *c) {
 static int k_rope(Call *c) {
     const int64_t *s = B(0)->shape;
     return status(c, cpu_rope_forward(OUT(0), IN(0), positions(c), (size_t)s[0], (size_t)s[1], (size_t)s[2],
-                                      (size_t)s[3], c->in->attr.f));
+                                      (size_t)s[3], c->in->attr.f, &c->in->attr.rope));
 }
 
 static int k_softmax(Call *c) {
@@ -299,17 +343,19 @@ static int k_sum_to(Call *c) {
     return 0;
 }
 
-static int k_matmul_da(Call *c) {   // dy [.., M, N], b [.., K, N] -> da [.., M, K]
+static int k_matmul_da(Call *c) {   // dy [.., M, N], b [.., K, N] or [K, N] -> da [.., M, K]
     const PlanBuffer *dy = B(0), *b = B(1);
-    int64_t M = dy->shape[dy->ndim - 2], Nn = dy->shape[dy->ndim - 1], K = b->shape[b->ndim - 2];
+    int64_t Nn = dy->shape[dy->ndim - 1], K = b->shape[b->ndim - 2];
+    int64_t M = rows_per_matrix(dy, b->ndim == 2 && dy->ndim > 2);
     cpu_matmul_backward(OUT(0), NULL, IN(0), NULL, IN(1), (size_t)(N(0) / (M * Nn)), (size_t)M,
                         (size_t)K, (size_t)Nn);
     return 0;
 }
 
-static int k_matmul_db(Call *c) {   // a [.., M, K], dy [.., M, N] -> db [.., K, N]
+static int k_matmul_db(Call *c) {   // a [.., M, K], dy [.., M, N] -> db [.., K, N] or [K, N]
     const PlanBuffer *a = B(0), *dy = B(1);
-    int64_t M = a->shape[a->ndim - 2], K = a->shape[a->ndim - 1], Nn = dy->shape[dy->ndim - 1];
+    int64_t K = a->shape[a->ndim - 1], Nn = dy->shape[dy->ndim - 1];
+    int64_t M = rows_per_matrix(a, OB(0)->ndim == 2 && a->ndim > 2);
     cpu_matmul_backward(NULL, OUT(0), IN(1), IN(0), NULL, (size_t)(N(0) / (M * K)), (size_t)M,
                         (size_t)K, (size_t)Nn);
     return 0;
@@ -320,14 +366,14 @@ static int k_gelu_bwd(Call *c) { cpu_gelu_backward(OUT(0), IN(0), IN(1), (size_t
 
 static int k_rmsnorm_dx(Call *c) {
     cpu_rmsnorm_backward(OUT(0), NULL, IN(0), IN(1), IN(2), IN(3), (size_t)rows(B(1)),
-                         (size_t)last_dim(B(1)));
+                         (size_t)last_dim(B(1)), (float)c->in->attr.offset);
     return 0;
 }
 
 static int k_rmsnorm_dw(Call *c) {
     zero_unless_update(c, 0);
     cpu_rmsnorm_backward(NULL, OUT(0), IN(0), IN(1), NULL, IN(2), (size_t)rows(B(1)),
-                         (size_t)last_dim(B(1)));
+                         (size_t)last_dim(B(1)), (float)c->in->attr.offset);
     return 0;
 }
 
@@ -349,7 +395,7 @@ static int k_layernorm_dw(Call *c) {
 static int k_rope_bwd(Call *c) {
     const int64_t *s = B(0)->shape;
     return status(c, cpu_rope_backward(OUT(0), IN(0), positions(c), (size_t)s[0], (size_t)s[1], (size_t)s[2],
-                                       (size_t)s[3], c->in->attr.f));
+                                       (size_t)s[3], c->in->attr.f, &c->in->attr.rope));
 }
 
 static int k_softmax_bwd(Call *c) {
@@ -367,6 +413,21 @@ static int k_attention_bwd(Call *c) {
 static int k_dropout_bwd(Call *c) {
     return status(c, cpu_dropout_backward(OUT(0), IN(0), RAW(1), (size_t)N(0), (float)c->in->attr.f, 0, 0));
 }
+
+static int k_slice_bwd(Call *c) {
+    size_t outer, dim, inner;
+    around(OB(0), c->in->attr.axis, &outer, &dim, &inner);
+    cpu_slice_backward(OUT(0), IN(0), outer, dim, inner, (size_t)c->in->attr.start,
+                       (size_t)c->in->attr.size, (int)UPDATE(0));
+    return 0;
+}
+
+static int k_tanh_bwd(Call *c) { cpu_tanh_backward(OUT(0), IN(0), IN(1), (size_t)N(0)); return 0; }
+static int k_softcap_bwd(Call *c) {
+    cpu_softcap_backward(OUT(0), IN(0), IN(1), (float)c->in->attr.f, (size_t)N(0));
+    return 0;
+}
+static int k_gelu_exact_bwd(Call *c) { cpu_gelu_exact_backward(OUT(0), IN(0), IN(1), (size_t)N(0)); return 0; }
 
 static int k_cross_entropy_bwd(Call *c) {
     int64_t V = last_dim(B(0)), count = target_count(c);
@@ -503,6 +564,10 @@ static const Kernel kernels[OP_COUNT] = {
     [OP_LAYERNORM] = k_layernorm,   [OP_ROPE] = k_rope,             [OP_SOFTMAX] = k_softmax,
     [OP_ATTENTION] = k_attention,   [OP_VIEW] = k_view,             [OP_TRANSPOSE] = k_transpose,
     [OP_DROPOUT] = k_dropout,       [OP_CROSS_ENTROPY] = k_cross_entropy,
+    [OP_SLICE] = k_slice,           [OP_CONCAT] = k_concat,         [OP_TANH] = k_tanh,
+    [OP_SOFTCAP] = k_softcap,       [OP_GELU_EXACT] = k_gelu_exact,
+    [OP_SLICE_BWD] = k_slice_bwd,   [OP_TANH_BWD] = k_tanh_bwd,     [OP_SOFTCAP_BWD] = k_softcap_bwd,
+    [OP_GELU_EXACT_BWD] = k_gelu_exact_bwd,
     [OP_EMBED_BWD] = k_embed_bwd,   [OP_LINEAR_DX] = k_linear_dx,   [OP_LINEAR_DW] = k_linear_dw,
     [OP_SUM_TO] = k_sum_to,         [OP_MATMUL_DA] = k_matmul_da,   [OP_MATMUL_DB] = k_matmul_db,
     [OP_SILU_BWD] = k_silu_bwd,     [OP_GELU_BWD] = k_gelu_bwd,     [OP_RMSNORM_DX] = k_rmsnorm_dx,

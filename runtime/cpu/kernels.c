@@ -296,6 +296,46 @@ void cpu_gelu_backward(float *dx, const float *dout, const float *x, size_t n) {
     }
 }
 
+void cpu_tanh_forward(float *out, const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        out[i] = tanhf(x[i]);
+}
+
+void cpu_tanh_backward(float *dx, const float *dout, const float *out, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        dx[i] = dout[i] * (1.0f - out[i] * out[i]);
+}
+
+void cpu_softcap_forward(float *out, const float *x, float cap, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        out[i] = cap * tanhf(x[i] / cap);
+}
+
+void cpu_softcap_backward(float *dx, const float *dout, const float *out, float cap, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        float t = out[i] / cap;
+        dx[i] = dout[i] * (1.0f - t * t);
+    }
+}
+
+// 1/sqrt(2) and 1/sqrt(2 pi), as torch's exact gelu spells them (M_SQRT1_2, the pdf's constant).
+static const float SQRT1_2 = 0.70710678118654752f;
+static const float INV_SQRT_2PI = 0.39894228040143268f;
+
+void cpu_gelu_exact_forward(float *out, const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        out[i] = 0.5f * x[i] * (1.0f + erff(x[i] * SQRT1_2));
+}
+
+void cpu_gelu_exact_backward(float *dx, const float *dout, const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        float xi = x[i];
+        float cdf = 0.5f * (1.0f + erff(xi * SQRT1_2));
+        float pdf = expf(-0.5f * xi * xi) * INV_SQRT_2PI;
+        dx[i] = dout[i] * (cdf + xi * pdf);
+    }
+}
+
 void cpu_exp_forward(float *out, const float *x, size_t n) {
     for (size_t i = 0; i < n; i++)
         out[i] = expf(x[i]);
@@ -304,6 +344,42 @@ void cpu_exp_forward(float *out, const float *x, size_t n) {
 void cpu_exp_backward(float *dx, const float *dout, const float *out, size_t n) {
     for (size_t i = 0; i < n; i++)
         dx[i] = dout[i] * out[i];
+}
+
+// ---------------------------------------------------------------------------------------------
+// Slices and joins
+
+void cpu_slice_forward(float *out, const float *x, size_t outer, size_t dim, size_t inner,
+                       size_t start, size_t size) {
+    for (size_t o = 0; o < outer; o++)
+        memcpy(out + o * size * inner, x + (o * dim + start) * inner, sizeof(float) * size * inner);
+}
+
+void cpu_slice_backward(float *dx, const float *dy, size_t outer, size_t dim, size_t inner,
+                        size_t start, size_t size, int accumulate) {
+    if (!accumulate)
+        memset(dx, 0, sizeof(float) * outer * dim * inner);
+    for (size_t o = 0; o < outer; o++) {
+        float *d = dx + (o * dim + start) * inner;
+        const float *g = dy + o * size * inner;
+        for (size_t i = 0; i < size * inner; i++)
+            d[i] = accumulate ? d[i] + g[i] : g[i];
+    }
+}
+
+void cpu_concat_forward(float *out, const float *const *x, const size_t *dims, size_t n,
+                        size_t outer, size_t inner) {
+    size_t total = 0;
+    for (size_t k = 0; k < n; k++)
+        total += dims[k];
+    for (size_t o = 0; o < outer; o++) {
+        size_t at = 0;
+        for (size_t k = 0; k < n; k++) {
+            memcpy(out + (o * total + at) * inner, x[k] + o * dims[k] * inner,
+                   sizeof(float) * dims[k] * inner);
+            at += dims[k];
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -328,7 +404,7 @@ void cpu_sum_backward(float *dx, const float *dout, size_t N, size_t C) {
 // Normalisation
 
 void cpu_rmsnorm_forward(float *y, float *rstd, const float *x, const float *w, size_t N, size_t C,
-                         float eps) {
+                         float eps, float offset) {
     for (size_t n = 0; n < N; n++) {
         const float *xr = x + n * C;
         double ss = 0.0;
@@ -338,22 +414,23 @@ void cpu_rmsnorm_forward(float *y, float *rstd, const float *x, const float *w, 
         float r = 1.0f / sqrtf(var + eps); // torch.rsqrt(variance + eps) in fp32
         rstd[n] = r;
         for (size_t c = 0; c < C; c++)
-            y[n * C + c] = (xr[c] * r) * w[c];
+            y[n * C + c] = (xr[c] * r) * (w[c] + offset);
     }
 }
 
 void cpu_rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x, const float *w,
-                          const float *rstd, size_t N, size_t C) {
-    // y = w x r, r = (mean(x^2) + eps)^-1/2: dx = r w dy - (r^3 / C) x sum(w dy x).
+                          const float *rstd, size_t N, size_t C, float offset) {
+    // y = w' x r, w' = w + offset, r = (mean(x^2) + eps)^-1/2:
+    // dx = r w' dy - (r^3 / C) x sum(w' dy x).
     for (size_t n = 0; dx && n < N; n++) {
         const float *xr = x + n * C, *g = dy + n * C;
         double r = rstd[n];
         double dot = 0.0;
         for (size_t c = 0; c < C; c++)
-            dot += (double)w[c] * g[c] * xr[c];
+            dot += (double)(w[c] + offset) * g[c] * xr[c];
         double k = r * r * r * dot / (double)C;
         for (size_t c = 0; c < C; c++)
-            dx[n * C + c] = (float)(r * w[c] * g[c] - k * xr[c]);
+            dx[n * C + c] = (float)(r * (w[c] + offset) * g[c] - k * xr[c]);
     }
     if (!dw)
         return;
@@ -429,18 +506,81 @@ void cpu_layernorm_backward(float *dx, float *dw, float *db, const float *dy, co
 // ---------------------------------------------------------------------------------------------
 // Rotary position embedding
 
-// HF's inv_freq[i] = 1.0 / (theta ** (arange(0, D, 2).float() / D)), all in fp32.
-static float rope_inv_freq(size_t i, size_t D, double theta) {
-    float e = (float)(2 * i) / (float)D;
-    float p = (float)pow((double)(float)theta, (double)e);
-    return 1.0f / p;
+// HF's base frequencies over d rotary dims: 1.0 / (theta ** (arange(0, d, 2).float() / d)),
+// in fp32 with theta rounded to fp32 (torch computes scalar ** tensor in the tensor's dtype).
+static float rope_base_pow(size_t i, size_t d, double theta) {
+    float e = (float)(2 * i) / (float)d;
+    return (float)pow((double)(float)theta, (double)e);
 }
 
-// The fp32 angle s * inv_freq and its cos and sin, each rounded once to fp32.
-static void rope_cos_sin(float s, float inv_freq, float *c, float *sn) {
-    float angle = s * inv_freq;
-    *c = (float)cos((double)angle);
-    *sn = (float)sin((double)angle);
+static float rope_base_freq(size_t i, size_t d, double theta) { return 1.0f / rope_base_pow(i, d, theta); }
+
+// transformers' get_mscale: the attention factor YaRN derives from its scaling factor.
+static double yarn_mscale(double factor) { return factor <= 1 ? 1.0 : 0.1 * log(factor) + 1.0; }
+
+int cpu_rope_freqs(float *inv, float *mscale, size_t D, double theta, const OpRope *r) {
+    size_t d = r->rotary ? (size_t)r->rotary : D, half = d / 2;
+    if (d % 2 != 0 || d > D || d == 0)
+        return CPU_ERR_ARG;
+    *mscale = 1.0f;
+    if (r->scaling == ROPE_DYNAMIC) {
+        // NTK: theta grown for the fixed length L = max(length, original) (with L <= original
+        // it is theta itself), in Python's double arithmetic.
+        double L = r->length > r->original ? (double)r->length : (double)r->original;
+        if (r->original <= 0 || d <= 2)
+            return CPU_ERR_ARG;
+        theta *= pow(r->factor * L / (double)r->original - (r->factor - 1.0), (double)d / (double)(d - 2));
+    }
+    for (size_t i = 0; i < half; i++)
+        inv[i] = rope_base_freq(i, d, theta);
+    if (r->scaling == ROPE_LINEAR) {
+        for (size_t i = 0; i < half; i++)
+            inv[i] = inv[i] / (float)r->factor;
+    } else if (r->scaling == ROPE_LLAMA3) {
+        // Wavelengths beyond original/low scaled by 1/factor, below original/high kept, and
+        // a smooth mix between; every tensor op in fp32 with its Python scalar cast to fp32.
+        double old = (double)r->original, low_wl = old / r->low, high_wl = old / r->high;
+        float f = (float)r->factor, two_pi = (float)(2.0 * M_PI);
+        for (size_t i = 0; i < half; i++) {
+            float wl = (1.0f / inv[i]) * two_pi;   // torch: 2 * math.pi / inv_freq
+            float scaled = wl > (float)low_wl ? inv[i] / f : inv[i];
+            float smooth = ((1.0f / wl) * (float)old - (float)r->low) / (float)(r->high - r->low);
+            float mixed = (1.0f - smooth) * scaled / f + smooth * scaled;
+            bool medium = !(wl < (float)high_wl) && !(wl > (float)low_wl);
+            inv[i] = medium ? mixed : scaled;
+        }
+    } else if (r->scaling == ROPE_YARN) {
+        // Interpolated (/ factor) below the correction range, extrapolated (kept) above it,
+        // a linear ramp between; cos and sin scaled by the attention factor.
+        double fast = r->low != 0 ? r->low : 32.0, slow = r->high != 0 ? r->high : 1.0;
+        if (r->original <= 0 || theta <= 1)
+            return CPU_ERR_ARG;
+        double lo = (double)d * log((double)r->original / (fast * 2.0 * M_PI)) / (2.0 * log(theta));
+        double hi = (double)d * log((double)r->original / (slow * 2.0 * M_PI)) / (2.0 * log(theta));
+        if (!r->no_truncate)
+            lo = floor(lo), hi = ceil(hi);
+        lo = lo > 0 ? lo : 0;
+        hi = hi < (double)(d - 1) ? hi : (double)(d - 1);
+        if (lo == hi)
+            hi += 0.001;
+        for (size_t i = 0; i < half; i++) {
+            float pos = rope_base_pow(i, d, theta);
+            float extra = 1.0f / pos, inter = 1.0f / ((float)r->factor * pos);
+            float ramp = ((float)i - (float)lo) / (float)(hi - lo);
+            ramp = ramp < 0.0f ? 0.0f : ramp > 1.0f ? 1.0f : ramp;
+            float keep = 1.0f - ramp;
+            inv[i] = inter * (1.0f - keep) + extra * keep;
+        }
+        *mscale = (float)(r->attn_factor != 0 ? r->attn_factor : yarn_mscale(r->factor));
+    }
+    return CPU_OK;
+}
+
+// The fp32 angle p * inv_freq and its cos and sin, each rounded once to fp32, then scaled.
+static void rope_cos_sin(float p, float inv_freq, float mscale, float *c, float *sn) {
+    float angle = p * inv_freq;
+    *c = (float)cos((double)angle) * mscale;
+    *sn = (float)sin((double)angle) * mscale;
 }
 
 int cpu_rope_angles(float *cos_out, float *sin_out, size_t S, size_t D, double theta) {
@@ -448,30 +588,29 @@ int cpu_rope_angles(float *cos_out, float *sin_out, size_t S, size_t D, double t
         return CPU_ERR_ARG;
     size_t half = D / 2;
     for (size_t i = 0; i < half; i++) {
-        float inv = rope_inv_freq(i, D, theta);
+        float inv = rope_base_freq(i, D, theta);
         for (size_t s = 0; s < S; s++)
-            rope_cos_sin((float)s, inv, &cos_out[s * half + i], &sin_out[s * half + i]);
+            rope_cos_sin((float)s, inv, 1.0f, &cos_out[s * half + i], &sin_out[s * half + i]);
     }
     return CPU_OK;
 }
 
-// Rotates every (i, i + D/2) pair of the row at (b, s) by the angle of its position
-// (pos[b, s], or s without position ids) times sign (+1 forward, -1 inverse).
+// Rotates every (i, i + d/2) pair of the first d dims of the row at (b, s) by the angle of
+// its position (pos[b, s], or s without position ids) times sign (+1 forward, -1 inverse);
+// the dims past d pass through.
 static int rope_apply(float *out, const float *x, const int32_t *pos, size_t B, size_t S,
-                      size_t H, size_t D, double theta, float sign) {
+                      size_t H, size_t D, double theta, const OpRope *r, float sign) {
     enum { MAX_HALF = 4096 };
-    if (D % 2 != 0 || D / 2 > MAX_HALF)
+    size_t d = r->rotary ? (size_t)r->rotary : D, half = d / 2;
+    float inv[MAX_HALF], mscale;
+    if (D / 2 > MAX_HALF || cpu_rope_freqs(inv, &mscale, D, theta, r) != CPU_OK)
         return CPU_ERR_ARG;
-    size_t half = D / 2;
-    float inv[MAX_HALF];
-    for (size_t i = 0; i < half; i++)
-        inv[i] = rope_inv_freq(i, D, theta);
     for (size_t b = 0; b < B; b++)
         for (size_t s = 0; s < S; s++) {
             float p = pos ? (float)pos[b * S + s] : (float)s;
             for (size_t i = 0; i < half; i++) {
                 float c, sn;
-                rope_cos_sin(p, inv[i], &c, &sn);
+                rope_cos_sin(p, inv[i], mscale, &c, &sn);
                 sn *= sign;
                 for (size_t h = 0; h < H; h++) {
                     size_t base = ((b * S + s) * H + h) * D;
@@ -480,18 +619,21 @@ static int rope_apply(float *out, const float *x, const int32_t *pos, size_t B, 
                     out[base + i + half] = x2 * c + x1 * sn;
                 }
             }
+            for (size_t h = 0; out != x && h < H; h++)
+                for (size_t k = d; k < D; k++)
+                    out[((b * S + s) * H + h) * D + k] = x[((b * S + s) * H + h) * D + k];
         }
     return CPU_OK;
 }
 
 int cpu_rope_forward(float *out, const float *x, const int32_t *pos, size_t B, size_t S, size_t H,
-                     size_t D, double theta) {
-    return rope_apply(out, x, pos, B, S, H, D, theta, 1.0f);
+                     size_t D, double theta, const OpRope *r) {
+    return rope_apply(out, x, pos, B, S, H, D, theta, r, 1.0f);
 }
 
 int cpu_rope_backward(float *dx, const float *dout, const int32_t *pos, size_t B, size_t S,
-                      size_t H, size_t D, double theta) {
-    return rope_apply(dx, dout, pos, B, S, H, D, theta, -1.0f);
+                      size_t H, size_t D, double theta, const OpRope *r) {
+    return rope_apply(dx, dout, pos, B, S, H, D, theta, r, -1.0f);
 }
 
 // ---------------------------------------------------------------------------------------------

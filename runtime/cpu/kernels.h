@@ -29,6 +29,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../ops.h"   // OpRope: rope's frequency scaling
+
 // Status returned by the kernels that can reject their input. On an error nothing is written.
 typedef enum {
     CPU_OK = 0,        // success, outputs written
@@ -129,10 +131,40 @@ void cpu_silu_backward(float *dx, const float *dout, const float *x, size_t n);
 void cpu_gelu_forward(float *out, const float *x, size_t n);
 // dx = dout * d gelu(x) / dx for the tanh approximation.
 void cpu_gelu_backward(float *dx, const float *dout, const float *x, size_t n);
+// out = tanh(x).
+void cpu_tanh_forward(float *out, const float *x, size_t n);
+// dx = dout * (1 - out^2), out the forward's result.
+void cpu_tanh_backward(float *dx, const float *dout, const float *out, size_t n);
+// out = cap * tanh(x / cap): soft-capping (Gemma 2's logits and attention scores).
+void cpu_softcap_forward(float *out, const float *x, float cap, size_t n);
+// dx = dout * (1 - (out / cap)^2), out the forward's result.
+void cpu_softcap_backward(float *dx, const float *dout, const float *out, float cap, size_t n);
+// out = x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)): torch's exact gelu (HF "gelu").
+void cpu_gelu_exact_forward(float *out, const float *x, size_t n);
+// dx = dout * (Phi(x) + x phi(x)).
+void cpu_gelu_exact_backward(float *dx, const float *dout, const float *x, size_t n);
 // out = exp(x).
 void cpu_exp_forward(float *out, const float *x, size_t n);
 // dx = dout * out, where out is the forward's result.
 void cpu_exp_backward(float *dx, const float *dout, const float *out, size_t n);
+
+// ---------------------------------------------------------------------------------------------
+// Slices and joins: a tensor seen as (outer, dim, inner) around the dimension cut or joined.
+
+// out = x[:, start:start + size, :].
+void cpu_slice_forward(float *out,         // (outer, size, inner)
+                       const float *x,     // (outer, dim, inner)
+                       size_t outer, size_t dim, size_t inner, size_t start, size_t size);
+// dx[:, start:start + size, :] = dy and 0 elsewhere; with accumulate, dx[:, start:start +
+// size, :] += dy and the rest untouched.
+void cpu_slice_backward(float *dx,         // (outer, dim, inner) = or +=
+                        const float *dy,   // (outer, size, inner)
+                        size_t outer, size_t dim, size_t inner, size_t start, size_t size,
+                        int accumulate);
+// out = the n tensors x[k] (outer, dims[k], inner) joined along the middle dimension.
+void cpu_concat_forward(float *out,              // (outer, sum dims, inner)
+                        const float *const *x,   // n of (outer, dims[k], inner)
+                        const size_t *dims, size_t n, size_t outer, size_t inner);
 
 // ---------------------------------------------------------------------------------------------
 // Reductions
@@ -149,12 +181,13 @@ void cpu_sum_backward(float *dx,         // (N, C) =
 // ---------------------------------------------------------------------------------------------
 // Normalisation (Hugging Face Qwen2RMSNorm / LlamaRMSNorm, torch layer_norm)
 
-// y = (x * rstd) * w with rstd = 1 / sqrt(mean(x^2) + eps) per row; saves rstd.
+// y = (x * rstd) * (w + offset) with rstd = 1 / sqrt(mean(x^2) + eps) per row; saves rstd.
+// offset 1 is Gemma's (1 + w) norm.
 void cpu_rmsnorm_forward(float *y,          // (N, C)
                          float *rstd,       // (N) fp32, saved for backward
                          const float *x,    // (N, C)
                          const float *w,    // (C)
-                         size_t N, size_t C, float eps);
+                         size_t N, size_t C, float eps, float offset);
 // dx (assigned) and dw (+=), either may be NULL, from dy, x, w and the saved rstd.
 void cpu_rmsnorm_backward(float *dx,          // (N, C) =
                           float *dw,          // (C) +=
@@ -162,7 +195,7 @@ void cpu_rmsnorm_backward(float *dx,          // (N, C) =
                           const float *x,     // (N, C)
                           const float *w,     // (C)
                           const float *rstd,  // (N)
-                          size_t N, size_t C);
+                          size_t N, size_t C, float offset);
 
 // y = (x - mean) * rstd * w + b with the biased variance; saves mean and rstd per row.
 void cpu_layernorm_forward(float *y,          // (N, C)
@@ -184,31 +217,38 @@ void cpu_layernorm_backward(float *dx,          // (N, C) =
                             size_t N, size_t C);
 
 // ---------------------------------------------------------------------------------------------
-// Rotary position embedding, Hugging Face "rotate_half" (non-interleaved) convention.
+// Rotary position embedding, Hugging Face "rotate_half" (non-interleaved) convention, over the
+// first d = r->rotary dims of each head (all D when 0; the rest pass through).
 //
-// Angle arithmetic follows HF's fp32 code exactly: inv_freq[i] = 1 / theta^(2i/D) in fp32
-// (exponent (float)(2i) / (float)D, the power rounded once to fp32, the reciprocal in fp32),
-// angle = (float)p * inv_freq[i] in fp32 with position p (the row's position id, or its index
-// s = 0..S-1 when pos is NULL), then cos/sin of that fp32
-// angle rounded once to fp32. Only the power, cos and sin can differ from torch, by at most
-// the last-ulp differences between libm and SLEEF.
+// Angle arithmetic follows HF's fp32 code exactly: inv_freq[i] = 1 / theta^(2i/d) in fp32
+// (exponent (float)(2i) / (float)d, the power rounded once to fp32, the reciprocal in fp32),
+// rescaled as transformers' rope_type asks (linear, dynamic, llama3, yarn: the same tensor ops
+// in fp32, their Python scalars in double), angle = (float)p * inv_freq[i] in fp32 with
+// position p (the row's position id, or its index s = 0..S-1 when pos is NULL), then cos/sin of
+// that fp32 angle rounded once to fp32 (and times YaRN's attention factor). Only the power,
+// cos and sin can differ from torch, by at most the last-ulp differences between libm and
+// SLEEF.
 
-// Fills the (S, D/2) cos and sin tables with the angles above; CPU_ERR_ARG if D is odd.
+// The d/2 frequencies of rope with theta and r into inv, and the factor on its cos and sin
+// into *mscale; CPU_ERR_ARG if d is odd, 0 or more than D, or r's scaling lacks what it needs.
+int cpu_rope_freqs(float *inv,          // (d/2)
+                   float *mscale, size_t D, double theta, const OpRope *r);
+// Fills the (S, D/2) cos and sin tables of plain rope over all D dims; CPU_ERR_ARG if D is odd.
 int cpu_rope_angles(float *cos_out,   // (S, D/2)
                     float *sin_out,   // (S, D/2)
                     size_t S, size_t D, double theta);
-// out[.., i] = x[i] cos - x[i + D/2] sin, out[.., i + D/2] = x[i + D/2] cos + x[i] sin for
-// i < D/2, at position pos[b, s] (or s when pos is NULL); CPU_ERR_ARG if D is odd. May run in
-// place (out == x).
+// out[.., i] = x[i] cos - x[i + d/2] sin, out[.., i + d/2] = x[i + d/2] cos + x[i] sin for
+// i < d/2, at position pos[b, s] (or s when pos is NULL); CPU_ERR_ARG as cpu_rope_freqs. May run
+// in place (out == x).
 int cpu_rope_forward(float *out,          // (B, S, H, D)
                      const float *x,      // (B, S, H, D)
                      const int32_t *pos,  // (B, S) or NULL
-                     size_t B, size_t S, size_t H, size_t D, double theta);
-// dx = the inverse rotation of dout (assigned); CPU_ERR_ARG if D is odd. May run in place.
+                     size_t B, size_t S, size_t H, size_t D, double theta, const OpRope *r);
+// dx = the inverse rotation of dout (assigned); CPU_ERR_ARG as cpu_rope_freqs. May run in place.
 int cpu_rope_backward(float *dx,          // (B, S, H, D) =
                       const float *dout,  // (B, S, H, D)
                       const int32_t *pos, // (B, S) or NULL
-                      size_t B, size_t S, size_t H, size_t D, double theta);
+                      size_t B, size_t S, size_t H, size_t D, double theta, const OpRope *r);
 
 // ---------------------------------------------------------------------------------------------
 // Softmax over the last dim

@@ -393,6 +393,15 @@ static bool gemm_shape(const Plan *p, const PlanInstr *in, GemmShape *g) {
     default:
         return false;
     }
+    // A 2-D weight (b, or db's output) shared by every row of a batched operand: one product
+    // over all the rows.
+    const PlanBuffer *w = in->op == OP_MATMUL_DB ? &p->buf[in->out[0]] : y;
+    if (w->ndim == 2 && x->ndim > 2) {
+        if (in->op == OP_MATMUL_DB)
+            g->K = plan_elems(x) / g->M;
+        else
+            g->M = plan_elems(x) / g->K;
+    }
     g->batch = g->M > 0 && g->K > 0 ? plan_elems(x) / (g->M * g->K) : 1;
     return true;
 }
