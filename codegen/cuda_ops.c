@@ -84,8 +84,8 @@ static void a_embed_bwd(FILE *f, const CudaCtx *cx) {
     if (l == 0)
         fprintf(f, "%lldLL, %lldLL", (long long)N, (long long)V);
     else
-        fprintf(f, "%lldLL, %lld, %d, %d, %d", (long long)V, (long long)C, upd(n), DT(IN(0)),
-                DT(OUT(0)));
+        fprintf(f, "%lldLL, %lld, %d, %lldLL, %d, %d", (long long)V, (long long)C, upd(n),
+                (long long)(n->attr.pad - 1), DT(IN(0)), DT(OUT(0)));
 }
 static void g_embed_bwd(const CudaCtx *cx, unsigned *grid, unsigned *block) {
     CTX(cx);
@@ -149,7 +149,7 @@ static void p_rope(FILE *f, const CudaCtx *cx) {
     int64_t d = n->attr.rope.rotary ? n->attr.rope.rotary : x->shape[3];
     IR_ASSERT(d / 2 <= 4096 && cpu_rope_freqs(inv, &mscale, (size_t)x->shape[3], n->attr.f,
                                               &n->attr.rope) == CPU_OK);
-    fprintf(f, "FTC_CONST float $K_inv[%lld] = {", (long long)(d / 2));
+    fprintf(f, "FTC_TABLE float $K_inv[%lld] = {", (long long)(d / 2));
     for (int64_t i = 0; i < d / 2; i++)
         fprintf(f, "%s%s%af", i ? "," : "", i % 4 ? " " : "\n    ", (double)inv[i]);
     fprintf(f, "};\n");
@@ -190,18 +190,28 @@ static void a_attention(FILE *f, const CudaCtx *cx) {
     CTX(cx);
     bool fwd = n->op == OP_ATTENTION;
     const IrTensor *q = IN(fwd ? 0 : 1), *k = IN(fwd ? 1 : 2);
-    fprintf(f, "%lldLL, %lldLL, %lldLL, %lldLL, %lld, %d, ", (long long)q->shape[0],
+    fprintf(f, "%lldLL, %lldLL, %lldLL, %lldLL, %lld, %d, %lldLL, ", (long long)q->shape[0],
             (long long)q->shape[1], (long long)q->shape[2], (long long)k->shape[2],
-            (long long)q->shape[3], n->attr.causal ? 1 : 0);
-    flit(f, 1.0 / sqrt((double)q->shape[3]));
+            (long long)q->shape[3], n->attr.causal ? 1 : 0, (long long)n->attr.window);
+    flit(f, n->attr.softcap);
+    fprintf(f, ", ");
+    flit(f, n->attr.scale > 0 ? n->attr.scale : 1.0 / sqrt((double)q->shape[3]));
     if (fwd)
         fprintf(f, ", %d, %d, %d, %d", DT(q), DT(k), DT(IN(2)), DT(OUT(0)));
     else
         fprintf(f, ", %d, %d", DT(q), DT(IN(0)));
 }
+// attention.cuh's att_dkv_split: the warps a 16-row key tile of the dk/dv launch takes.
+static int64_t dkv_split(int64_t D) {
+    int64_t most = D <= 128 ? 128 : 64, s = 1;
+    while (D / s > most || (D / 8) % s)
+        s++;
+    return s;
+}
+
 // A warp per row, or with tensor cores (attention.cuh: bf16 throughout, D % 16 == 0) a
-// warp per 16 rows; the dk/dv launch counts key rows, and past 128 columns two warps per
-// 16 key rows, each with half the columns (attention.cuh's att_dkv_split).
+// warp per 16 rows; the dk/dv launch counts key rows, and past 128 columns several warps
+// per 16 key rows, each with some of the columns (dkv_split).
 static void g_attention(const CudaCtx *cx, unsigned *grid, unsigned *block) {
     CTX(cx);
     const IrTensor *q = IN(n->op == OP_ATTENTION ? 0 : 1), *k = IN(n->op == OP_ATTENTION ? 1 : 2);
@@ -211,8 +221,8 @@ static void g_attention(const CudaCtx *cx, unsigned *grid, unsigned *block) {
     mma &= OUT(0)->dtype == DT_BF16 && q->dtype == DT_BF16;
     int64_t heads = l == 1 ? k->shape[2] : q->shape[2], S = q->shape[1];
     int64_t rows = q->shape[0] * heads * (mma ? (S + 15) / 16 : S);
-    if (mma && l == 1 && q->shape[3] > 128)
-        rows *= 2;
+    if (mma && l == 1)
+        rows *= dkv_split(q->shape[3]);
     warp_geometry(rows, grid, block);
 }
 

@@ -367,6 +367,7 @@ static bool read_kw(Elab *e, Scope *s, const OpKeyword *kw, const Ast *v, OpAttr
     case KF_ORIGINAL: attr->rope.original = x.i; break;
     case KF_LENGTH: attr->rope.length = x.i; break;
     case KF_ATTN_FACTOR: attr->rope.attn_factor = f; break;
+    case KF_PAD: attr->pad = x.i + 1; break;
     default: IR_ASSERT(!"a keyword with no field");
     }
     return true;
@@ -531,6 +532,7 @@ static Value call_block(Elab *e, Scope *s, const Ast *blk, const Ast *args, int 
                            : pat;
     Scope in = {.parent = e->model, .prefix = arena_printf(e->a, "%s.%d.", blk->name, layer),
                 .hf_prefix = *hf ? arena_printf(e->a, "%s.", hf) : "", .layer = layer};
+    bind(&in, "layer", (Value){.kind = V_INT, .i = layer});   // what differs by layer: [a, b][layer % 2]
     Value ret = none();
     k = 0;
     for (const Ast *p = blk->inputs; p; p = p->next, k++) {
@@ -615,6 +617,31 @@ static Value eval_repeat(Elab *e, Scope *s, const Ast *x, const char *name) {
     return v;
 }
 
+// Element k of the list `list` indexed by x ([a, b, c][k]): k an integer in range, counted
+// from 0; the element is evaluated alone.
+static Value list_element(Elab *e, Scope *s, const Ast *list, const Ast *x, const char *name) {
+    if (ast_count(x->args) != 1 || x->args->name) {
+        fe_error(e->src, x->loc, "a list takes one index");
+        return none();
+    }
+    Value k = eval(e, s, x->args->lhs, NULL);
+    if (k.kind == V_NONE)
+        return none();
+    int n = ast_count(list->args);
+    if (k.kind != V_INT || k.i < 0 || k.i >= n) {
+        if (k.kind == V_INT)
+            fe_error(e->src, x->args->loc, "index %lld is outside this list of %d", (long long)k.i, n);
+        else
+            fe_error(e->src, x->args->loc, "a list index must be an integer, but this is %s",
+                     vkind_name(k.kind));
+        return none();
+    }
+    const Ast *el = list->args;
+    for (int64_t i = 0; i < k.i; i++)
+        el = el->next;
+    return eval(e, s, el, name);
+}
+
 // The position ids: an i32 [B, S] batch input the training loop fills (0..S-1 along each
 // row of unpacked data), made when the program first reads `positions`.
 static Value positions(Elab *e, SrcLoc loc) {
@@ -681,6 +708,8 @@ static Value eval(Elab *e, Scope *s, const Ast *x, const char *name) {
         Value t = eval(e, s, x->lhs, NULL);
         if (t.kind == V_NONE)
             return none();
+        if (t.kind == V_LIST && t.ast->kind == AST_LIST)   // a list's element: [a, b, c][k]
+            return list_element(e, s, t.ast, x, name);
         if (t.kind != V_TENSOR || ast_count(x->args) != 1 || x->args->name) {
             fe_error(e->src, x->loc, "indexing needs an embedding table and one index tensor");
             return none();
@@ -759,7 +788,8 @@ static int make_params(Elab *e, Scope *s, const Ast *items) {
 //
 
 static bool reserved(const char *n) {
-    return strcmp(n, "B") == 0 || strcmp(n, "S") == 0 || strcmp(n, "positions") == 0;
+    return strcmp(n, "B") == 0 || strcmp(n, "S") == 0 || strcmp(n, "positions") == 0 ||
+           strcmp(n, "layer") == 0;
 }
 
 // Checks names in a body: no duplicates among params/assignments of a scope.
@@ -767,7 +797,9 @@ static void check_names(Elab *e, const Ast *items) {
     for (const Ast *a = items; a; a = a->next) {
         if ((a->kind == AST_PARAM || a->kind == AST_ASSIGN) && reserved(a->name))
             fe_error(e->src, a->loc, "'%s' is reserved for %s", a->name,
-                     a->name[0] == 'p' ? "the position ids" : "the micro-batch and sequence sizes");
+                     a->name[0] == 'p'   ? "the position ids"
+                     : a->name[0] == 'l' ? "a block's layer index"
+                                         : "the micro-batch and sequence sizes");
         if (a->kind != AST_PARAM && a->kind != AST_BLOCK)
             continue;
         for (const Ast *b = items; b != a; b = b->next)

@@ -212,6 +212,10 @@ void ir_set_param_init(IrGraph *g) {
             IrTensor *t = &g->tensors.at[n->in[k]];
             if (t->kind == TK_PARAM)
                 t->init = (IrInit)op->init[k];
+            // A norm weight read as w + 1 starts at 0, so that the weight it applies starts at 1.
+            if (t->kind == TK_PARAM && t->init == INIT_ONES && (op_desc(n->op)->attrs & ATTR_OFFSET) &&
+                n->attr.offset == 1.0)
+                t->init = INIT_ZEROS;
         }
     }
 }

@@ -334,7 +334,7 @@ typedef enum OpKwKind {
 typedef enum OpKwField {    // the OpAttr field a keyword sets
     KF_F, KF_CAUSAL, KF_AXIS, KF_START, KF_SIZE, KF_SHAPE, KF_PERM, KF_WINDOW, KF_SOFTCAP,
     KF_SCALE, KF_OFFSET, KF_ROTARY, KF_SCALING, KF_FACTOR, KF_LOW, KF_HIGH, KF_ORIGINAL,
-    KF_LENGTH, KF_ATTN_FACTOR, KF_TRUNCATE, KF_COUNT
+    KF_LENGTH, KF_ATTN_FACTOR, KF_TRUNCATE, KF_PAD, KF_COUNT
 } OpKwField;
 
 typedef struct OpKeyword {

@@ -63,6 +63,9 @@ static bool shape_embed(const IrGraph *g, const IrNode *n, IrTensor *out, IrShap
         return fail(err, 1, "embedding indices must be i32, got %s", sh(ids));
     if (ids->ndim + 1 > IR_MAX_DIMS)
         return fail(err, 1, "too many dimensions in %s", sh(ids));
+    if (n->attr.pad > tab->shape[0])
+        return fail(err, -1, "embed: padding = %lld is not a row of %s", (long long)(n->attr.pad - 1),
+                    sh(tab));
     same_as(out, ids);
     out->dtype = tab->dtype == DT_NF4 ? DT_BF16 : tab->dtype;
     out->shape[out->ndim++] = tab->shape[1];
@@ -286,6 +289,9 @@ static bool shape_attention(const IrGraph *g, const IrNode *n, IrTensor *out, Ir
     }
     if (k->shape[2] != v->shape[2])
         return fail(err, 2, "attention: k %s and v %s differ in heads", sh(k), sh(v));
+    if (n->attr.softcap < 0 || n->attr.scale < 0)
+        return fail(err, -1, "attention: softcap and scale cannot be negative, got %g and %g",
+                    n->attr.softcap, n->attr.scale);
     same_as(&out[0], q);
     out[1].dtype = DT_F32;
     out[1].ndim = 3;
@@ -494,22 +500,26 @@ static int64_t flops_matmul_bwd(const IrGraph *g, const IrNode *n) {
     return 2 * batch * m * p * q;
 }
 
-// QK^T and PV: 4·B·H·D per (query, key) pair; causal keeps S(S+1)/2 pairs.
-static int64_t attention_pairs(const IrTensor *q, bool causal) {
-    int64_t s = q->shape[1];
-    return causal ? s * (s + 1) / 2 : s * s;
+// QK^T and PV: 4·B·H·D per (query, key) pair; causal keeps S(S+1)/2 pairs, a window W
+// at most W per query.
+static int64_t attention_pairs(const IrTensor *q, const OpAttr *a) {
+    int64_t s = q->shape[1], w = a->window;
+    if (w <= 0 || w >= s)
+        return a->causal ? s * (s + 1) / 2 : s * s;
+    // causal: query i sees min(i + 1, w) keys; otherwise every key within w - 1 either way
+    return a->causal ? w * (w + 1) / 2 + (s - w) * w : s * (2 * w - 1) - w * (w - 1);
 }
 
 static int64_t flops_attention(const IrGraph *g, const IrNode *n) {
     const IrTensor *q = IN(0);
-    int64_t bh = q->shape[0] * q->shape[2], d = q->shape[3], pairs = attention_pairs(q, n->attr.causal);
+    int64_t bh = q->shape[0] * q->shape[2], d = q->shape[3], pairs = attention_pairs(q, &n->attr);
     return 4 * bh * d * pairs + 5 * bh * pairs;   // + softmax
 }
 
 // Backward recomputes QKᵀ and forms dV, dP, dQ, dK: five GEMM-sized products.
 static int64_t flops_attention_bwd(const IrGraph *g, const IrNode *n) {
     const IrTensor *q = IN(1);
-    int64_t bh = q->shape[0] * q->shape[2], d = q->shape[3], pairs = attention_pairs(q, n->attr.causal);
+    int64_t bh = q->shape[0] * q->shape[2], d = q->shape[3], pairs = attention_pairs(q, &n->attr);
     return 10 * bh * d * pairs + 8 * bh * pairs;
 }
 
@@ -751,7 +761,7 @@ static void bwd_embed(Autodiff *ad, const IrNode *n) {
     if (dy < 0 || !ad_needs(ad, n->in[0]))
         return;
     const IrTensor *tab = T_AD(ad, n->in[0]);
-    OpAttr a = {.ndim = 2, .shape = {tab->shape[0], tab->shape[1]}};
+    OpAttr a = {.ndim = 2, .shape = {tab->shape[0], tab->shape[1]}, .pad = n->attr.pad};
     int in[2] = {dy, n->in[1]};
     ad_acc(ad, n, n->in[0], OP_EMBED_BWD, 2, in, a);
 }
@@ -1004,6 +1014,7 @@ static const struct { unsigned bit; OpKeyword kw; } keywords[] = {
     {ATTR_ROPE, {"length", KW_COUNT, false, KF_LENGTH, false}},
     {ATTR_ROPE, {"attention_factor", KW_NUMBER, false, KF_ATTN_FACTOR, false}},
     {ATTR_ROPE, {"truncate", KW_BOOL, false, KF_TRUNCATE, false}},
+    {ATTR_PAD, {"padding", KW_COUNT, false, KF_PAD, false}},
 };
 
 int op_user_keywords(OpKind op, OpKeyword out[OP_MAX_KEYWORDS]) {

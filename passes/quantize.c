@@ -1,4 +1,5 @@
-// quantize.c — QLoRA's base: frozen linear weights inside the blocks are stored as
+// quantize.c — QLoRA's base: frozen linear weights inside the blocks (those of a linear,
+// and 2-D ones a matmul applies to every row, stored [in, out]) are stored as
 // NF4 (bitsandbytes' layout: two 4-bit codes a byte, element 2j in the high nibble,
 // one absmax per block of 64; with double quantisation the absmaxes minus their mean
 // as 8-bit dynamic codes in blocks of 256, one fp32 scale each). Embeddings, lm_head,
@@ -31,7 +32,7 @@ int quantize_apply(IrGraph *g, bool double_quant, QuantStats *st) {
         deq[i][0] = 0;
     for (int i = 0; i < g->nodes.len; i++) {
         const IrNode *n = &g->nodes.at[i];
-        if (n->op != OP_LINEAR || n->phase != PHASE_FORWARD)
+        if ((n->op != OP_LINEAR && n->op != OP_MATMUL) || n->phase != PHASE_FORWARD)
             continue;
         int w = n->in[1];
         IrTensor *t = &g->tensors.at[w];

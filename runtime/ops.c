@@ -88,6 +88,8 @@ int op_attr_format(char *buf, size_t cap, OpKind op, const OpAttr *a, bool exact
         if (r->no_truncate)
             PUT(" truncate=0");
     }
+    if ((d->attrs & ATTR_PAD) && a->pad > 0)
+        PUT(" padding=%lld", (long long)(a->pad - 1));
 #undef PUTF
     return (int)n;
 }
@@ -189,6 +191,12 @@ int op_attr_parse(OpKind op, const char *key, const char *v, OpAttr *a) {
     if ((d->attrs & ATTR_SLICE) && (strcmp(key, "start") == 0 || strcmp(key, "size") == 0)) {
         int64_t *dst = key[1] == 't' ? &a->start : &a->size;
         return ops_parse_i64(v, dst) && *dst >= 0 && *dst <= (1LL << 50) ? 1 : -1;
+    }
+    if ((d->attrs & ATTR_PAD) && strcmp(key, "padding") == 0) {
+        if (!ops_parse_i64(v, &i) || i < 0 || i >= (1LL << 40))
+            return -1;
+        a->pad = i + 1;
+        return 1;
     }
     if (d->attrs & ATTR_ROPE) {
         OpRope *r = &a->rope;

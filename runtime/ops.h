@@ -43,6 +43,7 @@ enum {                  // OpDesc.attrs: the fields of OpAttr an op reads
     ATTR_SLICE = 1 << 10,   // axis, start, size
     ATTR_AXIS = 1 << 11,    // axis alone (concat)
     ATTR_ROPE = 1 << 12,    // rope: its rotary dims and frequency scaling
+    ATTR_PAD = 1 << 13,     // pad (embed)
 };
 
 // How rope's frequencies are scaled from the base 1 / theta^(2i/d) (Hugging Face's
@@ -102,6 +103,8 @@ typedef struct OpAttr {
     int axis;                   // slice, slice_bwd, concat: the dimension
     int64_t start, size;        // slice, slice_bwd: the range [start, start + size) along axis
     OpRope rope;                // rope, rope_bwd
+    int64_t pad;                // embed, embed_bwd: 1 + the id whose rows take no gradient
+                                // (torch's padding_idx); 0: none
 } OpAttr;
 
 // grad_sumsq's blocks over a gradient of n elements: each sums 4096 of them (a thread
@@ -123,7 +126,8 @@ bool op_find(const char *name, OpKind *out);
 // Writes op's meaningful attributes as " key=value" pairs (plans and printouts):
 // "eps=1e-06", "causal=1", "perm=1,2", "shape=8x64", "chunk=128", "seed=7", "window=4096",
 // "softcap=50", "scale=0.0625", "offset=1", "axis=2 start=0 size=64", "rotary=32",
-// "scaling=llama3 factor=8 low=1 high=4 original=8192"; a field at its default (0) is
+// "scaling=llama3 factor=8 low=1 high=4 original=8192", "padding=0" (the id); a field at its
+// default (0) is
 // left out. `exact`
 // writes f with all 17 digits (plans), else as %g (printouts). Returns the length
 // written (snprintf's convention).

@@ -137,6 +137,53 @@ static void test_constants(void) {
     arena_free(a);
 }
 
+// What differs by layer: a block reads its layer index, and a list's element by it. Here
+// every third layer attends to all keys, the others through a window, with their own theta.
+static const char *layered =
+    "model l {\n"
+    "  V = 16  D = 8\n"
+    "  param e [V, D] as \"e\"\n"
+    "  block blk(x [B, S, D]) as \"layers.{i}\" {\n"
+    "    w = [4, 4, 0][layer % 3]\n"
+    "    q = rope(view(x, [B, S, 2, 4]), positions, [10000.0, 10000.0, 1000000.0][layer % 3])\n"
+    "    return x + view(attention(q, q, q, causal = true, window = w), [B, S, D])\n"
+    "  }\n"
+    "  forward(tokens i32[B, S]) {\n"
+    "    return linear(repeat(5) blk(e[tokens]), e)\n"
+    "  }\n"
+    "}\n"
+    "train {\n"
+    "  seq = 9  batch = 1\n"
+    "  loss = cross_entropy(forward(tokens), next(tokens))\n"
+    "}\n";
+
+static void test_layer_index(void) {
+    Arena *a = arena_new();
+    FtSource src;
+    FtModel m;
+    CHECK_EQ(0, check_text(layered, &m, a, &src));
+    IrGraph *g = fe_elaborate(&src, &m, 1, a);
+    CHECK(g != NULL);
+    int att = 0, ropes = 0;
+    for (int i = 0; g && i < g->nodes.len; i++) {
+        const IrNode *n = &g->nodes.at[i];
+        if (n->op == OP_ATTENTION) {
+            CHECK_EQ(n->layer % 3 == 2 ? 0 : 4, n->attr.window);
+            att++;
+        }
+        if (n->op == OP_ROPE) {
+            CHECK(n->attr.f == (n->layer % 3 == 2 ? 1e6 : 1e4));
+            ropes++;
+        }
+    }
+    CHECK_EQ(5, att);
+    CHECK_EQ(5, ropes);
+    if (g)
+        ir_graph_free(g);
+    fe_source_free(&src);
+    arena_free(a);
+}
+
 static void test_syntax_error_location(void) {
     Arena *a = arena_new();
     FtSource src;
@@ -162,6 +209,12 @@ static void test_models(void) {
         {"qwen2.ft", 7615616512LL},      {"qwen2-0.5b.ft", 494032768LL},
         {"qwen2-1.5b.ft", 1543714304LL}, {"qwen2-72b.ft", 72706203648LL},
         {"llama2-7b.ft", 6738415616LL},  {"tiny.ft", 125504},
+        // transformers' num_parameters() (tests/configs/counts.txt)
+        {"gpt2.ft", 124439808LL},          {"llama-3.1-8b.ft", 8030261248LL},
+        {"qwen3-8b.ft", 8190735360LL},     {"mistral-7b-v0.1.ft", 7241732096LL},
+        {"gemma-7b.ft", 8537680896LL},     {"gemma-2-9b.ft", 9241705984LL},
+        {"gemma-3-1b.ft", 999885952LL},    {"phi-3-mini-4k.ft", 3821079552LL},
+        {"pythia-160m.ft", 162322944LL},
     };
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
         char path[1024];
@@ -195,6 +248,7 @@ int main(int argc, char **argv) {
     RUN(test_parse_and_elaborate);
     RUN(test_constants);
     RUN(test_syntax_error_location);
+    RUN(test_layer_index);
     RUN(test_models);
     return CHECK_DONE();
 }

@@ -163,6 +163,11 @@ CASE(test_attention_full, "attention-nc",
      "    q = view(linear(x, w1), [B, S, 2, 2])\n"
      "    k = view(linear(x, w2), [B, S, 2, 2])\n"
      "    y = view(attention(q, k, k, causal = false), [B, S, D])\n")
+CASE(test_attention_options, "attention-w",   // a window shorter than seq (3), a cap, a scale
+     "    q = view(linear(x, w1), [B, S, 2, 2])\n"
+     "    k = view(linear(x, w3), [B, S, 1, 2])\n"
+     "    v = view(linear(x, w3) * 2.0, [B, S, 1, 2])\n"
+     "    y = x + view(attention(q, k, v, causal = true, window = 2, softcap = 0.8, scale = 1.5), [B, S, D])\n")
 CASE(test_dropout, "dropout", "    y = dropout(linear(x, w1), 0.3)\n")
 CASE(test_reuse, "reuse", "    h = linear(x, w1)\n    y = h * h + h\n")
 
@@ -192,6 +197,7 @@ int main(void) {
     RUN(test_rmsnorm_offset);
     RUN(test_attention_gqa);
     RUN(test_attention_full);
+    RUN(test_attention_options);
     RUN(test_dropout);
     RUN(test_reuse);
     return CHECK_DONE();

@@ -224,12 +224,12 @@ static void option_tests(void) {
                    " \"num_attention_heads\": 32, \"num_key_value_heads\": 8,\n"
                    " \"attention_bias\": true, \"mlp_bias\": true}\n",
                    (const char *const[]){
-                       "# GQA, q/k/v/o bias, MLP bias, RoPE, SwiGLU, untied lm_head.\n",
+                       "# Llama: GQA 4:1, linear biases, RoPE, SwiGLU, untied lm_head.\n",
                        "    param bo [dim]                               as "
                        "\"self_attn.o_proj.bias\"\n",
                        "    param bd [dim]                               as "
                        "\"mlp.down_proj.bias\"\n",
-                       "q = rope(view(linear(h, wq, bq), [B, S, heads, head_dim]), theta)\n",
+                       "q = rope(view(linear(h, wq, bq), [B, S, heads, head_dim]), positions, theta)\n",
                        "x = x + linear(view(a, [B, S, heads * head_dim]), wo, bo)\n",
                        "return x + linear(silu(linear(h, wg, bg)) * linear(h, wu, bu), wd, bd)\n",
                        "  eps      = 1e-6\n  theta    = 10000.0\n",
@@ -243,7 +243,7 @@ static void option_tests(void) {
                    " \"max_position_embeddings\": 1024, \"rope_scaling\": null}\n",
                    (const char *const[]){
                        "from by-architectures.json (LlamaForCausalLM).\n",
-                       "# MHA, RoPE, SwiGLU, tied lm_head; max_position_embeddings = 1024.\n",
+                       "# Llama: MHA, RoPE, SwiGLU, tied lm_head; max_position_embeddings = 1024.\n",
                        "model llama {\n",
                        "  kv_heads = 32\n  head_dim = dim / heads\n",
                        "  eps      = 1.5e-6\n  theta    = 500000.0\n",
@@ -256,7 +256,7 @@ static void option_tests(void) {
                    " \"num_attention_heads\": 32, \"num_key_value_heads\": 8, \"head_dim\": 128,\n"
                    " \"rope_theta\": 1000000.0, \"sliding_window\": null}\n",
                    (const char *const[]){
-                       "# GQA, RoPE, SwiGLU, untied lm_head.\nmodel mistral {\n",
+                       "# Mistral: GQA 4:1, RoPE, SwiGLU, untied lm_head.\nmodel mistral {\n",
                        "  head_dim = 128\n",
                        NULL});
 }
@@ -271,23 +271,22 @@ static void error_tests(void) {
                 "  \"intermediate_size\": 11008,\n  \"num_hidden_layers\": 32,\n"
                 "  \"num_attention_heads\": 32\n}\n",
                 NULL, 1, 1, "missing key \"hidden_size\"");
-    check_error("model-type-gpt2",
-                "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
-                "  \"n_embd\": 768\n}\n",
-                NULL, 3, 3, "unsupported model_type \"gpt2\"");
-    check_error("rope-scaling",
+    check_error("model-type-bert",
+                "{\n  \"architectures\": [\"BertForMaskedLM\"],\n  \"model_type\": \"bert\",\n"
+                "  \"hidden_size\": 768\n}\n",
+                NULL, 3, 3, "unsupported model_type \"bert\"");
+    check_error("rope-longrope",
                 "{\n  \"model_type\": \"llama\",\n  \"vocab_size\": 32000,\n"
                 "  \"hidden_size\": 4096,\n  \"intermediate_size\": 11008,\n"
                 "  \"num_hidden_layers\": 32,\n  \"num_attention_heads\": 32,\n"
-                "  \"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0}\n}\n",
-                NULL, 8, 3, "rope_scaling is not supported");
+                "  \"rope_scaling\": {\"type\": \"longrope\", \"factor\": 2.0}\n}\n",
+                NULL, 8, 20, "rope type \"longrope\" is not modelled");
     check_error("hidden-act-gelu",
                 "{\n  \"model_type\": \"mistral\",\n"
-                "  \"quantization_config\": {\"hidden_act\": \"silu\"},\n"
                 "  \"vocab_size\": 32000, \"hidden_size\": 4096, \"intermediate_size\": 14336,\n"
                 "  \"num_hidden_layers\": 32, \"num_attention_heads\": 32,\n"
                 "  \"num_key_value_heads\": 8,   \"hidden_act\": \"gelu\"\n}\n",
-                NULL, 6, 31, "hidden_act \"gelu\" is not supported");
+                NULL, 5, 31, "\"hidden_act\" = \"gelu\" is not modelled");
     check_error("kv-heads-divide",
                 "{\"model_type\": \"qwen2\", \"vocab_size\": 32000, \"hidden_size\": 4096,\n"
                 " \"intermediate_size\": 11008, \"num_hidden_layers\": 32,\n"
@@ -302,6 +301,127 @@ static void error_tests(void) {
                 "{\"model_type\": \"llama\",\n \"architectures\": [\"Qwen2ForCausalLM\"]}\n", NULL,
                 2, 2, "architecture \"Qwen2ForCausalLM\" does not match model_type \"llama\"");
     check_error("not-an-object", "\n  [1, 2]\n", NULL, 2, 3, "expected a JSON object");
+}
+
+// A small Llama-like config of family `type` with `extra` keys (JSON members, may be empty).
+static const char *config_with(const char *type, const char *extra) {
+    static char buf[4096];
+    snprintf(buf, sizeof buf,
+             "{\"model_type\": \"%s\", \"vocab_size\": 1000, \"hidden_size\": 64,\n"
+             " \"intermediate_size\": 96, \"num_hidden_layers\": 4, \"num_attention_heads\": 4,\n"
+             " \"num_key_value_heads\": 2%s%s}\n", type, *extra ? ",\n " : "", extra);
+    return buf;
+}
+
+// What a config asks for that the .ft cannot say: an error at the key, naming it.
+static void unsupported_tests(const char *dir) {
+    check_error("unknown-key", config_with("llama", "\"rope_foo\": 1"), NULL, 4, 2,
+                "\"rope_foo\" is not modelled by ftc import for llama");
+    check_error("llama-sliding-window", config_with("llama", "\"sliding_window\": 4096"), NULL, 4, 2,
+                "\"sliding_window\" is not modelled by ftc import for llama");
+    char gpt2[600];
+    snprintf(gpt2, sizeof gpt2, "%s/../configs/gpt2.json", dir);
+    check_error("gpt2-published", NULL, gpt2, 6, 3,
+                "\"attn_pdrop\" = 0.1 is not modelled: ftc's attention drops no attention weights");
+    check_error("attention-dropout", config_with("qwen2", "\"attention_dropout\": 0.1"), NULL, 4, 2,
+                "\"attention_dropout\" = 0.1 is not modelled");
+    check_error("quantized", config_with("mistral", "\"quantization_config\": {\"bits\": 4}"), NULL,
+                4, 2, "\"quantization_config\": the checkpoint is quantised");
+    check_error("bidirectional", config_with("gemma3_text", "\"use_bidirectional_attention\": true"),
+                NULL, 4, 2, "\"use_bidirectional_attention\": true is not modelled");
+    check_error("rope-key", config_with("llama", "\"rope_parameters\": {\"rope_type\": \"default\",\n"
+                                                "   \"rope_theta\": 10000.0, \"beta_fast\": 32}"),
+                NULL, 5, 27, "\"beta_fast\" is not modelled for rope type \"default\"");
+    check_error("gemma3-ropes",
+                config_with("gemma3_text", "\"rope_parameters\": {\"full_attention\": {\"rope_type\": \"yarn\",\n"
+                            "   \"factor\": 4.0, \"original_max_position_embeddings\": 512},\n"
+                            "   \"sliding_attention\": {\"rope_type\": \"default\"}}"),
+                NULL, 4, 2, "the full and sliding layers' ropes differ");
+    check_error("layer-types", config_with("qwen3", "\"sliding_window\": 8, \"layer_types\": [\"full_attention\"]"),
+                NULL, 4, 23, "\"layer_types\" must list the 4 layers' types");
+    check_error("window-none", config_with("gemma2", "\"sliding_window\": null"), NULL, 4, 2,
+                "layers attend through a sliding window, but \"sliding_window\" gives none");
+    check_error("pad-id", config_with("phi3", "\"pad_token_id\": 1000"), NULL, 4, 2,
+                "\"pad_token_id\" must be a token id below vocab_size");
+    check_error("cross-attention", "{\"model_type\": \"gpt2\", \"vocab_size\": 100, \"n_embd\": 64,\n"
+                " \"n_layer\": 2, \"n_head\": 4, \"n_positions\": 64, \"attn_pdrop\": 0.0,\n"
+                " \"add_cross_attention\": true}\n", NULL, 3, 2,
+                "\"add_cross_attention\": true is not modelled");
+    check_error("dropout-one", "{\"model_type\": \"gpt2\", \"vocab_size\": 100, \"n_embd\": 64,\n"
+                " \"n_layer\": 2, \"n_head\": 4, \"n_positions\": 64, \"attn_pdrop\": 0.0,\n"
+                " \"resid_pdrop\": 1.0}\n", NULL, 3, 2, "\"resid_pdrop\" must be below 1");
+    check_error("partial-odd", "{\"model_type\": \"gpt_neox\", \"vocab_size\": 100, \"hidden_size\": 64,\n"
+                " \"intermediate_size\": 96, \"num_hidden_layers\": 2, \"num_attention_heads\": 4,\n"
+                " \"rotary_pct\": 0.1}\n", NULL, 3, 2, "a partial rotary factor of 0.1 leaves 1 of "
+                "head_dim 16 dims rotating");
+    check_error("gelu-llama", config_with("llama", "\"hidden_act\": \"gelu_new\""), NULL, 4, 2,
+                "\"hidden_act\" = \"gelu_new\" is not modelled: llama's MLP is SwiGLU");
+}
+
+// What each family's .ft says for what its config asks.
+static void family_tests(void) {
+    check_contains("llama3-rope", config_with("llama", "\"rope_scaling\": {\"rope_type\": \"llama3\", "
+                   "\"factor\": 8.0,\n   \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
+                   "\"original_max_position_embeddings\": 8192}, \"rope_theta\": 500000.0"),
+                   (const char *const[]){
+                       "positions, theta, scaling = llama3, factor = 8.0, low_freq_factor = 1.0, "
+                       "high_freq_factor = 4.0, original_max = 8192)\n",
+                       "  theta    = 500000.0\n", NULL});
+    check_contains("qwen2-window", config_with("qwen2", "\"use_sliding_window\": true, \"sliding_window\": 1024,\n"
+                   " \"max_window_layers\": 2"),
+                   (const char *const[]){
+                       "    full = [1, 1, 0, 0][layer]\n",
+                       "a = attention(q, k, v, causal = true, window = [1024, 0][full])\n",
+                       "sliding window 1024 on 2 of 4 layers", NULL});
+    check_contains("qwen2-no-window", config_with("qwen2", "\"use_sliding_window\": false, \"sliding_window\": 1024"),
+                   (const char *const[]){"a = attention(q, k, v, causal = true)\n", NULL});
+    check_contains("yarn", config_with("qwen2", "\"max_position_embeddings\": 131072, \"rope_scaling\": {\"type\": \"yarn\",\n"
+                   "   \"factor\": 4.0, \"original_max_position_embeddings\": 32768}"),
+                   (const char *const[]){"scaling = yarn, factor = 4.0, original_max = 32768)", NULL});
+    check_contains("yarn-mscale", config_with("llama", "\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 40.0,\n"
+                   "   \"mscale\": 0.707, \"mscale_all_dim\": 1.0, \"beta_fast\": 24, \"truncate\": false,\n"
+                   "   \"original_max_position_embeddings\": 4096}"),
+                   (const char *const[]){"scaling = yarn, factor = 40.0, beta_fast = 24.0, original_max = 4096, "
+                                         "attention_factor = 0.92104235531633", ", truncate = false)", NULL});
+    check_contains("dynamic", config_with("mistral", "\"max_position_embeddings\": 4096, \"sliding_window\": null,\n"
+                   " \"rope_scaling\": {\"type\": \"dynamic\", \"factor\": 2.0}"),
+                   (const char *const[]){"scaling = dynamic, factor = 2.0, original_max = 4096)",
+                                         "a = attention(q, k, v, causal = true)\n", NULL});
+    check_contains("qwen3-norms", config_with("qwen3", "\"head_dim\": 32"),
+                   (const char *const[]){"q = rope(rmsnorm(view(linear(h, wq), [B, S, heads, head_dim]), q_norm, eps), positions, theta)\n",
+                                         "  head_dim = 32\n", NULL});
+    check_contains("gemma-pad", config_with("gemma", "\"head_dim\": 32, \"pad_token_id\": 0, \"hidden_act\": \"gelu\""),
+                   (const char *const[]){"decoder(embed(embed, tokens, padding = 0) * 8.0)\n",
+                                         "return x + linear(gelu(linear(h, wg)) * linear(h, wu), wd)\n",
+                                         "return linear(rmsnorm(x, final_norm, eps, offset = 1.0), embed)\n", NULL});
+    check_contains("gemma2", config_with("gemma2", "\"head_dim\": 16, \"query_pre_attn_scalar\": 16, \"sliding_window\": 64,\n"
+                   " \"attn_logit_softcapping\": 50.0, \"final_logit_softcapping\": 30.0"),
+                   (const char *const[]){"    full = [0, 1, 0, 1][layer]\n",
+                                         "attention(q, k, v, causal = true, window = [64, 0][full], softcap = 50.0, scale = 0.25)",
+                                         "x = x + rmsnorm(a, post_attn_norm, eps, offset = 1.0)\n",
+                                         "return softcap(linear(rmsnorm(x, final_norm, eps, offset = 1.0), embed), 30.0)\n", NULL});
+    check_contains("gemma3", config_with("gemma3_text", "\"head_dim\": 16, \"sliding_window\": 64, \"sliding_window_pattern\": 2,\n"
+                   " \"rope_local_base_freq\": 10000.0, \"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 8.0}"),
+                   (const char *const[]){"positions, [theta_l, theta][full], scaling = linear, factor = [1.0, 8.0][full])",
+                                         "q_norm, eps, offset = 1.0)", "  theta_l  = 10000.0\n", NULL});
+    check_contains("phi3", config_with("phi3", "\"partial_rotary_factor\": 0.5, \"sliding_window\": 2047, "
+                   "\"resid_pdrop\": 0.1"),
+                   (const char *const[]){"param wqkv [(heads + 2 * kv_heads) * head_dim, dim]",
+                                         "positions, theta, rotary = 8)",
+                                         "return x + dropout(linear(silu(slice(gu, 2, 0, ffn)) * slice(gu, 2, ffn, ffn), wd), 0.1)\n",
+                                         "window = 2047", NULL});
+    check_contains("gpt2", "{\"model_type\": \"gpt2\", \"vocab_size\": 100, \"n_embd\": 64, \"n_layer\": 3,\n"
+                   " \"n_head\": 4, \"n_positions\": 128, \"attn_pdrop\": 0.0, \"embd_pdrop\": 0.1,\n"
+                   " \"resid_pdrop\": 0.0, \"scale_attn_by_inverse_layer_idx\": true}\n",
+                   (const char *const[]){"decoder(dropout(wte[tokens] + wpe[positions], 0.1))\n",
+                                         "scale = [0.25, 0.125, 0.08333333333333333][layer])\n",
+                                         "  seq       = 128\n", NULL});
+    check_contains("neox-sequential", "{\"model_type\": \"gpt_neox\", \"vocab_size\": 100, \"hidden_size\": 64,\n"
+                   " \"intermediate_size\": 96, \"num_hidden_layers\": 2, \"num_attention_heads\": 4,\n"
+                   " \"use_parallel_residual\": false, \"rotary_pct\": 0.5, \"tie_word_embeddings\": true}\n",
+                   (const char *const[]){"    x = x + a\n    return x + linear(gelu_exact(",
+                                         "rope(slice(qkv, 3, 0, head_dim), positions, theta, rotary = 8)",
+                                         "return linear(layernorm(x, final_w, final_b, eps), embed)\n", NULL});
     char absent[600];
     snprintf(absent, sizeof absent, "%s/absent.json", tmpdir);
     check_error("unreadable", NULL, absent, 0, 0, "cannot read");
@@ -334,6 +454,8 @@ int main(int argc, char **argv) {
     golden_tests(argv[1]);
     option_tests();
     error_tests();
+    unsupported_tests(argv[1]);
+    family_tests();
     remove_tmpdir();
     return CHECK_DONE();
 }

@@ -111,7 +111,7 @@ static void test_activation_formula(void) {
         int64_t final = 2 * h + 4 + 2 * h;          // final norm input, rstd, lm_head input
         CHECK_EQ(B * S * (L * per_layer + final), m.bytes[MEM_ACTIVATIONS]);
         CHECK_EQ(B * S * V * (2 + 4), m.logits_bytes);   // bf16 logits + fp32 gradient
-        CHECK_EQ(2 * B * S * 4 + 4, m.bytes[MEM_IO]);    // tokens, targets and the step's target count
+        CHECK_EQ(3 * B * S * 4 + 4, m.bytes[MEM_IO]);    // tokens, targets, positions, the step's target count
     }
     unload(&l);
 }

@@ -52,13 +52,20 @@ typedef struct Run {
 
 // Imports, compiles and loads case `name` at `precision`, its optimizer line `opt` (NULL:
 // the fixtures' AdamW, decay on every parameter as their single torch param group) and
-// `lora`, more lines of the train section, or NULL, for a global batch of `batch` windows
-// in micro-batches of `micro`; false on failure. The batch is written only when it is one
-// micro-batch.
+// `lora`, more lines of the train section, or NULL, at the sequence of its tokens, for a
+// global batch of `batch` windows (0: its tokens' rows) in micro-batches of `micro` (0:
+// the batch); false on failure. The batch is written only when it is one micro-batch.
 static bool setup_full(Run *r, const char *name, const char *precision, const char *opt_line,
                        const char *lora, int batch, int micro) {
     char path[1024], err[1024];
     memset(r, 0, sizeof *r);
+    snprintf(path, sizeof path, "%s/%s/expect.safetensors", refdir, name);
+    if (st_open(&r->expect, path, err, sizeof err) != 0)
+        return printf("  %s\n", err), false;
+    const StTensor *tok = st_find(r->expect, "tokens");
+    if (!tok || tok->ndim != 2)
+        return printf("  %s: no tokens [B, S]\n", path), false;
+    int64_t B = tok->shape[0], S = tok->shape[1];
     snprintf(path, sizeof path, "%s/%s/config.json", refdir, name);
     char *text = NULL;
     size_t len = 0;
@@ -67,10 +74,15 @@ static bool setup_full(Run *r, const char *name, const char *precision, const ch
     fclose(f);
     if (rc != 0)
         return free(text), false;
-    text = set_line(text, "seq ", "  seq = 8");
-    char bline[64];
-    snprintf(bline, sizeof bline, "  batch = %d", batch);
-    text = set_line(text, "batch ", bline);
+    if (batch == 0)
+        batch = (int)B;
+    if (micro == 0)
+        micro = batch;
+    char line[64];
+    snprintf(line, sizeof line, "  seq = %lld", (long long)S);
+    text = set_line(text, "seq ", line);
+    snprintf(line, sizeof line, "  batch = %d", batch);
+    text = set_line(text, "batch ", line);
     char prec[64];
     snprintf(prec, sizeof prec, "  precision = %s", precision);
     text = set_line(text, "precision ", prec);
@@ -88,9 +100,6 @@ static bool setup_full(Run *r, const char *name, const char *precision, const ch
     r->x = r->h.x;
     snprintf(path, sizeof path, "%s/%s/model.safetensors", refdir, name);
     if (rt_weights_load(&r->x, path, 0, err, sizeof err) != 0)
-        return printf("  %s\n", err), false;
-    snprintf(path, sizeof path, "%s/%s/expect.safetensors", refdir, name);
-    if (st_open(&r->expect, path, err, sizeof err) != 0)
         return printf("  %s\n", err), false;
     if (micro != batch)
         return true;
@@ -114,12 +123,12 @@ static bool setup_full(Run *r, const char *name, const char *precision, const ch
 }
 
 static bool setup(Run *r, const char *name, const char *precision, const char *lora) {
-    return setup_full(r, name, precision, NULL, lora, 2, 2);
+    return setup_full(r, name, precision, NULL, lora, 0, 0);
 }
 
 static bool setup_opt(Run *r, const char *name, const char *precision, const char *opt_line,
                       const char *lora) {
-    return setup_full(r, name, precision, opt_line, lora, 2, 2);
+    return setup_full(r, name, precision, opt_line, lora, 0, 0);
 }
 
 static void teardown(Run *r) {
@@ -201,7 +210,10 @@ static void expect_close(Run *r, int id, const char *name, double tol, double *w
     CHECK(e <= tol);
 }
 
-static void run_case_lora(const char *name, const char *precision, double tol, const char *lora) {
+// Case `name` at `precision` with the lora(...) line `lora` (or none), its expected tensors
+// under `keys` ("" or "lora.": logits, loss, grad.NAME) or bf16's.
+static void run_case_keys(const char *name, const char *precision, double tol, const char *lora,
+                          const char *keys) {
     Run r;
     char err[1024];
     bool ok = setup(&r, name, precision, lora);
@@ -211,7 +223,7 @@ static void run_case_lora(const char *name, const char *precision, double tol, c
         return;
     }
     bool bf16 = strcmp(precision, "bf16") == 0;
-    const char *pre = bf16 ? "bf16." : "";
+    const char *pre = bf16 ? "bf16." : keys;
     CHECK_EQ(0, rt_exec_phase(&r.x, PHASE_FWD, err, sizeof err));
     // The logits die at the loss's backward: read them between the phases.
     char key[512];
@@ -243,11 +255,15 @@ static void run_case_lora(const char *name, const char *precision, double tol, c
             free((char *)names[k]);
     }
     int params = 0;
+    snprintf(key, sizeof key, "%sgrad.", keys);
     for (int i = 0; i < st_count(r.expect); i++)
-        params += strncmp(st_at(r.expect, i)->name, "grad.", 5) == 0;
+        params += strncmp(st_at(r.expect, i)->name, key, strlen(key)) == 0;
     CHECK_EQ(params, grads);   // every parameter's gradient was compared
     double worst_after = 0;
-    if (!bf16 && !lora) {
+    bool adamw = false;   // the case has torch's AdamW step (make_ref.py's cases)
+    for (int i = 0; i < st_count(r.expect) && !adamw; i++)
+        adamw = strncmp(st_at(r.expect, i)->name, "after.", 6) == 0;
+    if (!bf16 && !lora && adamw) {
         // The optimizer alone: torch's gradients in, torch's AdamW step out.
         for (int i = 0; i < r.plan->nbuf; i++) {
             const PlanBuffer *b = &r.plan->buf[i];
@@ -276,10 +292,14 @@ static void run_case_lora(const char *name, const char *precision, double tol, c
     else
         printf("  %s fp32: logits, loss, %d gradients: worst max rel err %.2e (tolerance %.0e)",
                name, grads, worst, tol);
-    if (!bf16 && !lora)
+    if (!bf16 && !lora && adamw)
         printf(", AdamW step worst %.2e (tolerance 1e-06)", worst_after);
     printf("\n");
     teardown(&r);
+}
+
+static void run_case_lora(const char *name, const char *precision, double tol, const char *lora) {
+    run_case_keys(name, precision, tol, lora, "");
 }
 
 static void run_case(const char *name, const char *precision, double tol) {
@@ -415,6 +435,26 @@ static void test_clip10(void) {
     st_close(ex);
     teardown(&r);
 }
+// The architectures of tests/fixtures/make_ref_arch.py: fp32 logits, loss and every gradient
+// within 1e-4 of transformers; then PEFT's LoRA on the family's targets (the adapters'
+// gradients).
+static void run_arch(const char *name, const char *targets) {
+    run_case(name, "fp32", 1e-4);
+    char lora[256];
+    snprintf(lora, sizeof lora, "  lora(r = 4, alpha = 8, dropout = 0.0, targets = [%s])", targets);
+    run_case_keys(name, "fp32", 1e-4, lora, "lora.");
+}
+
+static void test_llama3(void) { run_arch("llama3_tiny", "q_proj, v_proj"); }
+static void test_qwen2_window(void) { run_arch("qwen2_window", "q_proj, v_proj"); }
+static void test_qwen3(void) { run_arch("qwen3_tiny", "q_proj, v_proj"); }
+static void test_mistral_window(void) { run_arch("mistral_window", "q_proj, v_proj"); }
+static void test_gemma(void) { run_arch("gemma_tiny", "q_proj, v_proj"); }
+static void test_gemma2(void) { run_arch("gemma2_tiny", "q_proj, v_proj"); }
+static void test_gemma3(void) { run_arch("gemma3_tiny", "q_proj, v_proj"); }
+static void test_phi3(void) { run_arch("phi3_tiny", "qkv_proj"); }
+static void test_gpt2(void) { run_arch("gpt2_tiny", "c_attn"); }
+static void test_neox(void) { run_arch("neox_tiny", "query_key_value"); }
 
 static void test_qwen2_fp32(void) { run_case("qwen2_tiny", "fp32", 1e-4); }
 
@@ -500,5 +540,15 @@ int main(int argc, char **argv) {
     RUN(test_schedules);
     RUN(test_clip10);
     RUN(test_gradscaler);
+    RUN(test_llama3);
+    RUN(test_qwen2_window);
+    RUN(test_qwen3);
+    RUN(test_mistral_window);
+    RUN(test_gemma);
+    RUN(test_gemma2);
+    RUN(test_gemma3);
+    RUN(test_phi3);
+    RUN(test_gpt2);
+    RUN(test_neox);
     return CHECK_DONE();
 }

@@ -246,7 +246,7 @@ static void embed_fwd(Fd *f) {
 
 static void embed_bwd(Fd *f) {
     EmbedCase *c = (EmbedCase *)f;
-    CHECK(cpu_embedding_backward(c->dtable, f->R, c->idx, c->N, c->V, c->C) == CPU_OK);
+    CHECK(cpu_embedding_backward(c->dtable, f->R, c->idx, c->N, c->V, c->C, -1) == CPU_OK);
 }
 
 static void test_embedding_grad(void) {
@@ -260,6 +260,18 @@ static void test_embedding_grad(void) {
     set_output(&c.f, c.N * c.C);
     add_input(&c.f, "table", c.table, c.dtable, c.V * c.C, 1);
     fd_check(&c.f, FD_STEP, FD_ATOL, FD_RTOL);
+}
+
+// torch's padding_idx: the padding id's rows add nothing; every other row as without it.
+static void test_embedding_padding(void) {
+    enum { N = 6, V = 5, C = 3 };
+    static const int32_t ids[N] = {4, 0, 2, 4, 4, 1};
+    float *dy = fnew(N * C), *all = fnew(V * C), *pad = fnew(V * C);
+    fill(dy, N * C, -1, 1);
+    CHECK(cpu_embedding_backward(all, dy, ids, N, V, C, -1) == CPU_OK);
+    CHECK(cpu_embedding_backward(pad, dy, ids, N, V, C, 4) == CPU_OK);
+    for (int i = 0; i < V * C; i++)
+        CHECK(pad[i] == (i / C == 4 ? 0.0f : all[i]));
 }
 
 typedef struct {
@@ -766,18 +778,22 @@ typedef struct {
     float *q, *k, *v, *dq, *dk, *dv, *lse, *scratch;
     size_t B, S, H, Hkv, D;
     int causal;
+    size_t window;
+    float softcap;
+    double scale;
 } AttnCase;
 
 static void attn_fwd(Fd *f) {
     AttnCase *c = (AttnCase *)f;
     CHECK(cpu_attention_forward(f->out, c->lse, c->scratch, c->q, c->k, c->v, c->B, c->S, c->H,
-                                c->Hkv, c->D, c->causal) == CPU_OK);
+                                c->Hkv, c->D, c->causal, c->window, c->softcap, c->scale) == CPU_OK);
 }
 
 static void attn_bwd(Fd *f) {
     AttnCase *c = (AttnCase *)f;
     CHECK(cpu_attention_backward(c->dq, c->dk, c->dv, f->R, c->q, c->k, c->v, f->out, c->lse, c->B,
-                                 c->S, c->H, c->Hkv, c->D, c->causal) == CPU_OK);
+                                 c->S, c->H, c->Hkv, c->D, c->causal, c->window, c->softcap,
+                                 c->scale) == CPU_OK);
 }
 
 static void attn_setup(AttnCase *c) {
@@ -804,9 +820,22 @@ static void test_attention_grad_mha_noncausal(void) { attn_grad(1, 4, 2, 2, 6, 0
 static void test_attention_grad_mqa_causal(void) { attn_grad(1, 6, 3, 1, 4, 1); }
 static void test_attention_grad_gqa_noncausal(void) { attn_grad(1, 5, 4, 2, 4, 0); }
 
-// Attention against naive softmax(q k^T / sqrt(D)) v in double, GQA included, o and lse.
-static void attn_reference(size_t B, size_t S, size_t H, size_t Hkv, size_t D, int causal) {
-    AttnCase c = {.B = B, .S = S, .H = H, .Hkv = Hkv, .D = D, .causal = causal};
+// A sliding window (causal and not), soft-capped scores, a scale of its own, all at once.
+static void test_attention_grad_options(void) {
+    for (int causal = 0; causal < 2; causal++) {
+        AttnCase c = {.B = 1, .S = 7, .H = 4, .Hkv = 2, .D = 4, .causal = causal, .window = 3,
+                      .softcap = 1.5f, .scale = 0.7};
+        attn_setup(&c);
+        fd_check(&c.f, FD_STEP, FD_ATOL, FD_RTOL);
+    }
+}
+
+// Attention against naive softmax(q k^T / sqrt(D)) v in double, GQA included, o and lse; with
+// a window, a soft cap and a scale of its own too.
+static void attn_reference_opts(size_t B, size_t S, size_t H, size_t Hkv, size_t D, int causal,
+                                size_t window, float softcap, double scale) {
+    AttnCase c = {.B = B, .S = S, .H = H, .Hkv = Hkv, .D = D, .causal = causal, .window = window,
+                  .softcap = softcap, .scale = scale};
     attn_setup(&c);
     c.f.fwd(&c.f);
     double *p = alloc_zeroed(S * sizeof(double));
@@ -820,7 +849,11 @@ static void attn_reference(size_t B, size_t S, size_t H, size_t Hkv, size_t D, i
                     for (size_t d = 0; d < D; d++)
                         dot += (double)c.q[((b * S + s) * H + h) * D + d] *
                                c.k[((b * S + t) * Hkv + hk) * D + d];
-                    p[t] = (causal && t > s) ? -INFINITY : dot / sqrt((double)D);
+                    double sc = dot * (scale ? scale : 1 / sqrt((double)D));
+                    if (softcap > 0)
+                        sc = softcap * tanh(sc / softcap);
+                    bool hidden = (causal && t > s) || (window && (s >= t + window || t >= s + window));
+                    p[t] = hidden ? -INFINITY : sc;
                     mx = fmax(mx, p[t]);
                 }
                 double sum = 0.0;
@@ -836,17 +869,25 @@ static void attn_reference(size_t B, size_t S, size_t H, size_t Hkv, size_t D, i
             }
 }
 
+static void attn_reference(size_t B, size_t S, size_t H, size_t Hkv, size_t D, int causal) {
+    attn_reference_opts(B, S, H, Hkv, D, causal, 0, 0, 0);
+}
+
 static void test_attention_reference(void) {
+    attn_reference_opts(2, 9, 4, 2, 8, 1, 4, 0, 0);
+    attn_reference_opts(1, 9, 4, 2, 8, 0, 3, 0, 0);
+    attn_reference_opts(1, 7, 2, 1, 8, 1, 0, 2.0f, 0.3);
+    attn_reference_opts(1, 7, 2, 1, 8, 1, 20, 0, 0);   // a window longer than the sequence
     attn_reference(2, 7, 4, 4, 8, 1);
     attn_reference(2, 7, 4, 2, 8, 1);
     attn_reference(1, 6, 6, 2, 4, 0);
     attn_reference(1, 6, 3, 1, 16, 1);
     AttnCase c = {.B = 1, .S = 2, .H = 3, .Hkv = 2, .D = 4, .causal = 1};
     attn_setup(&c);
-    CHECK(cpu_attention_forward(c.f.out, c.lse, c.scratch, c.q, c.k, c.v, 1, 2, 3, 2, 4, 1) ==
+    CHECK(cpu_attention_forward(c.f.out, c.lse, c.scratch, c.q, c.k, c.v, 1, 2, 3, 2, 4, 1, 0, 0, 0) ==
           CPU_ERR_ARG);
     CHECK(cpu_attention_backward(c.dq, c.dk, c.dv, c.f.R, c.q, c.k, c.v, c.f.out, c.lse, 1, 2, 3,
-                                 0, 4, 1) == CPU_ERR_ARG);
+                                 0, 4, 1, 0, 0, 0) == CPU_ERR_ARG);
 }
 
 typedef struct {
@@ -1286,8 +1327,8 @@ static void test_embedding_rejects_bad_ids(void) {
     int32_t too_big[2] = {1, V}, negative[2] = {-1, 0};
     CHECK(cpu_embedding_forward(out, too_big, table, 2, V, C) == CPU_ERR_INDEX);
     CHECK(cpu_embedding_forward(out, negative, table, 2, V, C) == CPU_ERR_INDEX);
-    CHECK(cpu_embedding_backward(dtable, out, too_big, 2, V, C) == CPU_ERR_INDEX);
-    CHECK(cpu_embedding_backward(dtable, out, negative, 2, V, C) == CPU_ERR_INDEX);
+    CHECK(cpu_embedding_backward(dtable, out, too_big, 2, V, C, -1) == CPU_ERR_INDEX);
+    CHECK(cpu_embedding_backward(dtable, out, negative, 2, V, C, -1) == CPU_ERR_INDEX);
     for (int i = 0; i < 2 * C; i++)
         CHECK(out[i] == 9.0f);
     for (int i = 0; i < V * C; i++)
@@ -1350,8 +1391,8 @@ static void test_determinism(void) {
         float **r = res[run_i];
         r[0] = fnew(nq), r[1] = fnew(B * H * S), r[2] = fnew(nq), r[3] = fnew(nk), r[4] = fnew(nk);
         r[5] = fnew(V * C), r[6] = fnew(N * V + 1);
-        cpu_attention_forward(r[0], r[1], scratch, q, k, v, B, S, H, Hkv, D, 1);
-        cpu_attention_backward(r[2], r[3], r[4], dout, q, k, v, r[0], r[1], B, S, H, Hkv, D, 1);
+        cpu_attention_forward(r[0], r[1], scratch, q, k, v, B, S, H, Hkv, D, 1, 0, 0, 0);
+        cpu_attention_backward(r[2], r[3], r[4], dout, q, k, v, r[0], r[1], B, S, H, Hkv, D, 1, 0, 0, 0);
         cpu_linear_forward(logits, r[0], w, NULL, N, C, V);
         cpu_cross_entropy_forward(&r[6][N * V], NULL, logits, tg, N, V);
         cpu_cross_entropy_backward(r[6], logits, tg, N, V, 1.0f);
@@ -1433,6 +1474,7 @@ int main(int argc, char **argv) {
         fixtures = argv[1];
     run("checker_can_fail", test_checker_can_fail);
     run("embedding_grad", test_embedding_grad);
+    run("embedding_padding", test_embedding_padding);
     run("embedding_rejects_bad_ids", test_embedding_rejects_bad_ids);
     run("linear_grad", test_linear_grad);
     run("linear_reference_and_nulls", test_linear_reference_and_nulls);
@@ -1462,6 +1504,7 @@ int main(int argc, char **argv) {
     run("rope_angles_fp32", test_rope_angles_fp32);
     run("attention_grad_gqa_causal", test_attention_grad_gqa_causal);
     run("attention_grad_gqa_noncausal", test_attention_grad_gqa_noncausal);
+    run("attention_grad_options", test_attention_grad_options);
     run("attention_grad_mha_noncausal", test_attention_grad_mha_noncausal);
     run("attention_grad_mqa_causal", test_attention_grad_mqa_causal);
     run("attention_reference", test_attention_reference);

@@ -1,5 +1,7 @@
 /* attention.cuh — scaled dot-product attention over q [B, S, H, D] and k, v [B, S, Hkv, D]
- * (grouped queries: query head h reads key head h / (H / Hkv)), optionally causal, saving
+ * (grouped queries: query head h reads key head h / (H / Hkv)), optionally causal, with a
+ * sliding window (a query sees the `window` keys ending at itself; not causal, those within
+ * window - 1 of it) and soft-capped scores (cap·tanh(s / cap), Gemma 2), saving
  * only the fp32 log-sum-exp per query row [B, H, S] for the backward. The backward runs
  * one launch over query rows (dq, and dy.o per row into the workspace) and one over key
  * rows (dk, dv, summing the query rows in order), so nothing is accumulated with atomics
@@ -13,6 +15,30 @@
  * the lanes split the head dim, a dot product is a warp sum (D at most 256). */
 
 enum { FTC_ATT_LANE = 8 };   /* head-dim elements a lane holds */
+
+/* The keys [*t0, *t1) query s sees, and the queries [*s0, *s1) that see key t. */
+FTC_INLINE void att_keys(long long s, long long S, int causal, long long window, long long *t0,
+                         long long *t1) {
+    *t0 = window && s + 1 > window ? s + 1 - window : 0;
+    *t1 = causal ? s + 1 : window && s + window < S ? s + window : S;
+}
+FTC_INLINE void att_queries(long long t, long long S, int causal, long long window, long long *s0,
+                            long long *s1) {
+    *s0 = causal ? t : window && t + 1 > window ? t + 1 - window : 0;
+    *s1 = window && t + window < S ? t + window : S;
+}
+
+/* Whether query row r does not see key `key`. */
+FTC_INLINE bool att_hidden(long long key, long long r, long long S, int causal, long long window) {
+    return key >= S || (causal && key > r) || (window && (r - key >= window || key - r >= window));
+}
+
+/* A scaled score through the soft cap (none when cap is 0), and the cap's derivative at it. */
+FTC_INLINE float att_cap(float s, float cap) { return cap > 0.0f ? tanhf(s / cap) * cap : s; }
+FTC_INLINE float att_through(float capped, float cap) {
+    float t = cap > 0.0f ? capped / cap : 0.0f;
+    return 1.0f - t * t;
+}
 
 /* The lane's slice of row `base` (D elements) into r[]: element lane + 32 k. */
 FTC_INLINE void att_load(float *r, const void *p, long long base, int D, int dt) {
@@ -36,18 +62,19 @@ FTC_INLINE float att_dot(const float *x, const void *p, long long base, int D, i
 
 /* a.p: o, lse f32, q, k, v.  Warp w of the launch owns query row w = ((b H + h) S + s). */
 FTC_INLINE void attn_fwd(FtcArgs a, long long B, long long S, long long H, long long Hkv, int D,
-                         int causal, float scale, int dtq, int dtk, int dtv, int dto) {
+                         int causal, long long window, float cap, float scale, int dtq, int dtk,
+                         int dtv, int dto) {
     long long w = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
     if (w >= B * H * S)
         return;
     long long s = w % S, h = (w / S) % H, b = w / (S * H), hk = h / (H / Hkv);
-    long long qrow = ((b * S + s) * H + h) * D;
-    long long T = causal ? s + 1 : S;
+    long long qrow = ((b * S + s) * H + h) * D, t0, t1;
+    att_keys(s, S, causal, window, &t0, &t1);
     float q[FTC_ATT_LANE], o[FTC_ATT_LANE];
     att_load(q, a.p[2], qrow, D, dtq);
     float mx = -FTC_INF, sum = 0.0f;
-    for (long long t = 0; t < T; t++) {
-        float sc = att_dot(q, a.p[3], ((b * S + t) * Hkv + hk) * D, D, dtk) * scale;
+    for (long long t = t0; t < t1; t++) {
+        float sc = att_cap(att_dot(q, a.p[3], ((b * S + t) * Hkv + hk) * D, D, dtk) * scale, cap);
         if (sc > mx) {
             sum = sum * expf(mx - sc) + 1.0f;
             mx = sc;
@@ -58,9 +85,9 @@ FTC_INLINE void attn_fwd(FtcArgs a, long long B, long long S, long long H, long 
     float lse = mx + logf(sum);
     for (int k = 0; k < FTC_ATT_LANE; k++)
         o[k] = 0.0f;
-    for (long long t = 0; t < T; t++) {
+    for (long long t = t0; t < t1; t++) {
         long long kv = ((b * S + t) * Hkv + hk) * D;
-        float p = expf(att_dot(q, a.p[3], kv, D, dtk) * scale - lse);
+        float p = expf(att_cap(att_dot(q, a.p[3], kv, D, dtk) * scale, cap) - lse);
         int lane = threadIdx.x % 32;
         for (int k = 0; k < FTC_ATT_LANE; k++) {
             int d = lane + 32 * k;
@@ -91,24 +118,25 @@ FTC_INLINE void attn_fwd(FtcArgs a, long long B, long long S, long long H, long 
 
 /* Launch 1, a warp a query row: dq = scale sum_t P_t (dy.v_t - dy.o) k_t. */
 FTC_INLINE void attn_bwd_dq(FtcArgs a, long long B, long long S, long long H, long long Hkv, int D,
-                            int causal, float scale, int dt, int dtd) {
+                            int causal, long long window, float cap, float scale, int dt, int dtd) {
     long long w = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
     if (w >= B * H * S)
         return;
     int lane = threadIdx.x % 32;
     long long s = w % S, h = (w / S) % H, b = w / (S * H), hk = h / (H / Hkv);
-    long long row = ((b * S + s) * H + h) * D;
-    long long T = causal ? s + 1 : S;
+    long long row = ((b * S + s) * H + h) * D, t0, t1;
+    att_keys(s, S, causal, window, &t0, &t1);
     float q[FTC_ATT_LANE], dy[FTC_ATT_LANE], dq[FTC_ATT_LANE];
     att_load(q, ATT_Q, row, D, dt);
     att_load(dy, ATT_DY, row, D, dtd);
     float di = att_dot(dy, ATT_O, row, D, dt), lse = ATT_LSE[(b * H + h) * S + s];
     for (int k = 0; k < FTC_ATT_LANE; k++)
         dq[k] = 0.0f;
-    for (long long t = 0; t < T; t++) {
+    for (long long t = t0; t < t1; t++) {
         long long kv = ((b * S + t) * Hkv + hk) * D;
-        float p = expf(att_dot(q, ATT_K, kv, D, dt) * scale - lse);
-        float ds = p * (att_dot(dy, ATT_V, kv, D, dt) - di) * scale;
+        float sc = att_cap(att_dot(q, ATT_K, kv, D, dt) * scale, cap);
+        float p = expf(sc - lse);
+        float ds = p * (att_dot(dy, ATT_V, kv, D, dt) - di) * att_through(sc, cap) * scale;
         for (int k = 0; k < FTC_ATT_LANE; k++) {
             int d = lane + 32 * k;
             if (d < D)
@@ -125,23 +153,25 @@ FTC_INLINE void attn_bwd_dq(FtcArgs a, long long B, long long S, long long H, lo
 /* Launch 2, a warp a key row (b, hk, t): over the query heads of its group and the query
  * rows that see it, dk = scale sum P (dy.v - dy.o) q and dv = sum P dy. */
 FTC_INLINE void attn_bwd_dkv(FtcArgs a, long long B, long long S, long long H, long long Hkv, int D,
-                             int causal, float scale, int dt, int dtd) {
+                             int causal, long long window, float cap, float scale, int dt, int dtd) {
     long long w = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
     if (w >= B * Hkv * S)
         return;
     int lane = threadIdx.x % 32;
     long long t = w % S, hk = (w / S) % Hkv, b = w / (S * Hkv), group = H / Hkv;
-    long long kv = ((b * S + t) * Hkv + hk) * D;
+    long long kv = ((b * S + t) * Hkv + hk) * D, s0, s1;
+    att_queries(t, S, causal, window, &s0, &s1);
     float kr[FTC_ATT_LANE], vr[FTC_ATT_LANE], dk[FTC_ATT_LANE], dv[FTC_ATT_LANE];
     att_load(kr, ATT_K, kv, D, dt);
     att_load(vr, ATT_V, kv, D, dt);
     for (int k = 0; k < FTC_ATT_LANE; k++)
         dk[k] = dv[k] = 0.0f;
     for (long long h = hk * group; h < (hk + 1) * group; h++)
-        for (long long s = causal ? t : 0; s < S; s++) {
+        for (long long s = s0; s < s1; s++) {
             long long row = ((b * S + s) * H + h) * D;
             float lse = ATT_LSE[(b * H + h) * S + s];
-            float p = expf(att_dot(kr, ATT_Q, row, D, dt) * scale - lse);
+            float sc = att_cap(att_dot(kr, ATT_Q, row, D, dt) * scale, cap);
+            float p = expf(sc - lse);
             float dyv = att_dot(vr, ATT_DY, row, D, dtd);
             float di = 0.0f;
             {
@@ -153,7 +183,7 @@ FTC_INLINE void attn_bwd_dkv(FtcArgs a, long long B, long long S, long long H, l
                 }
                 di = warp_sum(part);
             }
-            float ds = p * (dyv - di) * scale;
+            float ds = p * (dyv - di) * att_through(sc, cap) * scale;
             for (int k = 0; k < FTC_ATT_LANE; k++) {
                 int d = lane + 32 * k;
                 if (d < D) {
@@ -248,7 +278,7 @@ FTC_INLINE void att_tiles(float c[2][4], const unsigned short *x, const unsigned
 
 /* Forward: warp w owns query rows [16 t, 16 t + 16) of (b, h).  a.p: o, lse, q, k, v. */
 FTC_INLINE void attn_fwd_mma(FtcArgs a, long long B, long long S, long long H, long long Hkv, int D,
-                             int causal, float scale) {
+                             int causal, long long window, float cap, float scale) {
     const unsigned short *Q = (const unsigned short *)a.p[2], *K = (const unsigned short *)a.p[3];
     const unsigned short *V = (const unsigned short *)a.p[4];
     int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
@@ -266,8 +296,11 @@ FTC_INLINE void attn_fwd_mma(FtcArgs a, long long B, long long S, long long H, l
         FTC_UNROLL
         for (int e = 0; e < 4; e++)
             o[nc][e] = 0.0f;
-    long long kend = causal ? (r0 + 16 < S ? r0 + 16 : S) : S;
-    for (long long j0 = 0; j0 < kend; j0 += 16) {
+    long long kbegin, kend, lastbegin, lastend;   /* the keys rows r0 and r0 + 15 see */
+    att_keys(r0, S, causal, window, &kbegin, &lastend);
+    att_keys(r0 + 15, S, causal, window, &lastbegin, &kend);
+    kend = kend < S ? kend : S;
+    for (long long j0 = kbegin; j0 < kend; j0 += 16) {
         float s[2][4], unused[2][4];
         long long kr[2];
         FTC_UNROLL
@@ -280,8 +313,8 @@ FTC_INLINE void attn_fwd_mma(FtcArgs a, long long B, long long S, long long H, l
             FTC_UNROLL
             for (int e = 0; e < 4; e++) {
                 long long key = j0 + nh * 8 + 2 * q + (e & 1), r = row[e >> 1];
-                float v = s[nh][e] * scale;
-                if (key >= S || (causal && key > r))
+                float v = att_cap(s[nh][e] * scale, cap);
+                if (att_hidden(key, r, S, causal, window))
                     v = -FTC_INF;
                 s[nh][e] = v;
                 mx[e >> 1] = fmaxf(mx[e >> 1], v);
@@ -340,7 +373,7 @@ FTC_INLINE void attn_fwd_mma(FtcArgs a, long long B, long long S, long long H, l
  * (kept in the workspace for launch 2), and dq = scale sum_keys P (dy.v - Di) k.
  * a.p: dq, dk, dv, dy, q, k, v, o, lse, ws (Di, f32 [B, H, S]). */
 FTC_INLINE void attn_bwd_dq_mma(FtcArgs a, long long B, long long S, long long H, long long Hkv,
-                                int D, int causal, float scale) {
+                                int D, int causal, long long window, float cap, float scale) {
     const unsigned short *Q = (const unsigned short *)ATT_Q, *K = (const unsigned short *)ATT_K;
     const unsigned short *V = (const unsigned short *)ATT_V, *DY = (const unsigned short *)ATT_DY;
     const unsigned short *O = (const unsigned short *)ATT_O;
@@ -370,8 +403,11 @@ FTC_INLINE void attn_bwd_dq_mma(FtcArgs a, long long B, long long S, long long H
         FTC_UNROLL
         for (int e = 0; e < 4; e++)
             dq[nc][e] = 0.0f;
-    long long kend = causal ? (r0 + 16 < S ? r0 + 16 : S) : S;
-    for (long long j0 = 0; j0 < kend; j0 += 16) {
+    long long kbegin, kend, lastbegin, lastend;
+    att_keys(r0, S, causal, window, &kbegin, &lastend);
+    att_keys(r0 + 15, S, causal, window, &lastbegin, &kend);
+    kend = kend < S ? kend : S;
+    for (long long j0 = kbegin; j0 < kend; j0 += 16) {
         float s[2][4], dp[2][4];
         long long kr[2];
         FTC_UNROLL
@@ -383,9 +419,9 @@ FTC_INLINE void attn_bwd_dq_mma(FtcArgs a, long long B, long long S, long long H
             FTC_UNROLL
             for (int e = 0; e < 4; e++) {
                 long long key = j0 + nh * 8 + 2 * q + (e & 1), r = row[e >> 1];
-                bool hidden = key >= S || (causal && key > r);
-                float p = hidden ? 0.0f : expf(s[nh][e] * scale - lse[e >> 1]);
-                s[nh][e] = p * (dp[nh][e] - di[e >> 1]) * scale;   /* dS */
+                float sc = att_cap(s[nh][e] * scale, cap);
+                float p = att_hidden(key, r, S, causal, window) ? 0.0f : expf(sc - lse[e >> 1]);
+                s[nh][e] = p * (dp[nh][e] - di[e >> 1]) * att_through(sc, cap) * scale;   /* dS */
             }
         unsigned int sa0 = att_pack(s[0][0], s[0][1]), sa1 = att_pack(s[0][2], s[0][3]);
         unsigned int sa2 = att_pack(s[1][0], s[1][1]), sa3 = att_pack(s[1][2], s[1][3]);
@@ -413,18 +449,24 @@ FTC_INLINE void attn_bwd_dq_mma(FtcArgs a, long long B, long long S, long long H
     }
 }
 
-/* Past 128 columns the dk and dv accumulators of a warp would not fit in registers: the
- * dk/dv launch then gives each key tile two warps, each owning half of the columns (and
- * both computing S^T and dP^T whole). cuda_ops.c sizes the launch by the same rule. */
+/* Past 128 columns the dk and dv accumulators of a warp would not fit in registers beside
+ * the products over D: the dk/dv launch then gives each key tile several warps, each owning
+ * at most 64 of the columns (and each computing S^T and dP^T whole), as few as divide D in
+ * 8-column chunks. cuda_ops.c sizes the launch by the same rule. */
 #define ATT_DKV_COLS 128
-FTC_INLINE int att_dkv_split(int D) { return D > ATT_DKV_COLS ? 2 : 1; }
+FTC_INLINE int att_dkv_split(int D) {
+    int most = D <= ATT_DKV_COLS ? ATT_DKV_COLS : ATT_DKV_COLS / 2, s = 1;
+    while (D / s > most || (D / 8) % s)
+        s++;
+    return s;
+}
 
 /* Backward, launch 2: warp w owns key rows [16 t, 16 t + 16) of (b, hk), columns
  * [c0, c0 + D / split) of dk and dv; over the query heads of its group and the query
  * tiles that see them: S^T = k q^T, P^T, dP^T = v dy^T, dS^T = P^T (dP^T - Di) scale;
  * dv += P^T dy, dk += dS^T q. */
 FTC_INLINE void attn_bwd_dkv_mma(FtcArgs a, long long B, long long S, long long H, long long Hkv,
-                                 int D, int causal, float scale) {
+                                 int D, int causal, long long window, float cap, float scale) {
     const unsigned short *Q = (const unsigned short *)ATT_Q, *K = (const unsigned short *)ATT_K;
     const unsigned short *V = (const unsigned short *)ATT_V, *DY = (const unsigned short *)ATT_DY;
     const float *DI = (const float *)a.p[9];
@@ -446,8 +488,12 @@ FTC_INLINE void attn_bwd_dkv_mma(FtcArgs a, long long B, long long S, long long 
         FTC_UNROLL
         for (int e = 0; e < 4; e++)
             dk[nc][e] = dv[nc][e] = 0.0f;
+    long long qbegin, qend, lastbegin, lastend;   /* the queries keys k0 and k0 + 15 are seen by */
+    att_queries(k0, S, causal, window, &qbegin, &lastend);
+    att_queries(k0 + 15, S, causal, window, &lastbegin, &qend);
+    qend = qend < S ? qend : S;
     for (long long h = hk * group; h < (hk + 1) * group; h++)
-        for (long long i0 = causal ? k0 : 0; i0 < S; i0 += 16) {
+        for (long long i0 = qbegin; i0 < qend; i0 += 16) {
             float s[2][4], dp[2][4];
             long long qb[2];
             FTC_UNROLL
@@ -459,11 +505,14 @@ FTC_INLINE void attn_bwd_dkv_mma(FtcArgs a, long long B, long long S, long long 
                 FTC_UNROLL
                 for (int e = 0; e < 4; e++) {
                     long long qr = i0 + nh * 8 + 2 * q + (e & 1), kr = key[e >> 1];
-                    bool hidden = qr >= S || kr >= S || (causal && kr > qr);
+                    /* att_hidden written out: the inlined call costs this kernel registers */
+                    bool hidden = qr >= S || kr >= S || (causal && kr > qr) ||
+                                  (window && (qr - kr >= window || kr - qr >= window));
                     long long stat = (b * H + h) * S + (qr < S ? qr : S - 1);
-                    float p = hidden ? 0.0f : expf(s[nh][e] * scale - ATT_LSE[stat]);
+                    float sc = att_cap(s[nh][e] * scale, cap);
+                    float p = hidden ? 0.0f : expf(sc - ATT_LSE[stat]);
                     s[nh][e] = p;
-                    dp[nh][e] = p * (dp[nh][e] - DI[stat]) * scale;   /* dS^T */
+                    dp[nh][e] = p * (dp[nh][e] - DI[stat]) * att_through(sc, cap) * scale;   /* dS^T */
                 }
             unsigned int pa0 = att_pack(s[0][0], s[0][1]), pa1 = att_pack(s[0][2], s[0][3]);
             unsigned int pa2 = att_pack(s[1][0], s[1][1]), pa3 = att_pack(s[1][2], s[1][3]);
@@ -504,25 +553,28 @@ FTC_INLINE void attn_bwd_dkv_mma(FtcArgs a, long long B, long long S, long long 
 FTC_INLINE int att_mma(int D, int dt) { return dt == FTC_BF16 && D % 16 == 0 && D <= 8 * ATT_MAX_CHUNKS; }
 
 FTC_INLINE void attention_fwd(FtcArgs a, long long B, long long S, long long H, long long Hkv, int D,
-                              int causal, float scale, int dtq, int dtk, int dtv, int dto) {
+                              int causal, long long window, float cap, float scale, int dtq, int dtk,
+                              int dtv, int dto) {
     if (att_mma(D, dtq) && dtk == FTC_BF16 && dtv == FTC_BF16 && dto == FTC_BF16)
-        attn_fwd_mma(a, B, S, H, Hkv, D, causal, scale);
+        attn_fwd_mma(a, B, S, H, Hkv, D, causal, window, cap, scale);
     else
-        attn_fwd(a, B, S, H, Hkv, D, causal, scale, dtq, dtk, dtv, dto);
+        attn_fwd(a, B, S, H, Hkv, D, causal, window, cap, scale, dtq, dtk, dtv, dto);
 }
 
 FTC_INLINE void attention_bwd_dq(FtcArgs a, long long B, long long S, long long H, long long Hkv,
-                                 int D, int causal, float scale, int dt, int dtd) {
+                                 int D, int causal, long long window, float cap, float scale, int dt,
+                                 int dtd) {
     if (att_mma(D, dt) && dtd == FTC_BF16)
-        attn_bwd_dq_mma(a, B, S, H, Hkv, D, causal, scale);
+        attn_bwd_dq_mma(a, B, S, H, Hkv, D, causal, window, cap, scale);
     else
-        attn_bwd_dq(a, B, S, H, Hkv, D, causal, scale, dt, dtd);
+        attn_bwd_dq(a, B, S, H, Hkv, D, causal, window, cap, scale, dt, dtd);
 }
 
 FTC_INLINE void attention_bwd_dkv(FtcArgs a, long long B, long long S, long long H, long long Hkv,
-                                  int D, int causal, float scale, int dt, int dtd) {
+                                  int D, int causal, long long window, float cap, float scale, int dt,
+                                  int dtd) {
     if (att_mma(D, dt) && dtd == FTC_BF16)
-        attn_bwd_dkv_mma(a, B, S, H, Hkv, D, causal, scale);
+        attn_bwd_dkv_mma(a, B, S, H, Hkv, D, causal, window, cap, scale);
     else
-        attn_bwd_dkv(a, B, S, H, Hkv, D, causal, scale, dt, dtd);
+        attn_bwd_dkv(a, B, S, H, Hkv, D, causal, window, cap, scale, dt, dtd);
 }

@@ -64,14 +64,17 @@ FTC_INLINE void embed_bwd_index(FtcArgs a, long long N, long long V) {
     }
 }
 
-/* Launch 2, one block per id v: dtable[v, :] (+)= the sum of dy over v's positions.
- * a.p: dtable [V, C], dy [N, C], ids, ws. */
-FTC_INLINE void embed_bwd_sum(FtcArgs a, long long V, int C, int update, int dtdy, int dtout) {
+/* Launch 2, one block per id v: dtable[v, :] (+)= the sum of dy over v's positions (none
+ * for the padding id `pad`, -1 for none).  a.p: dtable [V, C], dy [N, C], ids, ws. */
+FTC_INLINE void embed_bwd_sum(FtcArgs a, long long V, int C, int update, long long pad, int dtdy,
+                              int dtout) {
     const int *off = (const int *)a.p[3], *perm = off + V + 1;
     long long v = blockIdx.x;
     if (v >= V)
         return;
     int start = v ? off[v - 1] : 0, end = off[v];
+    if (v == pad)
+        start = end;
     if (update && start == end)
         return;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {

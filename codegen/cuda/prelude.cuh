@@ -40,12 +40,17 @@ typedef struct FtcGroupArgs {
 #ifdef FTC_EMU
 #include "ftc_emu.h"
 #define FTC_CONST static const
+#define FTC_TABLE static const
 #define FTC_UNROLL
 #define FTC_GROUP_KERNEL(name) static void name(const FtcGroupArgs *ftc_ga_)
 #define FTC_GA ftc_ga_
 #else
 #define FTC_KERNEL extern "C" __global__
 #define FTC_CONST static __constant__ const
+/* A table each thread reads at its own index (rope's frequencies): in global memory, read
+ * through the caches; constant memory would serialise a warp's different addresses, and a
+ * module holds at most 64 KiB of it. */
+#define FTC_TABLE static __device__ const
 /* Before a loop over a register array (an mma accumulator): unrolled, the array stays in
  * registers; rolled, it is indexed at run time and lives in local memory. */
 #define FTC_UNROLL _Pragma("unroll")

@@ -253,7 +253,8 @@ static int k_attention(Call *c) {
     float *row = scratch(c->s, q[1]);
     return status(c, cpu_attention_forward(OUT(0), OUT(1), row, IN(0), IN(1), IN(2), (size_t)q[0],
                                            (size_t)q[1], (size_t)q[2], (size_t)B(1)->shape[2],
-                                           (size_t)q[3], c->in->attr.causal));
+                                           (size_t)q[3], c->in->attr.causal, (size_t)c->in->attr.window,
+                                           (float)c->in->attr.softcap, c->in->attr.scale));
 }
 
 // A view shares its base's bytes: nothing to run.
@@ -312,7 +313,7 @@ static int k_embed_bwd(Call *c) {
     zero_unless_update(c, 0);
     int64_t C = last_dim(B(0)), V = OB(0)->shape[0];
     return status(c, cpu_embedding_backward(OUT(0), IN(0), RAW(1), (size_t)rows(B(0)), (size_t)V,
-                                            (size_t)C));
+                                            (size_t)C, c->in->attr.pad - 1));
 }
 
 static int k_linear_dx(Call *c) {
@@ -407,7 +408,9 @@ static int k_attention_bwd(Call *c) {
     const int64_t *q = B(1)->shape;
     return status(c, cpu_attention_backward(OUT(0), OUT(1), OUT(2), IN(0), IN(1), IN(2), IN(3),
                                             IN(4), IN(5), (size_t)q[0], (size_t)q[1], (size_t)q[2],
-                                            (size_t)B(2)->shape[2], (size_t)q[3], c->in->attr.causal));
+                                            (size_t)B(2)->shape[2], (size_t)q[3], c->in->attr.causal,
+                                            (size_t)c->in->attr.window, (float)c->in->attr.softcap,
+                                            c->in->attr.scale));
 }
 
 static int k_dropout_bwd(Call *c) {

@@ -105,10 +105,12 @@ int cpu_embedding_forward(float *out, const int32_t *idx, const float *table, si
 }
 
 int cpu_embedding_backward(float *dtable, const float *dout, const int32_t *idx, size_t N, size_t V,
-                           size_t C) {
+                           size_t C, int64_t pad) {
     if (!indices_ok(idx, N, V))
         return CPU_ERR_INDEX;
     for (size_t n = 0; n < N; n++) {
+        if (idx[n] == pad)
+            continue;
         float *row = dtable + (size_t)idx[n] * C;
         const float *g = dout + n * C;
         for (size_t c = 0; c < C; c++)
@@ -671,42 +673,53 @@ void cpu_softmax_backward(float *dx, const float *dy, const float *y, size_t N, 
 // ---------------------------------------------------------------------------------------------
 // Attention
 
-// The scaled score of one query row against one key row; forward and backward share it so the
-// backward recomputes bitwise the scores the forward saw.
-static float attn_score(const float *q, const float *k, size_t D, double scale) {
+// The scaled score of one query row against one key row, soft-capped to cap·tanh(s / cap)
+// when cap > 0 (Gemma 2, in fp32 as its eager attention does); forward and backward share it
+// so the backward recomputes bitwise the scores the forward saw.
+static float attn_score(const float *q, const float *k, size_t D, double scale, float cap) {
     double dot = 0.0;
     for (size_t d = 0; d < D; d++)
         dot += (double)q[d] * k[d];
-    return (float)(dot * scale);
+    float s = (float)(dot * scale);
+    return cap > 0 ? tanhf(s / cap) * cap : s;
+}
+
+// The keys [*t0, *t1) query s sees: causal ones up to s, and with a window the `window`
+// ending at s (or, not causal, those within window - 1 either way).
+static void attn_keys(size_t s, size_t S, int causal, size_t window, size_t *t0, size_t *t1) {
+    *t0 = window && s + 1 > window ? s + 1 - window : 0;
+    *t1 = causal ? s + 1 : window && s + window < S ? s + window : S;
 }
 
 int cpu_attention_forward(float *o, float *lse, float *scratch, const float *q, const float *k,
                           const float *v, size_t B, size_t S, size_t H, size_t Hkv, size_t D,
-                          int causal) {
-    if (Hkv == 0 || H % Hkv != 0)
+                          int causal, size_t window, float softcap, double scale) {
+    if (Hkv == 0 || H % Hkv != 0 || softcap < 0 || scale < 0)
         return CPU_ERR_ARG;
     size_t group = H / Hkv;
-    double scale = 1.0 / sqrt((double)D);
+    if (scale == 0)
+        scale = 1.0 / sqrt((double)D);
     for (size_t b = 0; b < B; b++)
         for (size_t h = 0; h < H; h++) {
             size_t hk = h / group;
             for (size_t s = 0; s < S; s++) {
                 const float *qr = q + ((b * S + s) * H + h) * D;
                 float *orow = o + ((b * S + s) * H + h) * D;
-                size_t T = causal ? s + 1 : S; // keys 0..T-1 are visible
+                size_t t0, t1; // keys t0..t1-1 are visible
+                attn_keys(s, S, causal, window, &t0, &t1);
                 float mx = -INFINITY;
-                for (size_t t = 0; t < T; t++) {
-                    scratch[t] = attn_score(qr, k + ((b * S + t) * Hkv + hk) * D, D, scale);
+                for (size_t t = t0; t < t1; t++) {
+                    scratch[t] = attn_score(qr, k + ((b * S + t) * Hkv + hk) * D, D, scale, softcap);
                     mx = scratch[t] > mx ? scratch[t] : mx;
                 }
                 double sum = 0.0;
-                for (size_t t = 0; t < T; t++)
+                for (size_t t = t0; t < t1; t++)
                     sum += exp((double)scratch[t] - mx);
                 float l = (float)(mx + log(sum));
                 lse[(b * H + h) * S + s] = l;
                 for (size_t d = 0; d < D; d++)
                     orow[d] = 0.0f;
-                for (size_t t = 0; t < T; t++) {
+                for (size_t t = t0; t < t1; t++) {
                     float p = expf(scratch[t] - l);
                     const float *vr = v + ((b * S + t) * Hkv + hk) * D;
                     for (size_t d = 0; d < D; d++)
@@ -719,15 +732,18 @@ int cpu_attention_forward(float *o, float *lse, float *scratch, const float *q, 
 
 int cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
                            const float *k, const float *v, const float *o, const float *lse,
-                           size_t B, size_t S, size_t H, size_t Hkv, size_t D, int causal) {
-    if (Hkv == 0 || H % Hkv != 0)
+                           size_t B, size_t S, size_t H, size_t Hkv, size_t D, int causal,
+                           size_t window, float softcap, double scale) {
+    if (Hkv == 0 || H % Hkv != 0 || softcap < 0 || scale < 0)
         return CPU_ERR_ARG;
     size_t group = H / Hkv;
-    double scale = 1.0 / sqrt((double)D);
+    if (scale == 0)
+        scale = 1.0 / sqrt((double)D);
     memset(dk, 0, B * S * Hkv * D * sizeof(float));
     memset(dv, 0, B * S * Hkv * D * sizeof(float));
     // Per query row: P_t = exp(score_t - lse), dP_t = do·v_t, Di = do·o,
-    // dS_t = P_t (dP_t - Di); dq = scale sum_t dS_t k_t, dk_t += scale dS_t q, dv_t += P_t do.
+    // dS_t = P_t (dP_t - Di) (times 1 - tanh² through a soft cap); dq = scale sum_t dS_t k_t,
+    // dk_t += scale dS_t q, dv_t += P_t do.
     for (size_t b = 0; b < B; b++)
         for (size_t h = 0; h < H; h++) {
             size_t hk = h / group;
@@ -736,20 +752,27 @@ int cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout, c
                 const float *qr = q + row, *gr = dout + row, *orow = o + row;
                 float *dqr = dq + row;
                 float l = lse[(b * H + h) * S + s];
-                size_t T = causal ? s + 1 : S;
+                size_t t0, t1;
+                attn_keys(s, S, causal, window, &t0, &t1);
                 double di = 0.0;
                 for (size_t d = 0; d < D; d++)
                     di += (double)gr[d] * orow[d];
                 for (size_t d = 0; d < D; d++)
                     dqr[d] = 0.0f;
-                for (size_t t = 0; t < T; t++) {
+                for (size_t t = t0; t < t1; t++) {
                     size_t kv = ((b * S + t) * Hkv + hk) * D;
                     const float *kr = k + kv, *vr = v + kv;
-                    float p = expf(attn_score(qr, kr, D, scale) - l);
+                    float sc = attn_score(qr, kr, D, scale, softcap);
+                    float p = expf(sc - l);
                     double dp = 0.0;
                     for (size_t d = 0; d < D; d++)
                         dp += (double)gr[d] * vr[d];
-                    float ds = (float)(p * (dp - di) * scale); // already carries the score's scale
+                    double through = 1.0;   // d capped / d raw
+                    if (softcap > 0) {
+                        double t = (double)sc / softcap;
+                        through = 1.0 - t * t;
+                    }
+                    float ds = (float)(p * (dp - di) * through * scale); // already carries the score's scale
                     float *dkr = dk + kv, *dvr = dv + kv;
                     for (size_t d = 0; d < D; d++) {
                         dqr[d] += ds * kr[d];

@@ -60,12 +60,13 @@ int cpu_embedding_forward(float *out,           // (N, C)
                           const int32_t *idx,   // (N)
                           const float *table,   // (V, C)
                           size_t N, size_t V, size_t C);
-// Scatters gradients: dtable[idx[n], :] += dout[n, :] in order n = 0..N-1; CPU_ERR_INDEX if some
-// idx is outside [0, V) (checked before anything is written).
+// Scatters gradients: dtable[idx[n], :] += dout[n, :] in order n = 0..N-1, but for the rows
+// whose id is `pad` (torch's padding_idx; -1: none); CPU_ERR_INDEX if some idx is outside
+// [0, V) (checked before anything is written).
 int cpu_embedding_backward(float *dtable,        // (V, C) +=
                            const float *dout,    // (N, C)
                            const int32_t *idx,   // (N)
-                           size_t N, size_t V, size_t C);
+                           size_t N, size_t V, size_t C, int64_t pad);
 
 // ---------------------------------------------------------------------------------------------
 // Linear and matmul (CBLAS sgemm; every dimension must be below 2^31)
@@ -265,20 +266,23 @@ void cpu_softmax_backward(float *dx,        // (N, C) =
 
 // ---------------------------------------------------------------------------------------------
 // Attention, scaled dot product with GQA: query head h reads kv head h / (H / Hkv).
-// Scores are scale * q·k with scale = 1 / sqrt(D); causal masks keys t > s for query s.
+// Scores are scale * q·k (scale 0: 1 / sqrt(D)), soft-capped to softcap·tanh(s / softcap)
+// when softcap > 0; causal masks keys t > s for query s; a window > 0 also masks keys t with
+// s - t >= window (not causal: |s - t| >= window), Mistral's sliding window.
 
 // o = softmax(scores) · v and lse = logsumexp of each row of scaled scores; scratch holds one
-// row of scores, S floats. CPU_ERR_ARG if Hkv == 0 or H % Hkv != 0.
+// row of scores, S floats. CPU_ERR_ARG if Hkv == 0, H % Hkv != 0 or softcap or scale < 0.
 int cpu_attention_forward(float *o,          // (B, S, H, D)
                           float *lse,        // (B, H, S) fp32
                           float *scratch,    // (S)
                           const float *q,    // (B, S, H, D)
                           const float *k,    // (B, S, Hkv, D)
                           const float *v,    // (B, S, Hkv, D)
-                          size_t B, size_t S, size_t H, size_t Hkv, size_t D, int causal);
+                          size_t B, size_t S, size_t H, size_t Hkv, size_t D, int causal,
+                          size_t window, float softcap, double scale);
 // dq, dk, dv (all assigned; dk and dv summed over the H/Hkv query heads of each group) from
 // dout, q, k, v, o and lse, recomputing P = exp(score - lse) flash-attention style. Needs no
-// scratch. CPU_ERR_ARG if Hkv == 0 or H % Hkv != 0.
+// scratch. CPU_ERR_ARG as the forward.
 int cpu_attention_backward(float *dq,          // (B, S, H, D) =
                            float *dk,          // (B, S, Hkv, D) =
                            float *dv,          // (B, S, Hkv, D) =
@@ -288,7 +292,8 @@ int cpu_attention_backward(float *dq,          // (B, S, H, D) =
                            const float *v,     // (B, S, Hkv, D)
                            const float *o,     // (B, S, H, D)
                            const float *lse,   // (B, H, S)
-                           size_t B, size_t S, size_t H, size_t Hkv, size_t D, int causal);
+                           size_t B, size_t S, size_t H, size_t Hkv, size_t D, int causal,
+                           size_t window, float softcap, double scale);
 
 // ---------------------------------------------------------------------------------------------
 // Dropout with a counter-based RNG: element i keeps iff

@@ -17,7 +17,9 @@ static double now_ms(void) {
 
 int main(int argc, char **argv) {
     const char *src = argc > 1 ? argv[1] : ".";
-    static const char *models[] = {"tiny", "qwen2-0.5b", "qwen2-1.5b", "qwen2", "llama2-7b", "qwen2-72b"};
+    static const char *models[] = {"tiny", "qwen2-0.5b", "qwen2-1.5b", "qwen2", "llama2-7b", "qwen2-72b",
+                                   "gpt2", "llama-3.1-8b", "gemma-2-9b", "gemma-3-1b",
+                                   "phi-3-mini-4k", "pythia-160m"};
     static const int64_t batches[] = {1, 2, 8};
     int over = 0;
     printf("%-12s %5s %8s %16s %16s %8s %10s %9s\n", "model", "micro", "nodes", "lower bound",
