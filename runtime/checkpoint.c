@@ -54,8 +54,7 @@ static int64_t step_of(const char *name) {
     return end != name + 11 && !*end && s > 0 ? s : -1;
 }
 
-// Removes the checkpoints of DIR but the `keep` latest.
-static void prune(const char *dir, int keep) {
+void rt_checkpoint_prune(const char *dir, int keep) {
     DIR *d = opendir(dir);
     if (!d)
         return;
@@ -144,7 +143,7 @@ int rt_checkpoint_save(Exec *x, const char *dir, int64_t step, uint64_t seed, in
         remove_tree(tmp);
         return -1;
     }
-    prune(dir, keep);
+    rt_checkpoint_prune(dir, keep);
     return 0;
 }
 

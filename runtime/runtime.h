@@ -266,6 +266,9 @@ int rt_checkpoint_save(Exec *x, const char *dir, int64_t step, uint64_t seed, in
 // The checkpoint to resume from: path itself when it holds state.safetensors, else its
 // latest complete checkpoint-STEP; -1 with err when there is none.
 int rt_checkpoint_find(const char *path, char *out, size_t len, char *err, size_t errlen);
+// Removes DIR's checkpoints but the `keep` latest (what a run killed between a save and
+// its pruning left over).
+void rt_checkpoint_prune(const char *dir, int keep);
 // Loads a checkpoint made for this plan into x (x->skipped too); its step and seed.
 int rt_checkpoint_load(Exec *x, const char *ckpt, int64_t *step, uint64_t *seed, char *err, size_t errlen);
 

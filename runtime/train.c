@@ -317,6 +317,10 @@ int rt_train(const RunOptions *o) {
             goto out;
         }
     }
+    // A run killed between a checkpoint and its pruning left one too many; the steps
+    // left may save none (the last step never does), so prune before the first.
+    if (o->save && o->save_every > 0)
+        rt_checkpoint_prune(o->save, o->keep > 0 ? o->keep : 2);
     data_shuffle(order, nwin, seed);
     x.seed = seed;
     x.poison = o->poison;

@@ -58,7 +58,7 @@ for kind in full lora fp16; do
         # that saves, that is inside the save. Progress does not depend on the speed of
         # the build (a sanitized one is many times slower).
         want=$((RANDOM % 5 + 1))
-        while kill -0 $pid 2>/dev/null && [ "$(grep -cs '^step ' "$out")" -lt $want ]; do sleep 0.01; done
+        while kill -0 $pid 2>/dev/null && [ "$(cat "$out" 2>/dev/null | grep -c '^step ')" -lt $want ]; do sleep 0.01; done
         sleep "0.0$((RANDOM % 3))"
         if kill -9 $pid 2>/dev/null; then
             kills=$((kills + 1))
@@ -88,6 +88,16 @@ for kind in full lora fp16; do
     n=$(ls -d "$k"/checkpoint-* | wc -l)
     [ "$n" -le 2 ] && ok "$kind-keeps-2-checkpoints" || bad "$kind-keeps-2-checkpoints" "$n"
 done
+
+# A run killed between a checkpoint and its pruning leaves one too many, and the run
+# that resumes may save none (the last step never does): it prunes before its first step.
+k=$tmp/full-k
+last=$(ls -d "$k"/checkpoint-* | tail -1)
+cp -r "$last" "$k/checkpoint-000001"
+"$ftc" run "$tmp/full.plan" --data "$tmp/c.bin" --steps $(( 10#${last##*-} + 1 )) --save-every 3 --seed 5 \
+    --save "$k" --resume "$k" >/dev/null 2>&1 || bad "prune-on-start" "the resumed run failed"
+n=$(ls -d "$k"/checkpoint-* | wc -l)
+[ "$n" -eq 2 ] && [ ! -e "$k/checkpoint-000001" ] && ok "prune-on-start" || bad "prune-on-start" "$n checkpoints"
 
 # A full disk during a save (a file size limit: writes fail with EFBIG): a clear error and
 # exit 1, no temporary file left, and the checkpoint before it still resumes to the same
