@@ -196,10 +196,11 @@ static void a_attention(FILE *f, const CudaCtx *cx) {
     flit(f, n->attr.softcap);
     fprintf(f, ", ");
     flit(f, n->attr.scale > 0 ? n->attr.scale : 1.0 / sqrt((double)q->shape[3]));
+    int docs = fwd ? n->nin > 3 && n->in[3] >= 0 : n->nin > 6 && n->in[6] >= 0;   // position ids
     if (fwd)
-        fprintf(f, ", %d, %d, %d, %d", DT(q), DT(k), DT(IN(2)), DT(OUT(0)));
+        fprintf(f, ", %d, %d, %d, %d, %d", DT(q), DT(k), DT(IN(2)), DT(OUT(0)), docs);
     else
-        fprintf(f, ", %d, %d", DT(q), DT(IN(0)));
+        fprintf(f, ", %d, %d, %d", DT(q), DT(IN(0)), docs);
 }
 // attention.cuh's att_dkv_split: the warps a 16-row key tile of the dk/dv launch takes.
 static int64_t dkv_split(int64_t D) {
@@ -216,8 +217,9 @@ static void g_attention(const CudaCtx *cx, unsigned *grid, unsigned *block) {
     CTX(cx);
     const IrTensor *q = IN(n->op == OP_ATTENTION ? 0 : 1), *k = IN(n->op == OP_ATTENTION ? 1 : 2);
     bool mma = q->shape[3] % 16 == 0 && q->shape[3] <= 256;
-    for (int i = 0; i < n->nin; i++)
-        mma &= IN(i)->dtype == DT_BF16 || IN(i)->dtype == DT_F32 /* lse */;
+    for (int i = 0; i < n->nin; i++)   // the position ids are i32 whatever the rest
+        mma &= n->in[i] < 0 || IN(i)->dtype == DT_BF16 || IN(i)->dtype == DT_F32 /* lse */ ||
+               IN(i)->dtype == DT_I32;
     mma &= OUT(0)->dtype == DT_BF16 && q->dtype == DT_BF16;
     int64_t heads = l == 1 ? k->shape[2] : q->shape[2], S = q->shape[1];
     int64_t rows = q->shape[0] * heads * (mma ? (S + 15) / 16 : S);

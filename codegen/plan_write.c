@@ -47,6 +47,8 @@ int codegen_plan_write(FILE *f, const IrGraph *g, const PlanMeta *meta, const Ke
     fprintf(f, "seq %lld\nmicro_batch %lld\naccum %lld\nvocab %lld\nprecision %s\n",
             (long long)g->seq, (long long)g->batch, (long long)meta->accum,
             (long long)logits->shape[logits->ndim - 1], meta->precision);
+    if (g->packing)
+        fprintf(f, "packing 1\n");
     fprintf(f, "optimizer %s lr=%.17g beta1=%.17g beta2=%.17g eps=%.17g weight_decay=%.17g\n",
             meta->optimizer, meta->lr, meta->beta1, meta->beta2, meta->eps, meta->weight_decay);
     fprintf(f, "schedule %s warmup=%lld steps=%lld min_lr=%.17g\n",

@@ -169,6 +169,8 @@ static Value tensor(int id) { return (Value){.kind = V_TENSOR, .i = id}; }
 enum { MAX_NODES = 1000000, MAX_CALLS = 200000 };   // far beyond any real model; stop runaway fan-out
 
 // Adds a node; reports a shape error at `loc` (or at the failing argument).
+static Value positions(Elab *e, SrcLoc loc);
+
 static Value add_node(Elab *e, Scope *s, OpKind op, int nin, const int *in, OpAttr attr,
                       const char *name, SrcLoc loc, const Ast *args) {
     IrShapeErr err;
@@ -179,6 +181,14 @@ static Value add_node(Elab *e, Scope *s, OpKind op, int nin, const int *in, OpAt
         return none();
     }
     const char *nm = name ? name : fresh_name(e, s, op_desc(op)->name);
+    // Packed records: every rope turns by the position ids (which restart at each record)
+    // and every attention masks the keys of other records, reading them too.
+    int with[IR_MAX_INPUTS];
+    if (e->g->packing && ((op == OP_ROPE && nin == 1) || (op == OP_ATTENTION && nin == 3))) {
+        memcpy(with, in, sizeof(int) * (size_t)nin);
+        with[nin++] = (int)positions(e, loc).i;
+        in = with;
+    }
     int id = ir_node_add(e->g, op, nin, in, attr, nm, s->layer, loc, &err);
     if (id < 0) {
         SrcLoc at = loc;
@@ -1057,10 +1067,14 @@ static void read_train(Elab *e, Scope *s, const Ast *train, TrainSpec *t) {
             t->loss_loc = it->lhs->loc;
         } else if (strcmp(k, "precision") == 0) {
             read_precision(e, it->lhs, t);
-        } else if (strcmp(k, "master_weights") == 0) {
+        } else if (strcmp(k, "master_weights") == 0 || strcmp(k, "packing") == 0) {
             Value v = want(e, s, it->lhs, V_BOOL, V_BOOL, k);
-            t->master_weights = v.kind == V_BOOL && v.i;
-            t->master_loc = it->lhs->loc;
+            if (k[0] == 'p') {
+                t->packing = v.kind == V_BOOL && v.i;
+            } else {
+                t->master_weights = v.kind == V_BOOL && v.i;
+                t->master_loc = it->lhs->loc;
+            }
         } else if (strcmp(k, "optimizer") == 0) {
             read_optimizer(e, s, it->lhs, t);
         } else if (strcmp(k, "lr_schedule") == 0) {
@@ -1079,7 +1093,7 @@ static void read_train(Elab *e, Scope *s, const Ast *train, TrainSpec *t) {
         } else {
             fe_error(e->src, it->loc,
                      "unknown train setting '%s' (seq, batch, micro_batch, loss, precision, "
-                     "master_weights, optimizer, lr_schedule, warmup_steps, steps, min_lr, clip, "
+                     "master_weights, packing, optimizer, lr_schedule, warmup_steps, steps, min_lr, clip, "
                      "budget, host_mem)", k);
         }
     }
@@ -1316,6 +1330,7 @@ IrGraph *fe_elaborate(FtSource *src, const FtModel *m, int64_t batch, Arena *a) 
     IrGraph *g = ir_graph_new(a);
     g->batch = batch;
     g->seq = m->train.seq;
+    g->packing = m->train.packing;
     g->step = step_of(&m->train);
     Elab e = {.src = src, .m = m, .g = g, .a = a, .positions = -1};
     Scope consts = {.prefix = "", .hf_prefix = "", .layer = -1};

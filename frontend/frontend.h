@@ -150,6 +150,7 @@ typedef struct TrainSpec {
     double scale_init, scale_growth, scale_backoff;
     int64_t scale_interval;
     SrcLoc master_loc;          // where master_weights was set (for a refusal)
+    bool packing;               // packed records: rope and attention read the position ids
     int64_t budget_bytes, host_mem_bytes;   // 0 when not given
     // lora(...)
     bool lora;

@@ -86,7 +86,7 @@ const char *mem_category_name(MemCategory c);
 // Tensors and nodes.
 //
 
-enum { IR_MAX_DIMS = OP_MAX_DIMS, IR_MAX_INPUTS = 6, IR_MAX_OUTPUTS = 4, IR_MAX_WAITS = STREAM_COUNT - 1 };
+enum { IR_MAX_DIMS = OP_MAX_DIMS, IR_MAX_INPUTS = 7, IR_MAX_OUTPUTS = 4, IR_MAX_WAITS = STREAM_COUNT - 1 };
 
 typedef enum TensorKind {
     TK_PARAM,     // a parameter (trainable or frozen); hf_name is its checkpoint name
@@ -210,6 +210,8 @@ typedef struct IrGraph {
     VEC(IrFused) fused;     // the steps of OP_FUSED nodes (the fuse pass)
     int64_t gemm_workspace_bytes;   // scratch a GEMM's library call gets (cuBLASLt), 0: none
     bool lora_fan_in_fan_out;       // the LoRA targets' weights are stored [in, out] (the lora pass)
+    bool packing;           // windows hold packed records: the position ids restart at each
+                            // record and attention masks the others (the runtime fills them)
 } IrGraph;
 
 // graph.c

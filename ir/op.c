@@ -292,6 +292,10 @@ static bool shape_attention(const IrGraph *g, const IrNode *n, IrTensor *out, Ir
     if (n->attr.softcap < 0 || n->attr.scale < 0)
         return fail(err, -1, "attention: softcap and scale cannot be negative, got %g and %g",
                     n->attr.softcap, n->attr.scale);
+    const IrTensor *pos = n->nin > 3 && n->in[3] >= 0 ? IN(3) : NULL;
+    if (pos && (pos->dtype != DT_I32 || pos->ndim != 2 || pos->shape[0] != q->shape[0] ||
+                pos->shape[1] != q->shape[1]))
+        return fail(err, 3, "attention: positions %s are not i32 [B, S] of q %s", sh(pos), sh(q));
     same_as(&out[0], q);
     out[1].dtype = DT_F32;
     out[1].ndim = 3;
@@ -826,8 +830,9 @@ static void bwd_attention(Autodiff *ad, const IrNode *n) {
     int dy = ad_dy(ad, n, 0);
     if (dy < 0)
         return;
-    int in[6] = {dy, n->in[0], n->in[1], n->in[2], n->out[0], n->out[1]};
-    int id = ad_node(ad, n, OP_ATTENTION_BWD, 6, in, n->attr, "d");
+    bool pos = n->nin > 3 && n->in[3] >= 0;   // document masking: the same keys are masked
+    int in[7] = {dy, n->in[0], n->in[1], n->in[2], n->out[0], n->out[1], pos ? n->in[3] : -1};
+    int id = ad_node(ad, n, OP_ATTENTION_BWD, pos ? 7 : 6, in, n->attr, "d");
     for (int k = 0; k < 3; k++)
         if (ad_needs(ad, n->in[k]))
             ad_add(ad, n, n->in[k], ad->g->nodes.at[id].out[k]);
@@ -868,6 +873,7 @@ static void bwd_cross_entropy(Autodiff *ad, const IrNode *n) {
 #define I2 NEED_IN2
 #define O NEED_OUT
 #define A NEED_AUX
+#define I3 NEED_IN3
 #define ALL3 (I0 | I1 | I2 | O | A)
 
 static const OpInfo ops[OP_COUNT] = {
@@ -908,7 +914,7 @@ static const OpInfo ops[OP_COUNT] = {
     [OP_SOFTMAX] = {.shape = shape_unary, .flops = flops_4elems, .grad_needs = {O},
                     .backward = bwd_unary},
     [OP_ATTENTION] = {.shape = shape_attention, .flops = flops_attention,
-                      .grad_needs = {ALL3, ALL3, ALL3}, .backward = bwd_attention, .aux = "lse"},
+                      .grad_needs = {ALL3 | I3, ALL3 | I3, ALL3 | I3}, .backward = bwd_attention, .aux = "lse"},
     [OP_VIEW] = {.shape = shape_view, .flops = flops_zero, .bytes_read = read_nothing,
                  .backward = bwd_view},
     [OP_TRANSPOSE] = {.shape = shape_transpose, .flops = flops_zero, .backward = bwd_view},

@@ -2,7 +2,7 @@
 // device: the arithmetic of one element) absorbs the elementwise producers of its
 // inputs when each such input is read by it alone, has its element count, lives in the
 // same phase on the compute stream, and is not the loss or the logits; the producers'
-// producers likewise, up to IR_MAX_FUSED steps and IR_MAX_INPUTS distinct inputs. The
+// producers likewise, up to IR_MAX_FUSED steps and FUSED_MAX_IN distinct inputs. The
 // group becomes one OP_FUSED node at the last step's place, its steps kept in order; the
 // intermediates become virtual (no bytes, no buffer in the arena), so the memory
 // planner and the cost model (fewer bytes moved, one launch) see the kernel as it runs.
@@ -20,6 +20,10 @@
 
 #include <stdlib.h>
 #include <string.h>
+
+// The distinct inputs of a fused kernel: ops.def's fused row (its kernel's arguments).
+enum { FUSED_MAX_IN = 6 };
+_Static_assert((int)FUSED_MAX_IN <= (int)IR_MAX_INPUTS, "a fused node holds its inputs in IrNode.in");
 
 typedef struct Fuse {
     IrGraph *g;
@@ -66,7 +70,7 @@ static int collect(Fuse *f, int node, int root, int *steps, int nsteps, int pend
             // The producer's own external inputs must still fit.
             int before = *ninputs, before_steps = nsteps;
             nsteps = collect(f, p, root, steps, nsteps, pending + 1, inputs, ninputs);
-            if (*ninputs <= IR_MAX_INPUTS)
+            if (*ninputs <= FUSED_MAX_IN)
                 continue;
             for (int s = before_steps; s < nsteps; s++)   // undo: it stays a node of its own
                 f->group[steps[s]] = -1;
@@ -80,9 +84,9 @@ static int collect(Fuse *f, int node, int root, int *steps, int nsteps, int pend
         if (prod >= 0 && g->tensors.at[t].kind == TK_VALUE && f->group[prod] == root && prod != node)
             continue;   // made by a step of this group already (a value read twice)
         bool have = false;
-        for (int i = 0; i < *ninputs && i < IR_MAX_INPUTS + 1; i++)
+        for (int i = 0; i < *ninputs && i < FUSED_MAX_IN + 1; i++)
             have |= inputs[i] == t;
-        if (!have && *ninputs <= IR_MAX_INPUTS)
+        if (!have && *ninputs <= FUSED_MAX_IN)
             inputs[(*ninputs)++] = t;
     }
     steps[nsteps++] = node;
@@ -218,7 +222,7 @@ int fuse_apply(IrGraph *g, FuseStats *st) {
             continue;
         int ninputs = 0;
         int nsteps = collect(&f, i, i, steps, 0, 0, inputs, &ninputs);
-        if (nsteps < 2 || ninputs > IR_MAX_INPUTS) {
+        if (nsteps < 2 || ninputs > FUSED_MAX_IN) {
             for (int s = 0; s < nsteps; s++)
                 f.group[steps[s]] = -1;
             continue;

@@ -193,6 +193,8 @@ static int read_header(Reader *r, Plan *p) {
             ok = ops_parse_i64(w[1], &p->micro_batch) && p->micro_batch > 0;
         else if (strcmp(w[0], "accum") == 0)
             ok = ops_parse_i64(w[1], &p->accum) && p->accum > 0;
+        else if (strcmp(w[0], "packing") == 0)
+            ok = n == 2 && (strcmp(w[1], "0") == 0 || strcmp(w[1], "1") == 0), p->packing = w[1][0] == '1';
         else if (strcmp(w[0], "vocab") == 0)
             ok = ops_parse_i64(w[1], &p->vocab) && p->vocab > 0;
         else if (strcmp(w[0], "precision") == 0)

@@ -9,6 +9,8 @@
 //   micro_batch 8
 //   accum 1
 //   vocab 256
+//   packing 1                    (only with packing = true: the windows hold packed records,
+//                                 the positions buffer restarts at each one)
 //   precision bf16
 //   optimizer adamw lr=0.003 beta1=0.9 beta2=0.999 eps=1e-08 weight_decay=0
 //   schedule cosine warmup=100 steps=1000 min_lr=0     (constant|linear|cosine: the
@@ -95,7 +97,7 @@
 
 #include "ops.h"
 
-enum { PLAN_VERSION = 2, PLAN_MAX_DIMS = OP_MAX_DIMS, PLAN_MAX_IN = 6, PLAN_MAX_OUT = 4,
+enum { PLAN_VERSION = 2, PLAN_MAX_DIMS = OP_MAX_DIMS, PLAN_MAX_IN = 7, PLAN_MAX_OUT = 4,
        PLAN_MAX_WAITS = STREAM_COUNT - 1, PLAN_MAX_LAUNCHES = 3,
        PLAN_GROUP_MAX = 64, PLAN_GROUP_OPERANDS = 6 };   // prelude.cuh's FTC_GROUP_*
 
@@ -179,6 +181,7 @@ typedef struct Plan {
     char *source;           // the .ft it was compiled from (for messages), or NULL
     int64_t budget_bytes, reserve_bytes;
     int64_t seq, micro_batch, accum, vocab;
+    bool packing;           // records packed into windows: position ids restart per record
     char *precision;
     char *optimizer;        // "adamw" or "sgd"
     double lr, beta1, beta2, eps, weight_decay;

@@ -44,7 +44,8 @@ static const char *const kinds[OP_COUNT][2] = {
     [OP_DROPOUT] = {"F", "FU"},         [OP_DROPOUT_BWD] = {"FU", "F"},
     [OP_DEQUANT] = {"QF", "F"},         [OP_COPY] = {"*", "*"},
     [OP_VIEW] = {"*", "*"},             [OP_ROPE] = {"FI", "F"},
-    [OP_ROPE_BWD] = {"FI", "F"},
+    [OP_ROPE_BWD] = {"FI", "F"},       [OP_ATTENTION] = {"FFFI", "FF"},
+    [OP_ATTENTION_BWD] = {"FFFFFFI", "FFF"},
 };
 
 static bool kind_ok(char k, PlanDType t) {
@@ -87,7 +88,7 @@ static int dtypes(const Check *c, OpKind op) {
 
 // q [B, S, H, D] against k and v [B, S, Hkv, D], H a multiple of Hkv; lse [B, H, S].
 static int attention_shapes(const Check *c, const PlanBuffer *q, const PlanBuffer *k,
-                            const PlanBuffer *v, const PlanBuffer *lse) {
+                            const PlanBuffer *v, const PlanBuffer *lse, const PlanBuffer *pos) {
     NEED(q->ndim == 4 && k->ndim == 4 && v->ndim == 4, "q, k and v are [B, S, heads, head_dim]");
     for (int d = 0; d < 4; d++)
         NEED(k->shape[d] == v->shape[d], "k and v differ in shape");
@@ -96,6 +97,7 @@ static int attention_shapes(const Check *c, const PlanBuffer *q, const PlanBuffe
          (long long)D(k, 1), (long long)D(k, 2), (long long)D(k, 3), (long long)D(q, 0),
          (long long)D(q, 1), (long long)D(q, 2), (long long)D(q, 3));
     NEED(E(lse) == D(q, 0) * D(q, 2) * D(q, 1), "%s is not [B, heads, S]", lse->name);
+    NEED(!pos || E(pos) == D(q, 0) * D(q, 1), "the position ids %s are not [B, S]", pos ? pos->name : "");
     return 0;
 }
 
@@ -203,7 +205,7 @@ static int shapes(const Check *c, OpKind op, const OpAttr *attr) {
     case OP_ATTENTION:   // q, k, v -> o, lse
         OUTS(2);
         SAME(o, a);
-        return attention_shapes(c, a, b, I(c, 2), O(c, 1));
+        return attention_shapes(c, a, b, I(c, 2), O(c, 1), c->nin > 3 ? I(c, 3) : NULL);
     case OP_ATTENTION_BWD:   // dy, q, k, v, o, lse -> dq, dk, dv
         OUTS(3);
         SAME(a, b);
@@ -211,7 +213,7 @@ static int shapes(const Check *c, OpKind op, const OpAttr *attr) {
         SAME(o, b);
         SAME(O(c, 1), I(c, 2));
         SAME(O(c, 2), I(c, 3));
-        return attention_shapes(c, b, I(c, 2), I(c, 3), I(c, 5));
+        return attention_shapes(c, b, I(c, 2), I(c, 3), I(c, 5), c->nin > 6 ? I(c, 6) : NULL);
     case OP_VIEW:   // the reader checks a view fits its base
         return 0;
     case OP_SLICE:        // x -> [start, start + size) of dim axis (a view moves nothing)

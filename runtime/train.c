@@ -41,13 +41,13 @@ static int error(const char *fmt, ...) {
 enum { IGNORED_TARGET = -100 };
 
 // Where the batches come from: the token file in its shuffled order, and host staging for
-// one window (`window`, `info`: seq + 1 each) and one micro-batch (`tokens`, `targets`:
-// micro_batch x seq each).
+// one window (`window`, `info`: seq + 1 each) and one micro-batch (`tokens`, `targets`,
+// `positions`: micro_batch x seq each).
 typedef struct Feed {
     DataFile *d;
     const uint64_t *order;
     uint64_t nwin;
-    int32_t *window, *tokens, *targets;
+    int32_t *window, *tokens, *targets, *positions;
     uint8_t *info;
     int64_t count;   // the trained targets of the step under way (step_count)
 } Feed;
@@ -69,7 +69,9 @@ static int step_count(const Exec *x, Feed *f, uint64_t cursor, char *err, size_t
 
 // Fills the tokens and targets buffers (and the position ids, when the model reads them,
 // and the step's target count) with the next micro_batch windows. A target whose token is
-// not trained (the token file's mask) is IGNORED_TARGET.
+// not trained (the token file's mask) is IGNORED_TARGET. With packing, the position ids
+// restart at every record start (and at the window's start), as transformers' position_ids
+// of packed sequences; else they run 0..seq-1 along each window.
 static int load_batch(Exec *x, Feed *f, uint64_t *cursor, char *err, size_t errlen) {
     const Plan *p = x->plan;
     int S = (int)p->seq;
@@ -78,12 +80,14 @@ static int load_batch(Exec *x, Feed *f, uint64_t *cursor, char *err, size_t errl
         if (data_read_window(f->d, w, S, f->window, f->info, (int32_t)p->vocab, err, errlen) != 0)
             return -1;
         memcpy(f->tokens + b * S, f->window, sizeof(int32_t) * (size_t)S);
-        for (int j = 0; j < S; j++)
+        for (int j = 0; j < S; j++) {
             f->targets[b * S + j] = f->info[j + 1] & DATA_TRAIN ? f->window[j + 1] : IGNORED_TARGET;
+            f->positions[b * S + j] = j == 0 || (f->info[j] & DATA_START) ? 0 : f->positions[b * S + j - 1] + 1;
+        }
     }
     rt_write_raw(x, plan_role(p, "tokens")->id, f->tokens);
     rt_write_raw(x, plan_role(p, "targets")->id, f->targets);
-    rt_write_positions(x, NULL);   // every window starts a sequence at position 0
+    rt_write_positions(x, p->packing ? f->positions : NULL);
     rt_write_target_count(x, f->count);
     return 0;
 }
@@ -248,6 +252,9 @@ int rt_train(const RunOptions *o) {
     uint64_t trained = 0;
     if (bad)
         ;
+    else if (p->packing && !data_has_info(d))
+        bad = true, snprintf(err, sizeof err, "%s has no record starts, but the plan packs records "
+                             "(packing = true): make it with ftc data --tokenizer", o->data);
     else if (data_packed_window(d) && data_packed_window(d) != (uint64_t)p->seq)
         bad = true, snprintf(err, sizeof err, "%s was packed for seq %llu (ftc data --pack %llu), but the plan's seq "
                  "is %lld: records would cross windows", o->data, (unsigned long long)data_packed_window(d),
@@ -287,11 +294,12 @@ int rt_train(const RunOptions *o) {
     uint8_t *info = malloc((size_t)(p->seq + 1));
     size_t batch_ids = (size_t)(p->micro_batch * p->seq);
     int32_t *tokens = malloc(sizeof(int32_t) * batch_ids), *targets = malloc(sizeof(int32_t) * batch_ids);
+    int32_t *positions = malloc(sizeof(int32_t) * batch_ids);
     if (o->save && rt_save_lock(o->save, &lock, err, sizeof err) != 0) {
         error("%s", err);
         goto out;
     }
-    if (!order || !window || !info || !tokens || !targets) {
+    if (!order || !window || !info || !tokens || !targets || !positions) {
         error("out of memory for the data order and batch (%llu windows)", (unsigned long long)nwin);
         goto out;
     }
@@ -364,7 +372,7 @@ int rt_train(const RunOptions *o) {
     const PlanBuffer *lossb = plan_role(p, "loss");
     bool counted = plan_role(p, "target_count") != NULL;
     Feed feed = {.d = d, .order = order, .nwin = nwin, .window = window, .tokens = tokens,
-                 .targets = targets, .info = info};
+                 .targets = targets, .positions = positions, .info = info};
     double t0 = now_s(), t1st = 0, first_loss = 0, recent[10] = {0};
     int64_t nrecent = 0, first_step = 0, skipped0 = x.skipped;   // nrecent: steps updated
     uint64_t cursor = (uint64_t)(done * p->accum * p->micro_batch);
@@ -496,7 +504,7 @@ out:
     host->destroy(host);
     free(order);
     free(window), free(info);
-    free(tokens), free(targets);
+    free(tokens), free(targets), free(positions);
     data_close(d);
     plan_free(p);
     return rc;

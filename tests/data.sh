@@ -163,5 +163,24 @@ out=$("$ftc" run "$tmp/t.plan" --data "$tmp/p32.bin" --steps 3 2>&1); rc=$?
 [ "$rc" = 1 ] && [ "$out" = "ftc run: error: $tmp/p32.bin was packed for seq 32 (ftc data --pack 32), but the plan's seq is 16: records would cross windows" ] &&
     ok run-refuses-other-pack || bad run-refuses-other-pack "exit $rc: $out"
 
+# 6. packing = true: the same model trains on the packed file with the position ids
+# restarting at each record and attention kept inside it, and refuses a file that has no
+# record starts.
+sed 's/^  seq       = 16/  seq       = 16\n  packing   = true/' "$tmp/t1024.ft" > "$tmp/tp.ft"
+"$ftc" compile "$tmp/tp.ft" -o "$tmp/tp.plan" > /dev/null
+grep -q '^packing 1$' "$tmp/tp.plan/plan" && ok plan-says-packing || bad plan-says-packing "$(head -12 "$tmp/tp.plan/plan")"
+# The mask needs no buffer of its own: attention reads the position ids rope reads, one
+# i32 [micro_batch, seq] input the planner places (and the plan without packing lacks).
+mb=$(awk '$1 == "micro_batch" { print $2 }' "$tmp/tp.plan/plan")
+grep -Eq "^buffer [0-9]+ positions io device [0-9]+ $((mb * 16 * 4)) i32 ${mb}x16 .*role=positions" "$tmp/tp.plan/plan" &&
+    ! grep -q 'role=positions' "$tmp/t.plan/plan" && ok positions-planned || bad positions-planned "$(grep positions "$tmp/tp.plan/plan")"
+out=$("$ftc" run "$tmp/tp.plan" --data "$tmp/p16.bin" --steps 3 2>&1)
+first=$(grep '^step 1/' <<<"$out" | awk '{print $4}')
+awk -v l="$first" 'BEGIN { exit !(l > 6.7 && l < 7.2) }' && ok "train-packing (loss $first)" || bad train-packing "$out"
+"$ftc" data --bytes tests/data/corpus.txt -o "$tmp/bytes.bin" > /dev/null
+out=$("$ftc" run "$tmp/tp.plan" --data "$tmp/bytes.bin" --steps 1 2>&1); rc=$?
+[ "$rc" = 1 ] && [ "$out" = "ftc run: error: $tmp/bytes.bin has no record starts, but the plan packs records (packing = true): make it with ftc data --tokenizer" ] &&
+    ok packing-needs-records || bad packing-needs-records "exit $rc: $out"
+
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -1,7 +1,8 @@
 // test_cuda_plans.c — every kernel of the plans of every shipped model compiles with
 // NVRTC for sm_80 and sm_90 without spilling. For each model in models/ (and
 // tests/ft/new-ops.ft, every op the architectures add, in one program), full
-// fine-tuning, LoRA (r = 8 on q and v) and QLoRA, each recompute policy, with and
+// fine-tuning, LoRA (r = 8 on q and v), QLoRA and full fine-tuning over packed records
+// (packing = true: rope and attention reading the position ids), each recompute policy, with and
 // without optimizer state and gradients offloaded, the plan at micro-batch 1 is built
 // through every pass and its kernels.cu generated. The distinct kernels of all of them
 // (a plan's kernels.cu is its templates and one kernel per specialisation; most repeat
@@ -20,11 +21,13 @@ static const char *models[] = {"models/tiny.ft", "models/qwen2-0.5b.ft", "models
                                "models/gemma-2-9b.ft", "models/gemma-3-1b.ft",
                                "models/phi-3-mini-4k.ft", "models/pythia-160m.ft",
                                "tests/ft/new-ops.ft"};
-static const char *kinds[] = {"full", "lora", "qlora"};
+static const char *kinds[] = {"full", "lora", "qlora", "packed"};
 // The train section's additions per kind; %s the LoRA targets.
 static const char *extra[] = {"", "  lora(r = 8, alpha = 16, dropout = 0.05, targets = [%s])\n",
                               "  lora(r = 8, alpha = 16, targets = [%s])\n"
-                              "  quantize(nf4, double_quant = true)\n"};
+                              "  quantize(nf4, double_quant = true)\n",
+                              "  packing = true\n"};
+enum { NKINDS = sizeof kinds / sizeof kinds[0] };
 
 // LoRA's targets for a model: q and v, or what the test program has.
 static const char *targets_of(const char *model) {
@@ -190,13 +193,13 @@ int main(int argc, char **argv) {
         return 77;
     }
     for (size_t mi = 0; mi < sizeof models / sizeof models[0]; mi++)
-        for (int k = 0; k < 3; k++) {
+        for (int k = 0; k < NKINDS; k++) {
             char name[96];
             snprintf(name, sizeof name, "%s-%s", models[mi], kinds[k]);
             RUN_NAMED(name, CHECK(sweep(models[mi], k)));
         }
-    printf("  %d distinct kernels over %zu models x 3 kinds x 4 policies x 2 offload levels\n",
-           bodies.len, sizeof models / sizeof models[0]);
+    printf("  %d distinct kernels over %zu models x %d kinds x 4 policies x 2 offload levels\n",
+           bodies.len, sizeof models / sizeof models[0], (int)NKINDS);
     int chunks[64], nchunks = 0;   // where each source's kernels start
     long used = 0;
     for (int i = 0; i < bodies.len; i++) {

@@ -323,7 +323,18 @@ static void lockstep(const char *name, const char *text, int64_t micro) {
             ids[i] = -100;
         rt_write_raw(&h.x, plan_role(p, r ? "targets" : "tokens")->id, ids);
     }
-    rt_write_positions(&h.x, NULL);
+    // Packed records: position ids restart at records of 1 to 17 tokens, across the rows.
+    int32_t *pos = NULL;
+    if (p->packing) {
+        pos = malloc(sizeof(int32_t) * (size_t)ntok);
+        for (int64_t i = 0, len = 0, at = 0; i < ntok; i++, at++) {
+            if (at == len || i % p->seq == 0)
+                at = 0, len = 1 + (int64_t)(urand32() % 17);
+            pos[i] = (int32_t)at;
+        }
+    }
+    rt_write_positions(&h.x, pos);
+    free(pos);
     rt_write_target_count(&h.x, rt_write_target_count(&h.x, -1) + 7);
     free(ids);
     h.x.step = xe.step = 1;
@@ -450,6 +461,32 @@ static void test_fp16_overflow(void) {
     expect_skip = false;
 }
 
+// A train section with packing = true: the same model over packed records (every rope
+// turned by the position ids, every attention masking the other records' keys).
+static void packed(char *text, size_t cap, const char *model) {
+    const char *at = strstr(model, "  loss = ");
+    snprintf(text, cap, "%.*s  packing = true\n%s", (int)(at - model), model, at);
+}
+
+static void test_packed(void) {
+    char text[8192], q[8192];
+    snprintf(q, sizeof q, qwen_odd, "");
+    packed(text, sizeof text, q);
+    lockstep("qwen-odd-packed", text, 2);   // head dim 80: the tensor-core kernels
+    packed(text, sizeof text, ops_fp16);
+    lockstep("ops-fp16-packed", text, 2);   // fp16, non-causal: the warp-per-row kernels
+    snprintf(q, sizeof q, attention_hd, 40, "causal = true");
+    packed(text, sizeof text, q);
+    lockstep("attention-hd40-packed", text, 1);
+    // the mask composed with a sliding window, a soft cap and a scale, on both kernels
+    snprintf(q, sizeof q, attention_hd, 64, "causal = true, window = 7, softcap = 5.0, scale = 0.2");
+    packed(text, sizeof text, q);
+    lockstep("attention-opts-hd64-packed", text, 1);
+    snprintf(q, sizeof q, attention_hd, 40, "causal = false, window = 20, softcap = 3.0");
+    packed(text, sizeof text, q);
+    lockstep("attention-opts-hd40-packed", text, 1);
+}
+
 static void test_attention_head_dims(void) {
     static const int hd[] = {40, 64, 96, 128, 256};
     for (size_t i = 0; i < sizeof hd / sizeof hd[0]; i++) {
@@ -525,6 +562,7 @@ int main(int argc, char **argv) {
     RUN(test_fp16_overflow);
     RUN(test_new_ops);
     RUN(test_gpt2_qlora);
+    RUN(test_packed);
     RUN(test_attention_head_dims);
     RUN(test_attention_options);
     report();

@@ -513,6 +513,49 @@ static void test_qwen2_masked_accumulated_fp32(void) {
            "%.7f), %d gradients: worst max rel err %.2e (tolerance 1e-04)\n", count[0], loss, want, grads, worst);
     teardown(&r);
 }
+// Packed records (make_ref_packed.py): two windows of whole records, transformers given the
+// position ids restarting at each record and no attention mask (its packed-sequence mask);
+// ftc with packing = true and the same position ids: logits, loss and every gradient.
+static void test_qwen2_packed_fp32(void) {
+    Run r;
+    char err[1024];
+    bool ok = setup_full(&r, "qwen2_tiny_packed", "fp32", NULL, "  packing = true", 2, 2);
+    CHECK(ok);
+    CHECK(!ok || r.plan->packing);
+    if (!ok || !r.plan->packing) {
+        teardown(&r);
+        return;
+    }
+    int32_t pos[16];
+    const StTensor *t = st_find(r.expect, "positions");
+    CHECK(t && st_elems(t) == 16 && st_read_raw(r.expect, t, pos, sizeof pos, err, sizeof err) == 0);
+    rt_write_positions(&r.x, pos);
+    CHECK_EQ(0, rt_exec_phase(&r.x, PHASE_FWD, err, sizeof err));
+    double worst = 0;
+    expect_close(&r, plan_role(r.plan, "logits")->id, "logits", 1e-4, &worst);
+    CHECK_EQ(0, rt_exec_phase(&r.x, PHASE_BWD, err, sizeof err));
+    expect_close(&r, plan_role(r.plan, "loss")->id, "loss", 1e-5, &worst);
+    int grads = 0;
+    for (int i = 0; i < r.plan->nbuf; i++) {
+        const PlanBuffer *b = &r.plan->buf[i];
+        if (b->kind != PK_GRAD)
+            continue;
+        char key[512];
+        snprintf(key, sizeof key, "grad.%s", r.plan->buf[b->of].hf);
+        expect_close(&r, i, key, 1e-4, &worst);
+        grads++;
+    }
+    int params = 0;
+    for (int i = 0; i < st_count(r.expect); i++)
+        params += strncmp(st_at(r.expect, i)->name, "grad.", 5) == 0;
+    CHECK_EQ(params, grads);
+    float loss = 0;
+    rt_read_f32(&r.x, plan_role(r.plan, "loss")->id, &loss);
+    printf("  qwen2_tiny_packed fp32, records of 3+5 and 2+4+2 tokens: loss %.7f, logits and %d gradients: "
+           "worst max rel err %.2e against transformers' packed-sequence mask (tolerance 1e-04)\n", loss, grads,
+           worst);
+    teardown(&r);
+}
 // PEFT's LoRA (r = 4, alpha = 8 on q_proj, v_proj): logits, loss and the adapters' gradients.
 static void test_qwen2_peft_lora_fp32(void) {
     run_case_lora("qwen2_tiny_lora", "fp32", 1e-4,
@@ -531,6 +574,7 @@ int main(int argc, char **argv) {
         traindir = argv[2];
     RUN(test_qwen2_fp32);
     RUN(test_qwen2_masked_accumulated_fp32);
+    RUN(test_qwen2_packed_fp32);
     RUN(test_llama_tied_fp32);
     RUN(test_llama_gqa_fp32);
     RUN(test_qwen2_peft_lora_fp32);

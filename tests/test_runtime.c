@@ -781,19 +781,20 @@ typedef struct {
     size_t window;
     float softcap;
     double scale;
+    const int32_t *pos;   // (B, S) position ids of packed records, or NULL
 } AttnCase;
 
 static void attn_fwd(Fd *f) {
     AttnCase *c = (AttnCase *)f;
     CHECK(cpu_attention_forward(f->out, c->lse, c->scratch, c->q, c->k, c->v, c->B, c->S, c->H,
-                                c->Hkv, c->D, c->causal, c->window, c->softcap, c->scale) == CPU_OK);
+                                c->Hkv, c->D, c->causal, c->window, c->softcap, c->scale, c->pos) == CPU_OK);
 }
 
 static void attn_bwd(Fd *f) {
     AttnCase *c = (AttnCase *)f;
     CHECK(cpu_attention_backward(c->dq, c->dk, c->dv, f->R, c->q, c->k, c->v, f->out, c->lse, c->B,
                                  c->S, c->H, c->Hkv, c->D, c->causal, c->window, c->softcap,
-                                 c->scale) == CPU_OK);
+                                 c->scale, c->pos) == CPU_OK);
 }
 
 static void attn_setup(AttnCase *c) {
@@ -809,33 +810,58 @@ static void attn_setup(AttnCase *c) {
     add_input(&c->f, "v", c->v, c->dv, nk, 0);
 }
 
-static void attn_grad(size_t B, size_t S, size_t H, size_t Hkv, size_t D, int causal) {
-    AttnCase c = {.B = B, .S = S, .H = H, .Hkv = Hkv, .D = D, .causal = causal};
+// Position ids of packed records for B rows of S: row b holds records of lengths 3, 2, 1,
+// 3, ... shifted by b, so rows differ.
+static const int32_t *packed_pos(size_t B, size_t S) {
+    int32_t *pos = alloc_zeroed(B * S * sizeof(int32_t));
+    for (size_t b = 0; b < B; b++) {
+        size_t len = 3 - b % 3, at = 0;
+        for (size_t s = 0; s < S; s++, at++) {
+            if (at == len)
+                at = 0, len = len % 3 + 1;
+            pos[b * S + s] = (int32_t)at;
+        }
+    }
+    return pos;
+}
+
+static void attn_grad_pos(size_t B, size_t S, size_t H, size_t Hkv, size_t D, int causal, bool packed) {
+    AttnCase c = {.B = B, .S = S, .H = H, .Hkv = Hkv, .D = D, .causal = causal,
+                  .pos = packed ? packed_pos(B, S) : NULL};
     attn_setup(&c);
     fd_check(&c.f, FD_STEP, FD_ATOL, FD_RTOL);
 }
 
+static void attn_grad(size_t B, size_t S, size_t H, size_t Hkv, size_t D, int causal) {
+    attn_grad_pos(B, S, H, Hkv, D, causal, false);
+}
+
 static void test_attention_grad_gqa_causal(void) { attn_grad(2, 5, 4, 2, 4, 1); }
+// Document masking: keys of another record are masked, in forward and backward alike.
+static void test_attention_grad_packed_causal(void) { attn_grad_pos(2, 7, 4, 2, 4, 1, true); }
+static void test_attention_grad_packed_noncausal(void) { attn_grad_pos(2, 6, 2, 1, 4, 0, true); }
 static void test_attention_grad_mha_noncausal(void) { attn_grad(1, 4, 2, 2, 6, 0); }
 static void test_attention_grad_mqa_causal(void) { attn_grad(1, 6, 3, 1, 4, 1); }
 static void test_attention_grad_gqa_noncausal(void) { attn_grad(1, 5, 4, 2, 4, 0); }
 
-// A sliding window (causal and not), soft-capped scores, a scale of its own, all at once.
+// A sliding window (causal and not), soft-capped scores, a scale of its own, all at once;
+// and all of them over packed records.
 static void test_attention_grad_options(void) {
-    for (int causal = 0; causal < 2; causal++) {
-        AttnCase c = {.B = 1, .S = 7, .H = 4, .Hkv = 2, .D = 4, .causal = causal, .window = 3,
-                      .softcap = 1.5f, .scale = 0.7};
+    for (int causal = 0; causal < 4; causal++) {
+        AttnCase c = {.B = 2, .S = 7, .H = 4, .Hkv = 2, .D = 4, .causal = causal % 2, .window = 3,
+                      .softcap = 1.5f, .scale = 0.7, .pos = causal > 1 ? packed_pos(2, 7) : NULL};
         attn_setup(&c);
         fd_check(&c.f, FD_STEP, FD_ATOL, FD_RTOL);
     }
 }
 
 // Attention against naive softmax(q k^T / sqrt(D)) v in double, GQA included, o and lse; with
-// a window, a soft cap and a scale of its own too.
+// a window, a soft cap and a scale of its own too, and with `packed` the keys outside the
+// query's record (packed_pos) masked.
 static void attn_reference_opts(size_t B, size_t S, size_t H, size_t Hkv, size_t D, int causal,
-                                size_t window, float softcap, double scale) {
+                                size_t window, float softcap, double scale, bool packed) {
     AttnCase c = {.B = B, .S = S, .H = H, .Hkv = Hkv, .D = D, .causal = causal, .window = window,
-                  .softcap = softcap, .scale = scale};
+                  .softcap = softcap, .scale = scale, .pos = packed ? packed_pos(B, S) : NULL};
     attn_setup(&c);
     c.f.fwd(&c.f);
     double *p = alloc_zeroed(S * sizeof(double));
@@ -852,7 +878,8 @@ static void attn_reference_opts(size_t B, size_t S, size_t H, size_t Hkv, size_t
                     double sc = dot * (scale ? scale : 1 / sqrt((double)D));
                     if (softcap > 0)
                         sc = softcap * tanh(sc / softcap);
-                    bool hidden = (causal && t > s) || (window && (s >= t + window || t >= s + window));
+                    bool hidden = (causal && t > s) || (window && (s >= t + window || t >= s + window)) ||
+                                  (c.pos && (int64_t)t - c.pos[b * S + t] != (int64_t)s - c.pos[b * S + s]);
                     p[t] = hidden ? -INFINITY : sc;
                     mx = fmax(mx, p[t]);
                 }
@@ -870,24 +897,27 @@ static void attn_reference_opts(size_t B, size_t S, size_t H, size_t Hkv, size_t
 }
 
 static void attn_reference(size_t B, size_t S, size_t H, size_t Hkv, size_t D, int causal) {
-    attn_reference_opts(B, S, H, Hkv, D, causal, 0, 0, 0);
+    attn_reference_opts(B, S, H, Hkv, D, causal, 0, 0, 0, false);
 }
 
 static void test_attention_reference(void) {
-    attn_reference_opts(2, 9, 4, 2, 8, 1, 4, 0, 0);
-    attn_reference_opts(1, 9, 4, 2, 8, 0, 3, 0, 0);
-    attn_reference_opts(1, 7, 2, 1, 8, 1, 0, 2.0f, 0.3);
-    attn_reference_opts(1, 7, 2, 1, 8, 1, 20, 0, 0);   // a window longer than the sequence
+    attn_reference_opts(2, 9, 4, 2, 8, 1, 4, 0, 0, false);
+    attn_reference_opts(1, 9, 4, 2, 8, 0, 3, 0, 0, false);
+    attn_reference_opts(1, 7, 2, 1, 8, 1, 0, 2.0f, 0.3, false);
+    attn_reference_opts(1, 7, 2, 1, 8, 1, 20, 0, 0, false);   // a window longer than the sequence
+    attn_reference_opts(3, 9, 4, 2, 8, 1, 0, 0, 0, true);     // packed records
+    attn_reference_opts(2, 8, 2, 2, 4, 0, 0, 0, 0, true);
+    attn_reference_opts(2, 9, 4, 2, 8, 1, 2, 1.5f, 0.4, true); // and a window, cap and scale
     attn_reference(2, 7, 4, 4, 8, 1);
     attn_reference(2, 7, 4, 2, 8, 1);
     attn_reference(1, 6, 6, 2, 4, 0);
     attn_reference(1, 6, 3, 1, 16, 1);
     AttnCase c = {.B = 1, .S = 2, .H = 3, .Hkv = 2, .D = 4, .causal = 1};
     attn_setup(&c);
-    CHECK(cpu_attention_forward(c.f.out, c.lse, c.scratch, c.q, c.k, c.v, 1, 2, 3, 2, 4, 1, 0, 0, 0) ==
+    CHECK(cpu_attention_forward(c.f.out, c.lse, c.scratch, c.q, c.k, c.v, 1, 2, 3, 2, 4, 1, 0, 0, 0, NULL) ==
           CPU_ERR_ARG);
     CHECK(cpu_attention_backward(c.dq, c.dk, c.dv, c.f.R, c.q, c.k, c.v, c.f.out, c.lse, 1, 2, 3,
-                                 0, 4, 1, 0, 0, 0) == CPU_ERR_ARG);
+                                 0, 4, 1, 0, 0, 0, NULL) == CPU_ERR_ARG);
 }
 
 typedef struct {
@@ -1391,8 +1421,8 @@ static void test_determinism(void) {
         float **r = res[run_i];
         r[0] = fnew(nq), r[1] = fnew(B * H * S), r[2] = fnew(nq), r[3] = fnew(nk), r[4] = fnew(nk);
         r[5] = fnew(V * C), r[6] = fnew(N * V + 1);
-        cpu_attention_forward(r[0], r[1], scratch, q, k, v, B, S, H, Hkv, D, 1, 0, 0, 0);
-        cpu_attention_backward(r[2], r[3], r[4], dout, q, k, v, r[0], r[1], B, S, H, Hkv, D, 1, 0, 0, 0);
+        cpu_attention_forward(r[0], r[1], scratch, q, k, v, B, S, H, Hkv, D, 1, 0, 0, 0, NULL);
+        cpu_attention_backward(r[2], r[3], r[4], dout, q, k, v, r[0], r[1], B, S, H, Hkv, D, 1, 0, 0, 0, NULL);
         cpu_linear_forward(logits, r[0], w, NULL, N, C, V);
         cpu_cross_entropy_forward(&r[6][N * V], NULL, logits, tg, N, V);
         cpu_cross_entropy_backward(r[6], logits, tg, N, V, 1.0f);
@@ -1503,6 +1533,8 @@ int main(int argc, char **argv) {
     run("rope_freqs_hf", test_rope_freqs_hf);
     run("rope_angles_fp32", test_rope_angles_fp32);
     run("attention_grad_gqa_causal", test_attention_grad_gqa_causal);
+    run("attention_grad_packed_causal", test_attention_grad_packed_causal);
+    run("attention_grad_packed_noncausal", test_attention_grad_packed_noncausal);
     run("attention_grad_gqa_noncausal", test_attention_grad_gqa_noncausal);
     run("attention_grad_options", test_attention_grad_options);
     run("attention_grad_mha_noncausal", test_attention_grad_mha_noncausal);

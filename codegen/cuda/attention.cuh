@@ -2,7 +2,10 @@
  * (grouped queries: query head h reads key head h / (H / Hkv)), optionally causal, with a
  * sliding window (a query sees the `window` keys ending at itself; not causal, those within
  * window - 1 of it) and soft-capped scores (cap·tanh(s / cap), Gemma 2), saving
- * only the fp32 log-sum-exp per query row [B, H, S] for the backward. The backward runs
+ * only the fp32 log-sum-exp per query row [B, H, S] for the backward. With position ids
+ * (`docs`: an i32 [B, S] operand after the inputs) a key of another record is masked as
+ * well (document masking of packed sequences: a row's record starts at its row less its
+ * position). The backward runs
  * one launch over query rows (dq, and dy.o per row into the workspace) and one over key
  * rows (dk, dv, summing the query rows in order), so nothing is accumulated with atomics
  * and results do not depend on timing.
@@ -26,6 +29,12 @@ FTC_INLINE void att_queries(long long t, long long S, int causal, long long wind
                             long long *s1) {
     *s0 = causal ? t : window && t + 1 > window ? t + 1 - window : 0;
     *s1 = window && t + window < S ? t + window : S;
+}
+
+/* Whether query row r and key row t (both below S) of batch row b are in one record: their
+ * rows less their positions agree. Without position ids (pos NULL) every pair is. */
+FTC_INLINE bool att_same(const int *pos, long long b, long long S, long long r, long long t) {
+    return !pos || t - pos[b * S + t] == r - pos[b * S + r];
 }
 
 /* Whether query row r does not see key `key`. */
@@ -60,20 +69,24 @@ FTC_INLINE float att_dot(const float *x, const void *p, long long base, int D, i
     return warp_sum(s);
 }
 
-/* a.p: o, lse f32, q, k, v.  Warp w of the launch owns query row w = ((b H + h) S + s). */
+/* a.p: o, lse f32, q, k, v, [positions].  Warp w of the launch owns query row
+ * w = ((b H + h) S + s). */
 FTC_INLINE void attn_fwd(FtcArgs a, long long B, long long S, long long H, long long Hkv, int D,
                          int causal, long long window, float cap, float scale, int dtq, int dtk,
-                         int dtv, int dto) {
+                         int dtv, int dto, int docs) {
     long long w = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
     if (w >= B * H * S)
         return;
     long long s = w % S, h = (w / S) % H, b = w / (S * H), hk = h / (H / Hkv);
     long long qrow = ((b * S + s) * H + h) * D, t0, t1;
     att_keys(s, S, causal, window, &t0, &t1);
+    const int *pos = docs ? (const int *)a.p[5] : 0;
     float q[FTC_ATT_LANE], o[FTC_ATT_LANE];
     att_load(q, a.p[2], qrow, D, dtq);
     float mx = -FTC_INF, sum = 0.0f;
     for (long long t = t0; t < t1; t++) {
+        if (!att_same(pos, b, S, s, t))   /* the same for every lane of the warp */
+            continue;
         float sc = att_cap(att_dot(q, a.p[3], ((b * S + t) * Hkv + hk) * D, D, dtk) * scale, cap);
         if (sc > mx) {
             sum = sum * expf(mx - sc) + 1.0f;
@@ -86,6 +99,8 @@ FTC_INLINE void attn_fwd(FtcArgs a, long long B, long long S, long long H, long 
     for (int k = 0; k < FTC_ATT_LANE; k++)
         o[k] = 0.0f;
     for (long long t = t0; t < t1; t++) {
+        if (!att_same(pos, b, S, s, t))
+            continue;
         long long kv = ((b * S + t) * Hkv + hk) * D;
         float p = expf(att_cap(att_dot(q, a.p[3], kv, D, dtk) * scale, cap) - lse);
         int lane = threadIdx.x % 32;
@@ -105,7 +120,7 @@ FTC_INLINE void attn_fwd(FtcArgs a, long long B, long long S, long long H, long 
         ((float *)a.p[1])[(b * H + h) * S + s] = lse;
 }
 
-/* The backward's operands.  a.p: dq, dk, dv, dy, q, k, v, o, lse. */
+/* The backward's operands.  a.p: dq, dk, dv, dy, q, k, v, o, lse, [positions,] ws. */
 #define ATT_DQ a.p[0]
 #define ATT_DK a.p[1]
 #define ATT_DV a.p[2]
@@ -115,10 +130,13 @@ FTC_INLINE void attn_fwd(FtcArgs a, long long B, long long S, long long H, long 
 #define ATT_V a.p[6]
 #define ATT_O a.p[7]
 #define ATT_LSE ((const float *)a.p[8])
+#define ATT_POS (docs ? (const int *)a.p[9] : 0)
+#define ATT_WS a.p[9 + docs]
 
 /* Launch 1, a warp a query row: dq = scale sum_t P_t (dy.v_t - dy.o) k_t. */
 FTC_INLINE void attn_bwd_dq(FtcArgs a, long long B, long long S, long long H, long long Hkv, int D,
-                            int causal, long long window, float cap, float scale, int dt, int dtd) {
+                            int causal, long long window, float cap, float scale, int dt, int dtd,
+                            int docs) {
     long long w = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
     if (w >= B * H * S)
         return;
@@ -133,6 +151,8 @@ FTC_INLINE void attn_bwd_dq(FtcArgs a, long long B, long long S, long long H, lo
     for (int k = 0; k < FTC_ATT_LANE; k++)
         dq[k] = 0.0f;
     for (long long t = t0; t < t1; t++) {
+        if (!att_same(ATT_POS, b, S, s, t))
+            continue;
         long long kv = ((b * S + t) * Hkv + hk) * D;
         float sc = att_cap(att_dot(q, ATT_K, kv, D, dt) * scale, cap);
         float p = expf(sc - lse);
@@ -153,7 +173,8 @@ FTC_INLINE void attn_bwd_dq(FtcArgs a, long long B, long long S, long long H, lo
 /* Launch 2, a warp a key row (b, hk, t): over the query heads of its group and the query
  * rows that see it, dk = scale sum P (dy.v - dy.o) q and dv = sum P dy. */
 FTC_INLINE void attn_bwd_dkv(FtcArgs a, long long B, long long S, long long H, long long Hkv, int D,
-                             int causal, long long window, float cap, float scale, int dt, int dtd) {
+                             int causal, long long window, float cap, float scale, int dt, int dtd,
+                             int docs) {
     long long w = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
     if (w >= B * Hkv * S)
         return;
@@ -168,6 +189,8 @@ FTC_INLINE void attn_bwd_dkv(FtcArgs a, long long B, long long S, long long H, l
         dk[k] = dv[k] = 0.0f;
     for (long long h = hk * group; h < (hk + 1) * group; h++)
         for (long long s = s0; s < s1; s++) {
+            if (!att_same(ATT_POS, b, S, s, t))
+                continue;
             long long row = ((b * S + s) * H + h) * D;
             float lse = ATT_LSE[(b * H + h) * S + s];
             float sc = att_cap(att_dot(kr, ATT_Q, row, D, dt) * scale, cap);
@@ -276,9 +299,10 @@ FTC_INLINE void att_tiles(float c[2][4], const unsigned short *x, const unsigned
     }
 }
 
-/* Forward: warp w owns query rows [16 t, 16 t + 16) of (b, h).  a.p: o, lse, q, k, v. */
+/* Forward: warp w owns query rows [16 t, 16 t + 16) of (b, h).
+ * a.p: o, lse, q, k, v, [positions]. */
 FTC_INLINE void attn_fwd_mma(FtcArgs a, long long B, long long S, long long H, long long Hkv, int D,
-                             int causal, long long window, float cap, float scale) {
+                             int causal, long long window, float cap, float scale, int docs) {
     const unsigned short *Q = (const unsigned short *)a.p[2], *K = (const unsigned short *)a.p[3];
     const unsigned short *V = (const unsigned short *)a.p[4];
     int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
@@ -314,7 +338,8 @@ FTC_INLINE void attn_fwd_mma(FtcArgs a, long long B, long long S, long long H, l
             for (int e = 0; e < 4; e++) {
                 long long key = j0 + nh * 8 + 2 * q + (e & 1), r = row[e >> 1];
                 float v = att_cap(s[nh][e] * scale, cap);
-                if (att_hidden(key, r, S, causal, window))
+                if (att_hidden(key, r, S, causal, window) ||
+                    !att_same(docs ? (const int *)a.p[5] : 0, b, S, r < S ? r : S - 1, key))
                     v = -FTC_INF;
                 s[nh][e] = v;
                 mx[e >> 1] = fmaxf(mx[e >> 1], v);
@@ -371,13 +396,13 @@ FTC_INLINE void attn_fwd_mma(FtcArgs a, long long B, long long S, long long H, l
 
 /* Backward, launch 1: warp w owns query rows [16 t, 16 t + 16) of (b, h): Di = dy.o per row
  * (kept in the workspace for launch 2), and dq = scale sum_keys P (dy.v - Di) k.
- * a.p: dq, dk, dv, dy, q, k, v, o, lse, ws (Di, f32 [B, H, S]). */
+ * a.p: dq, dk, dv, dy, q, k, v, o, lse, [positions,] ws (Di, f32 [B, H, S]). */
 FTC_INLINE void attn_bwd_dq_mma(FtcArgs a, long long B, long long S, long long H, long long Hkv,
-                                int D, int causal, long long window, float cap, float scale) {
+                                int D, int causal, long long window, float cap, float scale, int docs) {
     const unsigned short *Q = (const unsigned short *)ATT_Q, *K = (const unsigned short *)ATT_K;
     const unsigned short *V = (const unsigned short *)ATT_V, *DY = (const unsigned short *)ATT_DY;
     const unsigned short *O = (const unsigned short *)ATT_O;
-    float *DI = (float *)a.p[9];
+    float *DI = (float *)ATT_WS;
     int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
     long long tiles = (S + 15) / 16, w = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
     if (w >= B * H * tiles)
@@ -420,7 +445,9 @@ FTC_INLINE void attn_bwd_dq_mma(FtcArgs a, long long B, long long S, long long H
             for (int e = 0; e < 4; e++) {
                 long long key = j0 + nh * 8 + 2 * q + (e & 1), r = row[e >> 1];
                 float sc = att_cap(s[nh][e] * scale, cap);
-                float p = att_hidden(key, r, S, causal, window) ? 0.0f : expf(sc - lse[e >> 1]);
+                bool hidden = att_hidden(key, r, S, causal, window) ||
+                              !att_same(ATT_POS, b, S, r < S ? r : S - 1, key);
+                float p = hidden ? 0.0f : expf(sc - lse[e >> 1]);
                 s[nh][e] = p * (dp[nh][e] - di[e >> 1]) * att_through(sc, cap) * scale;   /* dS */
             }
         unsigned int sa0 = att_pack(s[0][0], s[0][1]), sa1 = att_pack(s[0][2], s[0][3]);
@@ -466,10 +493,11 @@ FTC_INLINE int att_dkv_split(int D) {
  * tiles that see them: S^T = k q^T, P^T, dP^T = v dy^T, dS^T = P^T (dP^T - Di) scale;
  * dv += P^T dy, dk += dS^T q. */
 FTC_INLINE void attn_bwd_dkv_mma(FtcArgs a, long long B, long long S, long long H, long long Hkv,
-                                 int D, int causal, long long window, float cap, float scale) {
+                                 int D, int causal, long long window, float cap, float scale,
+                                 int docs) {
     const unsigned short *Q = (const unsigned short *)ATT_Q, *K = (const unsigned short *)ATT_K;
     const unsigned short *V = (const unsigned short *)ATT_V, *DY = (const unsigned short *)ATT_DY;
-    const float *DI = (const float *)a.p[9];
+    const float *DI = (const float *)ATT_WS;
     int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
     int split = att_dkv_split(D), cw = D / split;
     long long tiles = (S + 15) / 16, w = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
@@ -507,7 +535,8 @@ FTC_INLINE void attn_bwd_dkv_mma(FtcArgs a, long long B, long long S, long long 
                     long long qr = i0 + nh * 8 + 2 * q + (e & 1), kr = key[e >> 1];
                     /* att_hidden written out: the inlined call costs this kernel registers */
                     bool hidden = qr >= S || kr >= S || (causal && kr > qr) ||
-                                  (window && (qr - kr >= window || kr - qr >= window));
+                                  (window && (qr - kr >= window || kr - qr >= window)) ||
+                                  !att_same(ATT_POS, b, S, qr, kr);
                     long long stat = (b * H + h) * S + (qr < S ? qr : S - 1);
                     float sc = att_cap(s[nh][e] * scale, cap);
                     float p = hidden ? 0.0f : expf(sc - ATT_LSE[stat]);
@@ -554,27 +583,27 @@ FTC_INLINE int att_mma(int D, int dt) { return dt == FTC_BF16 && D % 16 == 0 && 
 
 FTC_INLINE void attention_fwd(FtcArgs a, long long B, long long S, long long H, long long Hkv, int D,
                               int causal, long long window, float cap, float scale, int dtq, int dtk,
-                              int dtv, int dto) {
+                              int dtv, int dto, int docs) {
     if (att_mma(D, dtq) && dtk == FTC_BF16 && dtv == FTC_BF16 && dto == FTC_BF16)
-        attn_fwd_mma(a, B, S, H, Hkv, D, causal, window, cap, scale);
+        attn_fwd_mma(a, B, S, H, Hkv, D, causal, window, cap, scale, docs);
     else
-        attn_fwd(a, B, S, H, Hkv, D, causal, window, cap, scale, dtq, dtk, dtv, dto);
+        attn_fwd(a, B, S, H, Hkv, D, causal, window, cap, scale, dtq, dtk, dtv, dto, docs);
 }
 
 FTC_INLINE void attention_bwd_dq(FtcArgs a, long long B, long long S, long long H, long long Hkv,
                                  int D, int causal, long long window, float cap, float scale, int dt,
-                                 int dtd) {
+                                 int dtd, int docs) {
     if (att_mma(D, dt) && dtd == FTC_BF16)
-        attn_bwd_dq_mma(a, B, S, H, Hkv, D, causal, window, cap, scale);
+        attn_bwd_dq_mma(a, B, S, H, Hkv, D, causal, window, cap, scale, docs);
     else
-        attn_bwd_dq(a, B, S, H, Hkv, D, causal, window, cap, scale, dt, dtd);
+        attn_bwd_dq(a, B, S, H, Hkv, D, causal, window, cap, scale, dt, dtd, docs);
 }
 
 FTC_INLINE void attention_bwd_dkv(FtcArgs a, long long B, long long S, long long H, long long Hkv,
                                   int D, int causal, long long window, float cap, float scale, int dt,
-                                  int dtd) {
+                                  int dtd, int docs) {
     if (att_mma(D, dt) && dtd == FTC_BF16)
-        attn_bwd_dkv_mma(a, B, S, H, Hkv, D, causal, window, cap, scale);
+        attn_bwd_dkv_mma(a, B, S, H, Hkv, D, causal, window, cap, scale, docs);
     else
-        attn_bwd_dkv(a, B, S, H, Hkv, D, causal, window, cap, scale, dt, dtd);
+        attn_bwd_dkv(a, B, S, H, Hkv, D, causal, window, cap, scale, dt, dtd, docs);
 }

@@ -251,10 +251,11 @@ static int k_softmax(Call *c) {
 static int k_attention(Call *c) {
     const int64_t *q = B(0)->shape;
     float *row = scratch(c->s, q[1]);
+    const int32_t *pos = c->in->nin > 3 && c->in->in[3] >= 0 ? RAW(3) : NULL;
     return status(c, cpu_attention_forward(OUT(0), OUT(1), row, IN(0), IN(1), IN(2), (size_t)q[0],
                                            (size_t)q[1], (size_t)q[2], (size_t)B(1)->shape[2],
                                            (size_t)q[3], c->in->attr.causal, (size_t)c->in->attr.window,
-                                           (float)c->in->attr.softcap, c->in->attr.scale));
+                                           (float)c->in->attr.softcap, c->in->attr.scale, pos));
 }
 
 // A view shares its base's bytes: nothing to run.
@@ -406,11 +407,12 @@ static int k_softmax_bwd(Call *c) {
 
 static int k_attention_bwd(Call *c) {
     const int64_t *q = B(1)->shape;
+    const int32_t *pos = c->in->nin > 6 && c->in->in[6] >= 0 ? RAW(6) : NULL;
     return status(c, cpu_attention_backward(OUT(0), OUT(1), OUT(2), IN(0), IN(1), IN(2), IN(3),
                                             IN(4), IN(5), (size_t)q[0], (size_t)q[1], (size_t)q[2],
                                             (size_t)B(2)->shape[2], (size_t)q[3], c->in->attr.causal,
                                             (size_t)c->in->attr.window, (float)c->in->attr.softcap,
-                                            c->in->attr.scale));
+                                            c->in->attr.scale, pos));
 }
 
 static int k_dropout_bwd(Call *c) {

@@ -684,6 +684,11 @@ static float attn_score(const float *q, const float *k, size_t D, double scale, 
     return cap > 0 ? tanhf(s / cap) * cap : s;
 }
 
+// Whether query s sees key t of its record (pos: that batch row's position ids, or NULL).
+static int attn_visible(const int32_t *pos, size_t s, size_t t) {
+    return !pos || (int64_t)t - pos[t] == (int64_t)s - pos[s];
+}
+
 // The keys [*t0, *t1) query s sees: causal ones up to s, and with a window the `window`
 // ending at s (or, not causal, those within window - 1 either way).
 static void attn_keys(size_t s, size_t S, int causal, size_t window, size_t *t0, size_t *t1) {
@@ -693,7 +698,8 @@ static void attn_keys(size_t s, size_t S, int causal, size_t window, size_t *t0,
 
 int cpu_attention_forward(float *o, float *lse, float *scratch, const float *q, const float *k,
                           const float *v, size_t B, size_t S, size_t H, size_t Hkv, size_t D,
-                          int causal, size_t window, float softcap, double scale) {
+                          int causal, size_t window, float softcap, double scale,
+                          const int32_t *pos) {
     if (Hkv == 0 || H % Hkv != 0 || softcap < 0 || scale < 0)
         return CPU_ERR_ARG;
     size_t group = H / Hkv;
@@ -702,24 +708,30 @@ int cpu_attention_forward(float *o, float *lse, float *scratch, const float *q, 
     for (size_t b = 0; b < B; b++)
         for (size_t h = 0; h < H; h++) {
             size_t hk = h / group;
+            const int32_t *pb = pos ? pos + b * S : NULL;
             for (size_t s = 0; s < S; s++) {
                 const float *qr = q + ((b * S + s) * H + h) * D;
                 float *orow = o + ((b * S + s) * H + h) * D;
-                size_t t0, t1; // keys t0..t1-1 are visible
+                size_t t0, t1; // keys t0..t1-1 are visible (those of its record)
                 attn_keys(s, S, causal, window, &t0, &t1);
                 float mx = -INFINITY;
                 for (size_t t = t0; t < t1; t++) {
+                    if (!attn_visible(pb, s, t))
+                        continue;
                     scratch[t] = attn_score(qr, k + ((b * S + t) * Hkv + hk) * D, D, scale, softcap);
                     mx = scratch[t] > mx ? scratch[t] : mx;
                 }
                 double sum = 0.0;
                 for (size_t t = t0; t < t1; t++)
-                    sum += exp((double)scratch[t] - mx);
+                    if (attn_visible(pb, s, t))
+                        sum += exp((double)scratch[t] - mx);
                 float l = (float)(mx + log(sum));
                 lse[(b * H + h) * S + s] = l;
                 for (size_t d = 0; d < D; d++)
                     orow[d] = 0.0f;
                 for (size_t t = t0; t < t1; t++) {
+                    if (!attn_visible(pb, s, t))
+                        continue;
                     float p = expf(scratch[t] - l);
                     const float *vr = v + ((b * S + t) * Hkv + hk) * D;
                     for (size_t d = 0; d < D; d++)
@@ -733,7 +745,7 @@ int cpu_attention_forward(float *o, float *lse, float *scratch, const float *q, 
 int cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
                            const float *k, const float *v, const float *o, const float *lse,
                            size_t B, size_t S, size_t H, size_t Hkv, size_t D, int causal,
-                           size_t window, float softcap, double scale) {
+                           size_t window, float softcap, double scale, const int32_t *pos) {
     if (Hkv == 0 || H % Hkv != 0 || softcap < 0 || scale < 0)
         return CPU_ERR_ARG;
     size_t group = H / Hkv;
@@ -760,6 +772,8 @@ int cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout, c
                 for (size_t d = 0; d < D; d++)
                     dqr[d] = 0.0f;
                 for (size_t t = t0; t < t1; t++) {
+                    if (!attn_visible(pos ? pos + b * S : NULL, s, t))
+                        continue;
                     size_t kv = ((b * S + t) * Hkv + hk) * D;
                     const float *kr = k + kv, *vr = v + kv;
                     float sc = attn_score(qr, kr, D, scale, softcap);

@@ -268,7 +268,10 @@ void cpu_softmax_backward(float *dx,        // (N, C) =
 // Attention, scaled dot product with GQA: query head h reads kv head h / (H / Hkv).
 // Scores are scale * q·k (scale 0: 1 / sqrt(D)), soft-capped to softcap·tanh(s / softcap)
 // when softcap > 0; causal masks keys t > s for query s; a window > 0 also masks keys t with
-// s - t >= window (not causal: |s - t| >= window), Mistral's sliding window.
+// s - t >= window (not causal: |s - t| >= window), Mistral's sliding window. With position
+// ids pos (B, S) (NULL: none) a key of another record is masked too: key t and query s are
+// in one record when t - pos[t] == s - pos[s] (a record's first row is each of its rows
+// less its position), document masking for packed sequences.
 
 // o = softmax(scores) · v and lse = logsumexp of each row of scaled scores; scratch holds one
 // row of scores, S floats. CPU_ERR_ARG if Hkv == 0, H % Hkv != 0 or softcap or scale < 0.
@@ -279,7 +282,8 @@ int cpu_attention_forward(float *o,          // (B, S, H, D)
                           const float *k,    // (B, S, Hkv, D)
                           const float *v,    // (B, S, Hkv, D)
                           size_t B, size_t S, size_t H, size_t Hkv, size_t D, int causal,
-                          size_t window, float softcap, double scale);
+                          size_t window, float softcap, double scale,
+                          const int32_t *pos); // (B, S) or NULL
 // dq, dk, dv (all assigned; dk and dv summed over the H/Hkv query heads of each group) from
 // dout, q, k, v, o and lse, recomputing P = exp(score - lse) flash-attention style. Needs no
 // scratch. CPU_ERR_ARG as the forward.
@@ -293,7 +297,8 @@ int cpu_attention_backward(float *dq,          // (B, S, H, D) =
                            const float *o,     // (B, S, H, D)
                            const float *lse,   // (B, H, S)
                            size_t B, size_t S, size_t H, size_t Hkv, size_t D, int causal,
-                           size_t window, float softcap, double scale);
+                           size_t window, float softcap, double scale,
+                           const int32_t *pos); // (B, S) or NULL
 
 // ---------------------------------------------------------------------------------------------
 // Dropout with a counter-based RNG: element i keeps iff
