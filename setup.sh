@@ -9,7 +9,8 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-packages=(gcc make cmake flex bison pkg-config libopenblas-dev libjansson-dev libpcre2-dev libutf8proc-dev)
+packages=(gcc make cmake flex bison pkg-config libopenblas-dev libjansson-dev libpcre2-dev libutf8proc-dev
+          openmpi-bin libopenmpi-dev)
 # the test suite also opens memory.html in a headless browser and dry-runs tests/gpu/run.sh
 # (python3 for its report)
 [ "${1:-}" = test ] && packages+=(chromium python3)

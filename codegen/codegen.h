@@ -41,6 +41,10 @@ typedef struct PlanMeta {
     int64_t lora_r;
     double lora_alpha, lora_dropout;
     const char *lora_targets;   // comma-separated module names
+    // Data parallelism (the graph's ranks): the ZeRO stage and link preset planned for
+    int zero;                   // -1: none
+    const char *link;           // or NULL
+    double comm_bytes_per_s, comm_latency_us;   // the link's, for trace.json
 } PlanMeta;
 
 //
@@ -53,6 +57,8 @@ typedef struct MemMeta {
     int64_t budget_bytes, reserve_bytes;
     double flops_per_s, bytes_per_s;    // the GPU preset's peak rates
     double link_bytes_per_s;            // host link, for copy slices
+    double comm_bytes_per_s;            // between ranks, for collectives' slices (0: none)
+    double comm_latency_us;
 } MemMeta;
 
 typedef struct MemView {

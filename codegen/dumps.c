@@ -261,8 +261,19 @@ void mv_write_txt(FILE *f, const MemView *v, const MemMeta *m) {
     const Plan *p = v->p;
     char a[32], b[32], c[32];
     int64_t device = p->arena_bytes[ARENA_DEVICE];
-    fprintf(f, "memory schedule of %s (micro-batch %lld x seq %lld, accumulation %lld)\n\n",
+    fprintf(f, "memory schedule of %s (micro-batch %lld x seq %lld, accumulation %lld)\n",
             p->model, (long long)p->micro_batch, (long long)p->seq, (long long)p->accum);
+    if (p->ranks > 1) {
+        int colls = 0;
+        for (int i = 0; i < v->n; i++)
+            colls += op_desc(plan_instr(p, i)->op)->cls == OPC_COLLECTIVE;
+        fprintf(f, "one rank of %d", p->ranks);
+        if (p->zero >= 0)
+            fprintf(f, " (ZeRO-%d)", p->zero);
+        fprintf(f, ": every figure below is a rank's; %d collectives on the comm stream%s%s\n", colls,
+                p->link ? " over " : "", p->link ? p->link : "");
+    }
+    fputc('\n', f);
     fprintf(f, "budget        %s (%lld bytes)\n", gib(a, m->budget_bytes), (long long)m->budget_bytes);
     fprintf(f, "device arena  %s, plus %s context reserve = %s: %s\n", gib(a, device),
             gib(b, m->reserve_bytes), gib(c, device + m->reserve_bytes),
@@ -576,6 +587,15 @@ static double est_us(const PlanInstr *in, const MemMeta *m) {
     return t * 1e6 + 2.0;   // a kernel launch
 }
 
+// A collective over the plan's ranks: the link's latency, and the ring's bytes through it
+// (2(R-1)/R of the tensor for a sum, (R-1)/R for a reduce-scatter or an all-gather).
+static double coll_us(const Plan *p, const PlanInstr *in, const MemMeta *m) {
+    const PlanBuffer *t = &p->buf[in->op == OP_ALL_GATHER ? in->out[0] : in->in[0]];
+    double r = p->ranks, bytes = (double)plan_dtype_bytes(t->dtype, plan_elems(t));
+    double bw = m->comm_bytes_per_s > 0 ? m->comm_bytes_per_s : 25e9;
+    return (in->op == OP_ALL_REDUCE ? 2 : 1) * (r - 1) / r * bytes / bw * 1e6 + m->comm_latency_us;
+}
+
 void mv_write_trace(FILE *f, const MemView *v, const MemMeta *m) {
     const Plan *p = v->p;
     fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
@@ -585,7 +605,8 @@ void mv_write_trace(FILE *f, const MemView *v, const MemMeta *m) {
     ir_json_str(f, title);
     fprintf(f, "}},\n");
     static const char *streams[STREAM_COUNT] = {"compute stream", "copy stream to the host",
-                                                "copy stream to the device", "host (CPU)"};
+                                                "copy stream to the device", "host (CPU)",
+                                                "collectives across ranks"};
     for (int t = 0; t < STREAM_COUNT; t++)
         fprintf(f, "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": %d, "
                    "\"args\": {\"name\": \"%s\"}},\n", t + 1, streams[t]);
@@ -606,7 +627,8 @@ void mv_write_trace(FILE *f, const MemView *v, const MemMeta *m) {
                 ts[s] = drained;
         }
         int tid = (int)in->stream;
-        double dur = op_desc(in->op)->cls == OPC_COPY ? (double)in->bytes / 2 / link * 1e6
+        double dur = op_desc(in->op)->cls == OPC_COLLECTIVE ? coll_us(p, in, m)
+                     : op_desc(in->op)->cls == OPC_COPY ? (double)in->bytes / 2 / link * 1e6
                      : in->stream == STREAM_HOST      ? (double)in->flops / 1e9 * 1e6 / 4
                                                       : est_us(in, m);
         double start = ts[tid];

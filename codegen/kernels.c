@@ -308,6 +308,15 @@ static void find_groups(const IrGraph *g, const KernelHyper *h, NodeKernels *nk)
         }
         free(key);
     }
+    // Buckets of collectives (the shard pass's): each run of one bucket is one call.
+    for (int i = 0; i < g->nodes.len;) {
+        int j = i + 1, b = g->nodes.at[i].bucket;
+        while (b >= 0 && j < g->nodes.len && g->nodes.at[j].bucket == b && j - i < KERNEL_GROUP_MAX)
+            nk[j++].by = i;
+        if (j - i >= 2)
+            nk[i].group = j - i;
+        i = j;
+    }
 }
 
 // The group's launch: a table of where each member's elements start, then the template.
@@ -351,10 +360,11 @@ static int group_kernel(Emitter *e, const IrGraph *g, const KernelHyper *h, int 
 }
 
 // Whether the node runs without a generated kernel: a GEMM (the BLAS library), a plan
-// copy, or a view (no bytes move: a view op, or a slice whose range is contiguous).
+// copy, a collective (the communicator), or a view (no bytes move: a view op, or a slice
+// whose range is contiguous).
 static bool library_or_nothing(const IrGraph *g, const IrNode *n) {
     OpClass c = op_desc(n->op)->cls;
-    return c == OPC_GEMM || c == OPC_COPY ||
+    return c == OPC_GEMM || c == OPC_COPY || c == OPC_COLLECTIVE ||
            (c == OPC_MOVEMENT && (!cuda_op(n->op) || g->tensors.at[n->out[0]].alias_of >= 0));
 }
 

@@ -67,7 +67,12 @@ int codegen_plan_write(FILE *f, const IrGraph *g, const PlanMeta *meta, const Ke
         fprintf(f, "lora r=%lld alpha=%.17g dropout=%.17g targets=%s%s\n", (long long)meta->lora_r,
                 meta->lora_alpha, meta->lora_dropout, meta->lora_targets,
                 g->lora_fan_in_fan_out ? " fan_in_fan_out=1" : "");
-    fprintf(f, "rank 0 ranks 1\narena device %lld device\narena host %lld pinned\nevents %d\nbuffers %d\n",
+    fprintf(f, "ranks %d", g->ranks > 0 ? g->ranks : 1);
+    if (meta->zero >= 0 && g->ranks > 1)
+        fprintf(f, " zero=%d", meta->zero);
+    if (meta->link && g->ranks > 1)
+        fprintf(f, " link=%s", meta->link);
+    fprintf(f, "\narena device %lld device\narena host %lld pinned\nevents %d\nbuffers %d\n",
             (long long)arena, (long long)meta->host_bytes, g->events, nt);
     for (int i = 0; i < nt; i++) {
         const IrTensor *t = &g->tensors.at[i];
@@ -91,6 +96,10 @@ int codegen_plan_write(FILE *f, const IrGraph *g, const PlanMeta *meta, const Ke
             fprintf(f, " at=%lld", (long long)t->alias_offset);
         if (t->reuse >= 0)
             fprintf(f, " reuse=%d", t->reuse);
+        if (t->shard_of >= 0) {   // this rank's slice of a tensor of that shape
+            fprintf(f, " shard=");
+            shape_str(f, &g->tensors.at[t->shard_of]);
+        }
         if (t->kind == TK_PARAM)
             fprintf(f, " hf=%s init=%s scale=%.17g train=%d", t->hf_name, init_name(t->init),
                     t->init_scale, t->trainable ? 1 : 0);
@@ -161,6 +170,8 @@ int codegen_plan_write(FILE *f, const IrGraph *g, const PlanMeta *meta, const Ke
                 fprintf(f, " by=%d", instr[ks->node[j].by]);
             if (n->recompute)
                 fprintf(f, " recompute=1");
+            if (n->last)
+                fprintf(f, " last=1");
             fprintf(f, " flops=%lld bytes=%lld", (long long)op_flops(g, n),
                     (long long)(op_bytes_read(g, n) + op_bytes_written(g, n)));
             if (n->layer >= 0)
@@ -469,7 +480,7 @@ int codegen_plan_dir(const char *dir, const IrGraph *g, const PlanMeta *meta, ch
         }
     }
     MemMeta mm = {meta->budget_bytes, meta->reserve_bytes, meta->flops_per_s, meta->bytes_per_s,
-                  meta->link_bytes_per_s};
+                  meta->link_bytes_per_s, meta->comm_bytes_per_s, meta->comm_latency_us};
     int rc = codegen_dumps(tmp, p, &mm, err, errlen);
     plan_free(p);
     if (rc != 0) {

@@ -25,7 +25,7 @@ void usage_compile(FILE *f) {
           "                   [--micro-batch N] [--remat P] [--offload L] [--dump-ir]\n"
           "                   [--dump-after PASS] [--emit-graph FILE.json] [--time-passes]\n"
           "                   [--no-fusion] [--reserve SIZE] [--host-cores N] [--host-adamw RATE]\n"
-          "                   [--host-link GBPS]\n"
+          "                   [--host-link GBPS] [--ranks N [--zero 0|1|2|3] [--link PRESET]]\n"
           "\n"
           "  --budget SIZE     device memory the step must fit (default, and at most: the card's\n"
           "                    memory as it reports it, the preset's)\n"
@@ -45,17 +45,24 @@ void usage_compile(FILE *f) {
           "  -o DIR            the plan directory to write (default: NAME.plan, NAME the file's stem)\n"
           "  --dump-ir         print the IR after each pass of the chosen plan\n"
           "  --dump-after PASS print the IR after one pass of the chosen plan: elaborate, lora,\n"
-          "                    autodiff, quantize, chunk_loss, remat, offload, fuse, schedule,\n"
-          "                    liveness, alloc or streams\n"
+          "                    autodiff, quantize, chunk_loss, remat, shard, offload, fuse,\n"
+          "                    schedule, buckets, liveness, alloc or streams\n"
           "  --emit-graph F    write the training graph (FLOPs, bytes, edges) as JSON to F\n"
           "  --time-passes     print the time spent in each pass, over every candidate planned\n"
           "  --no-fusion       give every op a kernel of its own (the fuse pass does nothing)\n"
+          "  --ranks N         plan one rank of a data-parallel job of N (one process a GPU, started\n"
+          "                    with mpirun -np N or srun -n N): the global batch splits over the\n"
+          "                    ranks, the ZeRO stage shards optimizer state (1), gradients (2) and\n"
+          "                    parameters (3) across them, collectives run on a stream of their own\n"
+          "  --link PRESET     the link between ranks, for the collectives' time: nvlink (default\n"
+          "                    up to 8 ranks, one node), pcie, ib (default beyond 8)\n"
           "The planner chooses these; each fixes one:\n"
           "  --micro-batch N   sequences per micro-batch (the rest of the global batch accumulates)\n"
           "  --remat P         keep, selective, full (recompute from the block's input) or swap\n"
           "                    (full, with the block's input waiting in host memory) in every block\n"
           "  --offload L       none, optimizer (moments and master weights on the host, CPU AdamW)\n"
-          "                    or grads (the gradients too)\n"
+          "                    or grads (the gradients too; with several ranks, from --zero 2)\n"
+          "  --zero Z          with --ranks: the ZeRO stage, 0 (data parallel) to 3\n"
           "Exit status 1 when nothing fits: the smallest plan and what would fit are printed.\n",
           f);
 }
@@ -146,7 +153,7 @@ static void report_modes(FILE *out, FtSource *src, const FtModel *m) {
         Pipeline pipe = driver_pipeline(&ds, a, NULL);
         pipe.verify = false;
         pipe.stop_after = m->train.quantize ? "quantize" : "lora";
-        PlanChoice one = {1, REMAT_KEEP, 0, REMAT_KEEP, {false, false}, NULL};
+        PlanChoice one = {1, REMAT_KEEP, 0, REMAT_KEEP, {false, false}, NULL, 0, 0};
         BuildStats bs;
         IrGraph *g = pipeline_build(&pipe, &one, a, &bs);
         if (g) {
@@ -242,12 +249,14 @@ static void adapter_modules(const IrGraph *g, char *targets, size_t cap) {
 #define SIZE(b) fmt_bytes((char[32]){0}, 32, (b))
 
 static void candidates_table(FILE *f, const PlannerResult *r, int nlayers) {
-    fprintf(f, "  %-70s %11s %11s %9s %6s %s\n", "candidate", "device", "host", "step", "MFU", "fits");
+    // (a data-parallel choice also names its stage and buckets)
+    int w = r->tried.len && r->tried.at[0].c.bucket_bytes ? 100 : 70;
+    fprintf(f, "  %-*s %11s %11s %9s %6s %s\n", w, "candidate", "device", "host", "step", "MFU", "fits");
     for (int i = 0; i < r->tried.len; i++) {
         const Candidate *c = &r->tried.at[i];
-        char d[128];
+        char d[160];
         planner_choice_str(d, sizeof d, &c->c, nlayers);
-        fprintf(f, "  %-70s %11s %11s %8.2fs %5.1f%% %s%s\n", d, SIZE(c->o.device_bytes),
+        fprintf(f, "  %-*s %11s %11s %8.2fs %5.1f%% %s%s\n", w, d, SIZE(c->o.device_bytes),
                 SIZE(c->o.host_bytes), c->o.cost.step_us * 1e-6, c->o.cost.mfu * 100,
                 c->fits ? "yes" : "no", i == r->best ? "  <- chosen" : "");
     }
@@ -261,16 +270,35 @@ static void peak_line(FILE *f, const int64_t *live, bool its) {
     fprintf(f, "\n");
 }
 
-static void decision(FILE *f, const Candidate *c, const FtModel *m, const GpuPreset *gpu,
-                     int64_t budget, int nlayers) {
-    char d[160];
-    planner_choice_str(d, sizeof d, &c->c, nlayers);
-    int64_t accum = m->train.batch / c->c.micro;
+static void decision(FILE *f, const Candidate *c, const FtModel *m, const PlanCtx *pc,
+                     const PlannerInput *pin) {
+    char d[200];
+    const GpuPreset *gpu = pc->gpu;
+    int64_t budget = pin->budget_bytes, ranks = pin->ranks > 1 ? pin->ranks : 1;
+    planner_choice_str(d, sizeof d, &c->c, pin->nlayers);
+    int64_t accum = m->train.batch / (c->c.micro * ranks);
     fprintf(f, "plan: %s\n", d);
-    fprintf(f, "  global batch %lld = micro-batch %lld x %lld accumulation steps, seq %lld\n",
-            (long long)m->train.batch, (long long)c->c.micro, (long long)accum, (long long)m->train.seq);
-    fprintf(f, "  device %s of %s budget (%s, context reserve included); host %s\n",
-            SIZE(c->o.device_bytes), SIZE(budget), gpu->name, SIZE(c->o.host_bytes));
+    if (ranks > 1) {
+        static const char *const what[] = {
+            "every rank holds the whole model states; gradients all-reduced on the last micro-step",
+            "AdamW moments and master weights sharded; gradients reduce-scattered on the last "
+            "micro-step, weights all-gathered after the update",
+            "AdamW moments, master weights and gradients sharded; gradients reduce-scattered every "
+            "micro-step, weights all-gathered after the update",
+            "AdamW moments, master weights, gradients and weights sharded; weights all-gathered "
+            "before their layers in forward and backward, gradients reduce-scattered every micro-step"};
+        fprintf(f, "  global batch %lld = micro-batch %lld x %lld accumulation steps x %lld ranks, seq %lld\n",
+                (long long)m->train.batch, (long long)c->c.micro, (long long)accum, (long long)ranks,
+                (long long)m->train.seq);
+        fprintf(f, "  ZeRO-%d: %s\n", c->c.zero, what[c->c.zero]);
+        fprintf(f, "  per rank: device %s of %s budget (%s, context reserve included); host %s\n",
+                SIZE(c->o.device_bytes), SIZE(budget), gpu->name, SIZE(c->o.host_bytes));
+    } else {
+        fprintf(f, "  global batch %lld = micro-batch %lld x %lld accumulation steps, seq %lld\n",
+                (long long)m->train.batch, (long long)c->c.micro, (long long)accum, (long long)m->train.seq);
+        fprintf(f, "  device %s of %s budget (%s, context reserve included); host %s\n",
+                SIZE(c->o.device_bytes), SIZE(budget), gpu->name, SIZE(c->o.host_bytes));
+    }
     peak_line(f, c->o.live, false);
     if (c->c.offload.optimizer)
         fprintf(f, "  on the host: AdamW moments and fp32 master weights%s; AdamW runs on the CPU\n",
@@ -280,18 +308,30 @@ static void decision(FILE *f, const Candidate *c, const FtModel *m, const GpuPre
                "MFU %.1f%%, recompute %.1f%% of the step\n",
             k->step_us * 1e-6, k->micro_us * 1e-3, (long long)accum, k->opt_us * 1e-3, k->tokens_per_s,
             k->mfu * 100, k->step_us > 0 ? 100 * k->recompute_us / k->step_us : 0.0);
+    if (ranks > 1)
+        fprintf(f, "  collectives %.0f ms a step over %s (%s), %.0f ms of it not hidden behind compute: "
+                   "%.1f%% of the step\n", k->comm_us * 1e-3, pc->cm.link->name, pc->cm.link->what,
+                k->comm_exposed_us * 1e-3, k->step_us > 0 ? 100 * k->comm_exposed_us / k->step_us : 0.0);
+}
+
+// The weights a rank holds at the least: a shard of them where ZeRO-3 may shard them.
+static int64_t rank_weights(const PlannerInput *pin) {
+    bool shards = pin->ranks > 1 && (pin->zero < 0 || pin->zero == 3);
+    return shards ? pin->weights_bytes / pin->ranks : pin->weights_bytes;
 }
 
 // What user-side changes would need, when nothing fits.
 static void suggestions(FILE *f, const PlanCtx *pc, const FtModel *m, const PlannerInput *pin) {
     WhatIf w;
-    whatif_search(pc, pin->budget_bytes, pin->weights_bytes, &w);
+    int64_t weights = rank_weights(pin);
+    whatif_search(pc, pin->budget_bytes, weights, &w);
     int64_t budget = pin->budget_bytes;
     fprintf(f, "what would fit (each alone, with the most frugal plan: micro-batch 1, full recompute "
-               "with block inputs swapped out, everything offloadable on the host):\n");
+               "with block inputs swapped out, everything offloadable on the host%s):\n",
+            pin->ranks > 1 ? ", everything sharded" : "");
     if (w.weights_too_big)
-        fprintf(f, "  the bf16 weights alone take %s: LoRA alone or a shorter sequence cannot help\n",
-                SIZE(pin->weights_bytes));
+        fprintf(f, "  the bf16 weights alone take %s%s: LoRA alone or a shorter sequence cannot help\n",
+                SIZE(weights), pin->ranks > 1 ? " a rank" : "");
     if (w.lora_bytes >= 0)
         fprintf(f, "  with lora(r = 8, targets = [%s, %s]): %s on the device (%s)\n", w.q_target,
                 w.v_target, SIZE(w.lora_bytes), w.lora_bytes <= budget ? "fits" : "still too much");
@@ -374,7 +414,7 @@ static int plan(FILE *out, FILE *report, const PlanCtx *pc, const PlannerInput *
                    "parameters/s, link %.1f GB/s)\n",
                 r.tried.len, ms, host->cores, host->adamw_per_core / 1e6, pc->cm.link_bytes_per_s / 1e9);
         if (r.best >= 0)
-            decision(f, &r.tried.at[r.best], m, pc->gpu, pin->budget_bytes, pin->nlayers);
+            decision(f, &r.tried.at[r.best], m, pc, pin);
         if (r.best >= 0)
             holds_line(f, holds, &pc->cm);
         if (r.tried.len)
@@ -392,14 +432,15 @@ static int plan(FILE *out, FILE *report, const PlanCtx *pc, const PlannerInput *
             planner_choice_str(d, sizeof d, &c->c, pin->nlayers);
             fprintf(out, ": the smallest plan needs %s on the device (%s)", SIZE(c->o.device_bytes), d);
             if (c->o.device_bytes <= pin->budget_bytes)
-                fprintf(out, ", which fits, but %s of host memory, more than the %s of --host-mem "
-                             "(default: this machine's RAM; give the training machine's)",
-                        SIZE(c->o.host_bytes), SIZE(pin->host_budget_bytes));
+                fprintf(out, ", which fits, but %s of host memory%s, more than the %s of --host-mem "
+                             "(%sdefault: this machine's RAM; give the training machine's)",
+                        SIZE(c->o.host_bytes), pin->ranks > 1 ? " a rank" : "",
+                        SIZE(pin->host_budget_bytes), pin->ranks > 1 ? "a rank's host memory; " : "");
             fprintf(out, "\n");
             peak_line(out, c->o.live, true);
         } else {
-            fprintf(out, ": the bf16 weights alone take %s, and ftc keeps them on the device\n",
-                    SIZE(pin->weights_bytes));
+            fprintf(out, ": the bf16 weights alone take %s%s, and ftc keeps them on the device\n",
+                    SIZE(rank_weights(pin)), pin->ranks > 1 ? " a rank" : "");
         }
         suggestions(out, pc, m, pin);
     }
@@ -413,6 +454,9 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
     int path_arg = 0, gpu_arg = 0, remat = -1, offload = -1;
     int64_t budget = 0, host = 0, micro = 0, reserve = -1;
     HostSpec hs = host_default();
+    int zero = -1, ranks_arg = -1, zero_arg = -1, offload_arg = -1, link_arg = -1;
+    int64_t ranks = 1;
+    const char *link_name = NULL;
     const char *dump_after = NULL;
     bool time_passes = false, no_fusion = false;
     for (int i = first; i < argc; i++) {
@@ -426,7 +470,8 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
                      !strcmp(s, "--host-mem") || !strcmp(s, "--emit-graph") ||
                      !strcmp(s, "--dump-after") || !strcmp(s, "--reserve") ||
                      !strcmp(s, "--host-cores") || !strcmp(s, "--host-adamw") ||
-                     !strcmp(s, "--host-link");
+                     !strcmp(s, "--host-link") || !strcmp(s, "--ranks") || !strcmp(s, "--zero") ||
+                     !strcmp(s, "--link");
         if (takes && i + 1 >= argc) {
             arg_error(cl, i, "%s needs a value", s);
             return EXIT_USAGE;
@@ -485,6 +530,26 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
                 arg_error(cl, i, "--micro-batch needs a positive integer");
                 return EXIT_USAGE;
             }
+        } else if (!strcmp(s, "--ranks")) {
+            char *end;
+            errno = 0;
+            ranks = strtoll(argv[++i], &end, 10);
+            ranks_arg = i;
+            if (errno || *end || ranks < 1 || ranks > 65536) {
+                arg_error(cl, i, "--ranks needs a rank count from 1 to 65536");
+                return EXIT_USAGE;
+            }
+        } else if (!strcmp(s, "--zero")) {
+            i++;
+            zero_arg = i;
+            if (strlen(argv[i]) != 1 || argv[i][0] < '0' || argv[i][0] > '3') {
+                arg_error(cl, i, "--zero takes 0, 1, 2 or 3");
+                return EXIT_USAGE;
+            }
+            zero = argv[i][0] - '0';
+        } else if (!strcmp(s, "--link")) {
+            link_name = argv[++i];
+            link_arg = i;
         } else if (!strcmp(s, "-o")) {
             outdir = argv[++i];
             out_arg = i;
@@ -502,6 +567,7 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
         } else if (!strcmp(s, "--offload")) {
             i++;
             static const char *lv[] = {"none", "optimizer", "grads"};
+            offload_arg = i;
             for (int k = 0; k < 3; k++)
                 if (strcmp(argv[i], lv[k]) == 0)
                     offload = k;
@@ -543,6 +609,32 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
     if (!path) {
         usage_compile(stderr);
         return EXIT_USAGE;
+    }
+    if (zero >= 0 && ranks == 1) {
+        arg_error(cl, zero_arg, "--zero shards across ranks: it needs --ranks N with N > 1");
+        return EXIT_USAGE;
+    }
+    if (link_name && ranks == 1) {
+        arg_error(cl, link_arg, "--link is the link between ranks: it needs --ranks N with N > 1");
+        return EXIT_USAGE;
+    }
+    if (ranks > 1 && offload == 2 && zero >= 0 && zero < 2) {
+        arg_error(cl, offload_arg, "--offload grads with several ranks needs --zero 2 or 3 (each rank "
+                  "reduces its gradients on the device, then sends its shard to the host)");
+        return EXIT_USAGE;
+    }
+    const LinkPreset *link = NULL;
+    if (ranks > 1) {
+        link = link_preset(link_name ? link_name : ranks <= 8 ? "nvlink" : "ib");
+        if (!link) {
+            int n;
+            const LinkPreset *l = link_presets(&n);
+            char list[128] = "";
+            for (int i = 0; i < n; i++)
+                snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", l[i].name);
+            arg_error(cl, link_arg, "unknown link preset '%s' (one of: %s)", link_name, list);
+            return EXIT_USAGE;
+        }
     }
     const GpuPreset *gpu = gpu_preset(gpu_name);
     if (!gpu) {
@@ -605,9 +697,19 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
                                       : (int64_t)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGE_SIZE);
     if (!micro)
         micro = m.train.micro_batch;
-    if (micro && m.train.batch % micro) {
-        arg_error(cl, path_arg, "micro-batch %lld does not divide the global batch %lld",
-                  (long long)micro, (long long)m.train.batch);
+    if (m.train.batch % ranks) {
+        arg_error(cl, ranks_arg, "the global batch %lld does not split over %lld ranks",
+                  (long long)m.train.batch, (long long)ranks);
+        goto done;
+    }
+    if (micro && (m.train.batch / ranks) % micro) {
+        if (ranks > 1)
+            arg_error(cl, path_arg, "micro-batch %lld does not divide a rank's share of the global "
+                      "batch (%lld of %lld over %lld ranks)", (long long)micro,
+                      (long long)(m.train.batch / ranks), (long long)m.train.batch, (long long)ranks);
+        else
+            arg_error(cl, path_arg, "micro-batch %lld does not divide the global batch %lld",
+                      (long long)micro, (long long)m.train.batch);
         goto done;
     }
     DriverSource source = {&src, &m};
@@ -615,12 +717,13 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
     Pipeline pipe = driver_pipeline(&source, arena, &diag);
     pipe.spec.no_fusion = no_fusion;
     pipe.spec.gemm_workspace_bytes = gpu->workspace_bytes;
+    pipe.spec.ranks = (int)ranks;
     PassTimes times = {0};
     if (time_passes)
         pipe.times = &times;
     // The step with no technique applied: the whole global batch at once, all on the
     // device; built through autodiff and quantize, which report the user's errors.
-    PlanChoice none = {micro ? micro : m.train.batch, REMAT_KEEP, 0, REMAT_KEEP, {false, false}, NULL};
+    PlanChoice none = {micro ? micro : m.train.batch, REMAT_KEEP, 0, REMAT_KEEP, {false, false}, NULL, 0, 0};
     BuildStats bs;
     Arena *na = arena_new();
     Pipeline front = pipe;
@@ -647,13 +750,14 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
     pipe.verify = false;
     pipe.cache = pipeline_cache_new();
     PlanCtx pc = {.pipeline = &pipe, .gpu = gpu,
-                  .cm = {gpu, host_adamw_rate(&hs), host_sumsq_rate(&hs), host_link_bytes_per_s(&hs, gpu)}};
+                  .cm = {gpu, host_adamw_rate(&hs), host_sumsq_rate(&hs), host_link_bytes_per_s(&hs, gpu), link}};
     PlannerInput pin = {.global_batch = m.train.batch, .budget_bytes = budget, .host_budget_bytes = host,
-                        .reserve_bytes = gpu->reserve_bytes, .weights_bytes = states.bytes[MEM_WEIGHTS],
+                        .reserve_bytes = gpu->reserve_bytes + link_reserve_bytes((int)ranks),
+                        .weights_bytes = states.bytes[MEM_WEIGHTS],
                         .grads_bytes = states.bytes[MEM_GRADS],
                         .states_bytes = states.bytes[MEM_OPTIMIZER] + states.bytes[MEM_MASTER],
                         .build = pipeline_plan_choice, .ctx = &pc, .nlayers = nlayers, .micro = micro,
-                        .remat = remat, .offload = offload};
+                        .remat = remat, .offload = offload, .ranks = (int)ranks, .zero = zero};
     PlanChoice best;
     PlanHolds holds;
     if (plan(out, rep, &pc, &pin, &m, &hs, &best, &holds) != 0) {
@@ -677,7 +781,7 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
     }
     if (emit) {   // the training graph before remat and offload, for external solvers
         Arena *ea = arena_new();
-        PlanChoice plain = {best.micro, REMAT_KEEP, 0, REMAT_KEEP, {false, false}, NULL};
+        PlanChoice plain = {best.micro, REMAT_KEEP, 0, REMAT_KEEP, {false, false}, NULL, 0, 0};
         Pipeline ep = pipe;
         ep.final = false, ep.dump_after = NULL;
         BuildStats ebs;
@@ -702,9 +806,13 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
     fclose(rep);
     rep = NULL;
     PlanMeta meta = {.model = m.name, .source = path, .gpu = gpu->name, .arch = gpu->arch,
-                     .budget_bytes = budget, .accum = m.train.batch / best.micro,
+                     .budget_bytes = budget, .accum = m.train.batch / (best.micro * ranks),
+                     .zero = ranks > 1 ? best.zero : -1, .link = link ? link->name : NULL,
+                     .comm_bytes_per_s = link ? link->gbps * 1e9 : 0,
+                     .comm_latency_us = link ? link->latency_us : 0,
                      .arena_bytes = bs.alloc.arena_bytes, .host_bytes = bs.alloc.host_bytes,
-                     .reserve_bytes = gpu->reserve_bytes, .flops_per_s = gpu->bf16_tflops * 1e12,
+                     .reserve_bytes = gpu->reserve_bytes + link_reserve_bytes((int)ranks),
+                     .flops_per_s = gpu->bf16_tflops * 1e12,
                      .bytes_per_s = gpu->hbm_gbps * 1e9, .link_bytes_per_s = pc.cm.link_bytes_per_s,
                      .host_cores = hs.cores, .host_adamw_per_core = hs.adamw_per_core,
                      .host_link = pc.cm.link_bytes_per_s, .adamw_lo = holds.adamw_lo,

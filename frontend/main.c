@@ -36,6 +36,7 @@ static void usage_run(FILE *f) {
     fputs("usage: ftc run DIR --data FILE [--weights PATH] [--steps N] [--save DIR]\n"
           "                   [--save-every N] [--keep K] [--resume DIR] [--seed N] [--poison]\n"
           "                   [--unplanned] [--merge] [--skip-nonfinite] [--device cuda|cpu|emu]\n"
+          "                   [--comm-timeout SECONDS]\n"
           "\n"
           "  --data FILE       token file (ftc data makes one)\n"
           "  --weights PATH    Hugging Face safetensors: a file, or a directory (sharded too);\n"
@@ -56,7 +57,12 @@ static void usage_run(FILE *f) {
           "                    update not taken) and counted; without it the run stops there\n"
           "  --device D        cuda (the GPU: the plan's kernels, cuBLASLt), cpu (the reference\n"
           "                    kernels) or emu (the plan's kernels compiled for and run on the\n"
-          "                    CPU); default: cuda where the driver sees a GPU, else cpu\n",
+          "                    CPU); default: cuda where the driver sees a GPU, else cpu\n"
+          "  --comm-timeout S  on a job of several ranks, how long a rank waits for the others\n"
+          "                    in one exchange before it ends the job (default 600)\n"
+          "\n"
+          "A plan compiled with --ranks N runs as N processes: mpirun -np N ftc run DIR ...\n"
+          "(or srun -n N); each is one rank, rank 0 prints and saves.\n",
           f);
 }
 
@@ -68,7 +74,7 @@ static int cmd_run(Cmdline *cl, int argc, char **argv, int first) {
         bool takes = strcmp(s, "--data") == 0 || strcmp(s, "--weights") == 0 ||
                      strcmp(s, "--steps") == 0 || strcmp(s, "--save") == 0 ||
                      strcmp(s, "--save-every") == 0 || strcmp(s, "--resume") == 0 ||
-                     strcmp(s, "--keep") == 0 ||
+                     strcmp(s, "--keep") == 0 || strcmp(s, "--comm-timeout") == 0 ||
                      strcmp(s, "--seed") == 0 || strcmp(s, "--device") == 0;
         if (strcmp(s, "--help") == 0 || strcmp(s, "-h") == 0) {
             usage_run(stdout);
@@ -95,6 +101,16 @@ static int cmd_run(Cmdline *cl, int argc, char **argv, int first) {
                 return EXIT_USAGE;
             }
             o.keep = (int)v;
+        }
+        else if (strcmp(s, "--comm-timeout") == 0) {
+            i++;
+            if (!arg_count(cl, i, argv[i], &v))
+                return EXIT_USAGE;
+            if (v < 1 || v > 1000000) {
+                arg_error(cl, i, "--comm-timeout takes 1 to 1000000 seconds");
+                return EXIT_USAGE;
+            }
+            o.comm_timeout_s = (double)v;
         }
         else if (strcmp(s, "--steps") == 0) {
             i++;
@@ -363,9 +379,11 @@ static int cmd_inspect(Cmdline *cl, int argc, char **argv, int first) {
         return EXIT_NOFIT;
     }
     const GpuPreset *gpu = p->gpu ? gpu_preset(p->gpu) : NULL;
+    const LinkPreset *link = p->link ? link_preset(p->link) : NULL;
     MemMeta mm = {p->budget_bytes, p->reserve_bytes, gpu ? gpu->bf16_tflops * 1e12 : 312e12,
                   gpu ? gpu->hbm_gbps * 1e9 : 1555e9,
-                  p->host_link > 0 ? p->host_link : gpu ? gpu->link_gbps * 1e9 : 25e9};
+                  p->host_link > 0 ? p->host_link : gpu ? gpu->link_gbps * 1e9 : 25e9,
+                  link ? link->gbps * 1e9 : 0, link ? link->latency_us : 0};
     MemView v;
     mv_init(&v, p);
     int rc = 0;

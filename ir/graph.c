@@ -36,6 +36,7 @@ IrGraph *ir_graph_new(Arena *a) {
     IrGraph *g = arena_alloc(a, sizeof *g);
     g->arena = a;
     g->loss = g->logits = g->grad_stats = g->grad_factor = -1;
+    g->ranks = 1;
     return g;
 }
 
@@ -74,7 +75,7 @@ int ir_tensor_add(IrGraph *g, const char *name, TensorKind kind, DType dt, int n
         .cat = kind == TK_PARAM ? MEM_WEIGHTS : kind == TK_INPUT ? MEM_IO
              : kind == TK_GRAD  ? MEM_GRADS   : kind == TK_STATE ? MEM_OPTIMIZER
                                                                  : MEM_TEMPORARIES,
-        .loc = loc, .of = -1, .init = INIT_NORMAL, .init_scale = 0.02,
+        .loc = loc, .of = -1, .shard_of = -1, .init = INIT_NORMAL, .init_scale = 0.02,
         .first = -1, .last = -1, .reuse = -1, .offset = -1,
     };
     for (int i = 0; i < ndim; i++)
@@ -118,7 +119,7 @@ int ir_shape_str(char *buf, size_t cap, const IrTensor *t) {
 // Runs the shape rule of a new node into outs[]; false with err filled.
 static bool run_shape(IrGraph *g, IrNode *n, IrTensor *outs, IrShapeErr *err) {
     for (int k = 0; k < IR_MAX_OUTPUTS; k++)
-        outs[k] = (IrTensor){.ndim = -1, .alias_of = -1};
+        outs[k] = (IrTensor){.ndim = -1, .alias_of = -1, .shard_of = -1};
     outs[0].ndim = 0;   // a rule must fill out[0]; scalars keep rank 0
     err->msg[0] = '\0';
     err->arg = -1;
@@ -130,7 +131,7 @@ static IrNode new_node(IrGraph *g, OpKind op, int nin, const int *in, OpAttr att
     const OpDesc *d = op_desc(op);
     IR_ASSERT(nin >= d->min_in && nin <= d->max_in);
     IrNode n = {.id = g->nodes.len, .op = op, .nin = nin, .attr = attr, .layer = layer,
-                .loc = loc, .ws = -1, .record = -1, .fused = -1};
+                .loc = loc, .ws = -1, .record = -1, .fused = -1, .bucket = -1};
     for (int i = 0; i < IR_MAX_INPUTS; i++)
         n.in[i] = i < nin ? in[i] : -1;
     for (int k = 0; k < IR_MAX_OUTPUTS; k++)

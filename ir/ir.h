@@ -126,6 +126,9 @@ typedef struct IrTensor {
     IrInit init;            // TK_PARAM: how to initialise it without a checkpoint
     double init_scale;
     int of;                 // TK_GRAD, TK_STATE: the parameter; else -1
+    int shard_of;           // this rank's slice (1/ranks of the elements, flat) of tensor
+                            // shard_of, whose shape is the whole; with alias_of the same tensor
+                            // its slice in place; else -1 (the shard pass)
     // Set by liveness and alloc (passes/); -1 before.
     int first, last;        // node indices of its first write and last use
     int reuse;              // shares the bytes of this tensor (in place), else -1
@@ -160,6 +163,10 @@ typedef struct IrNode {
     int wait[IR_MAX_WAITS];
     int record;             // the event it records when done, else -1
     int fused;              // OP_FUSED: its steps, g->fused.at[fused]; else -1
+    bool last;              // runs only on a step's last micro-step (a collective that waits
+                            // for the whole accumulation, as DDP's no_sync); else every one
+    int bucket;             // collectives: consecutive nodes with the same bucket (>= 0) are one
+                            // call on the comm stream; else -1
     SrcLoc loc;
 } IrNode;
 
@@ -212,6 +219,7 @@ typedef struct IrGraph {
     bool lora_fan_in_fan_out;       // the LoRA targets' weights are stored [in, out] (the lora pass)
     bool packing;           // windows hold packed records: the position ids restart at each
                             // record and attention masks the others (the runtime fills them)
+    int ranks;              // the data-parallel ranks one rank's graph is planned for (1: none)
 } IrGraph;
 
 // graph.c

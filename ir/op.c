@@ -456,6 +456,25 @@ static bool shape_grad_pair(const IrGraph *g, const IrNode *n, IrTensor *out, Ir
     return true;
 }
 
+// Collectives over g->ranks: a sum keeps the shape; a reduce-scatter makes this rank's
+// flat slice, an all-gather the flat whole (the shard pass gives it the tensor's shape).
+static bool shape_collective(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
+    int64_t e = ir_tensor_elems(IN(0)), r = g->ranks > 0 ? g->ranks : 1;
+    out->dtype = IN(0)->dtype;
+    if (n->op == OP_ALL_REDUCE) {
+        same_as(out, IN(0));
+        return true;
+    }
+    if (n->op == OP_REDUCE_SCATTER && e % r) {
+        snprintf(err->msg, sizeof err->msg, "%lld elements do not split over %lld ranks",
+                 (long long)e, (long long)r);
+        return false;
+    }
+    out->ndim = 1;
+    out->shape[0] = n->op == OP_REDUCE_SCATTER ? e / r : e * r;
+    return true;
+}
+
 // A fused node is made whole by the fuse pass, never through a shape rule: its output is
 // its last step's.
 static bool shape_fused(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
@@ -983,6 +1002,10 @@ static const OpInfo ops[OP_COUNT] = {
     [OP_ZERO] = {.shape = shape_update, .flops = flops_zero, .device = "y = 0.0f;"},
     [OP_GRAD_SUMSQ] = {.shape = shape_grad_pair, .flops = flops_2in0, .scratch_bytes = scratch_grad_sumsq},
     [OP_GRAD_FACTOR] = {.shape = shape_grad_pair, .flops = flops_zero},
+    // collectives
+    [OP_ALL_REDUCE] = {.shape = shape_collective, .flops = flops_zero},
+    [OP_REDUCE_SCATTER] = {.shape = shape_collective, .flops = flops_zero},
+    [OP_ALL_GATHER] = {.shape = shape_collective, .flops = flops_zero},
 };
 
 const OpInfo *op_info(OpKind op) {

@@ -17,8 +17,11 @@ int ir_verify(const IrGraph *g, FILE *f) {
         for (int d = 0; d < t->ndim && d < IR_MAX_DIMS; d++)
             if (t->shape[d] <= 0)
                 BAD("tensor %s has dim %d = %lld", t->name, d, (long long)t->shape[d]);
-        if (t->kind != TK_VALUE)
-            made[i] = 1;   // params, inputs, gradients, state and workspace exist up front
+        // Params, inputs, gradients, state and workspace exist up front, and so do views of
+        // them (a rank's slice of a parameter, which an optimizer updates in place).
+        if (t->kind != TK_VALUE || (t->alias_of >= 0 && t->alias_of < nt && t->producer < 0 &&
+                                    g->tensors.at[t->alias_of].kind != TK_VALUE))
+            made[i] = 1;
         if (t->kind == TK_PARAM && !t->hf_name)
             BAD("param %s has no checkpoint name", t->name);
         if ((t->kind == TK_GRAD || t->kind == TK_STATE) &&

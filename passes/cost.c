@@ -14,6 +14,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 enum { LAUNCH_US = 4 };
 
@@ -45,17 +46,68 @@ double cost_node_us(const IrGraph *g, const IrNode *n, const CostModel *cm) {
     return LAUNCH_US + bytes / hbm * 1e6;
 }
 
+// The collectives of a data-parallel step (comm stream) against the device's compute, per
+// phase: each node starts when its stream is free and what it reads is made (a bucket of
+// collectives as one call), so compute waits for a gathered weight and a reduction for its
+// bucket's last gradient. `last`: the last micro-step's collectives too. The phase's time,
+// its comm stream's busy time in *comm.
+static double overlap(const IrGraph *g, const CostModel *cm, IrPhase ph, bool last, double *ready,
+                      double *comm) {
+    double tc = 0, tm = 0;
+    *comm = 0;
+    memset(ready, 0, sizeof(double) * (size_t)g->tensors.len);   // (phases start drained)
+    for (int i = 0; i < g->nodes.len; i++) {
+        const IrNode *n = &g->nodes.at[i];
+        OpClass cls = op_desc(n->op)->cls;
+        if (n->phase != ph || cls == OPC_COPY || n->stream == STREAM_HOST || (n->last && !last))
+            continue;
+        if (cls != OPC_COLLECTIVE) {
+            double start = tc;
+            for (int k = 0; k < n->nin; k++)
+                if (n->in[k] >= 0 && ready[ir_tensor_base(g, n->in[k])] > start)
+                    start = ready[ir_tensor_base(g, n->in[k])];
+            tc = start + cost_node_us(g, n, cm);
+            for (int k = 0; k < IR_MAX_OUTPUTS && n->out[k] >= 0; k++)
+                ready[ir_tensor_base(g, n->out[k])] = tc;
+            continue;
+        }
+        if (i > 0 && n->bucket >= 0 && g->nodes.at[i - 1].bucket == n->bucket)
+            continue;   // (its bucket's first did it)
+        int end = i + 1;
+        while (n->bucket >= 0 && end < g->nodes.len && g->nodes.at[end].bucket == n->bucket)
+            end++;
+        double start = tm;
+        int64_t bytes = 0;
+        for (int j = i; j < end; j++) {
+            const IrNode *m = &g->nodes.at[j];
+            const IrTensor *t = &g->tensors.at[m->op == OP_ALL_GATHER ? m->out[0] : m->in[0]];
+            bytes += dtype_bytes(t->dtype, ir_tensor_elems(t));
+            if (ready[ir_tensor_base(g, m->in[0])] > start)
+                start = ready[ir_tensor_base(g, m->in[0])];
+        }
+        double dur = link_collective_us(cm->link, n->op, bytes, g->ranks);
+        tm = start + dur;
+        *comm += dur;
+        for (int j = i; j < end; j++)
+            ready[ir_tensor_base(g, g->nodes.at[j].out[0])] = tm;
+    }
+    return tc > tm ? tc : tm;
+}
+
 static double link_of(const CostModel *cm) {
     return cm->link_bytes_per_s > 0 ? cm->link_bytes_per_s : cm->gpu->link_gbps * 1e9;
 }
 
 double cost_step_at(const StepCost *c, double adamw_per_s, double link_bytes_per_s) {
-    double micro = fmax(c->micro_device_us, c->micro_link_bytes / link_bytes_per_s * 1e6);
+    double copies = c->micro_link_bytes / link_bytes_per_s * 1e6;
+    double micro = fmax(c->micro_device_us, copies);
     double opt = c->opt_device_us;
     if (c->host_sumsq_elems > 0)   // a serial sum: one core's share of the AdamW rate, times 5
         opt += c->host_sumsq_elems / (adamw_per_s * c->sumsq_per_adamw) * 1e6;
     if (c->host_params > 0)   // CPU AdamW while the weights go back, layer by layer
         opt += fmax(c->host_params / adamw_per_s * 1e6, c->opt_link_bytes / link_bytes_per_s * 1e6);
+    if (c->micro_last_extra_us > 0)   // the last micro-step's reductions
+        return micro * (double)(c->accum - 1) + fmax(c->micro_device_us + c->micro_last_extra_us, copies) + opt;
     return micro * (double)c->accum + opt;
 }
 
@@ -70,6 +122,8 @@ StepCost cost_step(const IrGraph *g, const CostModel *cm, int64_t accum, int64_t
             *(n->phase == PHASE_OPTIMIZER ? &c.opt_link_bytes : &c.micro_link_bytes) += bytes_in;
             continue;
         }
+        if (cls == OPC_COLLECTIVE)   // (their time: overlap() below)
+            continue;
         if (n->stream == STREAM_HOST) {   // host sums hide behind the backward
             if (n->phase == PHASE_OPTIMIZER && cls == OPC_OPTIMIZER)
                 c.host_params += (double)ir_tensor_elems(&g->tensors.at[n->in[0]]);
@@ -87,6 +141,22 @@ StepCost cost_step(const IrGraph *g, const CostModel *cm, int64_t accum, int64_t
                 c.model_flops += op_flops(g, n);
             c.micro_device_us += t;
         }
+    }
+    // With several ranks, the compute again with the collectives beside it: a micro-step
+    // without the last one's reductions, the last with them, the optimizer's gathers.
+    if (g->ranks > 1) {
+        double *ready = calloc((size_t)g->tensors.len + 1, sizeof(double)), comm_f, comm_b, comm_lf,
+               comm_lb, comm_o;
+        double plain = overlap(g, cm, PHASE_FORWARD, false, ready, &comm_f);
+        plain += overlap(g, cm, PHASE_BACKWARD, false, ready, &comm_b);
+        double last = overlap(g, cm, PHASE_FORWARD, true, ready, &comm_lf);
+        last += overlap(g, cm, PHASE_BACKWARD, true, ready, &comm_lb);
+        double opt = overlap(g, cm, PHASE_OPTIMIZER, true, ready, &comm_o);
+        free(ready);
+        c.comm_us = (comm_f + comm_b) * (double)(accum - 1) + comm_lf + comm_lb + comm_o;
+        c.comm_exposed_us = (plain - c.micro_device_us) * (double)(accum - 1) +
+                            (last - c.micro_device_us) + (opt - c.opt_device_us);
+        c.micro_device_us = plain, c.micro_last_extra_us = last - plain, c.opt_device_us = opt;
     }
     // Copies in the micro-step run on copy streams that overlap the compute.
     double micro_copy = c.micro_link_bytes / link * 1e6;

@@ -42,14 +42,18 @@ int liveness_apply(IrGraph *g, bool in_place) {
         t->first = t->last = -1;
         t->reuse = -1;
     }
-    for (int i = 0; i < n; i++) {
+    for (int i = 0, lead = 0; i < n; i++) {
         IrNode *nd = &g->nodes.at[i];
         nd->id = i;
+        // A bucket of collectives runs as one call at its first node: what each member
+        // touches is alive from there.
+        if (nd->bucket < 0 || i == 0 || g->nodes.at[i - 1].bucket != nd->bucket)
+            lead = i;
         for (int k = 0; k < nd->nin; k++)
             if (nd->in[k] >= 0)
-                touch(g, nd->in[k], i);
+                touch(g, nd->in[k], lead), touch(g, nd->in[k], i);
         for (int k = 0; k < IR_MAX_OUTPUTS && nd->out[k] >= 0; k++)
-            touch(g, nd->out[k], i);
+            touch(g, nd->out[k], lead), touch(g, nd->out[k], i);
     }
     // The loss is read by the runtime after the micro-step's last node.
     int end = -1;
@@ -68,9 +72,11 @@ int liveness_apply(IrGraph *g, bool in_place) {
             t->first = g->tensors.at[t->alias_of].first;
             t->last = g->tensors.at[t->alias_of].last;
         }
-        // Saved for backward: made in the forward phase, read in the backward phase.
+        // Saved for backward: made in the forward phase, read in the backward phase. (The
+        // shard pass's keep their categories: gathered weights, a micro-step's whole gradient.)
         if (t->kind == TK_VALUE && t->alias_of < 0 && t->producer >= 0 && t->last >= 0 &&
-            !persistent(g, t)) {
+            !persistent(g, t) && op_desc(g->nodes.at[t->producer].op)->cls != OPC_COLLECTIVE &&
+            t->cat != MEM_GRADS) {
             bool fwd = g->nodes.at[t->producer].phase == PHASE_FORWARD;
             bool bwd = g->nodes.at[t->last].phase != PHASE_FORWARD;
             t->cat = g->nodes.at[t->producer].recompute ? MEM_RECOMPUTE

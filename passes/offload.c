@@ -11,7 +11,7 @@
 //              takes it to a host staging buffer, and an `acc` on the host stream adds it
 //              in. A gradient's bytes occupy the device only between its making and its
 //              copy.
-// Parameters stay on the device.
+// A collective on host bytes goes through a device copy. Parameters stay on the device.
 #include "passes.h"
 
 #include <stdlib.h>
@@ -118,7 +118,24 @@ int offload_apply(IrGraph *g, const OffloadSpec *o, OffloadStats *st) {
         int out = nd.out[0];
         bool into_host_grad = nd.phase == PHASE_BACKWARD && (nd.update & 1u) && out >= 0 &&
                               g->tensors.at[out].kind == TK_GRAD && g->tensors.at[out].arena == 1;
-        if (nd.op == OP_GRAD_SUMSQ || nd.op == OP_GRAD_FACTOR) {
+        if (op_desc(nd.op)->cls == OPC_COLLECTIVE && g->tensors.at[nd.out[0]].arena == 1) {
+            // A sum over the ranks of host bytes (the gradients' statistics where the
+            // gradients are): collectives run on device memory, so through a device copy.
+            int host = nd.out[0];
+            IrShapeErr err;
+            int id = ir_node_add(g, OP_COPY, 1, &host, (OpAttr){0},
+                                 arena_printf(g->arena, "%s.device", g->tensors.at[host].name), nd.layer,
+                                 nd.loc, &err);
+            IR_ASSERT(id >= 0);
+            g->nodes.at[id].phase = nd.phase;
+            g->nodes.at[id].stream = STREAM_H2D;
+            int dev = g->nodes.at[id].out[0];
+            nd.in[0] = nd.out[0] = dev;
+            ir_rewrite_keep(&rw, &nd);
+            id = ir_node_add_update(g, OP_COPY, 1, &dev, (OpAttr){0}, 1, &host, nd.layer, nd.loc);
+            g->nodes.at[id].phase = nd.phase;
+            g->nodes.at[id].stream = STREAM_D2H;
+        } else if (nd.op == OP_GRAD_SUMSQ || nd.op == OP_GRAD_FACTOR) {
             if (o->grads)
                 nd.stream = STREAM_HOST;
             ir_rewrite_keep(&rw, &nd);

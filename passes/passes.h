@@ -88,6 +88,51 @@ typedef struct OffloadStats {
 int offload_apply(IrGraph *g, const OffloadSpec *o, OffloadStats *st);
 
 //
+// shard.c — data parallelism: one rank's step, model states sharded (ZeRO stages 0-3).
+//
+
+typedef struct ShardSpec {
+    int ranks;              // 1: nothing to do
+    int zero;               // 0 replicated (gradients all-reduced), 1 optimizer state sharded,
+                            // 2 and gradients, 3 and parameters
+} ShardSpec;
+
+typedef struct ShardStats {
+    int sharded, whole;         // parameters sharded, and kept whole (elements the ranks do
+                                // not divide, NF4)
+    int64_t sharded_elems;
+    int64_t reduce_bytes;       // per micro-step (stages 2, 3) or step: gradients reduced
+    int64_t gather_bytes;       // per step: parameters gathered
+    int collectives;
+} ShardStats;
+
+// Makes g one rank's step of a job of spec->ranks ranks (after remat: backward's readers
+// of a parameter, recompute too, read what stage 3 gathers): the shards of what the stage
+// shards (IrTensor.shard_of), the collectives on the comm stream next to what they need
+// (the gradients' last contributions; the updates; stage 3's first readers per phase),
+// stages 0 and 1 reducing on the last micro-step only. Returns 0.
+int shard_apply(IrGraph *g, const ShardSpec *spec, ShardStats *st);
+
+//
+// buckets.c — the collectives placed for overlap and grouped into buckets.
+//
+
+// A bucket is one grouped instruction of the plan: at most plan.h's PLAN_GROUP_MAX members.
+enum { BUCKET_MAX_COLLECTIVES = 64 };
+
+typedef struct BucketStats {
+    int buckets;                // calls on the comm stream
+    int collectives;            // collectives in them
+} BucketStats;
+
+// After schedule: each phase's collectives (and what reads their outputs: a gradient
+// shard's accumulation, its copy to the host) moved to where they can run soonest — a
+// reduction right after the last of its bucket's gradients is made, gathers a bucket
+// ahead of their first readers — and consecutive ones of one kind grouped into buckets
+// of about bucket_bytes (IrNode.bucket; at most 64 collectives each). Returns 0.
+int buckets_apply(IrGraph *g, int64_t bucket_bytes, BucketStats *st);
+
+//
 // fuse.c — elementwise chains into one kernel.
 //
 
@@ -205,6 +250,26 @@ double host_link_bytes_per_s(const HostSpec *h, const GpuPreset *gpu);
 double host_sumsq_rate(const HostSpec *h);
 
 //
+// link.c — links between ranks, for collectives' time.
+//
+
+typedef struct LinkPreset {
+    const char *name;
+    double gbps;                // bandwidth one way per GPU, GB/s, as modelled
+    double latency_us;          // per call
+    const char *what;
+} LinkPreset;
+
+const LinkPreset *link_preset(const char *name);   // NULL if unknown
+const LinkPreset *link_presets(int *n);
+// The time of collective `op` over `ranks` ranks on link l, `bytes` the whole tensor's (an
+// all-gather's output, a reduction's input): latency plus the ring's bytes through a link.
+double link_collective_us(const LinkPreset *l, OpKind op, int64_t bytes, int ranks);
+// The device memory NCCL takes for itself on a job of `ranks` (0 for one rank), beside the
+// context reserve.
+int64_t link_reserve_bytes(int ranks);
+
+//
 // cost.c — the estimated step time on a GPU preset.
 //
 
@@ -214,14 +279,17 @@ typedef struct CostModel {
     double host_sumsq_per_s;    // the CPU's sum of squares over host gradients (elements per
                                 // second, on one thread: the sum runs in a fixed order)
     double link_bytes_per_s;    // the host link, each way (0: the GPU preset's)
+    const LinkPreset *link;     // between the ranks of a data-parallel job (NULL: one rank)
 } CostModel;
 
 typedef struct StepCost {
     double micro_us;        // one micro-step (forward + backward, gradient copies overlapped)
     double opt_us;          // the optimizer phase (on the device, or CPU AdamW + copies)
-    double step_us;         // accum · micro + opt
+    double step_us;         // accum · micro + opt (+ the last micro-step's reductions)
     double recompute_us;    // of step_us, spent recomputing
     double copy_us;         // link time per step (overlapped where it can be)
+    double comm_us;         // collectives' time per step on the comm stream (several ranks)
+    double comm_exposed_us; // of step_us, the part of it compute does not hide
     int64_t model_flops;    // per step, without recompute
     double tokens_per_s, mfu;
     // What step_us is made of, so that it can be priced again for another host
@@ -233,6 +301,7 @@ typedef struct StepCost {
     double opt_device_us, opt_link_bytes, host_params;
     double host_sumsq_elems;    // the gradients' norm on the host, before the updates
     double sumsq_per_adamw;     // the host's sum-of-squares rate over its AdamW rate
+    double micro_last_extra_us; // several ranks: what the last micro-step's reductions add to it
 } StepCost;
 
 double cost_node_us(const IrGraph *g, const IrNode *n, const CostModel *cm);
@@ -246,13 +315,17 @@ double cost_step_at(const StepCost *c, double adamw_per_s, double link_bytes_per
 //
 
 typedef struct PlanChoice {
-    int64_t micro;              // sequences per micro-step; accumulation = batch / micro
+    int64_t micro;              // sequences per micro-step; accumulation = batch / (micro·ranks)
     RematPolicy policy;         // for the first n_policy blocks ...
     int n_policy;
     RematPolicy rest;           // ... and this for the others
     OffloadSpec offload;
     const RematPolicy *per_layer;   // if not NULL, each block's policy (overrides the above)
+    int zero;                   // with several ranks: the ZeRO stage (shard.c)
+    int64_t bucket_bytes;       // with several ranks: the buckets' size (0: BUCKET_DEFAULT_BYTES)
 } PlanChoice;
+
+enum { BUCKET_DEFAULT_BYTES = 32 << 20 };
 
 typedef struct PlanOutcome {
     int64_t device_bytes;       // arena + context reserve
@@ -275,6 +348,8 @@ typedef struct PlannerInput {
     int64_t weights_bytes, grads_bytes, states_bytes, reserve_bytes;
     int64_t micro;              // fixed by the user, else 0
     int remat, offload;         // fixed by the user (a RematPolicy, an offload level 0..2), else -1
+    int ranks;                  // data-parallel ranks (0, 1: one); the global batch splits over them
+    int zero;                   // the ZeRO stage fixed by the user, else -1 (with ranks > 1)
     // Builds choice c into a fresh graph and plans it; 0, or -1 on failure. Called from
     // several threads at once: it must not touch shared mutable state.
     int (*build)(void *ctx, const PlanChoice *c, PlanOutcome *out);
@@ -336,8 +411,8 @@ MemBreakdown count_naive_memory(const IrGraph *g, int64_t reserve_bytes);
 // pipeline.c — the compile pipeline: one ordered table of named passes, each with one
 // signature, run for a planner choice; and the planner's build function over it.
 //
-//   elaborate (B, S) → lora → autodiff → quantize → chunk_loss → remat → offload
-//     → fuse → schedule → liveness → alloc → streams
+//   elaborate (B, S) → lora → autodiff → quantize → chunk_loss → remat → shard → offload
+//     → fuse → schedule → buckets → liveness → alloc → streams
 //
 
 // What the train section asks of the step beyond the forward graph.
@@ -350,6 +425,7 @@ typedef struct PipelineSpec {
     int64_t loss_chunk_bytes;   // the loss's backward works on fp32 chunks of at most this
     bool no_fusion;             // leave every op its own kernel (ftc compile --no-fusion)
     int64_t gemm_workspace_bytes;   // each GEMM's library workspace (the GPU preset's)
+    int ranks;                  // data-parallel ranks the step is one of (0, 1: none)
 } PipelineSpec;
 
 // The frontend's part: the forward graph and loss for micro-batch `micro` and sequence
@@ -392,6 +468,8 @@ typedef struct Pipeline {
 typedef struct BuildStats {
     QuantStats quant;
     RematStats remat;
+    ShardStats shard;
+    BucketStats buckets;
     OffloadStats offload;
     FuseStats fuse;
     ScheduleStats schedule;

@@ -1,8 +1,8 @@
 // pipeline.c — the compile pipeline as one ordered table of named passes with one
 // signature, run for one planner choice:
 //
-//   elaborate (B, S) → lora → autodiff → quantize → chunk_loss → remat → offload
-//     → fuse → schedule → liveness → alloc → streams
+//   elaborate (B, S) → lora → autodiff → quantize → chunk_loss → remat → shard → offload
+//     → fuse → schedule → buckets → liveness → alloc → streams
 //
 // The frontend elaborates (a callback: the passes never see the AST); every pass runs
 // for every choice, doing nothing when the choice or the train section asks nothing of
@@ -56,6 +56,16 @@ static int run_remat(PassCtx *x) {
     return remat_apply(x->g, pol, layers, &x->bs->remat);
 }
 
+static int run_shard(PassCtx *x) {
+    ShardSpec s = {x->p->spec.ranks > 1 ? x->p->spec.ranks : 1, x->c->zero};
+    return shard_apply(x->g, &s, &x->bs->shard);
+}
+
+static int run_buckets(PassCtx *x) {
+    return buckets_apply(x->g, x->c->bucket_bytes > 0 ? x->c->bucket_bytes : BUCKET_DEFAULT_BYTES,
+                         &x->bs->buckets);
+}
+
 static int run_offload(PassCtx *x) { return offload_apply(x->g, &x->c->offload, &x->bs->offload); }
 static int run_fuse(PassCtx *x) { return x->p->spec.no_fusion ? 0 : fuse_apply(x->g, &x->bs->fuse); }
 static int run_schedule(PassCtx *x) { return schedule_apply(x->g, &x->bs->schedule); }
@@ -77,9 +87,11 @@ enum { PREFIX, CHOICE, FINAL };
     X(quantize, run_quantize, PREFIX)                                                    \
     X(chunk_loss, run_chunk_loss, PREFIX)                                                \
     X(remat, run_remat, CHOICE)                                                          \
+    X(shard, run_shard, CHOICE)                                                          \
     X(offload, run_offload, CHOICE)                                                      \
     X(fuse, run_fuse, CHOICE)                                                            \
     X(schedule, run_schedule, CHOICE)                                                    \
+    X(buckets, run_buckets, CHOICE)                                                      \
     X(liveness, run_liveness, CHOICE)                                                    \
     X(alloc, run_alloc, CHOICE)                                                          \
     X(streams, run_streams, FINAL)
@@ -299,12 +311,14 @@ int pipeline_plan_choice(void *vctx, const PlanChoice *c, PlanOutcome *out) {
         return -1;
     }
     memset(out, 0, sizeof *out);
-    out->device_bytes = bs.alloc.arena_bytes + x->gpu->reserve_bytes;
+    int64_t reserve = x->gpu->reserve_bytes + link_reserve_bytes(s->ranks);
+    out->device_bytes = bs.alloc.arena_bytes + reserve;
     out->host_bytes = bs.alloc.host_bytes;
-    out->cost = cost_step(g, &x->cm, s->global_batch / c->micro, s->global_batch * s->seq);
+    out->cost = cost_step(g, &x->cm, s->global_batch / (c->micro * (s->ranks > 1 ? s->ranks : 1)),
+                          s->global_batch * s->seq);
     out->remat = bs.remat;
     peak_breakdown(g, bs.alloc.lower_bound_at, out->live);
-    out->live[MEM_RESERVE] = x->gpu->reserve_bytes;
+    out->live[MEM_RESERVE] = reserve;
     ir_graph_free(g);
     arena_free(a);
     return 0;

@@ -24,21 +24,28 @@
 static const OffloadSpec levels[3] = {{false, false}, {true, false}, {true, true}};
 
 void planner_choice_str(char *buf, size_t cap, const PlanChoice *c, int nlayers) {
-    char remat[96];
+    char remat[96], dp[64] = "";
     if (c->n_policy >= nlayers || c->policy == c->rest)
         snprintf(remat, sizeof remat, "%s", remat_policy_name(c->policy));
     else
         snprintf(remat, sizeof remat, "%s x%d + %s x%d", remat_policy_name(c->policy), c->n_policy,
                  remat_policy_name(c->rest), nlayers - c->n_policy);
-    snprintf(buf, cap, "micro-batch %lld, recompute %s, offload %s", (long long)c->micro, remat,
-             c->offload.grads ? "optimizer+master+grads" : c->offload.optimizer ? "optimizer+master" : "none");
+    if (c->bucket_bytes > 0)   // a data-parallel plan
+        snprintf(dp, sizeof dp, ", ZeRO-%d, buckets %lld MiB", c->zero, (long long)(c->bucket_bytes >> 20));
+    snprintf(buf, cap, "micro-batch %lld, recompute %s, offload %s%s", (long long)c->micro, remat,
+             c->offload.grads ? "optimizer+master+grads" : c->offload.optimizer ? "optimizer+master" : "none",
+             dp);
 }
 
 static bool same_choice(const PlanChoice *a, const PlanChoice *b) {
     return a->micro == b->micro && a->policy == b->policy && a->n_policy == b->n_policy &&
            a->rest == b->rest && a->offload.optimizer == b->offload.optimizer &&
-           a->offload.grads == b->offload.grads && a->per_layer == b->per_layer;
+           a->offload.grads == b->offload.grads && a->per_layer == b->per_layer &&
+           a->zero == b->zero && a->bucket_bytes == b->bucket_bytes;
 }
+
+// The buckets' size a candidate starts with: none for one rank.
+static int64_t bucket(const PlannerInput *in) { return in->ranks > 1 ? BUCKET_DEFAULT_BYTES : 0; }
 
 // One binary search of the search, run on a planning thread: over micro-batch sizes for
 // one (level, policy), or over the number of blocks keeping the faster policy of a pair.
@@ -47,6 +54,7 @@ typedef struct Job {
     const int64_t *micros;
     int nm;
     int level;
+    int zero;               // the ZeRO stage (several ranks)
     int fast, slow, m;      // a pair search at micros[m]; fast < 0: a micro-batch search
     VEC(Candidate) tried;   // in the order tried
     int fit_at;             // a micro-batch search: index of the largest fitting micro, or -1
@@ -71,7 +79,7 @@ static void job_run(Job *j) {
         while (lo <= hi) {
             int mid = (lo + hi) / 2;
             PlanChoice c = {j->micros[mid], (RematPolicy)j->slow, in->nlayers, (RematPolicy)j->slow,
-                            levels[j->level], NULL};
+                            levels[j->level], NULL, j->zero, bucket(in)};
             int id = job_try(j, &c);
             if (id >= 0 && j->tried.at[id].fits)
                 j->fit_at = mid, lo = mid + 1;
@@ -84,7 +92,7 @@ static void job_run(Job *j) {
     while (lo <= hi) {
         int k = (lo + hi) / 2;
         PlanChoice c = {j->micros[j->m], (RematPolicy)j->fast, k, (RematPolicy)j->slow,
-                        levels[j->level], NULL};
+                        levels[j->level], NULL, j->zero, bucket(in)};
         int id = job_try(j, &c);
         if (id >= 0 && j->tried.at[id].fits)
             lo = k + 1;
@@ -144,40 +152,50 @@ int planner_search(const PlannerInput *in, PlannerResult *r) {
     memset(r, 0, sizeof *r);
     r->best = r->smallest = -1;
     int64_t micros[64];
-    int nm = 0;
-    for (int64_t d = 1; d <= in->global_batch && nm < 64; d++)
-        if (in->global_batch % d == 0 && (!in->micro || d == in->micro))
+    int nm = 0, R = in->ranks > 1 ? in->ranks : 1;
+    int64_t per_rank = in->global_batch / R;   // (the driver checked that the ranks divide it)
+    for (int64_t d = 1; d <= per_rank && nm < 64; d++)
+        if (per_rank % d == 0 && (!in->micro || d == in->micro))
             micros[nm++] = d;
     int threads = in->threads > 0 ? in->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (threads < 1)
         threads = 1;
-    int64_t fixed[3] = {in->weights_bytes + in->grads_bytes + in->states_bytes,
-                        in->weights_bytes + in->grads_bytes, in->weights_bytes};
-    // First, per offload level whose model states alone can fit, and per policy: the
-    // largest micro-batch that fits.
-    Job jobs[3 * 5 * 4];
+    // ZeRO stages to try: with one rank none; else the one asked for, or all four.
+    int z0 = R == 1 ? 0 : in->zero >= 0 ? in->zero : 0, z1 = R == 1 ? 0 : in->zero >= 0 ? in->zero : 3;
+    // First, per stage and offload level whose model states alone can fit (a rank's share:
+    // stage 1 shards optimizer state and master weights, 2 the gradients too, 3 the weights
+    // too), and per policy: the largest micro-batch that fits. Gradients on the host need
+    // them sharded first (a reduction runs on the device).
+    Job jobs[4 * 3 * 5 * 4];
     int nj = 0;
-    bool level_ok[3] = {false, false, false};
-    for (int lv = 0; lv < 3; lv++) {
-        if (in->offload >= 0 && lv != in->offload)
-            continue;
-        if (fixed[lv] + in->reserve_bytes > in->budget_bytes) {
-            r->pruned_levels++;
-            continue;
+    bool level_ok[4][3] = {{false}};
+    for (int z = z0; z <= z1; z++)
+        for (int lv = 0; lv < 3; lv++) {
+            if (in->offload >= 0 && lv != in->offload)
+                continue;
+            if (R > 1 && lv == 2 && z < 2)
+                continue;
+            int64_t w = in->weights_bytes / (z >= 3 ? R : 1), gr = in->grads_bytes / (z >= 2 ? R : 1),
+                    os = in->states_bytes / (z >= 1 ? R : 1);
+            int64_t fixed = lv == 0 ? w + gr + os : lv == 1 ? w + gr : w;
+            if (fixed + in->reserve_bytes > in->budget_bytes) {
+                r->pruned_levels++;
+                continue;
+            }
+            level_ok[z][lv] = true;
+            for (int pol = REMAT_KEEP; pol <= REMAT_SWAP; pol++)
+                if (in->remat < 0 || pol == in->remat)
+                    jobs[nj++] = (Job){.in = in, .micros = micros, .nm = nm, .level = lv, .zero = z,
+                                       .fast = -1, .slow = pol};
         }
-        level_ok[lv] = true;
-        for (int pol = REMAT_KEEP; pol <= REMAT_SWAP; pol++)
-            if (in->remat < 0 || pol == in->remat)
-                jobs[nj++] = (Job){.in = in, .micros = micros, .nm = nm, .level = lv, .fast = -1,
-                                   .slow = pol};
-    }
     run_jobs(jobs, nj, threads);
-    int fit_at[3][4];
-    for (int lv = 0; lv < 3; lv++)
-        for (int pol = 0; pol < 4; pol++)
-            fit_at[lv][pol] = -1;
+    int fit_at[4][3][4];
+    for (int z = 0; z < 4; z++)
+        for (int lv = 0; lv < 3; lv++)
+            for (int pol = 0; pol < 4; pol++)
+                fit_at[z][lv][pol] = -1;
     for (int i = 0; i < nj; i++) {
-        fit_at[jobs[i].level][jobs[i].slow] = jobs[i].fit_at;
+        fit_at[jobs[i].zero][jobs[i].level][jobs[i].slow] = jobs[i].fit_at;
         merge(r, &jobs[i]);
     }
     // Then mixed plans: at the largest micro-batch the more frugal policy reaches, as
@@ -189,24 +207,41 @@ int planner_search(const PlannerInput *in, PlannerResult *r) {
                                     {REMAT_FULL, REMAT_SWAP},
                                     {REMAT_SELECTIVE, REMAT_SWAP}};
     nj = 0;
-    for (int lv = 0; lv < 3 && in->remat < 0 && in->nlayers >= 2; lv++) {
-        if (!level_ok[lv])
-            continue;
-        for (int pi = 0; pi < 5; pi++) {
-            int fast = pairs[pi][0], slow = pairs[pi][1], m = fit_at[lv][slow];
-            if (m < 0 || fit_at[lv][fast] >= m)
+    for (int z = z0; z <= z1 && in->remat < 0 && in->nlayers >= 2; z++)
+        for (int lv = 0; lv < 3; lv++) {
+            if (!level_ok[z][lv])
                 continue;
-            jobs[nj++] = (Job){.in = in, .micros = micros, .nm = nm, .level = lv, .fast = fast,
-                               .slow = slow, .m = m};
+            for (int pi = 0; pi < 5; pi++) {
+                int fast = pairs[pi][0], slow = pairs[pi][1], m = fit_at[z][lv][slow];
+                if (m < 0 || fit_at[z][lv][fast] >= m)
+                    continue;
+                jobs[nj++] = (Job){.in = in, .micros = micros, .nm = nm, .level = lv, .zero = z,
+                                   .fast = fast, .slow = slow, .m = m};
+            }
         }
-    }
     run_jobs(jobs, nj, threads);
     for (int i = 0; i < nj; i++)
         merge(r, &jobs[i]);
-    if (r->smallest < 0 && r->pruned_levels < 3) {   // report the most frugal allowed plan
-        RematPolicy pol = in->remat >= 0 ? (RematPolicy)in->remat : REMAT_SWAP;
+    // The buckets of the fastest: other sizes trade the link's latency per call against how
+    // soon the first starts and how much is left after the last gradient (and, at stages 2
+    // and 3, the whole gradients and gathered weights a bucket holds).
+    if (R > 1 && r->best >= 0) {
+        static const int64_t sizes[] = {4 << 20, 16 << 20, 128 << 20, 512 << 20};
         Job j = {.in = in};
-        PlanChoice c = {micros[0], pol, in->nlayers, pol, levels[in->offload >= 0 ? in->offload : 2], NULL};
+        for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+            PlanChoice c = r->tried.at[r->best].c;
+            c.bucket_bytes = sizes[k];
+            job_try(&j, &c);
+        }
+        merge(r, &j);
+    }
+    if (r->smallest < 0 && r->pruned_levels < 3 * (z1 - z0 + 1)) {   // report the most frugal allowed plan
+        RematPolicy pol = in->remat >= 0 ? (RematPolicy)in->remat : REMAT_SWAP;
+        int lv = in->offload >= 0 ? in->offload : 2, z = z1;
+        if (R > 1 && lv == 2 && z < 2)
+            lv = 1;
+        Job j = {.in = in};
+        PlanChoice c = {micros[0], pol, in->nlayers, pol, levels[lv], NULL, z, bucket(in)};
         job_try(&j, &c);
         merge(r, &j);
     }
@@ -226,7 +261,7 @@ int planner_exact(const PlannerInput *in, int64_t micro, int level, RematPolicy 
     for (int code = 0; code < total; code++) {
         for (int l = 0, c = code; l < L; l++, c /= 3)
             trial[l] = (RematPolicy)(c % 3);
-        PlanChoice ch = {micro, REMAT_KEEP, L, REMAT_KEEP, levels[level], trial};
+        PlanChoice ch = {micro, REMAT_KEEP, L, REMAT_KEEP, levels[level], trial, 0, 0};
         PlanOutcome o;
         if (in->build(in->ctx, &ch, &o) != 0)
             continue;

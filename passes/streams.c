@@ -131,8 +131,9 @@ int streams_apply(IrGraph *g, StreamStats *st) {
     bool *cross = calloc((size_t)nt + 1, sizeof(bool));
     for (int i = 0; i < nt; i++)
         first[i] = n, last[i] = -1;
-    int ids[IR_MAX_INPUTS + 2 * IR_MAX_OUTPUTS + 1];
-    bool wr[IR_MAX_INPUTS + 2 * IR_MAX_OUTPUTS + 1];
+    enum { TOUCHES = IR_MAX_INPUTS + 2 * IR_MAX_OUTPUTS + 1 };
+    int *ids = malloc(sizeof(int) * TOUCHES * BUCKET_MAX_COLLECTIVES);   // a node's, or a bucket's
+    bool *wr = malloc(sizeof(bool) * TOUCHES * BUCKET_MAX_COLLECTIVES);
     for (int j = 0; j < n; j++) {
         IrNode *nd = &g->nodes.at[j];
         nd->nwait = 0;
@@ -183,7 +184,9 @@ int streams_apply(IrGraph *g, StreamStats *st) {
             for (int s = 0; s < S; s++)
                 y.hist[i].read[s] = -1;
         }
-        int count[S] = {0}, last_on[S] = {-1, -1, -1, -1};
+        int count[S] = {0}, last_on[S];
+        for (int s = 0; s < S; s++)
+            last_on[s] = -1;
         for (int j = lo; j < hi; j++) {
             IrNode *nd = &g->nodes.at[j];
             int *c = &y.clock[(size_t)j * S];
@@ -195,15 +198,26 @@ int streams_apply(IrGraph *g, StreamStats *st) {
             y.pos[j] = count[nd->stream]++;
             c[nd->stream] = y.pos[j];
             last_on[nd->stream] = j;
+            // A bucket of collectives is one call at its first node: that node waits for what
+            // every member needs, and stands for each member's touches.
+            if (nd->bucket >= 0 && j > lo && g->nodes.at[j - 1].bucket == nd->bucket)
+                continue;
+            int end = j + 1;
+            while (nd->bucket >= 0 && end < hi && g->nodes.at[end].bucket == nd->bucket)
+                end++;
             for (int s = 0; s < S; s++)
                 need[s] = -1;
-            int m = touches(nd, ids, wr);
-            for (int k = 0; k < m; k++) {
-                int r = y.root[ids[k]];
-                conflicts(&y, j, r, wr[k]);
-                if (first[r] == j)   // born here: after everything its bytes held before
-                    for (int q = npred[r]; q < npred[r + 1]; q++)
-                        conflicts(&y, j, pred[q], true);
+            int m = 0;
+            for (int q = j; q < end; q++) {
+                int at = m;
+                m += touches(&g->nodes.at[q], ids + m, wr + m);
+                for (int k = at; k < m; k++) {
+                    int r = y.root[ids[k]];
+                    conflicts(&y, j, r, wr[k]);
+                    if (first[r] == q)   // born here: after everything its bytes held before
+                        for (int p = npred[r]; p < npred[r + 1]; p++)
+                            conflicts(&y, j, pred[p], true);
+                }
             }
             // Wait for the latest conflicting node of each stream not yet ordered before
             // this one; then drop a wait the others already imply.
@@ -249,5 +263,6 @@ int streams_apply(IrGraph *g, StreamStats *st) {
     }
     free(y.root), free(y.pos), free(y.clock), free(y.hist);
     free(first), free(last), free(cross), free(npred), free(pred), free(fill);
+    free(ids), free(wr);
     return 0;
 }

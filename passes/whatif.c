@@ -57,7 +57,9 @@ static void find_qv(const PlanCtx *x, WhatIf *w) {
 
 // Device bytes of the most frugal choice under `spec`; -1 when it does not build.
 static int64_t frugal_bytes(const PlanCtx *x, const PipelineSpec *spec) {
-    const PlanChoice frugal = {1, REMAT_SWAP, 1 << 30, REMAT_SWAP, {true, true}, NULL};
+    bool dp = x->pipeline->spec.ranks > 1;   // several ranks: everything sharded as well
+    const PlanChoice frugal = {1, REMAT_SWAP, 1 << 30, REMAT_SWAP, {true, true}, NULL, dp ? 3 : 0,
+                               dp ? BUCKET_DEFAULT_BYTES : 0};
     Pipeline p = *x->pipeline;
     p.spec = *spec;
     p.diag = NULL;

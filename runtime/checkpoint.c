@@ -8,7 +8,11 @@
 // from (seed, step), so nothing else is needed to continue bitwise. It is written into
 // DIR/.checkpoint-STEP.tmp.PID and renamed into place when complete: a kill leaves
 // either the whole checkpoint or none (and a temporary directory the next save removes).
+// A job of several ranks writes one state file a rank, state-rankRRRRR-of-NNNNN.safetensors
+// (each rank's shards and what it holds whole), into one temporary directory that rank 0
+// renames once every rank has written its file: resumable on the same number of ranks.
 #include "runtime.h"
+#include "comm.h"
 #include "fileio.h"
 #include "safetensors.h"
 
@@ -83,19 +87,71 @@ void rt_checkpoint_prune(const char *dir, int keep) {
 
 static void drop_dir(const char *p) { remove_tree(p); }
 
+// The state file of `rank` in a checkpoint of a job of `ranks`.
+static void state_name(char *buf, size_t len, int rank, int ranks) {
+    if (ranks <= 1)
+        snprintf(buf, len, "state.safetensors");
+    else
+        snprintf(buf, len, "state-rank%05d-of-%05d.safetensors", rank, ranks);
+}
+
+static int write_state(Exec *x, const char *tmp, int64_t step, uint64_t seed, char *err, size_t errlen);
+
+// Every rank's status summed: 0 when all are 0; -1 with err (this rank's own failure, or
+// which rank failed) otherwise.
+static int all_ok(Comm *c, int rc, const char *what, char *err, size_t errlen) {
+    if (!c || c->ranks == 1)
+        return rc;
+    double v[2] = {rc != 0, rc != 0 ? c->rank : 0};
+    char why[512];
+    if (rt_comm_sum(c, v, 2, why, sizeof why) != 0)
+        return rc != 0 ? -1 : rt_fail(err, errlen, "%s", why);
+    if (v[0] == 0 || rc != 0)
+        return v[0] == 0 ? 0 : -1;
+    return rt_fail(err, errlen, "%s: %.0f rank%s failed (rank %.0f%s)", what, v[0], v[0] == 1 ? "" : "s",
+                   v[0] == 1 ? v[1] : 0, v[0] == 1 ? "" : " among them");
+}
+
 int rt_checkpoint_save(Exec *x, const char *dir, int64_t step, uint64_t seed, int keep, char *err,
                        size_t errlen) {
-    const Plan *p = x->plan;
-    char tmp[4300], final[4300], path[4400];
+    Comm *c = x->comm;
+    bool lead = !c || c->rank == 0;
+    char tmp[4300], final[4300];
     snprintf(final, sizeof final, "%s/checkpoint-%06" PRId64, dir, step);
-    snprintf(tmp, sizeof tmp, "%s/.checkpoint-%06" PRId64 ".tmp.%d", dir, step, (int)getpid());
-    char probe[4300];   // what killed saves left: .checkpoint-N.tmp.PID of dead processes
-    snprintf(probe, sizeof probe, "%s/.checkpoint-%06" PRId64, dir, step);
-    static const char *const tag[] = {".tmp."};
-    rt_clean_leftovers(probe, tag, 1, false, drop_dir);
-    remove_tree(tmp);
-    if (mkdir(tmp, 0777) != 0)
-        return rt_fail(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
+    int64_t pid = getpid();   // rank 0's: every rank writes into its temporary directory
+    if (rt_comm_bcast(c, &pid, sizeof pid, 0, err, errlen) != 0)
+        return -1;
+    snprintf(tmp, sizeof tmp, "%s/.checkpoint-%06" PRId64 ".tmp.%lld", dir, step, (long long)pid);
+    int rc = 0;
+    if (lead) {
+        char probe[4300];   // what killed saves left: .checkpoint-N.tmp.PID of dead processes
+        snprintf(probe, sizeof probe, "%s/.checkpoint-%06" PRId64, dir, step);
+        static const char *const tag[] = {".tmp."};
+        rt_clean_leftovers(probe, tag, 1, false, drop_dir);
+        remove_tree(tmp);
+        if (mkdir(tmp, 0777) != 0)
+            rc = rt_fail(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
+    }
+    if (all_ok(c, rc, "making the checkpoint's directory", err, errlen) != 0)
+        return -1;
+    rc = write_state(x, tmp, step, seed, err, errlen);
+    rc = all_ok(c, rc, "writing the checkpoint's state", err, errlen);
+    if (lead && rc == 0) {   // the same step twice (a run resumed and saved again): replace it
+        remove_tree(final);
+        if (rename(tmp, final) != 0)
+            rc = rt_fail(err, errlen, "cannot create %s: %s", final, strerror(errno));
+    }
+    if (lead && rc != 0)
+        remove_tree(tmp);
+    if (lead && rc == 0)
+        rt_checkpoint_prune(dir, keep);
+    return all_ok(c, rc, "completing the checkpoint", err, errlen);
+}
+
+// This rank's state file into directory tmp.
+static int write_state(Exec *x, const char *tmp, int64_t step, uint64_t seed, char *err, size_t errlen) {
+    const Plan *p = x->plan;
+    char path[4400], name[64];
     StWrite *w = calloc((size_t)p->nbuf + 1, sizeof *w);
     void **data = calloc((size_t)p->nbuf + 1, sizeof *data);
     int64_t *len = calloc((size_t)p->nbuf + 1, sizeof *len);
@@ -125,33 +181,43 @@ int rt_checkpoint_save(Exec *x, const char *dir, int64_t step, uint64_t seed, in
     snprintf(sfp, sizeof sfp, "%016" PRIx64, fingerprint(p));
     snprintf(sscale, sizeof sscale, "%.17g", x->loss_scale);   // round-trips the double
     snprintf(strack, sizeof strack, "%" PRId64, x->scale_tracker);
+    char srank[32], sranks[32];
+    int rank = x->comm ? x->comm->rank : 0, ranks = x->comm ? x->comm->ranks : 1;
+    snprintf(srank, sizeof srank, "%d", rank);
+    snprintf(sranks, sizeof sranks, "%d", ranks);
     const char *meta[] = {"producer", "ftc", "kind", "training state", "step", sstep,
                           "seed", sseed, "skipped", sskip, "plan", sfp, "loss_scale", sscale,
-                          "scale_tracker", strack, NULL};
-    snprintf(path, sizeof path, "%s/state.safetensors", tmp);
+                          "scale_tracker", strack, "rank", srank, "ranks", sranks, NULL};
+    state_name(name, sizeof name, rank, ranks);
+    snprintf(path, sizeof path, "%s/%s", tmp, name);
     if (rc == 0)
         rc = st_write(path, w, n, meta, err, errlen);
     for (int i = 0; i < n; i++)
         free(data[i]);
     free(data), free(w), free(len);
-    if (rc == 0) {   // the same step twice (a run resumed and saved again): replace it
-        remove_tree(final);
-        if (rename(tmp, final) != 0)
-            rc = rt_fail(err, errlen, "cannot create %s: %s", final, strerror(errno));
-    }
-    if (rc != 0) {
-        remove_tree(tmp);
-        return -1;
-    }
-    rt_checkpoint_prune(dir, keep);
-    return 0;
+    return rc;
+}
+
+// Whether dir holds a training state: one rank's (state.safetensors) or rank 0's of a job of
+// several (their directory is renamed into place only once every rank's file is in it).
+static bool has_state(const char *dir) {
+    char probe[4400];
+    snprintf(probe, sizeof probe, "%s/state.safetensors", dir);
+    struct stat st;
+    if (stat(probe, &st) == 0)
+        return true;
+    DIR *d = opendir(dir);
+    bool found = false;
+    for (struct dirent *e; d && !found && (e = readdir(d));)
+        found = strncmp(e->d_name, "state-rank00000-of-", 19) == 0;
+    if (d)
+        closedir(d);
+    return found;
 }
 
 int rt_checkpoint_find(const char *path, char *out, size_t len, char *err, size_t errlen) {
     char probe[4400];
-    snprintf(probe, sizeof probe, "%s/state.safetensors", path);
-    struct stat st;
-    if (stat(probe, &st) == 0) {   // a checkpoint directory itself
+    if (has_state(path)) {   // a checkpoint directory itself
         snprintf(out, len, "%s", path);
         return 0;
     }
@@ -162,8 +228,8 @@ int rt_checkpoint_find(const char *path, char *out, size_t len, char *err, size_
     for (struct dirent *e; (e = readdir(d));) {
         int64_t s = step_of(e->d_name);
         if (s > best) {
-            snprintf(probe, sizeof probe, "%s/%s/state.safetensors", path, e->d_name);
-            if (stat(probe, &st) == 0)
+            snprintf(probe, sizeof probe, "%s/%s", path, e->d_name);
+            if (has_state(probe))
                 best = s;
         }
     }
@@ -222,8 +288,26 @@ static int meta_u64(json_t *meta, const char *path, const char *key, int base, u
 
 int rt_checkpoint_load(Exec *x, const char *ckpt, int64_t *step, uint64_t *seed, char *err, size_t errlen) {
     const Plan *p = x->plan;
-    char path[4400];
-    snprintf(path, sizeof path, "%s/state.safetensors", ckpt);
+    char path[4400], name[64];
+    int rank = x->comm ? x->comm->rank : 0, ranks = x->comm ? x->comm->ranks : 1;
+    state_name(name, sizeof name, rank, ranks);
+    snprintf(path, sizeof path, "%s/%s", ckpt, name);
+    struct stat fst;
+    if (stat(path, &fst) != 0) {   // a checkpoint of another number of ranks?
+        DIR *d = opendir(ckpt);
+        int other = 0;
+        for (struct dirent *e; d && (e = readdir(d));) {
+            if (!strcmp(e->d_name, "state.safetensors"))
+                other = 1;
+            else if (!strncmp(e->d_name, "state-rank", 10) && strstr(e->d_name, "-of-"))
+                other = atoi(strstr(e->d_name, "-of-") + 4);
+        }
+        if (d)
+            closedir(d);
+        if (other > 0 && other != ranks)
+            return rt_fail(err, errlen, "%s: a checkpoint of a job of %d rank%s; this one has %d (resume "
+                           "on as many ranks as saved it)", ckpt, other, other == 1 ? "" : "s", ranks);
+    }
     uint64_t s, sd, fp, skipped = 0, tracker = 0;
     double scale = x->loss_scale;
     json_t *meta = state_meta(path, err, errlen);

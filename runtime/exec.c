@@ -2,6 +2,7 @@
 // instruction by instruction through a backend, and poisons buffers whose
 // lifetime has ended so that a liveness bug shows up as a wrong loss.
 #include "runtime.h"
+#include "comm.h"
 #include "fileio.h"
 #include "kernel_args.h"
 #include "cpu/kernels.h"
@@ -41,6 +42,14 @@ uint64_t rt_random_stream(const Exec *x, const PlanInstr *in) {
 
 MemKind rt_buf_kind(const Exec *x, int id) {
     return x->plan->arena_kind[x->plan->buf[x->root[id]].arena];
+}
+
+// A view reads its base's bytes; a shard view this rank's slice of them.
+static void place_views(Exec *x) {
+    const Plan *p = x->plan;
+    for (int i = 0; i < p->nbuf; i++)
+        if (p->buf[i].view >= 0)
+            x->ptr[i] = (char *)x->ptr[p->buf[i].view] + p->buf[i].view_at + plan_shard_offset(p, i, x->rank);
 }
 
 int rt_exec_init(Exec *x, const Plan *p, Backend *be, Backend *host, ExecLayout layout,
@@ -86,10 +95,14 @@ int rt_exec_init(Exec *x, const Plan *p, Backend *be, Backend *host, ExecLayout 
             }
         }
     }
-    for (int i = 0; i < p->nbuf; i++)
-        if (p->buf[i].view >= 0)
-            x->ptr[i] = (char *)x->ptr[p->buf[i].view] + p->buf[i].view_at;
+    place_views(x);
     return 0;
+}
+
+void rt_exec_set_comm(Exec *x, Comm *comm) {
+    x->comm = comm;
+    x->rank = comm ? comm->rank : 0;
+    place_views(x);
 }
 
 void rt_exec_free(Exec *x) {
@@ -124,11 +137,12 @@ static void poison(Exec *x, const PlanBuffer *b, Stream stream) {
         x->be->fill(x->be, rt_buf_kind(x, b->id), x->ptr[b->id], pattern, width, bytes, stream);
 }
 
-// A plan copy: the bytes of in[0] into out[0], across arenas, on the copy's stream.
+// A plan copy: the bytes of in[0] into out[0] (a view: its slice of its base's), across
+// arenas, on the copy's stream.
 static void copy(Exec *x, const PlanInstr *in) {
     const PlanBuffer *dst = &x->plan->buf[in->out[0]];
     x->be->copy(x->be, x->ptr[dst->id], rt_buf_kind(x, dst->id), x->ptr[in->in[0]],
-                rt_buf_kind(x, in->in[0]), dst->bytes, in->stream);
+                rt_buf_kind(x, in->in[0]), plan_dtype_bytes(dst->dtype, plan_elems(dst)), in->stream);
 }
 
 // Poisons what died at instruction `in`: its workspace, and every buffer whose last use it
@@ -165,7 +179,13 @@ static int run_instr(Exec *x, const PlanInstr *in, bool poison, char *err, size_
         for (int k = 0; k < in->nwait; k++)
             be->event_wait(be, in->stream, in->wait[k]);
     int rc = 0;
-    if (op_desc(in->op)->cls == OPC_COPY)
+    bool skip = (in->last && !x->last) || (op_desc(in->op)->cls == OPC_COLLECTIVE && in->by >= 0);
+    if (skip)   // another micro-step's, or its bucket's first did it: waits and record stay
+        ;
+    else if (op_desc(in->op)->cls == OPC_COLLECTIVE)
+        rc = be->collective ? be->collective(be, x, in, why, sizeof why)
+                            : rt_comm_collective(x->comm, x, in, why, sizeof why);
+    else if (op_desc(in->op)->cls == OPC_COPY)
         copy(x, in);
     else if (in->stream == STREAM_HOST && !be->host_queue)
         rc = x->host->launch(x->host, x, in, why, sizeof why);

@@ -224,7 +224,7 @@ int op_attr_parse(OpKind op, const char *key, const char *v, OpAttr *a) {
     return 0;
 }
 
-static const char *stream_names[STREAM_COUNT] = {"compute", "d2h", "h2d", "host"};
+static const char *stream_names[STREAM_COUNT] = {"compute", "d2h", "h2d", "host", "comm"};
 
 const char *stream_name(Stream s) { return (unsigned)s < STREAM_COUNT ? stream_names[s] : "?"; }
 

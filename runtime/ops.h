@@ -20,6 +20,7 @@ typedef enum OpClass {
     OPC_MOVEMENT,       // the same elements rearranged (view, transpose)
     OPC_COPY,           // bytes moved between arenas on a copy stream
     OPC_OPTIMIZER,      // a parameter update
+    OPC_COLLECTIVE,     // a sum or exchange across ranks, on the comm stream
     OPC_COUNT
 } OpClass;
 
@@ -153,6 +154,8 @@ typedef enum Stream {
     STREAM_D2H,         // copies from device memory to the host arena
     STREAM_H2D,         // copies from the host arena to device memory
     STREAM_HOST,        // the CPU (host AdamW, host gradient sums), on host buffers only
+    STREAM_COMM,        // collectives across ranks (NCCL on a GPU, MPI on the cpu backend),
+                        // on device buffers
     STREAM_COUNT
 } Stream;
 

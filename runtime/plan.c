@@ -297,8 +297,25 @@ static int read_header(Reader *r, Plan *p) {
             }
             ok = ok && p->scale_init > 0 && p->scale_growth >= 1 && p->scale_backoff > 0 &&
                  p->scale_backoff < 1 && p->scale_interval >= 1 && p->scale_init < 1e38;
-        } else if (strcmp(w[0], "rank") == 0)
-            ok = n == 4 && parse_int(w[1], &p->rank) && parse_int(w[3], &p->ranks);
+        } else if (strcmp(w[0], "rank") == 0) {   // the form before data parallelism: "rank 0 ranks 1"
+            int rank = 0;
+            ok = n == 4 && parse_int(w[1], &rank) && rank == 0 && strcmp(w[2], "ranks") == 0 &&
+                 parse_int(w[3], &p->ranks) && p->ranks == 1;
+        } else if (strcmp(w[0], "ranks") == 0) {
+            ok = parse_int(w[1], &p->ranks) && p->ranks >= 1 && p->ranks <= 65536;
+            for (int i = 2; ok && i < n; i++) {
+                char *eq = strchr(w[i], '=');
+                if (!eq)
+                    return bad(r, "ranks settings are key=value");
+                *eq = '\0';
+                if (!strcmp(w[i], "zero"))
+                    ok = parse_int(eq + 1, &p->zero) && p->zero >= 0 && p->zero <= 3;
+                else if (!strcmp(w[i], "link"))
+                    free(p->link), p->link = xstrdup(eq + 1);
+                else
+                    return bad(r, "unknown ranks setting '%s'", w[i]);
+            }
+        }
         else if (strcmp(w[0], "arena") == 0) {
             // arena NAME BYTES KIND: device memory, or pinned host memory
             PlanArena a = strcmp(w[1], "device") == 0 ? ARENA_DEVICE : ARENA_HOST;
@@ -403,6 +420,8 @@ static int read_buffer(Reader *r, Plan *p, int i, char *line) {
         } else if (strcmp(key, "virtual") == 0) {
             b->virt = strcmp(v, "1") == 0;
             ok = b->virt || strcmp(v, "0") == 0;
+        } else if (strcmp(key, "shard") == 0) {
+            ok = parse_shape(v, &b->shard_ndim, b->shard);
         }
         if (!ok)
             return bad(r, "buffer %s: bad %s", b->name, key);
@@ -483,6 +502,8 @@ static int read_instr(Reader *r, Plan *p, PlanInstr *in, int want_id, char *line
             ok = ops_parse_i64(v, &in->flops);
         else if (strcmp(key, "recompute") == 0)
             in->recompute = strcmp(v, "1") == 0;
+        else if (strcmp(key, "last") == 0)
+            ok = (in->last = strcmp(v, "1") == 0) || strcmp(v, "0") == 0;
         else if (strcmp(key, "bytes") == 0)
             ok = ops_parse_i64(v, &in->bytes);
         else if (strcmp(key, "loc") == 0)
@@ -659,7 +680,9 @@ static int check_groups(Reader *r, Plan *p) {
             }
             if (!in->group)
                 continue;
-            if (in->nlaunch != 1 || i + in->group > p->nins[ph])
+            // a bucket of collectives is one call of the communicator, not a kernel
+            bool bucket = op_desc(in->op)->cls == OPC_COLLECTIVE && in->nlaunch == 0;
+            if ((!bucket && in->nlaunch != 1) || i + in->group > p->nins[ph])
                 return bad(r, "instruction %d: group=%d needs one launch and %d instructions after "
                            "it in its phase", in->id, in->group, in->group - 1);
             for (int k = 1; k < in->group; k++)
@@ -703,13 +726,36 @@ static int check_buffers(Reader *r, Plan *p) {
             state[path[--n]] = 2;
     }
     free(state), free(path);
+    for (int i = 0; i < p->nbuf; i++) {   // a shard: ranks slices of its tensor
+        const PlanBuffer *b = &p->buf[i];
+        if (!b->shard_ndim)
+            continue;
+        int64_t whole = 1;
+        for (int d = 0; d < b->shard_ndim; d++)
+            whole *= b->shard[d];
+        if (whole != (int64_t)p->ranks * plan_elems(b))
+            return bad(r, "buffer %s: %lld elements are not one of %d slices of a tensor of %lld",
+                       b->name, (long long)plan_elems(b), p->ranks, (long long)whole);
+        if (b->virt || b->reuse >= 0)
+            return bad(r, "buffer %s: a shard is neither virtual nor written over another", b->name);
+        if (b->view >= 0 && b->view < p->nbuf) {
+            const PlanBuffer *base = &p->buf[b->view];
+            bool same = base->ndim == b->shard_ndim && base->dtype == b->dtype;
+            for (int d = 0; same && d < base->ndim; d++)
+                same = base->shape[d] == b->shard[d];
+            if (!same)
+                return bad(r, "buffer %s: a shard of %s, which is not a %s tensor of its shape=", b->name,
+                           base->name, plan_dtype_name(b->dtype));
+        }
+    }
     for (int i = 0; i < p->nbuf; i++) {
         PlanBuffer *b = &p->buf[i];
         if (b->view >= 0) {
             if (b->view >= p->nbuf || p->buf[b->view].view >= 0)
                 return bad(r, "buffer %s: view of %d, which is not a base buffer", b->name, b->view);
             const PlanBuffer *base = &p->buf[b->view];
-            if (plan_dtype_bytes(b->dtype, plan_elems(b)) > base->bytes - b->view_at)
+            if (plan_dtype_bytes(b->dtype, plan_elems(b)) * (b->shard_ndim ? p->ranks : 1) >
+                base->bytes - b->view_at)
                 return bad(r, "buffer %s: larger than its base %s from byte %lld", b->name, base->name,
                            (long long)b->view_at);
             continue;
@@ -760,6 +806,7 @@ int plan_load(Plan **out, const char *path, char *err, size_t errlen) {
     }
     Plan *p = calloc(1, sizeof *p);
     p->ranks = 1;
+    p->zero = -1;
     p->arena_kind[ARENA_DEVICE] = MEMK_DEVICE;
     p->arena_kind[ARENA_HOST] = MEMK_PINNED;
     int rc = -1;
@@ -810,6 +857,11 @@ int plan_load(Plan **out, const char *path, char *err, size_t errlen) {
                 goto done;
             char why[512];   // its operands as its kernels take them (shapes.c)
             const PlanInstr *in = &p->ins[ph][i];
+            if (in->last && ph == PHASE_OPT) {
+                bad(&r, "instruction %d (%s): last=1 (the last micro-step only) in the optimizer "
+                    "phase, which runs once a step", in->id, op_desc(in->op)->name);
+                goto done;
+            }
             if (plan_check_instr(p, in, why, sizeof why) != 0) {
                 bad(&r, "instruction %d (%s): %s", in->id, op_desc(in->op)->name, why);
                 goto done;
@@ -847,6 +899,7 @@ void plan_free(Plan *p) {
         free(p->ins[ph]);
     }
     free(p->model), free(p->gpu), free(p->source), free(p->precision), free(p->optimizer), free(p->lora_targets);
+    free(p->link);
     free(p);
 }
 
@@ -867,6 +920,11 @@ int plan_root(const Plan *p, int id) {
         else
             return id;
     }
+}
+
+int64_t plan_shard_offset(const Plan *p, int id, int rank) {
+    const PlanBuffer *b = &p->buf[id];
+    return b->view >= 0 && b->shard_ndim ? (int64_t)rank * plan_dtype_bytes(b->dtype, plan_elems(b)) : 0;
 }
 
 int plan_instr_count(const Plan *p) {

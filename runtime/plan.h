@@ -27,7 +27,8 @@
 //                                     link bytes per second; the ranges of AdamW rate (all
 //                                     cores) and link rate over which the planner's choice
 //                                     stays the fastest, inf for no bound)
-//   rank 0 ranks 1
+//   ranks N [zero=Z] [link=L]        (the ranks of a data-parallel job this plan is one
+//                                      rank of, all of them; ZeRO stage and link for people)
 //   arena device BYTES device        (the arena, its size, the memory it lives in:
 //   arena host BYTES pinned           device memory, or page-locked host memory)
 //   events N
@@ -51,12 +52,22 @@
 // 0 when absent; its OFFSET is the base's plus that), reuse=ID (written in place over buffer ID,
 // whose last use is this buffer's first write), layer=L, role=tokens|targets|positions|
 // target_count|loss|logits|grad_stats|grad_factor (a quant buffer: nf4_absmax, or nf4_absmax_codes|
-// nf4_absmax_scales|nf4_absmax_mean for double quantisation, of=the NF4 parameter).
+// nf4_absmax_scales|nf4_absmax_mean for double quantisation, of=the NF4 parameter),
+// shard=DIMS (below).
 // grad_stats and grad_factor, two f32 each, live the whole step: the optimizer phase
 // starts with one grad_sumsq per gradient (their sum of squares and count of non-finite
 // elements into grad_stats), then grad_factor (what every update multiplies its gradient
 // by: the clip coefficient over the loss scale, and whether the step is skipped), which
 // every adamw and sgd reads as its second input; the runtime reads both after the step.
+//
+// Ranks: one plan serves every rank of a data-parallel job (`ranks N`); the rank itself
+// comes from the launcher when the job starts. A buffer with shard=DIMS holds this rank's
+// slice of a tensor of shape DIMS: of its flat elements, [rank·n, rank·n + n), n its own
+// element count, so that DIMS has ranks·n elements. Alone, the slice has bytes of its own
+// (sharded optimizer state, gradients, parameters); with view=B it is B's slice in place
+// (B shaped DIMS, the view's bytes from byte rank·bytes(n) of B): what an optimizer
+// updates, what a collective writes or reads of a whole tensor. Weights are initialised
+// and loaded for the whole tensor and sliced; saved weights are gathered from every rank.
 //
 // Streams (ops.h): an instruction runs on `stream` (compute when absent): device
 // kernels on compute and only on device buffers; `copy` instructions on d2h (device
@@ -82,11 +93,14 @@
 // members share the first's op and stream, wait for and record no event, and their
 // operands are alive at the first (the verifier checks it all); a backend without the
 // grouped kernel runs every member as an instruction of its own.
+// Collectives (all_reduce, reduce_scatter, all_gather: ops.def) run on the comm stream,
+// on device buffers; a group of them (group=N, by=ID) is one bucket, issued as one call
+// once the first's waits are met. last=1: the instruction runs only on the last micro-step
+// of each step (a gradient's reduction under accumulation, as DDP's no_sync leaves the
+// others local); on the others it is skipped, its waits and record kept, and nothing of
+// the micro-step reads what it writes.
 // Other instruction keys: ws=ID (scratch), recompute=1 (a forward op re-run in
 // backward), flops=N, bytes=N (estimates).
-//
-// Room for later: `rank`/`ranks` in the header, and collective ops (all_reduce,
-// reduce_scatter, all_gather) as instructions naming buffers like any other op.
 #ifndef FTC_RUNTIME_PLAN_H
 #define FTC_RUNTIME_PLAN_H
 
@@ -131,6 +145,8 @@ typedef struct PlanBuffer {
     int layer;              // repeat index of the block that made it, else -1
     char *role;             // "tokens", "targets", "positions", "loss", "logits", or NULL
     bool virt;              // an intermediate of a fused instruction: no bytes, no place
+    int shard_ndim;         // > 0: this rank's slice of a tensor of shape `shard` (with view:
+    int64_t shard[PLAN_MAX_DIMS];   // of the base, in place)
 } PlanBuffer;
 
 // One step of a fused instruction: an elementwise op over buffers that are the fused
@@ -169,6 +185,7 @@ typedef struct PlanInstr {
     int nstep;              // op fused: its steps, in order (malloc'd), the last writing out[0]
     PlanStep *step;
     bool recompute;         // a forward op re-run in backward
+    bool last;              // runs only on a step's last micro-step (skipped on the others)
     int64_t flops, bytes;   // estimated work and traffic (for the cost model and traces)
     int layer;
     int line, col;          // where in the .ft it came from
@@ -192,7 +209,9 @@ typedef struct Plan {
     double scale_init;      // fp16's dynamic loss scale, torch.amp.GradScaler's: its start
     double scale_growth, scale_backoff; // (0: no loss scaling), its factors,
     int64_t scale_interval; // and the steps without an overflow before it grows
-    int rank, ranks;
+    int ranks;              // the data-parallel job's ranks (1: a single process)
+    int zero;               // the ZeRO stage it was planned with (for people), -1 none
+    char *link;             // the link preset it was planned for, or NULL
     int64_t model_flops;    // the compiler's estimate for one optimizer step: FLOPs
     double est_step_us;     // without recompute, and time (0: none in the plan)
     int host_cores;         // the host the cost model assumed (0: the plan does not say)
@@ -230,6 +249,8 @@ const PlanBuffer *plan_role(const Plan *p, const char *role);
 int plan_root(const Plan *p, int id);
 // plan_root of every buffer at once (malloc'd; each link followed once).
 int *plan_roots(const Plan *p);
+// Byte offset of buffer `id` from its root's bytes on rank `rank`: a shard view's slice.
+int64_t plan_shard_offset(const Plan *p, int id, int rank);
 // The instruction with index `id` over all phases, or NULL.
 const PlanInstr *plan_instr(const Plan *p, int id);
 int plan_instr_count(const Plan *p);

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 typedef struct Exec Exec;
+typedef struct Comm Comm;   // comm.h: the ranks of a data-parallel job
 
 //
 // The backend contract. A backend is one table of function pointers (ggml-backend
@@ -48,6 +49,10 @@ struct Backend {
     bool host_queue;
     void (*event_record)(Backend *b, int event, Stream stream);  // (optional)
     void (*event_wait)(Backend *b, Stream stream, int event);    // (optional)
+    // Runs collective `in` (the first of its bucket: the whole bucket) on the comm stream,
+    // over the ranks of x->comm. (optional) NULL: the executor runs it through x->comm on
+    // memory the CPU addresses, in plan order.
+    int (*collective)(Backend *b, Exec *x, const PlanInstr *in, char *err, size_t errlen);
     // Drains every stream (host work included); -1 with err when work done asynchronously
     // since the last drain failed.
     int (*sync)(Backend *b, char *err, size_t errlen);
@@ -68,6 +73,11 @@ Backend *rt_cpu_backend(void);
 struct CudaApi;
 Backend *rt_cuda_backend(const char *plan_dir, const Plan *p, const struct CudaApi *api, int device,
                          char *err, size_t errlen);
+// Makes the cuda backend one rank of comm's job: NCCL (`api`, NULL: libnccl.so.2 with
+// dlopen), its communicator from rank 0's unique id broadcast over comm; the plan's
+// collectives then run on the comm stream. Nothing to do for one rank; -1 with err.
+struct NcclApi;
+int rt_cuda_set_comm(Backend *b, Comm *comm, const struct NcclApi *api, char *err, size_t errlen);
 // 1 when the CUDA driver and cuBLASLt load and the driver sees a GPU; 0 when there is no
 // driver; -1 when there is one but no usable GPU (why says what failed).
 int rt_cuda_probe(char *why, size_t len);
@@ -119,7 +129,11 @@ struct Exec {
                             // order, dropout masks and saved files follow it
     int64_t skipped;        // steps whose update was skipped (--skip-nonfinite): AdamW's
                             // bias correction counts the step - skipped updates taken
-    int64_t micro;          // micro-step within the step
+    int64_t micro;          // the micro-batch within the step's global batch (over every
+                            // rank: micro-step m of rank r is m·ranks + r): data and dropout
+    bool last;              // the step's last micro-step on this rank: last=1 instructions run
+    Comm *comm;             // the job's ranks (rt_exec_set_comm); NULL: one process
+    int rank;               // this process's rank (shard views are its slices)
     double lr;              // this step's learning rate (the plan's schedule; rt_lr_at)
     double loss_scale;      // the loss's backward is scaled by it, the gradients unscaled
                             // (fp16's dynamic loss scale; 1 otherwise)
@@ -132,6 +146,10 @@ struct Exec {
 int rt_exec_init(Exec *x, const Plan *p, Backend *be, Backend *host, ExecLayout layout,
                  char *err, size_t errlen);
 void rt_exec_free(Exec *x);
+// Makes x one rank of comm's job: its shard views point at this rank's slices, and the
+// plan's collectives run over comm's ranks (through the backend's collective entry, or
+// comm on host-addressable memory).
+void rt_exec_set_comm(Exec *x, Comm *comm);
 // Runs every instruction of phase `ph` (waits, launch or copy, record), then drains
 // the streams; -1 with err naming the instruction.
 int rt_exec_phase(Exec *x, PlanPhase ph, char *err, size_t errlen);
@@ -202,6 +220,13 @@ int rt_adapters_save(Exec *x, const char *dir, const char *base_model, char *err
 // Writes the base parameters with each adapter merged in (W + alpha/r · B A, fp32),
 // under their checkpoint names: a plain model for transformers; -1 with err.
 int rt_weights_save_merged(Exec *x, const char *path, char *err, size_t errlen);
+
+// Saving sharded weights on a job of several ranks: rank 0 saves, gathering every shard it
+// reads from the ranks, while each other rank serves those gathers here until rank 0 calls
+// rt_weights_serve_end (ok: it saved; else it failed, and the serving ranks fail too).
+// -1 with err.
+int rt_weights_serve(Exec *x, char *err, size_t errlen);
+int rt_weights_serve_end(Exec *x, bool ok, char *err, size_t errlen);
 
 //
 // save.c — the --save directory.
@@ -284,6 +309,7 @@ typedef struct RunOptions {
     ExecLayout layout;
     bool merge;             // with LoRA: also save the merged weights
     bool skip_nonfinite;    // a step with a non-finite loss is skipped and counted, not fatal
+    double comm_timeout_s;  // how long a rank waits for the others in a collective (0: 600 s)
     FILE *out;              // progress lines
 } RunOptions;
 

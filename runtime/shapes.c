@@ -45,7 +45,7 @@ static const char *const kinds[OP_COUNT][2] = {
     [OP_DEQUANT] = {"QF", "F"},         [OP_COPY] = {"*", "*"},
     [OP_VIEW] = {"*", "*"},             [OP_ROPE] = {"FI", "F"},
     [OP_ROPE_BWD] = {"FI", "F"},       [OP_ATTENTION] = {"FFFI", "FF"},
-    [OP_ATTENTION_BWD] = {"FFFFFFI", "FFF"},
+    [OP_ATTENTION_BWD] = {"FFFFFFI", "FFF"}, [OP_ALL_GATHER] = {"*", "*"},
 };
 
 static bool kind_ok(char k, PlanDType t) {
@@ -307,6 +307,18 @@ static int shapes(const Check *c, OpKind op, const OpAttr *attr) {
         NEED(o->dtype == PDT_F32 && E(o) == 2, "%s is not two f32", o->name);
         NEED(op == OP_GRAD_SUMSQ || (a->dtype == PDT_F32 && E(a) == 2), "%s is not two f32", a->name);
         return 0;
+    case OP_ALL_REDUCE:       // x [n] -> [n]
+    case OP_REDUCE_SCATTER:   // x [ranks * n] -> [n]
+    case OP_ALL_GATHER: {     // x [n] -> [ranks * n]
+        int64_t ranks = c->p->ranks, in_elems = op == OP_REDUCE_SCATTER ? E(o) * ranks : E(a),
+                out_elems = op == OP_ALL_GATHER ? E(a) * ranks : E(o);
+        NEED(a->dtype == o->dtype, "%s is %s, %s %s", a->name, plan_dtype_name(a->dtype), o->name,
+             plan_dtype_name(o->dtype));
+        NEED(E(a) == in_elems && E(o) == out_elems, "%s (%lld elements) and %s (%lld) are not what a "
+             "%s over %lld ranks takes", a->name, (long long)E(a), o->name, (long long)E(o),
+             op_desc(op)->name, (long long)ranks);
+        return 0;
+    }
     case OP_FUSED:   // its steps are checked one by one
     case OP_ZERO:
     case OP_COUNT:

@@ -8,11 +8,13 @@
 //
 // Fields are "name value" pairs separated by two spaces, so a program can split them.
 #include "runtime.h"
+#include "comm.h"
 #include "data.h"
 #include "fileio.h"
 
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,15 +28,45 @@ static double now_s(void) {
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
+// Which rank an error comes from, on a job of several ("rank 1 of 4: "); empty otherwise.
+static char who[64];
+
+// One write, so that the lines of ranks sharing a terminal do not interleave.
 __attribute__((format(printf, 1, 2)))
 static int error(const char *fmt, ...) {
+    char line[4096];
+    int n = snprintf(line, sizeof line, "ftc run: error: %s", who);
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "ftc run: error: ");
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    if (n >= 0 && (size_t)n < sizeof line - 1)
+        n += vsnprintf(line + n, sizeof line - 1 - (size_t)n, fmt, ap);
     va_end(ap);
+    if (n < 0 || (size_t)n > sizeof line - 2)
+        n = (int)sizeof line - 2;
+    line[n++] = '\n';
+    fflush(stderr);
+    ssize_t w = write(2, line, (size_t)n);
+    (void)w;
     return 1;
+}
+
+// A rank ended by its launcher (mpirun and srun stop every rank when one fails) says so.
+static char term_msg[256];
+
+static void on_term(int sig) {
+    (void)sig;
+    ssize_t w = write(2, term_msg, strlen(term_msg));
+    (void)w;
+    _exit(1);
+}
+
+static void catch_term(const Comm *c) {
+    snprintf(term_msg, sizeof term_msg, "ftc run: error: %sended by a signal from %s, which stops "
+             "every rank of the job when one of them fails\n", who, c->launcher ? c->launcher : "the launcher");
+    struct sigaction sa = {.sa_handler = on_term};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
 }
 
 // A target the loss ignores (PyTorch's ignore_index): every negative target is.
@@ -52,14 +84,17 @@ typedef struct Feed {
     int64_t count;   // the trained targets of the step under way (step_count)
 } Feed;
 
-// The trained targets of the step's accum x micro_batch windows from *cursor on, into
-// f->count: the loss is their mean over the whole step, whatever the micro-batch.
-static int step_count(const Exec *x, Feed *f, uint64_t cursor, char *err, size_t errlen) {
+// The trained targets of the step's windows from `first` on, into f->count: ranks x accum x
+// micro_batch of them (every rank's micro-batches: the count is the whole global step's, so
+// each rank's loss is its share of the step's mean and the ranks' gradients sum to it), the
+// loss their mean over the whole step, whatever the micro-batch and the number of ranks.
+static int step_count(const Exec *x, Feed *f, uint64_t first, char *err, size_t errlen) {
     const Plan *p = x->plan;
+    int64_t ranks = p->ranks > 1 ? p->ranks : 1;
     f->count = 0;
-    for (int64_t k = 0; k < p->accum * p->micro_batch; k++) {
+    for (int64_t k = 0; k < ranks * p->accum * p->micro_batch; k++) {
         uint64_t n;
-        if (data_window_trained(f->d, f->order[(cursor + (uint64_t)k) % f->nwin], (int)p->seq, &n, err,
+        if (data_window_trained(f->d, f->order[(first + (uint64_t)k) % f->nwin], (int)p->seq, &n, err,
                                 errlen) != 0)
             return -1;
         f->count += (int64_t)n;
@@ -68,15 +103,15 @@ static int step_count(const Exec *x, Feed *f, uint64_t cursor, char *err, size_t
 }
 
 // Fills the tokens and targets buffers (and the position ids, when the model reads them,
-// and the step's target count) with the next micro_batch windows. A target whose token is
-// not trained (the token file's mask) is IGNORED_TARGET. With packing, the position ids
-// restart at every record start (and at the window's start), as transformers' position_ids
-// of packed sequences; else they run 0..seq-1 along each window.
-static int load_batch(Exec *x, Feed *f, uint64_t *cursor, char *err, size_t errlen) {
+// and the step's target count) with the micro_batch windows from position `first` of the
+// data order. A target whose token is not trained (the token file's mask) is IGNORED_TARGET.
+// With packing, the position ids restart at every record start (and at the window's start),
+// as transformers' position_ids of packed sequences; else they run 0..seq-1 along each window.
+static int load_batch(Exec *x, Feed *f, uint64_t first, char *err, size_t errlen) {
     const Plan *p = x->plan;
     int S = (int)p->seq;
     for (int64_t b = 0; b < p->micro_batch; b++) {
-        uint64_t w = f->order[(*cursor)++ % f->nwin];
+        uint64_t w = f->order[(first + (uint64_t)b) % f->nwin];
         if (data_read_window(f->d, w, S, f->window, f->info, (int32_t)p->vocab, err, errlen) != 0)
             return -1;
         memcpy(f->tokens + b * S, f->window, sizeof(int32_t) * (size_t)S);
@@ -92,31 +127,50 @@ static int load_batch(Exec *x, Feed *f, uint64_t *cursor, char *err, size_t errl
     return 0;
 }
 
-// Saves the weights into --save DIR as one set (save.c); -1 after printing why.
+// Saves the weights into --save DIR as one set (save.c); -1 after printing why. On a job of
+// several ranks rank 0 saves, gathering the shards from the others, which serve it.
 static int save(Exec *x, const char *dir, bool merge, FILE *out) {
     char err[1024];
-    if (rt_save_weights(x, dir, merge, out, err, sizeof err) != 0)
+    if (x->rank != 0) {
+        if (rt_weights_serve(x, err, sizeof err) != 0)
+            return error("%s", err), -1;
+        return 0;
+    }
+    int rc = rt_save_weights(x, dir, merge, out, err, sizeof err);
+    if (rc != 0)
+        error("%s", err);
+    if (rt_weights_serve_end(x, rc == 0, err, sizeof err) != 0 && rc == 0)
         return error("%s", err), -1;
-    return 0;
+    return rc;
+}
+
+// The cuda backend joined to the job's NCCL communicator; NULL (destroyed) when that fails.
+static Backend *with_comm(Backend *be, Comm *comm, char *err, size_t errlen) {
+    if (be && rt_cuda_set_comm(be, comm, NULL, err, errlen) != 0) {
+        be->destroy(be);
+        return NULL;
+    }
+    return be;
 }
 
 // The backend --device names; by default cuda where a driver sees a GPU, else cpu. A GPU
 // that is there but cannot take the plan is an error, never a quiet fall back.
-static Backend *pick_backend(const RunOptions *o, const Plan *p, char *err, size_t errlen) {
+static Backend *pick_backend(const RunOptions *o, const Plan *p, Comm *comm, char *err, size_t errlen) {
     const char *d = o->device ? o->device : "auto";
+    int gpu_index = comm->ranks > 1 ? rt_launch_local_rank() : 0;
     if (strcmp(d, "cpu") == 0)
         return rt_cpu_backend();
     if (strcmp(d, "emu") == 0)
         return rt_emu_backend(o->plan_dir, err, errlen);
     if (strcmp(d, "cuda") == 0)
-        return rt_cuda_backend(o->plan_dir, p, NULL, 0, err, errlen);
+        return with_comm(rt_cuda_backend(o->plan_dir, p, NULL, gpu_index, err, errlen), comm, err, errlen);
     char why[512];
     int gpu = rt_cuda_probe(why, sizeof why);
     if (gpu < 0)   // a driver, but no GPU it can use: say why before running on the CPU
         fprintf(o->out, "ftc run: no usable GPU (%s); running on the cpu backend\n", why);
     if (gpu <= 0)
         return rt_cpu_backend();
-    return rt_cuda_backend(o->plan_dir, p, NULL, 0, err, errlen);
+    return with_comm(rt_cuda_backend(o->plan_dir, p, NULL, gpu_index, err, errlen), comm, err, errlen);
 }
 
 // After the first step on a GPU: what the device holds against what the plan promised.
@@ -161,12 +215,12 @@ static void first_nonfinite(const Plan *p, const PlanInstr *bad, int out, const 
 // A non-finite loss at `step`: runs the micro-batch's forward again, reading every
 // output, and names the first instruction that wrote a NaN or infinity, with its place
 // in the .ft. The weights are those before the step (the optimizer has not run).
-static void nonfinite(Exec *x, float loss, int64_t step, Feed *f, uint64_t *cursor) {
+static void nonfinite(Exec *x, float loss, int64_t step, Feed *f, uint64_t first) {
     const Plan *p = x->plan;
     char err[1024], where[1400] = "";
     const PlanInstr *bad = NULL;
     int out = -1;
-    if (load_batch(x, f, cursor, err, sizeof err) != 0 ||
+    if (load_batch(x, f, first, err, sizeof err) != 0 ||
         rt_exec_phase_find_nonfinite(x, PHASE_FWD, &bad, &out, err, sizeof err) != 0)
         snprintf(where, sizeof where, "; looking for where it starts failed: %s", err);
     else
@@ -179,9 +233,9 @@ static void nonfinite(Exec *x, float loss, int64_t step, Feed *f, uint64_t *curs
 
 // A gradient that is not finite at `step`, every loss of it finite: the optimizer took no
 // update (and zeroed the gradients), so the step's micro-batches are run again from
-// *cursor, backward reading every output, to name the first instruction that wrote a
+// window `first`, backward reading every output, to name the first instruction that wrote a
 // NaN or an infinity, with its place in the .ft.
-static void nonfinite_grad(Exec *x, double norm, int64_t step, Feed *f, uint64_t *cursor) {
+static void nonfinite_grad(Exec *x, double norm, int64_t step, Feed *f, uint64_t first) {
     const Plan *p = x->plan;
     char err[1024], where[1400] = "";
     const PlanInstr *bad = NULL;
@@ -189,7 +243,7 @@ static void nonfinite_grad(Exec *x, double norm, int64_t step, Feed *f, uint64_t
     int64_t m = 0;
     for (; m < p->accum && !bad; m++) {
         x->micro = m;
-        if (load_batch(x, f, cursor, err, sizeof err) != 0 ||
+        if (load_batch(x, f, first + (uint64_t)(m * p->micro_batch), err, sizeof err) != 0 ||
             rt_exec_phase(x, PHASE_FWD, err, sizeof err) != 0 ||
             rt_exec_phase_find_nonfinite(x, PHASE_BWD, &bad, &out, err, sizeof err) != 0) {
             snprintf(where, sizeof where, "; looking for where it starts failed: %s", err);
@@ -211,8 +265,12 @@ static void nonfinite_grad(Exec *x, double norm, int64_t step, Feed *f, uint64_t
           "those of step %lld", (long long)step, what, norm, where, mstep, (long long)step - 1);
 }
 
+// Trains one rank: every rank of a job runs this, rank 0 prints and saves.
+static int train(const RunOptions *o, Plan *p, Comm *comm);
+
 int rt_train(const RunOptions *o) {
     char err[1024], path[4096];
+    who[0] = '\0';
     snprintf(path, sizeof path, "%s/plan", o->plan_dir);
     Plan *p = NULL;
     if (plan_load(&p, path, err, sizeof err) != 0)
@@ -221,20 +279,55 @@ int rt_train(const RunOptions *o) {
         plan_free(p);
         return error("%s: the plan failed verification; it was not run", path);
     }
+    // The job: this process alone, or one rank of what mpirun or srun started (MPI opened
+    // only then), the launcher's rank count the plan's.
+    Comm *comm = rt_comm_open(p->ranks, o->comm_timeout_s, err, sizeof err);
+    if (!comm) {
+        plan_free(p);
+        return error("%s", err);
+    }
+    if (comm->ranks > 1) {
+        snprintf(who, sizeof who, "rank %d of %d: ", comm->rank, comm->ranks);
+        catch_term(comm);
+    }
+    int rc = train(o, p, comm);
+    // A rank that fails ends the job: the others would otherwise wait for it until their
+    // collectives time out.
+    if (rc != 0)
+        rt_comm_abort(comm, 1);
+    rt_comm_close(comm);
+    plan_free(p);
+    return rc;
+}
+
+static int train(const RunOptions *o, Plan *p, Comm *comm) {
+    char err[1024];
+    int R = comm->ranks, me = comm->rank;
+    bool lead = me == 0;
+    // Only rank 0 prints progress; the others' lines would repeat it.
+    FILE *out = lead ? o->out : fopen("/dev/null", "w");
+    if (!out)
+        return error("cannot open /dev/null: %s", strerror(errno));
     // --steps, else the train section's steps, else 10
     int64_t steps = o->steps ? o->steps : p->steps ? p->steps : 10;
+    DataFile *d = NULL;
+    Backend *be = NULL, *host = NULL;
+    Exec x = {0};
+    int rc = 1, lock = -1;
+    uint64_t *order = NULL;
+    int32_t *window = NULL, *tokens = NULL, *targets = NULL, *positions = NULL;
+    uint8_t *info = NULL;
     if (o->save && rt_save_check(o->save, err, sizeof err) != 0) {
-        plan_free(p);
-        return error("%s", err);
+        error("%s", err);
+        goto out;
     }
     if (!plan_role(p, "tokens") || !plan_role(p, "targets") || !plan_role(p, "loss")) {
-        plan_free(p);
-        return error("%s: the plan has no tokens, targets or loss buffer", path);
+        error("%s/plan: the plan has no tokens, targets or loss buffer", o->plan_dir);
+        goto out;
     }
-    DataFile *d = NULL;
     if (data_open(&d, o->data, err, sizeof err) != 0) {
-        plan_free(p);
-        return error("%s", err);
+        error("%s", err);
+        goto out;
     }
     uint64_t nwin = 0;
     bool bad = false;
@@ -264,38 +357,30 @@ int rt_train(const RunOptions *o) {
     else if (trained == 0)
         bad = true, snprintf(err, sizeof err, "%s: no token is trained (every target is masked)", o->data);
     if (bad) {
-        data_close(d);
-        plan_free(p);
-        return error("%s", err);
+        error("%s", err);
+        goto out;
     }
-    Backend *be = pick_backend(o, p, err, sizeof err);
-    if (!be) {
-        data_close(d);
-        plan_free(p);
-        return error("%s", err);
+    if (!(be = pick_backend(o, p, comm, err, sizeof err))) {
+        error("%s", err);
+        goto out;
     }
     // On the CPU every arena is host memory: a plan made for a GPU may not fit the host.
     int64_t need = p->arena_bytes[ARENA_DEVICE] + p->arena_bytes[ARENA_HOST], avail = rt_host_available();
     if (strcmp(be->name, "cuda") != 0 && avail >= 0 && need > avail) {
-        char a[32], b[32], name[16];
-        snprintf(name, sizeof name, "%s", be->name);
-        be->destroy(be);
-        data_close(d);
-        plan_free(p);
-        return error("the plan's arenas take %s of memory on the %s backend, where they are host "
-                     "memory, but this machine has %s available",
-                     fmt_bytes(a, sizeof a, need), name, fmt_bytes(b, sizeof b, avail));
+        char a[32], b[32];
+        error("the plan's arenas take %s of memory on the %s backend, where they are host "
+              "memory, but this machine has %s available",
+              fmt_bytes(a, sizeof a, need), be->name, fmt_bytes(b, sizeof b, avail));
+        goto out;
     }
-    Backend *host = rt_cpu_backend();
-    Exec x = {0};
-    int rc = 1, lock = -1;
-    uint64_t *order = malloc(sizeof(uint64_t) * nwin);
-    int32_t *window = malloc(sizeof(int32_t) * (size_t)(p->seq + 1));
-    uint8_t *info = malloc((size_t)(p->seq + 1));
+    host = rt_cpu_backend();
+    order = malloc(sizeof(uint64_t) * nwin);
+    window = malloc(sizeof(int32_t) * (size_t)(p->seq + 1));
+    info = malloc((size_t)(p->seq + 1));
     size_t batch_ids = (size_t)(p->micro_batch * p->seq);
-    int32_t *tokens = malloc(sizeof(int32_t) * batch_ids), *targets = malloc(sizeof(int32_t) * batch_ids);
-    int32_t *positions = malloc(sizeof(int32_t) * batch_ids);
-    if (o->save && rt_save_lock(o->save, &lock, err, sizeof err) != 0) {
+    tokens = malloc(sizeof(int32_t) * batch_ids), targets = malloc(sizeof(int32_t) * batch_ids);
+    positions = malloc(sizeof(int32_t) * batch_ids);
+    if (lead && o->save && rt_save_lock(o->save, &lock, err, sizeof err) != 0) {
         error("%s", err);
         goto out;
     }
@@ -303,37 +388,54 @@ int rt_train(const RunOptions *o) {
         error("out of memory for the data order and batch (%llu windows)", (unsigned long long)nwin);
         goto out;
     }
-    if (rt_exec_init(&x, p, be, host, o->layout, err, sizeof err) != 0) {
+    // (the host's staging only where the host runs the collectives: NCCL needs none)
+    if (rt_exec_init(&x, p, be, host, o->layout, err, sizeof err) != 0 ||
+        (!be->collective && rt_comm_prepare(comm, p, err, sizeof err) != 0)) {
         error("%s", err);
         goto out;
     }
     HostRates rates = rt_host_measure(&x);   // before any buffer holds data: the link is timed through them
+    rt_exec_set_comm(&x, comm);
     // Resuming: the state of a checkpoint, its step and seed (the data order, dropout and
     // AdamW's bias correction follow from them), so the run goes on as if never stopped.
+    // Rank 0 finds it; every rank loads its own state from it.
     uint64_t seed = o->seed;
     int64_t done = 0;
-    char ckpt[4400];
+    char ckpt[4400] = "";
     if (o->resume) {
-        if (rt_checkpoint_find(o->resume, ckpt, sizeof ckpt, err, sizeof err) != 0 ||
-            rt_checkpoint_load(&x, ckpt, &done, &seed, err, sizeof err) != 0) {
+        int found = lead ? rt_checkpoint_find(o->resume, ckpt, sizeof ckpt, err, sizeof err) : 0;
+        double status[1] = {found != 0};
+        if (R > 1 && (rt_comm_bcast(comm, ckpt, sizeof ckpt, 0, err, sizeof err) != 0 ||
+                      rt_comm_sum(comm, status, 1, err, sizeof err) != 0)) {
+            error("%s", err);
+            goto out;
+        }
+        if (status[0] != 0) {
+            if (lead)
+                error("%s", err);
+            goto out;
+        }
+        if (rt_checkpoint_load(&x, ckpt, &done, &seed, err, sizeof err) != 0) {
             error("%s", err);
             goto out;
         }
         if (done >= steps) {
-            error("%s is step %lld; --steps %lld leaves nothing to run", ckpt, (long long)done,
-                  (long long)steps);
+            if (lead)
+                error("%s is step %lld; --steps %lld leaves nothing to run", ckpt, (long long)done,
+                      (long long)steps);
             goto out;
         }
     }
     // A run killed between a checkpoint and its pruning left one too many; the steps
-    // left may save none (the last step never does), so prune before the first.
-    if (o->save && o->save_every > 0)
+    // left may save none (the last step never does), so prune before the first (rank 0,
+    // which alone renames and prunes checkpoints).
+    if (lead && o->save && o->save_every > 0)
         rt_checkpoint_prune(o->save, o->keep > 0 ? o->keep : 2);
     data_shuffle(order, nwin, seed);
     x.seed = seed;
     x.poison = o->poison;
     if (o->resume) {
-        fprintf(o->out, "resuming from %s (step %lld, seed %llu)\n", ckpt, (long long)done,
+        fprintf(out, "resuming from %s (step %lld, seed %llu)\n", ckpt, (long long)done,
                 (unsigned long long)seed);
     } else if (o->weights) {
         if (rt_weights_load(&x, o->weights, seed, err, sizeof err) != 0) {
@@ -348,46 +450,62 @@ int rt_train(const RunOptions *o) {
         mem += p->arena_bytes[a];
     char mems[32];
     fmt_bytes(mems, sizeof mems, mem);
-    int64_t tokens_per_step = p->seq * p->micro_batch * p->accum;
-    fprintf(o->out, "ftc run: %s on %s, %lld steps of %lld x %lld x %lld tokens (micro-batch x accumulation x seq), %llu windows in %s\n",
-            p->model, be->name, (long long)steps, (long long)p->micro_batch, (long long)p->accum,
-            (long long)p->seq, (unsigned long long)nwin, o->data);
+    // A step takes accum micro-batches on each rank: micro-step m of rank r is the step's
+    // micro-batch m·R + r, so R ranks read the windows one rank reads with R·accum steps
+    // of accumulation, and scale the loss alike.
+    int64_t per_step = p->micro_batch * p->accum * R, tokens_per_step = p->seq * per_step;
+    if (R > 1)
+        fprintf(out, "ftc run: %s on %s, %d ranks%s, %lld steps of %lld x %lld x %d x %lld tokens "
+                "(micro-batch x accumulation x ranks x seq), %llu windows in %s\n",
+                p->model, be->name, R, p->zero >= 0 ? (p->zero == 0 ? " (data parallel)" :
+                p->zero == 1 ? " (ZeRO-1: optimizer state sharded)" : p->zero == 2 ?
+                " (ZeRO-2: optimizer state and gradients sharded)" :
+                " (ZeRO-3: optimizer state, gradients and parameters sharded)") : "",
+                (long long)steps, (long long)p->micro_batch, (long long)p->accum, R,
+                (long long)p->seq, (unsigned long long)nwin, o->data);
+    else
+        fprintf(out, "ftc run: %s on %s, %lld steps of %lld x %lld x %lld tokens (micro-batch x "
+                "accumulation x seq), %llu windows in %s\n", p->model, be->name, (long long)steps,
+                (long long)p->micro_batch, (long long)p->accum, (long long)p->seq,
+                (unsigned long long)nwin, o->data);
     double clip = 0;
     for (int i = 0; i < p->nins[PHASE_OPT]; i++)
         if (p->ins[PHASE_OPT][i].op == OP_GRAD_FACTOR)
             clip = p->ins[PHASE_OPT][i].attr.f;
     if (p->schedule != SCHED_CONSTANT || p->warmup_steps || clip > 0) {
         static const char *const kinds[] = {"constant", "linear", "cosine"};
-        fprintf(o->out, "schedule: lr %s", kinds[p->schedule]);
+        fprintf(out, "schedule: lr %s", kinds[p->schedule]);
         if (p->warmup_steps)
-            fprintf(o->out, " after %lld warm-up steps from 0", (long long)p->warmup_steps);
-        fprintf(o->out, ", peak %.3e", p->lr);
+            fprintf(out, " after %lld warm-up steps from 0", (long long)p->warmup_steps);
+        fprintf(out, ", peak %.3e", p->lr);
         if (p->schedule != SCHED_CONSTANT)
-            fprintf(o->out, ", %.3e at step %lld", p->min_lr, (long long)p->steps);
+            fprintf(out, ", %.3e at step %lld", p->min_lr, (long long)p->steps);
         if (clip > 0)
-            fprintf(o->out, "; gradients clipped to a global norm of %g", clip);
-        fputc('\n', o->out);
+            fprintf(out, "; gradients clipped to a global norm of %g", clip);
+        fputc('\n', out);
     }
-    rt_host_check(p, rates, o->out);
+    rt_host_check(p, rates, out);
     const PlanBuffer *lossb = plan_role(p, "loss");
     bool counted = plan_role(p, "target_count") != NULL;
     Feed feed = {.d = d, .order = order, .nwin = nwin, .window = window, .tokens = tokens,
                  .targets = targets, .positions = positions, .info = info};
     double t0 = now_s(), t1st = 0, first_loss = 0, recent[10] = {0};
     int64_t nrecent = 0, first_step = 0, skipped0 = x.skipped;   // nrecent: steps updated
-    uint64_t cursor = (uint64_t)(done * p->accum * p->micro_batch);
     for (int64_t step = done + 1; step <= steps; step++) {
         double ts = now_s(), loss = 0;
-        uint64_t start = cursor;
-        bool skip = false;
+        uint64_t base = (uint64_t)((step - 1) * per_step);   // the step's first window
+        int64_t bad_losses = 0, bad_micro = -1;
+        float bad_loss = 0;
         x.step = step;
         // the schedule counts the updates taken, as Trainer steps it only after one
         x.lr = rt_lr_at(p, step - x.skipped);
-        for (int64_t m = 0; m < p->accum && !skip; m++) {
-            x.micro = m;
-            uint64_t at = cursor;
-            if ((m == 0 && step_count(&x, &feed, cursor, err, sizeof err) != 0) ||
-                load_batch(&x, &feed, &cursor, err, sizeof err) != 0 ||
+        // Every rank runs every micro-step (their collectives pair up); one rank alone
+        // stops at the first loss that is not finite.
+        for (int64_t m = 0; m < p->accum && (R > 1 || !bad_losses); m++) {
+            x.micro = m * R + me;
+            x.last = m == p->accum - 1;
+            if ((m == 0 && step_count(&x, &feed, base, err, sizeof err) != 0) ||
+                load_batch(&x, &feed, base + (uint64_t)(x.micro * p->micro_batch), err, sizeof err) != 0 ||
                 rt_exec_phase(&x, PHASE_FWD, err, sizeof err) != 0 ||
                 rt_exec_phase(&x, PHASE_BWD, err, sizeof err) != 0) {
                 error("step %lld: %s", (long long)step, err);
@@ -395,31 +513,49 @@ int rt_train(const RunOptions *o) {
             }
             float l;
             rt_read_f32(&x, lossb->id, &l);
-            if (!isfinite(l) && o->skip_nonfinite) {
-                // The step's update is skipped; its remaining windows are passed over, so
-                // the data order goes on as if it had been taken.
-                skip = true, loss = l;
-                cursor = start + (uint64_t)(p->accum * p->micro_batch);
-                break;
-            }
-            if (!isfinite(l)) {   // stop before the optimizer spreads it into the weights
-                cursor = at;
-                nonfinite(&x, l, step, &feed, &cursor);
+            if (isfinite(l))
+                loss += l;
+            else if (!bad_losses++)
+                bad_micro = m, bad_loss = l;
+        }
+        if (R > 1) {   // the step's loss and its non-finite micro-batches, over the ranks
+            double v[2] = {loss, (double)bad_losses};
+            if (rt_comm_sum(comm, v, 2, err, sizeof err) != 0) {
+                error("step %lld: %s", (long long)step, err);
                 goto out;
             }
-            loss += l;
+            loss = v[0];
+            if (bad_losses == 0 && v[1] > 0)
+                bad_loss = NAN;
+            bad_losses = (int64_t)v[1];
+        }
+        bool skip = bad_losses > 0 && o->skip_nonfinite;
+        if (bad_losses > 0 && !skip) {   // stop before the optimizer spreads it into the weights
+            if (R == 1) {
+                x.micro = bad_micro;
+                nonfinite(&x, bad_loss, step, &feed, base + (uint64_t)(bad_micro * p->micro_batch));
+            } else if (bad_micro >= 0) {
+                error("step %lld, micro-step %lld: the loss is %s; stopped before the optimizer step, "
+                      "the weights are those of step %lld", (long long)step, (long long)bad_micro + 1,
+                      isnan(bad_loss) ? "nan" : bad_loss > 0 ? "inf" : "-inf", (long long)step - 1);
+            } else if (lead) {
+                error("step %lld: the loss is not finite on another rank; stopped before the optimizer "
+                      "step, the weights are those of step %lld", (long long)step, (long long)step - 1);
+            }
+            goto out;
         }
         double gnorm = 0;
         bool bad_grad = false;
         if (skip) {
             rt_exec_skip_update(&x);
+            loss = bad_loss;
         } else {
             if (rt_exec_phase(&x, PHASE_OPT, err, sizeof err) != 0) {
                 error("step %lld: %s", (long long)step, err);
                 goto out;
             }
             if (!counted)   // each micro-step's loss is its own mean; else its share of the step's
-                loss /= (double)p->accum;
+                loss /= (double)(p->accum * R);
         }
         bool scaled = p->scale_init > 0, skip_loss = skip;   // fp16's dynamic loss scale
         double scale = x.loss_scale;
@@ -427,8 +563,12 @@ int rt_train(const RunOptions *o) {
             // a gradient is not finite: every update left its parameter as it was; under a
             // loss scale that is an overflow, which backs the scale off (below)
             if (!scaled && !o->skip_nonfinite) {
-                cursor = start;
-                nonfinite_grad(&x, gnorm, step, &feed, &cursor);
+                if (R == 1)
+                    nonfinite_grad(&x, gnorm, step, &feed, base);
+                else if (lead)
+                    error("step %lld: a gradient is not finite (their norm is %g); the step's update "
+                          "was not taken, the weights are those of step %lld", (long long)step, gnorm,
+                          (long long)step - 1);
                 goto out;
             }
             skip = true;
@@ -442,7 +582,7 @@ int rt_train(const RunOptions *o) {
             recent[nrecent++ % 10] = loss;
         }
         if (step == done + 1)
-            report_memory(be, p, o->out);
+            report_memory(be, p, out);
         double t1 = now_s();
         if (step == done + 1)
             t1st = t1;
@@ -451,18 +591,19 @@ int rt_train(const RunOptions *o) {
             snprintf(skipped, sizeof skipped, "  skipped %lld", (long long)x.skipped);
         if (scaled)   // the scale this step ran with
             snprintf(skipped + strlen(skipped), sizeof skipped - strlen(skipped), "  scale %g", scale);
-        fprintf(o->out, "step %lld/%lld  loss %.6f%s  tok/s %.0f  lr %.3e  gnorm %.4g  elapsed %.2fs  mem %s\n",
+        fprintf(out, "step %lld/%lld  loss %.6f%s  tok/s %.0f  lr %.3e  gnorm %.4g  elapsed %.2fs  mem %s\n",
                 (long long)step, (long long)steps, loss, skipped, (double)tokens_per_step / (t1 - ts),
                 x.lr, isnan(gnorm) ? NAN : gnorm, t1 - t0, mems);
-        fflush(o->out);
+        fflush(out);
         if (o->save && o->save_every > 0 && step % o->save_every == 0 && step < steps) {
-            if (save(&x, o->save, o->merge, o->out) != 0)
+            if (save(&x, o->save, o->merge, out) != 0)
                 goto out;
             if (rt_checkpoint_save(&x, o->save, step, seed, o->keep > 0 ? o->keep : 2, err, sizeof err) != 0) {
                 error("%s", err);
                 goto out;
             }
-            fprintf(o->out, "saved %s/checkpoint-%06lld (the training state)\n", o->save, (long long)step);
+            fprintf(out, "saved %s/checkpoint-%06lld (the training state%s)\n", o->save, (long long)step,
+                    R > 1 ? ", a file a rank" : "");
         }
     }
     // The device's queues drained, so the last step's time is all in.
@@ -479,33 +620,36 @@ int rt_train(const RunOptions *o) {
     if (x.skipped > skipped0)
         snprintf(skips, sizeof skips, ", %lld skipped (a non-finite loss or gradients; their updates not taken)",
                  (long long)(x.skipped - skipped0));
-    fprintf(o->out, "done: %lld steps%s, %lld tokens, loss %.4f at step %lld, %.4f over the last %d steps, "
-                    "%.2fs, %.0f tok/s\n",
+    fprintf(out, "done: %lld steps%s, %lld tokens, loss %.4f at step %lld, %.4f over the last %d steps, "
+                 "%.2fs, %.0f tok/s\n",
             (long long)ran, skips, (long long)(tokens_per_step * ran), first_loss,
             (long long)first_step, ntail ? tail / ntail : 0.0, ntail, total,
             total > 0 ? (double)(tokens_per_step * ran) / total : 0.0);
     if (ran > 1) {   // the first step also fills caches and warms the GPU up
         double mean = (tend - t1st) / (double)(ran - 1);
-        fprintf(o->out, "steady: %.3fs per step after the first, %.0f tok/s", mean,
+        fprintf(out, "steady: %.3fs per step after the first, %.0f tok/s", mean,
                 (double)tokens_per_step / mean);
         if (p->est_step_us > 0)
-            fprintf(o->out, " (the plan estimated %.3fs on %s)", p->est_step_us * 1e-6,
+            fprintf(out, " (the plan estimated %.3fs on %s)", p->est_step_us * 1e-6,
                     p->gpu ? p->gpu : "its GPU");
-        fputc('\n', o->out);
+        fputc('\n', out);
     }
-    if (o->save && save(&x, o->save, o->merge, o->out) != 0)
+    if (o->save && save(&x, o->save, o->merge, out) != 0)
         goto out;
     rc = 0;
 out:
     if (lock >= 0)
         close(lock);
     rt_exec_free(&x);
-    be->destroy(be);
-    host->destroy(host);
+    if (be)
+        be->destroy(be);
+    if (host)
+        host->destroy(host);
     free(order);
     free(window), free(info);
     free(tokens), free(targets), free(positions);
     data_close(d);
-    plan_free(p);
+    if (!lead)
+        fclose(out);
     return rc;
 }

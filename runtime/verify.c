@@ -39,6 +39,7 @@ static bool reuse_pair(const int *root, const PlanBuffer *a, const PlanBuffer *b
 
 static int check_streams(const Plan *p, const int *root, FILE *out);
 static int check_groups(const Plan *p, const int *root, FILE *out);
+static int check_last(const Plan *p, const int *root, FILE *out);
 
 // Two buffers on shared bytes: a problem when both are alive at once.
 typedef struct Clash {
@@ -115,7 +116,7 @@ int plan_verify(const Plan *p, FILE *out) {
     byte_successions(own, nown, clash, &cl);
     free(own);
     bad += cl.bad;
-    bad += check_streams(p, root, out) + check_groups(p, root, out);
+    bad += check_streams(p, root, out) + check_groups(p, root, out) + check_last(p, root, out);
     free(root);
     // Replay: operands exist, reads follow writes, touches fall inside lifetimes.
     bool *written = calloc((size_t)nbuf + 1, sizeof(bool));
@@ -187,6 +188,31 @@ int plan_verify(const Plan *p, FILE *out) {
             PROBLEM("virtual buffer %s is %s", p->buf[i].name,
                     maker[i] < 0 ? "made by no fused step" : "given bytes, a view or a reuse");
     free(maker);
+    return bad;
+}
+
+// Instructions of the last micro-step only (last=1) are skipped on the others, so nothing
+// after one in the micro-step (forward and backward) may touch what it writes, but another
+// of the last micro-step: only the optimizer phase reads it.
+static int check_last(const Plan *p, const int *root, FILE *out) {
+    int bad = 0, micro = p->nins[PHASE_FWD] + p->nins[PHASE_BWD];
+    int *by = malloc(sizeof(int) * (size_t)(p->nbuf + 1));   // per root: the last-only writer
+    for (int i = 0; i < p->nbuf; i++)
+        by[i] = -1;
+    for (int id = 0; id < micro; id++) {
+        const PlanInstr *in = plan_instr(p, id);
+        for (int k = 0; k < in->nin + in->nout && !in->last; k++) {
+            int b = k < in->nin ? in->in[k] : in->out[k - in->nin];
+            if (b >= 0 && b < p->nbuf && by[root[b]] >= 0)
+                PROBLEM("instruction %d (%s) touches %s, which instruction %d (%s) writes on the "
+                        "last micro-step only", id, OPNAME(in), p->buf[b].name, by[root[b]],
+                        OPNAME(plan_instr(p, by[root[b]])));
+        }
+        for (int k = 0; k < in->nout && in->last; k++)
+            if (in->out[k] >= 0 && in->out[k] < p->nbuf)
+                by[root[in->out[k]]] = id;
+    }
+    free(by);
     return bad;
 }
 
@@ -311,8 +337,9 @@ static void touch(Replay *r, int j, int rt, bool write) {
 // the copy streams one of each, in their direction.
 static void check_arenas(Replay *r, const PlanInstr *in) {
     const Plan *p = r->p;
-    bool copy = op_desc(in->op)->cls == OPC_COPY;
-    if (copy != (in->stream == STREAM_D2H || in->stream == STREAM_H2D)) {
+    bool copy = op_desc(in->op)->cls == OPC_COPY, coll = op_desc(in->op)->cls == OPC_COLLECTIVE;
+    if (copy != (in->stream == STREAM_D2H || in->stream == STREAM_H2D) ||
+        coll != (in->stream == STREAM_COMM)) {
         RPROBLEM("instruction %d (%s) runs on the %s stream", in->id, OPNAME(in),
                  stream_name(in->stream));
         return;
@@ -323,7 +350,7 @@ static void check_arenas(Replay *r, const PlanInstr *in) {
         if (id < 0 || id >= p->nbuf)
             continue;
         MemKind kind = p->arena_kind[p->buf[r->root[id]].arena], want;
-        if (in->stream == STREAM_COMPUTE)
+        if (in->stream == STREAM_COMPUTE || in->stream == STREAM_COMM)
             want = MEMK_DEVICE;
         else if (in->stream == STREAM_HOST)
             want = MEMK_PINNED;
@@ -334,8 +361,9 @@ static void check_arenas(Replay *r, const PlanInstr *in) {
                      stream_name(in->stream), p->buf[id].name,
                      kind == MEMK_DEVICE ? "device" : "host");
     }
-    if (copy && in->nin == 1 && in->nout == 1 && in->in[0] >= 0 &&
-        p->buf[in->in[0]].bytes != p->buf[in->out[0]].bytes)
+    const PlanBuffer *cs = copy && in->nin == 1 && in->in[0] >= 0 ? &p->buf[in->in[0]] : NULL,
+                     *cd = copy && in->nout == 1 ? &p->buf[in->out[0]] : NULL;
+    if (cs && cd && plan_dtype_bytes(cs->dtype, plan_elems(cs)) != plan_dtype_bytes(cd->dtype, plan_elems(cd)))
         RPROBLEM("instruction %d (copy) moves %s into %s of another size", in->id,
                  p->buf[in->in[0]].name, p->buf[in->out[0]].name);
 }
@@ -413,7 +441,9 @@ static int check_streams(const Plan *p, const int *root, FILE *out) {
             for (int s = 0; s < S; s++)
                 r->hist[i].read[s] = -1;
         }
-        int last_on[S] = {-1, -1, -1, -1};
+        int last_on[S];
+        for (int s = 0; s < S; s++)
+            last_on[s] = -1;
         for (int j = base; j < base + n; j++) {
             const PlanInstr *in = plan_instr(p, j);
             int *c = &r->clock[(size_t)j * S];
@@ -443,17 +473,19 @@ static int check_streams(const Plan *p, const int *root, FILE *out) {
                              recorder[in->record], j);
                 recorder[in->record] = j;
             }
-            // Reads first, then writes (an update is both); the workspace is written.
+            // Reads first, then writes (an update is both); the workspace is written. A
+            // group's members do their work in its first's launch or call: at its place.
+            int at = in->by >= 0 && in->by >= base && in->by < j ? in->by : j;
             for (int k = 0; k < in->nin; k++)
                 if (in->in[k] >= 0)
-                    touch(r, j, root[in->in[k]], false);
+                    touch(r, at, root[in->in[k]], false);
             for (int k = 0; k < in->nout; k++)
                 if ((in->update >> k) & 1u)
-                    touch(r, j, root[in->out[k]], false);
+                    touch(r, at, root[in->out[k]], false);
             for (int k = 0; k < in->nout; k++)
-                touch(r, j, root[in->out[k]], true);
+                touch(r, at, root[in->out[k]], true);
             if (in->ws >= 0)
-                touch(r, j, root[in->ws], true);
+                touch(r, at, root[in->ws], true);
         }
         // Buffers whose bytes another takes over later in this phase: everything the
         // first did must be done before the second's first touch. Only pairs with a

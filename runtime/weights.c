@@ -4,6 +4,7 @@
 // rest normal(0, 0.02) as Hugging Face initialises Qwen2 and Llama), checkpoint
 // loading by Hugging Face name, and saving.
 #include "runtime.h"
+#include "comm.h"
 #include "safetensors.h"
 #include "fileio.h"
 #include "cpu/kernels.h"
@@ -81,18 +82,111 @@ void rt_weights_fill(float *v, int64_t n, PlanInit init, double scale, uint64_t 
         pthread_join(tid[k], NULL);
 }
 
-// Master copies start equal to their (loaded or initialised) parameter.
+// The tensor a buffer holds all or (shard=) this rank's slice of: its elements and shape.
+static int64_t whole_elems(const PlanBuffer *b) {
+    if (!b->shard_ndim)
+        return plan_elems(b);
+    int64_t n = 1;
+    for (int d = 0; d < b->shard_ndim; d++)
+        n *= b->shard[d];
+    return n;
+}
+
+static int whole_ndim(const PlanBuffer *b) { return b->shard_ndim ? b->shard_ndim : b->ndim; }
+static const int64_t *whole_shape(const PlanBuffer *b) { return b->shard_ndim ? b->shard : b->shape; }
+
+// Writes a whole tensor's values into buffer `id`: all of them, or this rank's slice.
+static void write_whole(Exec *x, int id, const float *whole) {
+    const PlanBuffer *b = &x->plan->buf[id];
+    rt_write_f32(x, id, whole + (b->shard_ndim ? (int64_t)x->rank * plan_elems(b) : 0));
+}
+
+// Master copies start equal to their (loaded or initialised) parameter: a sharded master
+// to this rank's slice of a whole parameter.
 static void sync_masters(Exec *x) {
     const Plan *p = x->plan;
     for (int i = 0; i < p->nbuf; i++) {
         const PlanBuffer *b = &p->buf[i];
         if (b->kind != PK_STATE || strcmp(b->category, "master") != 0 || b->of < 0)
             continue;
-        float *tmp = malloc(sizeof(float) * (size_t)plan_elems(b));
+        const PlanBuffer *w = &p->buf[b->of];
+        bool slice = b->shard_ndim && !w->shard_ndim;
+        float *tmp = malloc(sizeof(float) * (size_t)plan_elems(w));
         rt_read_f32(x, b->of, tmp);
-        rt_write_f32(x, i, tmp);
+        rt_write_f32(x, i, tmp + (slice ? (int64_t)x->rank * plan_elems(b) : 0));
         free(tmp);
     }
+}
+
+//
+// Whole tensors of sharded buffers, for saving: rank 0 reads them while every other rank
+// serves (rt_weights_serve), giving its slice of each buffer rank 0 names.
+//
+
+enum { SERVE_DONE = -1, SERVE_FAILED = -2 };
+
+// Every rank's raw slice of buffer `id` into whole (bytes of the whole tensor).
+static int gather_slices(Exec *x, int id, void *whole, char *err, size_t errlen) {
+    const PlanBuffer *b = &x->plan->buf[id];
+    int64_t bytes = plan_dtype_bytes(b->dtype, plan_elems(b));
+    void *mine = malloc((size_t)bytes + 1);
+    if (!mine)
+        return rt_fail(err, errlen, "out of memory gathering %s", b->name);
+    rt_read_raw(x, id, mine);
+    int rc = rt_comm_allgather(x->comm, mine, whole, bytes, err, errlen);
+    free(mine);
+    return rc;
+}
+
+static float raw_f32(PlanDType t, const void *raw, int64_t i) {
+    return t == PDT_F32    ? ((const float *)raw)[i]
+           : t == PDT_BF16 ? cpu_bf16_to_f32(((const uint16_t *)raw)[i])
+                           : cpu_f16_to_f32(((const uint16_t *)raw)[i]);
+}
+
+// Buffer `id`'s whole tensor as fp32 into dst (whole_elems values); -1 with err.
+static int read_whole(Exec *x, int id, float *dst, char *err, size_t errlen) {
+    const PlanBuffer *b = &x->plan->buf[id];
+    if (!b->shard_ndim || !x->comm || x->comm->ranks == 1) {
+        rt_read_f32(x, id, dst);
+        return 0;
+    }
+    int64_t n = whole_elems(b), msg = id;
+    void *raw = malloc((size_t)plan_dtype_bytes(b->dtype, n) + 1);
+    int rc = raw ? rt_comm_bcast(x->comm, &msg, sizeof msg, 0, err, errlen)
+                 : rt_fail(err, errlen, "out of memory gathering %s", b->name);
+    if (rc == 0)
+        rc = gather_slices(x, id, raw, err, errlen);
+    for (int64_t i = 0; rc == 0 && i < n; i++)
+        dst[i] = raw_f32(b->dtype, raw, i);
+    free(raw);
+    return rc;
+}
+
+int rt_weights_serve(Exec *x, char *err, size_t errlen) {
+    for (;;) {
+        int64_t id = SERVE_DONE;
+        if (rt_comm_bcast(x->comm, &id, sizeof id, 0, err, errlen) != 0)
+            return -1;
+        if (id == SERVE_DONE)
+            return 0;
+        if (id < 0 || id >= x->plan->nbuf)
+            return rt_fail(err, errlen, "rank 0 could not save the weights");
+        const PlanBuffer *b = &x->plan->buf[id];
+        void *whole = malloc((size_t)plan_dtype_bytes(b->dtype, whole_elems(b)) + 1);
+        int rc = whole ? gather_slices(x, (int)id, whole, err, errlen)
+                       : rt_fail(err, errlen, "out of memory gathering %s", b->name);
+        free(whole);
+        if (rc != 0)
+            return -1;
+    }
+}
+
+int rt_weights_serve_end(Exec *x, bool ok, char *err, size_t errlen) {
+    int64_t msg = ok ? SERVE_DONE : SERVE_FAILED;
+    if (!x->comm || x->comm->ranks == 1)
+        return 0;
+    return rt_comm_bcast(x->comm, &msg, sizeof msg, 0, err, errlen);
 }
 
 // Zeroes gradients and optimizer moments.
@@ -111,10 +205,10 @@ void rt_weights_init(Exec *x, uint64_t seed) {
         const PlanBuffer *b = &p->buf[i];
         if (b->kind != PK_PARAM)
             continue;
-        int64_t n = plan_elems(b);
+        int64_t n = whole_elems(b);   // a shard: the whole tensor's stream, this rank's slice
         float *v = malloc(sizeof(float) * (size_t)n);
         rt_weights_fill(v, n, b->init, b->init_scale, seed, i, 0);
-        rt_write_f32(x, i, v);
+        write_whole(x, i, v);
         free(v);
     }
     zero_state(x);
@@ -132,13 +226,13 @@ static int *masters(const Plan *p) {
     return m;
 }
 
-// A parameter's values: into the parameter in its own dtype, and into its fp32 master
-// copy as they are, so a master starts from the checkpoint's own precision and not from
-// the weight's rounding of it.
+// A parameter's values (its whole tensor's): into the parameter in its own dtype, and into
+// its fp32 master copy as they are, so a master starts from the checkpoint's own precision
+// and not from the weight's rounding of it; each of them sharded takes this rank's slice.
 static void put_param(Exec *x, int id, int master, const float *v) {
-    rt_write_f32(x, id, v);
+    write_whole(x, id, v);
     if (master >= 0)
-        rt_write_f32(x, master, v);
+        write_whole(x, master, v);
 }
 
 int rt_weights_load(Exec *x, const char *path, uint64_t seed, char *err, size_t errlen) {
@@ -155,7 +249,7 @@ int rt_weights_load(Exec *x, const char *path, uint64_t seed, char *err, size_t 
         if (!t) {
             // A LoRA adapter is new: its seeded initialisation.
             if (strstr(b->hf, ".lora_A.") || strstr(b->hf, ".lora_B.")) {
-                int64_t n = plan_elems(b);
+                int64_t n = whole_elems(b);
                 float *v = malloc(sizeof(float) * (size_t)n);
                 rt_weights_fill(v, n, b->init, b->init_scale, seed, i, 0);
                 put_param(x, i, master[i], v);
@@ -166,14 +260,16 @@ int rt_weights_load(Exec *x, const char *path, uint64_t seed, char *err, size_t 
             rc = -1;
             break;
         }
-        bool same = t->ndim == b->ndim;
-        for (int d = 0; same && d < b->ndim; d++)
-            same = t->shape[d] == b->shape[d];
+        int nd = whole_ndim(b);
+        const int64_t *shape = whole_shape(b);
+        bool same = t->ndim == nd;
+        for (int d = 0; same && d < nd; d++)
+            same = t->shape[d] == shape[d];
         if (!same) {
             char want[128] = "", got[128] = "";
-            for (int d = 0; d < b->ndim; d++)
+            for (int d = 0; d < nd; d++)
                 snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", d ? ", " : "",
-                         (long long)b->shape[d]);
+                         (long long)shape[d]);
             for (int d = 0; d < t->ndim; d++)
                 snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "",
                          (long long)t->shape[d]);
@@ -182,7 +278,7 @@ int rt_weights_load(Exec *x, const char *path, uint64_t seed, char *err, size_t 
             rc = -1;
             break;
         }
-        int64_t n = plan_elems(b);
+        int64_t n = whole_elems(b);
         float *v = malloc(sizeof(float) * (size_t)n);
         char why[512];
         if (st_read_f32(st, t, v, n, why, sizeof why) != 0) {
@@ -203,6 +299,7 @@ int rt_weights_load(Exec *x, const char *path, uint64_t seed, char *err, size_t 
 int rt_weights_save(Exec *x, const char *path, bool trainable_only, char *err, size_t errlen) {
     const Plan *p = x->plan;
     int n = 0;
+    bool gathered = true;
     StWrite *w = calloc((size_t)p->nbuf + 1, sizeof *w);
     void **data = calloc((size_t)p->nbuf + 1, sizeof(void *));
     // The fp32 master copy where the plan keeps one: the most exact value trained.
@@ -217,17 +314,20 @@ int rt_weights_save(Exec *x, const char *path, bool trainable_only, char *err, s
         if (b->kind != PK_PARAM || (trainable_only && !b->trainable))
             continue;
         int src = master[i] >= 0 ? master[i] : i;
-        const PlanBuffer *sb = &p->buf[src];
-        float *v = malloc(sizeof(float) * (size_t)plan_elems(sb));
-        rt_read_f32(x, src, v);
+        float *v = malloc(sizeof(float) * (size_t)whole_elems(b));
         data[n] = v;
-        w[n] = (StWrite){.name = b->hf, .dtype = ST_F32, .ndim = b->ndim, .shape = b->shape, .data = v};
+        w[n] = (StWrite){.name = b->hf, .dtype = ST_F32, .ndim = whole_ndim(b), .shape = whole_shape(b),
+                         .data = v};
         n++;
+        if (read_whole(x, src, v, err, errlen) != 0) {
+            gathered = false;
+            break;
+        }
     }
     char step[32];   // which step these weights are from, for every saved file
     snprintf(step, sizeof step, "%lld", (long long)x->step);
     const char *meta[] = {"format", "pt", "producer", "ftc", "step", step, NULL};
-    int rc = st_write(path, w, n, meta, err, errlen);
+    int rc = !gathered ? -1 : st_write(path, w, n, meta, err, errlen);
     for (int i = 0; i < n; i++)
         free(data[i]);
     free(data), free(w), free(master);
@@ -257,15 +357,19 @@ static bool is_adapter(const PlanBuffer *b) {
     return b->hf && (strstr(b->hf, ".lora_A.weight") || strstr(b->hf, ".lora_B.weight"));
 }
 
-// A parameter's most exact value: its fp32 master copy where the plan keeps one.
-static float *param_values(Exec *x, int id) {
+// A parameter's most exact value, whole: its fp32 master copy where the plan keeps one;
+// NULL with err when gathering it failed.
+static float *param_values(Exec *x, int id, char *err, size_t errlen) {
     const Plan *p = x->plan;
     int src = id;
     for (int i = 0; i < p->nbuf; i++)
         if (p->buf[i].kind == PK_STATE && p->buf[i].of == id && !strcmp(p->buf[i].category, "master"))
             src = i;
-    float *v = malloc(sizeof(float) * (size_t)plan_elems(&p->buf[id]));
-    rt_read_f32(x, src, v);
+    float *v = malloc(sizeof(float) * (size_t)whole_elems(&p->buf[id]));
+    if (v && read_whole(x, src, v, err, errlen) != 0) {
+        free(v);
+        return NULL;
+    }
     return v;
 }
 
@@ -282,16 +386,17 @@ int rt_adapters_save(Exec *x, const char *dir, const char *base_model, char *err
         size_t len = strlen(b->hf) + 32;
         names[n] = malloc(len);
         snprintf(names[n], len, "base_model.model.%s", b->hf);
-        w[n] = (StWrite){.name = names[n], .dtype = ST_F32, .ndim = b->ndim, .shape = b->shape,
-                         .data = param_values(x, i)};
-        n++;
+        w[n] = (StWrite){.name = names[n], .dtype = ST_F32, .ndim = whole_ndim(b), .shape = whole_shape(b),
+                         .data = param_values(x, i, err, errlen)};
+        if (!w[n++].data)
+            break;
     }
     char path[4200];
     snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
     char step[32];   // which step these weights are from, for every saved file
     snprintf(step, sizeof step, "%lld", (long long)x->step);
     const char *meta[] = {"format", "pt", "producer", "ftc", "step", step, NULL};
-    int rc = st_write(path, w, n, meta, err, errlen);
+    int rc = n > 0 && !w[n - 1].data ? -1 : st_write(path, w, n, meta, err, errlen);
     for (int i = 0; i < n; i++)
         free(names[i]), free((void *)w[i].data);
     free(names), free(w);
@@ -335,17 +440,26 @@ int rt_weights_save_merged(Exec *x, const char *path, char *err, size_t errlen) 
     const Plan *p = x->plan;
     double scale = p->lora_r > 0 ? p->lora_alpha / (double)p->lora_r : 0;
     int n = 0;
+    bool gathered = true;
     StWrite *w = calloc((size_t)p->nbuf + 1, sizeof *w);
     for (int i = 0; i < p->nbuf; i++) {
         const PlanBuffer *b = &p->buf[i];
         if (b->kind != PK_PARAM || is_adapter(b))
             continue;
-        float *v = param_values(x, i);
+        float *v = param_values(x, i, err, errlen);
+        if (!(gathered = v != NULL))
+            break;
         int a, bb;
-        if (b->ndim == 2 && adapters_of(p, i, &a, &bb)) {   // W += scale · B A (its transpose [in, out])
-            float *A = param_values(x, a), *B = param_values(x, bb);
+        const int64_t *shape = whole_shape(b);
+        if (whole_ndim(b) == 2 && adapters_of(p, i, &a, &bb)) {   // W += scale · B A (its transpose [in, out])
+            float *A = param_values(x, a, err, errlen), *B = A ? param_values(x, bb, err, errlen) : NULL;
+            if (!B) {
+                free(A), free(v);
+                gathered = false;
+                break;
+            }
             bool t = p->lora_fan_in_fan_out;
-            int64_t outs = b->shape[t ? 1 : 0], ins = b->shape[t ? 0 : 1], r = p->buf[a].shape[0];
+            int64_t outs = shape[t ? 1 : 0], ins = shape[t ? 0 : 1], r = whole_shape(&p->buf[a])[0];
             for (int64_t o = 0; o < outs; o++)
                 for (int64_t c = 0; c < ins; c++) {
                     double s = 0;
@@ -355,12 +469,12 @@ int rt_weights_save_merged(Exec *x, const char *path, char *err, size_t errlen) 
                 }
             free(A), free(B);
         }
-        w[n++] = (StWrite){.name = b->hf, .dtype = ST_F32, .ndim = b->ndim, .shape = b->shape, .data = v};
+        w[n++] = (StWrite){.name = b->hf, .dtype = ST_F32, .ndim = whole_ndim(b), .shape = shape, .data = v};
     }
     char step[32];   // which step these weights are from, for every saved file
     snprintf(step, sizeof step, "%lld", (long long)x->step);
     const char *meta[] = {"format", "pt", "producer", "ftc", "step", step, NULL};
-    int rc = st_write(path, w, n, meta, err, errlen);
+    int rc = !gathered ? -1 : st_write(path, w, n, meta, err, errlen);
     for (int i = 0; i < n; i++)
         free((void *)w[i].data);
     free(w);

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { F_LAUNCH, F_GEMM, F_COPY, F_MEMSET, F_RECORD, F_WAIT };
+enum { F_LAUNCH, F_GEMM, F_COPY, F_MEMSET, F_RECORD, F_WAIT, F_HOST };
 enum { MAX_STREAMS = 16, MAX_EVENTS = 4096, MAX_POINTS = PLAN_GROUP_MAX * PLAN_GROUP_OPERANDS + 8 };
 
 typedef struct FDesc {
@@ -57,6 +57,8 @@ typedef struct FOp {
     int width;
     int wait_stream;                // F_WAIT: the event's stream and position when issued
     long wait_pos;
+    int (*host)(void *arg);         // F_HOST: runs with args; 0 done, 1 not yet
+    bool checked;                   // its race check is done (an F_HOST op may run again)
 } FOp;
 
 typedef struct FStream {
@@ -191,8 +193,11 @@ static void run_gemm(const FOp *g) {
 // Running issued work.
 //
 
-static void execute(FOp *x) {
-    check(x);
+// Runs x; false when it is a host operation that is not done yet (the stream waits there).
+static bool execute(FOp *x) {
+    if (!x->checked)
+        check(x);
+    x->checked = true;
     char err[1024];
     switch (x->kind) {
     case F_LAUNCH:
@@ -211,21 +216,27 @@ static void execute(FOp *x) {
         for (uintptr_t p = x->w0; p + (uintptr_t)x->width <= x->w1; p += (uintptr_t)x->width)
             memcpy((void *)p, &x->value, (size_t)x->width);
         break;
+    case F_HOST:
+        return x->host(x->args) == 0;
     default:
         break;
     }
+    return true;
 }
 
-// Runs stream s up to and including position pos, and whatever that waits for first.
-static void run_to(int s, long pos) {
+// Runs stream s up to and including position pos, and whatever that waits for first; false
+// when a host operation on the way is not done yet.
+static bool run_to(int s, long pos) {
     FStream *st = &fk.stream[s];
     while (st->done <= pos && st->done < st->n) {
         FOp *x = st->op[st->done];
-        if (x->kind == F_WAIT && x->wait_stream >= 0)
-            run_to(x->wait_stream, x->wait_pos);
-        execute(x);
+        if (x->kind == F_WAIT && x->wait_stream >= 0 && !run_to(x->wait_stream, x->wait_pos))
+            return false;
+        if (!execute(x))
+            return false;
         st->done++;
     }
+    return true;
 }
 
 static void run_all(void) {
@@ -404,6 +415,14 @@ static CuResult f_event_sync(CuEvent e) {
            if (fk.event[id].stream >= 0) run_to(fk.event[id].stream, fk.event[id].pos));
     return CUX_SUCCESS;
 }
+// Work runs when the host asks for it: a query runs what the event follows, unless a
+// host operation there has not finished (a collective of the simulated NCCL still waiting).
+static CuResult f_event_query(CuEvent e) {
+    bool done = true;
+    LOCKED(fk.st.host_syncs++; int id = (int)(uintptr_t)e - 1;
+           if (fk.event[id].stream >= 0) done = run_to(fk.event[id].stream, fk.event[id].pos));
+    return done ? CUX_SUCCESS : CUX_ERROR_NOT_READY;
+}
 static CuResult f_module_load(CuModule *m, const void *image) {
     if (memcmp(image, "\x7f" "ELF", 4) != 0)
         return 200;   // CUDA_ERROR_INVALID_IMAGE
@@ -549,6 +568,15 @@ static LtStatus l_matmul(LtHandle h, LtDesc d, const void *alpha, const void *a,
     return LTX_SUCCESS;
 }
 
+int fake_cuda_host_op(CuStream s, int (*fn)(void *arg), void *arg, const char *what, uintptr_t r0,
+                      uintptr_t r1, uintptr_t w0, uintptr_t w1) {
+    if (!valid_stream(s))
+        return 400;
+    LOCKED(FOp *x = issue(F_HOST, s, what); x->host = fn; x->args = arg;
+           x->r0 = r0, x->r1 = r1, x->w0 = w0, x->w1 = w1);
+    return CUX_SUCCESS;
+}
+
 //
 // The tables.
 //
@@ -565,7 +593,7 @@ int fake_cuda_open(CudaApi *api, const FakeOptions *o, char *err, size_t errlen)
                f_copy_async, f_memset8, f_memset16, f_memset32, f_stream_create, f_stream_destroy,
                f_stream_sync, f_wait_event, f_event_create, f_event_destroy, f_event_record,
                f_event_sync, f_module_load, f_module_unload, f_get_function, f_launch,
-               f_error_string},
+               f_error_string, f_event_query},
         .lt = {l_create, l_destroy, l_version, l_desc_create, l_desc_destroy, l_desc_set,
                l_layout_create, l_layout_destroy, l_layout_set, l_pref_create, l_pref_destroy,
                l_pref_set, l_heuristic, l_matmul},

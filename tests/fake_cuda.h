@@ -34,6 +34,13 @@ typedef struct FakeStats {
     char *launch_log;         // kernel names in issue order, one per line (malloc'd)
 } FakeStats;
 
+// A host operation issued on stream s (the simulated NCCL's collectives): fn(arg) runs
+// when the stream reaches it and returns 0 when done, 1 when not yet (the stream waits there,
+// and an event behind it queries as not ready); it reads [r0, r1) and writes [w0, w1), which
+// the race check sees. arg is freed by fake_cuda_close. A cuda.h error code.
+int fake_cuda_host_op(CuStream s, int (*fn)(void *arg), void *arg, const char *what, uintptr_t r0,
+                      uintptr_t r1, uintptr_t w0, uintptr_t w1);
+
 // Fills `api` with the fake; 0, or -1 with err (the plan's kernels did not compile).
 int fake_cuda_open(CudaApi *api, const FakeOptions *o, char *err, size_t errlen);
 const FakeStats *fake_cuda_stats(void);

@@ -13,6 +13,8 @@
 
 // The SM the plans' kernels.cu is compiled for by NVRTC (NULL: none, kernels.cu only).
 static const char *harness_arch;
+// The data-parallel ranks the plans are for (a choice's zero is their ZeRO stage).
+static int harness_ranks = 1;
 
 // A file's text (static storage, truncated at 64 KiB): a model to compile.
 __attribute__((unused)) static const char *harness_file(const char *path) {
@@ -54,6 +56,7 @@ static bool harness_compile_choice(Harness *h, const char *name, const char *tex
     PassDiag diag = driver_diag(&src);
     Pipeline pipe = driver_pipeline(&ds, h->a, &diag);
     pipe.verify = pipe.final = true;
+    pipe.spec.ranks = harness_ranks;
     IrGraph *g = ok ? pipeline_build(&pipe, &c, h->a, &bs) : NULL;
     ok = g != NULL && ir_verify(g, stdout) == 0;
     AllocStats as = bs.alloc;
@@ -65,7 +68,8 @@ static bool harness_compile_choice(Harness *h, const char *name, const char *tex
         snprintf(h->dir, sizeof h->dir, "%s/ftc-test-%d-%d", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
                  (int)getpid(), serial++);
         PlanMeta meta = {.model = h->m.name, .source = name, .gpu = "none", .arch = harness_arch,
-                         .accum = h->m.train.batch / batch, .arena_bytes = as.arena_bytes,
+                         .accum = h->m.train.batch / (batch * harness_ranks),
+                         .zero = harness_ranks > 1 ? c.zero : -1, .arena_bytes = as.arena_bytes,
                          .host_bytes = as.host_bytes, .lora_r = h->m.train.lora ? h->m.train.lora_r : 0,
                          .lora_alpha = h->m.train.lora_alpha, .lora_dropout = h->m.train.lora_dropout,
                          .lora_targets = targets};
@@ -92,7 +96,7 @@ static bool harness_compile_choice(Harness *h, const char *name, const char *tex
 // Compiles `text` for micro-batch `batch`, everything kept and on the device.
 __attribute__((unused)) static bool harness_compile(Harness *h, const char *name, const char *text,
                                                     int64_t batch) {
-    PlanChoice c = {batch, REMAT_KEEP, 0, REMAT_KEEP, {false, false}, NULL};
+    PlanChoice c = {batch, REMAT_KEEP, 0, REMAT_KEEP, {false, false}, NULL, 0, 0};
     return harness_compile_choice(h, name, text, &c);
 }
 

@@ -102,7 +102,7 @@ static void test_dumps_agree(void) {
 // largest buffers name device buffers only.
 static void test_host_view(const char *text) {
     Harness o;
-    PlanChoice c = {1, REMAT_SWAP, 2, REMAT_SWAP, {true, true}, NULL};   // host state the largest
+    PlanChoice c = {1, REMAT_SWAP, 2, REMAT_SWAP, {true, true}, NULL, 0, 0};   // host state the largest
     if (!harness_compile_choice(&o, "models/tiny.ft", text, &c)) {
         CHECK(false);
         harness_free(&o);

@@ -162,7 +162,7 @@ static void test_precisions(void) {
 // Swapped activations, gradients and AdamW on the host: copies on d2h/h2d, host work on
 // the worker thread, events both ways.
 static PlanChoice offloaded(void) {
-    return (PlanChoice){4, REMAT_SWAP, 1 << 20, REMAT_SWAP, {true, true}, NULL};
+    return (PlanChoice){4, REMAT_SWAP, 1 << 20, REMAT_SWAP, {true, true}, NULL, 0, 0};
 }
 
 static void test_offloaded(void) {

@@ -1,9 +1,11 @@
 // test_cuda_abi.c — runtime/cuda/cuda.h writes out the driver's and cuBLASLt's types and
-// constants so the cuda backend builds without the toolkit; where the toolkit's headers
-// exist, this checks every value and layout against them (at compile time: a mismatch is a
-// build error naming it).
+// constants so the cuda backend builds without the toolkit, and runtime/cuda/nccl.h NCCL's;
+// where the toolkit's headers exist, this checks every value and layout against them (at
+// compile time: a mismatch is a build error naming it). Where NCCL itself is installed, it
+// is opened as the backend opens it and every entry point resolved (no GPU needed).
 #include "check.h"
 #include "../runtime/cuda/cuda.h"
+#include "../runtime/cuda/nccl.h"
 
 #include <cublasLt.h>
 #include <cuda.h>
@@ -14,6 +16,7 @@
 SAME(CUX_SUCCESS, CUDA_SUCCESS);
 SAME(CUX_ERROR_OUT_OF_MEMORY, CUDA_ERROR_OUT_OF_MEMORY);
 SAME(CUX_ERROR_NO_DEVICE, CUDA_ERROR_NO_DEVICE);
+SAME(CUX_ERROR_NOT_READY, CUDA_ERROR_NOT_READY);
 SAME(CUX_ATTR_CC_MAJOR, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
 SAME(CUX_ATTR_CC_MINOR, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
 SAME(CUX_STREAM_NON_BLOCKING, CU_STREAM_NON_BLOCKING);
@@ -47,6 +50,21 @@ SAME(offsetof(LtHeuristic, workspace_bytes), offsetof(cublasLtMatmulHeuristicRes
 SAME(offsetof(LtHeuristic, state), offsetof(cublasLtMatmulHeuristicResult_t, state));
 SAME(offsetof(LtHeuristic, waves), offsetof(cublasLtMatmulHeuristicResult_t, wavesCount));
 
+#if __has_include(<nccl.h>)
+#include <nccl.h>
+#define HAVE_NCCL_H 1
+SAME(sizeof(NcclUniqueId), sizeof(ncclUniqueId));
+SAME(NCCLX_SUCCESS, ncclSuccess);
+SAME(NCCLX_REMOTE_ERROR, ncclRemoteError);
+SAME(NCCLX_IN_PROGRESS, ncclInProgress);
+SAME(NCCLX_UINT8, ncclUint8);
+SAME(NCCLX_FLOAT16, ncclFloat16);
+SAME(NCCLX_FLOAT32, ncclFloat32);
+SAME(NCCLX_BFLOAT16, ncclBfloat16);
+SAME(NCCLX_SUM, ncclSum);
+SAME(sizeof(NcclComm), sizeof(ncclComm_t));
+#endif
+
 // The entry points the loader looks up by their base names are declared under them (cuda.h
 // maps each to the versioned symbol cuGetProcAddress resolves); cuBLASLt's likewise.
 #define DECLARED(f) _Static_assert(sizeof(&f) == sizeof(void (*)(void)), #f)
@@ -68,7 +86,27 @@ DECLARED(cublasLtMatmulAlgoGetHeuristic);
 // Everything above is checked when this file compiles.
 static void test_abi(void) { CHECK(CUX_DRIVER_ABI >= 12000); }
 
+// libnccl.so.2 opened with dlopen and every entry point the backend calls found; its version
+// the header's (the library is the toolkit's own, beside the header).
+static void test_nccl_loads(void) {
+#ifdef HAVE_NCCL_H
+    NcclApi api;
+    char err[512] = "";
+    if (nccl_api_load(&api, err, sizeof err) != 0) {
+        printf("  (no NCCL library here: %s)\n", err);
+        return;
+    }
+    int v = 0;
+    CHECK(api.GetVersion(&v) == NCCLX_SUCCESS);
+    CHECKF(v == NCCL_VERSION_CODE, "libnccl.so.2 is %d, nccl.h %d", v, NCCL_VERSION_CODE);
+    const char *why = api.GetErrorString(NCCLX_REMOTE_ERROR);
+    CHECK(why && *why);
+    printf("  NCCL %d loaded with dlopen, %s\n", v, why ? why : "");
+#endif
+}
+
 int main(void) {
     RUN(test_abi);
+    RUN(test_nccl_loads);
     return CHECK_DONE();
 }

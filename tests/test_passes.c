@@ -1,5 +1,5 @@
-// test_passes.c — parameter counts, the naive memory breakdown, the LoRA pass and
-// the GPU presets, on the shipped models.
+// test_passes.c — parameter counts, the naive memory breakdown, the LoRA pass, the GPU
+// presets and the ZeRO stages of the shard pass, on the shipped models.
 #include "../frontend/driver.h"
 #include "check.h"
 
@@ -210,7 +210,7 @@ static void test_qlora_weights_exact(void) {
         l.src.len = strlen(t);
         Ast *p = fe_parse(&l.src, l.a);
         CHECK(p && fe_check(&l.src, p, &l.m, l.a) == 0);
-        PlanChoice c = {1, REMAT_KEEP, 0, REMAT_KEEP, {false, false}, NULL};
+        PlanChoice c = {1, REMAT_KEEP, 0, REMAT_KEEP, {false, false}, NULL, 0, 0};
         BuildStats bs;
         DriverSource ds = {&l.src, &l.m};
         Pipeline pipe = driver_pipeline(&ds, l.a, NULL);
@@ -313,6 +313,69 @@ static void test_weight_decay_roles(void) {
     }
 }
 
+// One rank of eight of Qwen2-7B full fine-tuning at each ZeRO stage: the model states a
+// rank holds are exactly the stage's share of 2 + 2 + 12 bytes a parameter (every tensor
+// divides by 8), and the collectives are the stage's: stage 0 all-reduces every gradient,
+// 1 reduce-scatters and all-gathers (its reductions on the last micro-step only, as 0's),
+// 2 reduce-scatters every micro-step and adds into the shards, 3 gathers each parameter
+// once in forward and once more in backward where backward reads it; the cost model's collectives take time on the
+// comm stream, and what compute does not hide of them is between none and all of it.
+static void test_shard_stages(void) {
+    Loaded l;
+    CHECK(load(&l, "models/qwen2.ft", NULL, 1));
+    int64_t W = 15231233024LL, S = 60924932096LL + 30462466048LL, P = 7615616512LL;
+    const GpuPreset *gpu = gpu_preset("h100-80g");
+    CostModel cm = {gpu, 1e9, 1e9, 0, link_preset("nvlink")};
+    for (int z = 0; z < 4; z++) {
+        PlanChoice c = {1, REMAT_KEEP, 0, REMAT_KEEP, {false, false}, NULL, z, 32 << 20};
+        BuildStats bs;
+        DriverSource ds = {&l.src, &l.m};
+        Pipeline pipe = driver_pipeline(&ds, l.a, NULL);
+        pipe.verify = true;
+        pipe.spec.ranks = 8;
+        IrGraph *g = pipeline_build(&pipe, &c, l.a, &bs);
+        CHECK(g != NULL);
+        if (!g)
+            continue;
+        int64_t held = 0, params = 0;
+        int ops[OP_COUNT] = {0}, last = 0, acc = 0, fwd_gathers = 0;
+        for (int i = 0; i < g->tensors.len; i++) {
+            const IrTensor *t = &g->tensors.at[i];
+            if (t->kind == TK_PARAM || t->kind == TK_GRAD || t->kind == TK_STATE)
+                held += ir_tensor_bytes(t);
+            if (t->kind == TK_PARAM)
+                params += ir_tensor_elems(t);
+        }
+        for (int i = 0; i < g->nodes.len; i++) {
+            const IrNode *n = &g->nodes.at[i];
+            ops[n->op]++;
+            last += n->last;
+            acc += n->op == OP_ACC && n->phase == PHASE_BACKWARD;
+            fwd_gathers += n->op == OP_ALL_GATHER && n->phase == PHASE_FORWARD;
+        }
+        int64_t want = z == 0 ? 2 * W + S : z == 1 ? 2 * W + S / 8 : z == 2 ? W + (W + S) / 8 : (2 * W + S) / 8;
+        CHECK_EQ(want, held);
+        CHECK_EQ(z == 3 ? P / 8 : P, params);
+        int np = 339;   // trainable tensors, one gradient each
+        CHECK_EQ(z == 0 ? np : 0, ops[OP_ALL_REDUCE] - (z >= 1));   // (the gradients' statistics)
+        CHECK_EQ(z == 0 ? 0 : np, ops[OP_REDUCE_SCATTER]);
+        // stage 3 gathers every parameter for forward, and for backward those it reads
+        // there (linear and norm weights; not biases, nor the embedding table)
+        CHECK_EQ(z == 0 ? 0 : z <= 2 ? np : np + np - 28 * 3 - 1, ops[OP_ALL_GATHER]);
+        CHECK_EQ(z == 3 ? np : 0, fwd_gathers);
+        CHECK_EQ(z <= 1 ? np : 0, last);
+        CHECK_EQ(z >= 2 ? np : 0, acc);
+        CHECK(bs.buckets.buckets > 0 && bs.buckets.collectives == bs.shard.collectives);
+        StepCost k = cost_step(g, &cm, 4, 32 * 2048);
+        printf("  ZeRO-%d: model states %.2f GB a rank; %d collectives in %d buckets, %.0f ms of them "
+               "a step, %.0f ms not hidden\n", z, (double)held / 1e9, bs.buckets.collectives,
+               bs.buckets.buckets, k.comm_us * 1e-3, k.comm_exposed_us * 1e-3);
+        CHECK(k.comm_us > 0 && k.comm_exposed_us >= 0 && k.comm_exposed_us <= k.comm_us + 1);
+        ir_graph_free(g);
+    }
+    unload(&l);
+}
+
 static void test_presets(void) {
     const GpuPreset *p = gpu_preset("a100-40g");
     CHECK(p && p->mem_bytes == 40LL << 30);
@@ -349,5 +412,6 @@ int main(int argc, char **argv) {
     RUN(test_missing_derivative_rule);
     RUN(test_weight_decay_roles);
     RUN(test_presets);
+    RUN(test_shard_stages);
     return CHECK_DONE();
 }

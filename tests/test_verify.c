@@ -4,8 +4,10 @@
 // plan with copies and host work: a missing wait, host work on device memory, a copy
 // on the compute stream, a wait for an event not yet recorded; and in a grouped launch:
 // a member that waits, one that reads what another writes, one whose operand is dead at
-// the group's first, a group the reader cannot close) is rejected with a message naming
-// the buffers and the instruction.
+// the group's first, a group the reader cannot close; and on a plan of two ranks: a
+// collective's missing wait, a collective on the compute stream, a reduction skipped on
+// all but the last micro-step whose result the micro-step reads) is rejected with a message
+// naming the buffers and the instruction.
 #include "check.h"
 #include "harness.h"
 #include "../runtime/fileio.h"
@@ -170,8 +172,8 @@ static void test_streams_clean(void) {
         printf("%s", msg);
     for (int i = 0; i < plan_instr_count(hs.plan); i++)
         streams[plan_instr(hs.plan, i)->stream]++;
-    for (int s = 0; s < STREAM_COUNT; s++)   // every stream has work, and events order it
-        CHECK(streams[s] > 0);
+    for (int s = 0; s < STREAM_COUNT; s++)   // every stream has work (but the comm stream, of
+        CHECK(streams[s] > 0 || s == STREAM_COMM);   // plans of several ranks), events order it
     CHECK(hs.plan->events > 0);
 }
 
@@ -401,6 +403,84 @@ static void test_estimate_reader(void) {
     free(text);
 }
 
+//
+// A plan of two ranks: collectives on the comm stream, in buckets, ordered by events.
+//
+
+static Harness hd;
+
+// The first collective instruction that waits for an event, or NULL.
+static PlanInstr *waiting_collective(void) {
+    for (int ph = 0; ph < PHASE_COUNT; ph++)
+        for (int i = 0; i < hd.plan->nins[ph]; i++) {
+            PlanInstr *in = &hd.plan->ins[ph][i];
+            if (op_desc(in->op)->cls == OPC_COLLECTIVE && in->nwait > 0)
+                return in;
+        }
+    return NULL;
+}
+
+static void test_ranks_clean(void) {
+    int n, colls = 0, buckets = 0;
+    char *msg = verify_plan(hd.plan, &n);
+    CHECK_EQ(0, n);
+    if (n)
+        printf("%s", msg);
+    for (int i = 0; i < plan_instr_count(hd.plan); i++) {
+        const PlanInstr *in = plan_instr(hd.plan, i);
+        colls += op_desc(in->op)->cls == OPC_COLLECTIVE;
+        buckets += op_desc(in->op)->cls == OPC_COLLECTIVE && in->group > 1;
+        CHECK((op_desc(in->op)->cls == OPC_COLLECTIVE) == (in->stream == STREAM_COMM));
+    }
+    CHECK(colls > 0 && buckets > 0);
+    CHECK(waiting_collective() != NULL);
+}
+
+// The waits the streams pass gave the comm stream are needed: dropping one is a race.
+static void test_ranks_missing_wait(void) {
+    PlanInstr *in = waiting_collective();
+    if (!in)
+        return;
+    int keep = in->nwait, w = in->wait[0], n;
+    in->wait[0] = in->wait[--in->nwait];
+    char *msg = verify_plan(hd.plan, &n);
+    in->wait[in->nwait++] = in->wait[0];
+    in->wait[0] = w;
+    in->nwait = keep;
+    CHECK(n > 0);
+    CHECK(strstr(msg, "with no event ordering them"));
+}
+
+static void test_collective_on_compute(void) {
+    PlanInstr *in = waiting_collective();
+    if (!in)
+        return;
+    int n;
+    in->stream = STREAM_COMPUTE;
+    char *msg = verify_plan(hd.plan, &n);
+    in->stream = STREAM_COMM;
+    CHECK(n > 0);
+    CHECK(strstr(msg, "runs on the compute stream"));
+}
+
+// ZeRO-2 reduce-scatters every micro-step and adds the slice into the shard: skipping it on
+// all but the last micro-step (last=1) would leave the accumulation reading stale bytes.
+static void test_last_read_later(void) {
+    PlanInstr *rs = NULL;
+    for (int i = 0; i < hd.plan->nins[PHASE_BWD] && !rs; i++)
+        if (hd.plan->ins[PHASE_BWD][i].op == OP_REDUCE_SCATTER)
+            rs = &hd.plan->ins[PHASE_BWD][i];
+    CHECK(rs != NULL);
+    if (!rs)
+        return;
+    int n;
+    rs->last = true;
+    char *msg = verify_plan(hd.plan, &n);
+    rs->last = false;
+    CHECK(n > 0);
+    CHECK(strstr(msg, "on the last micro-step only"));
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && chdir(argv[1]) != 0)
         return 2;
@@ -421,7 +501,7 @@ int main(int argc, char **argv) {
     RUN(test_group_reader);
     RUN(test_estimate_reader);
     harness_free(&h);
-    PlanChoice c = {4, REMAT_SWAP, 1 << 20, REMAT_SWAP, {true, true}, NULL};
+    PlanChoice c = {4, REMAT_SWAP, 1 << 20, REMAT_SWAP, {true, true}, NULL, 0, 0};
     if (!harness_compile_choice(&hs, "models/tiny.ft", tiny_text(), &c)) {
         printf("FAIL compile with copies\n");
         return 1;
@@ -432,5 +512,16 @@ int main(int argc, char **argv) {
     RUN(test_copy_on_compute);
     RUN(test_wait_before_record);
     harness_free(&hs);
+    harness_ranks = 2;   // ZeRO-2, two micro-steps a rank
+    PlanChoice z2 = {2, REMAT_KEEP, 0, REMAT_KEEP, {false, false}, NULL, 2, 64 << 10};
+    if (!harness_compile_choice(&hd, "models/tiny.ft", tiny_text(), &z2)) {
+        printf("FAIL compile for two ranks\n");
+        return 1;
+    }
+    RUN(test_ranks_clean);
+    RUN(test_ranks_missing_wait);
+    RUN(test_collective_on_compute);
+    RUN(test_last_read_later);
+    harness_free(&hd);
     return CHECK_DONE();
 }

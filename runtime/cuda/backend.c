@@ -12,11 +12,18 @@
 // cuEventSynchronize, so the CPU updates offloaded state while the GPU goes on. A device
 // stream that waits for a host event blocks the issuing thread until the worker has
 // recorded it (host events complete in host order, so nothing further is needed).
+// Collectives (a job of several ranks): NCCL on the comm stream, its communicator made
+// from a unique id rank 0 broadcasts over MPI (rt_cuda_set_comm), a bucket one NCCL group;
+// the device is then waited for by polling, against the job's deadline and NCCL's
+// asynchronous error, and a collective that fails or never completes aborts the
+// communicator (its kernels return) and fails the run, never hangs it.
 #include "../runtime.h"
+#include "../comm.h"
 #include "../fileio.h"
 #include "../kernel_args.h"
 #include "../nvrtc.h"
 #include "cuda.h"
+#include "nccl.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -78,9 +85,14 @@ typedef struct CudaState {
     HostItem *q;
     int qhead, qtail, qcap;
     char failed[512];                // the first error of work done asynchronously
+    // Collectives over the job's ranks (rt_cuda_set_comm).
+    NcclApi nccl;
+    NcclComm ncomm;                  // NULL: one rank
+    Comm *comm;
+    bool aborted;                    // the communicator was aborted after a failure
 } CudaState;
 
-static const char *const stream_tag[STREAM_COUNT] = {"compute", "d2h", "h2d", "host"};
+static const char *const stream_tag[STREAM_COUNT] = {"compute", "d2h", "h2d", "host", "comm"};
 
 // The first asynchronous failure wins; sync reports it.
 static void note_failure(CudaState *s, const char *fmt, const char *what, CuResult r) {
@@ -239,9 +251,63 @@ static void cuda_free(Backend *be, MemKind kind, void *p) {
         s->api.cu.MemFree(dptr(p));
 }
 
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+// With NCCL, the device streams are waited for by polling: until done, or NCCL reports an
+// error of its own (a peer died, the network failed), or the job's deadline passes (a peer
+// hangs). Then the communicator is aborted, which ends its kernels, so that nothing of ours
+// blocks; the failure is what the next sync reports.
+static void wait_device(CudaState *s) {
+    if (!s->ncomm || s->aborted)
+        return;
+    for (int t = 0; t < STREAM_COUNT; t++)
+        if (t != STREAM_HOST)
+            call_ok(s, s->api.cu.EventRecord(s->tail[t], s->stream[t]), "cuEventRecord");
+    double end = now_s() + s->comm->timeout_s;
+    long nap = 2000;
+    char why[400] = "";
+    for (;;) {
+        bool done = true;
+        for (int t = 0; t < STREAM_COUNT && done && !why[0]; t++) {
+            if (t == STREAM_HOST)
+                continue;
+            CuResult r = s->api.cu.EventQuery(s->tail[t]);
+            if (r == CUX_ERROR_NOT_READY)
+                done = false;
+            else if (r != CUX_SUCCESS)
+                snprintf(why, sizeof why, "the %s stream failed", stream_tag[t]);
+        }
+        int async = NCCLX_SUCCESS;   // (a collective that failed may still have completed)
+        if (!why[0] && s->nccl.CommGetAsyncError(s->ncomm, &async) == NCCLX_SUCCESS &&
+            async != NCCLX_SUCCESS && async != NCCLX_IN_PROGRESS)
+            snprintf(why, sizeof why, "NCCL: %s", s->nccl.GetErrorString(async));
+        if (done && !why[0])
+            return;
+        if (!why[0] && now_s() > end)
+            snprintf(why, sizeof why, "a collective did not complete in %.0f s", s->comm->timeout_s);
+        if (why[0])
+            break;
+        struct timespec ts = {0, nap};
+        nanosleep(&ts, NULL);
+        if (nap < 1000000)
+            nap *= 2;
+    }
+    pthread_mutex_lock(&s->mu);
+    if (!s->failed[0])
+        snprintf(s->failed, sizeof s->failed, "%s (a rank died or hangs; the job ends)", why);
+    pthread_mutex_unlock(&s->mu);
+    s->nccl.CommAbort(s->ncomm);
+    s->aborted = true;
+}
+
 // The runtime's own reads and writes happen between phases: every stream is drained
 // first, so they see (and are seen by) all the work issued before.
 static void drain(CudaState *s) {
+    wait_device(s);
     drain_host(s);
     call_ok(s, s->api.cu.CtxSynchronize(), "cuCtxSynchronize");
 }
@@ -502,6 +568,103 @@ static int run_gemm(CudaState *s, Exec *x, const PlanInstr *in, char *err, size_
 
 static bool is_gemm(const PlanInstr *in) { return op_desc(in->op)->cls == OPC_GEMM; }
 
+static int nccl_type(PlanDType t, int64_t elems, size_t *count) {
+    *count = (size_t)elems;
+    switch (t) {
+    case PDT_F32: return NCCLX_FLOAT32;
+    case PDT_BF16: return NCCLX_BFLOAT16;
+    case PDT_F16: return NCCLX_FLOAT16;
+    default:   // moved as bytes (an all-gather of NF4 or integers)
+        *count = (size_t)plan_dtype_bytes(t, elems);
+        return NCCLX_UINT8;
+    }
+}
+
+// A collective, or the bucket it begins, on the comm stream: one NCCL group. One rank alone:
+// each is a copy, or nothing in place.
+static int cuda_collective(Backend *be, Exec *x, const PlanInstr *in, char *err, size_t errlen) {
+    CudaState *s = be->state;
+    const Plan *p = x->plan;
+    int n = in->group > 0 ? in->group : 1;
+    CuStream st = s->stream[STREAM_COMM];
+    if (!s->ncomm) {
+        if (p->ranks != 1)
+            return rt_fail(err, errlen, "a plan of %d ranks, and no communicator (NCCL) for them", p->ranks);
+        for (int k = 0; k < n; k++) {
+            const PlanInstr *m = plan_instr(p, in->id + k);
+            const PlanBuffer *b = &p->buf[m->out[0]];
+            if (x->ptr[m->out[0]] != x->ptr[m->in[0]] &&
+                !call_ok(s, s->api.cu.MemcpyAsync(dptr(x->ptr[m->out[0]]), dptr(x->ptr[m->in[0]]),
+                                                  (size_t)plan_dtype_bytes(b->dtype, plan_elems(b)), st),
+                         "cuMemcpyAsync"))
+                return rt_fail(err, errlen, "%s", s->failed);
+        }
+        return 0;
+    }
+    if (s->aborted)
+        return rt_fail(err, errlen, "%s", s->failed[0] ? s->failed : "NCCL was aborted");
+    int rc = n > 1 ? s->nccl.GroupStart() : NCCLX_SUCCESS;
+    for (int k = 0; k < n && rc == NCCLX_SUCCESS; k++) {
+        const PlanInstr *m = plan_instr(p, in->id + k);
+        const PlanBuffer *a = &p->buf[m->in[0]], *o = &p->buf[m->out[0]];
+        const void *src = x->ptr[m->in[0]];
+        void *dst = x->ptr[m->out[0]];
+        size_t count;
+        int t;
+        switch (m->op) {
+        case OP_ALL_REDUCE:
+            t = nccl_type(a->dtype, plan_elems(a), &count);
+            rc = s->nccl.AllReduce(src, dst, count, t, NCCLX_SUM, s->ncomm, st);
+            break;
+        case OP_REDUCE_SCATTER:   // count: each rank's slice
+            t = nccl_type(o->dtype, plan_elems(o), &count);
+            rc = s->nccl.ReduceScatter(src, dst, count, t, NCCLX_SUM, s->ncomm, st);
+            break;
+        default:   // all-gather; count: each rank's part
+            t = nccl_type(a->dtype, plan_elems(a), &count);
+            rc = s->nccl.AllGather(src, dst, count, t, s->ncomm, st);
+            break;
+        }
+    }
+    int end = n > 1 ? s->nccl.GroupEnd() : NCCLX_SUCCESS;
+    if (rc == NCCLX_SUCCESS)
+        rc = end;
+    if (rc != NCCLX_SUCCESS && rc != NCCLX_IN_PROGRESS)
+        return rt_fail(err, errlen, "NCCL %s of %d tensor%s: %s", op_desc(in->op)->name, n,
+                       n == 1 ? "" : "s", s->nccl.GetErrorString(rc));
+    return 0;
+}
+
+int rt_cuda_set_comm(Backend *be, Comm *comm, const NcclApi *api, char *err, size_t errlen) {
+    if (!be || strcmp(be->name, "cuda") != 0 || !comm || comm->ranks <= 1)
+        return 0;
+    CudaState *s = be->state;
+    if (api)
+        s->nccl = *api;
+    else if (nccl_api_load(&s->nccl, err, errlen) != 0)
+        return -1;
+    // Rank 0's unique id to every rank; all present before the (blocking) initialisation.
+    NcclUniqueId id;
+    memset(&id, 0, sizeof id);
+    int rc = comm->rank == 0 ? s->nccl.GetUniqueId(&id) : NCCLX_SUCCESS;
+    double ok[1] = {rc != NCCLX_SUCCESS};
+    if (rt_comm_sum(comm, ok, 1, err, errlen) != 0 ||
+        rt_comm_bcast(comm, &id, sizeof id, 0, err, errlen) != 0)
+        return -1;
+    if (ok[0] != 0)
+        return rt_fail(err, errlen, "ncclGetUniqueId failed on rank 0%s%s", rc ? ": " : "",
+                       rc ? s->nccl.GetErrorString(rc) : "");
+    call_ok(s, s->api.cu.CtxSetCurrent(s->ctx), "cuCtxSetCurrent");
+    rc = s->nccl.CommInitRank(&s->ncomm, comm->ranks, id, comm->rank);
+    if (rc != NCCLX_SUCCESS) {
+        s->ncomm = NULL;
+        return rt_fail(err, errlen, "ncclCommInitRank (rank %d of %d): %s", comm->rank, comm->ranks,
+                       s->nccl.GetErrorString(rc));
+    }
+    s->comm = comm;
+    return 0;
+}
+
 static int cuda_launch(Backend *be, Exec *x, const PlanInstr *in, char *err, size_t errlen) {
     CudaState *s = be->state;
     if (in->stream == STREAM_HOST) {   // the worker runs it on the host backend, in order
@@ -574,6 +737,9 @@ static int cuda_prepare(Backend *be, const Plan *p, int stream, char *err, size_
     (void)stream;
     if (p != s->plan)
         return rt_fail(err, errlen, "the cuda backend was made for another plan");
+    if (p->ranks > 1 && !s->ncomm)
+        return rt_fail(err, errlen, "a plan of %d ranks needs NCCL and the job's communicator "
+                       "(started by mpirun or srun)", p->ranks);
     if (s->module)
         return 0;
     if (load_module(s, err, errlen) != 0)
@@ -583,7 +749,8 @@ static int cuda_prepare(Backend *be, const Plan *p, int stream, char *err, size_
     s->gemm = calloc((size_t)s->ninstr + 1, sizeof *s->gemm);
     for (int id = 0; id < s->ninstr; id++) {
         const PlanInstr *in = plan_instr(p, id);
-        if (in->stream == STREAM_HOST || op_desc(in->op)->cls == OPC_COPY || in->by >= 0)
+        if (in->stream == STREAM_HOST || op_desc(in->op)->cls == OPC_COPY || in->by >= 0 ||
+            op_desc(in->op)->cls == OPC_COLLECTIVE)
             continue;
         if (is_gemm(in)) {
             if (gemm_setup(s, p, in, &s->gemm[id], err, errlen) != 0)
@@ -620,6 +787,11 @@ static int cuda_prepare(Backend *be, const Plan *p, int stream, char *err, size_
 
 static void cuda_destroy(Backend *be) {
     CudaState *s = be->state;
+    if (s->ncomm && !s->aborted) {   // the device done, then the communicator
+        wait_device(s);
+        if (!s->aborted)
+            s->nccl.CommDestroy(s->ncomm);
+    }
     if (s->worker_up) {
         pthread_mutex_lock(&s->mu);
         s->quit = true;
@@ -777,7 +949,7 @@ Backend *rt_cuda_backend(const char *plan_dir, const Plan *p, const CudaApi *api
     pthread_cond_init(&s->progress, NULL);
     *be = (Backend){.name = "cuda", .prepare = cuda_prepare, .alloc = cuda_alloc, .free = cuda_free,
                     .set = cuda_set, .get = cuda_get, .fill = cuda_fill, .copy = cuda_copy,
-                    .launch = cuda_launch, .host_queue = true,
+                    .launch = cuda_launch, .collective = cuda_collective, .host_queue = true,
                     .event_record = cuda_event_record, .event_wait = cuda_event_wait,
                     .sync = cuda_sync, .destroy = cuda_destroy, .state = s};
     s->plan = p;

@@ -27,6 +27,7 @@ enum {
     CUX_SUCCESS = 0,
     CUX_ERROR_OUT_OF_MEMORY = 2,
     CUX_ERROR_NO_DEVICE = 100,
+    CUX_ERROR_NOT_READY = 600,       // cuEventQuery: recorded work not yet done
     CUX_ATTR_CC_MAJOR = 75,          // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
     CUX_ATTR_CC_MINOR = 76,
     CUX_STREAM_NON_BLOCKING = 1,
@@ -72,6 +73,7 @@ typedef struct CuDriver {
                              unsigned by, unsigned bz, unsigned shared_bytes, CuStream s,
                              void **params, void **extra);
     CuResult (*GetErrorString)(CuResult r, const char **text);
+    CuResult (*EventQuery)(CuEvent e);
 } CuDriver;
 
 // cuBLASLt: handles and descriptors are opaque pointers; an algorithm and a heuristic

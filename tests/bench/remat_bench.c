@@ -34,11 +34,11 @@ int main(int argc, char **argv) {
         DriverSource ds = {&src, &model};
         Pipeline pipe = driver_pipeline(&ds, a, NULL);
         PlanCtx x = {.pipeline = &pipe, .gpu = gpu_preset("a100-40g")};
-        x.cm = (CostModel){x.gpu, 1e9, 5e9, 0};
+        x.cm = (CostModel){x.gpu, 1e9, 5e9, 0, NULL};
         for (size_t bi = 0; bi < 2; bi++) {
             int64_t mb = micros[bi];
             // Per-layer checkpointing: its peak, and the forward FLOPs inside the blocks.
-            PlanChoice full = {mb, REMAT_FULL, 1 << 20, REMAT_FULL, {false, false}, NULL};
+            PlanChoice full = {mb, REMAT_FULL, 1 << 20, REMAT_FULL, {false, false}, NULL, 0, 0};
             PlanOutcome ck;
             pipeline_plan_choice(&x, &full, &ck);
             Arena *ga = arena_new();

@@ -35,10 +35,10 @@ int main(int argc, char **argv) {
     DriverSource ds = {&src, &model};
     Pipeline pipe = driver_pipeline(&ds, a, NULL);
     PlanCtx x = {.pipeline = &pipe, .gpu = gpu_preset("a100-40g")};
-    x.cm = (CostModel){x.gpu, 1e9, 5e9, 0};
+    x.cm = (CostModel){x.gpu, 1e9, 5e9, 0, NULL};
     const int L = 6;
-    PlanChoice keep = {1, REMAT_KEEP, L, REMAT_KEEP, {false, false}, NULL};
-    PlanChoice full = {1, REMAT_FULL, L, REMAT_FULL, {false, false}, NULL};
+    PlanChoice keep = {1, REMAT_KEEP, L, REMAT_KEEP, {false, false}, NULL, 0, 0};
+    PlanChoice full = {1, REMAT_FULL, L, REMAT_FULL, {false, false}, NULL, 0, 0};
     PlanOutcome ok, of;
     pipeline_plan_choice(&x, &keep, &ok);
     pipeline_plan_choice(&x, &full, &of);

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The cuda backend as a rank of a job over the simulated driver and NCCL (test_dist_cuda.c),
+# under mpirun with 2 ranks: training as the cpu backend does; a rank whose collectives
+# stop completing, and one whose NCCL reports an error, each ending the job with the
+# backend's error within seconds. Skipped (77) without mpirun, libftc_mpi.so or NVRTC.
+# usage: dist_cuda.sh TEST_DIST_CUDA SOURCE_DIR MPI_LIB
+set -u
+bin=$1 src=$2 lib=$3
+command -v mpirun >/dev/null || { echo "skip: no mpirun"; exit 77; }
+[ -e "$lib" ] || { echo "skip: no $lib"; exit 77; }
+"$bin" "$src" probe || exit $?
+# Open MPI as root (CI), no single-copy transport (containers forbid the ptrace it needs)
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
+export FTC_MPI_LIB=$lib LSAN_OPTIONS="suppressions=$src/tests/lsan-mpi.supp:${LSAN_OPTIONS:-}"
+# (the suppressions match a frame of Open MPI's only on a whole stack: Open MPI is built
+# without frame pointers, which the fast unwinder follows)
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0"
+pass=0 fail=0
+ok() { echo "ok   $1"; pass=$((pass+1)); }
+bad() { echo "FAIL $1: $2"; fail=$((fail+1)); }
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+mpirun --oversubscribe -np 2 "$bin" "$src" train > "$out" 2>&1 && grep -q '^2 passed, 0 failed' "$out" &&
+    ok "cuda-ranks-train-as-cpu-ranks" || bad cuda-ranks-train-as-cpu-ranks "$(tail -20 "$out")"
+grep '^  ZeRO' "$out" | head -2
+for mode in hang error; do
+    t0=$(date +%s)
+    timeout 60 mpirun --oversubscribe -np 2 "$bin" "$src" $mode > "$out" 2>&1
+    rc=$? took=$(( $(date +%s) - t0 ))
+    want="a collective did not complete in 3 s"
+    [ $mode = error ] && want="NCCL: remote process exited or there was a network error"
+    if [ $rc != 0 ] && [ $rc != 124 ] && [ $took -lt 30 ] && grep -q "error: $want (a rank died or hangs; the job ends)" "$out" &&
+       grep -q "the fault was detected and NCCL aborted" "$out"; then
+        ok "nccl-$mode-ends-the-job (${took}s)"
+    else
+        bad "nccl-$mode-ends-the-job" "exit $rc after ${took}s: $(grep -v '^--\|^$' "$out" | head -8)"
+    fi
+done
+echo "$pass passed, $fail failed"
+[ $fail = 0 ]
