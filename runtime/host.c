@@ -125,7 +125,7 @@ HostRates rt_host_measure(const Exec *x) {
     if (host_optimizer(p))
         r.adamw = rt_host_adamw_rate();
     if (has_copies(p))
-        r.link = rt_cuda_link_rate(x);
+        r.link = x->be && x->be->link_rate ? x->be->link_rate(x->be, x) : 0;
     return r;
 }
 

@@ -56,6 +56,10 @@ struct Backend {
     // Drains every stream (host work included); -1 with err when work done asynchronously
     // since the last drain failed.
     int (*sync)(Backend *b, char *err, size_t errlen);
+    // (optional) The host-to-device rate from x's host arena to its device arena, bytes
+    // per second, timed now (on up to 64 MiB: before any buffer holds data); 0 when x's
+    // arenas are not both planned. NULL where host and device memory are one.
+    double (*link_rate)(Backend *b, const Exec *x);
     void (*destroy)(Backend *b);
     void *state;
 };
@@ -84,10 +88,6 @@ int rt_cuda_probe(char *why, size_t len);
 // What the GPU and the process hold: the device's total and free memory, and the name;
 // false if `b` is not the cuda backend.
 bool rt_cuda_memory(Backend *b, int64_t *total, int64_t *free_bytes, char *name, size_t namelen);
-// The host-to-device rate from x's pinned host arena to its device arena, bytes per second
-// (timed on up to 64 MiB: before any buffer holds data); 0 if x does not run on the cuda
-// backend with planned arenas of both kinds.
-double rt_cuda_link_rate(const Exec *x);
 
 // emu/backend.c — the plan's generated kernels (DIR/kernels.cu) compiled by the host C
 // compiler against DIR/ftc_emu.h (the CUDA execution model on the CPU) and launched as

@@ -909,10 +909,9 @@ bool rt_cuda_memory(Backend *be, int64_t *total, int64_t *free_bytes, char *name
     return true;
 }
 
-double rt_cuda_link_rate(const Exec *x) {
-    Backend *be = x->be;
-    if (!be || strcmp(be->name, "cuda") != 0 || x->layout != LAYOUT_PLANNED || !x->arena[ARENA_HOST] ||
-        !x->arena[ARENA_DEVICE])
+// The backend's link_rate: x's pinned host arena to its device arena.
+static double cuda_link_rate(Backend *be, const Exec *x) {
+    if (x->layout != LAYOUT_PLANNED || !x->arena[ARENA_HOST] || !x->arena[ARENA_DEVICE])
         return 0;
     CudaState *s = be->state;
     int64_t n = x->plan->arena_bytes[ARENA_HOST];
@@ -951,7 +950,8 @@ Backend *rt_cuda_backend(const char *plan_dir, const Plan *p, const CudaApi *api
                     .set = cuda_set, .get = cuda_get, .fill = cuda_fill, .copy = cuda_copy,
                     .launch = cuda_launch, .collective = cuda_collective, .host_queue = true,
                     .event_record = cuda_event_record, .event_wait = cuda_event_wait,
-                    .sync = cuda_sync, .destroy = cuda_destroy, .state = s};
+                    .link_rate = cuda_link_rate, .sync = cuda_sync, .destroy = cuda_destroy,
+                    .state = s};
     s->plan = p;
     snprintf(s->dir, sizeof s->dir, "%s", plan_dir);
     if (api)
