@@ -245,6 +245,7 @@ int shard_apply(IrGraph *g, const ShardSpec *spec, ShardStats *st) {
             if (!p->written && nd.op == OP_ACC) {   // acc only adds: the whole zeroed first
                 int z = ir_node_add_update(g, OP_ZERO, 0, NULL, (OpAttr){0}, 1, &p->whole, nd.layer, nd.loc);
                 g->nodes.at[z].phase = PHASE_BACKWARD, g->nodes.at[z].update = 0;   // it makes it
+                ir_claim_outputs(g, &g->nodes.at[z]);
             } else if (!p->written) {   // the micro-step's first contribution assigns
                 nd.update &= (uint8_t)~(1u << k);
             }
