@@ -96,10 +96,27 @@ static inline void check_fail_at(const char *file, int line, const char *fmt, ..
 
 static int cases_passed_, cases_failed_;
 
+// The cases a run is limited to (check_only), or every case where none is named: a long
+// test splits into several ctest entries this way, each under its own time limit.
+static char *const *check_only_;
+static int check_only_n_;
+
+// Runs only the cases named in names[0..n) from here on; n = 0 runs all of them.
+static inline void check_only(char *const *names, int n) { check_only_ = names, check_only_n_ = n; }
+
+static inline int check_wanted_(const char *name) {
+    for (int i = 0; i < check_only_n_; i++)
+        if (strcmp(check_only_[i], name) == 0)
+            return 1;
+    return check_only_n_ == 0;
+}
+
 // Runs `call` (usually a call of the case's function) as one test case called `name` (a
-// string) and prints one line for it.
+// string) and prints one line for it; nothing where check_only leaves the case out.
 #define RUN_NAMED(name, call)                                                       \
     do {                                                                            \
+        if (!check_wanted_(name))                                                   \
+            break;                                                                  \
         case_failed_ = 0;                                                           \
         call;                                                                       \
         printf("%s %s\n", case_failed_ ? "FAIL" : "ok  ", name);                    \
@@ -110,7 +127,13 @@ static int cases_passed_, cases_failed_;
 // Runs one test case function, named after it, and prints one line for it.
 #define RUN(fn) RUN_NAMED(#fn, fn())
 
+// Prints the count and gives main's status: 1 if a case failed, or if check_only named a
+// case that never ran (a misspelt name must not pass as an empty run).
 #define CHECK_DONE()                                                                \
-    (printf("%d passed, %d failed\n", cases_passed_, cases_failed_), cases_failed_ ? 1 : 0)
+    (printf("%d passed, %d failed\n", cases_passed_, cases_failed_),                \
+     check_only_n_ && cases_passed_ + cases_failed_ != check_only_n_                \
+         ? (printf("%d of the %d cases named ran\n", cases_passed_ + cases_failed_,  \
+                   check_only_n_), 1)                                               \
+         : cases_failed_ ? 1 : 0)
 
 #endif

@@ -77,11 +77,13 @@ if ! "$ftc" help >/dev/null 2>"$work/ftc.err"; then
 fi
 log "ftc: $ftc; work: $work"
 export FTC_CACHE_DIR=$work/kernel-cache
-if [ $dry = 1 ]; then dev=emu kdev=sim; else dev=cuda kdev=cuda; fi
+# Each step's limit: on the GPU a hang's; a dry run emulates every kernel on the CPU
+# (under a sanitizer on a shared machine, many minutes).
+if [ $dry = 1 ]; then dev=emu kdev=sim limit=1200; else dev=cuda kdev=cuda limit=300; fi
 
 # --- every kernel against the cpu backend -------------------------------------------------
 log "kernels on $kdev"
-timeout 300 "$tk" "$root" --device "$kdev" > "$work/kernels.log" 2>&1
+timeout "$limit" "$tk" "$root" --device "$kdev" > "$work/kernels.log" 2>&1
 echo $? > "$work/kernels.rc"
 
 # --- tiny.ft, 20 steps ---------------------------------------------------------------------
@@ -90,7 +92,7 @@ log "tiny.ft, 20 steps on cpu and $dev"
 "$ftc" compile models/tiny.ft --gpu h200 -o "$work/tiny.plan" > "$work/tiny-compile.log" 2>&1
 for d in cpu $dev; do
     name=$([ $d = cpu ] && echo cpu || echo dev)
-    timeout 300 "$ftc" run "$work/tiny.plan" --data "$work/corpus.bin" --steps 20 --seed 1 \
+    timeout "$limit" "$ftc" run "$work/tiny.plan" --data "$work/corpus.bin" --steps 20 --seed 1 \
         --device "$d" > "$work/tiny-$name.log" 2>&1
 done
 
@@ -128,17 +130,17 @@ while read -r name model config batch flags lora; do
         "$ftc" compile "$work/$name-tiny.ft" -o "$work/$name-tiny.plan" >/dev/null 2>&1
         echo "$work/$name-tiny.plan" > "$work/$name.ran"
         log "$name: run (tiny.ft of the same kind on $dev)"
-        timeout 300 "$ftc" run "$work/$name-tiny.plan" --data "$work/corpus.bin" --steps "$steps" \
+        timeout "$limit" "$ftc" run "$work/$name-tiny.plan" --data "$work/corpus.bin" --steps "$steps" \
             --device "$dev" > "$work/$name-ftc.log" 2>&1
         python3 tests/gpu/torch_step.py --dry-run --config "$config" --seq 2048 --micro "$micro" \
             --accum "$accum" --steps "$steps" --checkpointing "$ckpt" "${largs[@]}" \
             > "$work/$name-torch.json" 2> "$work/$name-torch.err"
     else
         log "$name: ftc run (micro-batch $micro x $accum, recompute $remat)"
-        timeout 300 "$ftc" run "$work/$name.plan" --data "$work/random.bin" --steps "$steps" \
+        timeout "$limit" "$ftc" run "$work/$name.plan" --data "$work/random.bin" --steps "$steps" \
             --device cuda > "$work/$name-ftc.log" 2>&1
         log "$name: transformers (checkpointing $ckpt)"
-        timeout 300 python3 tests/gpu/torch_step.py --config "$config" --seq 2048 --micro "$micro" \
+        timeout "$limit" python3 tests/gpu/torch_step.py --config "$config" --seq 2048 --micro "$micro" \
             --accum "$accum" --steps "$steps" --checkpointing "$ckpt" "${largs[@]}" \
             > "$work/$name-torch.json" 2> "$work/$name-torch.err"
     fi
