@@ -321,6 +321,46 @@ static void g_ce(const CudaCtx *cx, unsigned *grid, unsigned *block) {
         one_block(grid, block, 256);
 }
 
+// The fused loss: x [rows, K], W [V, K], C rows a chunk; its operands reach a launch as
+// outputs, then x, W, targets, then the workspace (plan.h's plan_loss: the chunk's logits,
+// then the rows' terms, then the count).
+static void lce_dims(const IrGraph *g, const IrNode *n, long long *rows, long long *C, long long *V,
+                     long long *terms, long long *count) {
+    const IrTensor *x = IN(0);
+    *rows = (long long)rows_of(x), *V = (long long)IN(1)->shape[0];
+    *C = n->attr.chunk_rows > 0 && n->attr.chunk_rows < *rows ? (long long)n->attr.chunk_rows : *rows;
+    *terms = (long long)((dtype_bytes(x->dtype, *C * *V) + 255) / 256 * 256);
+    *count = *terms + (4 * *rows + 255) / 256 * 256;
+}
+
+// lce_count, lce_step per chunk, lce_mean; the step's target count an operand when the
+// loss has one.
+static void a_lce(FILE *f, const CudaCtx *cx) {
+    CTX(cx);
+    long long rows, C, V, terms, count;
+    lce_dims(g, n, &rows, &C, &V, &terms, &count);
+    int nout = ir_node_nout(n), ptg = nout + 2, pws = nout + n->nin;
+    int pcnt = n->nin > 3 && n->in[3] >= 0 ? nout + 3 : -1;
+    if (l == 0) {
+        fprintf(f, "%lldLL, %d, %d, %d, %lldLL", rows, ptg, pcnt, pws, count);
+    } else if (l == 2) {
+        fprintf(f, "%lldLL, %d, %lldLL, %lldLL", rows, pws, terms, count);
+    } else {
+        fprintf(f, "%lldLL, %lldLL, ", C, V);
+        flit(f, n->attr.f);
+        fprintf(f, ", %d, %d, %lldLL, %lldLL, %d", ptg, pws, terms, count, DT(IN(0)));
+    }
+}
+static void g_lce(const CudaCtx *cx, unsigned *grid, unsigned *block) {
+    CTX(cx);
+    long long rows, C, V, terms, count;
+    lce_dims(g, n, &rows, &C, &V, &terms, &count);
+    if (l == 1)
+        row_geometry(C, V, grid, block);
+    else
+        one_block(grid, block, 256);
+}
+
 static void a_sum_to(FILE *f, const CudaCtx *cx) {
     CTX(cx);
     int64_t out = ir_tensor_elems(OUT(0));
@@ -407,6 +447,7 @@ static const CudaOp column[OP_COUNT] = {
     [OP_DROPOUT] = {{"dropout_fwd"}, {0}, a_dropout, g_ew_out0},
     [OP_CROSS_ENTROPY] = {{"ce_rows", "ce_mean"}, {1, 1}, a_ce, g_ce},
     [OP_CROSS_ENTROPY_BWD] = {{"ce_count", "ce_grad"}, {1, 1}, a_ce, g_ce},
+    [OP_LINEAR_CE_GRAD] = {{"lce_count", "lce_step", "lce_mean"}, {1, 1, 1}, a_lce, g_lce},
     [OP_SUM_TO] = {{"sum_to"}, {1}, a_sum_to, g_colsum_out0},
     [OP_DEQUANT] = {{"dequant"}, {0}, a_dequant, g_ew_out0},
     [OP_ADAMW] = {{"adamw"}, {0}, a_adamw, g_ew_out0, "adamw_group", ga_adamw},

@@ -39,14 +39,20 @@ static void list(FILE *f, const char *key, const int *v, int n) {
 int codegen_plan_write(FILE *f, const IrGraph *g, const PlanMeta *meta, const KernelSet *ks) {
     int nt = g->tensors.len, nn = g->nodes.len;
     int64_t arena = meta->arena_bytes;
-    const IrTensor *logits = &g->tensors.at[g->logits];
+    // The vocabulary: the logits' last dim, or with the loss fused the rows of its W.
+    int64_t vocab = 0;
+    if (g->logits >= 0)
+        vocab = g->tensors.at[g->logits].shape[g->tensors.at[g->logits].ndim - 1];
+    for (int j = 0; j < nn && !vocab; j++)
+        if (op_desc(g->nodes.at[j].op)->cls == OPC_LOSS_GEMM)
+            vocab = g->tensors.at[g->nodes.at[j].in[1]].shape[0];
     fprintf(f, "ftc-plan %d\n", PLAN_VERSION);
     fprintf(f, "# written by ftc compile from %s\n", meta->source);
     fprintf(f, "model %s\nsource %s\ngpu %s\nbudget %lld\nreserve %lld\n", meta->model, meta->source,
             meta->gpu, (long long)meta->budget_bytes, (long long)meta->reserve_bytes);
     fprintf(f, "seq %lld\nmicro_batch %lld\naccum %lld\nvocab %lld\nprecision %s\n",
-            (long long)g->seq, (long long)g->batch, (long long)meta->accum,
-            (long long)logits->shape[logits->ndim - 1], meta->precision);
+            (long long)g->seq, (long long)g->batch, (long long)meta->accum, (long long)vocab,
+            meta->precision);
     if (g->packing)
         fprintf(f, "packing 1\n");
     fprintf(f, "optimizer %s lr=%.17g beta1=%.17g beta2=%.17g eps=%.17g weight_decay=%.17g\n",

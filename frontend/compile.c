@@ -8,7 +8,8 @@
 #include <time.h>
 #include <unistd.h>
 
-// The loss's backward works on row chunks of this many fp32 bytes at most.
+// The loss's chunks of logits take this many bytes at most, unless the planner finds a
+// larger chunk faster (or --loss-chunk fixes one).
 enum { LOSS_CHUNK_BYTES = 64 << 20 };
 
 // The IR verifier between passes: in debug builds, and in tests (FTC_VERIFY_PASSES=1).
@@ -24,8 +25,9 @@ void usage_compile(FILE *f) {
     fputs("usage: ftc compile FILE.ft [--budget SIZE] [--gpu PRESET] [--host-mem SIZE] [-o DIR]\n"
           "                   [--micro-batch N] [--remat P] [--offload L] [--dump-ir]\n"
           "                   [--dump-after PASS] [--emit-graph FILE.json] [--time-passes]\n"
-          "                   [--no-fusion] [--reserve SIZE] [--host-cores N] [--host-adamw RATE]\n"
-          "                   [--host-link GBPS] [--ranks N [--zero 0|1|2|3] [--link PRESET]]\n"
+          "                   [--no-fusion] [--unfused-loss] [--loss-chunk N] [--reserve SIZE]\n"
+          "                   [--host-cores N] [--host-adamw RATE] [--host-link GBPS]\n"
+          "                   [--ranks N [--zero 0|1|2|3] [--link PRESET]]\n"
           "\n"
           "  --budget SIZE     device memory the step must fit (default, and at most: the card's\n"
           "                    memory as it reports it, the preset's)\n"
@@ -45,11 +47,13 @@ void usage_compile(FILE *f) {
           "  -o DIR            the plan directory to write (default: NAME.plan, NAME the file's stem)\n"
           "  --dump-ir         print the IR after each pass of the chosen plan\n"
           "  --dump-after PASS print the IR after one pass of the chosen plan: elaborate, lora,\n"
-          "                    autodiff, quantize, chunk_loss, remat, shard, offload, fuse,\n"
-          "                    schedule, buckets, liveness, alloc or streams\n"
+          "                    fuse_loss, autodiff, quantize, chunk_loss, remat, shard, offload,\n"
+          "                    fuse, schedule, buckets, liveness, alloc or streams\n"
           "  --emit-graph F    write the training graph (FLOPs, bytes, edges) as JSON to F\n"
           "  --time-passes     print the time spent in each pass, over every candidate planned\n"
           "  --no-fusion       give every op a kernel of its own (the fuse pass does nothing)\n"
+          "  --unfused-loss    keep the projection to the logits and the loss two ops (the full\n"
+          "                    logits exist; the loss's backward still works in row chunks)\n"
           "  --ranks N         plan one rank of a data-parallel job of N (one process a GPU, started\n"
           "                    with mpirun -np N or srun -n N): the global batch splits over the\n"
           "                    ranks, the ZeRO stage shards optimizer state (1), gradients (2) and\n"
@@ -60,9 +64,13 @@ void usage_compile(FILE *f) {
           "  --micro-batch N   sequences per micro-batch (the rest of the global batch accumulates)\n"
           "  --remat P         keep, selective, full (recompute from the block's input) or swap\n"
           "                    (full, with the block's input waiting in host memory) in every block\n"
-          "  --offload L       none, optimizer (moments and master weights on the host, CPU AdamW)\n"
-          "                    or grads (the gradients too; with several ranks, from --zero 2)\n"
+          "  --offload L       none, optimizer (moments and master weights on the host, CPU AdamW),\n"
+          "                    grads (the gradients too; with several ranks, from --zero 2) or\n"
+          "                    weights (the weight matrices too: LoRA's frozen bases, else all;\n"
+          "                    each streamed to the device a block ahead of its use; one rank)\n"
           "  --zero Z          with --ranks: the ZeRO stage, 0 (data parallel) to 3\n"
+          "  --loss-chunk N    rows of logits the fused loss forms at a time (a divisor of\n"
+          "                    micro-batch x seq; the largest at most N)\n"
           "Exit status 1 when nothing fits: the smallest plan and what would fit are printed.\n",
           f);
 }
@@ -153,7 +161,7 @@ static void report_modes(FILE *out, FtSource *src, const FtModel *m) {
         Pipeline pipe = driver_pipeline(&ds, a, NULL);
         pipe.verify = false;
         pipe.stop_after = m->train.quantize ? "quantize" : "lora";
-        PlanChoice one = {1, REMAT_KEEP, 0, REMAT_KEEP, {false, false}, NULL, 0, 0};
+        PlanChoice one = {.micro = 1, .policy = REMAT_KEEP, .rest = REMAT_KEEP};
         BuildStats bs;
         IrGraph *g = pipeline_build(&pipe, &one, a, &bs);
         if (g) {
@@ -193,7 +201,7 @@ static PipelineSpec spec_of(const FtModel *m, Arena *a) {
     const TrainSpec *t = &m->train;
     PipelineSpec s = {.global_batch = t->batch, .seq = t->seq, .lora = t->lora,
                       .quantize = t->quantize, .double_quant = t->double_quant,
-                      .loss_chunk_bytes = LOSS_CHUNK_BYTES};
+                      .fused_loss = true, .loss_chunk_bytes = LOSS_CHUNK_BYTES};
     if (t->lora) {
         const char **names = arena_alloc(a, sizeof(char *) * (size_t)(t->n_lora_targets + 1));
         SrcLoc *locs = arena_alloc(a, sizeof(SrcLoc) * (size_t)(t->n_lora_targets + 1));
@@ -300,9 +308,17 @@ static void decision(FILE *f, const Candidate *c, const FtModel *m, const PlanCt
                 SIZE(c->o.device_bytes), SIZE(budget), gpu->name, SIZE(c->o.host_bytes));
     }
     peak_line(f, c->o.live, false);
+    if (c->o.loss_chunk > 0)
+        fprintf(f, "  the loss: linear and cross entropy fused, logits formed %lld rows at a time "
+                   "(%lld chunks of the %lld rows), never whole\n",
+                (long long)c->o.loss_chunk, (long long)(c->o.loss_rows / c->o.loss_chunk),
+                (long long)c->o.loss_rows);
     if (c->c.offload.optimizer)
         fprintf(f, "  on the host: AdamW moments and fp32 master weights%s; AdamW runs on the CPU\n",
-                c->c.offload.grads ? ", and the gradients (streamed as backward makes them)" : "");
+                c->c.offload.weights ? ", the gradients (streamed as backward makes them) and the weight "
+                                       "matrices (each copied to the device a block ahead of its use)"
+                : c->c.offload.grads ? ", and the gradients (streamed as backward makes them)"
+                                     : "");
     const StepCost *k = &c->o.cost;
     fprintf(f, "  estimated step %.2f s (micro-step %.0f ms x %lld + optimizer %.0f ms), %.0f tokens/s, "
                "MFU %.1f%%, recompute %.1f%% of the step\n",
@@ -324,13 +340,17 @@ static int64_t rank_weights(const PlannerInput *pin) {
 static void suggestions(FILE *f, const PlanCtx *pc, const FtModel *m, const PlannerInput *pin) {
     WhatIf w;
     int64_t weights = rank_weights(pin);
-    whatif_search(pc, pin->budget_bytes, weights, &w);
+    whatif_search(pc, pin->budget_bytes, weights, pin->offload, &w);
     int64_t budget = pin->budget_bytes;
     fprintf(f, "what would fit (each alone, with the most frugal plan: micro-batch 1, full recompute "
                "with block inputs swapped out, everything offloadable on the host%s):\n",
             pin->ranks > 1 ? ", everything sharded" : "");
+    if (w.stream_bytes >= 0)
+        fprintf(f, "  with the weights streamed from the host (--offload weights): %s on the device (%s)\n",
+                SIZE(w.stream_bytes), w.stream_bytes <= budget ? "fits" : "still too much");
     if (w.weights_too_big)
-        fprintf(f, "  the bf16 weights alone take %s%s: LoRA alone or a shorter sequence cannot help\n",
+        fprintf(f, "  kept on the device, the bf16 weights alone take %s%s: LoRA alone or a shorter "
+                   "sequence cannot help\n",
                 SIZE(weights), pin->ranks > 1 ? " a rank" : "");
     if (w.lora_bytes >= 0)
         fprintf(f, "  with lora(r = 8, targets = [%s, %s]): %s on the device (%s)\n", w.q_target,
@@ -438,8 +458,12 @@ static int plan(FILE *out, FILE *report, const PlanCtx *pc, const PlannerInput *
                         SIZE(pin->host_budget_bytes), pin->ranks > 1 ? "a rank's host memory; " : "");
             fprintf(out, "\n");
             peak_line(out, c->o.live, true);
+        } else if (r.host_pruned) {
+            fprintf(out, ": the model states need %s of host memory where they go, more than the %s "
+                         "of --host-mem (default: this machine's RAM; give the training machine's)\n",
+                    SIZE(r.host_need), SIZE(pin->host_budget_bytes));
         } else {
-            fprintf(out, ": the bf16 weights alone take %s%s, and ftc keeps them on the device\n",
+            fprintf(out, ": the bf16 weights alone take %s%s, and --offload keeps them on the device\n",
                     SIZE(rank_weights(pin)), pin->ranks > 1 ? " a rank" : "");
         }
         suggestions(out, pc, m, pin);
@@ -458,7 +482,8 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
     int64_t ranks = 1;
     const char *link_name = NULL;
     const char *dump_after = NULL;
-    bool time_passes = false, no_fusion = false;
+    bool time_passes = false, no_fusion = false, unfused_loss = false;
+    int64_t loss_chunk = 0;
     for (int i = first; i < argc; i++) {
         const char *s = argv[i];
         if (strcmp(s, "--help") == 0 || strcmp(s, "-h") == 0) {
@@ -471,7 +496,7 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
                      !strcmp(s, "--dump-after") || !strcmp(s, "--reserve") ||
                      !strcmp(s, "--host-cores") || !strcmp(s, "--host-adamw") ||
                      !strcmp(s, "--host-link") || !strcmp(s, "--ranks") || !strcmp(s, "--zero") ||
-                     !strcmp(s, "--link");
+                     !strcmp(s, "--link") || !strcmp(s, "--loss-chunk");
         if (takes && i + 1 >= argc) {
             arg_error(cl, i, "%s needs a value", s);
             return EXIT_USAGE;
@@ -566,13 +591,13 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
             }
         } else if (!strcmp(s, "--offload")) {
             i++;
-            static const char *lv[] = {"none", "optimizer", "grads"};
+            static const char *lv[] = {"none", "optimizer", "grads", "weights"};
             offload_arg = i;
-            for (int k = 0; k < 3; k++)
+            for (int k = 0; k < 4; k++)
                 if (strcmp(argv[i], lv[k]) == 0)
                     offload = k;
             if (offload < 0) {
-                arg_error(cl, i, "--offload takes none, optimizer or grads");
+                arg_error(cl, i, "--offload takes none, optimizer, grads or weights");
                 return EXIT_USAGE;
             }
         } else if (!strcmp(s, "--dump-ir")) {
@@ -581,6 +606,16 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
             time_passes = true;
         } else if (!strcmp(s, "--no-fusion")) {
             no_fusion = true;
+        } else if (!strcmp(s, "--unfused-loss")) {
+            unfused_loss = true;
+        } else if (!strcmp(s, "--loss-chunk")) {
+            char *end;
+            errno = 0;
+            loss_chunk = strtoll(argv[++i], &end, 10);
+            if (errno || *end || loss_chunk < 1) {
+                arg_error(cl, i, "--loss-chunk needs a positive number of rows");
+                return EXIT_USAGE;
+            }
         } else if (!strcmp(s, "--dump-after")) {
             int n;
             const char *const *stages = pipeline_stages(&n);
@@ -621,6 +656,11 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
     if (ranks > 1 && offload == 2 && zero >= 0 && zero < 2) {
         arg_error(cl, offload_arg, "--offload grads with several ranks needs --zero 2 or 3 (each rank "
                   "reduces its gradients on the device, then sends its shard to the host)");
+        return EXIT_USAGE;
+    }
+    if (ranks > 1 && offload == 3) {
+        arg_error(cl, offload_arg, "--offload weights streams one GPU's weights from its host: with "
+                  "several ranks, --zero 3 shards them instead (use --offload grads or below)");
         return EXIT_USAGE;
     }
     const LinkPreset *link = NULL;
@@ -684,6 +724,7 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
     bool show = false;   // print `out` even though the request failed (nothing fits)
     FtModel m;
     IrGraph *g = NULL;
+    uint8_t *chain = NULL;   // the planner's keep masks (remat_keep_chain)
     Ast *prog = fe_parse(&src, arena);
     if (!prog || fe_check(&src, prog, &m, arena) != 0)
         goto done;
@@ -716,6 +757,7 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
     PassDiag diag = driver_diag(&src);
     Pipeline pipe = driver_pipeline(&source, arena, &diag);
     pipe.spec.no_fusion = no_fusion;
+    pipe.spec.fused_loss = !unfused_loss;
     pipe.spec.gemm_workspace_bytes = gpu->workspace_bytes;
     pipe.spec.ranks = (int)ranks;
     PassTimes times = {0};
@@ -723,11 +765,14 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
         pipe.times = &times;
     // The step with no technique applied: the whole global batch at once, all on the
     // device; built through autodiff and quantize, which report the user's errors.
-    PlanChoice none = {micro ? micro : m.train.batch, REMAT_KEEP, 0, REMAT_KEEP, {false, false}, NULL, 0, 0};
+    PlanChoice none = {.micro = micro ? micro : m.train.batch, .policy = REMAT_KEEP, .n_policy = 0,
+                       .rest = REMAT_KEEP,
+                       .offload = {.optimizer = false, .grads = false}};
     BuildStats bs;
     Arena *na = arena_new();
     Pipeline front = pipe;
     front.stop_after = "quantize";
+    front.spec.fused_loss = false;   // no technique: the whole logits
     IrGraph *naive = pipeline_build(&front, &none, na, &bs);
     if (!naive) {
         arena_free(na);
@@ -741,11 +786,13 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
     report_modes(out, &src, &m);
     int nlayers = ir_layers(naive);
     MemBreakdown states = count_naive_memory(naive, 0);
+    // What a block may keep tensor by tensor, from most kept to least (the blocks are alike).
+    int nkeep = 0, nchain = nlayers ? remat_keep_chain(naive, 0, &chain, &nkeep) : 0;
     ir_graph_free(naive);
     arena_free(na);
 
     // The planner: candidates on several threads, user errors already reported; each
-    // micro-batch's graph through chunk_loss is built once and copied for its choices.
+    // micro-batch's graph through quantize is built once and copied for its choices.
     pipe.diag = NULL;
     pipe.verify = false;
     pipe.cache = pipeline_cache_new();
@@ -757,7 +804,8 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
                         .grads_bytes = states.bytes[MEM_GRADS],
                         .states_bytes = states.bytes[MEM_OPTIMIZER] + states.bytes[MEM_MASTER],
                         .build = pipeline_plan_choice, .ctx = &pc, .nlayers = nlayers, .micro = micro,
-                        .remat = remat, .offload = offload, .ranks = (int)ranks, .zero = zero};
+                        .remat = remat, .offload = offload, .ranks = (int)ranks, .zero = zero,
+                        .loss_chunk = loss_chunk, .chain = chain, .nchain = nchain, .nkeep = nkeep};
     PlanChoice best;
     PlanHolds holds;
     if (plan(out, rep, &pc, &pin, &m, &hs, &best, &holds) != 0) {
@@ -781,7 +829,9 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
     }
     if (emit) {   // the training graph before remat and offload, for external solvers
         Arena *ea = arena_new();
-        PlanChoice plain = {best.micro, REMAT_KEEP, 0, REMAT_KEEP, {false, false}, NULL, 0, 0};
+        PlanChoice plain = {.micro = best.micro, .policy = REMAT_KEEP, .n_policy = 0,
+                            .rest = REMAT_KEEP,
+                            .offload = {.optimizer = false, .grads = false}};
         Pipeline ep = pipe;
         ep.final = false, ep.dump_after = NULL;
         BuildStats ebs;
@@ -842,6 +892,7 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
         print_times(out, &times);
     rc = 0;
 done:
+    free(chain);
     fclose(out);
     if (rep)
         fclose(rep);

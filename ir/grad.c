@@ -90,3 +90,25 @@ void ad_acc(Autodiff *ad, const IrNode *n, int t, OpKind op, int nin, const int 
     }
     ad_add(ad, n, t, ad_op(ad, n, op, nin, in, attr, "dacc"));
 }
+
+void ad_acc_output(Autodiff *ad, int node, int k, int t) {
+    ensure(ad);
+    IR_ASSERT(is_trainable(ad, t) && k > 0 && k < IR_MAX_OUTPUTS);
+    IrNode *n = &ad->g->nodes.at[node];
+    n->out[k] = ad->grad[t];
+    n->update |= (uint8_t)(1u << k);
+}
+
+int ad_fold_output(Autodiff *ad, const IrNode *n, OpKind op, OpAttr attr, int like, const char *what) {
+    const IrTensor l = ad->g->tensors.at[like];   // a copy: adding a tensor may move the array
+    int t = ir_tensor_add(ad->g, grad_name(ad, n, what), TK_VALUE, l.dtype, l.ndim, l.shape, n->loc);
+    IrTensor *x = ir_tensor(ad->g, t);
+    x->producer = n->id;
+    x->layer = n->layer;
+    IrNode *f = &ad->g->nodes.at[n->id];
+    f->op = op;
+    f->attr = attr;
+    f->out[1] = t;
+    ensure(ad);
+    return t;
+}

@@ -187,6 +187,71 @@ int ir_node_add_update(IrGraph *g, OpKind op, int nin, const int *in, OpAttr att
     return n.id;
 }
 
+int ir_drop_unused(IrGraph *g) {
+    int nt = g->tensors.len;
+    bool *used = calloc((size_t)nt + 1, 1);
+    int *to = malloc(sizeof(int) * ((size_t)nt + 1));
+    for (int i = 0; i < g->nodes.len; i++) {
+        const IrNode *n = &g->nodes.at[i];
+        for (int k = 0; k < n->nin; k++)
+            if (n->in[k] >= 0)
+                used[n->in[k]] = true;
+        for (int k = 0; k < IR_MAX_OUTPUTS; k++)
+            if (n->out[k] >= 0)
+                used[n->out[k]] = true;
+        if (n->ws >= 0)
+            used[n->ws] = true;
+    }
+    for (int f = 0; f < g->fused.len; f++)
+        for (int s = 0; s < g->fused.at[f].n; s++)
+            used[g->fused.at[f].step[s].out[0]] = true;
+    for (int i = 0; i < nt; i++) {   // what a kept tensor names is kept too
+        const IrTensor *t = &g->tensors.at[i];
+        if (t->kind != TK_VALUE || i == g->loss || i == g->logits)
+            used[i] = true;
+        if (used[i] && t->alias_of >= 0)
+            used[t->alias_of] = true;
+    }
+    int m = 0;
+    for (int i = 0; i < nt; i++)
+        to[i] = used[i] ? m++ : -1;
+    int dropped = nt - m;
+#define MAP(x) ((x) = (x) >= 0 ? to[(x)] : (x))
+    for (int i = 0; i < nt; i++) {
+        if (!used[i])
+            continue;
+        IrTensor t = g->tensors.at[i];
+        t.id = to[i];
+        MAP(t.alias_of);
+        MAP(t.of);
+        MAP(t.reuse);
+        g->tensors.at[to[i]] = t;
+    }
+    g->tensors.len = m;
+    for (int i = 0; i < g->nodes.len; i++) {
+        IrNode *n = &g->nodes.at[i];
+        for (int k = 0; k < n->nin; k++)
+            MAP(n->in[k]);
+        for (int k = 0; k < IR_MAX_OUTPUTS; k++)
+            MAP(n->out[k]);
+        MAP(n->ws);
+    }
+    for (int f = 0; f < g->fused.len; f++)
+        for (int s = 0; s < g->fused.at[f].n; s++) {
+            IrNode *st = &g->fused.at[f].step[s];
+            for (int k = 0; k < st->nin; k++)
+                MAP(st->in[k]);
+            for (int k = 0; k < IR_MAX_OUTPUTS; k++)
+                MAP(st->out[k]);
+        }
+    MAP(g->loss);
+    MAP(g->logits);
+#undef MAP
+    free(used);
+    free(to);
+    return dropped;
+}
+
 void ir_mark_requires_grad(IrGraph *g) {
     for (int i = 0; i < g->tensors.len; i++) {
         IrTensor *t = &g->tensors.at[i];

@@ -234,6 +234,9 @@ IrTensor *ir_tensor(IrGraph *g, int id);
 int64_t ir_tensor_elems(const IrTensor *t);
 int64_t ir_tensor_bytes(const IrTensor *t);     // 0 for a view: its base owns the bytes
 int ir_tensor_base(const IrGraph *g, int id);   // follows alias_of to the owner
+// Removes the values no node reads or writes (what a pass that replaced nodes left
+// behind), renumbering every tensor id the graph holds; returns how many went.
+int ir_drop_unused(IrGraph *g);
 // Recomputes requires_grad of every value from the trainable flags of the params.
 void ir_mark_requires_grad(IrGraph *g);
 // The number of repeated-block instances (the largest layer index + 1).
@@ -311,6 +314,10 @@ typedef struct OpInfo {
     // OPC_GEMM ops: the product's dimensions (M x K times K x N; batched products count
     // their batch in M). NULL for the other classes.
     void (*gemm)(const IrGraph *g, const IrNode *n, int64_t *m, int64_t *nn, int64_t *k);
+    // OPC_LOSS_GEMM ops: the products of one row chunk (dims[i] = M, N, K; recompute[i]
+    // when product i forms again what the forward formed); returns how many. The op runs
+    // them for every chunk (attr.chunk_rows rows of its first input).
+    int (*gemm_loss)(const IrGraph *g, const IrNode *n, int64_t dims[][3], bool *recompute);
     // grad_needs[i]: what computing the gradient of input i reads (NEED_* bits).
     // An input with requires_grad set makes its row's tensors saved for backward.
     uint8_t grad_needs[IR_MAX_INPUTS];
@@ -386,6 +393,13 @@ int ad_node(Autodiff *ad, const IrNode *n, OpKind op, int nin, const int *in, Op
 // Appends op `op` and returns its out[0].
 int ad_op(Autodiff *ad, const IrNode *n, OpKind op, int nin, const int *in, OpAttr attr,
           const char *what);
+// Points output k of node `node` at trainable parameter t's TK_GRAD, which it then adds
+// into (+=).
+void ad_acc_output(Autodiff *ad, int node, int k, int t);
+// For a forward node whose own pass can also form a gradient: makes forward node n op
+// `op` with `attr`, and gives it out[1], a fresh tensor shaped like `like` (the gradient
+// it forms); returns that tensor.
+int ad_fold_output(Autodiff *ad, const IrNode *n, OpKind op, OpAttr attr, int like, const char *what);
 // Adds `contribution` to the gradient of `t` (a parameter: += into its TK_GRAD).
 void ad_add(Autodiff *ad, const IrNode *n, int t, int contribution);
 // For ops whose kernels accumulate (linear dW, embedding, norm weights, sums): writes

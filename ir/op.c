@@ -345,6 +345,24 @@ static bool shape_cross_entropy(const IrGraph *g, const IrNode *n, IrTensor *out
     return true;
 }
 
+// The fused linear + cross entropy: x [..., K], W [V, K], targets i32 [...] (x's leading
+// dims) -> the loss, an f32 scalar.
+static bool shape_linear_ce(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
+    const IrTensor *x = IN(0), *w = IN(1), *tg = IN(2);
+    bool ok = x->ndim >= 1 && is_float(x->dtype) && w->ndim == 2 && is_float(w->dtype) &&
+              w->shape[1] == x->shape[x->ndim - 1] && tg->dtype == DT_I32 && tg->ndim == x->ndim - 1;
+    for (int i = 0; ok && i < tg->ndim; i++)
+        ok = tg->shape[i] == x->shape[i];
+    if (!ok)
+        return fail(err, 1, "linear_cross_entropy: %s, %s and targets %s do not match", sh(x), sh(w),
+                    sh(tg));
+    if (n->nin > 3 && n->in[3] >= 0 && (IN(3)->dtype != DT_I32 || ir_tensor_elems(IN(3)) != 1))
+        return fail(err, 3, "linear_cross_entropy: the target count %s is not one i32", sh(IN(3)));
+    out->dtype = DT_F32;
+    out->ndim = 0;
+    return true;
+}
+
 //
 // Shape rules: backward and optimizer ops. Autodiff builds these from graphs that
 // already passed the forward rules, so a failure here is an internal error.
@@ -571,6 +589,47 @@ static int64_t read_slice(const IrGraph *g, const IrNode *n) {
     return o->alias_of >= 0 ? 0 : dtype_bytes(IN(0)->dtype, ir_tensor_elems(o));
 }
 
+// The fused loss over R rows of x [R, K] against W [V, K], in chunks of C rows.
+static int64_t loss_rows(const IrGraph *g, const IrNode *n) {
+    const IrTensor *x = IN(0);
+    return ir_tensor_elems(x) / x->shape[x->ndim - 1];
+}
+
+static int64_t loss_chunk(const IrGraph *g, const IrNode *n) {
+    int64_t r = loss_rows(g, n);
+    return n->attr.chunk_rows > 0 && n->attr.chunk_rows < r ? n->attr.chunk_rows : r;
+}
+
+// The logits' product and the loss over them; with the gradient, also dx and (when W
+// trains) dW's products and the loss's gradient.
+static int64_t flops_linear_ce(const IrGraph *g, const IrNode *n) {
+    int64_t r = loss_rows(g, n), v = IN(1)->shape[0], k = IN(1)->shape[1];
+    int64_t products = n->op == OP_LINEAR_CE ? 1 : n->out[2] >= 0 ? 3 : 2;   // (before autodiff: 1)
+    return products * 2 * r * v * k + (n->op == OP_LINEAR_CE ? 4 : 8) * r * v;
+}
+
+// Per chunk: the logits [C, V] = x_c [C, K] Wᵀ; with the gradient dx_c [C, K] = dlogits W
+// and dW [V, K] += dlogitsᵀ x_c when W trains. None forms again what another formed.
+static int gemm_loss(const IrGraph *g, const IrNode *n, int64_t dims[][3], bool *recompute) {
+    int64_t c = loss_chunk(g, n), v = IN(1)->shape[0], k = IN(1)->shape[1];
+    int np = 0;
+    dims[np][0] = c, dims[np][1] = v, dims[np][2] = k, recompute[np++] = false;
+    if (n->op == OP_LINEAR_CE)
+        return np;
+    dims[np][0] = c, dims[np][1] = k, dims[np][2] = v, recompute[np++] = false;
+    if (n->out[2] >= 0)
+        dims[np][0] = v, dims[np][1] = k, dims[np][2] = c, recompute[np++] = false;
+    return np;
+}
+
+// The chunk's logits in x's dtype (the unfused linear's output dtype), then the rows'
+// fp32 loss terms, then the count of valid targets, each 256-byte aligned (plan.h's
+// plan_loss).
+static int64_t scratch_linear_ce(const IrGraph *g, const IrNode *n) {
+    int64_t logits = dtype_bytes(IN(0)->dtype, loss_chunk(g, n) * IN(1)->shape[0]);
+    return (logits + 255) / 256 * 256 + (4 * loss_rows(g, n) + 255) / 256 * 256 + 256;
+}
+
 // GEMM dimensions: M x K times K x N.
 static void gemm_linear(const IrGraph *g, const IrNode *n, int64_t *m, int64_t *nn, int64_t *k) {
     const IrTensor *x = IN(0), *w = IN(1);
@@ -653,6 +712,19 @@ static int unbroadcast(Autodiff *ad, const IrNode *n, int d, int k) {
     return ad_op(ad, n, OP_SUM_TO, 1, &d, a, "sum");
 }
 
+// Hands gradient `d` of input k to it, summed down to its shape when it was broadcast: a
+// broadcast parameter's sum adds straight into its gradient (sum_to +=), no sum of its own.
+static void add_unbroadcast(Autodiff *ad, const IrNode *n, int d, int k) {
+    const IrTensor *t = T_AD(ad, n->in[k]), *dt = T_AD(ad, d);
+    if (!same_shape(t, dt) && t->kind == TK_PARAM && t->trainable) {
+        OpAttr a = {.ndim = t->ndim};
+        memcpy(a.shape, t->shape, sizeof a.shape);
+        ad_acc(ad, n, n->in[k], OP_SUM_TO, 1, &d, a);
+        return;
+    }
+    ad_add(ad, n, n->in[k], unbroadcast(ad, n, d, k));
+}
+
 static void bwd_add_sub(Autodiff *ad, const IrNode *n) {
     int dy = ad_dy(ad, n, 0);
     if (dy < 0)
@@ -663,7 +735,7 @@ static void bwd_add_sub(Autodiff *ad, const IrNode *n) {
         int d = dy;
         if (n->op == OP_SUB)
             d = ad_op(ad, n, OP_SCALE, 1, &dy, (OpAttr){.f = -1}, "neg");
-        ad_add(ad, n, n->in[1], unbroadcast(ad, n, d, 1));
+        add_unbroadcast(ad, n, d, 1);
     }
 }
 
@@ -678,7 +750,7 @@ static void bwd_mul(Autodiff *ad, const IrNode *n) {
     if (ad_needs(ad, n->in[1])) {
         int in[2] = {dy, n->in[0]};
         int d = ad_op(ad, n, OP_MUL, 2, in, (OpAttr){0}, "db");
-        ad_add(ad, n, n->in[1], unbroadcast(ad, n, d, 1));
+        add_unbroadcast(ad, n, d, 1);
     }
 }
 
@@ -699,7 +771,7 @@ static void bwd_div(Autodiff *ad, const IrNode *n) {
         int i3[2] = {t, bb};
         int q = ad_op(ad, n, OP_DIV, 2, i3, (OpAttr){0}, "q");
         int d = ad_op(ad, n, OP_SCALE, 1, &q, (OpAttr){.f = -1}, "db");
-        ad_add(ad, n, b, unbroadcast(ad, n, d, 1));
+        add_unbroadcast(ad, n, d, 1);
     }
 }
 
@@ -883,6 +955,21 @@ static void bwd_cross_entropy(Autodiff *ad, const IrNode *n) {
     ad_add(ad, n, n->in[0], ad_op(ad, n, OP_CROSS_ENTROPY_BWD, counted ? 3 : 2, in, a, "dlogits"));
 }
 
+// The fused loss is the root, its gradient the accumulation's scale, known before any
+// backward runs: the forward node itself becomes the _grad op, forming in the same pass
+// over each chunk of logits their gradient, the chunk's rows of dx and its part of dW
+// (llm.c's fused classifier does the same). The logits are never formed twice.
+static void bwd_linear_ce(Autodiff *ad, const IrNode *n) {
+    bool dw = ad_needs(ad, n->in[1]);
+    OpAttr a = n->attr;   // (over the step's target count each micro-step is its own share)
+    a.f = n->nin > 3 && n->in[3] >= 0 ? 1.0 : ad->loss_scale;
+    int dx = ad_fold_output(ad, n, OP_LINEAR_CE_GRAD, a, n->in[0], "dx");
+    if (dw)
+        ad_acc_output(ad, n->id, 2, n->in[1]);
+    if (ad_needs(ad, n->in[0]))
+        ad_add(ad, n, n->in[0], dx);
+}
+
 //
 // The table.
 //
@@ -952,6 +1039,12 @@ static const OpInfo ops[OP_COUNT] = {
     [OP_GELU_EXACT] = {.shape = shape_unary, .flops = flops_8elems, .grad_needs = {I0},
                        .backward = bwd_activation,
                        .device = "y = 0.5f * x0 * (1.0f + erff(x0 * 0.70710678118654752f));"},
+    // (its gradient is formed in its own pass: backward reads nothing of it)
+    [OP_LINEAR_CE] = {.shape = shape_linear_ce, .flops = flops_linear_ce, .gemm_loss = gemm_loss,
+                      .backward = bwd_linear_ce,
+                      .scratch_bytes = scratch_linear_ce},
+    [OP_LINEAR_CE_GRAD] = {.shape = shape_linear_ce, .flops = flops_linear_ce, .gemm_loss = gemm_loss,
+                           .scratch_bytes = scratch_linear_ce},
     // backward ops
     [OP_EMBED_BWD] = {.shape = shape_attr, .flops = flops_elems, .scratch_bytes = scratch_embed_bwd},
     [OP_LINEAR_DX] = {.shape = shape_linear_dx, .flops = flops_linear_bwd, .gemm = gemm_linear_dx,

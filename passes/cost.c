@@ -23,6 +23,34 @@ static double gemm_eff(double m, double n, double k) {
     return 0.8 * f;
 }
 
+// The fused loss: per row chunk its products (each at its shape's efficiency) and the
+// loss's kernels over the chunk's logits (passes over them, bandwidth-bound), a launch
+// each. *recompute_us gets the time of the products that form again what another formed.
+static double loss_us(const IrGraph *g, const IrNode *n, const CostModel *cm, double *recompute_us) {
+    int64_t dims[4][3];
+    bool again[4];
+    int np = op_info(n->op)->gemm_loss(g, n, dims, again);
+    const IrTensor *x = &g->tensors.at[n->in[0]];
+    int64_t k = x->shape[x->ndim - 1], rows = ir_tensor_elems(x) / k, v = g->tensors.at[n->in[1]].shape[0];
+    int64_t chunk = n->attr.chunk_rows > 0 && n->attr.chunk_rows < rows ? n->attr.chunk_rows : rows;
+    double peak = cm->gpu->bf16_tflops * 1e12, hbm = cm->gpu->hbm_gbps * 1e9 * 0.8;
+    double chunk_us = 0, again_us = 0;
+    int elt = (int)dtype_bytes(x->dtype, 1);
+    for (int i = 0; i < np; i++) {
+        double m = (double)dims[i][0], nn = (double)dims[i][1], kk = (double)dims[i][2];
+        double bytes = (m * kk + kk * nn + m * nn) * elt;
+        double t = LAUNCH_US + fmax(2 * m * nn * kk / (peak * gemm_eff(m, nn, kk)), bytes / hbm) * 1e6;
+        chunk_us += t;
+        if (again[i])
+            again_us += t;
+    }
+    double passes = n->op == OP_LINEAR_CE ? 2 : 3;   // the loss's kernels: read (twice), write
+    chunk_us += LAUNCH_US + passes * (double)(chunk * v * elt) / hbm * 1e6;
+    double chunks = (double)(rows / chunk);
+    *recompute_us = again_us * chunks;
+    return chunk_us * chunks + LAUNCH_US;
+}
+
 double cost_node_us(const IrGraph *g, const IrNode *n, const CostModel *cm) {
     double flops = (double)op_flops(g, n);
     double bytes = (double)(op_bytes_read(g, n) + op_bytes_written(g, n));
@@ -40,6 +68,10 @@ double cost_node_us(const IrGraph *g, const IrNode *n, const CostModel *cm) {
     }
     case OPC_ATTENTION:
         return LAUNCH_US + fmax(flops / (peak * 0.5), bytes / hbm) * 1e6;
+    case OPC_LOSS_GEMM: {
+        double again;
+        return loss_us(g, n, cm, &again);
+    }
     default:
         break;
     }
@@ -100,25 +132,76 @@ static double link_of(const CostModel *cm) {
 
 double cost_step_at(const StepCost *c, double adamw_per_s, double link_bytes_per_s) {
     double copies = c->micro_link_bytes / link_bytes_per_s * 1e6;
-    double micro = fmax(c->micro_device_us, copies);
+    double micro = fmax(c->micro_device_us, fmax(c->micro_device_us, copies) + c->micro_stall_us);
     double opt = c->opt_device_us;
     if (c->host_sumsq_elems > 0)   // a serial sum: one core's share of the AdamW rate, times 5
         opt += c->host_sumsq_elems / (adamw_per_s * c->sumsq_per_adamw) * 1e6;
     if (c->host_params > 0)   // CPU AdamW while the weights go back, layer by layer
         opt += fmax(c->host_params / adamw_per_s * 1e6, c->opt_link_bytes / link_bytes_per_s * 1e6);
     if (c->micro_last_extra_us > 0)   // the last micro-step's reductions
-        return micro * (double)(c->accum - 1) + fmax(c->micro_device_us + c->micro_last_extra_us, copies) + opt;
+        return micro * (double)(c->accum - 1) +
+               fmax(c->micro_device_us + c->micro_last_extra_us, copies + fmax(c->micro_stall_us, 0)) + opt;
     return micro * (double)c->accum + opt;
+}
+
+// One micro-step (forward, then backward, every stream drained between them) played out
+// on its four streams: each runs its nodes in order, a node starting when its stream is
+// free and its inputs are made; a copy to the device (a swapped activation coming back, a
+// streamed weight a block ahead) not before the node issued before it starts, since the
+// bytes it writes were another tensor's until the plan's order reached it. Copies take the
+// link (each direction its own), host sums the host's rate, device nodes `dur`.
+static double simulate_micro(const IrGraph *g, const CostModel *cm, const double *dur, double link) {
+    int nt = g->tensors.len;
+    double *ready = calloc((size_t)nt + 1, sizeof(double));
+    double clock[STREAM_COUNT] = {0}, phase_start = 0, prev_start = 0;
+    IrPhase phase = PHASE_FORWARD;
+    for (int i = 0; i < g->nodes.len; i++) {
+        const IrNode *n = &g->nodes.at[i];
+        if (n->phase == PHASE_OPTIMIZER)
+            break;
+        if (n->phase != phase) {   // the phase ends with every stream drained
+            for (int k = 0; k < STREAM_COUNT; k++)
+                phase_start = fmax(phase_start, clock[k]);
+            for (int k = 0; k < STREAM_COUNT; k++)
+                clock[k] = phase_start;
+            phase = n->phase;
+        }
+        double start = fmax(clock[n->stream], phase_start);
+        for (int k = 0; k < n->nin; k++)
+            if (n->in[k] >= 0)
+                start = fmax(start, ready[ir_tensor_base(g, n->in[k])]);
+        for (int k = 0; k < IR_MAX_OUTPUTS && n->out[k] >= 0; k++)
+            start = fmax(start, ready[ir_tensor_base(g, n->out[k])]);   // earlier writers first
+        double d = dur[i];
+        if (op_desc(n->op)->cls == OPC_COPY) {
+            d = (double)ir_tensor_bytes(&g->tensors.at[n->out[0]]) / link * 1e6;
+            if (n->stream == STREAM_H2D)
+                start = fmax(start, prev_start);
+        } else if (n->stream == STREAM_HOST) {   // a host sum: ~4 elements per AdamW update's time
+            d = (double)ir_tensor_elems(&g->tensors.at[n->out[0]]) / (4 * cm->host_adamw_per_s) * 1e6;
+        }
+        double end = start + d;
+        clock[n->stream] = end;
+        for (int k = 0; k < IR_MAX_OUTPUTS && n->out[k] >= 0; k++)
+            ready[ir_tensor_base(g, n->out[k])] = end;
+        prev_start = start;
+    }
+    double end = phase_start;
+    for (int k = 0; k < STREAM_COUNT; k++)
+        end = fmax(end, clock[k]);
+    free(ready);
+    return end;
 }
 
 StepCost cost_step(const IrGraph *g, const CostModel *cm, int64_t accum, int64_t tokens_per_step) {
     StepCost c = {.accum = accum, .tokens = tokens_per_step};
     double link = link_of(cm);
+    double *dur = calloc((size_t)g->nodes.len + 1, sizeof(double));
     for (int i = 0; i < g->nodes.len; i++) {
         const IrNode *n = &g->nodes.at[i];
         OpClass cls = op_desc(n->op)->cls;
         double bytes_in = n->nin > 0 ? (double)ir_tensor_bytes(&g->tensors.at[n->in[0]]) : 0;
-        if (cls == OPC_COPY) {   // a swap, a gradient streamed out, a weight coming back
+        if (cls == OPC_COPY) {   // a swap, a gradient streamed out, a weight coming in or back
             *(n->phase == PHASE_OPTIMIZER ? &c.opt_link_bytes : &c.micro_link_bytes) += bytes_in;
             continue;
         }
@@ -131,7 +214,7 @@ StepCost cost_step(const IrGraph *g, const CostModel *cm, int64_t accum, int64_t
                 c.host_sumsq_elems += (double)ir_tensor_elems(&g->tensors.at[n->in[0]]);
             continue;
         }
-        double t = cost_node_us(g, n, cm);
+        double t = dur[i] = cost_node_us(g, n, cm);
         if (n->phase == PHASE_OPTIMIZER) {
             c.opt_device_us += t;
         } else {
@@ -139,9 +222,19 @@ StepCost cost_step(const IrGraph *g, const CostModel *cm, int64_t accum, int64_t
                 c.recompute_us += t;
             else
                 c.model_flops += op_flops(g, n);
+            if (cls == OPC_LOSS_GEMM) {   // what it forms again
+                double again;
+                loss_us(g, n, cm, &again);
+                c.recompute_us += again;
+            }
             c.micro_device_us += t;
         }
     }
+    // The streams overlap as far as the order and the data let them: what the micro-step
+    // takes beyond its busiest resource is a stall (a copy the compute waits for).
+    c.micro_us = simulate_micro(g, cm, dur, link);
+    free(dur);
+    c.micro_stall_us = c.micro_us - fmax(c.micro_device_us, c.micro_link_bytes / link * 1e6);
     // With several ranks, the compute again with the collectives beside it: a micro-step
     // without the last one's reductions, the last with them, the optimizer's gathers.
     if (g->ranks > 1) {
@@ -158,9 +251,7 @@ StepCost cost_step(const IrGraph *g, const CostModel *cm, int64_t accum, int64_t
                             (last - c.micro_device_us) + (opt - c.opt_device_us);
         c.micro_device_us = plain, c.micro_last_extra_us = last - plain, c.opt_device_us = opt;
     }
-    // Copies in the micro-step run on copy streams that overlap the compute.
     double micro_copy = c.micro_link_bytes / link * 1e6;
-    c.micro_us = fmax(c.micro_device_us, micro_copy);
     c.sumsq_per_adamw = cm->host_sumsq_per_s / cm->host_adamw_per_s;
     c.opt_us = c.opt_device_us;
     if (c.host_sumsq_elems > 0)

@@ -74,9 +74,14 @@ int liveness_apply(IrGraph *g, bool in_place) {
         }
         // Saved for backward: made in the forward phase, read in the backward phase. (The
         // shard pass's keep their categories: gathered weights, a micro-step's whole gradient.)
-        if (t->kind == TK_VALUE && t->alias_of < 0 && t->producer >= 0 && t->last >= 0 &&
-            !persistent(g, t) && op_desc(g->nodes.at[t->producer].op)->cls != OPC_COLLECTIVE &&
-            t->cat != MEM_GRADS) {
+        // A streamed weight's device copy is a weight.
+        const IrNode *pn = t->producer >= 0 ? &g->nodes.at[t->producer] : NULL;
+        if (pn && pn->op == OP_COPY && pn->stream == STREAM_H2D && pn->in[0] >= 0 &&
+            (g->tensors.at[pn->in[0]].kind == TK_PARAM || g->tensors.at[pn->in[0]].kind == TK_QUANT)) {
+            t->cat = MEM_WEIGHTS;
+        } else if (t->kind == TK_VALUE && t->alias_of < 0 && t->producer >= 0 && t->last >= 0 &&
+                   !persistent(g, t) && op_desc(pn->op)->cls != OPC_COLLECTIVE &&
+                   t->cat != MEM_GRADS) {
             bool fwd = g->nodes.at[t->producer].phase == PHASE_FORWARD;
             bool bwd = g->nodes.at[t->last].phase != PHASE_FORWARD;
             t->cat = g->nodes.at[t->producer].recompute ? MEM_RECOMPUTE

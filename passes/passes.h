@@ -42,18 +42,31 @@ int lora_apply(IrGraph *g, const LoraSpec *spec, PassDiag *d);
 int autodiff_apply(IrGraph *g, int accum_steps, PassDiag *d);
 
 //
-// chunk_loss.c — the loss's backward over row chunks.
+// fuse_loss.c — the loss and the projection feeding it as one op.
 //
 
-// Sets the row chunk of every cross-entropy backward so that its fp32 working set stays
-// within `max_bytes`; returns the rows per chunk of the last one (0: all rows at once).
-int64_t chunk_loss_apply(IrGraph *g, int64_t max_bytes);
+// Where the logits are a bias-free linear of a parameter read by the cross entropy alone,
+// replaces both by linear_cross_entropy (before autodiff: its backward is the fused op's
+// own); the logits tensor goes (g->logits becomes -1). Returns 1 when it fused, else 0.
+int fuse_loss_apply(IrGraph *g);
+
+//
+// chunk_loss.c — the loss's row chunks.
+//
+
+// Sets the row chunk of the fused loss and its backward: `chunk` rows (0: the most whose
+// logits take at most `max_bytes`), made a divisor of the rows; and of an unfused
+// cross-entropy backward, so that its fp32 working set stays within `max_bytes`. Returns
+// the rows per chunk of the last one (0: all rows at once).
+int64_t chunk_loss_apply(IrGraph *g, int64_t max_bytes, int64_t chunk);
 
 //
 // remat.c — keep or recompute, per block (repeat index).
 //
 
-typedef enum RematPolicy { REMAT_KEEP, REMAT_SELECTIVE, REMAT_FULL, REMAT_SWAP } RematPolicy;
+// REMAT_TENSORS keeps the tensors of the block a keep mask names (one bit per candidate:
+// remat_candidates' order), and recomputes the rest.
+typedef enum RematPolicy { REMAT_KEEP, REMAT_SELECTIVE, REMAT_FULL, REMAT_SWAP, REMAT_TENSORS } RematPolicy;
 
 typedef struct RematStats {
     int64_t recompute_flops;    // forward FLOPs run again in backward
@@ -64,8 +77,19 @@ typedef struct RematStats {
 
 const char *remat_policy_name(RematPolicy p);
 // Applies policy[layer] to each of the `nlayers` blocks of the training-step graph `g`
-// (after autodiff): backward reads recomputed copies of the tensors not kept.
-int remat_apply(IrGraph *g, const RematPolicy *policy, int nlayers, RematStats *st);
+// (after autodiff): backward reads recomputed copies of the tensors not kept. A block whose
+// policy is REMAT_TENSORS keeps candidate j when keep[j] (j < nkeep; the rest are kept).
+int remat_apply(IrGraph *g, const RematPolicy *policy, int nlayers, const uint8_t *keep, int nkeep,
+                RematStats *st);
+// The tensors of block `layer` that a keep mask chooses among (the forward values the
+// block makes, but its outputs), in order; their count. bytes[j] and cost[j] (if not
+// NULL, `cap` entries) get each one's bytes and its producer's time proxy.
+int remat_candidates(const IrGraph *g, int layer, int64_t *bytes, double *cost, int cap);
+// The keep masks from everything kept to nothing kept, one candidate dropped a step: at
+// each step the one whose bytes saved per recompute added (its producer re-run, and any
+// dropped input's, once each) is the most. masks[k] (nmasks x ncand, malloc'd) is the
+// k-th; returns nmasks (ncand + 1), or 0 when the block has no candidate.
+int remat_keep_chain(const IrGraph *g, int layer, uint8_t **masks, int *ncand);
 
 //
 // offload.c — what lives in host memory.
@@ -74,16 +98,24 @@ int remat_apply(IrGraph *g, const RematPolicy *policy, int nlayers, RematStats *
 typedef struct OffloadSpec {
     bool optimizer;         // AdamW moments and fp32 master weights on the host; CPU AdamW
     bool grads;             // gradients accumulate on the host, streamed as made
+    bool weights;           // the weight matrices live on the host (with optimizer and grads):
+                            // the frozen ones (LoRA's, QLoRA's bases), or all when none is
+                            // frozen; each copied to the device a block ahead of its use
 } OffloadSpec;
 
 typedef struct OffloadStats {
-    int64_t host_bytes;     // tensors moved to the host arena (state, gradients)
+    int64_t host_bytes;     // tensors moved to the host arena (state, gradients, weights)
     int64_t d2h_bytes;      // per micro-step: gradients sent to the host
     int64_t h2d_bytes;      // per step: updated weights sent back
+    int64_t stream_bytes;   // per micro-step: streamed weights copied to the device
+    int streamed;           // weight tensors (with an NF4 one's scales) that stream
 } OffloadStats;
 
-// Moves optimizer state (and gradients) to the host arena, runs their nodes on the host
-// stream and adds the copies (with host staging buffers) that carry bytes across.
+// Moves optimizer state (and gradients, and weights) to the host arena, runs their nodes
+// on the host stream and adds the copies (with host staging buffers) that carry bytes
+// across; a streamed weight gets a device copy per run of uses (forward, backward and
+// recompute of one block, or the runs outside the blocks between two blocks), made by an
+// h2d copy placed at the start of the block before (the schedule keeps it there).
 
 int offload_apply(IrGraph *g, const OffloadSpec *o, OffloadStats *st);
 
@@ -298,6 +330,8 @@ typedef struct StepCost {
     // the CPU updates.
     int64_t accum, tokens;
     double micro_device_us, micro_link_bytes;
+    double micro_stall_us;  // the micro-step's simulated time less the larger of its device time
+                            // and its link bytes at one rate (< 0: the two directions overlap)
     double opt_device_us, opt_link_bytes, host_params;
     double host_sumsq_elems;    // the gradients' norm on the host, before the updates
     double sumsq_per_adamw;     // the host's sum-of-squares rate over its AdamW rate
@@ -323,6 +357,10 @@ typedef struct PlanChoice {
     const RematPolicy *per_layer;   // if not NULL, each block's policy (overrides the above)
     int zero;                   // with several ranks: the ZeRO stage (shard.c)
     int64_t bucket_bytes;       // with several ranks: the buckets' size (0: BUCKET_DEFAULT_BYTES)
+    const uint8_t *keep;        // REMAT_TENSORS: the keep mask (remat_candidates' order) ...
+    int nkeep;                  // ... of this many candidates
+    int chain_at;               // its place in the planner's keep chain (for reports)
+    int64_t loss_chunk;         // rows per chunk of the fused loss (0: the default cap's)
 } PlanChoice;
 
 enum { BUCKET_DEFAULT_BYTES = 32 << 20 };
@@ -333,12 +371,14 @@ typedef struct PlanOutcome {
     StepCost cost;
     RematStats remat;
     int64_t live[MEM_COUNT];    // device bytes at the peak, by category
+    int64_t loss_chunk, loss_rows;  // the fused loss's rows per chunk, of how many (0: none)
 } PlanOutcome;
 
 typedef struct Candidate {
     PlanChoice c;
     PlanOutcome o;
     bool fits;
+    bool declined;              // a larger loss chunk less than 1% faster: never chosen
 } Candidate;
 
 typedef struct PlannerInput {
@@ -347,9 +387,14 @@ typedef struct PlannerInput {
     int64_t budget_bytes, host_budget_bytes;
     int64_t weights_bytes, grads_bytes, states_bytes, reserve_bytes;
     int64_t micro;              // fixed by the user, else 0
-    int remat, offload;         // fixed by the user (a RematPolicy, an offload level 0..2), else -1
+    int remat, offload;         // fixed by the user (a RematPolicy, an offload level 0..3), else -1
     int ranks;                  // data-parallel ranks (0, 1: one); the global batch splits over them
     int zero;                   // the ZeRO stage fixed by the user, else -1 (with ranks > 1)
+    int64_t loss_chunk;         // the fused loss's rows per chunk fixed by the user, else 0
+    // The keep masks of remat_keep_chain (nchain of nkeep bits), for plans that choose what
+    // to keep tensor by tensor; none when nchain is 0.
+    const uint8_t *chain;
+    int nchain, nkeep;
     // Builds choice c into a fresh graph and plans it; 0, or -1 on failure. Called from
     // several threads at once: it must not touch shared mutable state.
     int (*build)(void *ctx, const PlanChoice *c, PlanOutcome *out);
@@ -362,6 +407,8 @@ typedef struct PlannerResult {
     int best;                   // the fastest that fits, or -1
     int smallest;               // the smallest device footprint of all tried, or -1
     int pruned_levels;          // offload levels skipped: their model states alone do not fit
+    int host_pruned;            // ... of which on the host
+    int64_t host_need;          // the least host memory a level skipped there needs
 } PlannerResult;
 
 // Searches micro-batch sizes, recompute policies (uniform, and mixed across blocks)
@@ -411,8 +458,8 @@ MemBreakdown count_naive_memory(const IrGraph *g, int64_t reserve_bytes);
 // pipeline.c — the compile pipeline: one ordered table of named passes, each with one
 // signature, run for a planner choice; and the planner's build function over it.
 //
-//   elaborate (B, S) → lora → autodiff → quantize → chunk_loss → remat → shard → offload
-//     → fuse → schedule → buckets → liveness → alloc → streams
+//   elaborate (B, S) → lora → fuse_loss → autodiff → quantize → chunk_loss → remat → shard
+//     → offload → fuse → schedule → buckets → liveness → alloc → streams
 //
 
 // What the train section asks of the step beyond the forward graph.
@@ -422,7 +469,8 @@ typedef struct PipelineSpec {
     bool lora;                  // with lora_spec
     LoraSpec lora_spec;
     bool quantize, double_quant;
-    int64_t loss_chunk_bytes;   // the loss's backward works on fp32 chunks of at most this
+    bool fused_loss;            // the loss and its projection as one op (fuse_loss)
+    int64_t loss_chunk_bytes;   // the loss's chunks take at most this (unless a choice says)
     bool no_fusion;             // leave every op its own kernel (ftc compile --no-fusion)
     int64_t gemm_workspace_bytes;   // each GEMM's library workspace (the GPU preset's)
     int ranks;                  // data-parallel ranks the step is one of (0, 1: none)
@@ -476,6 +524,8 @@ typedef struct BuildStats {
     AllocStats alloc;
     StreamStats streams;
     int64_t loss_chunk_rows;
+    bool fused_loss;            // the loss is linear_cross_entropy
+    int64_t loss_rows;          // its rows (micro-batch x seq)
 } BuildStats;
 
 // The stage names, in order ("elaborate", then each pass), for --dump-after.
@@ -499,17 +549,20 @@ int pipeline_plan_choice(void *ctx, const PlanChoice *c, PlanOutcome *out);
 //
 
 typedef struct WhatIf {
-    bool weights_too_big;       // the bf16 weights alone exceed the budget
+    bool weights_too_big;       // kept on the device, the bf16 weights alone exceed the budget
     const char *q_target, *v_target;    // the .ft names of the attention's q and v
                                         // projections, NULL when there are none
+    int64_t stream_bytes;       // device bytes with the weights streamed, -1 not tried
     int64_t lora_bytes;         // device bytes with lora(r = 8) on them, -1 not tried
     int64_t qlora_bytes;        // ... and quantize(nf4, double_quant = true), -1 not tried
     int64_t seq, seq_bytes;     // the longest shorter sequence that fits, 0 none
 } WhatIf;
 
-// Plans the most frugal choice (micro-batch 1, swap, everything offloadable on the host)
-// under each change alone: LoRA on the projections feeding attention's q and v, found
-// in the graph; that and NF4 storage; halved sequence lengths. Returns 0.
-int whatif_search(const PlanCtx *x, int64_t budget_bytes, int64_t weights_bytes, WhatIf *w);
+// Plans the most frugal choice (micro-batch 1, swap, everything offloadable on the host:
+// the weights streamed, unless `offload` fixes a level that keeps them) under each change
+// alone: the weights streamed (when the level kept them); LoRA on the projections feeding
+// attention's q and v, found in the graph; that and NF4 storage; halved sequence lengths.
+// Returns 0.
+int whatif_search(const PlanCtx *x, int64_t budget_bytes, int64_t weights_bytes, int offload, WhatIf *w);
 
 #endif

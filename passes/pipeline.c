@@ -1,8 +1,8 @@
 // pipeline.c — the compile pipeline as one ordered table of named passes with one
 // signature, run for one planner choice:
 //
-//   elaborate (B, S) → lora → autodiff → quantize → chunk_loss → remat → shard → offload
-//     → fuse → schedule → buckets → liveness → alloc → streams
+//   elaborate (B, S) → lora → fuse_loss → autodiff → quantize → chunk_loss → remat → shard
+//     → offload → fuse → schedule → buckets → liveness → alloc → streams
 //
 // The frontend elaborates (a callback: the passes never see the AST); every pass runs
 // for every choice, doing nothing when the choice or the train section asks nothing of
@@ -31,6 +31,11 @@ static int run_lora(PassCtx *x) {
     return s->lora ? lora_apply(x->g, &s->lora_spec, x->d) : 0;
 }
 
+static int run_fuse_loss(PassCtx *x) {
+    x->bs->fused_loss = x->p->spec.fused_loss && fuse_loss_apply(x->g);
+    return 0;
+}
+
 static int run_autodiff(PassCtx *x) {
     return autodiff_apply(x->g, (int)(x->p->spec.global_batch / x->c->micro), x->d);
 }
@@ -41,7 +46,8 @@ static int run_quantize(PassCtx *x) {
 }
 
 static int run_chunk_loss(PassCtx *x) {
-    x->bs->loss_chunk_rows = chunk_loss_apply(x->g, x->p->spec.loss_chunk_bytes);
+    x->bs->loss_chunk_rows = chunk_loss_apply(x->g, x->p->spec.loss_chunk_bytes, x->c->loss_chunk);
+    x->bs->loss_rows = x->g->batch * x->g->seq;
     return 0;
 }
 
@@ -53,7 +59,7 @@ static int run_remat(PassCtx *x) {
     RematPolicy *pol = arena_alloc(x->g->arena, sizeof(RematPolicy) * (size_t)layers);
     for (int l = 0; l < layers; l++)
         pol[l] = c->per_layer ? c->per_layer[l] : l < c->n_policy ? c->policy : c->rest;
-    return remat_apply(x->g, pol, layers, &x->bs->remat);
+    return remat_apply(x->g, pol, layers, c->keep, c->nkeep, &x->bs->remat);
 }
 
 static int run_shard(PassCtx *x) {
@@ -83,9 +89,10 @@ enum { PREFIX, CHOICE, FINAL };
 
 #define PASSES(X)                                                                        \
     X(lora, run_lora, PREFIX)                                                            \
+    X(fuse_loss, run_fuse_loss, PREFIX)                                                  \
     X(autodiff, run_autodiff, PREFIX)                                                    \
     X(quantize, run_quantize, PREFIX)                                                    \
-    X(chunk_loss, run_chunk_loss, PREFIX)                                                \
+    X(chunk_loss, run_chunk_loss, CHOICE)                                                \
     X(remat, run_remat, CHOICE)                                                          \
     X(shard, run_shard, CHOICE)                                                          \
     X(offload, run_offload, CHOICE)                                                      \
@@ -319,6 +326,8 @@ int pipeline_plan_choice(void *vctx, const PlanChoice *c, PlanOutcome *out) {
     out->remat = bs.remat;
     peak_breakdown(g, bs.alloc.lower_bound_at, out->live);
     out->live[MEM_RESERVE] = reserve;
+    if (bs.fused_loss)
+        out->loss_chunk = bs.loss_chunk_rows, out->loss_rows = bs.loss_rows;
     ir_graph_free(g);
     arena_free(a);
     return 0;

@@ -21,27 +21,40 @@
 #include <string.h>
 #include <unistd.h>
 
-static const OffloadSpec levels[3] = {{false, false}, {true, false}, {true, true}};
+enum { LEVELS = 4 };
+static const OffloadSpec levels[LEVELS] = {{false, false, false}, {true, false, false}, {true, true, false},
+                                           {true, true, true}};
 
 void planner_choice_str(char *buf, size_t cap, const PlanChoice *c, int nlayers) {
-    char remat[96], dp[64] = "";
-    if (c->n_policy >= nlayers || c->policy == c->rest)
+    char remat[96];
+    if (c->policy == REMAT_TENSORS && c->keep) {
+        int kept = 0;
+        for (int j = 0; j < c->nkeep; j++)
+            kept += c->keep[j];
+        snprintf(remat, sizeof remat, "tensors (%d of %d kept a block)", kept, c->nkeep);
+    } else if (c->n_policy >= nlayers || c->policy == c->rest)
         snprintf(remat, sizeof remat, "%s", remat_policy_name(c->policy));
     else
         snprintf(remat, sizeof remat, "%s x%d + %s x%d", remat_policy_name(c->policy), c->n_policy,
                  remat_policy_name(c->rest), nlayers - c->n_policy);
-    if (c->bucket_bytes > 0)   // a data-parallel plan
-        snprintf(dp, sizeof dp, ", ZeRO-%d, buckets %lld MiB", c->zero, (long long)(c->bucket_bytes >> 20));
-    snprintf(buf, cap, "micro-batch %lld, recompute %s, offload %s%s", (long long)c->micro, remat,
-             c->offload.grads ? "optimizer+master+grads" : c->offload.optimizer ? "optimizer+master" : "none",
-             dp);
+    int n = snprintf(buf, cap, "micro-batch %lld, recompute %s, offload %s", (long long)c->micro, remat,
+                     c->offload.weights     ? "optimizer+master+grads+weights"
+                     : c->offload.grads     ? "optimizer+master+grads"
+                     : c->offload.optimizer ? "optimizer+master"
+                                            : "none");
+    if (c->bucket_bytes > 0 && n > 0 && (size_t)n < cap)   // a data-parallel plan
+        n += snprintf(buf + n, cap - (size_t)n, ", ZeRO-%d, buckets %lld MiB", c->zero,
+                      (long long)(c->bucket_bytes >> 20));
+    if (c->loss_chunk > 0 && n > 0 && (size_t)n < cap)
+        snprintf(buf + n, cap - (size_t)n, ", loss chunk %lld", (long long)c->loss_chunk);
 }
 
 static bool same_choice(const PlanChoice *a, const PlanChoice *b) {
     return a->micro == b->micro && a->policy == b->policy && a->n_policy == b->n_policy &&
            a->rest == b->rest && a->offload.optimizer == b->offload.optimizer &&
-           a->offload.grads == b->offload.grads && a->per_layer == b->per_layer &&
-           a->zero == b->zero && a->bucket_bytes == b->bucket_bytes;
+           a->offload.grads == b->offload.grads && a->offload.weights == b->offload.weights &&
+           a->per_layer == b->per_layer && a->keep == b->keep &&
+           a->loss_chunk == b->loss_chunk && a->zero == b->zero && a->bucket_bytes == b->bucket_bytes;
 }
 
 // The buckets' size a candidate starts with: none for one rank.
@@ -63,7 +76,9 @@ typedef struct Job {
 // Builds one choice into the job's list; its index there, or -1.
 static int job_try(Job *j, const PlanChoice *c) {
     Candidate cand = {.c = *c};
-    if (j->in->build(j->in->ctx, c, &cand.o) != 0)
+    if (!cand.c.loss_chunk)
+        cand.c.loss_chunk = j->in->loss_chunk;
+    if (j->in->build(j->in->ctx, &cand.c, &cand.o) != 0)
         return -1;
     cand.fits = cand.o.device_bytes <= j->in->budget_bytes &&
                 cand.o.host_bytes <= j->in->host_budget_bytes;
@@ -78,8 +93,9 @@ static void job_run(Job *j) {
         int lo = 0, hi = j->nm - 1;
         while (lo <= hi) {
             int mid = (lo + hi) / 2;
-            PlanChoice c = {j->micros[mid], (RematPolicy)j->slow, in->nlayers, (RematPolicy)j->slow,
-                            levels[j->level], NULL, j->zero, bucket(in)};
+            PlanChoice c = {.micro = j->micros[mid], .policy = (RematPolicy)j->slow, .n_policy = in->nlayers,
+                            .rest = (RematPolicy)j->slow, .offload = levels[j->level], .zero = j->zero,
+                            .bucket_bytes = bucket(in)};
             int id = job_try(j, &c);
             if (id >= 0 && j->tried.at[id].fits)
                 j->fit_at = mid, lo = mid + 1;
@@ -91,8 +107,9 @@ static void job_run(Job *j) {
     int lo = 1, hi = in->nlayers - 1;   // as many blocks as fit keep the faster policy
     while (lo <= hi) {
         int k = (lo + hi) / 2;
-        PlanChoice c = {j->micros[j->m], (RematPolicy)j->fast, k, (RematPolicy)j->slow,
-                        levels[j->level], NULL, j->zero, bucket(in)};
+        PlanChoice c = {.micro = j->micros[j->m], .policy = (RematPolicy)j->fast, .n_policy = k,
+                        .rest = (RematPolicy)j->slow, .offload = levels[j->level], .zero = j->zero,
+                        .bucket_bytes = bucket(in)};
         int id = job_try(j, &c);
         if (id >= 0 && j->tried.at[id].fits)
             lo = k + 1;
@@ -148,6 +165,75 @@ static void merge(PlannerResult *r, Job *j) {
     vec_free(&j->tried);
 }
 
+// Per-tensor recompute on the chosen plan's offload level: at its micro-batch and each
+// larger one, the chain's mask keeping the most that fits (a binary search: the masks
+// along the chain hold less and less), while one fits. Chosen where it is the fastest.
+static void refine_tensors(const PlannerInput *in, PlannerResult *r, const int64_t *micros, int nm) {
+    if (r->best < 0 || in->nchain < 2 || in->remat >= 0)
+        return;
+    const Candidate best = r->tried.at[r->best];
+    int m0 = 0;
+    while (m0 < nm && micros[m0] != best.c.micro)
+        m0++;
+    for (int mi = m0; mi < nm; mi++) {
+        Job j = {.in = in};
+        int lo = 0, hi = in->nchain - 1, found = -1;
+        while (lo <= hi) {
+            int mid = (lo + hi) / 2;
+            PlanChoice c = best.c;
+            c.micro = micros[mi];
+            c.policy = c.rest = REMAT_TENSORS;
+            c.n_policy = in->nlayers;
+            c.per_layer = NULL;
+            c.keep = in->chain + (size_t)mid * (size_t)in->nkeep;
+            c.nkeep = in->nkeep;
+            c.chain_at = mid;
+            c.loss_chunk = 0;
+            int id = job_try(&j, &c);
+            if (id >= 0 && j.tried.at[id].fits)
+                found = mid, hi = mid - 1;
+            else
+                lo = mid + 1;
+        }
+        merge(r, &j);
+        if (found < 0)
+            break;
+    }
+}
+
+// The fused loss's chunk of the chosen plan: the search plans with chunks whose logits
+// take at most the default cap; larger chunks (divisors of the rows, each at least half
+// again the last) are tried while the plan fits and each step is at least 1% faster —
+// below that the cost model cannot tell them apart, and the smaller chunk holds less.
+static void refine_loss_chunk(const PlannerInput *in, PlannerResult *r) {
+    if (r->best < 0 || in->loss_chunk > 0)
+        return;
+    const Candidate best = r->tried.at[r->best];
+    int64_t rows = best.o.loss_rows, cur = best.o.loss_chunk;
+    if (cur <= 0 || rows <= cur)
+        return;
+    double us = best.o.cost.step_us;
+    for (int64_t d = cur + 1; d <= rows; d++) {
+        if (rows % d || d < cur + cur / 2)
+            continue;
+        Job j = {.in = in};
+        PlanChoice c = best.c;
+        c.loss_chunk = d;
+        int id = job_try(&j, &c);
+        bool better = id >= 0 && j.tried.at[id].fits && j.tried.at[id].o.cost.step_us < us * 0.99;
+        if (better)
+            us = j.tried.at[id].o.cost.step_us, cur = d;
+        if (!better && id >= 0)
+            j.tried.at[id].declined = true;
+        int kept = r->best;
+        merge(r, &j);
+        if (!better) {
+            r->best = kept;   // (less than 1% faster: the smaller chunk stays chosen)
+            break;
+        }
+    }
+}
+
 int planner_search(const PlannerInput *in, PlannerResult *r) {
     memset(r, 0, sizeof *r);
     r->best = r->smallest = -1;
@@ -164,22 +250,31 @@ int planner_search(const PlannerInput *in, PlannerResult *r) {
     int z0 = R == 1 ? 0 : in->zero >= 0 ? in->zero : 0, z1 = R == 1 ? 0 : in->zero >= 0 ? in->zero : 3;
     // First, per stage and offload level whose model states alone can fit (a rank's share:
     // stage 1 shards optimizer state and master weights, 2 the gradients too, 3 the weights
-    // too), and per policy: the largest micro-batch that fits. Gradients on the host need
-    // them sharded first (a reduction runs on the device).
-    Job jobs[4 * 3 * 5 * 4];
+    // too; streaming keeps little on the device) and whose host part fits the host, and per
+    // policy: the largest micro-batch that fits. With several ranks, gradients on the host
+    // need them sharded first (a reduction runs on the device), and the weights are not
+    // streamed (a rank's weights are its shard and the gathers of the others').
+    Job jobs[4 * LEVELS * 5 * 4];
     int nj = 0;
-    bool level_ok[4][3] = {{false}};
+    bool level_ok[4][LEVELS] = {{false}};
     for (int z = z0; z <= z1; z++)
-        for (int lv = 0; lv < 3; lv++) {
+        for (int lv = 0; lv < LEVELS; lv++) {
             if (in->offload >= 0 && lv != in->offload)
                 continue;
-            if (R > 1 && lv == 2 && z < 2)
+            if (R > 1 && ((lv == 2 && z < 2) || lv == 3))
                 continue;
             int64_t w = in->weights_bytes / (z >= 3 ? R : 1), gr = in->grads_bytes / (z >= 2 ? R : 1),
                     os = in->states_bytes / (z >= 1 ? R : 1);
-            int64_t fixed = lv == 0 ? w + gr + os : lv == 1 ? w + gr : w;
-            if (fixed + in->reserve_bytes > in->budget_bytes) {
+            int64_t fixed[LEVELS] = {w + gr + os, w + gr, w, 0}, host[LEVELS] = {0, os, os + gr, os + gr + w};
+            if (fixed[lv] + in->reserve_bytes > in->budget_bytes) {
                 r->pruned_levels++;
+                continue;
+            }
+            if (host[lv] > in->host_budget_bytes) {
+                r->pruned_levels++;
+                r->host_pruned++;
+                if (!r->host_need || host[lv] < r->host_need)
+                    r->host_need = host[lv];
                 continue;
             }
             level_ok[z][lv] = true;
@@ -189,9 +284,9 @@ int planner_search(const PlannerInput *in, PlannerResult *r) {
                                        .fast = -1, .slow = pol};
         }
     run_jobs(jobs, nj, threads);
-    int fit_at[4][3][4];
+    int fit_at[4][LEVELS][4];
     for (int z = 0; z < 4; z++)
-        for (int lv = 0; lv < 3; lv++)
+        for (int lv = 0; lv < LEVELS; lv++)
             for (int pol = 0; pol < 4; pol++)
                 fit_at[z][lv][pol] = -1;
     for (int i = 0; i < nj; i++) {
@@ -208,7 +303,7 @@ int planner_search(const PlannerInput *in, PlannerResult *r) {
                                     {REMAT_SELECTIVE, REMAT_SWAP}};
     nj = 0;
     for (int z = z0; z <= z1 && in->remat < 0 && in->nlayers >= 2; z++)
-        for (int lv = 0; lv < 3; lv++) {
+        for (int lv = 0; lv < LEVELS; lv++) {
             if (!level_ok[z][lv])
                 continue;
             for (int pi = 0; pi < 5; pi++) {
@@ -222,6 +317,8 @@ int planner_search(const PlannerInput *in, PlannerResult *r) {
     run_jobs(jobs, nj, threads);
     for (int i = 0; i < nj; i++)
         merge(r, &jobs[i]);
+    refine_tensors(in, r, micros, nm);
+    refine_loss_chunk(in, r);
     // The buckets of the fastest: other sizes trade the link's latency per call against how
     // soon the first starts and how much is left after the last gradient (and, at stages 2
     // and 3, the whole gradients and gathered weights a bucket holds).
@@ -235,13 +332,14 @@ int planner_search(const PlannerInput *in, PlannerResult *r) {
         }
         merge(r, &j);
     }
-    if (r->smallest < 0 && r->pruned_levels < 3 * (z1 - z0 + 1)) {   // report the most frugal allowed plan
+    if (r->smallest < 0 && r->pruned_levels < LEVELS * (z1 - z0 + 1)) {   // report the most frugal allowed plan
         RematPolicy pol = in->remat >= 0 ? (RematPolicy)in->remat : REMAT_SWAP;
-        int lv = in->offload >= 0 ? in->offload : 2, z = z1;
+        int lv = in->offload >= 0 ? in->offload : R > 1 ? 2 : LEVELS - 1, z = z1;
         if (R > 1 && lv == 2 && z < 2)
             lv = 1;
         Job j = {.in = in};
-        PlanChoice c = {micros[0], pol, in->nlayers, pol, levels[lv], NULL, z, bucket(in)};
+        PlanChoice c = {.micro = micros[0], .policy = pol, .n_policy = in->nlayers, .rest = pol,
+                        .offload = levels[lv], .zero = z, .bucket_bytes = bucket(in)};
         job_try(&j, &c);
         merge(r, &j);
     }
@@ -261,7 +359,8 @@ int planner_exact(const PlannerInput *in, int64_t micro, int level, RematPolicy 
     for (int code = 0; code < total; code++) {
         for (int l = 0, c = code; l < L; l++, c /= 3)
             trial[l] = (RematPolicy)(c % 3);
-        PlanChoice ch = {micro, REMAT_KEEP, L, REMAT_KEEP, levels[level], trial, 0, 0};
+        PlanChoice ch = {.micro = micro, .policy = REMAT_KEEP, .n_policy = L, .rest = REMAT_KEEP,
+                         .offload = levels[level], .per_layer = trial};
         PlanOutcome o;
         if (in->build(in->ctx, &ch, &o) != 0)
             continue;
@@ -284,7 +383,7 @@ static int fastest_at(const PlannerResult *r, double adamw, double link) {
     double best_us = 0;
     for (int i = 0; i < r->tried.len; i++) {
         const Candidate *c = &r->tried.at[i];
-        if (!c->fits)
+        if (!c->fits || c->declined)
             continue;
         double us = cost_step_at(&c->o.cost, adamw, link);
         if (best < 0 || us < best_us)

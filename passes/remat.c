@@ -8,7 +8,11 @@
 //              rest of the block from its input;
 //   swap       as full, but the block's input waits for backward in host memory: a
 //              copy to the host after its last forward use, and back just before
-//              backward first needs it.
+//              backward first needs it;
+//   tensors    keep the tensors a keep mask names (one bit for each of the forward values
+//              the block makes, its outputs aside), recompute the rest: the planner's
+//              choice tensor by tensor (Checkmate's problem, solved greedily along a
+//              chain of masks: remat_keep_chain).
 // Tensors outside any block are kept. A backward node that reads a tensor not kept
 // reads a copy made by re-running its forward producers just before it (inputs kept
 // or themselves recomputed); a dropout re-run draws the same mask (same seed). The
@@ -19,7 +23,7 @@
 #include <string.h>
 
 const char *remat_policy_name(RematPolicy p) {
-    static const char *n[] = {"keep", "selective", "full", "swap"};
+    static const char *n[] = {"keep", "selective", "full", "swap", "tensors"};
     return n[p];
 }
 
@@ -27,6 +31,9 @@ typedef struct Remat {
     IrGraph *g;
     const RematPolicy *policy;
     int nlayers;
+    const uint8_t *keep;    // REMAT_TENSORS blocks' keep mask
+    int nkeep;
+    int *cand;              // per tensor: its index among its block's candidates, or -1
     int nfwd;               // forward nodes come first
     int nt0;                // tensors before the pass
     bool *kept;             // per tensor (forward values): kept from the forward
@@ -78,7 +85,10 @@ static void decide(Remat *r) {
             continue;
         if (t->alias_of >= 0)         // a view is kept when its base is: below
             continue;
-        r->kept[i] = r->policy[layer] == REMAT_SELECTIVE && costly(p->op);   // full, swap: no
+        if (r->policy[layer] == REMAT_TENSORS)
+            r->kept[i] = r->cand[i] < 0 || r->cand[i] >= r->nkeep || r->keep[r->cand[i]];
+        else
+            r->kept[i] = r->policy[layer] == REMAT_SELECTIVE && costly(p->op);   // full, swap: no
     }
     // The inputs of swapped blocks: made outside the block, read inside it.
     for (int i = 0; i < nt; i++)
@@ -156,10 +166,165 @@ static int recompute(Remat *r, int t, const IrNode *user) {
     return r->copy[t];
 }
 
-int remat_apply(IrGraph *g, const RematPolicy *policy, int nlayers, RematStats *st) {
+// Whether forward tensor i (a value made in a block) is the block's output: read by another
+// block or outside any block (consumer_layer per base tensor, as decide() computes it).
+static bool block_output(const IrGraph *g, const int *consumer_layer, int i, int layer) {
+    int b = ir_tensor_base(g, i);
+    int c = consumer_layer[b];
+    return c == -3 || (c >= -1 && c != layer) || b == g->logits || b == g->loss;
+}
+
+// consumer_layer of every tensor over the forward nodes (-2 none, a layer, -3 several or
+// outside), and the number of forward nodes.
+static int consumers(const IrGraph *g, int *consumer_layer) {
+    int nfwd = 0;
+    while (nfwd < g->nodes.len && g->nodes.at[nfwd].phase == PHASE_FORWARD)
+        nfwd++;
+    for (int i = 0; i < g->tensors.len; i++)
+        consumer_layer[i] = -2;
+    for (int i = 0; i < nfwd; i++) {
+        const IrNode *n = &g->nodes.at[i];
+        for (int k = 0; k < n->nin; k++) {
+            if (n->in[k] < 0)
+                continue;
+            int *c = &consumer_layer[ir_tensor_base(g, n->in[k])];
+            *c = *c == -2 ? n->layer : *c == n->layer ? *c : -3;
+        }
+    }
+    return nfwd;
+}
+
+// Per tensor: its index among the candidates of its block (the block's forward values in
+// the order their nodes run, outputs and views aside), or -1. Returns the count of
+// block `layer`'s (all blocks have as many: they are alike).
+static int number_candidates(const IrGraph *g, const int *consumer_layer, int nfwd, int *cand, int layer) {
+    for (int i = 0; i < g->tensors.len; i++)
+        cand[i] = -1;
+    int *next = calloc((size_t)ir_layers(g) + 1, sizeof(int)), count = 0;
+    for (int i = 0; i < nfwd; i++) {
+        const IrNode *n = &g->nodes.at[i];
+        if (n->layer < 0)
+            continue;
+        for (int k = 0; k < IR_MAX_OUTPUTS && n->out[k] >= 0; k++) {
+            int t = n->out[k];
+            const IrTensor *x = &g->tensors.at[t];
+            if (x->kind != TK_VALUE || x->alias_of >= 0 || block_output(g, consumer_layer, t, n->layer))
+                continue;
+            cand[t] = next[n->layer]++;
+        }
+    }
+    if (layer >= 0 && layer < ir_layers(g))
+        count = next[layer];
+    free(next);
+    return count;
+}
+
+// A time proxy for re-running node n: its FLOPs at an A100's bf16 rate or its bytes at its
+// HBM rate, the larger (what the order of the chain needs, not the cost model's figure).
+static double rerun_us(const IrGraph *g, const IrNode *n) {
+    double f = (double)op_flops(g, n) / 250e12, b = (double)(op_bytes_read(g, n) + op_bytes_written(g, n)) / 1.2e12;
+    return 4e-6 + (f > b ? f : b);
+}
+
+int remat_candidates(const IrGraph *g, int layer, int64_t *bytes, double *cost, int cap) {
+    int *cl = malloc(sizeof(int) * (size_t)(g->tensors.len + 1)), *cand = malloc(sizeof(int) * (size_t)(g->tensors.len + 1));
+    int nfwd = consumers(g, cl), count = number_candidates(g, cl, nfwd, cand, layer);
+    for (int i = 0; i < g->tensors.len; i++) {
+        const IrTensor *x = &g->tensors.at[i];
+        if (cand[i] < 0 || x->layer != layer || cand[i] >= cap)
+            continue;
+        if (bytes)
+            bytes[cand[i]] = ir_tensor_bytes(x);
+        if (cost)
+            cost[cand[i]] = rerun_us(g, &g->nodes.at[x->producer]);
+    }
+    free(cl), free(cand);
+    return count;
+}
+
+// The recompute a keep mask costs in block `layer`: every candidate backward reads that is
+// not kept has its producer re-run, and so has every dropped input of a node re-run, each
+// node once (the chain's estimate; remat_apply does the real thing).
+static double mask_cost(const IrGraph *g, int nfwd, const int *cand, int layer, const uint8_t *keep,
+                        const bool *needed, bool *rerun, double *bytes_rerun) {
+    int n = g->nodes.len;
+    memset(rerun, 0, sizeof(bool) * (size_t)n);
+    int *stack = malloc(sizeof(int) * (size_t)(g->tensors.len + 1)), top = 0;
+    for (int t = 0; t < g->tensors.len; t++)
+        if (cand[t] >= 0 && g->tensors.at[t].layer == layer && needed[t] && !keep[cand[t]])
+            stack[top++] = t;
+    double cost = 0;
+    *bytes_rerun = 0;
+    while (top > 0) {
+        int t = stack[--top], p = g->tensors.at[t].producer;
+        if (p < 0 || p >= nfwd || rerun[p])
+            continue;
+        rerun[p] = true;
+        cost += rerun_us(g, &g->nodes.at[p]);
+        for (int k = 0; k < IR_MAX_OUTPUTS && g->nodes.at[p].out[k] >= 0; k++)
+            *bytes_rerun += (double)ir_tensor_bytes(&g->tensors.at[g->nodes.at[p].out[k]]);
+        for (int k = 0; k < g->nodes.at[p].nin; k++) {
+            int u = g->nodes.at[p].in[k] >= 0 ? ir_tensor_base(g, g->nodes.at[p].in[k]) : -1;
+            if (u >= 0 && cand[u] >= 0 && g->tensors.at[u].layer == layer && !keep[cand[u]])
+                stack[top++] = u;
+        }
+    }
+    free(stack);
+    return cost;
+}
+
+int remat_keep_chain(const IrGraph *g, int layer, uint8_t **masks, int *ncand) {
+    int nt = g->tensors.len, n = g->nodes.len;
+    int *cl = malloc(sizeof(int) * (size_t)(nt + 1)), *cand = malloc(sizeof(int) * (size_t)(nt + 1));
+    int nfwd = consumers(g, cl), m = number_candidates(g, cl, nfwd, cand, layer);
+    *ncand = m;
+    *masks = NULL;
+    if (m == 0) {
+        free(cl), free(cand);
+        return 0;
+    }
+    // What backward reads (the tensors a mask must keep or have recomputed).
+    bool *needed = calloc((size_t)nt + 1, sizeof(bool));
+    for (int i = nfwd; i < n; i++) {
+        const IrNode *nd = &g->nodes.at[i];
+        for (int k = 0; k < nd->nin; k++)
+            if (nd->in[k] >= 0)
+                needed[ir_tensor_base(g, nd->in[k])] = true;
+    }
+    int64_t *bytes = calloc((size_t)m + 1, sizeof(int64_t));
+    remat_candidates(g, layer, bytes, NULL, m);
+    uint8_t *chain = malloc((size_t)(m + 1) * (size_t)m), *cur = malloc((size_t)m);
+    bool *rerun = malloc(sizeof(bool) * (size_t)(n + 1));
+    memset(cur, 1, (size_t)m);
+    memcpy(chain, cur, (size_t)m);
+    double bytes_rerun, cost = mask_cost(g, nfwd, cand, layer, cur, needed, rerun, &bytes_rerun);
+    for (int step = 1; step <= m; step++) {
+        int best = -1;
+        double best_ratio = -1, best_cost = 0;
+        for (int j = 0; j < m; j++) {
+            if (!cur[j])
+                continue;
+            cur[j] = 0;
+            double c = mask_cost(g, nfwd, cand, layer, cur, needed, rerun, &bytes_rerun);
+            cur[j] = 1;
+            double ratio = (double)bytes[j] / (c - cost + 1e-9);
+            if (best < 0 || ratio > best_ratio)
+                best = j, best_ratio = ratio, best_cost = c;
+        }
+        cur[best] = 0;
+        cost = best_cost;
+        memcpy(chain + (size_t)step * (size_t)m, cur, (size_t)m);
+    }
+    free(cl), free(cand), free(needed), free(bytes), free(cur), free(rerun);
+    *masks = chain;
+    return m + 1;
+}
+
+int remat_apply(IrGraph *g, const RematPolicy *policy, int nlayers, const uint8_t *keep, int nkeep,
+                RematStats *st) {
     memset(st, 0, sizeof *st);
     int n = g->nodes.len, nt0 = g->tensors.len;
-    Remat r = {.g = g, .policy = policy, .nlayers = nlayers, .st = st};
+    Remat r = {.g = g, .policy = policy, .nlayers = nlayers, .keep = keep, .nkeep = nkeep, .st = st};
     while (r.nfwd < n && g->nodes.at[r.nfwd].phase == PHASE_FORWARD)
         r.nfwd++;
     r.nt0 = nt0;
@@ -169,6 +334,11 @@ int remat_apply(IrGraph *g, const RematPolicy *policy, int nlayers, RematStats *
     r.host = malloc(sizeof(int) * (size_t)nt0);
     r.back = malloc(sizeof(int) * (size_t)nt0);
     r.last_fwd = malloc(sizeof(int) * (size_t)nt0);
+    r.cand = malloc(sizeof(int) * (size_t)(nt0 + 1));
+    int *cl = malloc(sizeof(int) * (size_t)(nt0 + 1));
+    consumers(g, cl);
+    number_candidates(g, cl, r.nfwd, r.cand, -1);
+    free(cl);
     decide(&r);
     bool any = false;
     for (int i = 0; i < nt0; i++) {
@@ -177,7 +347,7 @@ int remat_apply(IrGraph *g, const RematPolicy *policy, int nlayers, RematStats *
     }
     if (!any) {
         free(r.kept), free(r.consumer_layer), free(r.swap_layer), free(r.host), free(r.back);
-        free(r.last_fwd);
+        free(r.last_fwd), free(r.cand);
         return 0;
     }
     for (int i = 0; i < r.nfwd; i++) {
@@ -219,6 +389,6 @@ int remat_apply(IrGraph *g, const RematPolicy *policy, int nlayers, RematStats *
         if (!r.kept[i] && r.copy[i] < 0 && g->tensors.at[i].kind == TK_VALUE)
             st->dropped_unused++;
     free(r.kept), free(r.copy), free(r.consumer_layer), free(r.swap_layer), free(r.host);
-    free(r.back), free(r.last_fwd);
+    free(r.back), free(r.last_fwd), free(r.cand);
     return 0;
 }

@@ -230,6 +230,15 @@ int schedule_apply(IrGraph *g, ScheduleStats *st) {
             writer[b] = i;
         }
     }
+    // A streamed weight's copy runs where offload put it, a block ahead of its readers: it
+    // comes before the node that followed it (else the greedy order, which it only adds
+    // bytes to, would run it at its first reader, and the link would not overlap).
+    for (int i = 0; i + 1 < n; i++) {
+        const IrNode *nd = &g->nodes.at[i];
+        if (nd->op == OP_COPY && nd->stream == STREAM_H2D && g->nodes.at[i + 1].phase == nd->phase &&
+            (g->tensors.at[nd->in[0]].kind == TK_PARAM || g->tensors.at[nd->in[0]].kind == TK_QUANT))
+            add_edge(&s, i, i + 1, cap);
+    }
     // Views read their base's bytes: a view node depends on the base's writer (above,
     // via ir_tensor_base), and readers of a view depend on the view node (its output).
     // Who reads each base tensor (CSR), for refreshing scores.

@@ -115,14 +115,23 @@ int shard_apply(IrGraph *g, const ShardSpec *spec, ShardStats *st) {
         if (t->kind == TK_GRAD && t->of >= 0)
             pm[t->of].grad = i;
     }
+    // A gradient's last contribution: in backward, or in forward where the fused loss makes
+    // the projection's gradient with the loss; such a gradient is reduced as backward
+    // starts (after the last forward node), so that every reduction is a backward node.
+    int last_fwd = -1;
     for (int i = 0; i < n; i++) {
         const IrNode *nd = &g->nodes.at[i];
-        for (int k = 0; nd->phase == PHASE_BACKWARD && k < IR_MAX_OUTPUTS && nd->out[k] >= 0; k++) {
+        if (nd->phase == PHASE_FORWARD)
+            last_fwd = i;
+        for (int k = 0; nd->phase != PHASE_OPTIMIZER && k < IR_MAX_OUTPUTS && nd->out[k] >= 0; k++) {
             const IrTensor *t = &g->tensors.at[nd->out[k]];
             if (t->kind == TK_GRAD && t->of >= 0)
                 last_writer[t->of] = i;
         }
     }
+    for (int i = 0; i < nt; i++)
+        if (last_writer[i] >= 0 && g->nodes.at[last_writer[i]].phase == PHASE_FORWARD)
+            last_writer[i] = last_fwd;
     // What each parameter gets, with its whole shape kept; the views and the whole
     // gradients exist before the shards take their shapes (collectives' shape rules see them).
     for (int i = 0; i < nt; i++) {
@@ -236,7 +245,7 @@ int shard_apply(IrGraph *g, const ShardSpec *spec, ShardStats *st) {
                 if (g->tensors.at[nd.out[o]].alias_of == x)
                     g->tensors.at[nd.out[o]].alias_of = p->gathered[ph];
         }
-        for (int k = 0; nd.phase == PHASE_BACKWARD && k < IR_MAX_OUTPUTS && nd.out[k] >= 0; k++) {
+        for (int k = 0; nd.phase != PHASE_OPTIMIZER && k < IR_MAX_OUTPUTS && nd.out[k] >= 0; k++) {
             const IrTensor *t = &g->tensors.at[nd.out[k]];
             if (t->kind != TK_GRAD || t->of < 0 || pm[t->of].stage < 2)
                 continue;
@@ -244,7 +253,7 @@ int shard_apply(IrGraph *g, const ShardSpec *spec, ShardStats *st) {
             nd.out[k] = p->whole;
             if (!p->written && nd.op == OP_ACC) {   // acc only adds: the whole zeroed first
                 int z = ir_node_add_update(g, OP_ZERO, 0, NULL, (OpAttr){0}, 1, &p->whole, nd.layer, nd.loc);
-                g->nodes.at[z].phase = PHASE_BACKWARD, g->nodes.at[z].update = 0;   // it makes it
+                g->nodes.at[z].phase = nd.phase, g->nodes.at[z].update = 0;   // it makes it
                 ir_claim_outputs(g, &g->nodes.at[z]);
             } else if (!p->written) {   // the micro-step's first contribution assigns
                 nd.update &= (uint8_t)~(1u << k);

@@ -55,11 +55,13 @@ static void find_qv(const PlanCtx *x, WhatIf *w) {
     arena_free(a);
 }
 
-// Device bytes of the most frugal choice under `spec`; -1 when it does not build.
-static int64_t frugal_bytes(const PlanCtx *x, const PipelineSpec *spec) {
+// Device bytes of the most frugal choice under `spec` (the weights streamed unless
+// `keep`); -1 when it does not build.
+static int64_t frugal_bytes(const PlanCtx *x, const PipelineSpec *spec, bool keep) {
     bool dp = x->pipeline->spec.ranks > 1;   // several ranks: everything sharded as well
-    const PlanChoice frugal = {1, REMAT_SWAP, 1 << 30, REMAT_SWAP, {true, true}, NULL, dp ? 3 : 0,
-                               dp ? BUCKET_DEFAULT_BYTES : 0};
+    const PlanChoice frugal = {.micro = 1, .policy = REMAT_SWAP, .n_policy = 1 << 30, .rest = REMAT_SWAP,
+                               .offload = {.optimizer = true, .grads = true, .weights = !keep},
+                               .zero = dp ? 3 : 0, .bucket_bytes = dp ? BUCKET_DEFAULT_BYTES : 0};
     Pipeline p = *x->pipeline;
     p.spec = *spec;
     p.diag = NULL;
@@ -70,13 +72,18 @@ static int64_t frugal_bytes(const PlanCtx *x, const PipelineSpec *spec) {
     return pipeline_plan_choice(&y, &frugal, &o) == 0 ? o.device_bytes : -1;
 }
 
-int whatif_search(const PlanCtx *x, int64_t budget, int64_t weights_bytes, WhatIf *w) {
+int whatif_search(const PlanCtx *x, int64_t budget, int64_t weights_bytes, int offload, WhatIf *w) {
     memset(w, 0, sizeof *w);
-    w->lora_bytes = w->qlora_bytes = -1;
+    w->lora_bytes = w->qlora_bytes = w->stream_bytes = -1;
     const PipelineSpec *spec = &x->pipeline->spec;
-    // The bf16 weights stay on the device: when they alone exceed the budget, neither
-    // LoRA nor a shorter sequence can help; only a smaller base (NF4) can.
-    w->weights_too_big = weights_bytes + x->gpu->reserve_bytes > budget;
+    // With the weights kept on the device (--offload below weights), when they alone
+    // exceed the budget, neither LoRA nor a shorter sequence can help; streaming them from
+    // the host, or a smaller base (NF4), can.
+    // With several ranks the weights stay (each rank's share of them, at ZeRO 3).
+    bool dp = spec->ranks > 1, keep = dp || (offload >= 0 && offload < 3);
+    w->weights_too_big = keep && weights_bytes + x->gpu->reserve_bytes > budget;
+    if (keep && !dp)
+        w->stream_bytes = frugal_bytes(x, spec, false);
     find_qv(x, w);
     const char *targets[2] = {w->q_target, w->v_target};
     SrcLoc locs[2] = {{0}, {0}};
@@ -85,19 +92,19 @@ int whatif_search(const PlanCtx *x, int64_t budget, int64_t weights_bytes, WhatI
     if (w->q_target && !spec->lora && !w->weights_too_big) {
         PipelineSpec s = *spec;
         s.lora = true, s.lora_spec = qv;
-        w->lora_bytes = frugal_bytes(x, &s);
+        w->lora_bytes = frugal_bytes(x, &s, keep);
     }
     if (w->q_target && !spec->quantize) {
         PipelineSpec s = *spec;
         if (!s.lora)
             s.lora = true, s.lora_spec = qv;
         s.quantize = s.double_quant = true;
-        w->qlora_bytes = frugal_bytes(x, &s);
+        w->qlora_bytes = frugal_bytes(x, &s, keep);
     }
     for (int64_t seq = spec->seq / 2; seq >= 64 && !w->weights_too_big; seq /= 2) {
         PipelineSpec s = *spec;
         s.seq = seq;
-        int64_t b = frugal_bytes(x, &s);
+        int64_t b = frugal_bytes(x, &s, keep);
         if (b >= 0 && b <= budget) {
             w->seq = seq, w->seq_bytes = b;
             break;

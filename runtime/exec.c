@@ -334,6 +334,12 @@ void rt_read_f32(const Exec *x, int id, float *dst) {
     if (b->dtype == PDT_NF4) {   // dequantise through its scales
         int am, codes, scales, mean;
         nf4_parts(x, id, &am, &codes, &scales, &mean);
+        if (am < 0 && (codes < 0 || scales < 0 || mean < 0)) {   // a copy: its scales are elsewhere
+            for (int64_t i = 0; i < n; i++)
+                dst[i] = NAN;
+            free(p);
+            return;
+        }
         size_t blocks = cpu_nf4_blocks((size_t)n);
         float *absmax = am >= 0 ? fetch(x, am) : malloc(sizeof(float) * blocks);
         if (am < 0) {

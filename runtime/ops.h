@@ -21,6 +21,8 @@ typedef enum OpClass {
     OPC_COPY,           // bytes moved between arenas on a copy stream
     OPC_OPTIMIZER,      // a parameter update
     OPC_COLLECTIVE,     // a sum or exchange across ranks, on the comm stream
+    OPC_LOSS_GEMM,      // the fused linear + loss: a GEMM per row chunk, the loss's kernels
+                        // between them (GEMMs by the library, kernels generated)
     OPC_COUNT
 } OpClass;
 
@@ -95,7 +97,7 @@ typedef struct OpAttr {
     int perm[2];                // transpose: the two dims swapped
     int ndim;                   // view, sum_to, embed_bwd: the target shape
     int64_t shape[OP_MAX_DIMS];
-    int64_t chunk_rows;         // cross_entropy_bwd: rows per chunk (0 = all at once)
+    int64_t chunk_rows;         // the loss (and its backward): rows per chunk (0 = all at once)
     int64_t seed;               // dropout: its random stream (a recompute repeats it)
     int64_t window;             // attention: a query sees the `window` keys ending at itself (0: all)
     double softcap;             // attention: scores capped to softcap·tanh(s / softcap) (0: not)

@@ -634,8 +634,11 @@ static int check_nf4(Reader *r, const Plan *p) {
             return bad(r, "buffer %s: NF4 scales of %d, which is not an NF4 parameter", b->name, b->of);
         if (b->dtype != PDT_NF4)
             continue;
-        if (b->kind != PK_PARAM || b->view >= 0 || b->virt)
-            return bad(r, "buffer %s: only a parameter's own buffer can be NF4", b->name);
+        if (b->view >= 0 || b->virt || (b->kind != PK_PARAM && b->kind != PK_VALUE))
+            return bad(r, "buffer %s: only a parameter's own buffer, or a copy of one, can be NF4",
+                       b->name);
+        if (b->kind == PK_VALUE)   // a streamed base's device copy: its dequant reads its scales' copies
+            continue;
         int64_t blocks = (plan_elems(b) + 63) / 64;
         const PlanBuffer *am = NULL, *codes = NULL, *scales = NULL, *mean = NULL;
         for (int k = 0; k < p->nbuf; k++) {

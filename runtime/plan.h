@@ -270,4 +270,16 @@ int plan_verify(const Plan *p, FILE *out);
 // shapes that agree, the outputs it writes); -1 with err saying what is not.
 int plan_check_instr(const Plan *p, const PlanInstr *in, char *err, size_t errlen);
 
+// The fused loss (linear_cross_entropy and its _grad) over x [rows, k], W [vocab, k]:
+// `chunk` rows at a time (a divisor of rows), the chunk's logits in x's dtype at the start
+// of its workspace, the rows' fp32 loss terms at `terms`, the count of valid targets (an
+// i32) at `count` (each 256-byte aligned); `bytes` the workspace it needs.
+typedef struct PlanLoss {
+    int64_t rows, chunk, vocab, k;
+    int64_t terms, count, bytes;
+} PlanLoss;
+
+// The layout of fused-loss instruction `in` (its operands as plan_check_instr accepts them).
+PlanLoss plan_loss(const Plan *p, const PlanInstr *in);
+
 #endif

@@ -46,6 +46,7 @@ static const char *const kinds[OP_COUNT][2] = {
     [OP_VIEW] = {"*", "*"},             [OP_ROPE] = {"FI", "F"},
     [OP_ROPE_BWD] = {"FI", "F"},       [OP_ATTENTION] = {"FFFI", "FF"},
     [OP_ATTENTION_BWD] = {"FFFFFFI", "FFF"}, [OP_ALL_GATHER] = {"*", "*"},
+    [OP_LINEAR_CE] = {"FFII", "F"},     [OP_LINEAR_CE_GRAD] = {"FFII", "FFF"},
 };
 
 static bool kind_ok(char k, PlanDType t) {
@@ -268,6 +269,25 @@ static int shapes(const Check *c, OpKind op, const OpAttr *attr) {
         else
             SAME(o, a);
         return 0;
+    case OP_LINEAR_CE:        // x [rows, K], W [V, K], targets [rows] -> the mean
+    case OP_LINEAR_CE_GRAD: { // and dx like x, dW like W (when W trains)
+        const PlanBuffer *tg = I(c, 2);
+        NEED(b->ndim == 2 && D(b, 1) == L(a), "%s is not [V, %lld]", b->name, (long long)L(a));
+        NEED(D(b, 0) == c->p->vocab, "%s has %lld rows of logits, the header's vocab is %lld", b->name,
+             (long long)D(b, 0), (long long)c->p->vocab);
+        NEED(tg && E(tg) == R(a), "the targets are not one a row of %s", a->name);
+        NEED(!I(c, 3) || E(I(c, 3)) == 1, "the target count is not one i32");
+        int64_t chunk = attr->chunk_rows ? attr->chunk_rows : R(a);
+        NEED(chunk >= 1 && chunk <= R(a) && R(a) % chunk == 0, "chunk=%lld does not divide the %lld rows",
+             (long long)chunk, (long long)R(a));
+        NEED(E(o) == 1, "%s is not a scalar", o->name);
+        if (op == OP_LINEAR_CE_GRAD) {
+            NEED(c->nout == 2 || c->nout == 3, "it writes the loss, dx and perhaps dW");
+            SAME(O(c, 1), a);
+            NEED(c->nout == 2 || E(O(c, 2)) == E(b), "dW is not shaped like %s", b->name);
+        }
+        return 0;
+    }
     case OP_EMBED_BWD:   // dy [..., C], ids [rows] -> dtable [V, C]
         NEED(E(b) == R(a) && o->ndim == 2 && D(o, 1) == L(a), "%s, %s and %s do not agree", a->name,
              b->name, o->name);
@@ -347,12 +367,33 @@ static int check(const Plan *p, OpKind op, const OpAttr *attr, const int *in, in
     return shapes(&c, op, attr);
 }
 
+PlanLoss plan_loss(const Plan *p, const PlanInstr *in) {
+    const PlanBuffer *x = &p->buf[in->in[0]], *w = &p->buf[in->in[1]];
+    PlanLoss l = {.k = L(x), .vocab = D(w, 0)};
+    l.rows = R(x);
+    l.chunk = in->attr.chunk_rows ? in->attr.chunk_rows : l.rows;
+    l.terms = (plan_dtype_bytes(x->dtype, l.chunk * l.vocab) + 255) / 256 * 256;
+    l.count = l.terms + (4 * l.rows + 255) / 256 * 256;
+    l.bytes = l.count + 256;
+    return l;
+}
+
 int plan_check_instr(const Plan *p, const PlanInstr *in, char *err, size_t errlen) {
     if (in->op == OP_GRAD_SUMSQ && in->nin == 1 && in->in[0] >= 0) {   // its partials' scratch
         int64_t need = 8 * op_sumsq_blocks(plan_elems(&p->buf[in->in[0]]));
         if (in->ws < 0 || p->buf[in->ws].bytes < need)
             return snprintf(err, errlen, "its workspace is not the %lld bytes of its partial sums",
                             (long long)need), -1;
+    }
+    if (in->nstep == 0 && op_desc(in->op)->cls == OPC_LOSS_GEMM) {   // and its workspace
+        int rc = check(p, in->op, &in->attr, in->in, in->nin, in->out, in->nout, err, errlen);
+        if (rc != 0)
+            return rc;
+        PlanLoss l = plan_loss(p, in);
+        if (in->ws < 0 || p->buf[in->ws].bytes < l.bytes)
+            return snprintf(err, errlen, "its workspace must hold %lld bytes (a chunk's logits and "
+                            "the rows' loss terms)", (long long)l.bytes), -1;
+        return 0;
     }
     if (in->nstep == 0)
         return check(p, in->op, &in->attr, in->in, in->nin, in->out, in->nout, err, errlen);

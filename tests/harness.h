@@ -15,6 +15,10 @@
 static const char *harness_arch;
 // The data-parallel ranks the plans are for (a choice's zero is their ZeRO stage).
 static int harness_ranks = 1;
+// The loss as the two ops the .ft writes (projection, cross entropy) instead of fused;
+// else the fused loss's rows per chunk when not 0.
+static bool harness_unfused_loss;
+static int64_t harness_loss_chunk;
 
 // A file's text (static storage, truncated at 64 KiB): a model to compile.
 __attribute__((unused)) static const char *harness_file(const char *path) {
@@ -57,6 +61,7 @@ static bool harness_compile_choice(Harness *h, const char *name, const char *tex
     Pipeline pipe = driver_pipeline(&ds, h->a, &diag);
     pipe.verify = pipe.final = true;
     pipe.spec.ranks = harness_ranks;
+    pipe.spec.fused_loss = !harness_unfused_loss;
     IrGraph *g = ok ? pipeline_build(&pipe, &c, h->a, &bs) : NULL;
     ok = g != NULL && ir_verify(g, stdout) == 0;
     AllocStats as = bs.alloc;
@@ -96,7 +101,8 @@ static bool harness_compile_choice(Harness *h, const char *name, const char *tex
 // Compiles `text` for micro-batch `batch`, everything kept and on the device.
 __attribute__((unused)) static bool harness_compile(Harness *h, const char *name, const char *text,
                                                     int64_t batch) {
-    PlanChoice c = {batch, REMAT_KEEP, 0, REMAT_KEEP, {false, false}, NULL, 0, 0};
+    PlanChoice c = {.micro = batch, .policy = REMAT_KEEP, .n_policy = 0, .rest = REMAT_KEEP,
+                    .offload = {.optimizer = false, .grads = false}, .loss_chunk = harness_loss_chunk};
     return harness_compile_choice(h, name, text, &c);
 }
 

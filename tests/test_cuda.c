@@ -2,9 +2,9 @@
 // simulated driver (fake_cuda.c), which executes the plan's own kernels on the CPU,
 // computes cuBLASLt's GEMMs from their descriptors, runs every stream as late as a GPU
 // might and reports any operation that runs unordered with an earlier one touching its
-// bytes. Checked: tiny.ft trains on it as on the cpu backend (kept on the device; and with
-// swapped activations, offloaded gradients and CPU AdamW on the host stream), without a
-// race; dropping the backend's stream waits is caught; kernels launch in plan order; a
+// bytes. Checked: tiny.ft trains on it as on the cpu backend (kept on the device; with
+// swapped activations, offloaded gradients and CPU AdamW on the host stream; with the
+// weights streamed from the host, full and QLoRA), without a race; dropping the backend's stream waits is caught; kernels launch in plan order; a
 // GPU of another architecture gets kernels.cu compiled by NVRTC; a plan too large for the
 // free memory is refused before anything is allocated, with the budget to re-plan for.
 #include "check.h"
@@ -162,7 +162,8 @@ static void test_precisions(void) {
 // Swapped activations, gradients and AdamW on the host: copies on d2h/h2d, host work on
 // the worker thread, events both ways.
 static PlanChoice offloaded(void) {
-    return (PlanChoice){4, REMAT_SWAP, 1 << 20, REMAT_SWAP, {true, true}, NULL, 0, 0};
+    return (PlanChoice){.micro = 4, .policy = REMAT_SWAP, .n_policy = 1 << 20, .rest = REMAT_SWAP,
+                        .offload = {.optimizer = true, .grads = true}};
 }
 
 static void test_offloaded(void) {
@@ -173,6 +174,43 @@ static void test_offloaded(void) {
     if (ok) {
         FakeOptions o = options(&h);
         trains_like_cpu(&h, &o, 4, "tiny, swapped and offloaded", true);
+    }
+    harness_free(&h);
+}
+
+// The weight matrices streamed from pinned host memory a block ahead of their use (full
+// fine-tuning: every one, CPU AdamW updating them where they live; QLoRA: the NF4 bases and
+// their scales, dequantised on the device from their copies), without a race.
+static void test_streamed(void) {
+    Harness h;
+    PlanChoice c = {.micro = 4, .policy = REMAT_SWAP, .n_policy = 1 << 20, .rest = REMAT_SWAP,
+                    .offload = {.optimizer = true, .grads = true, .weights = true}};
+    bool ok = compile_tiny(&h, &c);
+    CHECK(ok);
+    if (ok) {
+        FakeOptions o = options(&h);
+        trains_like_cpu(&h, &o, 4, "tiny, weights streamed", true);
+    }
+    harness_free(&h);
+    char text[8192];
+    snprintf(text, sizeof text, "%s", tiny());
+    char *opt = strstr(text, "  optimizer =");
+    char *eol = opt ? strchr(opt, '\n') : NULL;
+    CHECK(eol != NULL);
+    if (!eol)
+        return;
+    char rest[4096];
+    snprintf(rest, sizeof rest, "%s", eol + 1);
+    snprintf(eol + 1, sizeof text - (size_t)(eol + 1 - text),
+             "  lora(r = 4, alpha = 8, targets = [wq, wv])\n  quantize(nf4, double_quant = true)\n%s", rest);
+    c.policy = c.rest = REMAT_KEEP;
+    harness_arch = "sm_80";
+    ok = harness_compile_choice(&h, "models/tiny.ft", text, &c);
+    harness_arch = NULL;
+    CHECK(ok);
+    if (ok) {
+        FakeOptions o = options(&h);
+        trains_like_cpu(&h, &o, 4, "tiny QLoRA, bases streamed", true);
     }
     harness_free(&h);
 }
@@ -307,6 +345,7 @@ int main(int argc, char **argv) {
     RUN(test_device_resident);
     RUN(test_offloaded);
     RUN(test_precisions);
+    RUN(test_streamed);
     RUN(test_missing_waits_caught);
     RUN(test_launch_order);
     RUN(test_other_architecture);

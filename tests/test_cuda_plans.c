@@ -159,7 +159,9 @@ static bool sweep(const char *model, int kind) {
         pipe.final = true;
         for (int pol = REMAT_KEEP; pol <= REMAT_SWAP && ok; pol++)
             for (int lv = 0; lv < 2 && ok; lv++) {
-                PlanChoice c = {1, (RematPolicy)pol, 1 << 20, (RematPolicy)pol, {lv == 1, lv == 1}, NULL, 0, 0};
+                PlanChoice c = {.micro = 1, .policy = (RematPolicy)pol, .n_policy = 1 << 20,
+                                .rest = (RematPolicy)pol,
+                                .offload = {.optimizer = lv == 1, .grads = lv == 1}};
                 Arena *ga = arena_new();
                 BuildStats bs;
                 IrGraph *g = pipeline_build(&pipe, &c, ga, &bs);

@@ -88,7 +88,7 @@ static Backend *cuda(Harness *h, char *err, size_t errlen) {
 static bool compile(Harness *h, int zero, int64_t micro) {
     harness_arch = "sm_80";
     harness_ranks = comm->ranks;
-    PlanChoice c = {micro, REMAT_KEEP, 0, REMAT_KEEP, {false, false}, NULL, zero, 64 << 10};
+    PlanChoice c = {.micro = micro, .policy = REMAT_KEEP, .rest = REMAT_KEEP, .zero = zero, .bucket_bytes = 64 << 10};
     bool ok = harness_compile_choice(h, "models/tiny.ft", harness_file("models/tiny.ft"), &c);
     harness_arch = NULL;
     return ok;

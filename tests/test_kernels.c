@@ -77,10 +77,11 @@ static const char *ops_fp16 =
     "  param b [D] as \"b\"\n"
     "  param n [D] as \"n\"\n"
     "  param pe [40, D] as \"pe\"\n"
+    "  param c [D] as \"c\"\n"
     "  forward(tokens i32[B, S]) {\n"
     "    x = emb[tokens] + pe[positions]\n"
     "    h = layernorm(x, n, b, 1e-5)\n"
-    "    g = gelu(linear(h, w1)) + b\n"
+    "    g = gelu(linear(h, w1)) * exp(c) + b\n"
     "    s = softmax(linear(g, w2))\n"
     "    t = transpose(view(s, [B, S, H, HD]), [1, 2])\n"
     "    m = matmul(t, transpose(t, [2, 3]))\n"
@@ -278,9 +279,9 @@ static void compare(Exec *cpu, Exec *emu, const PlanInstr *in, int id) {
 
 // One step of `text` in lockstep on the cpu and emu (or cuda) backends, compared per
 // instruction.
-static void lockstep(const char *name, const char *text, int64_t micro) {
+static void lockstep_choice(const char *name, const char *text, const PlanChoice *c) {
     Harness h;
-    if (!harness_compile(&h, name, text, micro)) {
+    if (!harness_compile_choice(&h, name, text, c)) {
         CHECK(!"compiles");
         harness_free(&h);
         return;
@@ -408,6 +409,27 @@ static void lockstep(const char *name, const char *text, int64_t micro) {
     harness_free(&h);
 }
 
+static void lockstep(const char *name, const char *text, int64_t micro) {
+    PlanChoice c = {.micro = micro, .policy = REMAT_KEEP, .rest = REMAT_KEEP};
+    lockstep_choice(name, text, &c);
+}
+
+// The fused linear + cross entropy in chunks of 11 rows (2 x 33 rows: 6 chunks), full
+// fine-tuning (dW accumulated chunk by chunk) and LoRA (a frozen lm_head: dx alone); and
+// the loss unfused, as the .ft writes it.
+static void test_loss(void) {
+    char text[8192];
+    snprintf(text, sizeof text, qwen_odd, "");
+    PlanChoice c = {.micro = 2, .policy = REMAT_KEEP, .rest = REMAT_KEEP, .loss_chunk = 11};
+    lockstep_choice("qwen-odd-loss-chunks", text, &c);
+    snprintf(text, sizeof text, qwen_odd, "  lora(r = 4, alpha = 8, targets = [wq, wv])\n");
+    lockstep_choice("qwen-odd-lora-loss-chunks", text, &c);
+    harness_unfused_loss = true;
+    snprintf(text, sizeof text, qwen_odd, "");
+    lockstep("qwen-odd-unfused-loss", text, 2);
+    harness_unfused_loss = false;
+}
+
 static void test_qwen_odd_shapes(void) {
     char text[8192];
     snprintf(text, sizeof text, qwen_odd,
@@ -528,11 +550,11 @@ static void test_attention_options(void) {
 }
 
 static void report(void) {
-    printf("  %-18s %8s %8s %12s %10s %8s %8s\n", "op", "outputs", "bitwise", "worst", "tolerance",
+    printf("  %-24s %8s %8s %12s %10s %8s %8s\n", "op", "outputs", "bitwise", "worst", "tolerance",
            "in fused", "grouped");
     for (int k = 0; k < OP_COUNT; k++)
         if (stats[k].count || in_fused[k])
-            printf("  %-18s %8d %8d %12.3g %10s %8d %8d\n", op_desc((OpKind)k)->name, stats[k].count,
+            printf("  %-24s %8d %8d %12.3g %10s %8d %8d\n", op_desc((OpKind)k)->name, stats[k].count,
                    stats[k].bitwise, stats[k].worst,
                    exact((OpKind)k)              ? "bitwise"
                    : stats[k].tolerance > 0x1p-7 ? "2^-6"
@@ -565,6 +587,7 @@ int main(int argc, char **argv) {
     RUN(test_packed);
     RUN(test_attention_head_dims);
     RUN(test_attention_options);
+    RUN(test_loss);
     report();
     // Every op the emitter generates a kernel for appeared at least once.
     int missing = 0;

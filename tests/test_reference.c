@@ -225,14 +225,17 @@ static void run_case_keys(const char *name, const char *precision, double tol, c
     bool bf16 = strcmp(precision, "bf16") == 0;
     const char *pre = bf16 ? "bf16." : keys;
     CHECK_EQ(0, rt_exec_phase(&r.x, PHASE_FWD, err, sizeof err));
-    // The logits die at the loss's backward: read them between the phases.
+    // The logits die at the loss's backward: read them between the phases. The fused loss
+    // never has them whole: its loss and gradients are what it is checked on.
     char key[512];
     double worst = 0, worst_torch = 0;
+    const PlanBuffer *lg = plan_role(r.plan, "logits");
+    CHECK(lg != NULL || !harness_unfused_loss);   // fused where the logits are a linear's alone
     snprintf(key, sizeof key, "%slogits", pre);
-    if (bf16)
-        expect_bf16(&r, plan_role(r.plan, "logits")->id, key, &worst, &worst_torch);
-    else
-        expect_close(&r, plan_role(r.plan, "logits")->id, key, tol, &worst);
+    if (lg && bf16)
+        expect_bf16(&r, lg->id, key, &worst, &worst_torch);
+    else if (lg)
+        expect_close(&r, lg->id, key, tol, &worst);
     CHECK_EQ(0, rt_exec_phase(&r.x, PHASE_BWD, err, sizeof err));
     int ids[512], n = 0;
     const char *names[512];
@@ -286,12 +289,16 @@ static void run_case_keys(const char *name, const char *precision, double tol, c
             expect_close(&r, i, key, 1e-6, &worst_after);
         }
     }
+    char what[64] = "logits, loss";
+    if (!lg)
+        snprintf(what, sizeof what, harness_loss_chunk ? "fused loss (chunks of %lld rows)" : "fused loss",
+                 (long long)harness_loss_chunk);
     if (bf16)
-        printf("  %s bf16: logits, loss, %d gradients: worst L2 rel err from exact %.2e "
-               "(torch bf16 there: %.2e)", name, grads, worst, worst_torch);
+        printf("  %s bf16: %s, %d gradients: worst L2 rel err from exact %.2e "
+               "(torch bf16 there: %.2e)", name, what, grads, worst, worst_torch);
     else
-        printf("  %s fp32: logits, loss, %d gradients: worst max rel err %.2e (tolerance %.0e)",
-               name, grads, worst, tol);
+        printf("  %s fp32: %s, %d gradients: worst max rel err %.2e (tolerance %.0e)",
+               name, what, grads, worst, tol);
     if (!bf16 && !lora && adamw)
         printf(", AdamW step worst %.2e (tolerance 1e-06)", worst_after);
     printf("\n");
@@ -302,8 +309,19 @@ static void run_case_lora(const char *name, const char *precision, double tol, c
     run_case_keys(name, precision, tol, lora, "");
 }
 
+// Each case twice: with the loss as the .ft writes it (the logits compared too), and with
+// the projection and loss fused, in chunks of 4 of the 16 rows.
+static void run_both(const char *name, const char *precision, double tol, const char *lora) {
+    harness_unfused_loss = true;
+    run_case_lora(name, precision, tol, lora);
+    harness_unfused_loss = false;
+    harness_loss_chunk = 4;
+    run_case_lora(name, precision, tol, lora);
+    harness_loss_chunk = 0;
+}
+
 static void run_case(const char *name, const char *precision, double tol) {
-    run_case_lora(name, precision, tol, NULL);
+    run_both(name, precision, tol, NULL);
 }
 
 // The learning rate at every step of transformers' schedulers (train/schedules.json).
@@ -516,7 +534,7 @@ static void test_qwen2_masked_accumulated_fp32(void) {
 // Packed records (make_ref_packed.py): two windows of whole records, transformers given the
 // position ids restarting at each record and no attention mask (its packed-sequence mask);
 // ftc with packing = true and the same position ids: logits, loss and every gradient.
-static void test_qwen2_packed_fp32(void) {
+static void packed_case(void) {
     Run r;
     char err[1024];
     bool ok = setup_full(&r, "qwen2_tiny_packed", "fp32", NULL, "  packing = true", 2, 2);
@@ -532,7 +550,10 @@ static void test_qwen2_packed_fp32(void) {
     rt_write_positions(&r.x, pos);
     CHECK_EQ(0, rt_exec_phase(&r.x, PHASE_FWD, err, sizeof err));
     double worst = 0;
-    expect_close(&r, plan_role(r.plan, "logits")->id, "logits", 1e-4, &worst);
+    const PlanBuffer *lg = plan_role(r.plan, "logits");   // (none whole where the loss is fused)
+    CHECK(lg != NULL || !harness_unfused_loss);
+    if (lg)
+        expect_close(&r, lg->id, "logits", 1e-4, &worst);
     CHECK_EQ(0, rt_exec_phase(&r.x, PHASE_BWD, err, sizeof err));
     expect_close(&r, plan_role(r.plan, "loss")->id, "loss", 1e-5, &worst);
     int grads = 0;
@@ -551,15 +572,24 @@ static void test_qwen2_packed_fp32(void) {
     CHECK_EQ(params, grads);
     float loss = 0;
     rt_read_f32(&r.x, plan_role(r.plan, "loss")->id, &loss);
-    printf("  qwen2_tiny_packed fp32, records of 3+5 and 2+4+2 tokens: loss %.7f, logits and %d gradients: "
-           "worst max rel err %.2e against transformers' packed-sequence mask (tolerance 1e-04)\n", loss, grads,
-           worst);
+    printf("  qwen2_tiny_packed fp32, records of 3+5 and 2+4+2 tokens, %s: loss %.7f, %s%d gradients: "
+           "worst max rel err %.2e against transformers' packed-sequence mask (tolerance 1e-04)\n",
+           lg ? "loss unfused" : "fused loss (chunks of 4 rows)", loss, lg ? "logits and " : "", grads, worst);
     teardown(&r);
+}
+// The packed case with the loss as the .ft writes it (the logits compared too), and fused.
+static void test_qwen2_packed_fp32(void) {
+    harness_unfused_loss = true;
+    packed_case();
+    harness_unfused_loss = false;
+    harness_loss_chunk = 4;
+    packed_case();
+    harness_loss_chunk = 0;
 }
 // PEFT's LoRA (r = 4, alpha = 8 on q_proj, v_proj): logits, loss and the adapters' gradients.
 static void test_qwen2_peft_lora_fp32(void) {
-    run_case_lora("qwen2_tiny_lora", "fp32", 1e-4,
-                  "  lora(r = 4, alpha = 8, dropout = 0.0, targets = [q_proj, v_proj])");
+    run_both("qwen2_tiny_lora", "fp32", 1e-4,
+             "  lora(r = 4, alpha = 8, dropout = 0.0, targets = [q_proj, v_proj])");
 }
 static void test_llama_tied_fp32(void) { run_case("llama_tiny_tied", "fp32", 1e-4); }
 static void test_llama_gqa_fp32(void) { run_case("llama_tiny_gqa_untied", "fp32", 1e-4); }

@@ -501,7 +501,8 @@ int main(int argc, char **argv) {
     RUN(test_group_reader);
     RUN(test_estimate_reader);
     harness_free(&h);
-    PlanChoice c = {4, REMAT_SWAP, 1 << 20, REMAT_SWAP, {true, true}, NULL, 0, 0};
+    PlanChoice c = {.micro = 4, .policy = REMAT_SWAP, .n_policy = 1 << 20, .rest = REMAT_SWAP,
+                    .offload = {.optimizer = true, .grads = true}};
     if (!harness_compile_choice(&hs, "models/tiny.ft", tiny_text(), &c)) {
         printf("FAIL compile with copies\n");
         return 1;
@@ -513,7 +514,7 @@ int main(int argc, char **argv) {
     RUN(test_wait_before_record);
     harness_free(&hs);
     harness_ranks = 2;   // ZeRO-2, two micro-steps a rank
-    PlanChoice z2 = {2, REMAT_KEEP, 0, REMAT_KEEP, {false, false}, NULL, 2, 64 << 10};
+    PlanChoice z2 = {.micro = 2, .policy = REMAT_KEEP, .rest = REMAT_KEEP, .zero = 2, .bucket_bytes = 64 << 10};
     if (!harness_compile_choice(&hd, "models/tiny.ft", tiny_text(), &z2)) {
         printf("FAIL compile for two ranks\n");
         return 1;

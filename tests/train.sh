@@ -56,35 +56,47 @@ else
     bad planned-equals-unplanned-20-steps "$(diff <(losses < "$tmp/p.out") <(losses < "$tmp/u.out") | head -4)"
 fi
 
-# Under a tight budget the planner accumulates, recomputes and offloads; the run must
-# train as the plan with none of that (micro-batch 8, everything kept, every buffer its
-# own allocation). Accumulation and host gradients add in another order, so this holds
-# within a tolerance, not bitwise: every loss within 1e-3, and every weight matrix
-# within 2e-2 in ||a - b||₂ / ||b||₂ after 20 steps. Vectors (biases, norm weights) are
-# checked for shape only: AdamW's early steps are nearly sign(gradient), so where the
-# gradient is tiny (a k_proj bias's is exactly zero: softmax ignores a shift shared by
-# all keys) an element steps by its rounding noise, whose sign depends on the order of
-# the additions, as in any framework.
-# (At this budget every plan of micro-batch 2 or more that fits recomputes and offloads
-# the gradients too; those of micro-batch 1 that need less take twice the micro-steps.)
-"$ftc" compile models/tiny.ft --budget 529254K -o "$tmp/tight.plan" > "$tmp/tight.out"
-if grep -q '^plan: micro-batch [124],' "$tmp/tight.out" && grep '^plan: ' "$tmp/tight.out" | grep -q 'selective\|full' &&
-   grep -q '^plan: .*offload optimizer+master+grads' "$tmp/tight.out"; then
-    ok "tight-budget-uses-all-three ($(grep '^plan: micro' "$tmp/tight.out" | sed 's/^plan: //'))"
+# Under a tight budget the planner uses every technique it has: it accumulates, chooses
+# tensor by tensor what a block keeps and recomputes the rest, offloads the optimizer and
+# the gradients and streams the weights from the host; the loss is fused with the lm_head
+# projection, its logits formed 32 rows at a time (--loss-chunk: tiny's logits are small
+# enough to form whole, so the chunks are asked for) and dying with it. The run must train
+# as the plan with none of that (micro-batch 8, everything kept on the device, the loss
+# unfused, every buffer its own allocation). Accumulation and host gradients add in
+# another order, so this holds within a tolerance, not bitwise: every loss within 1e-3,
+# and every weight matrix within 2e-2 in ||a - b||₂ / ||b||₂ after 20 steps. Vectors
+# (biases, norm weights) are checked for shape only: AdamW's early steps are nearly
+# sign(gradient), so where the gradient is tiny (a k_proj bias's is exactly zero: softmax
+# ignores a shift shared by all keys) an element steps by its rounding noise, whose sign
+# depends on the order of the additions, as in any framework.
+"$ftc" compile models/tiny.ft --budget 529000K --loss-chunk 32 -o "$tmp/tight.plan" > "$tmp/tight.out"
+"$ftc" compile models/tiny.ft --micro-batch 8 --remat keep --offload none --unfused-loss -o "$tmp/none.plan" >/dev/null
+if grep -q '^plan: micro-batch [124], recompute tensors ([0-9]* of [0-9]* kept a block), offload optimizer+master+grads+weights' "$tmp/tight.out" &&
+   grep -q 'logits formed 32 rows at a time ([2-9] chunks' "$tmp/tight.out" && ! grep -q 'role=logits' "$tmp/tight.plan/plan" &&
+   grep -q ' recompute=1' "$tmp/tight.plan/plan" && grep -q '^buffer [0-9]* decoder.0.wq.dev0 weights device ' "$tmp/tight.plan/plan"; then
+    ok "tight-budget-uses-every-mechanism ($(grep '^plan: micro' "$tmp/tight.out" | sed 's/^plan: //'))"
 else
-    bad tight-budget-uses-all-three "$(grep '^plan' "$tmp/tight.out")"
+    bad tight-budget-uses-every-mechanism "$(grep '^plan\|the loss' "$tmp/tight.out")"
 fi
 "$ftc" run "$tmp/tight.plan" --data "$tmp/c.bin" --steps 20 --seed 7 --poison --save "$tmp/tight" > "$tmp/t.out"
+"$ftc" run "$tmp/none.plan" --data "$tmp/c.bin" --steps 20 --seed 7 --poison --unplanned --save "$tmp/none" > "$tmp/n.out"
 close_losses() {   # two runs' loss columns agree within 1e-3, step by step
     paste <(losses < "$1") <(losses < "$2") |
         awk '{ d = $2 - $4; if (d < 0) d = -d; if (d > 1e-3 || $1 != $3) bad = 1; n++ }
              END { exit bad || n != 20 }'
 }
-if close_losses "$tmp/t.out" "$tmp/u.out" && "$st_diff" "$tmp/tight/model.safetensors" "$tmp/unplanned/model.safetensors" 2e-2 1024 >/dev/null; then
-    ok "tight-plan-trains-as-unplanned ($("$st_diff" "$tmp/tight/model.safetensors" "$tmp/unplanned/model.safetensors" 2e-2 1024 | sed 's/.*worst //'))"
+if close_losses "$tmp/t.out" "$tmp/n.out" && "$st_diff" "$tmp/tight/model.safetensors" "$tmp/none/model.safetensors" 2e-2 1024 >/dev/null; then
+    ok "tight-plan-trains-as-unplanned ($("$st_diff" "$tmp/tight/model.safetensors" "$tmp/none/model.safetensors" 2e-2 1024 | sed 's/.*worst //'))"
 else
-    bad tight-plan-trains-as-unplanned "$("$st_diff" "$tmp/tight/model.safetensors" "$tmp/unplanned/model.safetensors" 2e-2 1024) $(paste <(losses < "$tmp/t.out") <(losses < "$tmp/u.out") | head -3)"
+    bad tight-plan-trains-as-unplanned "$("$st_diff" "$tmp/tight/model.safetensors" "$tmp/none/model.safetensors" 2e-2 1024) $(paste <(losses < "$tmp/t.out") <(losses < "$tmp/n.out") | head -3)"
 fi
+# Recomputing tensor by tensor changes no arithmetic: the tight plan with every block
+# keeping everything instead (the same micro-batch, offload and loss chunks) trains bitwise
+# the same.
+"$ftc" compile models/tiny.ft --micro-batch 2 --remat keep --offload weights --loss-chunk 32 -o "$tmp/keep2.plan" >/dev/null
+"$ftc" run "$tmp/keep2.plan" --data "$tmp/c.bin" --steps 20 --seed 7 --poison --save "$tmp/keep2" >/dev/null
+cmp -s "$tmp/tight/model.safetensors" "$tmp/keep2/model.safetensors" && ok tensors-recompute-bitwise ||
+    bad tensors-recompute-bitwise "weights differ"
 # Micro-batch 2 x 4 accumulation steps against micro-batch 8 x 1, same tolerance.
 "$ftc" compile models/tiny.ft --micro-batch 2 --remat keep --offload none -o "$tmp/mb2.plan" >/dev/null
 "$ftc" run "$tmp/mb2.plan" --data "$tmp/c.bin" --steps 20 --seed 7 --poison --save "$tmp/mb2" > "$tmp/m.out"
@@ -92,6 +104,22 @@ if close_losses "$tmp/m.out" "$tmp/p.out" && "$st_diff" "$tmp/mb2/model.safetens
     ok "micro-2x4-equals-micro-8x1"
 else
     bad micro-2x4-equals-micro-8x1 "$("$st_diff" "$tmp/mb2/model.safetensors" "$tmp/planned/model.safetensors" 2e-2 1024) $(paste <(losses < "$tmp/m.out") <(losses < "$tmp/p.out") | head -3)"
+fi
+# The fused linear + cross entropy (logits in chunks of 64 of the 512 rows, dW added chunk
+# by chunk) trains as the loss the .ft writes: the logits' and the loss's arithmetic is the
+# same row for row, only dW sums its rows in another order (fp32, one rounding at the end).
+"$ftc" compile models/tiny.ft --micro-batch 8 --offload none --loss-chunk 64 -o "$tmp/fused.plan" > "$tmp/f.log"
+"$ftc" compile models/tiny.ft --micro-batch 8 --offload none --unfused-loss -o "$tmp/unfused.plan" >/dev/null
+"$ftc" run "$tmp/fused.plan" --data "$tmp/c.bin" --steps 20 --seed 7 --poison --save "$tmp/fused" > "$tmp/fu.out"
+"$ftc" run "$tmp/unfused.plan" --data "$tmp/c.bin" --steps 20 --seed 7 --poison --save "$tmp/unfused" > "$tmp/un.out"
+if grep -q 'logits formed 64 rows at a time (8 chunks of the 512 rows)' "$tmp/f.log" &&
+   ! grep -q 'role=logits' "$tmp/fused.plan/plan" && grep -q 'role=logits' "$tmp/unfused.plan/plan" &&
+   paste <(losses < "$tmp/fu.out") <(losses < "$tmp/un.out") |
+       awk '{ d = $2 - $4; if (d < 0) d = -d; if (d > 2e-6 || $1 != $3) bad = 1; n++ } END { exit bad || n != 20 }' &&
+   "$st_diff" "$tmp/fused/model.safetensors" "$tmp/unfused/model.safetensors" 1e-6 1 >/dev/null; then
+    ok "fused-loss-trains-as-unfused ($("$st_diff" "$tmp/fused/model.safetensors" "$tmp/unfused/model.safetensors" 1e-6 1 | sed 's/.*worst //'))"
+else
+    bad fused-loss-trains-as-unfused "$(grep 'the loss:' "$tmp/f.log") $("$st_diff" "$tmp/fused/model.safetensors" "$tmp/unfused/model.safetensors" 1e-6 1) $(paste <(losses < "$tmp/fu.out") <(losses < "$tmp/un.out") | head -3)"
 fi
 # Recompute and swapping change no arithmetic: bitwise the same weights.
 for policy in selective full swap; do
@@ -102,6 +130,22 @@ for policy in selective full swap; do
 done
 grep -q ' copy out=' "$tmp/swap.plan/plan" && grep -q ' host ' "$tmp/swap.plan/plan" && ok swap-uses-host-copies ||
     bad swap-uses-host-copies "no copies to the host in the plan"
+# Weights streamed from the host change no arithmetic either: every weight matrix in
+# pinned host memory, a device copy of it a block ahead of each run of uses, CPU AdamW
+# updating it where it lives; bitwise the plan with the gradients offloaded alone.
+"$ftc" compile models/tiny.ft --remat swap --micro-batch 4 --offload weights -o "$tmp/stream.plan" > "$tmp/stream.log"
+"$ftc" compile models/tiny.ft --remat swap --micro-batch 4 --offload grads -o "$tmp/grads.plan" >/dev/null
+"$ftc" run "$tmp/stream.plan" --data "$tmp/c.bin" --steps 20 --seed 7 --poison --save "$tmp/stream" > "$tmp/st.out"
+"$ftc" run "$tmp/grads.plan" --data "$tmp/c.bin" --steps 20 --seed 7 --poison --save "$tmp/grads" > "$tmp/gr.out"
+if grep -q '^plan: .*offload optimizer+master+grads+weights' "$tmp/stream.log" &&
+   grep -q '^buffer [0-9]* decoder.0.wq weights host ' "$tmp/stream.plan/plan" &&
+   grep -q '^buffer [0-9]* decoder.0.wq.dev0 weights device ' "$tmp/stream.plan/plan" &&
+   [ "$(losses < "$tmp/st.out")" = "$(losses < "$tmp/gr.out")" ] &&
+   cmp -s "$tmp/stream/model.safetensors" "$tmp/grads/model.safetensors"; then
+    ok "streamed-weights-bitwise ($(grep -c ' copy .*stream=h2d' "$tmp/stream.plan/plan") copies to the device)"
+else
+    bad streamed-weights-bitwise "$(grep '^plan' "$tmp/stream.log") $(diff <(losses < "$tmp/st.out") <(losses < "$tmp/gr.out") | head -3)"
+fi
 
 # The fp32 master copies start from the checkpoint's own values: a bf16-mixed run from
 # the fp32 weights another run saved, at a learning rate of 1e-30 (no step moves a

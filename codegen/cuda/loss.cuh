@@ -94,3 +94,96 @@ FTC_INLINE void ce_grad(FtcArgs a, long long N, long long V, float scale, int dt
         stf(a.p[0], base + j, dtd, (p - (j == t ? 1.0f : 0.0f)) * g);
     }
 }
+
+/* The fused linear + cross entropy with its gradient (linear_cross_entropy_grad) runs the
+ * same row code on one chunk of logits at a time: chunk a.i[3] of C rows, whose logits
+ * [C, V] (dtype dtx) the backend has formed at the start of the workspace a.p[pws];
+ * `terms` bytes into it lie the N rows' loss terms, `count` bytes into it the count the
+ * mean divides by. The targets are a.p[ptg], N of them; the step's target count is
+ * a.p[pcnt] when pcnt >= 0, else the count is this micro-batch's rows not ignored. */
+
+/* One row's term, logsumexp(row) - row[t] (0 when t is ignored), reduced by the block:
+ * ce_rows' arithmetic. */
+FTC_INLINE float ce_term(const void *lg, long long base, long long V, int t, int dtx, float *red) {
+    float mx = -FTC_INF;
+    for (long long j = threadIdx.x; j < V; j += blockDim.x)
+        mx = fmaxf(mx, ldf(lg, base + j, dtx));
+    mx = block_max(mx, red);
+    float sum = 0.0f;
+    for (long long j = threadIdx.x; j < V; j += blockDim.x)
+        sum += expf(ldf(lg, base + j, dtx) - mx);
+    sum = block_sum(sum, red);
+    return t >= 0 && t < V ? mx + logf(sum) - ldf(lg, base + t, dtx) : 0.0f;
+}
+
+/* One row's gradient in place, (softmax - onehot(t)) * dloss / count: ce_grad's arithmetic
+ * (the row is read whole before its first write). */
+FTC_INLINE void ce_row_grad(void *lg, int dtx, long long base, long long V, int t, int count, float dloss,
+                            float *red) {
+    if (t < 0) {
+        for (long long j = threadIdx.x; j < V; j += blockDim.x)
+            stf(lg, base + j, dtx, 0.0f);
+        return;
+    }
+    float mx = -FTC_INF;
+    for (long long j = threadIdx.x; j < V; j += blockDim.x)
+        mx = fmaxf(mx, ldf(lg, base + j, dtx));
+    mx = block_max(mx, red);
+    float sum = 0.0f;
+    for (long long j = threadIdx.x; j < V; j += blockDim.x)
+        sum += expf(ldf(lg, base + j, dtx) - mx);
+    sum = block_sum(sum, red);
+    float lse = mx + logf(sum);
+    float g = count > 0 ? dloss / (float)count : 0.0f;
+    __syncthreads();
+    for (long long j = threadIdx.x; j < V; j += blockDim.x) {
+        float p = expf(ldf(lg, base + j, dtx) - lse);
+        stf(lg, base + j, dtx, (p - (j == t ? 1.0f : 0.0f)) * g);
+    }
+}
+
+/* Before the first chunk, one block: the count the mean divides by. */
+FTC_INLINE void lce_count(FtcArgs a, long long N, int ptg, int pcnt, int pws, long long count) {
+    __shared__ float red[32];
+    float n = 0.0f;
+    if (pcnt >= 0) {
+        n = (float)((const int *)a.p[pcnt])[0];
+    } else {
+        const int *tg = (const int *)a.p[ptg];
+        for (long long r = threadIdx.x; r < N; r += blockDim.x)
+            n += tg[r] >= 0 ? 1.0f : 0.0f;
+        n = block_sum(n, red);
+    }
+    if (threadIdx.x == 0)
+        ((int *)((char *)a.p[pws] + count))[0] = (int)n;
+}
+
+/* After each chunk's product, one block a row of the chunk: its term, then the logits
+ * become their gradient in place (scale times the run's loss scale a.f[1], over the count). */
+FTC_INLINE void lce_step(FtcArgs a, long long C, long long V, float scale, int ptg, int pws,
+                         long long terms, long long count, int dtx) {
+    __shared__ float red[32];
+    long long r = blockIdx.x, row = a.i[3] * C + r;
+    if (r >= C)
+        return;
+    int t = ((const int *)a.p[ptg])[row];
+    float term = ce_term(a.p[pws], r * V, V, t, dtx, red);
+    if (threadIdx.x == 0)
+        ((float *)((char *)a.p[pws] + terms))[row] = term;
+    int n = ((const int *)((char *)a.p[pws] + count))[0];
+    ce_row_grad(a.p[pws], dtx, r * V, V, t, n, (float)((double)scale * a.f[1]), red);
+}
+
+/* After the last chunk, one block: the loss (a.p[0]), the N terms' sum over the count (0
+ * when there is none): ce_mean's arithmetic. */
+FTC_INLINE void lce_mean(FtcArgs a, long long N, int pws, long long terms, long long count) {
+    __shared__ float red[32];
+    const float *t = (const float *)((char *)a.p[pws] + terms);
+    float s = 0.0f;
+    for (long long r = threadIdx.x; r < N; r += blockDim.x)
+        s += t[r];
+    s = block_sum(s, red);
+    float n = (float)((const int *)((char *)a.p[pws] + count))[0];
+    if (threadIdx.x == 0)
+        ((float *)a.p[0])[0] = n > 0.0f ? s / n : 0.0f;
+}

@@ -446,6 +446,50 @@ static int k_cross_entropy_bwd(Call *c) {
                                                      dloss, (size_t)count));
 }
 
+static void round_to(float *v, int64_t n, PlanDType t) {
+    if (t == PDT_BF16)
+        for (int64_t i = 0; i < n; i++)
+            v[i] = cpu_bf16_to_f32(cpu_f32_to_bf16(v[i]));
+    else if (t == PDT_F16)
+        for (int64_t i = 0; i < n; i++)
+            v[i] = cpu_f16_to_f32(cpu_f32_to_f16(v[i]));
+}
+
+// The fused loss with its gradient, chunk by chunk, never more than a chunk of logits at
+// once: the chunk's logits x_c Wᵀ rounded to x's dtype (as the unfused linear stores
+// them), the loss's rows on them in row order (in double, as the unfused cross entropy
+// sums it), their gradient in place (rounded to x's dtype, as the unfused loss's gradient
+// is stored), the chunk's rows of dx, and dW += its part (in fp32 over the chunks,
+// rounded once at the end).
+static int k_linear_ce_grad(Call *c) {
+    PlanLoss l = plan_loss(c->x->plan, c->in);
+    const int32_t *tg = RAW(2);
+    float *lg = scratch(c->s, l.chunk * l.vocab), *dw = c->in->nout > 2 ? OUT(2) : NULL;
+    if (dw)
+        zero_unless_update(c, 2);
+    int64_t counted = -1;   // the step's trained targets, when the loss has them
+    if (c->in->nin > 3 && c->in->in[3] >= 0)
+        counted = ((const int32_t *)RAW(3))[0] < 0 ? 0 : ((const int32_t *)RAW(3))[0];
+    size_t valid = counted >= 0 ? (size_t)counted : cpu_cross_entropy_count_valid(tg, (size_t)l.rows);
+    double sum = 0.0;
+    for (int64_t r0 = 0; r0 < l.rows; r0 += l.chunk) {
+        const float *xc = IN(0) + r0 * l.k;
+        cpu_linear_forward(lg, xc, IN(1), NULL, (size_t)l.chunk, (size_t)l.k, (size_t)l.vocab);
+        round_to(lg, l.chunk * l.vocab, B(0)->dtype);
+        int st = cpu_cross_entropy_forward_rows(&sum, NULL, lg, tg + r0, (size_t)l.chunk, (size_t)l.vocab);
+        if (st == CPU_OK)   // the loss's scale: 1 / accumulation steps, times the run's (fp16)
+            st = cpu_cross_entropy_backward_rows(lg, lg, tg + r0, (size_t)l.chunk, (size_t)l.vocab,
+                                                 (float)(c->in->attr.f * c->x->loss_scale), valid);
+        if (st != CPU_OK)
+            return status(c, st);
+        round_to(lg, l.chunk * l.vocab, B(0)->dtype);
+        cpu_linear_backward(OUT(1) + r0 * l.k, dw, NULL, lg, xc, IN(1), (size_t)l.chunk, (size_t)l.k,
+                            (size_t)l.vocab);
+    }
+    OUT(0)[0] = counted < 0 ? (float)(sum / (double)valid) : valid > 0 ? (float)(sum / (double)valid) : 0.0f;
+    return 0;
+}
+
 //
 // Storage.
 //
@@ -580,6 +624,7 @@ static const Kernel kernels[OP_COUNT] = {
     [OP_LAYERNORM_DW] = k_layernorm_dw, [OP_ROPE_BWD] = k_rope_bwd, [OP_SOFTMAX_BWD] = k_softmax_bwd,
     [OP_ATTENTION_BWD] = k_attention_bwd, [OP_DROPOUT_BWD] = k_dropout_bwd,
     [OP_CROSS_ENTROPY_BWD] = k_cross_entropy_bwd,
+    [OP_LINEAR_CE_GRAD] = k_linear_ce_grad,
     [OP_DEQUANT] = k_dequant,
     [OP_ACC] = k_acc,               [OP_ADAMW] = k_adamw,           [OP_SGD] = k_sgd,
     [OP_ZERO] = k_zero,             [OP_GRAD_SUMSQ] = k_grad_sumsq, [OP_GRAD_FACTOR] = k_grad_factor,
@@ -635,8 +680,12 @@ static int cpu_prepare(Backend *be, const Plan *p, int stream, char *err, size_t
                          in->id, op_desc(in->op)->name);
                 return -1;
             }
-            // scratch: every operand widened, plus an attention row
+            // scratch: every operand widened, plus an attention row, or a chunk of logits
             size_t need = 64 + (size_t)p->seq;
+            if (op_desc(in->op)->cls == OPC_LOSS_GEMM) {
+                PlanLoss l = plan_loss(p, in);
+                need += (size_t)(l.chunk * l.vocab) + 16;
+            }
             for (int k = 0; k < in->nin + in->nout; k++) {
                 int id = k < in->nin ? in->in[k] : in->out[k - in->nin];
                 if (id >= 0)

@@ -122,10 +122,8 @@ int cpu_embedding_backward(float *dtable, const float *dout, const int32_t *idx,
 // ---------------------------------------------------------------------------------------------
 // Linear and matmul
 
-// Row-major c = op(a) · op(b) + beta * c, op(a) (M, K), op(b) (K, N); a transposed is stored
-// (K, M), b transposed is stored (N, K). beta is 0 (assign) or 1 (accumulate).
-static void gemm(int trans_a, int trans_b, size_t M, size_t N, size_t K, const float *a,
-                 const float *b, float beta, float *c) {
+void cpu_gemm(int trans_a, int trans_b, size_t M, size_t N, size_t K, const float *a,
+              const float *b, float beta, float *c) {
     if (M == 0 || N == 0)
         return;
     if (K == 0) { // an empty sum; BLAS would reject the zero leading dimension
@@ -144,7 +142,7 @@ enum { COL_BLOCK = 64 };
 
 void cpu_linear_forward(float *y, const float *x, const float *w, const float *b, size_t N,
                         size_t Cin, size_t Cout) {
-    gemm(0, 1, N, Cout, Cin, x, w, 0.0f, y);
+    cpu_gemm(0, 1, N, Cout, Cin, x, w, 0.0f, y);
     if (b)
         for (size_t n = 0; n < N; n++)
             for (size_t o = 0; o < Cout; o++)
@@ -154,9 +152,9 @@ void cpu_linear_forward(float *y, const float *x, const float *w, const float *b
 void cpu_linear_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
                          const float *w, size_t N, size_t Cin, size_t Cout) {
     if (dx)
-        gemm(0, 0, N, Cin, Cout, dy, w, 0.0f, dx);
+        cpu_gemm(0, 0, N, Cin, Cout, dy, w, 0.0f, dx);
     if (dw)
-        gemm(1, 0, Cout, Cin, N, dy, x, 1.0f, dw);
+        cpu_gemm(1, 0, Cout, Cin, N, dy, x, 1.0f, dw);
     if (db) {
         for (size_t o0 = 0; o0 < Cout; o0 += COL_BLOCK) {
             size_t o1 = o0 + COL_BLOCK < Cout ? o0 + COL_BLOCK : Cout;
@@ -173,7 +171,7 @@ void cpu_linear_backward(float *dx, float *dw, float *db, const float *dy, const
 void cpu_matmul_forward(float *out, const float *a, const float *b, size_t Bt, size_t M, size_t K,
                         size_t N) {
     for (size_t t = 0; t < Bt; t++)
-        gemm(0, 0, M, N, K, a + t * M * K, b + t * K * N, 0.0f, out + t * M * N);
+        cpu_gemm(0, 0, M, N, K, a + t * M * K, b + t * K * N, 0.0f, out + t * M * N);
 }
 
 void cpu_matmul_backward(float *da, float *db, const float *dout, const float *a, const float *b,
@@ -181,9 +179,9 @@ void cpu_matmul_backward(float *da, float *db, const float *dout, const float *a
     for (size_t t = 0; t < Bt; t++) {
         const float *g = dout + t * M * N;
         if (da)
-            gemm(0, 1, M, K, N, g, b + t * K * N, 0.0f, da + t * M * K);
+            cpu_gemm(0, 1, M, K, N, g, b + t * K * N, 0.0f, da + t * M * K);
         if (db)
-            gemm(1, 0, K, N, M, a + t * M * K, g, 0.0f, db + t * K * N);
+            cpu_gemm(1, 0, K, N, M, a + t * M * K, g, 0.0f, db + t * K * N);
     }
 }
 

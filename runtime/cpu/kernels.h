@@ -71,6 +71,11 @@ int cpu_embedding_backward(float *dtable,        // (V, C) +=
 // ---------------------------------------------------------------------------------------------
 // Linear and matmul (CBLAS sgemm; every dimension must be below 2^31)
 
+// Row-major c = op(a) · op(b) + beta · c, op(a) (M, K), op(b) (K, N); a transposed is stored
+// (K, M), b transposed (N, K); beta is 0 (assign) or 1 (accumulate). BLAS's sgemm.
+void cpu_gemm(int trans_a, int trans_b, size_t M, size_t N, size_t K, const float *a,
+              const float *b, float beta, float *c);
+
 // Computes y = x · w^T + b; b may be NULL (no bias).
 void cpu_linear_forward(float *y,             // (N, Cout)
                         const float *x,       // (N, Cin)

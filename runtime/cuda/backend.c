@@ -21,6 +21,7 @@
 #include "../comm.h"
 #include "../fileio.h"
 #include "../kernel_args.h"
+#include "../loss.h"
 #include "../nvrtc.h"
 #include "cuda.h"
 #include "nccl.h"
@@ -72,6 +73,7 @@ typedef struct CudaState {
     CuModule module;
     CuFunction *fn;                  // [instruction * PLAN_MAX_LAUNCHES + launch]
     Gemm *gemm;                      // per instruction (desc NULL: not a GEMM)
+    Gemm *loss;                      // per instruction x LOSS_GEMMS: the fused loss's products
     int ninstr;
     CuEvent *event;
     int nevents;
@@ -486,28 +488,22 @@ static LtStatus layout(CudaState *s, LtLayout *l, PlanDType t, int64_t rows, int
     return st;
 }
 
-static int gemm_setup(CudaState *s, const Plan *p, const PlanInstr *in, Gemm *g, char *err,
-                      size_t errlen) {
-    GemmShape sh;
-    if (!gemm_shape(p, in, &sh))
-        return rt_fail(err, errlen, "instruction %d (%s): not a GEMM the cuda backend knows", in->id,
-                       op_desc(in->op)->name);
-    const PlanBuffer *A = &p->buf[sh.a], *B = &p->buf[sh.b], *C = &p->buf[in->out[0]];
-    g->a = sh.a, g->b = sh.b, g->c = in->out[0];
-    g->bias = in->op == OP_LINEAR && in->nin > 2 ? in->in[2] : -1;
-    g->beta = in->op == OP_LINEAR_DW && (in->update & 1u) ? 1.0f : 0.0f;
-    if (lt_type(A->dtype) < 0 || lt_type(B->dtype) < 0 || lt_type(C->dtype) < 0)
+// Descriptors, layouts and algorithm for product sh with operands of dtypes da (the plan's
+// A), db (B) and dc (C), an optional bias of dtype dbias (-1: none), within `ws` bytes.
+static int lt_setup(CudaState *s, const PlanInstr *in, const GemmShape *sh, PlanDType da, PlanDType db,
+                    PlanDType dc, int dbias, uint64_t ws, Gemm *g, char *err, size_t errlen) {
+    if (lt_type(da) < 0 || lt_type(db) < 0 || lt_type(dc) < 0)
         return rt_fail(err, errlen, "instruction %d (%s): cuBLASLt takes no %s operands", in->id,
-                       op_desc(in->op)->name, plan_dtype_name(lt_type(A->dtype) < 0 ? A->dtype : B->dtype));
-    int32_t opa = sh.tb ? LTX_OP_T : LTX_OP_N, opb = sh.ta ? LTX_OP_T : LTX_OP_N;
+                       op_desc(in->op)->name, plan_dtype_name(lt_type(da) < 0 ? da : db));
+    int32_t opa = sh->tb ? LTX_OP_T : LTX_OP_N, opb = sh->ta ? LTX_OP_T : LTX_OP_N;
     LtStatus st = s->api.lt.MatmulDescCreate(&g->desc, LTX_COMPUTE_32F, LTX_R_32F);
     if (st == LTX_SUCCESS)
         st = s->api.lt.MatmulDescSetAttribute(g->desc, LTX_DESC_TRANSA, &opa, sizeof opa);
     if (st == LTX_SUCCESS)
         st = s->api.lt.MatmulDescSetAttribute(g->desc, LTX_DESC_TRANSB, &opb, sizeof opb);
-    if (st == LTX_SUCCESS && g->bias >= 0) {
+    if (st == LTX_SUCCESS && dbias >= 0) {
         uint32_t epilogue = LTX_EPILOGUE_BIAS;
-        int32_t bias_type = lt_type(p->buf[g->bias].dtype);
+        int32_t bias_type = lt_type((PlanDType)dbias);
         st = s->api.lt.MatmulDescSetAttribute(g->desc, LTX_DESC_EPILOGUE, &epilogue, sizeof epilogue);
         if (st == LTX_SUCCESS)
             st = s->api.lt.MatmulDescSetAttribute(g->desc, LTX_DESC_BIAS_DATA_TYPE, &bias_type,
@@ -516,15 +512,14 @@ static int gemm_setup(CudaState *s, const Plan *p, const PlanInstr *in, Gemm *g,
     // Column-major: cuBLASLt's A is the plan's B ([N,K] stored as K x N when tb), its B the
     // plan's A, its C the plan's C as N x M.
     if (st == LTX_SUCCESS)
-        st = sh.tb ? layout(s, &g->la, B->dtype, sh.K, sh.N, sh.batch)
-                   : layout(s, &g->la, B->dtype, sh.N, sh.K, sh.batch);
+        st = sh->tb ? layout(s, &g->la, db, sh->K, sh->N, sh->batch)
+                    : layout(s, &g->la, db, sh->N, sh->K, sh->batch);
     if (st == LTX_SUCCESS)
-        st = sh.ta ? layout(s, &g->lb, A->dtype, sh.M, sh.K, sh.batch)
-                   : layout(s, &g->lb, A->dtype, sh.K, sh.M, sh.batch);
+        st = sh->ta ? layout(s, &g->lb, da, sh->M, sh->K, sh->batch)
+                    : layout(s, &g->lb, da, sh->K, sh->M, sh->batch);
     if (st == LTX_SUCCESS)
-        st = layout(s, &g->lc, C->dtype, sh.N, sh.M, sh.batch);
+        st = layout(s, &g->lc, dc, sh->N, sh->M, sh->batch);
     LtPref pref = NULL;
-    uint64_t ws = in->ws >= 0 ? (uint64_t)p->buf[in->ws].bytes : 0;
     if (st == LTX_SUCCESS)
         st = s->api.lt.MatmulPreferenceCreate(&pref);
     if (st == LTX_SUCCESS)
@@ -541,12 +536,69 @@ static int gemm_setup(CudaState *s, const Plan *p, const PlanInstr *in, Gemm *g,
                        "instruction %d (%s, from .ft line %d:%d): cuBLASLt has no algorithm for "
                        "%lld x %lld x %lld (batch %lld), %s x %s -> %s, within %llu bytes of "
                        "workspace (status %d)",
-                       in->id, op_desc(in->op)->name, in->line, in->col, (long long)sh.M,
-                       (long long)sh.N, (long long)sh.K, (long long)sh.batch,
-                       plan_dtype_name(A->dtype), plan_dtype_name(B->dtype),
-                       plan_dtype_name(C->dtype), (unsigned long long)ws, st);
+                       in->id, op_desc(in->op)->name, in->line, in->col, (long long)sh->M,
+                       (long long)sh->N, (long long)sh->K, (long long)sh->batch, plan_dtype_name(da),
+                       plan_dtype_name(db), plan_dtype_name(dc), (unsigned long long)ws, st);
     g->algo = h.algo;
     return 0;
+}
+
+static int gemm_setup(CudaState *s, const Plan *p, const PlanInstr *in, Gemm *g, char *err,
+                      size_t errlen) {
+    GemmShape sh;
+    if (!gemm_shape(p, in, &sh))
+        return rt_fail(err, errlen, "instruction %d (%s): not a GEMM the cuda backend knows", in->id,
+                       op_desc(in->op)->name);
+    const PlanBuffer *A = &p->buf[sh.a], *B = &p->buf[sh.b], *C = &p->buf[in->out[0]];
+    g->a = sh.a, g->b = sh.b, g->c = in->out[0];
+    g->bias = in->op == OP_LINEAR && in->nin > 2 ? in->in[2] : -1;
+    g->beta = in->op == OP_LINEAR_DW && (in->update & 1u) ? 1.0f : 0.0f;
+    uint64_t ws = in->ws >= 0 ? (uint64_t)p->buf[in->ws].bytes : 0;
+    return lt_setup(s, in, &sh, A->dtype, B->dtype, C->dtype, g->bias >= 0 ? (int)p->buf[g->bias].dtype : -1,
+                    ws, g, err, errlen);
+}
+
+// The fused loss's products, one set per instruction: their shapes are fixed, the chunk
+// only moves their pointers. They get no workspace (the instruction's holds the logits).
+static int loss_setup(CudaState *s, const Plan *p, const PlanInstr *in, Gemm *g, char *err, size_t errlen) {
+    for (int w = 0; w < LOSS_GEMMS; w++) {
+        if (w == LOSS_DW && in->nout < 3)
+            break;
+        LossGemm lg;
+        rt_loss_gemm_shape(p, in, w, &lg);
+        GemmShape sh = {.ta = lg.trans_a, .tb = lg.trans_b, .M = lg.m, .N = lg.n, .K = lg.k, .batch = 1};
+        if (lt_setup(s, in, &sh, lg.ta, lg.tb, lg.tc, -1, 0, &g[w], err, errlen) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+typedef struct LossCtx {
+    CudaState *s;
+    Gemm *g;
+} LossCtx;
+
+static int loss_gemm(void *ctx, const PlanInstr *in, const LossGemm *lg, char *err, size_t errlen) {
+    LossCtx *x = ctx;
+    CudaState *s = x->s;
+    Gemm *g = &x->g[lg->which];
+    float alpha = 1.0f, beta = lg->beta;
+    LtStatus st = s->api.lt.Matmul(s->lt, g->desc, &alpha, lg->b, g->la, lg->a, g->lb, &beta, lg->c, g->lc,
+                                   lg->c, g->lc, &g->algo, NULL, 0, s->stream[in->stream]);
+    return st == LTX_SUCCESS ? 0 : rt_fail(err, errlen, "cublasLtMatmul failed (status %d)", st);
+}
+
+static int loss_launch(void *ctx, const PlanInstr *in, int l, const KernelArgs *a, char *err, size_t errlen) {
+    LossCtx *x = ctx;
+    CudaState *s = x->s;
+    if (l >= in->nlaunch)
+        return rt_fail(err, errlen, "the fused loss names %d launches, not %d", in->nlaunch, l + 1);
+    const PlanLaunch *pl = &in->launch[l];
+    void *params[1] = {(void *)a};
+    CuResult r = s->api.cu.LaunchKernel(s->fn[in->id * PLAN_MAX_LAUNCHES + l], pl->grid[0], pl->grid[1],
+                                        pl->grid[2], pl->block[0], pl->block[1], pl->block[2], 0,
+                                        s->stream[in->stream], params, NULL);
+    return r == CUX_SUCCESS ? 0 : fail_cu(s, r, pl->name, err, errlen);
 }
 
 static int run_gemm(CudaState *s, Exec *x, const PlanInstr *in, char *err, size_t errlen) {
@@ -676,6 +728,11 @@ static int cuda_launch(Backend *be, Exec *x, const PlanInstr *in, char *err, siz
         return 0;
     if (is_gemm(in))
         return run_gemm(s, x, in, err, errlen);
+    if (op_desc(in->op)->cls == OPC_LOSS_GEMM) {
+        LossCtx lc = {s, &s->loss[in->id * LOSS_GEMMS]};
+        LossOps ops = {loss_gemm, loss_launch, &lc};
+        return rt_loss_run(x, in, &ops, err, errlen);
+    }
     if (in->nlaunch == 0)   // a view: nothing moves
         return 0;
     KernelArgs a;
@@ -747,6 +804,7 @@ static int cuda_prepare(Backend *be, const Plan *p, int stream, char *err, size_
     s->ninstr = plan_instr_count(p);
     s->fn = calloc((size_t)s->ninstr * PLAN_MAX_LAUNCHES + 1, sizeof *s->fn);
     s->gemm = calloc((size_t)s->ninstr + 1, sizeof *s->gemm);
+    s->loss = calloc((size_t)s->ninstr * LOSS_GEMMS + 1, sizeof *s->loss);
     for (int id = 0; id < s->ninstr; id++) {
         const PlanInstr *in = plan_instr(p, id);
         if (in->stream == STREAM_HOST || op_desc(in->op)->cls == OPC_COPY || in->by >= 0 ||
@@ -757,6 +815,9 @@ static int cuda_prepare(Backend *be, const Plan *p, int stream, char *err, size_
                 return -1;
             continue;
         }
+        if (op_desc(in->op)->cls == OPC_LOSS_GEMM &&
+            loss_setup(s, p, in, &s->loss[id * LOSS_GEMMS], err, errlen) != 0)
+            return -1;
         if (in->nlaunch == 0 && op_desc(in->op)->cls != OPC_MOVEMENT)
             return rt_fail(err, errlen, "instruction %d (%s) names no kernel: the plan predates "
                            "kernels.cu; recompile it", id, op_desc(in->op)->name);
@@ -801,8 +862,8 @@ static void cuda_destroy(Backend *be) {
     }
     if (s->ctx)
         s->api.cu.CtxSynchronize();
-    for (int i = 0; s->gemm && i < s->ninstr; i++) {
-        Gemm *g = &s->gemm[i];
+    for (int i = 0; s->gemm && i < s->ninstr * (1 + LOSS_GEMMS); i++) {
+        Gemm *g = i < s->ninstr ? &s->gemm[i] : &s->loss[i - s->ninstr];
         if (g->la)
             s->api.lt.MatrixLayoutDestroy(g->la);
         if (g->lb)
@@ -830,7 +891,7 @@ static void cuda_destroy(Backend *be) {
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->more);
     pthread_cond_destroy(&s->progress);
-    free(s->fn), free(s->gemm), free(s->event), free(s->on_host), free(s->expected), free(s->done);
+    free(s->fn), free(s->gemm), free(s->loss), free(s->event), free(s->on_host), free(s->expected), free(s->done);
     free(s->q);
     free(s);
     free(be);

@@ -10,6 +10,8 @@
 #include "../runtime.h"
 #include "../fileio.h"
 #include "../kernel_args.h"
+#include "../loss.h"
+#include "../cpu/kernels.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -171,6 +173,48 @@ static int emu_prepare(Backend *be, const Plan *p, int stream, char *err, size_t
     return 0;
 }
 
+// The fused loss's products on the CPU: storage widened to fp32, BLAS, the result rounded
+// to its dtype (a GPU's library GEMM reads and writes storage likewise).
+static void widen_to(float *dst, const void *src, PlanDType t, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = t == PDT_F32    ? ((const float *)src)[i]
+                 : t == PDT_BF16 ? cpu_bf16_to_f32(((const uint16_t *)src)[i])
+                                 : cpu_f16_to_f32(((const uint16_t *)src)[i]);
+}
+
+static int loss_gemm(void *ctx, const PlanInstr *in, const LossGemm *g, char *err, size_t errlen) {
+    (void)ctx, (void)in;
+    int64_t na = g->m * g->k, nb = g->k * g->n, nc = g->m * g->n;
+    float *a = malloc(sizeof(float) * (size_t)(na + nb + nc + 3));
+    if (!a)
+        return rt_fail(err, errlen, "out of memory (a loss chunk's product)");
+    float *b = a + na + 1, *c = b + nb + 1;
+    widen_to(a, g->a, g->ta, na);
+    widen_to(b, g->b, g->tb, nb);
+    if (g->beta != 0.0f)
+        widen_to(c, g->c, g->tc, nc);
+    cpu_gemm(g->trans_a, g->trans_b, (size_t)g->m, (size_t)g->n, (size_t)g->k, a, b, g->beta, c);
+    for (int64_t i = 0; i < nc; i++) {
+        if (g->tc == PDT_F32)
+            ((float *)g->c)[i] = c[i];
+        else if (g->tc == PDT_BF16)
+            ((uint16_t *)g->c)[i] = cpu_f32_to_bf16(c[i]);
+        else
+            ((uint16_t *)g->c)[i] = cpu_f32_to_f16(c[i]);
+    }
+    free(a);
+    return 0;
+}
+
+static int loss_launch(void *ctx, const PlanInstr *in, int l, const KernelArgs *a, char *err,
+                       size_t errlen) {
+    EmuKernels *k = ctx;
+    if (l >= in->nlaunch)
+        return rt_fail(err, errlen, "the fused loss names %d launches, not %d", in->nlaunch, l + 1);
+    return rt_emu_kernels_launch(k, in->launch[l].name, in->launch[l].grid, in->launch[l].block, a,
+                                 false, err, errlen);
+}
+
 int rt_emu_kernels_launch(EmuKernels *k, const char *name, const unsigned grid[3],
                           const unsigned block[3], const void *args, bool group, char *err,
                           size_t errlen) {
@@ -192,6 +236,10 @@ static int emu_launch(Backend *be, Exec *x, const PlanInstr *in, char *err, size
                                        in->launch[0].block, a, true, err, errlen);
         free(a);
         return rc;
+    }
+    if (op_desc(in->op)->cls == OPC_LOSS_GEMM) {   // chunks: the GEMMs here, the kernels generated
+        LossOps ops = {loss_gemm, loss_launch, s->k};
+        return rt_loss_run(x, in, &ops, err, errlen);
     }
     if (library(in))
         return s->cpu->launch(s->cpu, x, in, err, errlen);

@@ -38,7 +38,8 @@ int main(int argc, char **argv) {
         for (size_t bi = 0; bi < 2; bi++) {
             int64_t mb = micros[bi];
             // Per-layer checkpointing: its peak, and the forward FLOPs inside the blocks.
-            PlanChoice full = {mb, REMAT_FULL, 1 << 20, REMAT_FULL, {false, false}, NULL, 0, 0};
+            PlanChoice full = {.micro = mb, .policy = REMAT_FULL, .n_policy = 1 << 20, .rest = REMAT_FULL,
+                               .offload = {.optimizer = false, .grads = false}};
             PlanOutcome ck;
             pipeline_plan_choice(&x, &full, &ck);
             Arena *ga = arena_new();

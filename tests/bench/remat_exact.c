@@ -37,8 +37,10 @@ int main(int argc, char **argv) {
     PlanCtx x = {.pipeline = &pipe, .gpu = gpu_preset("a100-40g")};
     x.cm = (CostModel){x.gpu, 1e9, 5e9, 0, NULL};
     const int L = 6;
-    PlanChoice keep = {1, REMAT_KEEP, L, REMAT_KEEP, {false, false}, NULL, 0, 0};
-    PlanChoice full = {1, REMAT_FULL, L, REMAT_FULL, {false, false}, NULL, 0, 0};
+    PlanChoice keep = {.micro = 1, .policy = REMAT_KEEP, .n_policy = L, .rest = REMAT_KEEP,
+                       .offload = {.optimizer = false, .grads = false}};
+    PlanChoice full = {.micro = 1, .policy = REMAT_FULL, .n_policy = L, .rest = REMAT_FULL,
+                       .offload = {.optimizer = false, .grads = false}};
     PlanOutcome ok, of;
     pipeline_plan_choice(&x, &keep, &ok);
     pipeline_plan_choice(&x, &full, &of);

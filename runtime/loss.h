@@ -1,0 +1,37 @@
+// loss.h — the fused loss's chunks on library-GEMM backends (emu, cuda): loss.c.
+#ifndef FTC_RUNTIME_LOSS_H
+#define FTC_RUNTIME_LOSS_H
+
+#include "kernel_args.h"
+
+enum { LOSS_LOGITS, LOSS_DX, LOSS_DW, LOSS_GEMMS };
+
+// One product of a chunk, row-major: c [m, n] = op(a) op(b) + beta · c, op(a) [m, k] (a
+// stored [k, m] when trans_a), op(b) [k, n] (b stored [n, k] when trans_b).
+typedef struct LossGemm {
+    int which;              // LOSS_LOGITS: x_c Wᵀ; LOSS_DX: dlogits W; LOSS_DW: dlogitsᵀ x_c
+    void *c;
+    const void *a, *b;
+    PlanDType ta, tb, tc;
+    int64_t m, n, k;
+    bool trans_a, trans_b;
+    float beta;             // 0 assigns, 1 accumulates
+} LossGemm;
+
+// What the backend does for the fused loss: a product on its memory, and launch l of the
+// instruction's kernels with these arguments; each -1 with err on failure.
+typedef struct LossOps {
+    int (*gemm)(void *ctx, const PlanInstr *in, const LossGemm *g, char *err, size_t errlen);
+    int (*launch)(void *ctx, const PlanInstr *in, int l, const KernelArgs *a, char *err, size_t errlen);
+    void *ctx;
+} LossOps;
+
+// The shape and dtypes of product `which` of fused-loss instruction `in` (no pointers).
+void rt_loss_gemm_shape(const Plan *p, const PlanInstr *in, int which, LossGemm *g);
+// Runs fused-loss instruction `in`: launch 0 (the valid targets), per chunk the logits'
+// product, launch 1 (the chunk's loss terms and their gradient, in place), the chunk's
+// rows of dx and, when W trains, its part of dW (the first chunk assigns unless the
+// instruction updates), then launch 2 (the mean). -1 with err.
+int rt_loss_run(const Exec *x, const PlanInstr *in, const LossOps *ops, char *err, size_t errlen);
+
+#endif
