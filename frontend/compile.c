@@ -25,8 +25,8 @@ void usage_compile(FILE *f) {
     fputs("usage: ftc compile FILE.ft [--budget SIZE] [--gpu PRESET] [--host-mem SIZE] [-o DIR]\n"
           "                   [--micro-batch N] [--remat P] [--offload L] [--dump-ir]\n"
           "                   [--dump-after PASS] [--emit-graph FILE.json] [--time-passes]\n"
-          "                   [--no-fusion] [--unfused-loss] [--loss-chunk N] [--reserve SIZE]\n"
-          "                   [--host-cores N] [--host-adamw RATE] [--host-link GBPS]\n"
+          "                   [--no-fusion] [--unfused-loss] [--grad-temporaries] [--loss-chunk N]\n"
+          "                   [--reserve SIZE] [--host-cores N] [--host-adamw RATE] [--host-link GBPS]\n"
           "                   [--ranks N [--zero 0|1|2|3] [--link PRESET]]\n"
           "\n"
           "  --budget SIZE     device memory the step must fit (default, and at most: the card's\n"
@@ -54,6 +54,8 @@ void usage_compile(FILE *f) {
           "  --no-fusion       give every op a kernel of its own (the fuse pass does nothing)\n"
           "  --unfused-loss    keep the projection to the logits and the loss two ops (the full\n"
           "                    logits exist; the loss's backward still works in row chunks)\n"
+          "  --grad-temporaries  each weight gradient's GEMM writes a temporary that an acc adds\n"
+          "                    into the gradient (the plan without beta = 1, for comparison)\n"
           "  --ranks N         plan one rank of a data-parallel job of N (one process a GPU, started\n"
           "                    with mpirun -np N or srun -n N): the global batch splits over the\n"
           "                    ranks, the ZeRO stage shards optimizer state (1), gradients (2) and\n"
@@ -482,7 +484,7 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
     int64_t ranks = 1;
     const char *link_name = NULL;
     const char *dump_after = NULL;
-    bool time_passes = false, no_fusion = false, unfused_loss = false;
+    bool time_passes = false, no_fusion = false, unfused_loss = false, grad_temporaries = false;
     int64_t loss_chunk = 0;
     for (int i = first; i < argc; i++) {
         const char *s = argv[i];
@@ -608,6 +610,8 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
             no_fusion = true;
         } else if (!strcmp(s, "--unfused-loss")) {
             unfused_loss = true;
+        } else if (!strcmp(s, "--grad-temporaries")) {
+            grad_temporaries = true;
         } else if (!strcmp(s, "--loss-chunk")) {
             char *end;
             errno = 0;
@@ -757,6 +761,7 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
     PassDiag diag = driver_diag(&src);
     Pipeline pipe = driver_pipeline(&source, arena, &diag);
     pipe.spec.no_fusion = no_fusion;
+    pipe.spec.grad_temporaries = grad_temporaries;
     pipe.spec.fused_loss = !unfused_loss;
     pipe.spec.gemm_workspace_bytes = gpu->workspace_bytes;
     pipe.spec.ranks = (int)ranks;

@@ -82,7 +82,7 @@ void ad_add(Autodiff *ad, const IrNode *n, int t, int contribution) {
 
 void ad_acc(Autodiff *ad, const IrNode *n, int t, OpKind op, int nin, const int *in, OpAttr attr) {
     ensure(ad);
-    if (is_trainable(ad, t)) {
+    if (is_trainable(ad, t) && !(ad->gemm_temporaries && op_desc(op)->cls == OPC_GEMM)) {
         int gt = ad->grad[t];
         int id = ir_node_add_update(ad->g, op, nin, in, attr, 1, &gt, n->layer, n->loc);
         ad->g->nodes.at[id].phase = PHASE_BACKWARD;

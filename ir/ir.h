@@ -381,6 +381,8 @@ struct Autodiff {
     int *grad;          // per tensor id: its gradient so far, -1 if none; params: TK_GRAD
     int cap;            // entries in `grad`
     double loss_scale;  // d(loss)/d(micro-batch loss): 1 / accumulation steps
+    bool gemm_temporaries;  // a weight gradient's GEMM writes a temporary an acc adds in
+                            // (the plan without β = 1, for comparison), not the gradient
 };
 
 // Whether tensor `t` needs a gradient (some trainable parameter flows into it).
@@ -402,8 +404,9 @@ void ad_acc_output(Autodiff *ad, int node, int k, int t);
 int ad_fold_output(Autodiff *ad, const IrNode *n, OpKind op, OpAttr attr, int like, const char *what);
 // Adds `contribution` to the gradient of `t` (a parameter: += into its TK_GRAD).
 void ad_add(Autodiff *ad, const IrNode *n, int t, int contribution);
-// For ops whose kernels accumulate (linear dW, embedding, norm weights, sums): writes
-// straight into `t`'s TK_GRAD when `t` is a trainable parameter, else contributes.
+// For ops whose kernels accumulate (linear and matmul dW: GEMMs with β = 1; embedding,
+// norm weights, sums): writes straight into `t`'s TK_GRAD when `t` is a trainable
+// parameter, else contributes.
 void ad_acc(Autodiff *ad, const IrNode *n, int t, OpKind op, int nin, const int *in, OpAttr attr);
 
 //

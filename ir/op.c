@@ -879,22 +879,33 @@ static void bwd_linear(Autodiff *ad, const IrNode *n) {
     }
 }
 
+// b's gradient: added into a parameter's by the GEMM itself (β = 1), else a value of its own.
+static void matmul_db(Autodiff *ad, const IrNode *n, int dy) {
+    int in[2] = {n->in[0], dy};
+    const IrTensor *a = T_AD(ad, n->in[0]), *b = T_AD(ad, n->in[1]);
+    OpAttr at = {0};
+    if (b->ndim == 2 && a->ndim > 2)   // a weight shared by every row: summed over them
+        at = (OpAttr){.ndim = 2, .shape = {b->shape[0], b->shape[1]}};
+    if (b->kind == TK_PARAM)
+        ad_acc(ad, n, n->in[1], OP_MATMUL_DB, 2, in, at);
+    else
+        ad_add(ad, n, n->in[1], ad_op(ad, n, OP_MATMUL_DB, 2, in, at, "db"));
+}
+
 static void bwd_matmul(Autodiff *ad, const IrNode *n) {
     int dy = ad_dy(ad, n, 0);
     if (dy < 0)
         return;
+    // A weight's gradient first: it allocates nothing and may be the last reader of a.
+    bool weight = ad_needs(ad, n->in[1]) && T_AD(ad, n->in[1])->kind == TK_PARAM;
+    if (weight)
+        matmul_db(ad, n, dy);
     if (ad_needs(ad, n->in[0])) {
         int in[2] = {dy, n->in[1]};
         ad_add(ad, n, n->in[0], ad_op(ad, n, OP_MATMUL_DA, 2, in, (OpAttr){0}, "da"));
     }
-    if (ad_needs(ad, n->in[1])) {
-        int in[2] = {n->in[0], dy};
-        const IrTensor *a = T_AD(ad, n->in[0]), *b = T_AD(ad, n->in[1]);
-        OpAttr at = {0};
-        if (b->ndim == 2 && a->ndim > 2)   // a weight shared by every row: summed over them
-            at = (OpAttr){.ndim = 2, .shape = {b->shape[0], b->shape[1]}};
-        ad_add(ad, n, n->in[1], ad_op(ad, n, OP_MATMUL_DB, 2, in, at, "db"));
-    }
+    if (ad_needs(ad, n->in[1]) && !weight)
+        matmul_db(ad, n, dy);
 }
 
 static void bwd_norm(Autodiff *ad, const IrNode *n) {

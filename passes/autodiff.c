@@ -38,11 +38,11 @@ static int param_behind(const IrGraph *g, int t) {
     return -1;
 }
 
-int autodiff_apply(IrGraph *g, int accum_steps, PassDiag *d) {
+int autodiff_apply(IrGraph *g, int accum_steps, bool gemm_temporaries, PassDiag *d) {
     IR_ASSERT(g->loss >= 0 && accum_steps >= 1);
     const IrStep *st = &g->step;
     int nparams = g->tensors.len, nfwd = g->nodes.len;
-    Autodiff ad = {.g = g, .loss_scale = 1.0 / accum_steps};
+    Autodiff ad = {.g = g, .loss_scale = 1.0 / accum_steps, .gemm_temporaries = gemm_temporaries};
     ad.cap = g->tensors.len * 2;
     ad.grad = malloc(sizeof(int) * (size_t)ad.cap);
     for (int i = 0; i < ad.cap; i++)

@@ -36,10 +36,12 @@ int lora_apply(IrGraph *g, const LoraSpec *spec, PassDiag *d);
 
 // Appends to forward graph `g` the backward nodes (the loss gradient scaled by
 // 1/accum_steps), a TK_GRAD per trainable parameter, optimizer state and master
-// copies as g->step asks, and the optimizer phase. Returns 0, or -1 after reporting to
-// `d` each node whose op has no derivative rule but lies on a path from a trainable
-// parameter to the loss.
-int autodiff_apply(IrGraph *g, int accum_steps, PassDiag *d);
+// copies as g->step asks, and the optimizer phase. A weight gradient's GEMM accumulates
+// into the gradient (β = 1) unless `gemm_temporaries`, when it writes a temporary that an
+// acc adds in (the plan to compare with). Returns 0, or -1 after reporting to `d` each
+// node whose op has no derivative rule but lies on a path from a trainable parameter to
+// the loss.
+int autodiff_apply(IrGraph *g, int accum_steps, bool gemm_temporaries, PassDiag *d);
 
 //
 // fuse_loss.c — the loss and the projection feeding it as one op.
@@ -472,6 +474,8 @@ typedef struct PipelineSpec {
     bool fused_loss;            // the loss and its projection as one op (fuse_loss)
     int64_t loss_chunk_bytes;   // the loss's chunks take at most this (unless a choice says)
     bool no_fusion;             // leave every op its own kernel (ftc compile --no-fusion)
+    bool grad_temporaries;      // weight gradients' GEMMs write temporaries an acc adds in,
+                                // not the gradient (ftc compile --grad-temporaries)
     int64_t gemm_workspace_bytes;   // each GEMM's library workspace (the GPU preset's)
     int ranks;                  // data-parallel ranks the step is one of (0, 1: none)
 } PipelineSpec;

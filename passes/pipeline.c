@@ -37,7 +37,8 @@ static int run_fuse_loss(PassCtx *x) {
 }
 
 static int run_autodiff(PassCtx *x) {
-    return autodiff_apply(x->g, (int)(x->p->spec.global_batch / x->c->micro), x->d);
+    return autodiff_apply(x->g, (int)(x->p->spec.global_batch / x->c->micro), x->p->spec.grad_temporaries,
+                          x->d);
 }
 
 static int run_quantize(PassCtx *x) {

@@ -353,6 +353,11 @@ int rt_checkpoint_load(Exec *x, const char *ckpt, int64_t *step, uint64_t *seed,
         free(v);
     }
     st_close(set);
+    // Gradients are zero between steps, so a checkpoint holds none; the step's first
+    // micro-step adds into them (GEMMs with beta = 1), so they start at zero here too.
+    for (int i = 0; i < p->nbuf && rc == 0; i++)
+        if (p->buf[i].kind == PK_GRAD && p->buf[i].view < 0)
+            rt_zero(x, i);
     if (rc == 0)
         *step = (int64_t)s, *seed = sd, x->skipped = (int64_t)skipped, x->loss_scale = scale,
         x->scale_tracker = (int64_t)tracker;

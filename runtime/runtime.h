@@ -294,7 +294,8 @@ int rt_checkpoint_find(const char *path, char *out, size_t len, char *err, size_
 // Removes DIR's checkpoints but the `keep` latest (what a run killed between a save and
 // its pruning left over).
 void rt_checkpoint_prune(const char *dir, int keep);
-// Loads a checkpoint made for this plan into x (x->skipped too); its step and seed.
+// Loads a checkpoint made for this plan into x (x->skipped too; the gradients zeroed);
+// its step and seed.
 int rt_checkpoint_load(Exec *x, const char *ckpt, int64_t *step, uint64_t *seed, char *err, size_t errlen);
 
 typedef struct RunOptions {

@@ -6,7 +6,8 @@
 // swapped activations, offloaded gradients and CPU AdamW on the host stream; with the
 // weights streamed from the host, full and QLoRA), without a race; dropping the backend's stream waits is caught; kernels launch in plan order; a
 // GPU of another architecture gets kernels.cu compiled by NVRTC; a plan too large for the
-// free memory is refused before anything is allocated, with the budget to re-plan for.
+// free memory is refused before anything is allocated, with the budget to re-plan for;
+// resuming from a checkpoint zeroes the gradients on the device.
 #include "check.h"
 #include "fake_cuda.h"
 #include "harness.h"
@@ -323,6 +324,62 @@ static void test_preflight(void) {
     harness_free(&h);
 }
 
+// A checkpoint holds no gradients (they are zero between steps); resuming zeroes them on
+// the device, whatever its memory held, since the first micro-step's GEMMs add into them.
+static void test_resume_zeroes_gradients(void) {
+    Harness h;
+    bool ok = compile_tiny(&h, NULL);
+    CHECK(ok);
+    CudaApi api;
+    char dir[512], ckpt[4400], err[1024] = "";
+    FakeOptions o = options(&h);
+    snprintf(dir, sizeof dir, "%s/ckpt", h.dir);
+    ok = ok && mkdir(dir, 0755) == 0 && rt_checkpoint_save(&h.x, dir, 3, 7, 1, err, sizeof err) == 0 &&
+         fake_cuda_open(&api, &o, err, sizeof err) == 0;
+    Backend *be = ok ? rt_cuda_backend(h.dir, h.plan, &api, 0, err, sizeof err) : NULL;
+    Backend *host = rt_cpu_backend();
+    Exec x = {0};
+    ok = be && rt_exec_init(&x, h.plan, be, host, LAYOUT_PLANNED, err, sizeof err) == 0;
+    int grads = 0, dirty = 0;
+    for (int i = 0; ok && i < h.plan->nbuf; i++) {   // what a step before left, or any bytes
+        const PlanBuffer *b = &h.plan->buf[i];
+        if (b->kind != PK_GRAD || b->view >= 0)
+            continue;
+        float *v = malloc(sizeof(float) * (size_t)plan_elems(b));
+        for (int64_t k = 0; k < plan_elems(b); k++)
+            v[k] = 0.25f;
+        rt_write_f32(&x, i, v);
+        free(v);
+    }
+    int64_t step = 0;
+    uint64_t seed = 0;
+    ok = ok && rt_checkpoint_find(dir, ckpt, sizeof ckpt, err, sizeof err) == 0 &&
+         rt_checkpoint_load(&x, ckpt, &step, &seed, err, sizeof err) == 0;
+    for (int i = 0; ok && i < h.plan->nbuf; i++) {
+        const PlanBuffer *b = &h.plan->buf[i];
+        if (b->kind != PK_GRAD || b->view >= 0)
+            continue;
+        float *v = malloc(sizeof(float) * (size_t)plan_elems(b));
+        rt_read_f32(&x, i, v);
+        for (int64_t k = 0; k < plan_elems(b); k++)
+            dirty += v[k] != 0.0f;
+        free(v);
+        grads++;
+    }
+    if (!ok)
+        printf("  %s\n", err);
+    CHECK(ok && step == 3 && seed == 7);
+    CHECKF(grads > 0 && dirty == 0, "%d of the gradients' elements not zero after resuming", dirty);
+    if (x.plan)
+        rt_exec_free(&x);
+    if (be) {
+        be->destroy(be);
+        fake_cuda_close();
+    }
+    host->destroy(host);
+    harness_free(&h);
+}
+
 // On a machine without a driver the probe says so and ftc runs on the cpu backend.
 static void test_probe(void) {
     char why[512] = "";
@@ -350,5 +407,6 @@ int main(int argc, char **argv) {
     RUN(test_launch_order);
     RUN(test_other_architecture);
     RUN(test_preflight);
+    RUN(test_resume_zeroes_gradients);
     return CHECK_DONE();
 }

@@ -248,7 +248,7 @@ static void test_keep_chain(void) {
         unload(&l);
         return;
     }
-    CHECK_EQ(0, autodiff_apply(l.g, 1, NULL));
+    CHECK_EQ(0, autodiff_apply(l.g, 1, false, NULL));
     uint8_t *chain = NULL;
     int m = 0, n = remat_keep_chain(l.g, 0, &chain, &m);
     CHECK(m > 4 && n == m + 1);
@@ -317,7 +317,7 @@ static void test_missing_derivative_rule(void) {
     ir_mark_requires_grad(g);
     char msg[256] = "";
     PassDiag d = {collect, msg, 0};
-    CHECK_EQ(-1, autodiff_apply(g, 1, &d));
+    CHECK_EQ(-1, autodiff_apply(g, 1, false, &d));
     CHECK_EQ(1, d.errors);
     CHECK_STR("7:12: 'copy' has no derivative rule, so 'w' would train on no gradient through it", msg);
     ir_graph_free(g);
@@ -333,7 +333,7 @@ static void test_weight_decay_roles(void) {
         CHECK(load(&l, "models/qwen2.ft",
                    all ? "optimizer = adamw(lr = 1e-4, weight_decay = 0.1, decay_all = true)"
                        : "optimizer = adamw(lr = 1e-4, weight_decay = 0.1)", 1));
-        if (!l.g || autodiff_apply(l.g, 1, NULL) != 0) {
+        if (!l.g || autodiff_apply(l.g, 1, false, NULL) != 0) {
             CHECK(!"autodiff");
             unload(&l);
             continue;

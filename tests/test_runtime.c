@@ -355,7 +355,7 @@ static void test_matmul_grad(void) {
     c.f.fwd = matmul_fwd, c.f.bwd = matmul_bwd;
     set_output(&c.f, c.Bt * c.M * c.N);
     add_input(&c.f, "a", c.a, c.da, na, 0);
-    add_input(&c.f, "b", c.b, c.db, nb, 0);
+    add_input(&c.f, "b", c.b, c.db, nb, 1);   // a weight: its gradient adds in (beta = 1)
     fd_check(&c.f, FD_STEP, FD_ATOL, FD_RTOL);
     // The forward against a naive double loop.
     for (size_t t = 0; t < c.Bt; t++)

@@ -4,10 +4,11 @@
 // plan with copies and host work: a missing wait, host work on device memory, a copy
 // on the compute stream, a wait for an event not yet recorded; and in a grouped launch:
 // a member that waits, one that reads what another writes, one whose operand is dead at
-// the group's first, a group the reader cannot close; and on a plan of two ranks: a
-// collective's missing wait, a collective on the compute stream, a reduction skipped on
-// all but the last micro-step whose result the micro-step reads) is rejected with a message
-// naming the buffers and the instruction.
+// the group's first, a group the reader cannot close; a GEMM made to add into a part it
+// assigns, reading it unwritten; and on a plan of two ranks: a collective's missing wait, a
+// collective on the compute stream, a reduction skipped on all but the last micro-step
+// whose result the micro-step reads) is rejected with a message naming the buffers and the
+// instruction.
 #include "check.h"
 #include "harness.h"
 #include "../runtime/fileio.h"
@@ -194,6 +195,44 @@ static void test_missing_wait(void) {
         CHECK(n > 0);
         CHECK(strstr(msg, "with no event ordering them"));
     }
+}
+
+// A GEMM that adds into its output (beta = 1) reads it: the weight gradient's GEMM that
+// makes a device part of a host gradient (assigning it) is caught reading it before any
+// write when it is made to accumulate; the plan's own GEMMs into gradients pass.
+static void test_accumulating_gemm_reads(void) {
+    PlanInstr *in = NULL;
+    int updating = 0;
+    for (int ph = 0; ph < PHASE_COUNT; ph++)
+        for (int i = 0; i < hs.plan->nins[ph]; i++) {
+            PlanInstr *x = &hs.plan->ins[ph][i];
+            if (op_desc(x->op)->cls != OPC_GEMM)
+                continue;
+            const PlanBuffer *o = &hs.plan->buf[x->out[0]];
+            updating += (x->update & 1u) && o->kind == PK_GRAD;   // none: the gradients are on the host
+            if (!in && !(x->update & 1u) && strstr(o->name, ".part") && o->first == x->id)
+                in = x;
+        }
+    CHECK(in != NULL);
+    if (!in)
+        return;
+    in->update |= 1u;
+    int n;
+    char *msg = verify_streams(&n);
+    in->update &= ~1u;
+    char want[256];
+    snprintf(want, sizeof want, "instruction %d (%s) reads %s before any instruction writes it", in->id,
+             op_desc(in->op)->name, hs.plan->buf[in->out[0]].name);
+    CHECKF(n > 0 && strstr(msg, want), "want: %s", want);
+    // On the device plan every weight gradient's GEMM accumulates, and it verifies clean.
+    int clean = 0;
+    for (int i = 0; i < plan_instr_count(h.plan); i++) {
+        const PlanInstr *x = plan_instr(h.plan, i);
+        clean += op_desc(x->op)->cls == OPC_GEMM && (x->update & 1u) && h.plan->buf[x->out[0]].kind == PK_GRAD;
+    }
+    CHECK(clean > 0 && updating == 0);
+    verify(&n);
+    CHECK_EQ(0, n);
 }
 
 static void test_host_work_on_device_memory(void) {
@@ -500,7 +539,6 @@ int main(int argc, char **argv) {
     RUN(test_group_member_dead_operand);
     RUN(test_group_reader);
     RUN(test_estimate_reader);
-    harness_free(&h);
     PlanChoice c = {.micro = 4, .policy = REMAT_SWAP, .n_policy = 1 << 20, .rest = REMAT_SWAP,
                     .offload = {.optimizer = true, .grads = true}};
     if (!harness_compile_choice(&hs, "models/tiny.ft", tiny_text(), &c)) {
@@ -512,6 +550,7 @@ int main(int argc, char **argv) {
     RUN(test_host_work_on_device_memory);
     RUN(test_copy_on_compute);
     RUN(test_wait_before_record);
+    RUN(test_accumulating_gemm_reads);
     harness_free(&hs);
     harness_ranks = 2;   // ZeRO-2, two micro-steps a rank
     PlanChoice z2 = {.micro = 2, .policy = REMAT_KEEP, .rest = REMAT_KEEP, .zero = 2, .bucket_bytes = 64 << 10};
@@ -524,5 +563,6 @@ int main(int argc, char **argv) {
     RUN(test_collective_on_compute);
     RUN(test_last_read_later);
     harness_free(&hd);
+    harness_free(&h);
     return CHECK_DONE();
 }

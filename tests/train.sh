@@ -121,6 +121,59 @@ if grep -q 'logits formed 64 rows at a time (8 chunks of the 512 rows)' "$tmp/f.
 else
     bad fused-loss-trains-as-unfused "$(grep 'the loss:' "$tmp/f.log") $("$st_diff" "$tmp/fused/model.safetensors" "$tmp/unfused/model.safetensors" 1e-6 1) $(paste <(losses < "$tmp/fu.out") <(losses < "$tmp/un.out") | head -3)"
 fi
+# Weight gradients add in place: each weight gradient's GEMM adds its product into the
+# gradient itself (beta = 1), with no temporary and no acc. Against the plan where each
+# writes a temporary an acc adds in (--grad-temporaries), at micro-batch 2 (4 micro-steps
+# a step, all but the first adding into a gradient), on tiny.ft (linear) and a GPT-2-shaped
+# tiny model (its [in, out] weights through matmul, the embedding tied to the lm_head):
+# in fp32 the same bits (over the 128 rows of a micro-batch BLAS adds C to the product in
+# one rounding, as the acc did); in bf16 the temporary rounded the product to bf16 before
+# the add, the gradient now rounds once, so the runs part by that rounding: every loss
+# within 1e-3, every weight matrix within 2e-2 (measured: 4e-4 and 1.5e-2 on tiny.ft,
+# 1.8e-4 and 2.9e-3 on the GPT-2 shape; 8.5e-5 and 4.0e-3, every adapter, with LoRA on it;
+# vectors for shape only, as above: where a gradient is near zero an element steps by its
+# rounding). The in-place plan also runs planned as unplanned, bitwise.
+sed -e 's/^  vocab    = 50257/  vocab    = 256/' -e 's/^  dim      = 768/  dim      = 64/' \
+    -e 's/^  layers   = 12/  layers   = 2/' -e 's/^  heads    = 12/  heads    = 4/' -e 's/^  context  = 1024/  context  = 64/' \
+    -e 's/^  seq       = 1024/  seq       = 64/' -e 's/^  batch     = 32/  batch     = 8/' -e 's/lr = 2e-4/lr = 1e-3/' \
+    models/gpt2.ft > "$tmp/g2.ft"
+sed 's/^  optimizer = .*/&\n  lora(r = 4, alpha = 8, targets = [attn_w, fc_w])/' "$tmp/g2.ft" > "$tmp/g2lora.ft"
+sed 's/precision = bf16/precision = fp32/' "$tmp/g2.ft" > "$tmp/g2fp32.ft"
+sed 's/precision = bf16/precision = fp32/' models/tiny.ft > "$tmp/tinyfp32.ft"
+inplace_vs_temporaries() {   # NAME FT: both plans, 20 steps each; leaves $tmp/NAME.{in,tmp}.{plan,out,save}
+    "$ftc" compile "$2" --micro-batch 2 --offload none -o "$tmp/$1.in.plan" >/dev/null
+    "$ftc" compile "$2" --micro-batch 2 --offload none --grad-temporaries -o "$tmp/$1.tmp.plan" >/dev/null
+    for v in in tmp; do
+        "$ftc" run "$tmp/$1.$v.plan" --data "$tmp/c.bin" --steps 20 --seed 7 --poison --save "$tmp/$1.$v" > "$tmp/$1.$v.out"
+    done
+    # in place: no acc, every weight gradient's GEMM updating its gradient; with temporaries, acc
+    ! grep -q '^[0-9]* acc ' "$tmp/$1.in.plan/plan" && grep -q '^[0-9]* acc ' "$tmp/$1.tmp.plan/plan" &&
+        ! grep -E '^[0-9]* (linear_dw|matmul_db) ' "$tmp/$1.in.plan/plan" | grep -qv ' update=1 '
+}
+for m in tiny:"$tmp/tinyfp32.ft" gpt2:"$tmp/g2fp32.ft"; do
+    n=${m%%:*}-fp32
+    if inplace_vs_temporaries "$n" "${m#*:}" && [ "$(losses < "$tmp/$n.in.out" | wc -l)" = 20 ] &&
+       [ "$(losses < "$tmp/$n.in.out")" = "$(losses < "$tmp/$n.tmp.out")" ] &&
+       cmp -s "$tmp/$n.in/model.safetensors" "$tmp/$n.tmp/model.safetensors"; then
+        ok "grads-in-place-$n-bitwise ($(grep -c ' update=1 ' "$tmp/$n.in.plan/plan") accumulating instructions, $(grep -c '^[0-9]* acc ' "$tmp/$n.tmp.plan/plan") acc with temporaries)"
+    else
+        bad "grads-in-place-$n-bitwise" "$(diff <(losses < "$tmp/$n.in.out") <(losses < "$tmp/$n.tmp.out") | head -3)"
+    fi
+done
+for m in tiny:models/tiny.ft gpt2:"$tmp/g2.ft" gpt2-lora:"$tmp/g2lora.ft"; do
+    n=${m%%:*}-bf16 f=model.safetensors min=1024
+    [ "${m%%:*}" = gpt2-lora ] && f=adapter_model.safetensors min=1
+    if inplace_vs_temporaries "$n" "${m#*:}" && close_losses "$tmp/$n.in.out" "$tmp/$n.tmp.out" &&
+       "$st_diff" "$tmp/$n.in/$f" "$tmp/$n.tmp/$f" 2e-2 $min >/dev/null; then
+        ok "grads-in-place-$n ($("$st_diff" "$tmp/$n.in/$f" "$tmp/$n.tmp/$f" 2e-2 $min | sed 's/.*worst //'))"
+    else
+        bad "grads-in-place-$n" "$("$st_diff" "$tmp/$n.in/$f" "$tmp/$n.tmp/$f" 2e-2 $min) $(paste <(losses < "$tmp/$n.in.out") <(losses < "$tmp/$n.tmp.out") | head -3)"
+    fi
+done
+"$ftc" run "$tmp/gpt2-bf16.in.plan" --data "$tmp/c.bin" --steps 20 --seed 7 --poison --unplanned --save "$tmp/g2u" > "$tmp/g2u.out"
+[ "$(losses < "$tmp/g2u.out")" = "$(losses < "$tmp/gpt2-bf16.in.out")" ] &&
+    cmp -s "$tmp/g2u/model.safetensors" "$tmp/gpt2-bf16.in/model.safetensors" &&
+    ok grads-in-place-planned-equals-unplanned || bad grads-in-place-planned-equals-unplanned "weights or losses differ"
 # Recompute and swapping change no arithmetic: bitwise the same weights.
 for policy in selective full swap; do
     "$ftc" compile models/tiny.ft --remat $policy --micro-batch 8 --offload none -o "$tmp/$policy.plan" >/dev/null

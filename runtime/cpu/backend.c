@@ -354,7 +354,8 @@ static int k_matmul_da(Call *c) {   // dy [.., M, N], b [.., K, N] or [K, N] -> 
     return 0;
 }
 
-static int k_matmul_db(Call *c) {   // a [.., M, K], dy [.., M, N] -> db [.., K, N] or [K, N]
+static int k_matmul_db(Call *c) {   // a [.., M, K], dy [.., M, N] -> db [.., K, N] or [K, N] (+=)
+    zero_unless_update(c, 0);
     const PlanBuffer *a = B(0), *dy = B(1);
     int64_t K = a->shape[a->ndim - 1], Nn = dy->shape[dy->ndim - 1];
     int64_t M = rows_per_matrix(a, OB(0)->ndim == 2 && a->ndim > 2);

@@ -181,7 +181,7 @@ void cpu_matmul_backward(float *da, float *db, const float *dout, const float *a
         if (da)
             cpu_gemm(0, 1, M, K, N, g, b + t * K * N, 0.0f, da + t * M * K);
         if (db)
-            cpu_gemm(1, 0, K, N, M, a + t * M * K, g, 0.0f, db + t * K * N);
+            cpu_gemm(1, 0, K, N, M, a + t * M * K, g, 1.0f, db + t * K * N);
     }
 }
 

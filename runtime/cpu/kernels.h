@@ -96,9 +96,10 @@ void cpu_matmul_forward(float *out,           // (Bt, M, N)
                         const float *a,       // (Bt, M, K)
                         const float *b,       // (Bt, K, N)
                         size_t Bt, size_t M, size_t K, size_t N);
-// Computes da = dout · b^T and db = a^T · dout per matrix, both assigned; either may be NULL.
+// Computes da = dout · b^T (assigned) and db += a^T · dout (BLAS's beta = 1: a weight's
+// gradient accumulates in place) per matrix; either may be NULL.
 void cpu_matmul_backward(float *da,           // (Bt, M, K) =
-                         float *db,           // (Bt, K, N) =
+                         float *db,           // (Bt, K, N) +=
                          const float *dout,   // (Bt, M, N)
                          const float *a,      // (Bt, M, K)
                          const float *b,      // (Bt, K, N)

@@ -552,7 +552,7 @@ static int gemm_setup(CudaState *s, const Plan *p, const PlanInstr *in, Gemm *g,
     const PlanBuffer *A = &p->buf[sh.a], *B = &p->buf[sh.b], *C = &p->buf[in->out[0]];
     g->a = sh.a, g->b = sh.b, g->c = in->out[0];
     g->bias = in->op == OP_LINEAR && in->nin > 2 ? in->in[2] : -1;
-    g->beta = in->op == OP_LINEAR_DW && (in->update & 1u) ? 1.0f : 0.0f;
+    g->beta = in->update & 1u ? 1.0f : 0.0f;   // a weight gradient (linear_dw, matmul_db) adds in
     uint64_t ws = in->ws >= 0 ? (uint64_t)p->buf[in->ws].bytes : 0;
     return lt_setup(s, in, &sh, A->dtype, B->dtype, C->dtype, g->bias >= 0 ? (int)p->buf[g->bias].dtype : -1,
                     ws, g, err, errlen);

@@ -44,7 +44,7 @@ int main(int argc, char **argv) {
                 if (!p || fe_check(&s, p, &m, a) != 0)
                     return 2;
                 IrGraph *g = fe_elaborate(&s, &m, batches[bi], a);
-                autodiff_apply(g, 1, NULL);
+                autodiff_apply(g, 1, false, NULL);
                 ScheduleStats ss;
                 schedule_apply(g, &ss);
                 liveness_apply(g, true);
