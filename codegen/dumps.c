@@ -285,8 +285,9 @@ void mv_write_txt(FILE *f, const MemView *v, const MemMeta *m) {
     fprintf(f, "\npeak by phase\n");
     for (int ph = 0; ph < PHASE_COUNT; ph++)
         if (v->phase_peak_at[ph] >= 0)
-            fprintf(f, "  %-10s %12s at instruction %d\n", plan_phase_name((PlanPhase)ph),
-                    gib(a, v->phase_peak[ph]), v->phase_peak_at[ph]);
+            fprintf(f, "  %-10s %12s at instruction %d%s\n", plan_phase_name((PlanPhase)ph),
+                    gib(a, v->phase_peak[ph]), v->phase_peak_at[ph],
+                    ph == PHASE_EVAL ? "  (between steps, when asked: forward only, nothing saved)" : "");
     fprintf(f, "\nat the peak, by category\n");
     for (int k = 0; k < MV_CATS; k++) {
         int64_t x = v->live[(size_t)v->peak_at * MV_CATS + k];
@@ -547,6 +548,14 @@ void mv_write_html(FILE *f, const MemView *v, const MemMeta *m) {
             OPNAME(plan_instr(p, v->peak_at)) : "", plan_phase_name(plan_instr_phase(p, v->peak_at)),
             gib(b, arena), gib(c, m->budget_bytes));
     peak_story(f, v, v->live, v->peak, v->peak_at, ARENA_DEVICE);
+    fprintf(f, "<p id=\"phases\">Device peak by phase:");
+    for (int ph = 0, k = 0; ph < PHASE_COUNT; ph++)
+        if (v->phase_peak_at[ph] >= 0)
+            fprintf(f, "%s %s <b>%s</b> at instruction %d", k++ ? ";" : "", plan_phase_name((PlanPhase)ph),
+                    gib(a, v->phase_peak[ph]), v->phase_peak_at[ph]);
+    fprintf(f, "%s.</p>\n", v->phase_peak_at[PHASE_EVAL] >= 0
+                                ? " (eval: the forward alone, between steps, nothing saved for a backward)"
+                                : "");
     fprintf(f, "<div class=\"lg\">");
     for (int k = 0; k < MV_CATS - 1; k++)
         fprintf(f, "<span style=\"background:%s\"></span>%s", cat_colors[k], cat_names[k]);

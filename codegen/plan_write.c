@@ -117,6 +117,8 @@ int codegen_plan_write(FILE *f, const IrGraph *g, const PlanMeta *meta, const Ke
             fprintf(f, " layer=%d", t->layer);
         if (i == g->loss)
             fprintf(f, " role=loss");
+        else if (i == g->eval_loss)
+            fprintf(f, " role=eval_loss");
         else if (i == g->logits)
             fprintf(f, " role=logits");
         else if (i == g->grad_stats)
@@ -130,17 +132,19 @@ int codegen_plan_write(FILE *f, const IrGraph *g, const PlanMeta *meta, const Ke
                                                                           : "tokens");
         fputc('\n', f);
     }
-    static const char *phases[] = {"forward", "backward", "optimizer"};
+    static const char *phases[] = {"forward", "backward", "optimizer", "eval"};
     int *instr = malloc(sizeof(int) * (size_t)(nn + 1));   // node -> instruction id
-    for (int ph = PHASE_FORWARD, i = 0; ph <= PHASE_OPTIMIZER; ph++)
+    for (int ph = PHASE_FORWARD, i = 0; ph <= PHASE_EVALUATION; ph++)
         for (int j = 0; j < nn; j++)
             if (g->nodes.at[j].phase == (IrPhase)ph)
                 instr[j] = i++;
     int i = 0;
-    for (int ph = PHASE_FORWARD; ph <= PHASE_OPTIMIZER; ph++) {
+    for (int ph = PHASE_FORWARD; ph <= PHASE_EVALUATION; ph++) {
         int count = 0;
         for (int j = 0; j < nn; j++)
             count += g->nodes.at[j].phase == (IrPhase)ph;
+        if (ph == PHASE_EVALUATION && count == 0)   // (the phase is optional)
+            continue;
         fprintf(f, "phase %s %d\n", phases[ph], count);
         for (int j = 0; j < nn; j++) {
             const IrNode *n = &g->nodes.at[j];

@@ -403,6 +403,28 @@ static void holds_line(FILE *f, const PlanHolds *h, const CostModel *cm) {
 }
 
 // Time per stage over every build of this compile (the planner's candidates included).
+// The eval phase's nodes, and into *peak the most device bytes live at one of them.
+static int eval_phase_peak(const IrGraph *g, int64_t *peak) {
+    int n = 0;
+    *peak = 0;
+    for (int i = 0; i < g->nodes.len; i++) {
+        if (g->nodes.at[i].phase != PHASE_EVALUATION)
+            continue;
+        n++;
+        int64_t live = 0;
+        for (int t = 0; t < g->tensors.len; t++) {
+            const IrTensor *x = &g->tensors.at[t];
+            if (x->alias_of >= 0 || x->virt || x->arena != 0 || x->first > i || x->last < i ||
+                (x->reuse >= 0 && x->first == i))   // (written in place: its input still counts)
+                continue;
+            live += ir_tensor_bytes(x);
+        }
+        if (live > *peak)
+            *peak = live;
+    }
+    return n;
+}
+
 static void print_times(FILE *f, const PassTimes *t) {
     int n;
     const char *const *names = pipeline_stages(&n);
@@ -892,6 +914,11 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
             bs.alloc.lower_bound ? 100.0 * (double)(bs.alloc.arena_bytes - bs.alloc.lower_bound) /
                                        (double)bs.alloc.lower_bound
                                  : 0.0);
+    int64_t eval_peak;
+    int eval_nodes = eval_phase_peak(g, &eval_peak);
+    if (eval_nodes > 0)
+        fprintf(out, "eval phase (ftc run --eval-data): %d instructions, forward only, nothing saved; "
+                     "device peak %s\n", eval_nodes, fmt_bytes(a1, sizeof a1, eval_peak));
     fprintf(out, "plan: %s/plan (kernels.cu, memory.txt, memory.html, report.txt beside it)\n", dir);
     if (time_passes)
         print_times(out, &times);

@@ -37,6 +37,7 @@ static void usage_run(FILE *f) {
           "                   [--save-every N] [--keep K] [--resume DIR] [--seed N] [--poison]\n"
           "                   [--unplanned] [--merge] [--skip-nonfinite] [--device cuda|cpu|emu]\n"
           "                   [--comm-timeout SECONDS]\n"
+          "                   [--eval-data FILE [--eval-every N] [--eval-batches K]]\n"
           "\n"
           "  --data FILE       token file (ftc data makes one)\n"
           "  --weights PATH    Hugging Face safetensors: a file, or a directory (sharded too);\n"
@@ -60,9 +61,14 @@ static void usage_run(FILE *f) {
           "                    CPU); default: cuda where the driver sees a GPU, else cpu\n"
           "  --comm-timeout S  on a job of several ranks, how long a rank waits for the others\n"
           "                    in one exchange before it ends the job (default 600)\n"
+          "  --eval-data FILE  a token file for evaluation: the plan's eval phase (forward only,\n"
+          "                    nothing saved for a backward) prints its loss and perplexity\n"
+          "                    after the last step, and every N steps with --eval-every N\n"
+          "  --eval-batches K  evaluate its first K micro-batches (default: every window)\n"
           "\n"
           "A plan compiled with --ranks N runs as N processes: mpirun -np N ftc run DIR ...\n"
-          "(or srun -n N); each is one rank, rank 0 prints and saves.\n",
+          "(or srun -n N); each is one rank, rank 0 prints and saves; each evaluates the same\n"
+          "windows (no eval phase at --zero 3).\n",
           f);
 }
 
@@ -75,6 +81,8 @@ static int cmd_run(Cmdline *cl, int argc, char **argv, int first) {
                      strcmp(s, "--steps") == 0 || strcmp(s, "--save") == 0 ||
                      strcmp(s, "--save-every") == 0 || strcmp(s, "--resume") == 0 ||
                      strcmp(s, "--keep") == 0 || strcmp(s, "--comm-timeout") == 0 ||
+                     strcmp(s, "--eval-data") == 0 ||
+                     strcmp(s, "--eval-every") == 0 || strcmp(s, "--eval-batches") == 0 ||
                      strcmp(s, "--seed") == 0 || strcmp(s, "--device") == 0;
         if (strcmp(s, "--help") == 0 || strcmp(s, "-h") == 0) {
             usage_run(stdout);
@@ -92,6 +100,18 @@ static int cmd_run(Cmdline *cl, int argc, char **argv, int first) {
             o.save = argv[++i];
         else if (strcmp(s, "--resume") == 0)
             o.resume = argv[++i];
+        else if (strcmp(s, "--eval-data") == 0)
+            o.eval_data = argv[++i];
+        else if (strcmp(s, "--eval-every") == 0 || strcmp(s, "--eval-batches") == 0) {
+            i++;
+            int64_t *to = s[7] == 'e' ? &o.eval_every : &o.eval_batches;
+            if (!arg_count(cl, i, argv[i], to))
+                return EXIT_USAGE;
+            if (*to < 1) {
+                arg_error(cl, i, "%s must be at least 1", s);
+                return EXIT_USAGE;
+            }
+        }
         else if (strcmp(s, "--keep") == 0) {
             i++;
             if (!arg_count(cl, i, argv[i], &v))
@@ -155,6 +175,11 @@ static int cmd_run(Cmdline *cl, int argc, char **argv, int first) {
     }
     if (!o.plan_dir || !o.data) {
         usage_run(stderr);
+        return EXIT_USAGE;
+    }
+    if ((o.eval_every || o.eval_batches) && !o.eval_data) {
+        fprintf(stderr, "ftc run: error: %s needs --eval-data FILE\n",
+                o.eval_every ? "--eval-every" : "--eval-batches");
         return EXIT_USAGE;
     }
     return rt_train(&o);

@@ -35,7 +35,7 @@ const char *mem_category_name(MemCategory c) { return c < MEM_COUNT ? categories
 IrGraph *ir_graph_new(Arena *a) {
     IrGraph *g = arena_alloc(a, sizeof *g);
     g->arena = a;
-    g->loss = g->logits = g->grad_stats = g->grad_factor = -1;
+    g->loss = g->logits = g->eval_loss = g->grad_stats = g->grad_factor = -1;
     g->ranks = 1;
     return g;
 }

@@ -141,6 +141,8 @@ typedef enum IrPhase {
     PHASE_FORWARD,          // the micro-step's forward and loss
     PHASE_BACKWARD,         // the micro-step's backward
     PHASE_OPTIMIZER,        // once per step, after the last micro-step
+    PHASE_EVALUATION,       // forward only, on an evaluation batch, between steps: reads
+                            // the parameters and the batch inputs, saves nothing
 } IrPhase;
 
 typedef struct IrNode {
@@ -208,6 +210,7 @@ typedef struct IrGraph {
     VEC(IrNode) nodes;      // in a valid execution order (every input made earlier)
     int loss;               // the scalar loss tensor, -1 while there is none
     int logits;             // the tensor fed to the loss, -1 while there is none
+    int eval_loss;          // the eval phase's loss (passes/eval.c), -1 while there is none
     int64_t batch, seq;     // B and S the graph was elaborated for
     IrStep step;
     int grad_stats;         // f32[2]: the gradients' sum of squares and non-finite count,

@@ -11,7 +11,7 @@ static void tensor_line(FILE *f, const IrGraph *g, const IrTensor *t) {
     fputc('\n', f);
 }
 
-static const char *phase_name[] = {"forward", "backward", "optimizer"};
+static const char *phase_name[] = {"forward", "backward", "optimizer", "eval"};
 
 void ir_print(FILE *f, const IrGraph *g) {
     fprintf(f, "# ir: B=%lld S=%lld, %d tensors, %d nodes\n", (long long)g->batch,
@@ -74,7 +74,7 @@ void ir_json_str(FILE *f, const char *s) {
 }
 
 void ir_write_json(FILE *f, const IrGraph *g) {
-    static const char *phase[] = {"forward", "backward", "optimizer"};
+    static const char *phase[] = {"forward", "backward", "optimizer", "eval"};
     fprintf(f, "{\n  \"batch\": %lld, \"seq\": %lld, \"loss\": %d,\n  \"tensors\": [\n",
             (long long)g->batch, (long long)g->seq, g->loss);
     for (int i = 0; i < g->tensors.len; i++) {

@@ -199,6 +199,8 @@ StepCost cost_step(const IrGraph *g, const CostModel *cm, int64_t accum, int64_t
     double *dur = calloc((size_t)g->nodes.len + 1, sizeof(double));
     for (int i = 0; i < g->nodes.len; i++) {
         const IrNode *n = &g->nodes.at[i];
+        if (n->phase == PHASE_EVALUATION)   // between steps, when asked: not part of one
+            continue;
         OpClass cls = op_desc(n->op)->cls;
         double bytes_in = n->nin > 0 ? (double)ir_tensor_bytes(&g->tensors.at[n->in[0]]) : 0;
         if (cls == OPC_COPY) {   // a swap, a gradient streamed out, a weight coming in or back

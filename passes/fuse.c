@@ -45,7 +45,7 @@ static int producer_to_absorb(const Fuse *f, const IrNode *c, int k) {
     if (t < 0)
         return -1;
     const IrTensor *x = &g->tensors.at[t];
-    if (x->kind != TK_VALUE || x->alias_of >= 0 || x->producer < 0 || t == g->loss ||
+    if (x->kind != TK_VALUE || x->alias_of >= 0 || x->producer < 0 || t == g->loss || t == g->eval_loss ||
         t == g->logits || f->readers[t] != 1)
         return -1;
     const IrNode *p = &g->nodes.at[x->producer];
@@ -110,7 +110,7 @@ static bool recompute_in_readers(const IrGraph *g, const IrNode *e, const Reader
         return false;
     int t = e->out[0];
     const IrTensor *x = &g->tensors.at[t];
-    if (x->kind != TK_VALUE || x->alias_of >= 0 || t == g->loss || t == g->logits ||
+    if (x->kind != TK_VALUE || x->alias_of >= 0 || t == g->loss || t == g->eval_loss || t == g->logits ||
         r->bwd[t] == 0 || r->bwd_other[t] > 0)
         return false;
     for (int k = 0; k < e->nin; k++) {   // its inputs live into backward whatever happens

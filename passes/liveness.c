@@ -6,7 +6,7 @@
 // Lifetimes are node indices over all phases. Parameters, gradients and optimizer
 // state live for the whole step; the batch (tokens, targets) from node 0, since the
 // runtime fills it before the micro-step starts; the loss to the end of the micro-step,
-// since the runtime reads it after it. The logits are a value like any other: they die at
+// since the runtime reads it after it (the eval loss likewise to the end of its phase). The logits are a value like any other: they die at
 // their last reader (the loss's backward), as nothing after the step reads them.
 #include "passes.h"
 
@@ -55,13 +55,20 @@ int liveness_apply(IrGraph *g, bool in_place) {
         for (int k = 0; k < IR_MAX_OUTPUTS && nd->out[k] >= 0; k++)
             touch(g, nd->out[k], lead), touch(g, nd->out[k], i);
     }
-    // The loss is read by the runtime after the micro-step's last node.
-    int end = -1;
-    for (int i = 0; i < n; i++)
-        if (g->nodes.at[i].phase != PHASE_OPTIMIZER)
+    // The loss is read by the runtime after the micro-step's last node, the eval loss
+    // after the eval phase's.
+    int end = -1, eval_end = -1;
+    for (int i = 0; i < n; i++) {
+        IrPhase ph = g->nodes.at[i].phase;
+        if (ph == PHASE_FORWARD || ph == PHASE_BACKWARD)
             end = i;
+        else if (ph == PHASE_EVALUATION)
+            eval_end = i;
+    }
     if (g->loss >= 0 && end > g->tensors.at[ir_tensor_base(g, g->loss)].last)
         g->tensors.at[ir_tensor_base(g, g->loss)].last = end;
+    if (g->eval_loss >= 0 && eval_end > g->tensors.at[ir_tensor_base(g, g->eval_loss)].last)
+        g->tensors.at[ir_tensor_base(g, g->eval_loss)].last = eval_end;
     for (int i = 0; i < g->tensors.len; i++) {
         IrTensor *t = &g->tensors.at[i];
         if (persistent(g, t))
@@ -116,7 +123,7 @@ int liveness_apply(IrGraph *g, bool in_place) {
         if (!(op_desc(nd->op)->flags & OPF_INPLACE) || nd->update)
             continue;
         IrTensor *o = &g->tensors.at[nd->out[0]];
-        if (o->kind != TK_VALUE || o->alias_of >= 0 || nd->out[0] == g->loss)
+        if (o->kind != TK_VALUE || o->alias_of >= 0 || nd->out[0] == g->loss || nd->out[0] == g->eval_loss)
             continue;
         for (int k = 0; k < nd->nin; k++) {
             if (nd->in[k] < 0)

@@ -122,6 +122,20 @@ typedef struct OffloadStats {
 int offload_apply(IrGraph *g, const OffloadSpec *o, OffloadStats *st);
 
 //
+// eval.c — the eval phase: the forward and its loss again, forward only.
+//
+
+typedef struct EvalStats {
+    int nodes;                  // nodes of the eval phase
+} EvalStats;
+
+// Appends to the training-step graph `g` (after remat, before shard and offload) a
+// PHASE_EVALUATION copy of the forward's compute nodes, reading the same parameters and
+// batch inputs, dropout as the identity, the fused loss without its gradient, its loss
+// g->eval_loss. Returns 0.
+int eval_apply(IrGraph *g, EvalStats *st);
+
+//
 // shard.c — data parallelism: one rank's step, model states sharded (ZeRO stages 0-3).
 //
 
@@ -523,6 +537,7 @@ typedef struct BuildStats {
     ShardStats shard;
     BucketStats buckets;
     OffloadStats offload;
+    EvalStats eval;
     FuseStats fuse;
     ScheduleStats schedule;
     AllocStats alloc;

@@ -1,8 +1,8 @@
 // pipeline.c — the compile pipeline as one ordered table of named passes with one
 // signature, run for one planner choice:
 //
-//   elaborate (B, S) → lora → fuse_loss → autodiff → quantize → chunk_loss → remat → shard
-//     → offload → fuse → schedule → buckets → liveness → alloc → streams
+//   elaborate (B, S) → lora → fuse_loss → autodiff → quantize → chunk_loss → remat → eval
+//     → shard → offload → fuse → schedule → buckets → liveness → alloc → streams
 //
 // The frontend elaborates (a callback: the passes never see the AST); every pass runs
 // for every choice, doing nothing when the choice or the train section asks nothing of
@@ -74,14 +74,19 @@ static int run_buckets(PassCtx *x) {
 }
 
 static int run_offload(PassCtx *x) { return offload_apply(x->g, &x->c->offload, &x->bs->offload); }
+// No eval phase for a rank of ZeRO 3, whose parameters are shards between the phases
+// that gather them; below it every rank holds the whole parameters after its step.
+static int run_eval(PassCtx *x) {
+    if (x->p->spec.ranks > 1 && x->c->zero >= 3)
+        return 0;
+    return eval_apply(x->g, &x->bs->eval);
+}
 static int run_fuse(PassCtx *x) { return x->p->spec.no_fusion ? 0 : fuse_apply(x->g, &x->bs->fuse); }
 static int run_schedule(PassCtx *x) { return schedule_apply(x->g, &x->bs->schedule); }
 static int run_liveness(PassCtx *x) { return liveness_apply(x->g, true); }
 static int run_alloc(PassCtx *x) { return alloc_apply(x->g, &x->bs->alloc); }
 static int run_streams(PassCtx *x) { return streams_apply(x->g, &x->bs->streams); }
 
-// The passes in order: name, entry, and whether only a written plan needs it (it
-// changes nothing the planner measures).
 // The passes in order: name, entry, what it depends on: PREFIX passes only on the
 // train section and the micro-batch (their result is cached across choices), CHOICE
 // passes on the planner's choice, FINAL passes change nothing the planner measures and
@@ -95,6 +100,7 @@ enum { PREFIX, CHOICE, FINAL };
     X(quantize, run_quantize, PREFIX)                                                    \
     X(chunk_loss, run_chunk_loss, CHOICE)                                                \
     X(remat, run_remat, CHOICE)                                                          \
+    X(eval, run_eval, CHOICE)                                                            \
     X(shard, run_shard, CHOICE)                                                          \
     X(offload, run_offload, CHOICE)                                                      \
     X(fuse, run_fuse, CHOICE)                                                            \

@@ -269,8 +269,11 @@ int schedule_apply(IrGraph *g, ScheduleStats *st) {
         while (hi < n && g->nodes.at[hi].phase == g->nodes.at[lo].phase)
             hi++;
         if (g->nodes.at[lo].phase == PHASE_OPTIMIZER)
-            for (int i = lo; i < hi; i++)
+            for (int i = lo; i < hi; i++) {   // kept as made; what comes after waits for it
                 order[i] = i;
+                for (int k = 0; k < s.nsucc[i]; k++)
+                    s.indeg[s.succ[i][k]]--;
+            }
         else
             greedy(&s, lo, hi, order + lo);
         lo = hi;

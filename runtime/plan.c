@@ -17,7 +17,7 @@
 
 static const char *dtype_names[PDT_COUNT] = {"f32", "bf16", "f16", "i32", "u8", "nf4"};
 static const int dtype_bits[PDT_COUNT] = {32, 16, 16, 32, 8, 4};
-static const char *phase_names[PHASE_COUNT] = {"forward", "backward", "optimizer"};
+static const char *phase_names[PHASE_COUNT] = {"forward", "backward", "optimizer", "eval"};
 
 const char *plan_dtype_name(PlanDType t) { return t < PDT_COUNT ? dtype_names[t] : "?"; }
 int64_t plan_dtype_bytes(PlanDType t, int64_t elems) { return (elems * dtype_bits[t] + 7) / 8; }
@@ -592,7 +592,7 @@ static int read_steps(Reader *r, Plan *p, PlanInstr *in) {
 }
 // The buffers the training loop reads and writes itself agree with the header: tokens,
 // targets and position ids i32 [micro_batch, seq] (it writes that many), the target count
-// one i32, the loss one f32, the logits' last dimension the vocabulary.
+// one i32, the loss and the eval loss one f32, the logits' last dimension the vocabulary.
 static int check_roles(Reader *r, const Plan *p) {
     if (p->seq > (1 << 24) || p->micro_batch > (1 << 20) || p->vocab > (1 << 30))
         return bad(r, "seq %lld, micro_batch %lld or vocab %lld is beyond any model", (long long)p->seq,
@@ -609,9 +609,9 @@ static int check_roles(Reader *r, const Plan *p) {
         } else if (!strcmp(b->role, "target_count")) {
             if (b->dtype != PDT_I32 || b->virt || plan_elems(b) != 1)
                 return bad(r, "buffer %s (target_count): must be one i32", b->name);
-        } else if (!strcmp(b->role, "loss")) {
+        } else if (!strcmp(b->role, "loss") || !strcmp(b->role, "eval_loss")) {
             if (b->dtype != PDT_F32 || b->virt || plan_elems(b) != 1)
-                return bad(r, "buffer %s (loss): must be one f32", b->name);
+                return bad(r, "buffer %s (%s): must be one f32", b->name, b->role);
         } else if (!strcmp(b->role, "grad_stats") || !strcmp(b->role, "grad_factor")) {
             if (b->dtype != PDT_F32 || b->virt || b->view >= 0 || plan_elems(b) != 2)
                 return bad(r, "buffer %s (%s): must be two f32", b->name, b->role);
@@ -841,11 +841,15 @@ int plan_load(Plan **out, const char *path, char *err, size_t errlen) {
     if (check_buffers(&r, p) != 0)
         goto done;
     int next_id = 0;
-    for (int ph = 0; ph < PHASE_COUNT; ph++) {
+    line = next_line(&r);
+    for (int ph = 0; ph < PHASE_COUNT; ph++, line = next_line(&r)) {
         int64_t n;
-        if (!(line = next_line(&r)) || words(line, w, 4) != 3 || strcmp(w[0], "phase") != 0 ||
+        if (ph == PHASE_EVAL && line && strcmp(line, "end") == 0)
+            break;   // (the eval phase is optional)
+        if (!line || words(line, w, 4) != 3 || strcmp(w[0], "phase") != 0 ||
             strcmp(w[1], phase_names[ph]) != 0 || !ops_parse_i64(w[2], &n) || n < 0 || n > 100000000) {
-            bad(&r, "expected 'phase %s N'", phase_names[ph]);
+            bad(&r, ph == PHASE_EVAL ? "expected 'phase eval N' or 'end'" : "expected 'phase %s N'",
+                phase_names[ph]);
             goto done;
         }
         p->nins[ph] = (int)n;
@@ -871,7 +875,7 @@ int plan_load(Plan **out, const char *path, char *err, size_t errlen) {
             }
         }
     }
-    if (!(line = next_line(&r)) || strcmp(line, "end") != 0) {
+    if (!line || strcmp(line, "end") != 0) {
         bad(&r, "expected 'end'");
         goto done;
     }

@@ -35,7 +35,8 @@
 //   buffers N
 //   buffer ID NAME CATEGORY ARENA OFFSET BYTES DTYPE SHAPE FIRST LAST [key=value ...]
 //   ...
-//   phase forward N          (then N instruction lines; likewise backward, optimizer)
+//   phase forward N          (then N instruction lines; likewise backward, optimizer and,
+//                             optionally, eval)
 //   ID OP out=A,B in=C,D,E [update=MASK] [ATTR=VALUE ...] [stream=S] [wait=E,F] [record=E]
 //      [ws=ID] [launch=NAME:GRID:BLOCK ...] [group=N | by=ID] [recompute=1] [flops=N]
 //      [bytes=N] [layer=L] [loc=LINE:COL]
@@ -51,14 +52,16 @@
 // (no bytes of its own: it reads its base's), at=BYTES (a view's start in its base's bytes,
 // 0 when absent; its OFFSET is the base's plus that), reuse=ID (written in place over buffer ID,
 // whose last use is this buffer's first write), layer=L, role=tokens|targets|positions|
-// target_count|loss|logits|grad_stats|grad_factor (a quant buffer: nf4_absmax, or nf4_absmax_codes|
-// nf4_absmax_scales|nf4_absmax_mean for double quantisation, of=the NF4 parameter),
-// shard=DIMS (below).
+// target_count|loss|eval_loss|logits|grad_stats|grad_factor (a quant buffer: nf4_absmax, or
+// nf4_absmax_codes|nf4_absmax_scales|nf4_absmax_mean for double quantisation, of=the NF4
+// parameter), shard=DIMS (below).
 // grad_stats and grad_factor, two f32 each, live the whole step: the optimizer phase
 // starts with one grad_sumsq per gradient (their sum of squares and count of non-finite
 // elements into grad_stats), then grad_factor (what every update multiplies its gradient
 // by: the clip coefficient over the loss scale, and whether the step is skipped), which
 // every adamw and sgd reads as its second input; the runtime reads both after the step.
+// The eval phase reads the parameters and the batch inputs the runtime wrote for it, and
+// only its own values otherwise; its loss (role=eval_loss) lives to its last instruction.
 //
 // Ranks: one plan serves every rank of a data-parallel job (`ranks N`); the rank itself
 // comes from the launcher when the job starts. A buffer with shard=DIMS holds this rank's
@@ -119,7 +122,9 @@ typedef enum PlanDType { PDT_F32, PDT_BF16, PDT_F16, PDT_I32, PDT_U8, PDT_NF4, P
 typedef enum PlanArena { ARENA_DEVICE, ARENA_HOST, ARENA_COUNT } PlanArena;
 typedef enum PlanKind { PK_PARAM, PK_GRAD, PK_STATE, PK_INPUT, PK_VALUE, PK_WORKSPACE, PK_QUANT } PlanKind;
 typedef enum PlanInit { PINIT_NORMAL, PINIT_ONES, PINIT_ZEROS, PINIT_KAIMING_UNIFORM } PlanInit;
-typedef enum PlanPhase { PHASE_FWD, PHASE_BWD, PHASE_OPT, PHASE_COUNT } PlanPhase;
+// PHASE_EVAL (optional in a plan): the forward and its loss on an evaluation batch,
+// run between steps; it saves nothing for a backward and makes no gradient.
+typedef enum PlanPhase { PHASE_FWD, PHASE_BWD, PHASE_OPT, PHASE_EVAL, PHASE_COUNT } PlanPhase;
 typedef enum PlanSchedule { SCHED_CONSTANT, SCHED_LINEAR, SCHED_COSINE } PlanSchedule;
 
 typedef struct PlanBuffer {

@@ -311,6 +311,9 @@ typedef struct RunOptions {
     bool merge;             // with LoRA: also save the merged weights
     bool skip_nonfinite;    // a step with a non-finite loss is skipped and counted, not fatal
     double comm_timeout_s;  // how long a rank waits for the others in a collective (0: 600 s)
+    const char *eval_data;  // a token file the eval phase runs on, or NULL
+    int64_t eval_every;     // evaluate after every this many steps (0: after the last only)
+    int64_t eval_batches;   // micro-batches of it evaluated (0: every window)
     FILE *out;              // progress lines
 } RunOptions;
 

@@ -267,6 +267,102 @@ static void nonfinite_grad(Exec *x, double norm, int64_t step, Feed *f, uint64_t
 
 // Trains one rank: every rank of a job runs this, rank 0 prints and saves.
 static int train(const RunOptions *o, Plan *p, Comm *comm);
+// Opens token file `path` for plan p and checks it before step one: its windows of seq + 1
+// (their shuffled order must fit a quarter of this machine's memory), the seq it was
+// packed for, every token id below the vocabulary, something trained. 0, or -1 with err.
+static int open_tokens(const Plan *p, const char *path, DataFile **out, uint64_t *nwin, char *err,
+                       size_t errlen) {
+    DataFile *d = NULL;
+    if (data_open(&d, path, err, errlen) != 0)
+        return -1;
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    uint64_t ram = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : UINT64_MAX, trained = 0;
+    bool bad = true;
+    if (data_window_count(d, (int)p->seq, nwin, err, errlen) != 0)
+        ;
+    else if (*nwin > ram / 4 / sizeof(uint64_t))
+        snprintf(err, errlen, "%s: %llu windows of %lld tokens; their shuffled order would take "
+                 "more than a quarter of this machine's memory", path, (unsigned long long)*nwin,
+                 (long long)p->seq + 1);
+    else if (p->packing && !data_has_info(d))
+        snprintf(err, errlen, "%s has no record starts, but the plan packs records (packing = true): "
+                 "make it with ftc data --tokenizer", path);
+    else if (data_packed_window(d) && data_packed_window(d) != (uint64_t)p->seq)
+        snprintf(err, errlen, "%s was packed for seq %llu (ftc data --pack %llu), but the plan's seq "
+                 "is %lld: records would cross windows", path, (unsigned long long)data_packed_window(d),
+                 (unsigned long long)data_packed_window(d), (long long)p->seq);
+    else if (data_check_vocab(d, (int32_t)p->vocab, &trained, err, errlen) != 0)
+        ;
+    else if (trained == 0)
+        snprintf(err, errlen, "%s: no token is trained (every target is masked)", path);
+    else
+        bad = false;
+    if (bad) {
+        data_close(d);
+        return -1;
+    }
+    *out = d;
+    return 0;
+}
+
+// The eval phase's batch of the eval file's windows first .. first + micro_batch - 1 in
+// file order; a row past its last window is all ignored targets. The trained targets
+// into *count, and into the plan's target count.
+static int load_eval_batch(Exec *x, Feed *f, uint64_t first, int64_t *count, char *err, size_t errlen) {
+    const Plan *p = x->plan;
+    int S = (int)p->seq;
+    *count = 0;
+    for (int64_t b = 0; b < p->micro_batch; b++) {
+        uint64_t w = first + (uint64_t)b;
+        if (w >= f->nwin) {
+            memset(f->tokens + b * S, 0, sizeof(int32_t) * (size_t)S);
+            for (int j = 0; j < S; j++)
+                f->targets[b * S + j] = IGNORED_TARGET, f->positions[b * S + j] = j;
+            continue;
+        }
+        if (data_read_window(f->d, w, S, f->window, f->info, (int32_t)p->vocab, err, errlen) != 0)
+            return -1;
+        memcpy(f->tokens + b * S, f->window, sizeof(int32_t) * (size_t)S);
+        for (int j = 0; j < S; j++) {
+            bool t = f->info[j + 1] & DATA_TRAIN;
+            f->targets[b * S + j] = t ? f->window[j + 1] : IGNORED_TARGET;
+            f->positions[b * S + j] = j == 0 || (f->info[j] & DATA_START) ? 0 : f->positions[b * S + j - 1] + 1;
+            *count += t;
+        }
+    }
+    rt_write_raw(x, plan_role(p, "tokens")->id, f->tokens);
+    rt_write_raw(x, plan_role(p, "targets")->id, f->targets);
+    rt_write_positions(x, p->packing ? f->positions : NULL);   // as load_batch does
+    rt_write_target_count(x, *count);
+    return 0;
+}
+
+// Runs the eval phase over `batches` micro-batches of the eval file (f) from its first
+// window: *loss the mean over every trained target of them (each batch's loss is the mean
+// over its own, so weighted by their count), *targets their number. The weights, the
+// optimizer state and the training's data order are untouched.
+static int evaluate(Exec *x, Feed *f, int64_t batches, double *loss, int64_t *targets, char *err,
+                    size_t errlen) {
+    const Plan *p = x->plan;
+    int id = plan_role(p, "eval_loss")->id;
+    double sum = 0;
+    *targets = 0;
+    for (int64_t b = 0; b < batches; b++) {
+        int64_t count;
+        if (load_eval_batch(x, f, (uint64_t)(b * p->micro_batch), &count, err, errlen) != 0)
+            return -1;
+        if (count == 0)   // nothing of it is trained: it adds nothing to the mean
+            continue;
+        if (rt_exec_phase(x, PHASE_EVAL, err, errlen) != 0)
+            return -1;
+        float l;
+        rt_read_f32(x, id, &l);
+        sum += (double)l * (double)count;
+        *targets += count;
+    }
+    *loss = sum / (double)*targets;
+    return 0;
+}
 
 int rt_train(const RunOptions *o) {
     char err[1024], path[4096];
@@ -310,7 +406,7 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
         return error("cannot open /dev/null: %s", strerror(errno));
     // --steps, else the train section's steps, else 10
     int64_t steps = o->steps ? o->steps : p->steps ? p->steps : 10;
-    DataFile *d = NULL;
+    DataFile *d = NULL, *ed = NULL;
     Backend *be = NULL, *host = NULL;
     Exec x = {0};
     int rc = 1, lock = -1;
@@ -325,40 +421,30 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
         error("%s/plan: the plan has no tokens, targets or loss buffer", o->plan_dir);
         goto out;
     }
-    if (data_open(&d, o->data, err, sizeof err) != 0) {
+    uint64_t nwin = 0, eval_nwin = 0;
+    if (open_tokens(p, o->data, &d, &nwin, err, sizeof err) != 0) {
         error("%s", err);
         goto out;
     }
-    uint64_t nwin = 0;
-    bool bad = false;
-    // The shuffled order holds an index per window: a file with more windows than a
-    // quarter of this machine's memory can index is refused, not half-allocated.
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    uint64_t ram = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : UINT64_MAX;
-    if (data_window_count(d, (int)p->seq, &nwin, err, sizeof err) != 0)
-        bad = true;
-    else if (nwin > ram / 4 / sizeof(uint64_t))
-        bad = true, snprintf(err, sizeof err, "%s: %llu windows of %lld tokens; their shuffled order would take "
-                 "more than a quarter of this machine's memory", o->data, (unsigned long long)nwin,
-                 (long long)p->seq + 1);
-    // Every token id below the vocabulary, and something to train on, checked before step one.
-    uint64_t trained = 0;
-    if (bad)
-        ;
-    else if (p->packing && !data_has_info(d))
-        bad = true, snprintf(err, sizeof err, "%s has no record starts, but the plan packs records "
-                             "(packing = true): make it with ftc data --tokenizer", o->data);
-    else if (data_packed_window(d) && data_packed_window(d) != (uint64_t)p->seq)
-        bad = true, snprintf(err, sizeof err, "%s was packed for seq %llu (ftc data --pack %llu), but the plan's seq "
-                 "is %lld: records would cross windows", o->data, (unsigned long long)data_packed_window(d),
-                 (unsigned long long)data_packed_window(d), (long long)p->seq);
-    else if (data_check_vocab(d, (int32_t)p->vocab, &trained, err, sizeof err) != 0)
-        bad = true;
-    else if (trained == 0)
-        bad = true, snprintf(err, sizeof err, "%s: no token is trained (every target is masked)", o->data);
-    if (bad) {
-        error("%s", err);
-        goto out;
+    // Evaluation: the plan's eval phase over the first --eval-batches micro-batches of the
+    // eval file (all of its windows by default), every --eval-every steps and at the end.
+    int64_t eval_batches = 0, eval_tokens = 0;
+    if (o->eval_data) {
+        if (!p->nins[PHASE_EVAL] || !plan_role(p, "eval_loss")) {
+            error("--eval-data: %.900s has no eval phase (%s)", o->plan_dir,
+                  p->ranks > 1 && p->zero >= 3 ? "a rank of ZeRO 3 holds shards of the parameters: compile "
+                                                 "it with --zero 2 or below to evaluate"
+                                               : "a plan compiled before ftc planned one; compile it again");
+            goto out;
+        }
+        if (open_tokens(p, o->eval_data, &ed, &eval_nwin, err, sizeof err) != 0) {
+            error("%s", err);
+            goto out;
+        }
+        int64_t all = (int64_t)((eval_nwin + (uint64_t)p->micro_batch - 1) / (uint64_t)p->micro_batch);
+        eval_batches = o->eval_batches > 0 && o->eval_batches < all ? o->eval_batches : all;
+        uint64_t rows = (uint64_t)(eval_batches * p->micro_batch);   // the windows evaluated
+        eval_tokens = (int64_t)(rows < eval_nwin ? rows : eval_nwin) * p->seq;
     }
     if (!(be = pick_backend(o, p, comm, err, sizeof err))) {
         error("%s", err);
@@ -468,6 +554,12 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
                 "accumulation x seq), %llu windows in %s\n", p->model, be->name, (long long)steps,
                 (long long)p->micro_batch, (long long)p->accum, (long long)p->seq,
                 (unsigned long long)nwin, o->data);
+    if (ed)
+        fprintf(out, "eval: %s, %lld batches of %lld x %lld tokens (%llu windows in the file)%s, "
+                        "%s\n", o->eval_data, (long long)eval_batches, (long long)p->micro_batch,
+                (long long)p->seq, (unsigned long long)eval_nwin,
+                eval_batches * p->micro_batch < (int64_t)eval_nwin ? " from its first window" : "",
+                o->eval_every > 0 ? "every --eval-every steps and after the last" : "after the last step");
     double clip = 0;
     for (int i = 0; i < p->nins[PHASE_OPT]; i++)
         if (p->ins[PHASE_OPT][i].op == OP_GRAD_FACTOR)
@@ -489,6 +581,8 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
     bool counted = plan_role(p, "target_count") != NULL;
     Feed feed = {.d = d, .order = order, .nwin = nwin, .window = window, .tokens = tokens,
                  .targets = targets, .positions = positions, .info = info};
+    Feed efeed = {.d = ed, .nwin = eval_nwin, .window = window, .tokens = tokens, .targets = targets,
+                  .positions = positions, .info = info};
     double t0 = now_s(), t1st = 0, first_loss = 0, recent[10] = {0};
     int64_t nrecent = 0, first_step = 0, skipped0 = x.skipped;   // nrecent: steps updated
     for (int64_t step = done + 1; step <= steps; step++) {
@@ -595,6 +689,19 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
                 (long long)step, (long long)steps, loss, skipped, (double)tokens_per_step / (t1 - ts),
                 x.lr, isnan(gnorm) ? NAN : gnorm, t1 - t0, mems);
         fflush(out);
+        if (ed && ((o->eval_every > 0 && step % o->eval_every == 0) || step == steps)) {
+            double el, te = now_s();
+            int64_t nt;
+            if (evaluate(&x, &efeed, eval_batches, &el, &nt, err, sizeof err) != 0) {
+                error("step %lld, evaluating on %s: %s", (long long)step, o->eval_data, err);
+                goto out;
+            }
+            double dt = now_s() - te;
+            fprintf(out, "eval %lld/%lld  loss %.6f  ppl %.4g  targets %lld  tok/s %.0f  time %.2fs\n",
+                    (long long)step, (long long)steps, el, exp(el), (long long)nt,
+                    dt > 0 ? (double)eval_tokens / dt : 0.0, dt);
+            fflush(out);
+        }
         if (o->save && o->save_every > 0 && step % o->save_every == 0 && step < steps) {
             if (save(&x, o->save, o->merge, out) != 0)
                 goto out;
@@ -649,6 +756,7 @@ out:
     free(window), free(info);
     free(tokens), free(targets), free(positions);
     data_close(d);
+    data_close(ed);
     if (!lead)
         fclose(out);
     return rc;

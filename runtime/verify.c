@@ -90,15 +90,18 @@ int plan_verify(const Plan *p, FILE *out) {
                     b->category, b->first, b->last);
     }
     // The runtime reads the loss after the micro-step's last instruction (nothing reads
-    // the logits after their last reader).
-    int end = p->nins[PHASE_FWD] + p->nins[PHASE_BWD] - 1;
+    // the logits after their last reader), the eval loss after the eval phase's.
+    int end = p->nins[PHASE_FWD] + p->nins[PHASE_BWD] - 1, eval_end = ni - 1;
     for (int i = 0; i < nbuf; i++) {
         const PlanBuffer *b = &p->buf[i];
-        if (b->role && !strcmp(b->role, "loss")) {
+        bool eval = b->role && !strcmp(b->role, "eval_loss");
+        if (eval && p->nins[PHASE_EVAL] == 0)
+            PROBLEM("buffer %s is the eval loss of a plan without an eval phase", b->name);
+        if (b->role && (eval || !strcmp(b->role, "loss"))) {
             const PlanBuffer *base = b->view >= 0 && b->view < nbuf ? &p->buf[b->view] : b;
-            if (base->last < end)
+            if (base->last < (eval ? eval_end : end))
                 PROBLEM("buffer %s (the %s) dies at instruction %d, before the runtime reads it "
-                        "after instruction %d", b->name, b->role, base->last, end);
+                        "after instruction %d", b->name, b->role, base->last, eval ? eval_end : end);
         }
     }
     // No two buffers live at once share bytes, but for a declared in-place reuse. Each

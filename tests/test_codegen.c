@@ -98,6 +98,59 @@ static void test_dumps_agree(void) {
     mv_free(&v);
 }
 
+// The eval phase is planned as a phase of its own: its instructions write only buffers
+// born in it (nothing saved for a backward, no gradient, no weight), none of them kept
+// past it but its loss, and its peak, below the training step's, is in every dump.
+static void test_eval_phase(void) {
+    const Plan *p = h.plan;
+    CHECK(p->nins[PHASE_EVAL] > 10);
+    const PlanBuffer *el = plan_role(p, "eval_loss");
+    CHECK(el != NULL);
+    int lo = p->nins[PHASE_FWD] + p->nins[PHASE_BWD] + p->nins[PHASE_OPT], hi = lo + p->nins[PHASE_EVAL];
+    int bad = 0;
+    for (int i = 0; i < p->nins[PHASE_EVAL]; i++) {
+        const PlanInstr *in = &p->ins[PHASE_EVAL][i];
+        for (int k = 0; k < in->nout; k++) {
+            const PlanBuffer *b = &p->buf[in->out[k]];
+            const PlanBuffer *base = b->view >= 0 ? &p->buf[b->view] : b;
+            bool own = base->first >= lo && base->last < hi && base->kind == PK_VALUE &&
+                       (!strcmp(base->category, "temporaries") || !strcmp(base->category, "workspace"));
+            if (!own && bad++ < 5)
+                printf("  eval instruction %d writes %s (%s, [%d, %d])\n", in->id, b->name, b->category,
+                       base->first, base->last);
+        }
+    }
+    CHECK_EQ(0, bad);
+    MemView v;
+    mv_init(&v, p);
+    int64_t train = 0;
+    for (int ph = PHASE_FWD; ph <= PHASE_OPT; ph++)
+        if (v.phase_peak[ph] > train)
+            train = v.phase_peak[ph];
+    CHECK(v.phase_peak_at[PHASE_EVAL] >= lo && v.phase_peak_at[PHASE_EVAL] < hi);
+    CHECK(v.phase_peak[PHASE_EVAL] > 0 && v.phase_peak[PHASE_EVAL] < train);
+    CHECK_EQ(train, v.peak);
+    printf("  eval phase: %d instructions, peak %lld bytes against the training step's %lld\n",
+           p->nins[PHASE_EVAL], (long long)v.phase_peak[PHASE_EVAL], (long long)train);
+    char path[600];
+    snprintf(path, sizeof path, "%s/memory.txt", h.dir);
+    char *txt = slurp(path);
+    CHECK(txt && strstr(txt, "\n  eval  ") && strstr(txt, "forward only, nothing saved"));
+    snprintf(path, sizeof path, "%s/memory.json", h.dir);
+    json_error_t je;
+    json_t *j = json_load_file(path, 0, &je), *phases = j ? json_object_get(j, "phases") : NULL;
+    CHECK(phases && json_array_size(phases) == 4);
+    json_t *ev = phases ? json_array_get(phases, 3) : NULL;
+    CHECK(ev && !strcmp(json_string_value(json_object_get(ev, "name")), "eval"));
+    json_t *pk = ev ? json_object_get(ev, "peak_bytes") : NULL;
+    CHECK(pk && json_integer_value(pk) == v.phase_peak[PHASE_EVAL]);
+    json_decref(j);
+    snprintf(path, sizeof path, "%s/memory.html", h.dir);
+    char *html = slurp(path);
+    CHECK(html && strstr(html, "id=\"phases\"") && strstr(html, " eval <b>"));
+    mv_free(&v);
+}
+
 // The host arena has its own view: a plan with offloaded state and swapped activations
 // shows its host peak (what the buffer table implies) apart, and the device's lists of
 // largest buffers name device buffers only.
@@ -195,6 +248,7 @@ int main(int argc, char **argv) {
     }
     RUN(test_plan_round_trip);
     RUN(test_dumps_agree);
+    RUN(test_eval_phase);
     harness_free(&h);
     RUN_NAMED("test_host_view", test_host_view(text));
     return CHECK_DONE();

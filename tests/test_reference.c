@@ -586,6 +586,60 @@ static void test_qwen2_packed_fp32(void) {
     packed_case();
     harness_loss_chunk = 0;
 }
+// The eval phase (forward only, planned apart from the training step) over the masked
+// fixture's two micro-batches, each batch's loss the mean over its own trained targets:
+// weighted by their counts, transformers' loss over all of them; and each batch's
+// bitwise the training forward's on the same batch and count. The eval phase runs first,
+// so it can lean on nothing the forward leaves behind (poison is on).
+static void test_eval_phase(void) {
+    Run r;
+    char err[1024];
+    bool ok = setup_full(&r, "qwen2_tiny_masked", "fp32", NULL, NULL, 4, 2);
+    CHECK(ok);
+    CHECK(!ok || r.plan->nins[PHASE_EVAL] > 0);
+    if (!ok || r.plan->nins[PHASE_EVAL] == 0) {
+        teardown(&r);
+        return;
+    }
+    int32_t tokens[32], targets[32], count[1];
+    const char *names[3] = {"tokens", "targets", "count"};
+    int32_t *into[3] = {tokens, targets, count};
+    for (int k = 0; k < 3; k++) {
+        const StTensor *t = st_find(r.expect, names[k]);
+        CHECK(t && st_read_raw(r.expect, t, into[k], (size_t)st_elems(t) * 4, err, sizeof err) == 0);
+    }
+    double sum = 0;
+    int64_t total = 0, same = 0;
+    for (int m = 0; m < 2; m++) {
+        int64_t n = 0;
+        for (int j = 0; j < 16; j++)
+            n += targets[16 * m + j] >= 0;
+        rt_write_raw(&r.x, plan_role(r.plan, "tokens")->id, tokens + 16 * m);
+        rt_write_raw(&r.x, plan_role(r.plan, "targets")->id, targets + 16 * m);
+        rt_write_positions(&r.x, NULL);
+        rt_write_target_count(&r.x, n);
+        float le, lf;
+        CHECK_EQ(0, rt_exec_phase(&r.x, PHASE_EVAL, err, sizeof err));
+        rt_read_f32(&r.x, plan_role(r.plan, "eval_loss")->id, &le);
+        r.x.micro = 0;
+        CHECK_EQ(0, rt_exec_phase(&r.x, PHASE_FWD, err, sizeof err));
+        rt_read_f32(&r.x, plan_role(r.plan, "loss")->id, &lf);
+        same += memcmp(&le, &lf, sizeof le) == 0;
+        CHECK(memcmp(&le, &lf, sizeof le) == 0);
+        sum += (double)le * (double)n;
+        total += n;
+    }
+    const StTensor *t = st_find(r.expect, "loss");
+    float want = 0;
+    CHECK(t && st_read_f32(r.expect, t, &want, 1, err, sizeof err) == 0);
+    CHECK_EQ(count[0], total);
+    CHECK_NEAR(sum / (double)total, want, 0, 1e-5);
+    printf("  qwen2_tiny_masked fp32, eval phase (%d instructions) over 2 micro-batches, %lld targets: "
+           "loss %.7f (transformers %.7f); %lld of 2 batches bitwise the training forward's\n",
+           r.plan->nins[PHASE_EVAL], (long long)total, sum / (double)total, want, (long long)same);
+    teardown(&r);
+}
+
 // PEFT's LoRA (r = 4, alpha = 8 on q_proj, v_proj): logits, loss and the adapters' gradients.
 static void test_qwen2_peft_lora_fp32(void) {
     run_both("qwen2_tiny_lora", "fp32", 1e-4,
@@ -605,6 +659,7 @@ int main(int argc, char **argv) {
     RUN(test_qwen2_fp32);
     RUN(test_qwen2_masked_accumulated_fp32);
     RUN(test_qwen2_packed_fp32);
+    RUN(test_eval_phase);
     RUN(test_llama_tied_fp32);
     RUN(test_llama_gqa_fp32);
     RUN(test_qwen2_peft_lora_fp32);

@@ -467,5 +467,52 @@ else
     bad schedule-from-plan "$out"
 fi
 
+# Evaluation: --eval-data runs the plan's eval phase (forward only) every --eval-every
+# steps and after the last, printing the eval loss and its perplexity; it changes nothing
+# of the training (losses and weights bitwise those of a run without it, poison on).
+head -c 6000 tests/data/corpus.txt > "$tmp/e.txt"
+"$ftc" data --bytes "$tmp/e.txt" -o "$tmp/e.bin" >/dev/null
+"$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 5 --seed 7 --poison --save "$tmp/noeval" > "$tmp/ne.out"
+"$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 5 --seed 7 --poison --save "$tmp/witheval" \
+    --eval-data "$tmp/e.bin" --eval-every 2 > "$tmp/we.out"
+evals=$(grep '^eval [0-9]' "$tmp/we.out" | awk '{print $2}' | tr '\n' ' ')
+if [ "$(losses < "$tmp/ne.out")" = "$(losses < "$tmp/we.out")" ] && [ "$evals" = "2/5 4/5 5/5 " ] &&
+   cmp -s "$tmp/noeval/model.safetensors" "$tmp/witheval/model.safetensors" &&
+   grep -q '^eval: .*e.bin, 12 batches of 8 x 64 tokens (93 windows in the file), every --eval-every steps and after the last$' "$tmp/we.out" &&
+   grep '^eval [0-9]' "$tmp/we.out" | awk '{ if ($3 != "loss" || $5 != "ppl" || $7 != "targets" || $8 != 5952) exit 1
+        r = exp($4) / $6; if (r < 0.9995 || r > 1.0005) exit 1 } END { exit NR != 3 }'; then
+    ok "eval-every-changes-nothing ($(grep '^eval [0-9]' "$tmp/we.out" | awk '{print $4}' | tr '\n' ' '))"
+else
+    bad eval-every-changes-nothing "$(cat "$tmp/we.out")"
+fi
+# The eval loss is the mean over the eval file's trained targets, computed apart: a plan at
+# learning rate 0 trains one step on exactly one micro-batch of windows (the same eight
+# windows in another order) and evaluates on them; the step's loss and the eval loss agree.
+head -c 513 tests/data/corpus.txt > "$tmp/e8.txt"
+"$ftc" data --bytes "$tmp/e8.txt" -o "$tmp/e8.bin" >/dev/null
+sed 's/lr = 3e-3/lr = 0.0/' models/tiny.ft > "$tmp/lr0.ft"
+"$ftc" compile "$tmp/lr0.ft" -o "$tmp/lr0.plan" >/dev/null
+out=$("$ftc" run "$tmp/lr0.plan" --data "$tmp/e8.bin" --steps 1 --eval-data "$tmp/e8.bin" --eval-batches 5 2>&1)
+tl=$(grep '^step 1/1' <<<"$out" | awk '{print $4}') el=$(grep '^eval 1/1' <<<"$out" | awk '{print $4}')
+awk -v a="$tl" -v b="$el" 'BEGIN { d = a - b; exit !(a > 5 && d < 2e-6 && d > -2e-6) }' &&
+    grep -q '^eval: .*e8.bin, 1 batches of 8 x 64 tokens (8 windows in the file), after the last step$' <<<"$out" &&
+    ok "eval-loss-is-the-forward-loss (step $tl, eval $el)" || bad eval-loss-is-the-forward-loss "$out"
+# --eval-batches K: the first K micro-batches only.
+out=$("$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 1 --eval-data "$tmp/e.bin" --eval-batches 2 2>&1)
+grep -q '^eval: .*, 2 batches of 8 x 64 tokens (93 windows in the file) from its first window, after the last step$' <<<"$out" &&
+    grep -q '^eval 1/1  loss [0-9.]*  ppl [0-9.]*  targets 1024 ' <<<"$out" && ok eval-batches ||
+    bad eval-batches "$out"
+# Usage and input errors.
+"$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --eval-every 2 >/dev/null 2>"$tmp/e"
+[ $? = 2 ] && grep -q 'ftc run: error: --eval-every needs --eval-data FILE' "$tmp/e" && ok eval-every-needs-data ||
+    bad eval-every-needs-data "$(cat "$tmp/e")"
+"$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --eval-data "$tmp/e.bin" --eval-batches 0 >/dev/null 2>"$tmp/e"
+[ $? = 2 ] && grep -q -- '--eval-batches must be at least 1' "$tmp/e" && ok eval-batches-positive ||
+    bad eval-batches-positive "$(cat "$tmp/e")"
+head -c 20 tests/data/corpus.txt > "$tmp/short.txt"
+"$ftc" data --bytes "$tmp/short.txt" -o "$tmp/short.bin" >/dev/null
+fails eval-data-too-short "short.bin" run "$tmp/tiny.plan" --data "$tmp/c.bin" --eval-data "$tmp/short.bin"
+fails eval-data-missing "nothing.bin" run "$tmp/tiny.plan" --data "$tmp/c.bin" --eval-data "$tmp/nothing.bin"
+
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

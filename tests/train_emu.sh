@@ -4,7 +4,8 @@
 # and on the cpu backend, full fine-tuning, LoRA with dropout (the same masks on both)
 # and QLoRA; every step's loss agrees within 2^-8 of itself (one bf16 ulp: bf16 storage,
 # reductions summed in another order, attention's probabilities rounded to bf16 for the
-# tensor cores), and same-seed emu runs agree bitwise.
+# tensor cores), as do the eval losses of the eval phase after steps 10 and 20; and
+# same-seed emu runs agree bitwise.
 # usage: train_emu.sh FTC SOURCE_DIR
 set -u
 ftc=$1 src=$2
@@ -15,8 +16,11 @@ pass=0 fail=0
 ok() { echo "ok   $1"; pass=$((pass+1)); }
 bad() { echo "FAIL $1: $2"; fail=$((fail+1)); }
 losses() { grep '^step ' | awk '{print $2, $4}'; }
+evals() { grep '^eval [0-9]' | awk '{print $2, $4}'; }
 
 "$ftc" data --bytes tests/data/corpus.txt -o "$tmp/c.bin" >/dev/null || bad data "ftc data failed"
+head -c 2000 tests/data/corpus.txt > "$tmp/e.txt"
+"$ftc" data --bytes "$tmp/e.txt" -o "$tmp/e.bin" >/dev/null || bad data "ftc data failed"
 lora='  lora(r = 8, alpha = 16, dropout = 0.1, targets = [wq, wv])'
 qlora='  lora(r = 8, alpha = 16, dropout = 0.1, targets = [wq, wv])\n  quantize(nf4, double_quant = true)'
 for kind in full lora qlora; do
@@ -30,15 +34,20 @@ for kind in full lora qlora; do
         bad "$kind-compiles" "$(cat "$tmp/err")"
         continue
     fi
-    "$ftc" run "$tmp/$kind.plan" --data "$tmp/c.bin" --steps 20 --seed 3 --device cpu > "$tmp/$kind.cpu" 2>&1
-    "$ftc" run "$tmp/$kind.plan" --data "$tmp/c.bin" --steps 20 --seed 3 --device emu > "$tmp/$kind.emu" 2>&1
+    for dev in cpu emu; do
+        "$ftc" run "$tmp/$kind.plan" --data "$tmp/c.bin" --steps 20 --seed 3 --device $dev \
+            --eval-data "$tmp/e.bin" --eval-every 10 > "$tmp/$kind.$dev" 2>&1
+    done
     worst=$(paste <(losses < "$tmp/$kind.cpu") <(losses < "$tmp/$kind.emu") |
         awk '{ d = ($2 - $4) / $2; if (d < 0) d = -d; if (d > w) w = d; if ($1 != $3) w = 1e9; n++ }
              END { if (n != 20) w = 1e9; printf "%.2g", w }')
-    if grep -q '^ftc run: .* on emu,' "$tmp/$kind.emu" && awk -v w="$worst" 'BEGIN { exit !(w <= 2^-8) }'; then
-        ok "emu-trains-as-cpu-$kind (worst relative loss difference $worst over 20 steps)"
+    eworst=$(paste <(evals < "$tmp/$kind.cpu") <(evals < "$tmp/$kind.emu") |
+        awk '{ d = ($2 - $4) / $2; if (d < 0) d = -d; if (d > w) w = d; if ($1 != $3) w = 1e9; n++ }
+             END { if (n != 2) w = 1e9; printf "%.2g", w }')
+    if grep -q '^ftc run: .* on emu,' "$tmp/$kind.emu" && awk -v w="$worst" -v e="$eworst" 'BEGIN { exit !(w <= 2^-8 && e <= 2^-8) }'; then
+        ok "emu-trains-as-cpu-$kind (worst relative loss difference $worst over 20 steps, eval $eworst)"
     else
-        bad "emu-trains-as-cpu-$kind" "worst $worst: $(tail -3 "$tmp/$kind.emu")"
+        bad "emu-trains-as-cpu-$kind" "worst $worst, eval $eworst: $(tail -3 "$tmp/$kind.emu")"
     fi
 done
 # Same seed, same losses, bitwise, on the emu backend too (LoRA: dropout masks included).

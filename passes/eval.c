@@ -1,0 +1,54 @@
+// eval.c — the eval phase: the forward and its loss once more, as a phase of its own
+// after the optimizer, on a batch the runtime writes between steps (ftc run
+// --eval-data). It reads the parameters and the batch inputs (tokens, targets, position
+// ids, the target count) and nothing the training step made, and nothing reads what it
+// makes but itself and the runtime (its loss), so every value it makes dies at its last
+// reader inside the phase: no activation is saved and no gradient exists, whatever the
+// training step keeps. Dropout is the identity, as in a model's eval mode.
+//
+// It runs after remat and offload, so it copies the forward as the user wrote it (its
+// compute-stream nodes; a swap's copies to the host are the training step's), and
+// before fuse, schedule, liveness and alloc, which plan it like any phase.
+#include "passes.h"
+
+#include <stdlib.h>
+
+int eval_apply(IrGraph *g, EvalStats *st) {
+    if (g->loss < 0)
+        return 0;
+    int nt = g->tensors.len, nforward = 0;
+    int *map = malloc(sizeof(int) * (size_t)(nt + 1));   // training tensor -> eval tensor
+    for (int t = 0; t < nt; t++)
+        map[t] = t;
+    while (nforward < g->nodes.len && g->nodes.at[nforward].phase == PHASE_FORWARD)
+        nforward++;
+    for (int i = 0; i < nforward; i++) {
+        IrNode n = g->nodes.at[i];   // (ir_node_add may move the node list)
+        if (n.stream != STREAM_COMPUTE || op_desc(n.op)->cls == OPC_COPY)
+            continue;
+        IR_ASSERT(!n.update && !n.recompute);
+        if (n.op == OP_DROPOUT) {
+            map[n.out[0]] = map[n.in[0]];
+            continue;
+        }
+        int in[IR_MAX_INPUTS];
+        for (int k = 0; k < n.nin; k++)
+            in[k] = n.in[k] < 0 ? -1 : map[n.in[k]];
+        IrShapeErr err;
+        const char *name = arena_printf(g->arena, "eval.%s", g->tensors.at[n.out[0]].name);
+        int id = ir_node_add(g, n.op, n.nin, in, n.attr, name, n.layer, n.loc, &err);
+        IR_ASSERT(id >= 0);
+        IrNode *e = &g->nodes.at[id];
+        e->phase = PHASE_EVALUATION;
+        for (int k = 0; k < IR_MAX_OUTPUTS && n.out[k] >= 0; k++) {
+            IR_ASSERT(e->out[k] >= 0);
+            map[n.out[k]] = e->out[k];
+            g->tensors.at[e->out[k]].requires_grad = false;
+        }
+        st->nodes++;
+    }
+    g->eval_loss = map[g->loss];
+    IR_ASSERT(g->eval_loss != g->loss);
+    free(map);
+    return 0;
+}
