@@ -38,6 +38,7 @@ static void usage_run(FILE *f) {
           "                   [--unplanned] [--merge] [--skip-nonfinite] [--device cuda|cpu|emu]\n"
           "                   [--comm-timeout SECONDS]\n"
           "                   [--eval-data FILE [--eval-every N] [--eval-batches K]]\n"
+          "                   [--report DIR] [--log-every N]\n"
           "\n"
           "  --data FILE       token file (ftc data makes one)\n"
           "  --weights PATH    Hugging Face safetensors: a file, or a directory (sharded too);\n"
@@ -65,10 +66,15 @@ static void usage_run(FILE *f) {
           "                    nothing saved for a backward) prints its loss and perplexity\n"
           "                    after the last step, and every N steps with --eval-every N\n"
           "  --eval-batches K  evaluate its first K micro-batches (default: every window)\n"
+          "  --report DIR      write DIR/run.jsonl (a record a step: loss, eval loss, gradient\n"
+          "                    norm, lr, tokens/s, loss scale, skipped) and DIR/run.html (the\n"
+          "                    curves, planned and measured memory); default: the --save DIR\n"
+          "  --log-every N     a progress line every N steps (default 1); on a terminal the\n"
+          "                    line is rewritten in place, with the time left, and kept every N\n"
           "\n"
           "A plan compiled with --ranks N runs as N processes: mpirun -np N ftc run DIR ...\n"
-          "(or srun -n N); each is one rank, rank 0 prints and saves; each evaluates the same\n"
-          "windows (no eval phase at --zero 3).\n",
+          "(or srun -n N); each is one rank, rank 0 prints, saves and writes the report; each\n"
+          "evaluates the same windows (no eval phase at --zero 3).\n",
           f);
 }
 
@@ -83,6 +89,7 @@ static int cmd_run(Cmdline *cl, int argc, char **argv, int first) {
                      strcmp(s, "--keep") == 0 || strcmp(s, "--comm-timeout") == 0 ||
                      strcmp(s, "--eval-data") == 0 ||
                      strcmp(s, "--eval-every") == 0 || strcmp(s, "--eval-batches") == 0 ||
+                     strcmp(s, "--report") == 0 || strcmp(s, "--log-every") == 0 ||
                      strcmp(s, "--seed") == 0 || strcmp(s, "--device") == 0;
         if (strcmp(s, "--help") == 0 || strcmp(s, "-h") == 0) {
             usage_run(stdout);
@@ -102,6 +109,17 @@ static int cmd_run(Cmdline *cl, int argc, char **argv, int first) {
             o.resume = argv[++i];
         else if (strcmp(s, "--eval-data") == 0)
             o.eval_data = argv[++i];
+        else if (strcmp(s, "--report") == 0)
+            o.report = argv[++i];
+        else if (strcmp(s, "--log-every") == 0) {
+            i++;
+            if (!arg_count(cl, i, argv[i], &o.log_every))
+                return EXIT_USAGE;
+            if (o.log_every < 1) {
+                arg_error(cl, i, "--log-every must be at least 1");
+                return EXIT_USAGE;
+            }
+        }
         else if (strcmp(s, "--eval-every") == 0 || strcmp(s, "--eval-batches") == 0) {
             i++;
             int64_t *to = s[7] == 'e' ? &o.eval_every : &o.eval_batches;

@@ -86,7 +86,7 @@ int rt_exec_init(Exec *x, const Plan *p, Backend *be, Backend *host, ExecLayout 
             continue;
         if (layout == LAYOUT_PLANNED) {
             x->ptr[i] = (char *)x->arena[b->arena] + b->offset;
-        } else {
+        } else if (!b->virt) {   // (a fused step's intermediate gets its bytes where it runs)
             x->ptr[i] = be->alloc(be, p->arena_kind[b->arena], b->bytes ? b->bytes : 1);
             if (!x->ptr[i]) {
                 snprintf(err, errlen, "cannot allocate buffer %s (%lld bytes)", b->name,

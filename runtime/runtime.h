@@ -229,16 +229,50 @@ int rt_weights_serve(Exec *x, char *err, size_t errlen);
 int rt_weights_serve_end(Exec *x, bool ok, char *err, size_t errlen);
 
 //
+// report.c — the run report: DIR/run.jsonl and DIR/run.html.
+//
+
+typedef struct RunReport RunReport;
+
+// What the page says about the run besides its steps.
+typedef struct RunReportInfo {
+    const char *model, *device, *plan_dir, *data, *eval_data, *gpu;   // eval_data, gpu: may be NULL
+    int64_t steps, tokens_per_step;
+    int64_t planned_device, planned_host, reserve, budget;   // bytes, from the plan
+} RunReportInfo;
+
+// One step's record: NAN for a value it does not have (eval_loss between evaluations; a
+// skipped step's loss and norm), loss_scale 0 without loss scaling.
+typedef struct RunRecord {
+    int64_t step;
+    double loss, eval_loss, grad_norm, lr, tokens_per_s, loss_scale, elapsed_s;
+    bool skipped;
+    int64_t skipped_total, tokens;   // steps skipped and tokens trained so far
+} RunRecord;
+
+// Starts the report in DIR (which exists): run.jsonl new, or for a run resumed at step
+// `done` > 0 the records it holds up to that step kept and the rest dropped. -1 with err.
+int rt_report_open(RunReport **out, const char *dir, const RunReportInfo *info, int64_t done, char *err,
+                   size_t errlen);
+// Appends step record x to run.jsonl (one whole line); -1 with err.
+int rt_report_step(RunReport *r, const RunRecord *x, char *err, size_t errlen);
+// The memory measured for the page's table: `bytes` and what they are.
+void rt_report_measured(RunReport *r, int64_t bytes, const char *what);
+// Writes run.html from the records so far, aside and renamed into place; -1 with err.
+int rt_report_html(RunReport *r, char *err, size_t errlen);
+void rt_report_close(RunReport *r);
+
+//
 // save.c — the --save directory.
 //
 
-// Whether --save DIR can be written, before any training: DIR a directory (or a new name
-// in one) where a file can be created; -1 with err.
-int rt_save_check(const char *dir, char *err, size_t errlen);
+// Whether DIR (given to option `flag`, --save or --report) can be written, before any
+// training: DIR a directory (or a new name in one) where a file can be created; -1 with err.
+int rt_save_check(const char *flag, const char *dir, char *err, size_t errlen);
 // Makes DIR and locks it for this process (DIR/.ftc-lock, let go however the process
 // ends), then removes what killed saves left in it; the lock's descriptor in *fd, or -1
 // with err naming the ftc that holds it.
-int rt_save_lock(const char *dir, int *fd, char *err, size_t errlen);
+int rt_save_lock(const char *flag, const char *dir, int *fd, char *err, size_t errlen);
 // Saves the weights (with LoRA the adapters, and the merged weights when `merge`) into
 // DIR as one set from this step: written aside, then made current at once (DIR/latest),
 // the names people load linked through it; one line to `out`. -1 with err.
@@ -314,6 +348,8 @@ typedef struct RunOptions {
     const char *eval_data;  // a token file the eval phase runs on, or NULL
     int64_t eval_every;     // evaluate after every this many steps (0: after the last only)
     int64_t eval_batches;   // micro-batches of it evaluated (0: every window)
+    const char *report;     // where run.jsonl and run.html go (NULL: the --save directory, if any)
+    int64_t log_every;      // not on a terminal: a progress line every this many steps (0: 1)
     FILE *out;              // progress lines
 } RunOptions;
 

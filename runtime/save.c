@@ -37,12 +37,12 @@ static const char *const artefacts[] = {"model.safetensors", "adapter_model.safe
                                         "adapter_config.json"};
 enum { NARTEFACT = sizeof artefacts / sizeof *artefacts };
 
-int rt_save_check(const char *dir, char *err, size_t errlen) {
+int rt_save_check(const char *flag, const char *dir, char *err, size_t errlen) {
     struct stat st;
     char where[4096];
     if (stat(dir, &st) == 0) {
         if (!S_ISDIR(st.st_mode))
-            return rt_fail(err, errlen, "--save %s: it is a file, not a directory", dir);
+            return rt_fail(err, errlen, "%s %s: it is a file, not a directory", flag, dir);
         snprintf(where, sizeof where, "%s", dir);
     } else {   // a new directory: its parent must be there
         const char *slash = strrchr(dir, '/');
@@ -53,13 +53,13 @@ int rt_save_check(const char *dir, char *err, size_t errlen) {
         else
             snprintf(where, sizeof where, "%.*s", (int)(slash - dir), dir);
         if (stat(where, &st) != 0 || !S_ISDIR(st.st_mode))
-            return rt_fail(err, errlen, "--save %s: there is no directory %s to create it in", dir, where);
+            return rt_fail(err, errlen, "%s %s: there is no directory %s to create it in", flag, dir, where);
     }
     char probe[4200];
     snprintf(probe, sizeof probe, "%s/.ftc-probe.%d", where, (int)getpid());
     int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0)
-        return rt_fail(err, errlen, "--save %s: cannot write in %s: %s", dir, where, strerror(errno));
+        return rt_fail(err, errlen, "%s %s: cannot write in %s: %s", flag, dir, where, strerror(errno));
     close(fd);
     unlink(probe);
     return 0;
@@ -99,28 +99,28 @@ static void clean(const char *dir) {
     closedir(d);
 }
 
-int rt_save_lock(const char *dir, int *fd_out, char *err, size_t errlen) {
+int rt_save_lock(const char *flag, const char *dir, int *fd_out, char *err, size_t errlen) {
     if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-        return rt_fail(err, errlen, "--save %s: cannot create it: %s", dir, strerror(errno));
+        return rt_fail(err, errlen, "%s %s: cannot create it: %s", flag, dir, strerror(errno));
     char path[4200];
     snprintf(path, sizeof path, "%s/.ftc-lock", dir);
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0)
-        return rt_fail(err, errlen, "--save %s: cannot create %s: %s", dir, path, strerror(errno));
+        return rt_fail(err, errlen, "%s %s: cannot create %s: %s", flag, dir, path, strerror(errno));
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         char who[32] = "";
         ssize_t n = pread(fd, who, sizeof who - 1, 0);
         who[n > 0 ? n : 0] = '\0';
         who[strcspn(who, "\n")] = '\0';
         close(fd);
-        return rt_fail(err, errlen, "--save %s: another ftc%s%s%s is writing it", dir, *who ? " (pid " : "",
+        return rt_fail(err, errlen, "%s %s: another ftc%s%s%s is writing it", flag, dir, *who ? " (pid " : "",
                        who, *who ? ")" : "");
     }
     char pid[32];
     int len = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
     if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)len, 0) != len) {
         close(fd);
-        return rt_fail(err, errlen, "--save %s: cannot write %s", dir, path);
+        return rt_fail(err, errlen, "%s %s: cannot write %s", flag, dir, path);
     }
     clean(dir);
     *fd_out = fd;

@@ -1,8 +1,9 @@
 // train.c — `ftc run`: the training loop. Each step runs `accum` micro-steps
 // (forward, backward) on windows of seq + 1 tokens drawn in a seeded shuffled order,
 // then the optimizer phase at the schedule's learning rate (the gradients' global norm
-// found, clipped, and the step skipped if a gradient is not finite), and prints one
-// progress line:
+// found, clipped, and the step skipped if a gradient is not finite), evaluates when asked
+// (the plan's eval phase), records the step in the run report when there is one, and
+// prints a progress line (rewritten in place on a terminal, with the time left):
 //
 //   step 3/20  loss 4.812345  tok/s 10234  lr 3.000e-03  gnorm 1.2345  elapsed 0.41s  mem 3.2 MiB
 //
@@ -18,6 +19,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -173,12 +175,14 @@ static Backend *pick_backend(const RunOptions *o, const Plan *p, Comm *comm, cha
     return with_comm(rt_cuda_backend(o->plan_dir, p, NULL, gpu_index, err, errlen), comm, err, errlen);
 }
 
-// After the first step on a GPU: what the device holds against what the plan promised.
-static void report_memory(Backend *be, const Plan *p, FILE *out) {
+// After the first step on a GPU: what the device holds against what the plan promised;
+// the bytes in use (0 when the backend is not a GPU's), and what they are into `what`.
+static int64_t report_memory(Backend *be, const Plan *p, FILE *out, char *what, size_t len) {
     int64_t total, free_b;
     char name[256], a[32], r[32], u[32], t[32], h[32];
     if (!rt_cuda_memory(be, &total, &free_b, name, sizeof name))
-        return;
+        return 0;
+    snprintf(what, len, "%.100s device memory in use after step one (every process on it)", name);
     int64_t planned = p->arena_bytes[ARENA_DEVICE] + p->reserve_bytes, used = total - free_b;
     fprintf(out, "memory: planned %s (arena %s + reserve %s); %s shows %s in use of %s (%+.1f%%, "
                  "every process on it)\n",
@@ -186,6 +190,50 @@ static void report_memory(Backend *be, const Plan *p, FILE *out) {
             fmt_bytes(u, sizeof u, p->reserve_bytes), name, fmt_bytes(t, sizeof t, used),
             fmt_bytes(h, sizeof h, total),
             planned ? 100.0 * (double)(used - planned) / (double)planned : 0.0);
+    return used;
+}
+
+// The console: on a terminal one progress line rewritten in place each step (with an
+// estimate of the time left), kept every --log-every steps when that is given; elsewhere a
+// plain line every --log-every steps (every step by default), the first and the last and
+// every skipped one too. Any other line first ends a line left in place.
+typedef struct Console {
+    FILE *out;
+    bool tty, pending;
+    int64_t every;          // 0 on a terminal: nothing kept but the last
+} Console;
+
+static void console_break(Console *c) {
+    if (c->pending)
+        fputc('\n', c->out);
+    c->pending = false;
+}
+
+static void fmt_eta(char *buf, size_t len, double s) {
+    long t = s > 0 && s < 1e9 ? (long)(s + 0.5) : 0;
+    if (t >= 3600)
+        snprintf(buf, len, "%ldh%02ldm", t / 3600, t / 60 % 60);
+    else if (t >= 60)
+        snprintf(buf, len, "%ldm%02lds", t / 60, t % 60);
+    else if (s >= 10 || s <= 0)
+        snprintf(buf, len, "%lds", t);
+    else
+        snprintf(buf, len, "%.1fs", s);
+}
+
+static void console_step(Console *c, const char *line, int64_t step, int64_t first, int64_t last, bool skip,
+                         double eta_s) {
+    if (c->tty) {
+        char eta[32];
+        fmt_eta(eta, sizeof eta, eta_s);
+        fprintf(c->out, "\r%s  eta %s\033[K", line, eta);
+        c->pending = true;
+        if ((c->every > 0 && step % c->every == 0) || step == last)
+            console_break(c);
+    } else if (step % c->every == 0 || step == first || step == last || skip) {
+        fprintf(c->out, "%s\n", line);
+    }
+    fflush(c->out);
 }
 
 // Where a search for the first non-finite value ended, for an error message: "; the first
@@ -364,6 +412,12 @@ static int evaluate(Exec *x, Feed *f, int64_t batches, double *loss, int64_t *ta
     return 0;
 }
 
+// Whether directories a and b (b may be NULL or not exist yet) are one.
+static bool same_dir(const char *a, const char *b) {
+    struct stat sa, sb;
+    return b && stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
 int rt_train(const RunOptions *o) {
     char err[1024], path[4096];
     who[0] = '\0';
@@ -409,11 +463,18 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
     DataFile *d = NULL, *ed = NULL;
     Backend *be = NULL, *host = NULL;
     Exec x = {0};
-    int rc = 1, lock = -1;
+    int rc = 1, lock = -1, report_lock = -1;
+    RunReport *report = NULL;
+    Console con = {.out = out, .tty = isatty(fileno(out)) == 1, .every = o->log_every};
+    if (!con.tty && con.every <= 0)
+        con.every = 1;
     uint64_t *order = NULL;
     int32_t *window = NULL, *tokens = NULL, *targets = NULL, *positions = NULL;
     uint8_t *info = NULL;
-    if (o->save && rt_save_check(o->save, err, sizeof err) != 0) {
+    // The report's directory: --report, else --save's; rank 0's alone.
+    const char *report_dir = !lead ? NULL : o->report ? o->report : o->save;
+    if ((o->save && rt_save_check("--save", o->save, err, sizeof err) != 0) ||
+        (o->report && rt_save_check("--report", o->report, err, sizeof err) != 0)) {
         error("%s", err);
         goto out;
     }
@@ -466,7 +527,13 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
     size_t batch_ids = (size_t)(p->micro_batch * p->seq);
     tokens = malloc(sizeof(int32_t) * batch_ids), targets = malloc(sizeof(int32_t) * batch_ids);
     positions = malloc(sizeof(int32_t) * batch_ids);
-    if (lead && o->save && rt_save_lock(o->save, &lock, err, sizeof err) != 0) {
+    if (lead && o->save && rt_save_lock("--save", o->save, &lock, err, sizeof err) != 0) {
+        error("%s", err);
+        goto out;
+    }
+    // (locked once when --report and --save are one directory)
+    if (lead && o->report && !same_dir(o->report, o->save) &&
+        rt_save_lock("--report", o->report, &report_lock, err, sizeof err) != 0) {
         error("%s", err);
         goto out;
     }
@@ -577,6 +644,18 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
         fputc('\n', out);
     }
     rt_host_check(p, rates, out);
+    if (report_dir) {
+        RunReportInfo ri = {.model = p->model, .device = be->name, .plan_dir = o->plan_dir, .data = o->data,
+                            .eval_data = o->eval_data, .gpu = p->gpu, .steps = steps,
+                            .tokens_per_step = tokens_per_step, .planned_device = p->arena_bytes[ARENA_DEVICE],
+                            .planned_host = p->arena_bytes[ARENA_HOST], .reserve = p->reserve_bytes,
+                            .budget = p->budget_bytes};
+        if (rt_report_open(&report, report_dir, &ri, done, err, sizeof err) != 0) {
+            error("%s", err);
+            goto out;
+        }
+        fprintf(out, "report: %s/run.jsonl (a record a step) and %s/run.html\n", report_dir, report_dir);
+    }
     const PlanBuffer *lossb = plan_role(p, "loss");
     bool counted = plan_role(p, "target_count") != NULL;
     Feed feed = {.d = d, .order = order, .nwin = nwin, .window = window, .tokens = tokens,
@@ -675,8 +754,20 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
                 first_loss = loss, first_step = step;
             recent[nrecent++ % 10] = loss;
         }
-        if (step == done + 1)
-            report_memory(be, p, out);
+        if (step == done + 1) {
+            char what[200];
+            console_break(&con);
+            int64_t used = report_memory(be, p, out, what, sizeof what);
+            if (!used) {   // every arena in this process's memory: its peak resident set
+                struct rusage ru;
+                if (getrusage(RUSAGE_SELF, &ru) == 0)
+                    used = (int64_t)ru.ru_maxrss * 1024;
+                snprintf(what, sizeof what, "peak resident memory of ftc after step one (the %s backend: "
+                         "the arenas are host memory)", be->name);
+            }
+            if (report)
+                rt_report_measured(report, used, what);
+        }
         double t1 = now_s();
         if (step == done + 1)
             t1st = t1;
@@ -685,12 +776,16 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
             snprintf(skipped, sizeof skipped, "  skipped %lld", (long long)x.skipped);
         if (scaled)   // the scale this step ran with
             snprintf(skipped + strlen(skipped), sizeof skipped - strlen(skipped), "  scale %g", scale);
-        fprintf(out, "step %lld/%lld  loss %.6f%s  tok/s %.0f  lr %.3e  gnorm %.4g  elapsed %.2fs  mem %s\n",
-                (long long)step, (long long)steps, loss, skipped, (double)tokens_per_step / (t1 - ts),
-                x.lr, isnan(gnorm) ? NAN : gnorm, t1 - t0, mems);
-        fflush(out);
+        char line[512];
+        snprintf(line, sizeof line, "step %lld/%lld  loss %.6f%s  tok/s %.0f  lr %.3e  gnorm %.4g  elapsed %.2fs  mem %s",
+                 (long long)step, (long long)steps, loss, skipped, (double)tokens_per_step / (t1 - ts),
+                 x.lr, isnan(gnorm) ? NAN : gnorm, t1 - t0, mems);
+        console_step(&con, line, step, done + 1, steps, skip,
+                     (t1 - t0) / (double)(step - done) * (double)(steps - step));
+        double eval_loss = NAN;
         if (ed && ((o->eval_every > 0 && step % o->eval_every == 0) || step == steps)) {
             double el, te = now_s();
+            console_break(&con);
             int64_t nt;
             if (evaluate(&x, &efeed, eval_batches, &el, &nt, err, sizeof err) != 0) {
                 error("step %lld, evaluating on %s: %s", (long long)step, o->eval_data, err);
@@ -701,8 +796,24 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
                     (long long)step, (long long)steps, el, exp(el), (long long)nt,
                     dt > 0 ? (double)eval_tokens / dt : 0.0, dt);
             fflush(out);
+            eval_loss = el;
+        }
+        if (report) {
+            RunRecord rr = {.step = step, .loss = loss, .eval_loss = eval_loss,
+                            .grad_norm = skip ? NAN : gnorm, .lr = x.lr,
+                            .tokens_per_s = (double)tokens_per_step / (t1 - ts),
+                            .loss_scale = scaled ? scale : 0, .elapsed_s = t1 - t0, .skipped = skip,
+                            .skipped_total = x.skipped, .tokens = tokens_per_step * step};
+            bool page = !isnan(eval_loss) || (o->save_every > 0 && step % o->save_every == 0);
+            if (rt_report_step(report, &rr, err, sizeof err) != 0 ||
+                (page && rt_report_html(report, err, sizeof err) != 0)) {
+                console_break(&con);
+                error("%s", err);
+                goto out;
+            }
         }
         if (o->save && o->save_every > 0 && step % o->save_every == 0 && step < steps) {
+            console_break(&con);
             if (save(&x, o->save, o->merge, out) != 0)
                 goto out;
             if (rt_checkpoint_save(&x, o->save, step, seed, o->keep > 0 ? o->keep : 2, err, sizeof err) != 0) {
@@ -713,6 +824,7 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
                     R > 1 ? ", a file a rank" : "");
         }
     }
+    console_break(&con);
     // The device's queues drained, so the last step's time is all in.
     if (be->sync(be, err, sizeof err) != 0) {
         error("%s", err);
@@ -743,8 +855,18 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
     }
     if (o->save && save(&x, o->save, o->merge, out) != 0)
         goto out;
+    if (report && rt_report_html(report, err, sizeof err) != 0) {
+        error("%s", err);
+        goto out;
+    }
     rc = 0;
 out:
+    console_break(&con);
+    if (report && rc != 0)   // the steps taken, for whoever looks into why it stopped
+        rt_report_html(report, err, sizeof err);
+    rt_report_close(report);
+    if (report_lock >= 0)
+        close(report_lock);
     if (lock >= 0)
         close(lock);
     rt_exec_free(&x);

@@ -19,7 +19,7 @@ static const char *tiny(void) { return harness_file("models/tiny.ft"); }
 
 // Runs `steps` optimizer steps of the plan on `be` from seed 7 with fixed tokens; the
 // mean loss of each step in losses[]. False after printing why.
-static bool train(const Plan *p, Backend *be, int steps, double *losses, bool poison) {
+static bool train(const Plan *p, Backend *be, int steps, double *losses, double *evals, bool poison) {
     char err[1024];
     Backend *host = rt_cpu_backend();
     Exec x;
@@ -59,6 +59,23 @@ static bool train(const Plan *p, Backend *be, int steps, double *losses, bool po
             x.skipped++;
         if (ok && p->scale_init > 0)   // fp16: the loss scale moves as the training loop moves it
             rt_scale_update(&x, bad);
+        // The eval phase after the last step, on a batch of its own.
+        evals[step - 1] = 0;
+        if (step < steps)
+            continue;
+        for (int64_t i = 0; i < n; i++) {
+            tok[i] = (int32_t)((i * 13 + step * 5) % p->vocab);
+            tgt[i] = (int32_t)((i * 7 + 3) % p->vocab);
+        }
+        rt_write_raw(&x, plan_role(p, "tokens")->id, tok);
+        rt_write_raw(&x, plan_role(p, "targets")->id, tgt);
+        rt_write_positions(&x, NULL);
+        rt_write_target_count(&x, n);
+        ok = ok && rt_exec_phase(&x, PHASE_EVAL, err, sizeof err) == 0;
+        float e = NAN;
+        if (ok)
+            rt_read_f32(&x, plan_role(p, "eval_loss")->id, &e);
+        evals[step - 1] = e;
     }
     if (!ok)
         printf("  %s: %s\n", be->name, err);
@@ -79,7 +96,7 @@ static FakeOptions options(const Harness *h) {
 static void trains_like_cpu(Harness *h, const FakeOptions *o, int steps, const char *what,
                             bool streams) {
     enum { MAX_STEPS = 16 };
-    double gpu[MAX_STEPS], cpu[MAX_STEPS];
+    double gpu[MAX_STEPS], cpu[MAX_STEPS], egpu[MAX_STEPS], ecpu[MAX_STEPS];
     CudaApi api;
     char err[1024];
     if (fake_cuda_open(&api, o, err, sizeof err) != 0) {
@@ -92,19 +109,22 @@ static void trains_like_cpu(Harness *h, const FakeOptions *o, int steps, const c
     if (!be)
         return;
     Backend *ref = rt_cpu_backend();
-    bool ok = train(h->plan, be, steps, gpu, true) && train(h->plan, ref, steps, cpu, true);
+    bool ok = train(h->plan, be, steps, gpu, egpu, true) && train(h->plan, ref, steps, cpu, ecpu, true);
     be->destroy(be);
     ref->destroy(ref);
     CHECK(ok);
-    double worst = 0;
-    for (int i = 0; ok && i < steps; i++)
+    double worst = 0, eworst = 0;
+    for (int i = 0; ok && i < steps; i++) {
         worst = fmax(worst, fabs(gpu[i] - cpu[i]));
+        eworst = fmax(eworst, fabs(egpu[i] - ecpu[i]));
+    }
     const FakeStats *st = fake_cuda_stats();
-    printf("  %-28s %d steps: worst loss difference %.2g; %d launches (%d grouped), %d GEMMs, "
+    printf("  %-28s %d steps: worst loss difference %.2g (eval %.2g); %d launches (%d grouped), %d GEMMs, "
            "%d copies, %d waits, %d host syncs\n",
-           what, steps, worst, st->launches, st->group_launches, st->gemms, st->copies, st->waits,
+           what, steps, worst, eworst, st->launches, st->group_launches, st->gemms, st->copies, st->waits,
            st->host_syncs);
     CHECKF(ok && worst < 2e-3, "%s: loss %g (cuda) vs %g (cpu) at step 1", what, gpu[0], cpu[0]);
+    CHECKF(ok && eworst < 2e-3, "%s: eval loss %g (cuda) vs %g (cpu) after step 1", what, egpu[0], ecpu[0]);
     CHECKF(st->races == 0, "%s: %s", what, st->first_race);
     CHECK(st->launches > 0 && st->gemms > 0);
     if (streams)   // copies both ways, waits across streams, the host worker waiting
@@ -229,9 +249,9 @@ static void test_missing_waits_caught(void) {
     o.ignore_waits = true;
     if (ok && fake_cuda_open(&api, &o, err, sizeof err) == 0) {
         Backend *be = rt_cuda_backend(h.dir, h.plan, &api, 0, err, sizeof err);
-        double loss[2];
+        double loss[2], evals[2];
         if (be) {
-            train(h.plan, be, 2, loss, false);
+            train(h.plan, be, 2, loss, evals, false);
             be->destroy(be);
         }
         const FakeStats *st = fake_cuda_stats();

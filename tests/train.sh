@@ -514,5 +514,51 @@ head -c 20 tests/data/corpus.txt > "$tmp/short.txt"
 fails eval-data-too-short "short.bin" run "$tmp/tiny.plan" --data "$tmp/c.bin" --eval-data "$tmp/short.bin"
 fails eval-data-missing "nothing.bin" run "$tmp/tiny.plan" --data "$tmp/c.bin" --eval-data "$tmp/nothing.bin"
 
+# The run report: --save DIR gets DIR/run.jsonl, a record a step (the eval loss on the
+# steps that evaluated, the same figures as the console), and DIR/run.html.
+"$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 6 --seed 7 --save "$tmp/rep" --save-every 3 \
+    --eval-data "$tmp/e8.bin" --eval-every 3 > "$tmp/rep.out"
+j="$tmp/rep/run.jsonl"
+if [ "$(wc -l < "$j")" = 6 ] && [ -s "$tmp/rep/run.html" ] &&
+   [ "$(grep -o '"step": [0-9]*' "$j" | awk '{print $2}' | tr '\n' ' ')" = "1 2 3 4 5 6 " ] &&
+   [ "$(grep -o '"eval_loss": [0-9][0-9.]*' "$j" | awk '{printf "%.6f ", $2}')" = "$(grep '^eval [0-9]' "$tmp/rep.out" | awk '{printf "%s ", $4}')" ] &&
+   [ "$(grep -o '"loss": [0-9][0-9.]*' "$j" | awk '{printf "%.6f ", $2}')" = "$(grep '^step ' "$tmp/rep.out" | awk '{printf "%s ", $4}')" ] &&
+   grep -q '^{"step": 1, "loss": [0-9.]*, "eval_loss": null, "eval_ppl": null, "grad_norm": [0-9.]*, "lr": 0.003, "tokens_per_s": [0-9.]*, "loss_scale": null, "skipped": false, "skipped_total": 0, "tokens": 512, "elapsed_s": [0-9.]*}$' "$j" &&
+   grep -q "^report: $tmp/rep/run.jsonl (a record a step) and $tmp/rep/run.html$" "$tmp/rep.out"; then
+    ok run-jsonl-a-record-a-step
+else
+    bad run-jsonl-a-record-a-step "$(cat "$j")"
+fi
+# Resumed from the checkpoint at step 3 after a longer run had written records to step 6:
+# the records after 3 are dropped, the resumed steps written again, one a step.
+"$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 6 --resume "$tmp/rep" --save "$tmp/rep" \
+    --eval-data "$tmp/e8.bin" --eval-every 3 > "$tmp/rep2.out" 2>&1
+steps=$(grep -o '"step": [0-9]*' "$j" | awk '{print $2}' | tr '\n' ' ')
+[ "$steps" = "1 2 3 4 5 6 " ] && grep -q "resuming from .*checkpoint-000003" "$tmp/rep2.out" &&
+    [ "$(grep -o '"loss": [0-9][0-9.]*' "$j" | awk '{printf "%.6f ", $2}')" = "$(grep '^step ' "$tmp/rep.out" | awk '{printf "%s ", $4}')" ] &&
+    ok "run-jsonl-after-resume ($steps)" || bad run-jsonl-after-resume "$steps: $(cat "$tmp/rep2.out")"
+# --report DIR elsewhere; a file there is refused before step one.
+"$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 2 --report "$tmp/only-report" >/dev/null &&
+    [ "$(wc -l < "$tmp/only-report/run.jsonl")" = 2 ] && [ -s "$tmp/only-report/run.html" ] &&
+    ok report-dir || bad report-dir "$(ls "$tmp/only-report")"
+touch "$tmp/afile"
+fails report-is-a-file "--report $tmp/afile: it is a file, not a directory" run "$tmp/tiny.plan" --data "$tmp/c.bin" --report "$tmp/afile"
+# The console: not on a terminal, a line every --log-every steps (and the first and last);
+# on one (script gives a pty), the line rewritten in place with the time left.
+out=$("$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 7 --log-every 3)
+[ "$(grep '^step ' <<<"$out" | awk '{print $2}' | tr '\n' ' ')" = "1/7 3/7 6/7 7/7 " ] && ok log-every ||
+    bad log-every "$out"
+if command -v script >/dev/null; then
+    out=$(script -qec "$ftc run $tmp/tiny.plan --data $tmp/c.bin --steps 3" /dev/null | tr '\r' '\n')
+    if grep -q $'^step 2/3  loss [0-9.]*  tok/s [0-9]*  lr .*  eta [0-9.]*s\e\\[K$' <<<"$out" &&
+       grep -q $'^step 3/3  .*  eta 0s\e\\[K$' <<<"$out" && grep -q '^done: 3 steps' <<<"$out"; then
+        ok progress-in-place-on-a-terminal
+    else
+        bad progress-in-place-on-a-terminal "$(cat -A <<<"$out" | head)"
+    fi
+fi
+"$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --log-every 0 >/dev/null 2>"$tmp/e"
+[ $? = 2 ] && grep -q -- '--log-every must be at least 1' "$tmp/e" && ok log-every-positive || bad log-every-positive "$(cat "$tmp/e")"
+
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]
