@@ -448,6 +448,8 @@ static const CudaOp column[OP_COUNT] = {
     [OP_CROSS_ENTROPY] = {{"ce_rows", "ce_mean"}, {1, 1}, a_ce, g_ce},
     [OP_CROSS_ENTROPY_BWD] = {{"ce_count", "ce_grad"}, {1, 1}, a_ce, g_ce},
     [OP_LINEAR_CE_GRAD] = {{"lce_count", "lce_step", "lce_mean"}, {1, 1, 1}, a_lce, g_lce},
+    // (the loss alone: the same kernels, the gradient they form in the workspace unread)
+    [OP_LINEAR_CE] = {{"lce_count", "lce_step", "lce_mean"}, {1, 1, 1}, a_lce, g_lce},
     [OP_SUM_TO] = {{"sum_to"}, {1}, a_sum_to, g_colsum_out0},
     [OP_DEQUANT] = {{"dequant"}, {0}, a_dequant, g_ew_out0},
     [OP_ADAMW] = {{"adamw"}, {0}, a_adamw, g_ew_out0, "adamw_group", ga_adamw},

@@ -4,11 +4,15 @@
 // ids, the target count) and nothing the training step made, and nothing reads what it
 // makes but itself and the runtime (its loss), so every value it makes dies at its last
 // reader inside the phase: no activation is saved and no gradient exists, whatever the
-// training step keeps. Dropout is the identity, as in a model's eval mode.
+// training step keeps. Dropout is the identity, as in a model's eval mode; the fused loss
+// (linear_cross_entropy_grad, which makes its gradient in the forward) is its loss alone
+// (linear_cross_entropy, chunk by chunk as the training step's).
 //
-// It runs after remat and offload, so it copies the forward as the user wrote it (its
-// compute-stream nodes; a swap's copies to the host are the training step's), and
-// before fuse, schedule, liveness and alloc, which plan it like any phase.
+// It runs after remat, so it copies the forward as the user wrote it (its compute-stream
+// nodes; a swap's copies to the host are the training step's); before shard and offload,
+// which treat its reads of the parameters as the forward's (streamed weights come a block
+// ahead of its uses too); and before fuse, schedule, liveness and alloc, which plan it
+// like any phase.
 #include "passes.h"
 
 #include <stdlib.h>
@@ -26,11 +30,17 @@ int eval_apply(IrGraph *g, EvalStats *st) {
         IrNode n = g->nodes.at[i];   // (ir_node_add may move the node list)
         if (n.stream != STREAM_COMPUTE || op_desc(n.op)->cls == OPC_COPY)
             continue;
-        IR_ASSERT(!n.update && !n.recompute);
+        IR_ASSERT(!n.recompute);
         if (n.op == OP_DROPOUT) {
             map[n.out[0]] = map[n.in[0]];
             continue;
         }
+        if (n.op == OP_LINEAR_CE_GRAD) {   // the fused loss and its gradient: the loss alone
+            n.op = OP_LINEAR_CE;
+            n.out[1] = n.out[2] = -1;
+            n.update = 0;
+        }
+        IR_ASSERT(!n.update);
         int in[IR_MAX_INPUTS];
         for (int k = 0; k < n.nin; k++)
             in[k] = n.in[k] < 0 ? -1 : map[n.in[k]];

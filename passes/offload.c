@@ -14,10 +14,10 @@
 //   weights:   the weight matrices live in the host arena too: the frozen ones (the
 //              bases of LoRA and QLoRA, NF4 with their scales), or every one when none is
 //              frozen (full fine-tuning; then CPU AdamW updates them where they are). Each
-//              run of uses in a micro-step reads a device copy, an h2d copy made at the
-//              start of the block before (one block ahead, so the link works while that
-//              block computes; the schedule keeps the copy there), dead after the run's last
-//              reader. A run is the uses of one block (its forward; its backward with its
+//              run of uses in a micro-step (or in the eval phase) reads a device copy, an
+//              h2d copy made at the start of the block before (one block ahead, so the
+//              link works while that block computes; the schedule keeps the copy there),
+//              dead after the run's last reader. A run is the uses of one block (its forward; its backward with its
 //              recomputes), or uses outside the blocks with no other block between them.
 // Vectors (norm weights, biases) stay on the device. A collective on host bytes goes
 // through a device copy.
@@ -201,24 +201,27 @@ static int by_place(const void *a, const void *b) {
 
 // Moves the streamed weights (and an NF4 one's scales) to the host and plans their copies.
 static void stream_weights(IrGraph *g, Streaming *s, OffloadStats *st) {
-    int n = g->nodes.len, nt0 = g->tensors.len, nmicro = 0;
-    while (nmicro < n && g->nodes.at[nmicro].phase != PHASE_OPTIMIZER)
-        nmicro++;
+    // The nodes that read weights: the micro-step's, and the eval phase's after the
+    // optimizer (which updates the weights where they are).
+    int n = g->nodes.len, nt0 = g->tensors.len;
     bool any_frozen = false;
     for (int i = 0; i < nt0; i++)
         any_frozen |= g->tensors.at[i].kind == TK_PARAM && g->tensors.at[i].ndim == 2 &&
                       !g->tensors.at[i].trainable;
     *s = (Streaming){.g = g};
-    s->runs = malloc(sizeof(Run) * (size_t)(nmicro + 1));
-    s->run_of = malloc(sizeof(int) * (size_t)(nmicro + 1));
-    for (int i = 0; i < nmicro; i++) {
+    s->runs = malloc(sizeof(Run) * (size_t)(n + 1));
+    s->run_of = malloc(sizeof(int) * (size_t)(n + 1));
+    for (int i = 0; i < n; i++) {
         const IrNode *nd = &g->nodes.at[i];
+        s->run_of[i] = -1;
+        if (nd->phase == PHASE_OPTIMIZER)
+            continue;
         if (s->nruns == 0 || nd->phase != s->runs[s->nruns - 1].phase || nd->layer != s->runs[s->nruns - 1].layer)
             s->runs[s->nruns++] = (Run){nd->phase, nd->layer, i};
         s->run_of[i] = s->nruns - 1;
     }
-    s->use_to = malloc(sizeof(int) * (size_t)(nmicro + 1) * IR_MAX_INPUTS);
-    for (int i = 0; i < (nmicro + 1) * IR_MAX_INPUTS; i++)
+    s->use_to = malloc(sizeof(int) * (size_t)(n + 1) * IR_MAX_INPUTS);
+    for (int i = 0; i < (n + 1) * IR_MAX_INPUTS; i++)
         s->use_to[i] = -1;
     // Which tensors stream, and each one's uses (node x IR_MAX_INPUTS + input), in order.
     bool *go = calloc((size_t)nt0 + 1, sizeof(bool));
@@ -227,8 +230,8 @@ static void stream_weights(IrGraph *g, Streaming *s, OffloadStats *st) {
         const IrTensor *x = &g->tensors.at[t];
         go[t] = streamed(x, any_frozen) || (x->kind == TK_QUANT && streamed(&g->tensors.at[x->of], any_frozen));
     }
-    for (int i = 0; i < nmicro; i++)
-        for (int k = 0; k < g->nodes.at[i].nin; k++) {
+    for (int i = 0; i < n; i++)
+        for (int k = 0; g->nodes.at[i].phase != PHASE_OPTIMIZER && k < g->nodes.at[i].nin; k++) {
             int t = g->nodes.at[i].in[k];
             if (t >= 0 && t < nt0 && go[t])
                 count[t + 1]++;
@@ -236,8 +239,8 @@ static void stream_weights(IrGraph *g, Streaming *s, OffloadStats *st) {
     for (int t = 0; t < nt0; t++)
         count[t + 1] += count[t];
     int *uses = malloc(sizeof(int) * (size_t)(count[nt0] + 1)), *fill = calloc((size_t)nt0 + 1, sizeof(int));
-    for (int i = 0; i < nmicro; i++)
-        for (int k = 0; k < g->nodes.at[i].nin; k++) {
+    for (int i = 0; i < n; i++)
+        for (int k = 0; g->nodes.at[i].phase != PHASE_OPTIMIZER && k < g->nodes.at[i].nin; k++) {
             int t = g->nodes.at[i].in[k];
             if (t >= 0 && t < nt0 && go[t])
                 uses[count[t] + fill[t]++] = i * IR_MAX_INPUTS + k;

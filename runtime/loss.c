@@ -1,4 +1,5 @@
-// loss.c — the fused loss (linear_cross_entropy_grad) on a backend whose
+// loss.c — the fused loss (linear_cross_entropy_grad, and linear_cross_entropy: the same
+// without the gradient's GEMMs) on a backend whose
 // GEMMs are library calls and whose other kernels are the plan's kernels.cu (emu, cuda):
 // per row chunk the chunk's GEMMs and the instruction's launches, in the order the
 // generated kernels assume, with the chunk's index in the launch arguments (i[3]). The
@@ -44,6 +45,8 @@ int rt_loss_run(const Exec *x, const PlanInstr *in, const LossOps *ops, char *er
         a.i[3] = c;
         if (ops->gemm(ops->ctx, in, &g, err, errlen) != 0 || ops->launch(ops->ctx, in, 1, &a, err, errlen) != 0)
             return -1;
+        if (in->op == OP_LINEAR_CE)   // the loss alone
+            continue;
         rt_loss_gemm_shape(p, in, LOSS_DX, &g);   // the chunk's rows of dx
         g.a = ws, g.b = x->ptr[in->in[1]];
         g.c = (char *)x->ptr[in->out[1]] + r0 * plan_dtype_bytes(p->buf[in->out[1]].dtype, l.k);

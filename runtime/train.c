@@ -465,7 +465,9 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
     Exec x = {0};
     int rc = 1, lock = -1, report_lock = -1;
     RunReport *report = NULL;
-    Console con = {.out = out, .tty = isatty(fileno(out)) == 1, .every = o->log_every};
+    // (a rank's output goes through its launcher, which gives it a terminal of its own
+    // whatever its own output is: plain lines then)
+    Console con = {.out = out, .tty = R == 1 && isatty(fileno(out)) == 1, .every = o->log_every};
     if (!con.tty && con.every <= 0)
         con.every = 1;
     uint64_t *order = NULL;

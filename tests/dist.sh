@@ -260,6 +260,26 @@ kills() {
         bad "$name" "exit $rc: $(grep -i 'error' "$tmp/k.out" | head -3)"
     fi
 }
+# Evaluation on a job: at ZeRO 0-2 every rank holds the whole parameters after a step and
+# evaluates the same windows (rank 0 prints): the eval losses those of one rank trained
+# alike, within 1e-3; a rank of ZeRO 3 holds shards and has no eval phase, which
+# --eval-data names.
+"$ftc" data --bytes <(head -c 4000 tests/data/corpus.txt) -o "$tmp/e.bin" >/dev/null
+mpi "$R" run "$tmp/z2.plan" --data "$tmp/c.bin" --steps 4 --seed 7 --eval-data "$tmp/e.bin" \
+    --eval-every 2 --eval-batches 2 > "$tmp/ez.out" 2> "$tmp/ez.err"
+"$ftc" run "$tmp/ref.plan" --data "$tmp/c.bin" --steps 4 --seed 7 --eval-data "$tmp/e.bin" \
+    --eval-every 2 --eval-batches 2 > "$tmp/eref.out" 2>&1
+if [ "$(grep -c '^eval [0-9]' "$tmp/ez.out")" = 2 ] &&
+   paste <(grep '^eval [0-9]' "$tmp/ez.out" | awk '{print $4}') <(grep '^eval [0-9]' "$tmp/eref.out" | awk '{print $4}') |
+       awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-3 || $2 == "") bad = 1; k++ } END { exit bad || k != 2 }'; then
+    ok "eval-on-ranks ($(grep '^eval [0-9]' "$tmp/ez.out" | awk '{print $4}' | tr '\n' ' '))"
+else
+    bad eval-on-ranks "$(grep '^eval' "$tmp/ez.out" "$tmp/eref.out"; tail -3 "$tmp/ez.err")"
+fi
+mpi "$R" run "$tmp/z3.plan" --data "$tmp/c.bin" --steps 1 --eval-data "$tmp/e.bin" > "$tmp/o" 2> "$tmp/e"
+[ $? != 0 ] && grep -q "has no eval phase (a rank of ZeRO 3 holds shards of the parameters: compile it with --zero 2 or below to evaluate)" "$tmp/e" &&
+    ok eval-zero-3-refused || bad eval-zero-3-refused "$(head -3 "$tmp/e")"
+
 kills killed-rank-ends-the-job KILL "ftc run: error: rank [0-9]* of $R: "
 kills stopped-rank-times-out STOP "no answer from the other ranks in 5 s (a rank died or hangs; the job ends)"
 

@@ -497,6 +497,25 @@ tl=$(grep '^step 1/1' <<<"$out" | awk '{print $4}') el=$(grep '^eval 1/1' <<<"$o
 awk -v a="$tl" -v b="$el" 'BEGIN { d = a - b; exit !(a > 5 && d < 2e-6 && d > -2e-6) }' &&
     grep -q '^eval: .*e8.bin, 1 batches of 8 x 64 tokens (8 windows in the file), after the last step$' <<<"$out" &&
     ok "eval-loss-is-the-forward-loss (step $tl, eval $el)" || bad eval-loss-is-the-forward-loss "$out"
+# The eval phase of other plans of the same model: the loss unfused (the logits whole),
+# and the weights streamed from the host (the eval phase's reads of them streamed as the
+# forward's), each training and evaluating as the default plan (fused loss, weights kept)
+# does: the same losses and eval losses.
+"$ftc" compile models/tiny.ft --unfused-loss -o "$tmp/unfused.plan" >/dev/null
+"$ftc" compile models/tiny.ft --offload weights -o "$tmp/streamed.plan" >/dev/null
+for v in tiny unfused streamed; do
+    "$ftc" run "$tmp/$v.plan" --data "$tmp/c.bin" --steps 4 --seed 7 --eval-data "$tmp/e.bin" \
+        --eval-every 2 --eval-batches 3 > "$tmp/ev-$v.out" 2>&1
+    grep '^eval [0-9]\|^step [0-9]' "$tmp/ev-$v.out" | awk '{print $1, $2, $4}' > "$tmp/ev-$v.losses"
+done
+if [ "$(grep -c '^eval' "$tmp/ev-tiny.losses")" = 2 ] && grep -q '^phase eval' "$tmp/streamed.plan/plan" &&
+   awk 'NR == FNR { a[FNR] = $3; next } { d = a[FNR] - $3; if (d > 1e-5 || d < -1e-5) exit 1 }' \
+       "$tmp/ev-tiny.losses" "$tmp/ev-unfused.losses" &&
+   cmp -s "$tmp/ev-tiny.losses" "$tmp/ev-streamed.losses"; then
+    ok "eval-other-plans ($(grep '^eval' "$tmp/ev-tiny.losses" | awk '{print $3}' | tr '\n' ' '))"
+else
+    bad eval-other-plans "$(paste "$tmp/ev-tiny.losses" "$tmp/ev-unfused.losses" "$tmp/ev-streamed.losses"; tail -3 "$tmp/ev-streamed.out")"
+fi
 # --eval-batches K: the first K micro-batches only.
 out=$("$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 1 --eval-data "$tmp/e.bin" --eval-batches 2 2>&1)
 grep -q '^eval: .*, 2 batches of 8 x 64 tokens (93 windows in the file) from its first window, after the last step$' <<<"$out" &&

@@ -461,8 +461,9 @@ static void round_to(float *v, int64_t n, PlanDType t) {
 // them), the loss's rows on them in row order (in double, as the unfused cross entropy
 // sums it), their gradient in place (rounded to x's dtype, as the unfused loss's gradient
 // is stored), the chunk's rows of dx, and dW += its part (in fp32 over the chunks,
-// rounded once at the end).
+// rounded once at the end). linear_cross_entropy: the loss alone, by the same steps.
 static int k_linear_ce_grad(Call *c) {
+    bool grad = c->in->op == OP_LINEAR_CE_GRAD;
     PlanLoss l = plan_loss(c->x->plan, c->in);
     const int32_t *tg = RAW(2);
     float *lg = scratch(c->s, l.chunk * l.vocab), *dw = c->in->nout > 2 ? OUT(2) : NULL;
@@ -478,6 +479,11 @@ static int k_linear_ce_grad(Call *c) {
         cpu_linear_forward(lg, xc, IN(1), NULL, (size_t)l.chunk, (size_t)l.k, (size_t)l.vocab);
         round_to(lg, l.chunk * l.vocab, B(0)->dtype);
         int st = cpu_cross_entropy_forward_rows(&sum, NULL, lg, tg + r0, (size_t)l.chunk, (size_t)l.vocab);
+        if (!grad) {
+            if (st != CPU_OK)
+                return status(c, st);
+            continue;
+        }
         if (st == CPU_OK)   // the loss's scale: 1 / accumulation steps, times the run's (fp16)
             st = cpu_cross_entropy_backward_rows(lg, lg, tg + r0, (size_t)l.chunk, (size_t)l.vocab,
                                                  (float)(c->in->attr.f * c->x->loss_scale), valid);
@@ -625,7 +631,7 @@ static const Kernel kernels[OP_COUNT] = {
     [OP_LAYERNORM_DW] = k_layernorm_dw, [OP_ROPE_BWD] = k_rope_bwd, [OP_SOFTMAX_BWD] = k_softmax_bwd,
     [OP_ATTENTION_BWD] = k_attention_bwd, [OP_DROPOUT_BWD] = k_dropout_bwd,
     [OP_CROSS_ENTROPY_BWD] = k_cross_entropy_bwd,
-    [OP_LINEAR_CE_GRAD] = k_linear_ce_grad,
+    [OP_LINEAR_CE] = k_linear_ce_grad,    [OP_LINEAR_CE_GRAD] = k_linear_ce_grad,
     [OP_DEQUANT] = k_dequant,
     [OP_ACC] = k_acc,               [OP_ADAMW] = k_adamw,           [OP_SGD] = k_sgd,
     [OP_ZERO] = k_zero,             [OP_GRAD_SUMSQ] = k_grad_sumsq, [OP_GRAD_FACTOR] = k_grad_factor,
