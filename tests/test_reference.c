@@ -476,6 +476,18 @@ static void test_neox(void) { run_arch("neox_tiny", "query_key_value"); }
 
 static void test_qwen2_fp32(void) { run_case("qwen2_tiny", "fp32", 1e-4); }
 
+// The masked fixture's batch: two micro-batches of 16 tokens and targets (-100 where
+// untrained), and the count of trained targets over both.
+static void read_masked_batch(Run *r, int32_t tokens[32], int32_t targets[32], int32_t count[1]) {
+    char err[1024];
+    const char *names[3] = {"tokens", "targets", "count"};
+    int32_t *into[3] = {tokens, targets, count};
+    for (int k = 0; k < 3; k++) {
+        const StTensor *t = st_find(r->expect, names[k]);
+        CHECK(t && st_read_raw(r->expect, t, into[k], (size_t)st_elems(t) * 4, err, sizeof err) == 0);
+    }
+}
+
 // Masked targets over a step of two micro-batches (make_ref_masked.py): each micro-step's
 // loss is its sum of terms over the step's trained targets, as transformers' loss with
 // num_items_in_batch; the step's loss their sum, the gradients accumulated over both.
@@ -490,12 +502,7 @@ static void test_qwen2_masked_accumulated_fp32(void) {
         return;
     }
     int32_t tokens[32], targets[32], count[1];
-    const char *names[3] = {"tokens", "targets", "count"};
-    int32_t *into[3] = {tokens, targets, count};
-    for (int k = 0; k < 3; k++) {
-        const StTensor *t = st_find(r.expect, names[k]);
-        CHECK(t && st_read_raw(r.expect, t, into[k], (size_t)st_elems(t) * 4, err, sizeof err) == 0);
-    }
+    read_masked_batch(&r, tokens, targets, count);
     double loss = 0, worst = 0;
     for (int m = 0; m < 2; m++) {   // rows 2m and 2m + 1
         r.x.micro = m;
@@ -602,12 +609,7 @@ static void test_eval_phase(void) {
         return;
     }
     int32_t tokens[32], targets[32], count[1];
-    const char *names[3] = {"tokens", "targets", "count"};
-    int32_t *into[3] = {tokens, targets, count};
-    for (int k = 0; k < 3; k++) {
-        const StTensor *t = st_find(r.expect, names[k]);
-        CHECK(t && st_read_raw(r.expect, t, into[k], (size_t)st_elems(t) * 4, err, sizeof err) == 0);
-    }
+    read_masked_batch(&r, tokens, targets, count);
     double sum = 0;
     int64_t total = 0, same = 0;
     for (int m = 0; m < 2; m++) {

@@ -22,6 +22,19 @@ FTC_INLINE float ce_divisor(FtcArgs a, long long N, int counted, float *red) {
     return block_sum(count, red);
 }
 
+/* One row's logsumexp, reduced by the block: the max, then the sum of exp(x - max). */
+FTC_INLINE float row_lse(const void *lg, long long base, long long V, int dtx, float *red) {
+    float mx = -FTC_INF;
+    for (long long j = threadIdx.x; j < V; j += blockDim.x)
+        mx = fmaxf(mx, ldf(lg, base + j, dtx));
+    mx = block_max(mx, red);
+    float sum = 0.0f;
+    for (long long j = threadIdx.x; j < V; j += blockDim.x)
+        sum += expf(ldf(lg, base + j, dtx) - mx);
+    sum = block_sum(sum, red);
+    return mx + logf(sum);
+}
+
 /* Launch 1 of the loss, one block a row: ws[r] = the row's loss term (0 when ignored).
  * a.p: loss, logits, targets, [count,] ws. */
 FTC_INLINE void ce_rows(FtcArgs a, long long N, long long V, int dtx, int counted) {
@@ -30,16 +43,9 @@ FTC_INLINE void ce_rows(FtcArgs a, long long N, long long V, int dtx, int counte
     if (r >= N)
         return;
     int t = ((const int *)a.p[2])[r];
-    float mx = -FTC_INF;
-    for (long long j = threadIdx.x; j < V; j += blockDim.x)
-        mx = fmaxf(mx, ldf(a.p[1], base + j, dtx));
-    mx = block_max(mx, red);
-    float sum = 0.0f;
-    for (long long j = threadIdx.x; j < V; j += blockDim.x)
-        sum += expf(ldf(a.p[1], base + j, dtx) - mx);
-    sum = block_sum(sum, red);
+    float lse = row_lse(a.p[1], base, V, dtx, red);
     if (threadIdx.x == 0)
-        ((float *)a.p[3 + counted])[r] = t >= 0 && t < V ? mx + logf(sum) - ldf(a.p[1], base + t, dtx) : 0.0f;
+        ((float *)a.p[3 + counted])[r] = t >= 0 && t < V ? lse - ldf(a.p[1], base + t, dtx) : 0.0f;
 }
 
 /* Launch 2, one block: loss = sum of the row terms / the count (0 when there is none). */
@@ -78,15 +84,7 @@ FTC_INLINE void ce_grad(FtcArgs a, long long N, long long V, float scale, int dt
             stf(a.p[0], base + j, dtd, 0.0f);
         return;
     }
-    float mx = -FTC_INF;
-    for (long long j = threadIdx.x; j < V; j += blockDim.x)
-        mx = fmaxf(mx, ldf(a.p[1], base + j, dtx));
-    mx = block_max(mx, red);
-    float sum = 0.0f;
-    for (long long j = threadIdx.x; j < V; j += blockDim.x)
-        sum += expf(ldf(a.p[1], base + j, dtx) - mx);
-    sum = block_sum(sum, red);
-    float lse = mx + logf(sum), dloss = (float)((double)scale * a.f[1]);   /* a.f[1]: the loss scale */
+    float lse = row_lse(a.p[1], base, V, dtx, red), dloss = (float)((double)scale * a.f[1]);   /* a.f[1]: the loss scale */
     float g = count > 0 ? dloss / (float)count : 0.0f;
     __syncthreads();   /* every read of the row is done before the first write */
     for (long long j = threadIdx.x; j < V; j += blockDim.x) {
@@ -105,15 +103,8 @@ FTC_INLINE void ce_grad(FtcArgs a, long long N, long long V, float scale, int dt
 /* One row's term, logsumexp(row) - row[t] (0 when t is ignored), reduced by the block:
  * ce_rows' arithmetic. */
 FTC_INLINE float ce_term(const void *lg, long long base, long long V, int t, int dtx, float *red) {
-    float mx = -FTC_INF;
-    for (long long j = threadIdx.x; j < V; j += blockDim.x)
-        mx = fmaxf(mx, ldf(lg, base + j, dtx));
-    mx = block_max(mx, red);
-    float sum = 0.0f;
-    for (long long j = threadIdx.x; j < V; j += blockDim.x)
-        sum += expf(ldf(lg, base + j, dtx) - mx);
-    sum = block_sum(sum, red);
-    return t >= 0 && t < V ? mx + logf(sum) - ldf(lg, base + t, dtx) : 0.0f;
+    float lse = row_lse(lg, base, V, dtx, red);
+    return t >= 0 && t < V ? lse - ldf(lg, base + t, dtx) : 0.0f;
 }
 
 /* One row's gradient in place, (softmax - onehot(t)) * dloss / count: ce_grad's arithmetic
@@ -125,15 +116,7 @@ FTC_INLINE void ce_row_grad(void *lg, int dtx, long long base, long long V, int 
             stf(lg, base + j, dtx, 0.0f);
         return;
     }
-    float mx = -FTC_INF;
-    for (long long j = threadIdx.x; j < V; j += blockDim.x)
-        mx = fmaxf(mx, ldf(lg, base + j, dtx));
-    mx = block_max(mx, red);
-    float sum = 0.0f;
-    for (long long j = threadIdx.x; j < V; j += blockDim.x)
-        sum += expf(ldf(lg, base + j, dtx) - mx);
-    sum = block_sum(sum, red);
-    float lse = mx + logf(sum);
+    float lse = row_lse(lg, base, V, dtx, red);
     float g = count > 0 ? dloss / (float)count : 0.0f;
     __syncthreads();
     for (long long j = threadIdx.x; j < V; j += blockDim.x) {
