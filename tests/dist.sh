@@ -89,7 +89,10 @@ done
 # each pair bit for bit alike, both against one rank accumulating 2R. Stages 2 and 3 round
 # the bf16 gradient twice a micro-step (the reduced slice, then the shard it is added to)
 # where one rank rounds once a contribution: their losses agree within 5e-3 (4 ranks:
-# 2.2e-3 at worst over these 20 steps), the weights within the same 2e-2.
+# 2.2e-3 at worst over these 20 steps), the weights within 3e-2 (stage 0: 2e-2; 4 ranks,
+# eight micro-steps of one sequence each: 0.0236 at worst, AdamW turning the rounding of
+# the smallest gradients into whole steps). In fp32 (below) the same paths agree within
+# 2e-5.
 for z in 0 1 2 3; do
     plan a$z --ranks "$R" --zero $z --micro-batch $((4 / R)) --remat keep --offload none
     mpi "$R" run "$tmp/a$z.plan" --data "$tmp/c.bin" --steps 20 --seed 7 --poison --save "$tmp/sa$z" \
@@ -105,7 +108,7 @@ plan aref --micro-batch $((4 / R)) --remat keep --offload none
 "$ftc" run "$tmp/aref.plan" --data "$tmp/c.bin" --steps 20 --seed 7 --poison --save "$tmp/saref" > "$tmp/aref.out"
 for z in 0 2; do
     if close_losses "$tmp/a$z.out" "$tmp/aref.out" 20 $([ $z = 2 ] && echo 5e-3) &&
-       "$st_diff" "$tmp/sa$z/model.safetensors" "$tmp/saref/model.safetensors" 2e-2 1024 > "$tmp/d"; then
+       "$st_diff" "$tmp/sa$z/model.safetensors" "$tmp/saref/model.safetensors" $([ $z = 2 ] && echo 3e-2 || echo 2e-2) 1024 > "$tmp/d"; then
         ok "accum-zero-$z-trains-as-one-rank ($(sed 's/.*worst //' "$tmp/d"))"
     else
         bad "accum-zero-$z-trains-as-one-rank" "$(cat "$tmp/d")"
