@@ -223,6 +223,20 @@ grep -q '^plan: .*ZeRO-[0-3], buckets ' "$tmp/auto.out" && grep -q "x $R ranks, 
     grep -q '^  collectives .* ms a step over nvlink' "$tmp/auto.out" && ok planner-chooses-the-stage ||
     bad planner-chooses-the-stage "$(grep '^plan' "$tmp/auto.out")"
 
+# The planner's choice is no slower than any plan it could have chosen: Qwen2-72B on 8
+# ranks at a global batch of 256, where micro-batch 1 with selective recompute is slow at
+# the default buckets and the fastest plan at 512 MiB ones (the planner once tried other
+# bucket sizes on its fastest plan alone, and answered 46.7 s where this is 44.7 s).
+sed 's/^  batch     = 32/  batch     = 256/' models/qwen2-72b.ft > "$tmp/q72b.ft"
+step_s() { grep -o 'estimated step [0-9.]* s' "$1" | awk '{print $3}'; }
+"$ftc" compile "$tmp/q72b.ft" --ranks 8 --gpu h100-80g --budget 80G --host-mem 256G -o "$tmp/q72b.plan" > "$tmp/q72b.out" 2>&1
+"$ftc" compile "$tmp/q72b.ft" --ranks 8 --zero 3 --gpu h100-80g --budget 80G --host-mem 256G --micro-batch 1 \
+    --remat selective --offload optimizer -o "$tmp/q72s.plan" > "$tmp/q72s.out" 2>&1
+a=$(step_s "$tmp/q72b.out") b=$(step_s "$tmp/q72s.out")
+awk -v a="$a" -v b="$b" 'BEGIN { exit !(a > 0 && b > 0 && a <= b) }' &&
+    ok "planner-no-slower-than-a-fixed-plan ($a s against $b s)" ||
+    bad planner-no-slower-than-a-fixed-plan "chosen $a s, fixed $b s: $(grep '^plan' "$tmp/q72b.out" "$tmp/q72s.out")"
+
 # Qwen2-72B on 8 H100s at ZeRO-3: a plan that fits, reported for one rank; the host memory
 # is the training node's (a DGX H100's 2 TiB over 8 ranks), not this machine's.
 "$ftc" compile models/qwen2-72b.ft --ranks 8 --zero 3 --gpu h100-80g --budget 80G --host-mem 256G \

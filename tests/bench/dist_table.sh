@@ -23,7 +23,7 @@ for m in qwen2 qwen2-72b; do
         link=$([ $r = 1 ] && echo - || ([ $r -le 8 ] && echo nvlink || echo ib))
         if ! grep -q '^plan: micro' "$tmp/out"; then
             need=$(grep -o 'the smallest plan needs [0-9.]* [GM]iB' "$tmp/out" | sed 's/the smallest plan needs //')
-            why=$(grep -o 'the bf16 weights alone take [0-9.]* GiB' "$tmp/out" | head -1)
+            why=$(grep -o 'the bf16 weights alone take [0-9.]* GiB\|the model states need [0-9.]* GiB of host memory' "$tmp/out" | head -1)
             echo "| $name | $r | $link | does not fit${why:+: $why}${need:+ (smallest plan $need)} | | | | | | |"
             continue
         fi
