@@ -9,6 +9,7 @@
 #include <mpi.h>
 
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <time.h>
 
@@ -84,32 +85,31 @@ static int m_init(int *rank, int *size, char *err, size_t errlen) {
     return 0;
 }
 
-static int m_allgather(const void *mine, void *all, int64_t bytes, double timeout_s, char *err,
-                       size_t errlen) {
+// An all-gather (each rank's `bytes` into `recv` in rank order) or an all-to-all (the
+// r-th `bytes` of `send` to rank r), non-blocking and waited for against the deadline.
+static int exchange(bool to_all, const void *send, void *recv, int64_t bytes, double timeout_s, char *err,
+                    size_t errlen) {
     int count;
     MPI_Datatype t;
     if (as_count(bytes, &count, &t, err, errlen) != 0)
         return -1;
     MPI_Request req;
-    int rc = MPI_Iallgather(mine, count, t, all, count, t, MPI_COMM_WORLD, &req);
-    rc = rc != MPI_SUCCESS ? mpi_fail(rc, "MPI_Iallgather", err, errlen)
-                           : wait_for(&req, timeout_s, "an all-gather", err, errlen);
+    int rc = to_all ? MPI_Ialltoall(send, count, t, recv, count, t, MPI_COMM_WORLD, &req)
+                    : MPI_Iallgather(send, count, t, recv, count, t, MPI_COMM_WORLD, &req);
+    rc = rc != MPI_SUCCESS ? mpi_fail(rc, to_all ? "MPI_Ialltoall" : "MPI_Iallgather", err, errlen)
+                           : wait_for(&req, timeout_s, to_all ? "an all-to-all" : "an all-gather", err, errlen);
     done_with(&t);
     return rc;
 }
 
+static int m_allgather(const void *mine, void *all, int64_t bytes, double timeout_s, char *err,
+                       size_t errlen) {
+    return exchange(false, mine, all, bytes, timeout_s, err, errlen);
+}
+
 static int m_alltoall(const void *send, void *recv, int64_t bytes, double timeout_s, char *err,
                       size_t errlen) {
-    int count;
-    MPI_Datatype t;
-    if (as_count(bytes, &count, &t, err, errlen) != 0)
-        return -1;
-    MPI_Request req;
-    int rc = MPI_Ialltoall(send, count, t, recv, count, t, MPI_COMM_WORLD, &req);
-    rc = rc != MPI_SUCCESS ? mpi_fail(rc, "MPI_Ialltoall", err, errlen)
-                           : wait_for(&req, timeout_s, "an all-to-all", err, errlen);
-    done_with(&t);
-    return rc;
+    return exchange(true, send, recv, bytes, timeout_s, err, errlen);
 }
 
 static int m_bcast(void *buf, int64_t bytes, int root, double timeout_s, char *err, size_t errlen) {
