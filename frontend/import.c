@@ -472,8 +472,14 @@ static int read_rope_dict(Cfg *c, json_t *d, const char *const *path, int n, con
 
 // The rotary dims of a partial rotary factor: int(head_dim * factor), transformers' rounding.
 static int read_partial(Cfg *c, const char *where, double partial, const ImportModel *m, int64_t *rotary) {
-    int64_t hd = head_dim_of(m), d = (int64_t)((double)hd * partial);
-    if (!(partial > 0 && partial <= 1) || d < 2 || d % 2) {
+    int64_t hd = head_dim_of(m);
+    if (!(partial > 0 && partial <= 1)) {
+        fe_error(c->src, key_loc(c->src, where), "a partial rotary factor of %g is not in (0, 1]: it is "
+                 "the share of head_dim's dims that rotate", partial);
+        return -1;
+    }
+    int64_t d = (int64_t)((double)hd * partial);
+    if (d < 2 || d % 2) {
         fe_error(c->src, key_loc(c->src, where), "a partial rotary factor of %g leaves %lld of "
                  "head_dim %lld dims rotating; it must be an even number, at least 2", partial,
                  (long long)d, (long long)hd);
@@ -524,14 +530,15 @@ static void read_rope(Cfg *c, ImportModel *m, double default_theta) {
     }
     const char *pk = m->fam == FAM_NEOX && !get(c->root, "partial_rotary_factor") ? "rotary_pct"
                                                                                   : "partial_rotary_factor";
+    int bad = 0;   // (one message for a factor both ropes take from the top level)
     if (part != 1.0 || partial != 1.0)
-        read_partial(c, get(c->root, pk) ? pk : which, part, m, &m->rope.r.rotary);
+        bad = read_partial(c, get(c->root, pk) ? pk : which, part, m, &m->rope.r.rotary);
     // Phi-3 keeps the pretrained length outside the rope dict; transformers prefers it there.
     int64_t orig = 0;
     if (m->fam == FAM_PHI3 && read_int(c, "original_max_position_embeddings", false, 0, &orig) == 0 &&
         orig && (m->rope.r.scaling == ROPE_LLAMA3 || m->rope.r.scaling == ROPE_YARN))
         m->rope.r.original = orig;
-    if (nested && (part_local != 1.0 || partial != 1.0))
+    if (nested && (part_local != 1.0 || partial != 1.0) && !(bad && part_local == part))
         read_partial(c, get(c->root, pk) ? pk : which, part_local, m, &m->rope_local.r.rotary);
     // Gemma 3's two ropes are one rope(...) line whose theta (and linear factor) is indexed
     // by the layer's type: they may differ in nothing else.

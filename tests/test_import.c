@@ -354,6 +354,10 @@ static void unsupported_tests(const char *dir) {
                 " \"intermediate_size\": 96, \"num_hidden_layers\": 2, \"num_attention_heads\": 4,\n"
                 " \"rotary_pct\": 0.1}\n", NULL, 3, 2, "a partial rotary factor of 0.1 leaves 1 of "
                 "head_dim 16 dims rotating");
+    // (out of range before any arithmetic on it: the fuzzer's 6.7e24 once overflowed the
+    // dims' integer; Gemma 3's two ropes give one message for the factor they share)
+    check_error("partial-huge", config_with("gemma3_text", "\"partial_rotary_factor\": 6.7e24"), NULL, 4, 2,
+                "a partial rotary factor of 6.7e+24 is not in (0, 1]");
     check_error("gelu-llama", config_with("llama", "\"hidden_act\": \"gelu_new\""), NULL, 4, 2,
                 "\"hidden_act\" = \"gelu_new\" is not modelled: llama's MLP is SwiGLU");
 }
