@@ -13,7 +13,7 @@ typedef struct PlanMeta {
     int64_t budget_bytes;
     int64_t accum;              // micro-steps per optimizer step
     const char *precision;      // "bf16", "fp16", "fp32", "bf16_pure"
-    const char *optimizer;      // "adamw", "sgd"
+    const char *optimizer;      // "adamw", "adamw8bit", "sgd"
     double lr, beta1, beta2, eps, weight_decay;
     // the learning rate's schedule (runtime/plan.h: the schedule line); NULL: constant
     const char *lr_schedule;

@@ -412,6 +412,33 @@ static void a_adamw(FILE *f, const CudaCtx *cx) {
     ga_adamw(f, cx);
 }
 
+// AdamW8bit: 8-bit moments (q8) when its second state is the codes; a tensor with a
+// partial block of 256 launches alone (its constants name it: no group shares them).
+static int adam8_q8(const CudaCtx *cx) { return cx->g->tensors.at[cx->n->out[1]].dtype == DT_U8; }
+static void ga_adamw8bit(FILE *f, const CudaCtx *cx) {
+    CTX(cx);
+    int mode = ir_node_nout(n) < 4 ? 0 : OUT(3)->cat == MEM_MASTER ? 1 : 2;
+    fprintf(f, "%d, %d, %.17g, %.17g, %.17g, %.17g, %d, %d", adam8_q8(cx), mode, cx->hyper->beta1,
+            cx->hyper->beta2, cx->hyper->eps, n->attr.f, DT(OUT(0)), DT(IN(0)));
+    if (adam8_q8(cx) && ir_tensor_elems(OUT(0)) % 256)
+        fprintf(f, " /* node %d: a partial block, alone */", n->id);
+}
+static void a_adamw8bit(FILE *f, const CudaCtx *cx) {
+    fprintf(f, "%lldLL, ", (long long)ir_tensor_elems(&cx->g->tensors.at[cx->n->out[0]]));
+    ga_adamw8bit(f, cx);
+}
+// A block of 256 threads a block of 256 elements with 8-bit moments, else one an element.
+static void g_adamw8bit(const CudaCtx *cx, unsigned *grid, unsigned *block) {
+    CTX(cx);
+    int64_t e = ir_tensor_elems(OUT(0)), nb = (e + 255) / 256;
+    if (!adam8_q8(cx)) {
+        ew_geometry(e, grid, block);
+        return;
+    }
+    grid[0] = (unsigned)(nb > EW_MAX_GRID ? EW_MAX_GRID : nb);
+    block[0] = 256;
+}
+
 static void ga_sgd(FILE *f, const CudaCtx *cx) {
     CTX(cx);
     fprintf(f, "%d, %d, %d", ir_node_nout(n) == 2, DT(OUT(0)), DT(IN(0)));
@@ -453,6 +480,7 @@ static const CudaOp column[OP_COUNT] = {
     [OP_SUM_TO] = {{"sum_to"}, {1}, a_sum_to, g_colsum_out0},
     [OP_DEQUANT] = {{"dequant"}, {0}, a_dequant, g_ew_out0},
     [OP_ADAMW] = {{"adamw"}, {0}, a_adamw, g_ew_out0, "adamw_group", ga_adamw},
+    [OP_ADAMW8BIT] = {{"adamw8bit"}, {1}, a_adamw8bit, g_adamw8bit, "adamw8bit_group", ga_adamw8bit},
     [OP_SGD] = {{"sgd"}, {0}, a_sgd, g_ew_out0, "sgd_group", ga_sgd},
     [OP_GRAD_SUMSQ] = {{"grad_sumsq_part", "grad_sumsq_final"}, {1, 1}, a_grad_sumsq, g_grad_sumsq},
     [OP_GRAD_FACTOR] = {{"grad_factor"}, {0}, a_grad_factor, g_one_thread},

@@ -352,7 +352,7 @@ static int group_kernel(Emitter *e, const IrGraph *g, const KernelHyper *h, int 
     }
     char name[48];
     snprintf(name, sizeof name, "%s%s", what, device ? "_group" : "");
-    int k = intern_text(e, body, pre, name, 0, true);
+    int k = intern_text(e, body, pre, name, device ? 0 : c->syncs[0], true);
     memcpy(kl->name, e->kernels.at[k].name, sizeof kl->name);
     kl->grid[1] = kl->grid[2] = kl->block[1] = kl->block[2] = 1;
     geometry_for(total, kl->grid, kl->block);
@@ -369,14 +369,17 @@ static bool library_or_nothing(const IrGraph *g, const IrNode *n) {
 }
 
 static void emit_tables(FILE *f) {
-    fprintf(f, "/* NF4 levels and the dynamic 8-bit code of double quantisation (the runtime's\n"
-               " * tables, runtime/cpu/nf4.c) */\n");
+    fprintf(f, "/* NF4 levels, the dynamic 8-bit code of double quantisation and of AdamW8bit's first\n"
+               " * moment, and the unsigned one of its second (the runtime's tables, runtime/cpu/nf4.c) */\n");
     fprintf(f, "FTC_CONST float ftc_nf4_code[16] = {");
     for (int i = 0; i < 16; i++)
         fprintf(f, "%s%af", i ? ", " : "", (double)cpu_nf4_code[i]);
     fprintf(f, "};\nFTC_CONST float ftc_nf4_dynamic[256] = {");
     for (int i = 0; i < 256; i++)
         fprintf(f, "%s%s%af", i ? "," : "", i % 4 ? " " : "\n    ", (double)cpu_nf4_dynamic_code[i]);
+    fprintf(f, "};\nFTC_CONST float ftc_dyn_unsigned[256] = {");
+    for (int i = 0; i < 256; i++)
+        fprintf(f, "%s%s%af", i ? "," : "", i % 4 ? " " : "\n    ", (double)cpu_dynamic_unsigned_code[i]);
     fprintf(f, "};\n\n");
 }
 
@@ -448,7 +451,7 @@ int codegen_kernels(const IrGraph *g, const KernelHyper *h, KernelSet *ks, char 
             e.kernels.len, g->nodes.len);
     fputs(codegen_cuda_file("prelude.cuh"), f);
     for (size_t t = 0; t < sizeof templates / sizeof templates[0]; t++) {
-        if (strcmp(templates[t], "nf4.cuh") == 0)
+        if (strcmp(templates[t], "optim.cuh") == 0)
             emit_tables(f);
         fprintf(f, "\n");
         fputs(codegen_cuda_file(templates[t]), f);

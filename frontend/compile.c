@@ -79,11 +79,14 @@ void usage_compile(FILE *f) {
 
 
 static const char *precision_name(const TrainSpec *t) {
+    bool q8 = strcmp(t->optimizer, "adamw8bit") == 0;   // (its moments are the optimizer's line)
     switch (t->precision) {
-    case PREC_BF16: return t->master_weights ? "bf16 mixed (fp32 master weights and optimizer state)"
-                                             : "bf16 weights, fp32 optimizer state, no master copy";
-    case PREC_FP16: return t->master_weights ? "fp16 mixed (fp32 master weights and optimizer state)"
-                                             : "fp16 weights, fp32 optimizer state, no master copy";
+    case PREC_BF16: return t->master_weights ? q8 ? "bf16 mixed (fp32 master weights)"
+                                                  : "bf16 mixed (fp32 master weights and optimizer state)"
+                         : q8 ? "bf16 weights, no master copy" : "bf16 weights, fp32 optimizer state, no master copy";
+    case PREC_FP16: return t->master_weights ? q8 ? "fp16 mixed (fp32 master weights)"
+                                                  : "fp16 mixed (fp32 master weights and optimizer state)"
+                         : q8 ? "fp16 weights, no master copy" : "fp16 weights, fp32 optimizer state, no master copy";
     case PREC_FP32: return "fp32";
     default: return "pure bf16";
     }
@@ -96,9 +99,10 @@ static void report_compile(FILE *out, const char *path, const FtModel *m, const 
     ParamCount pc = count_params(g);
     MemBreakdown mb = count_naive_memory(g, gpu->reserve_bytes);
     const TrainSpec *t = &m->train;
-    fprintf(out, "ftc: %s: model %s, seq %lld, global batch %lld, micro-batch %lld, %s, %s\n",
+    fprintf(out, "ftc: %s: model %s, seq %lld, global batch %lld, micro-batch %lld, %s, %s%s\n",
             path, m->name, (long long)t->seq, (long long)t->batch, (long long)g->batch,
-            precision_name(t), t->optimizer);
+            precision_name(t), t->optimizer,
+            strcmp(t->optimizer, "adamw8bit") ? "" : " (8-bit moments, an fp32 absmax per 256)");
     if (t->lora)
         fprintf(out, "lora: r=%lld alpha=%g dropout=%g on %d target%s\n", (long long)t->lora_r,
                 t->lora_alpha, t->lora_dropout, t->n_lora_targets, t->n_lora_targets == 1 ? "" : "s");
@@ -140,7 +144,9 @@ static void report_compile(FILE *out, const char *path, const FtModel *m, const 
 // The model states of each precision regime (the train section's optimizer, LoRA and
 // quantisation kept): the graph elaborated as that regime, through quantize, counted as
 // the naive step counts them (count_naive_memory). Bytes per parameter of the whole
-// model, split by category; the train section's own regime marked.
+// model, split by category; the train section's own regime marked. With AdamW, a last
+// row for the section's precision with the other AdamW: adamw8bit's 8-bit moments, or
+// adamw's 32-bit ones.
 static void report_modes(FILE *out, FtSource *src, const FtModel *m) {
     typedef struct { const char *name; Precision p; bool master; } Mode;
     static const Mode modes[] = {
@@ -150,14 +156,28 @@ static void report_modes(FILE *out, FtSource *src, const FtModel *m) {
         {"bf16 without a master", PREC_BF16, false},
         {"bf16_pure (Kahan-compensated)", PREC_BF16_PURE, false},
     };
-    fprintf(out, "\nmodel states per parameter by precision (%s; weights + grads + optimizer + master):\n",
-            m->train.optimizer);
-    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+    const char *opt = m->train.optimizer;
+    bool adam = !strcmp(opt, "adamw") || !strcmp(opt, "adamw8bit");
+    const char *other = !strcmp(opt, "adamw") ? "adamw8bit" : "adamw";
+    int nmodes = (int)(sizeof modes / sizeof modes[0]);
+    fprintf(out, "\nmodel states per parameter by precision (%s; weights + grads + optimizer + master):\n", opt);
+    for (int i = 0; i < nmodes + adam; i++) {
         FtModel mm = *m;
         TrainSpec *t = &mm.train;
-        t->precision = modes[i].p;
-        t->master_weights = modes[i].master;
-        t->optim_dtype = modes[i].p == PREC_BF16_PURE ? DT_BF16 : DT_F32;
+        const Mode *md = &modes[i % nmodes];
+        char name[96];
+        if (i < nmodes) {
+            snprintf(name, sizeof name, "%s", md->name);
+        } else {   // the section's own precision, the other AdamW
+            for (int k = 0; k < nmodes; k++)
+                if (modes[k].p == m->train.precision && modes[k].master == m->train.master_weights)
+                    md = &modes[k];
+            t->optimizer = other;
+            snprintf(name, sizeof name, "%s, %s", md->name, other);
+        }
+        t->precision = md->p;
+        t->master_weights = md->master;
+        t->optim_dtype = md->p == PREC_BF16_PURE ? DT_BF16 : DT_F32;
         DriverSource ds = {src, &mm};
         Arena *a = arena_new();
         Pipeline pipe = driver_pipeline(&ds, a, NULL);
@@ -171,8 +191,8 @@ static void report_modes(FILE *out, FtSource *src, const FtModel *m) {
             double n = (double)count_params(g).total;
             int64_t st = mb.bytes[MEM_WEIGHTS] + mb.bytes[MEM_GRADS] + mb.bytes[MEM_OPTIMIZER] +
                          mb.bytes[MEM_MASTER];
-            bool ours = m->train.precision == modes[i].p && m->train.master_weights == modes[i].master;
-            fprintf(out, "  %-38s %6.2f = %.2f + %.2f + %.2f + %.2f  %9.2f GB%s\n", modes[i].name,
+            bool ours = i < nmodes && m->train.precision == md->p && m->train.master_weights == md->master;
+            fprintf(out, "  %-38s %6.2f = %.2f + %.2f + %.2f + %.2f  %9.2f GB%s\n", name,
                     (double)st / n, (double)mb.bytes[MEM_WEIGHTS] / n, (double)mb.bytes[MEM_GRADS] / n,
                     (double)mb.bytes[MEM_OPTIMIZER] / n, (double)mb.bytes[MEM_MASTER] / n,
                     (double)st / 1e9, ours ? "  <- this train section" : "");
@@ -181,7 +201,7 @@ static void report_modes(FILE *out, FtSource *src, const FtModel *m) {
         arena_free(a);
     }
     fprintf(out, "  (fp16 AdamW without the master is refused; every mode adds the gradients' reduction: "
-                 "16 bytes)\n");
+                 "16 bytes%s)\n", adam ? "; adamw8bit keeps 32-bit moments for tensors below min_8bit_size" : "");
 }
 
 // Pipeline.elaborate: the program at another micro-batch or sequence length. Planner
@@ -350,6 +370,25 @@ static void suggestions(FILE *f, const PlanCtx *pc, const FtModel *m, const Plan
     if (w.stream_bytes >= 0)
         fprintf(f, "  with the weights streamed from the host (--offload weights): %s on the device (%s)\n",
                 SIZE(w.stream_bytes), w.stream_bytes <= budget ? "fits" : "still too much");
+    WhatIfAdam8 q8;
+    whatif_adamw8bit(pin, &q8);
+    if (q8.tried) {
+        fprintf(f, "  with optimizer = adamw8bit(...) (its moments 8-bit: the optimizer state %s -> %s): ",
+                SIZE(q8.optimizer_bytes[0]), SIZE(q8.optimizer_bytes[1]));
+        if (q8.fits) {
+            char d[160];
+            planner_choice_str(d, sizeof d, &q8.plan.c, pin->nlayers);
+            fprintf(f, "the planner's choice is %s, %s on the device and %s on the host (fits)\n", d,
+                    SIZE(q8.plan.o.device_bytes),
+                    SIZE(q8.plan.o.host_bytes));
+        } else if (q8.planned) {
+            fprintf(f, "the planner's smallest plan needs %s on the device and %s on the host (still too much)\n",
+                    SIZE(q8.plan.o.device_bytes), SIZE(q8.plan.o.host_bytes));
+        } else {
+            fprintf(f, "the model states still need %s of host memory where they go (still too much)\n",
+                    SIZE(q8.host_need));
+        }
+    }
     if (w.weights_too_big)
         fprintf(f, "  kept on the device, the bf16 weights alone take %s%s: LoRA alone or a shorter "
                    "sequence cannot help\n",
@@ -779,6 +818,12 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
                       (long long)micro, (long long)m.train.batch);
         goto done;
     }
+    if (ranks > 1 && offload == 2 && !strcmp(m.train.optimizer, "adamw8bit")) {
+        arg_error(cl, offload_arg, "--offload grads with several ranks needs every gradient sharded, "
+                  "and adamw8bit's 8-bit state keeps its tensors whole on every rank (their gradients "
+                  "all-reduced on the device): use --offload optimizer or none");
+        goto done;
+    }
     DriverSource source = {&src, &m};
     PassDiag diag = driver_diag(&src);
     Pipeline pipe = driver_pipeline(&source, arena, &diag);
@@ -832,6 +877,7 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
                         .states_bytes = states.bytes[MEM_OPTIMIZER] + states.bytes[MEM_MASTER],
                         .build = pipeline_plan_choice, .ctx = &pc, .nlayers = nlayers, .micro = micro,
                         .remat = remat, .offload = offload, .ranks = (int)ranks, .zero = zero,
+                        .grads_whole = ranks > 1 && !strcmp(m.train.optimizer, "adamw8bit"),
                         .loss_chunk = loss_chunk, .chain = chain, .nchain = nchain, .nkeep = nkeep};
     PlanChoice best;
     PlanHolds holds;

@@ -833,42 +833,78 @@ static Value want(Elab *e, Scope *s, const Ast *x, VKind k1, VKind k2, const cha
     return v;
 }
 
+// Whether the optimizer keeps Adam's two moments: adamw, and adamw8bit (8-bit ones).
+static bool adam_like(const char *optimizer) { return strncmp(optimizer, "adamw", 5) == 0; }
+
+// optimizer = adamw(...) | adamw8bit(...) | sgd(...), arguments named as torch's and
+// bitsandbytes' (adamw8bit's min_8bit_size), each checked where bitsandbytes checks it.
 static void read_optimizer(Elab *e, Scope *s, const Ast *x, TrainSpec *t) {
-    if (x->kind != AST_CALL || (strcmp(x->name, "adamw") != 0 && strcmp(x->name, "sgd") != 0)) {
-        fe_error(e->src, x->loc, "optimizer must be adamw(...) or sgd(...)");
+    if (x->kind != AST_CALL || (strcmp(x->name, "adamw") != 0 && strcmp(x->name, "adamw8bit") != 0 &&
+                                strcmp(x->name, "sgd") != 0)) {
+        fe_error(e->src, x->loc, "optimizer must be adamw(...), adamw8bit(...) or sgd(...)");
         return;
     }
     t->optimizer = x->name;
+    bool adam = adam_like(x->name);
     for (const Ast *a = x->args; a; a = a->next) {
         if (!a->name) {
             fe_error(e->src, a->loc, "optimizer arguments are named: lr = 2e-4, ...");
             continue;
         }
-        if (strcmp(a->name, "betas") == 0) {
+        if (strcmp(a->name, "betas") == 0 && adam) {
             if (a->lhs->kind != AST_TUPLE || ast_count(a->lhs->args) != 2) {
                 fe_error(e->src, a->lhs->loc, "betas must be a pair: (0.9, 0.999)");
                 continue;
             }
-            Value b1 = want(e, s, a->lhs->args, V_FLOAT, V_INT, "beta1");
-            Value b2 = want(e, s, a->lhs->args->next, V_FLOAT, V_INT, "beta2");
-            t->beta1 = as_float(b1), t->beta2 = as_float(b2);
+            const Ast *b[2] = {a->lhs->args, a->lhs->args->next};
+            double *dst[2] = {&t->beta1, &t->beta2};
+            for (int k = 0; k < 2; k++) {
+                Value v = want(e, s, b[k], V_FLOAT, V_INT, k ? "beta2" : "beta1");
+                if (v.kind == V_NONE)
+                    continue;
+                if (!(as_float(v) >= 0 && as_float(v) < 1))
+                    fe_error(e->src, b[k]->loc, "beta%d must be in [0, 1), not %g", k + 1, as_float(v));
+                else
+                    *dst[k] = as_float(v);
+            }
             continue;
         }
-        if (strcmp(a->name, "decay_all") == 0) {
+        if (strcmp(a->name, "decay_all") == 0 && adam) {
             Value v = want(e, s, a->lhs, V_BOOL, V_BOOL, "decay_all");
             t->decay_all = v.kind == V_BOOL && v.i;
             continue;
         }
-        double *dst = strcmp(a->name, "lr") == 0             ? &t->lr
-                      : strcmp(a->name, "eps") == 0          ? &t->eps
-                      : strcmp(a->name, "weight_decay") == 0 ? &t->weight_decay
-                                                             : NULL;
+        if (strcmp(a->name, "min_8bit_size") == 0) {
+            if (strcmp(x->name, "adamw8bit") != 0) {
+                fe_error(e->src, a->loc, "min_8bit_size is adamw8bit's (the smallest tensor whose "
+                         "moments are 8-bit); %s keeps no 8-bit state", x->name);
+                continue;
+            }
+            Value v = want(e, s, a->lhs, V_INT, V_INT, "min_8bit_size");
+            if (v.kind == V_INT && (v.i < 0 || v.i > ((int64_t)1 << 40)))
+                fe_error(e->src, a->lhs->loc, "min_8bit_size must be a number of elements from 0 to "
+                         "2^40, not %lld", (long long)v.i);
+            else if (v.kind == V_INT)
+                t->min_8bit_size = v.i;
+            continue;
+        }
+        double *dst = strcmp(a->name, "lr") == 0                     ? &t->lr
+                      : strcmp(a->name, "eps") == 0 && adam          ? &t->eps
+                      : strcmp(a->name, "weight_decay") == 0 && adam ? &t->weight_decay
+                                                                     : NULL;
         if (!dst) {
-            fe_error(e->src, a->loc, "unknown optimizer argument '%s'", a->name);
+            fe_error(e->src, a->loc, "unknown %s argument '%s' (%s)", x->name, a->name,
+                     !adam ? "lr" : strcmp(x->name, "adamw8bit") == 0
+                                     ? "lr, betas, eps, weight_decay, decay_all, min_8bit_size"
+                                     : "lr, betas, eps, weight_decay, decay_all");
             continue;
         }
         Value v = want(e, s, a->lhs, V_FLOAT, V_INT, a->name);
-        if (v.kind != V_NONE)
+        if (v.kind == V_NONE)
+            continue;
+        if (!(as_float(v) >= 0) || !isfinite(as_float(v)))
+            fe_error(e->src, a->lhs->loc, "%s must be 0 or more, not %g", a->name, as_float(v));
+        else
             *dst = as_float(v);
     }
 }
@@ -1024,6 +1060,7 @@ static void read_number(Elab *e, Scope *s, const Ast *it, bool is_int, double lo
 static void read_train(Elab *e, Scope *s, const Ast *train, TrainSpec *t) {
     *t = (TrainSpec){.precision = PREC_BF16, .master_weights = true, .optim_dtype = DT_F32,
                      .optimizer = "adamw", .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999,
+                     .min_8bit_size = IR_ADAM8_MIN_ELEMS,
                      .eps = 1e-8, .weight_decay = 0.01, .scale_init = 65536.0, .scale_growth = 2.0,
                      .scale_backoff = 0.5, .scale_interval = 2000};
     bool have_seq = false, have_batch = false, have_loss = false;
@@ -1125,7 +1162,7 @@ static void read_train(Elab *e, Scope *s, const Ast *train, TrainSpec *t) {
                  "fp32's range)");
     // fp16 weights updated by AdamW in place: an update below half an fp16 ulp (2^-11 of
     // the weight) is lost, and the loss scale has nowhere to be undone exactly.
-    if (t->precision == PREC_FP16 && !t->master_weights && strcmp(t->optimizer, "adamw") == 0)
+    if (t->precision == PREC_FP16 && !t->master_weights && adam_like(t->optimizer))
         fe_error(e->src, t->master_loc,
                  "fp16 AdamW needs the fp32 master copy: updated in fp16 itself, a weight loses every "
                  "update below half its ulp (2^-11 of the weight: most of AdamW's at lr 1e-4 and "
@@ -1204,15 +1241,15 @@ out:
 static IrStep step_of(const TrainSpec *t) {
     IrStep st = {.optim_dt = t->optim_dtype, .master = t->master_weights, .clip = t->clip,
                  .weight_decay = t->weight_decay, .decay_all = t->decay_all,
-                 .kahan = t->precision == PREC_BF16_PURE && !t->master_weights &&
-                          strcmp(t->optimizer, "adamw") == 0};
+                 .kahan = t->precision == PREC_BF16_PURE && !t->master_weights && adam_like(t->optimizer),
+                 .adam8 = strcmp(t->optimizer, "adamw8bit") == 0, .adam8_min_elems = t->min_8bit_size};
     switch (t->precision) {
     case PREC_BF16:
     case PREC_BF16_PURE: st.weight_dt = st.compute_dt = st.grad_dt = DT_BF16; break;
     case PREC_FP16: st.weight_dt = st.compute_dt = st.grad_dt = DT_F16; break;
     case PREC_FP32: st.weight_dt = st.compute_dt = st.grad_dt = DT_F32; break;
     }
-    st.optim_states = strcmp(t->optimizer, "adamw") == 0 ? 2 : 0;
+    st.optim_states = adam_like(t->optimizer) ? 2 : 0;
     return st;
 }
 

@@ -136,8 +136,9 @@ typedef struct TrainSpec {
     Precision precision;
     bool master_weights;        // fp32 master copies (default: mixed precision only)
     DType optim_dtype;          // AdamW m, v
-    const char *optimizer;      // "adamw" or "sgd"
+    const char *optimizer;      // "adamw", "adamw8bit" or "sgd"
     double lr, beta1, beta2, eps, weight_decay;
+    int64_t min_8bit_size;      // adamw8bit: tensors of fewer elements keep 32-bit moments
     bool decay_all;             // weight decay on norm weights and biases too (default: not)
     LrSchedule lr_schedule;
     int64_t warmup_steps;       // optimizer steps of the linear warm-up

@@ -178,10 +178,11 @@ int ir_node_add_update(IrGraph *g, OpKind op, int nin, const int *in, OpAttr att
     for (int k = 0; k < nout; k++) {
         n.out[k] = outs[k];
         n.update |= (uint8_t)(1u << k);
-        // optimizer ops update tensors of one size; the others one of the rule's shape
+        // optimizer ops update tensors of the parameter's size unless their rule shapes
+        // them (8-bit state); the others one of the rule's shape
+        bool own = op_desc(op)->cls != OPC_OPTIMIZER || want[k].ndim >= 0;
         if (nin > 0)
-            IR_ASSERT(ir_tensor_elems(ir_tensor(g, outs[k])) ==
-                      ir_tensor_elems(&want[op_desc(op)->cls == OPC_OPTIMIZER ? 0 : k]));
+            IR_ASSERT(ir_tensor_elems(ir_tensor(g, outs[k])) == ir_tensor_elems(&want[own ? k : 0]));
     }
     vec_push(&g->nodes, n);
     return n.id;

@@ -202,7 +202,15 @@ typedef struct IrStep {
     double clip;            // the gradients' global L2 norm clipped to this, 0: never
     bool kahan;             // no master: each update Kahan-compensated through a buffer
                             // of the weight's dtype (bf16_pure), so small updates add up
+    bool adam8;             // AdamW8bit (optim_states 2): a parameter of at least
+    int64_t adam8_min_elems;// adam8_min_elems elements keeps its moments as 8-bit codes
+                            // with an fp32 absmax per IR_ADAM8_BLOCK of them; the rest
+                            // 32-bit (bitsandbytes' min_8bit_size)
 } IrStep;
+
+// AdamW8bit's blocks: each IR_ADAM8_BLOCK elements share one absmax per moment;
+// bitsandbytes' default min_8bit_size.
+enum { IR_ADAM8_BLOCK = 256, IR_ADAM8_MIN_ELEMS = 4096 };
 
 typedef struct IrGraph {
     Arena *arena;

@@ -465,6 +465,20 @@ static bool shape_update(const IrGraph *g, const IrNode *n, IrTensor *out, IrSha
     return true;
 }
 
+// AdamW8bit: the parameter as the gradient; with 8-bit moments (a tensor of at least the
+// step's adam8_min_elems elements) the codes u8 [2, n] and absmaxes f32 [2, blocks] too,
+// else m and v as the gradient (out[1], out[2] left to shape_update's rule).
+static bool shape_adamw8bit(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
+    shape_update(g, n, out, err);
+    int64_t e = ir_tensor_elems(IN(0));
+    if (e < g->step.adam8_min_elems)
+        return true;
+    out[1].dtype = DT_U8, out[1].ndim = 2, out[1].shape[0] = 2, out[1].shape[1] = e;
+    out[2].dtype = DT_F32, out[2].ndim = 2, out[2].shape[0] = 2;
+    out[2].shape[1] = (e + IR_ADAM8_BLOCK - 1) / IR_ADAM8_BLOCK;
+    return true;
+}
+
 // The gradients' reduction and what the updates make of it: f32[2] each.
 static bool shape_grad_pair(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
     (void)g, (void)n, (void)err;
@@ -512,6 +526,8 @@ static int64_t flops_4elems(const IrGraph *g, const IrNode *n) { return 4 * elem
 static int64_t flops_8elems(const IrGraph *g, const IrNode *n) { return 8 * elems_out(g, n); }
 static int64_t flops_8in0(const IrGraph *g, const IrNode *n) { return 8 * elems_in0(g, n); }
 static int64_t flops_adamw(const IrGraph *g, const IrNode *n) { return 12 * elems_in0(g, n); }
+// AdamW's, and each moment's code: eight comparisons and a division, and the block's max.
+static int64_t flops_adamw8bit(const IrGraph *g, const IrNode *n) { return 34 * elems_in0(g, n); }
 
 static int64_t flops_linear(const IrGraph *g, const IrNode *n) {
     const IrTensor *x = IN(0), *w = IN(1);
@@ -1102,6 +1118,7 @@ static const OpInfo ops[OP_COUNT] = {
     // optimizer ops
     [OP_ACC] = {.shape = shape_update, .flops = flops_elems, .device = "y = y + x0;"},
     [OP_ADAMW] = {.shape = shape_update, .flops = flops_adamw},
+    [OP_ADAMW8BIT] = {.shape = shape_adamw8bit, .flops = flops_adamw8bit},
     [OP_SGD] = {.shape = shape_update, .flops = flops_elems},
     [OP_ZERO] = {.shape = shape_update, .flops = flops_zero, .device = "y = 0.0f;"},
     [OP_GRAD_SUMSQ] = {.shape = shape_grad_pair, .flops = flops_2in0, .scratch_bytes = scratch_grad_sumsq},

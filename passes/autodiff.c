@@ -1,8 +1,9 @@
 // autodiff.c — reverse mode over the forward graph: turns forward + loss into the
 // whole training step. Each forward node's derivative rule (its op-table row) emits
 // its backward nodes; trainable parameters get a gradient tensor that accumulates
-// (+=) across micro-batches, optimizer state, an fp32 master copy when the precision
-// asks for one, and an update node followed by a zeroing of the gradient.
+// (+=) across micro-batches, optimizer state (AdamW's moments, 8-bit codes and absmaxes
+// under AdamW8bit), an fp32 master copy when the precision asks for one, and an update
+// node followed by a zeroing of the gradient.
 #include "passes.h"
 
 #include <stdlib.h>
@@ -17,6 +18,19 @@ static int state_tensor(IrGraph *g, int param, const char *what, DType dt, MemCa
     t->of = param;
     t->layer = p.layer;
     t->cat = cat;
+    return id;
+}
+
+// A state tensor of parameter `param` with a shape of its own (AdamW8bit's codes and
+// absmaxes).
+static int state_shaped(IrGraph *g, int param, const char *what, DType dt, int64_t rows, int64_t cols) {
+    const IrTensor p = g->tensors.at[param];
+    int64_t shape[2] = {rows, cols};
+    int id = ir_tensor_add(g, arena_printf(g->arena, "%s.%s", what, p.name), TK_STATE, dt, 2, shape, p.loc);
+    IrTensor *t = ir_tensor(g, id);
+    t->of = param;
+    t->layer = p.layer;
+    t->cat = MEM_OPTIMIZER;
     return id;
 }
 
@@ -123,10 +137,16 @@ int autodiff_apply(IrGraph *g, int accum_steps, bool gemm_temporaries, PassDiag 
             continue;
         const IrTensor p = g->tensors.at[i];
         int outs[4], nout = 0;
+        int64_t n = ir_tensor_elems(&p);
+        bool q8 = st->adam8 && n >= st->adam8_min_elems;
         outs[nout++] = i;
-        if (st->optim_states == 2) {
-            outs[nout++] = state_tensor(g, i, "adam_m", st->optim_dt, MEM_OPTIMIZER, TK_STATE);
-            outs[nout++] = state_tensor(g, i, "adam_v", st->optim_dt, MEM_OPTIMIZER, TK_STATE);
+        if (q8) {   // m's and v's codes, a row each; their absmaxes likewise
+            outs[nout++] = state_shaped(g, i, "adam_q8", DT_U8, 2, n);
+            outs[nout++] = state_shaped(g, i, "adam_absmax", DT_F32, 2, (n + IR_ADAM8_BLOCK - 1) / IR_ADAM8_BLOCK);
+        } else if (st->optim_states == 2) {   // (AdamW8bit's small tensors: 32-bit moments)
+            DType dt = st->adam8 ? DT_F32 : st->optim_dt;
+            outs[nout++] = state_tensor(g, i, "adam_m", dt, MEM_OPTIMIZER, TK_STATE);
+            outs[nout++] = state_tensor(g, i, "adam_v", dt, MEM_OPTIMIZER, TK_STATE);
         }
         if (st->master)
             outs[nout++] = state_tensor(g, i, "master", DT_F32, MEM_MASTER, TK_STATE);
@@ -134,8 +154,8 @@ int autodiff_apply(IrGraph *g, int accum_steps, bool gemm_temporaries, PassDiag 
             outs[nout++] = state_tensor(g, i, "kahan", p.dtype, MEM_OPTIMIZER, TK_STATE);
         int in[2] = {grads[i], g->grad_factor};
         OpAttr attr = {.f = st->optim_states == 2 && decays[i] ? st->weight_decay : 0};
-        int id = ir_node_add_update(g, st->optim_states == 2 ? OP_ADAMW : OP_SGD, 2, in, attr, nout,
-                                    outs, p.layer, p.loc);
+        OpKind op = st->optim_states != 2 ? OP_SGD : st->adam8 ? OP_ADAMW8BIT : OP_ADAMW;
+        int id = ir_node_add_update(g, op, 2, in, attr, nout, outs, p.layer, p.loc);
         g->nodes.at[id].phase = PHASE_OPTIMIZER;
     }
     free(decays);

@@ -91,28 +91,45 @@ static void phase(IrGraph *g, int lo, int hi, int64_t cap, int *order, int *next
         if (!coll && mover[i] < 0)
             rest[nrest++] = i;
     }
-    // Each collective's window in the rest: after the last node writing what it reads (or
-    // what it writes in place), before the first reading what it writes.
+    // Each collective's window in the rest: after the last node before it writing what it
+    // reads (or what it writes in place), before the first node after it reading what it
+    // writes or adding into it (the optimizer's sums of squares of gradients kept whole,
+    // which come after the sum over the ranks). `at`: the rest's nodes before it.
+    int *at = malloc(sizeof(int) * (size_t)(nc + 1));
+    for (int k = 0, r = 0, i = 0; i < n; i++) {
+        if (k < nc && c[k].node == i)
+            at[k++] = r;
+        else if (mover[i] < 0)
+            r++;
+    }
     int *last_write = calloc((size_t)nt + 1, sizeof(int)), *first_read = malloc(sizeof(int) * (size_t)(nt + 1));
+    for (int k = 0, r = 0; r <= nrest; r++) {
+        for (; k < nc && at[k] == r; k++) {
+            const IrNode *cn = &g->nodes.at[lo + c[k].node];
+            int in = ir_tensor_base(g, cn->in[0]), out = ir_tensor_base(g, cn->out[0]);
+            c[k].ready = last_write[in] > last_write[out] ? last_write[in] : last_write[out];
+        }
+        const IrNode *nd = r < nrest ? &g->nodes.at[lo + rest[r]] : NULL;
+        for (int o = 0; nd && o < IR_MAX_OUTPUTS && nd->out[o] >= 0; o++)
+            last_write[ir_tensor_base(g, nd->out[o])] = r + 1;
+    }
     for (int t = 0; t < nt; t++)
         first_read[t] = nrest;
-    for (int r = 0; r < nrest; r++) {
-        const IrNode *nd = &g->nodes.at[lo + rest[r]];
-        for (int o = 0; o < IR_MAX_OUTPUTS && nd->out[o] >= 0; o++)
-            last_write[ir_tensor_base(g, nd->out[o])] = r + 1;
-        for (int j = 0; j < nd->nin; j++)
-            if (nd->in[j] >= 0 && first_read[ir_tensor_base(g, nd->in[j])] == nrest)
+    for (int k = nc - 1, r = nrest; r >= 0; r--) {
+        const IrNode *nd = r < nrest ? &g->nodes.at[lo + rest[r]] : NULL;
+        for (int j = 0; nd && j < nd->nin; j++)
+            if (nd->in[j] >= 0)
                 first_read[ir_tensor_base(g, nd->in[j])] = r;
+        for (int o = 0; nd && o < IR_MAX_OUTPUTS && nd->out[o] >= 0; o++)
+            if ((nd->update >> o) & 1u)
+                first_read[ir_tensor_base(g, nd->out[o])] = r;
+        for (; k >= 0 && at[k] == r; k--) {
+            c[k].need = first_read[ir_tensor_base(g, g->nodes.at[lo + c[k].node].out[0])];
+            if (c[k].ready > c[k].need)   // (cannot happen for what the shard pass made)
+                c[k].ready = c[k].need;
+        }
     }
-    for (int k = 0; k < nc; k++) {
-        const IrNode *cn = &g->nodes.at[lo + c[k].node];
-        int in = ir_tensor_base(g, cn->in[0]), out = ir_tensor_base(g, cn->out[0]);
-        c[k].ready = last_write[in] > last_write[out] ? last_write[in] : last_write[out];
-        c[k].need = first_read[out];
-        if (c[k].ready > c[k].need)   // (cannot happen for what the shard pass made)
-            c[k].ready = c[k].need;
-    }
-    free(last_write), free(first_read);
+    free(at), free(last_write), free(first_read);
     // What follows each reduction, in order (a list per collective node).
     int *fhead = malloc(sizeof(int) * (size_t)(n + 1)), *ftail = malloc(sizeof(int) * (size_t)(n + 1)),
         *fnext = malloc(sizeof(int) * (size_t)(n + 1));

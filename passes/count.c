@@ -29,7 +29,10 @@ MemBreakdown count_naive_memory(const IrGraph *g, int64_t reserve_bytes) {
             if (!t->trainable)
                 continue;
             m.bytes[MEM_GRADS] += dtype_bytes(st->grad_dt, n);
-            m.bytes[MEM_OPTIMIZER] += st->optim_states * dtype_bytes(st->optim_dt, n);
+            if (st->adam8 && n >= st->adam8_min_elems)   // two u8 codes, two fp32 absmaxes a block
+                m.bytes[MEM_OPTIMIZER] += 2 * n + 8 * ((n + IR_ADAM8_BLOCK - 1) / IR_ADAM8_BLOCK);
+            else
+                m.bytes[MEM_OPTIMIZER] += st->optim_states * dtype_bytes(st->adam8 ? DT_F32 : st->optim_dt, n);
             if (st->master)
                 m.bytes[MEM_MASTER] += dtype_bytes(DT_F32, n);
             else if (st->kahan && st->optim_states == 2)   // the compensation, the weight's dtype

@@ -406,6 +406,9 @@ typedef struct PlannerInput {
     int remat, offload;         // fixed by the user (a RematPolicy, an offload level 0..3), else -1
     int ranks;                  // data-parallel ranks (0, 1: one); the global batch splits over them
     int zero;                   // the ZeRO stage fixed by the user, else -1 (with ranks > 1)
+    bool grads_whole;           // with ranks > 1, some gradients stay whole (AdamW8bit's 8-bit
+                                // state is not sharded): all-reduced on the device, none
+                                // can live on the host
     int64_t loss_chunk;         // the fused loss's rows per chunk fixed by the user, else 0
     // The keep masks of remat_keep_chain (nchain of nkeep bits), for plans that choose what
     // to keep tensor by tensor; none when nchain is 0.
@@ -492,6 +495,9 @@ typedef struct PipelineSpec {
                                 // not the gradient (ftc compile --grad-temporaries)
     int64_t gemm_workspace_bytes;   // each GEMM's library workspace (the GPU preset's)
     int ranks;                  // data-parallel ranks the step is one of (0, 1: none)
+    bool adamw8bit;             // AdamW's moments 8-bit (adamw8bit, bitsandbytes' default
+                                // min_8bit_size) whatever the train section's AdamW says
+                                // (the what-if analysis)
 } PipelineSpec;
 
 // The frontend's part: the forward graph and loss for micro-batch `micro` and sequence
@@ -564,7 +570,8 @@ typedef struct PlanCtx {
 int pipeline_plan_choice(void *ctx, const PlanChoice *c, PlanOutcome *out);
 
 //
-// whatif.c — when nothing fits: what each user-side change would need.
+// whatif.c — when nothing fits: what each user-side change would need (AdamW8bit's
+// 8-bit moments among them).
 //
 
 typedef struct WhatIf {
@@ -583,5 +590,17 @@ typedef struct WhatIf {
 // attention's q and v, found in the graph; that and NF4 storage; halved sequence lengths.
 // Returns 0.
 int whatif_search(const PlanCtx *x, int64_t budget_bytes, int64_t weights_bytes, int offload, WhatIf *w);
+
+// With optimizer = adamw8bit in place of a plain AdamW (full fine-tuning, so no LoRA):
+// the planner's whole search again, over in's choices and budgets.
+typedef struct WhatIfAdam8 {
+    bool tried;                 // the step trains with plain AdamW, without LoRA
+    int64_t optimizer_bytes[2]; // the naive step's optimizer state: AdamW's, AdamW8bit's
+    bool fits;                  // a plan fits the device and host budgets
+    Candidate plan;             // the fastest that fits, else the smallest tried
+    bool planned;               // plan holds a candidate
+    int64_t host_need;          // nothing tried: the least host memory a level needs
+} WhatIfAdam8;
+int whatif_adamw8bit(const PlannerInput *in, WhatIfAdam8 *w);
 
 #endif

@@ -191,6 +191,8 @@ static IrGraph *build_prefix(const Pipeline *p, const PlanChoice *c, Arena *a, B
     if (!g)
         return NULL;
     g->gemm_workspace_bytes = p->spec.gemm_workspace_bytes;
+    if (p->spec.adamw8bit && g->step.optim_states == 2 && !g->step.adam8)
+        g->step.adam8 = true, g->step.adam8_min_elems = IR_ADAM8_MIN_ELEMS;
     timed(p, 0, t0);
     PassDiag quiet = {ignore, NULL, 0};
     PassCtx x = {.g = g, .p = p, .c = c, .bs = bs, .d = p->diag ? p->diag : &quiet};

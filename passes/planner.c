@@ -261,7 +261,7 @@ int planner_search(const PlannerInput *in, PlannerResult *r) {
         for (int lv = 0; lv < LEVELS; lv++) {
             if (in->offload >= 0 && lv != in->offload)
                 continue;
-            if (R > 1 && ((lv == 2 && z < 2) || lv == 3))
+            if (R > 1 && ((lv == 2 && (z < 2 || in->grads_whole)) || lv == 3))
                 continue;
             int64_t w = in->weights_bytes / (z >= 3 ? R : 1), gr = in->grads_bytes / (z >= 2 ? R : 1),
                     os = in->states_bytes / (z >= 1 ? R : 1);

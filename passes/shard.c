@@ -15,7 +15,8 @@
 //
 // A tensor whose elements the rank count does not divide stays whole on every rank and its
 // gradient is all-reduced, whatever the stage (LLM tensors divide by any power of two up
-// to 64); so does an NF4 parameter. Each micro-batch's loss is already its share of the
+// to 64); so does an NF4 parameter, and one with AdamW8bit's 8-bit state (its codes and
+// absmaxes are blocks of 256, not flat elements). Each micro-batch's loss is already its share of the
 // whole global step's (its terms over the step's target count, every rank's windows
 // counted), so the sums are what one rank would have accumulated.
 // Collectives are placed here next to what they need; the buckets pass places them for
@@ -140,7 +141,9 @@ int shard_apply(IrGraph *g, const ShardSpec *spec, ShardStats *st) {
         if (t->kind != TK_PARAM)
             continue;
         int64_t e = ir_tensor_elems(t);
-        bool divides = e % R == 0 && t->dtype != DT_NF4;
+        // (AdamW8bit's codes and absmaxes go by blocks, not by the flat elements a shard is)
+        bool q8 = g->step.adam8 && t->trainable && e >= g->step.adam8_min_elems;
+        bool divides = e % R == 0 && t->dtype != DT_NF4 && !q8;
         if (p->grad >= 0)
             p->stage = divides ? spec->zero : 0;
         else if (spec->zero == 3 && divides)

@@ -3,11 +3,14 @@
 // NF4 base (QLoRA), and shorter sequences. Each is planned with the most frugal choice
 // the planner has: micro-batch 1, every block recomputed from its input with the input
 // waiting in host memory, optimizer state, master weights and gradients on the host.
+// AdamW8bit, which shrinks what lives on the host as much as what lives on the device,
+// gets the planner's whole search instead.
 // The projections are found in the graph, not by name: the linears whose outputs reach
 // the first attention's q and v through views, elementwise ops and norms whose other
 // inputs are parameters or batch inputs (rope's position ids, a q/k norm's weight).
 #include "passes.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 // The .ft name of the weight of the linear that feeds tensor `t`, or NULL.
@@ -110,5 +113,62 @@ int whatif_search(const PlanCtx *x, int64_t budget, int64_t weights_bytes, int o
             break;
         }
     }
+    return 0;
+}
+
+// The naive step's model states under `p` (through quantize, micro-batch 1), or NULL when
+// it does not build.
+static IrGraph *states_graph(const Pipeline *p, Arena *a, MemBreakdown *mb) {
+    Pipeline q = *p;
+    q.stop_after = "quantize";
+    q.cache = NULL;
+    q.diag = NULL;
+    PlanChoice one = {.micro = 1, .policy = REMAT_KEEP, .rest = REMAT_KEEP};
+    BuildStats bs;
+    IrGraph *g = pipeline_build(&q, &one, a, &bs);
+    if (g)
+        *mb = count_naive_memory(g, 0);
+    return g;
+}
+
+int whatif_adamw8bit(const PlannerInput *in, WhatIfAdam8 *w) {
+    memset(w, 0, sizeof *w);
+    const PlanCtx *x = in->ctx;
+    Pipeline p = *x->pipeline;
+    if (p.spec.lora)
+        return 0;
+    Arena *a = arena_new();
+    MemBreakdown plain, q8;
+    IrGraph *g = states_graph(&p, a, &plain);
+    bool adam = g && g->step.optim_states == 2 && !g->step.adam8;
+    if (g)
+        ir_graph_free(g);
+    p.spec.adamw8bit = true;
+    g = adam ? states_graph(&p, a, &q8) : NULL;
+    bool built = g != NULL;
+    if (g)
+        ir_graph_free(g);
+    arena_free(a);
+    if (!built)
+        return 0;
+    w->tried = true;
+    w->optimizer_bytes[0] = plain.bytes[MEM_OPTIMIZER], w->optimizer_bytes[1] = q8.bytes[MEM_OPTIMIZER];
+    p.cache = pipeline_cache_new();   // (a cache serves one spec)
+    PlanCtx y = *x;
+    y.pipeline = &p;
+    PlannerInput i8 = *in;
+    i8.ctx = &y;
+    i8.states_bytes = q8.bytes[MEM_OPTIMIZER] + q8.bytes[MEM_MASTER];
+    i8.grads_whole = in->ranks > 1;
+    PlannerResult r;
+    planner_search(&i8, &r);
+    int at = r.best >= 0 ? r.best : r.smallest;
+    w->fits = r.best >= 0;
+    w->planned = at >= 0;
+    if (at >= 0)
+        w->plan = r.tried.at[at];
+    w->host_need = r.host_need;
+    vec_free(&r.tried);
+    pipeline_cache_free(p.cache);
     return 0;
 }

@@ -59,7 +59,10 @@
 // starts with one grad_sumsq per gradient (their sum of squares and count of non-finite
 // elements into grad_stats), then grad_factor (what every update multiplies its gradient
 // by: the clip coefficient over the loss scale, and whether the step is skipped), which
-// every adamw and sgd reads as its second input; the runtime reads both after the step.
+// every adamw, adamw8bit and sgd reads as its second input; the runtime reads both after
+// the step. An adamw8bit's state is its codes (u8 [2, n]: m's row, then v's) and absmaxes
+// (f32 [2, ceil(n/256)]), or, for a tensor below the compiler's min_8bit_size, f32 m and v;
+// the kernels tell them apart by the dtype.
 // The eval phase reads the parameters and the batch inputs the runtime wrote for it, and
 // only its own values otherwise; its loss (role=eval_loss) lives to its last instruction.
 //
@@ -205,7 +208,7 @@ typedef struct Plan {
     int64_t seq, micro_batch, accum, vocab;
     bool packing;           // records packed into windows: position ids restart per record
     char *precision;
-    char *optimizer;        // "adamw" or "sgd"
+    char *optimizer;        // "adamw", "adamw8bit" or "sgd"
     double lr, beta1, beta2, eps, weight_decay;
     PlanSchedule schedule;  // the learning rate over the run
     int64_t warmup_steps;   // of a linear rise from 0

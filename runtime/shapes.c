@@ -47,6 +47,7 @@ static const char *const kinds[OP_COUNT][2] = {
     [OP_ROPE_BWD] = {"FI", "F"},       [OP_ATTENTION] = {"FFFI", "FF"},
     [OP_ATTENTION_BWD] = {"FFFFFFI", "FFF"}, [OP_ALL_GATHER] = {"*", "*"},
     [OP_LINEAR_CE] = {"FFII", "F"},     [OP_LINEAR_CE_GRAD] = {"FFII", "FFF"},
+    [OP_ADAMW8BIT] = {"FF", "F*FF"},
 };
 
 static bool kind_ok(char k, PlanDType t) {
@@ -322,6 +323,23 @@ static int shapes(const Check *c, OpKind op, const OpAttr *attr) {
             SAME(O(c, k), a);
         NEED(b && b->dtype == PDT_F32 && E(b) == 2, "its second input is not the gradients' factor (two f32)");
         return 0;
+    case OP_ADAMW8BIT: {   // grad [n], factor -> param, (codes u8 [2, n], absmax [2, blocks] | m, v), (master | kahan)?
+        OUTS(3);
+        NEED(c->nout <= 4, "it updates at most four buffers");
+        SAME(o, a);
+        const PlanBuffer *s1 = O(c, 1), *s2 = O(c, 2);
+        if (s1->dtype == PDT_U8)
+            NEED(E(s1) == 2 * E(a) && s2->dtype == PDT_F32 && E(s2) == 2 * ((E(a) + 255) / 256),
+                 "%s and %s are not the codes (u8, two per element) and absmaxes (f32, two per 256) of %s",
+                 s1->name, s2->name, a->name);
+        else
+            NEED(s1->dtype == PDT_F32 && s2->dtype == PDT_F32 && E(s1) == E(a) && E(s2) == E(a),
+                 "%s and %s are not f32 moments shaped like %s", s1->name, s2->name, a->name);
+        NEED(c->nout < 4 || E(O(c, 3)) == E(a), "%s is not shaped like %s", c->nout > 3 ? O(c, 3)->name : "",
+             a->name);
+        NEED(b && b->dtype == PDT_F32 && E(b) == 2, "its second input is not the gradients' factor (two f32)");
+        return 0;
+    }
     case OP_GRAD_SUMSQ:    // grad -> (sum of squares, non-finite count)
     case OP_GRAD_FACTOR:   // those -> (factor, skip)
         NEED(o->dtype == PDT_F32 && E(o) == 2, "%s is not two f32", o->name);

@@ -102,6 +102,24 @@ elif grep -q '^plan: micro-batch' <<<"$out"; then
 else
     bad qwen2-full-ft-fits-40g "$out"
 fi
+# AdamW8bit: Qwen2-7B's AdamW state, 56.74 GiB of fp32 moments, falls to 14.41 GiB of 8-bit
+# codes and fp32 absmaxes (2 + 8/256 bytes an element, whose tensors are multiples of 256;
+# 32-bit moments for the 28 x 5 + 1 norm weights and biases below 4096 elements): by hand,
+# 7,615,283,200 x (2 + 1/32) + 333,312 x 8 = 15,471,210,496 bytes, in the naive table and in
+# the plan's buffers (they add the gradients' reduction, 16 bytes); 10.03 bytes a parameter.
+sed 's/optimizer = adamw(/optimizer = adamw8bit(/' models/qwen2.ft > "$tmp/q8.ft"
+out8=$("$ftc" compile "$tmp/q8.ft" --budget 40G --host-mem 256G -o "$tmp/q8.plan" 2>&1)
+sum() { awk '$1 == "buffer" && $4 == "optimizer" { s += $7 } END { printf "%.0f", s }' "$1/plan"; }
+if grep -qxF '  optimizer            60,924,932,096        56.74        60.92' <<<"$out" &&
+   grep -qxF '  optimizer            15,471,210,496        14.41        15.47' <<<"$out8" &&
+   grep -qxF 'model states (weights + grads + optimizer + master): 76,396,142,592 bytes = 76.40 GB, 10.03 bytes/param' <<<"$out8" &&
+   grep -q '^  bf16 mixed (fp32 master), adamw8bit  *10.03 = 2.00 + 2.00 + 2.03 + 4.00 ' <<<"$out" &&
+   [ "$(sum "$tmp/q.plan")" = 60924932112 ] && [ "$(sum "$tmp/q8.plan")" = 15471210512 ]; then
+    host() { grep -o '; host [0-9.]* GiB' | head -1 | cut -d' ' -f3-; }
+    ok "qwen2-adamw8bit-state (AdamW 56.74 GiB -> 14.41 GiB; the plan's host $(host <<<"$out") -> $(host <<<"$out8"))"
+else
+    bad qwen2-adamw8bit-state "$(grep 'optimizer  \|bytes/param\|adamw8bit' <<<"$out8"; sum "$tmp/q8.plan")"
+fi
 # Nothing fits: exit 1, the smallest plan and what would fit, nothing written. With the
 # weights kept on the device (--offload grads at most), 14G is too little for Qwen2-7B's
 # full fine-tuning; the analysis says what streaming them, or QLoRA, would need.
@@ -113,6 +131,20 @@ if [ $rc = 1 ] && [ ! -e "$tmp/none.plan" ] && grep -q '^nothing fits 14.00 GiB:
 else
     bad nothing-fits-14g-weights-kept "exit $rc: $(tail -8 "$tmp/o")"
 fi
+# Full fine-tuning with AdamW where the host is too small for its state: AdamW8bit's is
+# offered, with the planner's choice when it fits (64G of host memory) and what it still
+# needs when not (23G).
+for hm in 64G 23G; do
+    "$ftc" compile models/qwen2.ft --budget 40G --host-mem $hm -o "$tmp/n8.plan" > "$tmp/o" 2>&1; rc=$?
+    want='the optimizer state 56.74 GiB -> 14.41 GiB): the planner.s choice is micro-batch [0-9]*, .*, [0-9.]* GiB on the device and [0-9.]* GiB on the host (fits)$'
+    [ $hm = 23G ] && want='the optimizer state 56.74 GiB -> 14.41 GiB): the model states still need 42.78 GiB of host memory where they go (still too much)$'
+    if [ $rc = 1 ] && [ ! -e "$tmp/n8.plan" ] && grep -q '^nothing fits 40.00 GiB: the model states need 85.11 GiB of host memory' "$tmp/o" &&
+       grep -q "^  with optimizer = adamw8bit(...) (its moments 8-bit: $want" "$tmp/o"; then
+        ok "nothing-fits-offers-adamw8bit-host-$hm"
+    else
+        bad "nothing-fits-offers-adamw8bit-host-$hm" "exit $rc: $(tail -8 "$tmp/o")"
+    fi
+done
 # Streaming the weights from the host, Qwen2-7B's full fine-tuning fits 12G of an RTX 4090.
 out=$("$ftc" compile models/qwen2.ft --budget 12G --gpu rtx4090 --host-mem 256G -o "$tmp/s.plan" 2>&1)
 if grep -q '^plan: micro-batch [0-9]*, .*offload optimizer+master+grads+weights' <<<"$out" &&

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Data parallelism on the cpu backend over MPI: tiny.ft as a job of 2 ranks (FTC_DIST_RANKS=4
 # for 4) at ZeRO 0, 1, 2 and 3 against one rank with the equivalent accumulation; the
-# stages against each other, bit for bit; offloaded state, LoRA, sharded checkpoints
+# stages against each other, bit for bit (AdamW8bit too); offloaded state, LoRA, sharded checkpoints
 # resumed exactly; the launch checked; a rank killed or stopped ending the job with an
 # error in bounded time. Skipped (77) without mpirun or libftc_mpi.so.
 # usage: dist.sh FTC SOURCE_DIR ST_DIFF
@@ -114,6 +114,31 @@ for z in 0 2; do
         bad "accum-zero-$z-trains-as-one-rank" "$(cat "$tmp/d")"
     fi
 done
+
+# AdamW8bit: its 8-bit tensors stay whole on every rank at every stage (their gradients
+# all-reduced, their sums of squares counted once, after the sum over the ranks: every
+# stage prints ZeRO-0's gradient norm), the 32-bit ones sharded; ZeRO 0-3 bit for bit
+# alike; with grads on the host refused.
+sed 's/optimizer = adamw(.*/optimizer = adamw8bit(lr = 3e-3, weight_decay = 0.01)/' models/tiny.ft > "$tmp/a8.ft"
+for z in 0 1 2 3; do
+    "$ftc" compile "$tmp/a8.ft" -o "$tmp/q$z.plan" --ranks "$R" --zero $z --micro-batch $((8 / R)) --remat keep \
+        --offload none > "$tmp/q$z.compile" 2>&1 || bad "compile-adamw8bit-z$z" "$(tail -3 "$tmp/q$z.compile")"
+    mpi "$R" run "$tmp/q$z.plan" --data "$tmp/c.bin" --steps 3 --seed 7 --poison --save "$tmp/sq$z" \
+        > "$tmp/q$z.out" 2> "$tmp/q$z.err" || bad "run-adamw8bit-z$z" "$(tail -5 "$tmp/q$z.err")"
+done
+norms() { grep '^step ' "$1" | sed 's/.*gnorm \([^ ]*\) .*/\1/'; }
+for z in 1 2 3; do
+    if same_losses "$tmp/q$z.out" "$tmp/q0.out" && [ "$(norms "$tmp/q$z.out")" = "$(norms "$tmp/q0.out")" ] &&
+       cmp -s "$tmp/sq$z/model.safetensors" "$tmp/sq0/model.safetensors" &&
+       grep -q '^buffer [0-9]* adam_q8.decoder.0.wg optimizer device [0-9]* 22528 u8 2x11264 ' "$tmp/q$z.plan/plan"; then
+        ok "adamw8bit-zero-$z-bitwise-zero-0"
+    else
+        bad "adamw8bit-zero-$z-bitwise-zero-0" "$(diff <(norms "$tmp/q$z.out") <(norms "$tmp/q0.out") | head -3)"
+    fi
+done
+"$ftc" compile "$tmp/a8.ft" -o "$tmp/qx.plan" --ranks "$R" --zero 2 --offload grads > /dev/null 2> "$tmp/e"
+[ $? = 1 ] && [ ! -e "$tmp/qx.plan" ] && grep -q "adamw8bit's 8-bit state keeps its tensors whole on every rank" "$tmp/e" &&
+    ok adamw8bit-grads-on-host-refused || bad adamw8bit-grads-on-host-refused "$(cat "$tmp/e")"
 
 # In fp32 no bf16 rounding stands between the ranks' sums and one rank's accumulation: two
 # micro-steps a rank at ZeRO-1 and ZeRO-3 against one rank accumulating 2R, every printed

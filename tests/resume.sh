@@ -2,8 +2,8 @@
 # Checkpoints and exact resume: a run killed with SIGKILL at random points (during saves
 # too) and resumed each time from its latest checkpoint ends with the same weights, bit
 # for bit, and prints the same loss at every step, as a run never stopped. Full
-# fine-tuning, LoRA with dropout and the optimizer state on the host, and fp16 with its
-# dynamic loss scale under a schedule and clipping.
+# fine-tuning, LoRA with dropout and the optimizer state on the host, fp16 with its
+# dynamic loss scale under a schedule and clipping, and AdamW8bit (8-bit moments).
 # usage: resume.sh FTC SOURCE_DIR
 set -u
 ftc=$1 src=$2
@@ -41,8 +41,12 @@ sed 's/^train {/train {\n  lora(r = 4, alpha = 8, dropout = 0.1, targets = [q_pr
 sed 's/precision = bf16/precision = fp16\n  grad_scaler(init_scale = 524288, growth_interval = 3)\n  lr_schedule = cosine\n  warmup_steps = 4\n  steps = 30\n  clip = 1.0/' \
     models/tiny.ft > "$tmp/fp16.ft"
 "$ftc" compile "$tmp/fp16.ft" -o "$tmp/fp16.plan" >/dev/null
+# AdamW8bit with weight decay: its moments' codes and absmaxes go into each checkpoint
+# as raw bytes (u8 and f32).
+sed 's/optimizer = adamw(.*/optimizer = adamw8bit(lr = 3e-3, weight_decay = 0.01)/' models/tiny.ft > "$tmp/adamw8bit.ft"
+"$ftc" compile "$tmp/adamw8bit.ft" -o "$tmp/adamw8bit.plan" >/dev/null
 RANDOM=7
-for kind in full lora fp16; do
+for kind in full lora fp16 adamw8bit; do
     args=(run "$tmp/$kind.plan" --data "$tmp/c.bin" --steps 30 --save-every 3 --seed 5)
     [ "$kind" = lora ] && args+=(--merge)
     "$ftc" "${args[@]}" --save "$tmp/$kind-ref" > "$tmp/$kind-ref.out" || bad "$kind-reference" "failed"
@@ -84,6 +88,15 @@ for kind in full lora fp16; do
     # every loss any run printed is the reference's for that step
     extra=$(LC_ALL=C comm -13 <(losses "$tmp/$kind-ref.out") <(losses "$tmp"/$kind-run*.out))
     [ -z "$extra" ] && ok "$kind-losses-as-uninterrupted" || bad "$kind-losses-as-uninterrupted" "$extra"
+    # the resumed run's last checkpoint is the uninterrupted run's, byte for byte (the
+    # 8-bit state with it)
+    last=$(ls -d "$tmp/$kind-ref"/checkpoint-* | tail -1)
+    if cmp -s "$last/state.safetensors" "$k/${last##*/}/state.safetensors" &&
+       { [ "$kind" != adamw8bit ] || head -c 65536 "$last/state.safetensors" | grep -aq '"adam_q8.decoder.0.wg":{"dtype":"U8","shape":\[2,11264\]'; }; then
+        ok "$kind-last-checkpoint-bitwise (${last##*/})"
+    else
+        bad "$kind-last-checkpoint-bitwise" "$last differs"
+    fi
     # at most --keep (2) checkpoints, no temporary left behind by the finished run
     n=$(ls -d "$k"/checkpoint-* | wc -l)
     [ "$n" -le 2 ] && ok "$kind-keeps-2-checkpoints" || bad "$kind-keeps-2-checkpoints" "$n"

@@ -199,6 +199,29 @@ static void test_offloaded(void) {
     harness_free(&h);
 }
 
+// AdamW8bit: its update on the device (the generated kernels: 8-bit blocks, grouped where
+// the tensors have whole blocks), and on the host (the worker thread's cpu kernels) with
+// the moments' codes and absmaxes in pinned memory.
+static void test_adamw8bit(void) {
+    char text[8192];
+    const char *t = tiny(), *at = strstr(t, "optimizer = adamw(");
+    snprintf(text, sizeof text, "%.*soptimizer = adamw8bit(%s", (int)(at - t), t, at + strlen("optimizer = adamw("));
+    for (int host = 0; host < 2; host++) {
+        Harness h;
+        PlanChoice c = offloaded(), dev = {.micro = 8, .policy = REMAT_KEEP, .rest = REMAT_KEEP};
+        harness_arch = "sm_80";
+        bool ok = harness_compile_choice(&h, "tiny adamw8bit", text, host ? &c : &dev);
+        harness_arch = NULL;
+        CHECK(ok);
+        if (ok) {
+            FakeOptions o = options(&h);
+            trains_like_cpu(&h, &o, 4, host ? "tiny adamw8bit, on the host" : "tiny adamw8bit, on the device",
+                            host);
+        }
+        harness_free(&h);
+    }
+}
+
 // The weight matrices streamed from pinned host memory a block ahead of their use (full
 // fine-tuning: every one, CPU AdamW updating them where they live; QLoRA: the NF4 bases and
 // their scales, dequantised on the device from their copies), without a race.
@@ -421,6 +444,7 @@ int main(int argc, char **argv) {
     }
     RUN(test_device_resident);
     RUN(test_offloaded);
+    RUN(test_adamw8bit);
     RUN(test_precisions);
     RUN(test_streamed);
     RUN(test_missing_waits_caught);

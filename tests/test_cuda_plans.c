@@ -1,8 +1,9 @@
 // test_cuda_plans.c — every kernel of the plans of every shipped model compiles with
 // NVRTC for sm_80 and sm_90 without spilling. For each model in models/ (and
 // tests/ft/new-ops.ft, every op the architectures add, in one program), full
-// fine-tuning, LoRA (r = 8 on q and v), QLoRA and full fine-tuning over packed records
-// (packing = true: rope and attention reading the position ids), each recompute policy, with and
+// fine-tuning, LoRA (r = 8 on q and v), QLoRA, full fine-tuning over packed records
+// (packing = true: rope and attention reading the position ids) and with AdamW8bit (bf16
+// mixed and bf16_pure), each recompute policy, with and
 // without optimizer state and gradients offloaded, the plan at micro-batch 1 is built
 // through every pass and its kernels.cu generated. The distinct kernels of all of them
 // (a plan's kernels.cu is its templates and one kernel per specialisation; most repeat
@@ -21,12 +22,30 @@ static const char *models[] = {"models/tiny.ft", "models/qwen2-0.5b.ft", "models
                                "models/gemma-2-9b.ft", "models/gemma-3-1b.ft",
                                "models/phi-3-mini-4k.ft", "models/pythia-160m.ft",
                                "tests/ft/new-ops.ft"};
-static const char *kinds[] = {"full", "lora", "qlora", "packed"};
+static const char *kinds[] = {"full", "lora", "qlora", "packed", "adamw8bit", "adamw8bit-pure"};
 // The train section's additions per kind; %s the LoRA targets.
 static const char *extra[] = {"", "  lora(r = 8, alpha = 16, dropout = 0.05, targets = [%s])\n",
                               "  lora(r = 8, alpha = 16, targets = [%s])\n"
                               "  quantize(nf4, double_quant = true)\n",
-                              "  packing = true\n"};
+                              "  packing = true\n", "", ""};
+// And its changes: full fine-tuning with AdamW8bit (weight decay on), over the fp32 master
+// (bf16) or Kahan-compensated (bf16_pure).
+static const char *const edits[][3][2] = {
+    [4] = {{"optimizer = adamw(", "optimizer = adamw8bit("}, {"weight_decay = 0.0", "weight_decay = 0.01"}},
+    [5] = {{"optimizer = adamw(", "optimizer = adamw8bit("}, {"weight_decay = 0.0", "weight_decay = 0.01"},
+           {"precision = bf16", "precision = bf16_pure"}},
+};
+
+// t with its first `from` replaced by `to` (t freed), or t as it is.
+static char *replace(char *t, const char *from, const char *to) {
+    char *at = from ? strstr(t, from) : NULL;
+    if (!at)
+        return t;
+    char *r = malloc(strlen(t) + strlen(to) + 1);
+    sprintf(r, "%.*s%s%s", (int)(at - t), t, to, at + strlen(from));
+    free(t);
+    return r;
+}
 enum { NKINDS = sizeof kinds / sizeof kinds[0] };
 
 // LoRA's targets for a model: q and v, or what the test program has.
@@ -145,6 +164,8 @@ static bool sweep(const char *model, int kind) {
     snprintf(add, sizeof add, extra[kind], targets_of(model));
     char *t = malloc(src.len + strlen(add) + 2);
     sprintf(t, "%.*s%s%s", (int)head, src.text, add, end);
+    for (int e = 0; e < 3; e++)
+        t = replace(t, edits[kind][e][0], edits[kind][e][1]);
     free(src.text);
     src.text = t;
     src.len = strlen(t);

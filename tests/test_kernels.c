@@ -297,6 +297,39 @@ static void earlier_grads(Exec *x) {
     }
 }
 
+// AdamW8bit's state as several steps leave it, the same on both sides: random codes of
+// both moments, positive absmaxes (a few zero: a block whose gradients were all zero),
+// and 32-bit moments (v positive) for the tensors below min_8bit_size.
+static void earlier_adam8_state(Exec *x) {
+    const Plan *p = x->plan;
+    if (strcmp(p->optimizer, "adamw8bit") != 0)
+        return;
+    for (int b = 0; b < p->nbuf; b++) {
+        const PlanBuffer *pb = &p->buf[b];
+        if (pb->kind != PK_STATE || pb->view >= 0 || strncmp(pb->name, "adam_", 5) != 0)
+            continue;
+        int64_t n = plan_elems(pb);
+        if (pb->dtype == PDT_U8) {
+            uint8_t *q = malloc((size_t)n + 1);
+            for (int64_t i = 0; i < n; i++)
+                q[i] = (uint8_t)(urand32() >> 24);
+            rt_write_raw(x, b, q);
+            free(q);
+            continue;
+        }
+        bool positive = strncmp(pb->name, "adam_m.", 7) != 0;
+        float *v = malloc(sizeof(float) * (size_t)(n + 1));
+        for (int64_t i = 0; i < n; i++) {
+            float u = (float)(urand32() >> 8) / 16777216.0f;
+            v[i] = positive ? u * 1e-4f : (u - 0.5f) * 0.02f;
+            if (!strncmp(pb->name, "adam_absmax.", 12) && urand32() % 16 == 0)
+                v[i] = 0.0f;
+        }
+        rt_write_f32(x, b, v);
+        free(v);
+    }
+}
+
 // One step of `text` in lockstep on the cpu and emu (or cuda) backends, compared per
 // instruction.
 static void lockstep_choice(const char *name, const char *text, const PlanChoice *c) {
@@ -334,6 +367,7 @@ static void lockstep_choice(const char *name, const char *text, const PlanChoice
     const Plan *p = h.plan;
     rt_weights_init(&h.x, 7);
     earlier_grads(&h.x);
+    earlier_adam8_state(&h.x);
     int64_t ntok = p->seq * p->micro_batch;
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)ntok);
     // Targets: one in five ignored (-100, as a masked prompt token), and the step's count
@@ -494,6 +528,32 @@ static void test_bf16_pure(void) {
     lockstep("qwen-odd-bf16-pure", text, 2);
 }
 
+// AdamW8bit (bitwise): 8-bit moments on the matrices (the embedding's and lm_head's last
+// block partial: launched alone; the others grouped), 32-bit on norms, biases and LoRA's
+// adapters; with the fp32 master (bf16), in place (fp32) and Kahan-compensated
+// (bf16_pure); the step's state a random one of several steps.
+static void eight_bit(char *text, size_t cap) {   // its adamw( made adamw8bit(
+    char *at = strstr(text, "adamw(");
+    if (!at || strlen(text) + 5 > cap)
+        return;
+    memmove(at + 9, at + 5, strlen(at + 5) + 1);
+    memcpy(at + 5, "8bit", 4);
+}
+
+static void test_adamw8bit(void) {
+    static const char *const precisions[] = {"bf16", "fp32", "bf16_pure"};
+    char text[8192], name[64];
+    for (int i = 0; i < 3; i++) {
+        odd_with(text, sizeof text, precisions[i]);
+        eight_bit(text, sizeof text);
+        snprintf(name, sizeof name, "qwen-odd-adamw8bit-%s", precisions[i]);
+        lockstep(name, text, 2);
+    }
+    snprintf(text, sizeof text, qwen_odd, "  lora(r = 4, alpha = 8, targets = [wq, wv])\n");
+    eight_bit(text, sizeof text);
+    lockstep("qwen-odd-lora-adamw8bit", text, 2);
+}
+
 // fp16 under a loss scale of 2^40: the backward overflows, the reduction finds it, and
 // every update (grouped or not) skips the step.
 static void test_fp16_overflow(void) {
@@ -603,6 +663,7 @@ int main(int argc, char **argv) {
     RUN(test_other_ops_fp16);
     RUN(test_bf16_pure);
     RUN(test_fp16_overflow);
+    RUN(test_adamw8bit);
     RUN(test_new_ops);
     RUN(test_gpt2_qlora);
     RUN(test_packed);
@@ -622,6 +683,6 @@ int main(int argc, char **argv) {
     RUN_NAMED("every-kernel-exercised", CHECK_EQ(0, missing));
     // The optimizers and the gradients' zeroing ran in grouped launches (many tensors each).
     RUN_NAMED("grouped-launches", CHECK(grouped[OP_ADAMW] > 1 && grouped[OP_SGD] > 1 &&
-                                        grouped[OP_ZERO] > 1));
+                                        grouped[OP_ADAMW8BIT] > 1 && grouped[OP_ZERO] > 1));
     return CHECK_DONE();
 }

@@ -80,6 +80,50 @@ static void test_bytes_per_param(void) {
     }
 }
 
+// AdamW8bit's state, exactly: per tensor of n >= min_8bit_size elements two u8 codes an
+// element and two fp32 absmaxes a block of 256 (u8 [2, n], f32 [2, ceil(n/256)]), per
+// smaller one fp32 m and v. Qwen2-7B: every matrix a multiple of 256, 7,615,283,200
+// elements in them; 333,312 in the 28 x 5 + 1 norm weights and biases below 4096 (3584 x
+// 3 + 512 x 2 a layer, and the final norm): 7,615,283,200 x (2 + 8/256) + 333,312 x 8.
+// With min_8bit_size = 0 those are 8-bit too (14 blocks of 3584, 2 of 512); past every
+// tensor, AdamW's 8 bytes an element.
+static void test_adamw8bit_state(void) {
+    static const struct { const char *opt; int64_t bytes; } cases[] = {
+        {"optimizer = adamw8bit(lr = 1e-4)", 7615283200LL * 2 + 7615283200LL / 32 + 333312LL * 8},
+        {"optimizer = adamw8bit(lr = 1e-4, min_8bit_size = 0)", 7615283200LL * 2 + 7615283200LL / 32 +
+                                                                 333312LL * 2 + 8 * (28 * (14 * 3 + 2 * 2) + 14)},
+        {"optimizer = adamw8bit(lr = 1e-4, min_8bit_size = 1000000000000)", 7615616512LL * 8},
+    };
+    CHECK_EQ(15471210496LL, cases[0].bytes);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        Loaded l;
+        CHECK(load(&l, "models/qwen2.ft", cases[i].opt, 1));
+        if (!l.g) {
+            unload(&l);
+            continue;
+        }
+        MemBreakdown m = count_naive_memory(l.g, 0);
+        CHECK_EQ(cases[i].bytes, m.bytes[MEM_OPTIMIZER]);
+        // the graph's state tensors are what was counted
+        CHECK(autodiff_apply(l.g, 1, false, NULL) == 0);
+        int64_t sum = 0, q8 = 0;
+        for (int t = 0; t < l.g->tensors.len; t++) {
+            const IrTensor *x = &l.g->tensors.at[t];
+            if (x->kind != TK_STATE || x->cat != MEM_OPTIMIZER)
+                continue;
+            sum += ir_tensor_bytes(x);
+            if (x->dtype == DT_U8) {
+                int64_t n = ir_tensor_elems(&l.g->tensors.at[x->of]);
+                CHECK(x->ndim == 2 && x->shape[0] == 2 && x->shape[1] == n);
+                q8++;
+            }
+        }
+        CHECK_EQ(cases[i].bytes, sum);
+        CHECK_EQ(i == 2 ? 0 : i == 1 ? 339 : 339 - 141, q8);
+        unload(&l);
+    }
+}
+
 // The field report: 7B fp16 + AdamW = 14 + 14 + 56 = 84 GB, without a master copy (a
 // regime ftc refuses: tests/errors/fp16-adamw-no-master.ft); with the fp32 master that
 // fp16 AdamW needs, 28 GB more.
@@ -420,6 +464,56 @@ static void test_shard_stages(void) {
     unload(&l);
 }
 
+// AdamW8bit over two ranks: a tensor with 8-bit state stays whole at every stage (its
+// codes and absmaxes go by blocks, not by a rank's flat slice), the 32-bit ones shard; the
+// gradients' sums of squares of the whole ones come after the sum over the ranks of the
+// shards' (each rank holds the same whole gradient: counted once), wherever the buckets
+// pass places that sum.
+static void test_adamw8bit_ranks(void) {
+    Loaded l;
+    CHECK(load(&l, "models/tiny.ft", "optimizer = adamw8bit(lr = 1e-3)\n clip = 1.0", 1));
+    for (int z = 1; l.g && z < 4; z++) {
+        PlanChoice c = {.micro = 4, .policy = REMAT_KEEP, .rest = REMAT_KEEP, .zero = z, .bucket_bytes = 1 << 20};
+        BuildStats bs;
+        DriverSource ds = {&l.src, &l.m};
+        Pipeline pipe = driver_pipeline(&ds, l.a, NULL);
+        pipe.verify = true;
+        pipe.final = true;
+        pipe.spec.ranks = 2;
+        IrGraph *g = pipeline_build(&pipe, &c, l.a, &bs);
+        CHECK(g != NULL);
+        if (!g)
+            continue;
+        int q8 = 0, sharded = 0, sum = -1, last_shard = -1, first_whole = 1 << 30;
+        for (int i = 0; i < g->tensors.len; i++) {
+            const IrTensor *t = &g->tensors.at[i];
+            if (t->kind == TK_STATE && t->dtype == DT_U8)
+                q8 += t->shard_of < 0 && t->ndim == 2 && t->shape[1] == ir_tensor_elems(&g->tensors.at[t->of]);
+            sharded += t->kind == TK_STATE && t->shard_of >= 0;
+        }
+        for (int i = 0; i < g->nodes.len; i++) {
+            const IrNode *n = &g->nodes.at[i];
+            if (n->phase != PHASE_OPTIMIZER)
+                continue;
+            if (n->op == OP_ALL_REDUCE && n->out[0] == g->grad_stats)
+                sum = i;
+            if (n->op == OP_GRAD_SUMSQ) {
+                bool shard = g->tensors.at[n->in[0]].shard_of >= 0;
+                if (shard && i > last_shard)
+                    last_shard = i;
+                if (!shard && i < first_whole)
+                    first_whole = i;
+            }
+        }
+        CHECK_EQ(2 * 5 + 2, q8);   // wq, wo, wg, wu, wd a layer, embed and lm_head
+        CHECK(sharded > 0);
+        CHECKF(sum > last_shard && sum < first_whole, "ZeRO-%d: the sum over the ranks at %d, the shards' "
+               "sums of squares up to %d, the whole ones' from %d", z, sum, last_shard, first_whole);
+        ir_graph_free(g);
+    }
+    unload(&l);
+}
+
 static void test_presets(void) {
     const GpuPreset *p = gpu_preset("a100-40g");
     CHECK(p && p->mem_bytes == 40LL << 30);
@@ -448,6 +542,7 @@ int main(int argc, char **argv) {
     if (argc > 1)
         srcdir = argv[1];
     RUN(test_bytes_per_param);
+    RUN(test_adamw8bit_state);
     RUN(test_seed_84gb);
     RUN(test_activation_formula);
     RUN(test_lora);
@@ -457,6 +552,7 @@ int main(int argc, char **argv) {
     RUN(test_weight_decay_roles);
     RUN(test_presets);
     RUN(test_shard_stages);
+    RUN(test_adamw8bit_ranks);
     RUN(test_keep_chain);
     return CHECK_DONE();
 }

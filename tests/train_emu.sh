@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The generated kernels train like the reference kernels: tiny.ft for 20 steps on the emu
 # backend (kernels.cu compiled for the CPU: every kernel but the GEMMs is generated code)
-# and on the cpu backend, full fine-tuning, LoRA with dropout (the same masks on both)
-# and QLoRA; every step's loss agrees within 2^-8 of itself (one bf16 ulp: bf16 storage,
+# and on the cpu backend, full fine-tuning, LoRA with dropout (the same masks on both),
+# QLoRA and full fine-tuning with AdamW8bit on the device; every step's loss agrees within
+# 2^-8 of itself (one bf16 ulp: bf16 storage,
 # reductions summed in another order, attention's probabilities rounded to bf16 for the
 # tensor cores), as do the eval losses of the eval phase after steps 10 and 20; and
 # same-seed emu runs agree bitwise.
@@ -23,14 +24,18 @@ head -c 2000 tests/data/corpus.txt > "$tmp/e.txt"
 "$ftc" data --bytes "$tmp/e.txt" -o "$tmp/e.bin" >/dev/null || bad data "ftc data failed"
 lora='  lora(r = 8, alpha = 16, dropout = 0.1, targets = [wq, wv])'
 qlora='  lora(r = 8, alpha = 16, dropout = 0.1, targets = [wq, wv])\n  quantize(nf4, double_quant = true)'
-for kind in full lora qlora; do
-    ft=models/tiny.ft
-    if [ $kind != full ]; then
+for kind in full lora qlora adamw8bit; do
+    ft=models/tiny.ft flags=
+    if [ $kind = adamw8bit ]; then   # (its update on the device: the generated kernels)
+        sed "s/optimizer = adamw(/optimizer = adamw8bit(/" models/tiny.ft > "$tmp/$kind.ft"
+        ft="$tmp/$kind.ft" flags="--offload none"
+    elif [ $kind != full ]; then
         extra=$lora; [ $kind = qlora ] && extra=$qlora
         sed "s/^  optimizer = .*/&\n$extra/" models/tiny.ft > "$tmp/$kind.ft"
         ft="$tmp/$kind.ft"
     fi
-    if ! "$ftc" compile "$ft" -o "$tmp/$kind.plan" >/dev/null 2>"$tmp/err"; then
+    # shellcheck disable=SC2086
+    if ! "$ftc" compile "$ft" -o "$tmp/$kind.plan" $flags >/dev/null 2>"$tmp/err"; then
         bad "$kind-compiles" "$(cat "$tmp/err")"
         continue
     fi

@@ -6,6 +6,7 @@
 // op missing from it. Every memory kind is plain memory, every stream runs in plan
 // order, and events are no-ops: the executor's order is already a valid one.
 #include "../runtime.h"
+#include "adam8.h"
 #include "kernels.h"
 #include "nf4.h"
 
@@ -596,6 +597,50 @@ static int k_adamw(Call *c) {
     return 0;
 }
 
+// AdamW8bit (adam8.h): 8-bit moments by whole blocks of 256, a range of blocks a thread
+// (those starting in its range of elements); a tensor below min_8bit_size keeps 32-bit
+// moments (out[1], out[2] f32). With a Kahan compensation, 1024 elements at a time.
+static void adamw8bit_part(void *ctx, int64_t lo, int64_t hi) {
+    Call *c = ctx;
+    const Plan *p = c->x->plan;
+    const int64_t n = ON(0), blk = CPU_ADAM8_BLOCK;
+    float *master = master_of(c, 3), *w = master ? master : OUT(0);
+    float *comp = !master && c->in->nout > 3 ? OUT(3) : NULL;
+    CpuAdam8 s = cpu_adam8_scalars(c->x->lr, p->beta1, p->beta2, p->eps, c->in->attr.f,
+                                   c->x->step - c->x->skipped);
+    bool q8 = OB(1)->dtype == PDT_U8;
+    if (q8) {
+        lo = (lo + blk - 1) / blk * blk;
+        hi = (hi + blk - 1) / blk * blk < n ? (hi + blk - 1) / blk * blk : n;
+    }
+    uint8_t *codes = c->o[1].raw;    // (2, n): m's, then v's
+    float *absmax = c->o[2].raw;     // (2, blocks)
+    size_t nb = cpu_adam8_blocks((size_t)n);
+    int64_t slice = comp ? 1024 : hi - lo;
+    for (int64_t a = lo; a < hi; a += slice) {
+        int64_t b = hi - a > slice ? a + slice : hi;
+        float old[1024];
+        if (comp)
+            memcpy(old, w + a, sizeof(float) * (size_t)(b - a));
+        if (q8)
+            cpu_adam8_update(w, IN(0), IN(1)[0], codes, codes + n, absmax, absmax + nb, (size_t)n,
+                             (size_t)(a / blk), (size_t)((b + blk - 1) / blk), &s);
+        else
+            cpu_adam32_update(w, IN(0), IN(1)[0], OUT(1), OUT(2), (size_t)a, (size_t)b, &s);
+        if (comp)
+            cpu_kahan(w + a, old, comp + a, (size_t)(b - a), OB(0)->dtype == PDT_F16);
+    }
+    if (master && hi > lo)
+        memcpy(OUT(0) + lo, master + lo, sizeof(float) * (size_t)(hi - lo));
+}
+
+static int k_adamw8bit(Call *c) {
+    if (skipped(c))
+        return skip_update(c, master_of(c, 3));
+    rt_parallel_for(ON(0), adamw8bit_part, c);
+    return 0;
+}
+
 static int k_sgd(Call *c) {
     if (skipped(c))
         return skip_update(c, master_of(c, 1));
@@ -634,6 +679,7 @@ static const Kernel kernels[OP_COUNT] = {
     [OP_LINEAR_CE] = k_linear_ce_grad,    [OP_LINEAR_CE_GRAD] = k_linear_ce_grad,
     [OP_DEQUANT] = k_dequant,
     [OP_ACC] = k_acc,               [OP_ADAMW] = k_adamw,           [OP_SGD] = k_sgd,
+    [OP_ADAMW8BIT] = k_adamw8bit,
     [OP_ZERO] = k_zero,             [OP_GRAD_SUMSQ] = k_grad_sumsq, [OP_GRAD_FACTOR] = k_grad_factor,
 };
 

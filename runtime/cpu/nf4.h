@@ -37,6 +37,7 @@
 #ifndef FTC_RUNTIME_CPU_NF4_H
 #define FTC_RUNTIME_CPU_NF4_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -53,6 +54,12 @@ extern const float cpu_nf4_dynamic_code[256];
 // Computes create_dynamic_map(signed=True) as torch does in fp32 (linspace with fused
 // start + step*i, midpoints, times 10^(i-6), sorted); equals cpu_nf4_dynamic_code bitwise.
 void cpu_nf4_dynamic_map(float *code); // (256)
+// bitsandbytes create_dynamic_map(signed=False) in fp32, ascending: [0] = 0, [255] = 1.0 (the
+// map of AdamW8bit's second moment). Tabulated from bitsandbytes; cpu_dynamic_map recomputes it.
+extern const float cpu_dynamic_unsigned_code[256];
+// create_dynamic_map(signed) as torch computes it in fp32: cpu_nf4_dynamic_code (signed) or
+// cpu_dynamic_unsigned_code bitwise.
+void cpu_dynamic_map(float *code, bool is_signed); // (256)
 
 // Bytes of the packed 4-bit codes: ceil(n/2).
 size_t cpu_nf4_packed_bytes(size_t n);
