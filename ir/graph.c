@@ -169,6 +169,32 @@ int ir_node_add(IrGraph *g, OpKind op, int nin, const int *in, OpAttr attr,
     return n.id;
 }
 
+int ir_node_redo(IrGraph *g, const IrNode *src, const int *in, const char *name, IrPhase phase) {
+    IrNode s = *src;   // src may lie in the node list, which the new node can move
+    IrShapeErr err;
+    int id = ir_node_add(g, s.op, s.nin, in, s.attr, name, s.layer, s.loc, &err);
+    IR_ASSERT(id >= 0);
+    IrNode *n = &g->nodes.at[id];
+    n->phase = phase;
+    for (int k = 0; k < IR_MAX_OUTPUTS && n->out[k] >= 0; k++)
+        g->tensors.at[n->out[k]].requires_grad = false;
+    return id;
+}
+
+int ir_copy_add(IrGraph *g, int from, const char *name, const IrNode *at, IrPhase phase,
+                Stream stream) {
+    int layer = at->layer;
+    SrcLoc loc = at->loc;
+    IrShapeErr err;
+    int id = ir_node_add(g, OP_COPY, 1, &from, (OpAttr){0}, name, layer, loc, &err);
+    IR_ASSERT(id >= 0);
+    IrNode *n = &g->nodes.at[id];
+    n->phase = phase;
+    n->stream = stream;
+    g->tensors.at[n->out[0]].requires_grad = false;
+    return n->out[0];
+}
+
 int ir_node_add_update(IrGraph *g, OpKind op, int nin, const int *in, OpAttr attr,
                        int nout, const int *outs, int layer, SrcLoc loc) {
     IrNode n = new_node(g, op, nin, in, attr, layer, loc);

@@ -271,6 +271,14 @@ typedef struct IrShapeErr { char msg[256]; int arg; } IrShapeErr;
 // `err` filled.
 int ir_node_add(IrGraph *g, OpKind op, int nin, const int *in, OpAttr attr,
                 const char *name, int layer, SrcLoc loc, IrShapeErr *err);
+// Appends a node doing what `src` does (its op, attributes, block and source location)
+// on `in` (src->nin inputs) in `phase`, its outputs named from `name`: a recomputed value,
+// the eval phase's forward. What it makes feeds no gradient (requires_grad cleared). Node id.
+int ir_node_redo(IrGraph *g, const IrNode *src, const int *in, const char *name, IrPhase phase);
+// Appends a copy of tensor `from` into a new tensor `name`, on `stream` in `phase`, at
+// node `at`'s block and source location. The new tensor's id.
+int ir_copy_add(IrGraph *g, int from, const char *name, const IrNode *at, IrPhase phase,
+                Stream stream);
 // Appends a node that read-modify-writes existing tensors `outs` (gradients, optimizer
 // state); their element counts must match what the shape rule computes. Node id.
 int ir_node_add_update(IrGraph *g, OpKind op, int nin, const int *in, OpAttr attr,

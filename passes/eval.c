@@ -44,16 +44,12 @@ int eval_apply(IrGraph *g, EvalStats *st) {
         int in[IR_MAX_INPUTS];
         for (int k = 0; k < n.nin; k++)
             in[k] = n.in[k] < 0 ? -1 : map[n.in[k]];
-        IrShapeErr err;
         const char *name = arena_printf(g->arena, "eval.%s", g->tensors.at[n.out[0]].name);
-        int id = ir_node_add(g, n.op, n.nin, in, n.attr, name, n.layer, n.loc, &err);
-        IR_ASSERT(id >= 0);
-        IrNode *e = &g->nodes.at[id];
-        e->phase = PHASE_EVALUATION;
+        int id = ir_node_redo(g, &n, in, name, PHASE_EVALUATION);   // (before the list is read)
+        const IrNode *e = &g->nodes.at[id];
         for (int k = 0; k < IR_MAX_OUTPUTS && n.out[k] >= 0; k++) {
             IR_ASSERT(e->out[k] >= 0);
             map[n.out[k]] = e->out[k];
-            g->tensors.at[e->out[k]].requires_grad = false;
         }
         st->nodes++;
     }

@@ -164,14 +164,10 @@ static void recompute_cheap(IrGraph *g, FuseStats *st) {
                         e = rw.old[j];
                         break;
                     }
-                IrShapeErr err;
                 const char *name = arena_printf(g->arena, "%s.re", g->tensors.at[t].name);
-                int id = ir_node_add(g, e.op, e.nin, e.in, e.attr, name, e.layer, e.loc, &err);
-                IR_ASSERT(id >= 0);
-                g->nodes.at[id].phase = nd.phase;
+                int id = ir_node_redo(g, &e, e.in, name, nd.phase);
                 g->nodes.at[id].recompute = true;
                 int copy = g->nodes.at[id].out[0];
-                g->tensors.at[copy].requires_grad = false;
                 for (int j = k; j < nd.nin; j++)   // every read of t by this node
                     if (nd.in[j] == t)
                         nd.in[j] = copy;

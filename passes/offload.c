@@ -28,19 +28,14 @@
 
 // A fresh host tensor holding a copy of device tensor `from`, made by a d2h copy.
 static int to_host(IrGraph *g, int from, const IrNode *at, const char *what, OffloadStats *st) {
-    IrShapeErr err;
     const char *name = arena_printf(g->arena, "%s.%s", g->tensors.at[from].name, what);
-    int id = ir_node_add(g, OP_COPY, 1, &from, (OpAttr){0}, name, at->layer, at->loc, &err);
-    IR_ASSERT(id >= 0);
-    IrNode *n = &g->nodes.at[id];
-    n->phase = at->phase;
-    n->stream = STREAM_D2H;
-    IrTensor *t = &g->tensors.at[n->out[0]];
+    IrPhase phase = at->phase;   // (at may lie in the node list, which the copy can move)
+    int out = ir_copy_add(g, from, name, at, phase, STREAM_D2H);
+    IrTensor *t = &g->tensors.at[out];
     t->arena = 1;
-    t->requires_grad = false;
-    if (at->phase != PHASE_OPTIMIZER)
+    if (phase != PHASE_OPTIMIZER)
         st->d2h_bytes += ir_tensor_bytes(t);
-    return n->out[0];
+    return out;
 }
 
 // An h2d copy of host tensor `from` into the existing device tensor `to`.
@@ -300,17 +295,11 @@ int offload_apply(IrGraph *g, const OffloadSpec *o, OffloadStats *st) {
             // A sum over the ranks of host bytes (the gradients' statistics where the
             // gradients are): collectives run on device memory, so through a device copy.
             int host = nd.out[0];
-            IrShapeErr err;
-            int id = ir_node_add(g, OP_COPY, 1, &host, (OpAttr){0},
-                                 arena_printf(g->arena, "%s.device", g->tensors.at[host].name), nd.layer,
-                                 nd.loc, &err);
-            IR_ASSERT(id >= 0);
-            g->nodes.at[id].phase = nd.phase;
-            g->nodes.at[id].stream = STREAM_H2D;
-            int dev = g->nodes.at[id].out[0];
+            int dev = ir_copy_add(g, host, arena_printf(g->arena, "%s.device", g->tensors.at[host].name),
+                                  &nd, nd.phase, STREAM_H2D);
             nd.in[0] = nd.out[0] = dev;
             ir_rewrite_keep(&rw, &nd);
-            id = ir_node_add_update(g, OP_COPY, 1, &dev, (OpAttr){0}, 1, &host, nd.layer, nd.loc);
+            int id = ir_node_add_update(g, OP_COPY, 1, &dev, (OpAttr){0}, 1, &host, nd.layer, nd.loc);
             g->nodes.at[id].phase = nd.phase;
             g->nodes.at[id].stream = STREAM_D2H;
         } else if (nd.op == OP_GRAD_SUMSQ || nd.op == OP_GRAD_FACTOR) {

@@ -114,15 +114,8 @@ static void decide(Remat *r) {
 static int copy_node(Remat *r, int from, IrPhase phase, const IrNode *at, const char *what,
                      Stream stream) {
     IrGraph *g = r->g;
-    IrShapeErr err;
     const char *name = arena_printf(g->arena, "%s.%s", g->tensors.at[from].name, what);
-    int id = ir_node_add(g, OP_COPY, 1, &from, (OpAttr){0}, name, at->layer, at->loc, &err);
-    IR_ASSERT(id >= 0);
-    g->nodes.at[id].phase = phase;
-    g->nodes.at[id].stream = stream;
-    int out = g->nodes.at[id].out[0];
-    g->tensors.at[out].requires_grad = false;
-    return out;
+    return ir_copy_add(g, from, name, at, phase, stream);
 }
 
 // The tensor backward should read in place of forward tensor t: t itself when kept,
@@ -149,20 +142,14 @@ static int recompute(Remat *r, int t, const IrNode *user) {
     int in[IR_MAX_INPUTS];
     for (int k = 0; k < src.nin; k++)
         in[k] = recompute(r, src.in[k], user);
-    IrShapeErr err;
     const char *name = arena_printf(g->arena, "%s.re", g->tensors.at[src.out[0]].name);
-    int id = ir_node_add(g, src.op, src.nin, in, src.attr, name, src.layer, src.loc, &err);
-    IR_ASSERT(id >= 0);
+    int id = ir_node_redo(g, &src, in, name, PHASE_BACKWARD);   // (before the list is read)
     IrNode *made = &g->nodes.at[id];
-    made->phase = PHASE_BACKWARD;
     made->recompute = true;
     r->st->recompute_flops += op_flops(g, made);
     r->st->recompute_nodes++;
-    for (int k = 0; k < IR_MAX_OUTPUTS && src.out[k] >= 0; k++) {
-        int o = made->out[k];
-        g->tensors.at[o].requires_grad = false;
-        r->copy[src.out[k]] = o;
-    }
+    for (int k = 0; k < IR_MAX_OUTPUTS && src.out[k] >= 0; k++)
+        r->copy[src.out[k]] = made->out[k];
     return r->copy[t];
 }
 
