@@ -569,26 +569,36 @@ static int skip_update(Call *c, float *master) {
     return 0;
 }
 
-static void adamw_part(void *ctx, int64_t lo, int64_t hi) {
-    Call *c = ctx;
-    const Plan *p = c->x->plan;
+// Elements [lo, hi) of a parameter updated by `step`, a slice at a time: with a Kahan
+// compensation (out[3], bf16_pure) 1024 elements, their weights kept before the update
+// and compensated after it; else the whole range at once. The weight output is then the
+// master's rounding, where the plan keeps a master.
+typedef void UpdateSlice(Call *c, float *w, int64_t a, int64_t b, const void *arg);
+static void update_range(Call *c, int64_t lo, int64_t hi, UpdateSlice *step, const void *arg) {
     float *master = master_of(c, 3), *w = master ? master : OUT(0);
     float *comp = !master && c->in->nout > 3 ? OUT(3) : NULL;
-    // with a compensation, a slice at a time: its weights before, the update, then Kahan
     int64_t slice = comp ? 1024 : hi - lo;
     for (int64_t a = lo; a < hi; a += slice) {
         int64_t b = hi - a > slice ? a + slice : hi;
         float old[1024];
         if (comp)
             memcpy(old, w + a, sizeof(float) * (size_t)(b - a));
-        cpu_adamw_step(w + a, IN(0) + a, IN(1)[0], OUT(1) + a, OUT(2) + a, (size_t)(b - a), c->x->lr,
-                       p->beta1, p->beta2, p->eps, c->in->attr.f, c->x->step - c->x->skipped);
+        step(c, w, a, b, arg);
         if (comp)
             cpu_kahan(w + a, old, comp + a, (size_t)(b - a), OB(0)->dtype == PDT_F16);
     }
-    if (master)
+    if (master && hi > lo)
         memcpy(OUT(0) + lo, master + lo, sizeof(float) * (size_t)(hi - lo));
 }
+
+static void adamw_slice(Call *c, float *w, int64_t a, int64_t b, const void *arg) {
+    (void)arg;
+    const Plan *p = c->x->plan;
+    cpu_adamw_step(w + a, IN(0) + a, IN(1)[0], OUT(1) + a, OUT(2) + a, (size_t)(b - a), c->x->lr,
+                   p->beta1, p->beta2, p->eps, c->in->attr.f, c->x->step - c->x->skipped);
+}
+
+static void adamw_part(void *ctx, int64_t lo, int64_t hi) { update_range(ctx, lo, hi, adamw_slice, NULL); }
 
 static int k_adamw(Call *c) {
     if (skipped(c))
@@ -600,38 +610,31 @@ static int k_adamw(Call *c) {
 // AdamW8bit (adam8.h): 8-bit moments by whole blocks of 256, a range of blocks a thread
 // (those starting in its range of elements); a tensor below min_8bit_size keeps 32-bit
 // moments (out[1], out[2] f32). With a Kahan compensation, 1024 elements at a time.
+static void adamw8bit_slice(Call *c, float *w, int64_t a, int64_t b, const void *arg) {
+    const CpuAdam8 *s = arg;
+    const int64_t n = ON(0), blk = CPU_ADAM8_BLOCK;
+    if (OB(1)->dtype == PDT_U8) {
+        uint8_t *codes = c->o[1].raw;    // (2, n): m's, then v's
+        float *absmax = c->o[2].raw;     // (2, blocks)
+        size_t nb = cpu_adam8_blocks((size_t)n);
+        cpu_adam8_update(w, IN(0), IN(1)[0], codes, codes + n, absmax, absmax + nb, (size_t)n,
+                         (size_t)(a / blk), (size_t)((b + blk - 1) / blk), s);
+    } else {
+        cpu_adam32_update(w, IN(0), IN(1)[0], OUT(1), OUT(2), (size_t)a, (size_t)b, s);
+    }
+}
+
 static void adamw8bit_part(void *ctx, int64_t lo, int64_t hi) {
     Call *c = ctx;
     const Plan *p = c->x->plan;
     const int64_t n = ON(0), blk = CPU_ADAM8_BLOCK;
-    float *master = master_of(c, 3), *w = master ? master : OUT(0);
-    float *comp = !master && c->in->nout > 3 ? OUT(3) : NULL;
     CpuAdam8 s = cpu_adam8_scalars(c->x->lr, p->beta1, p->beta2, p->eps, c->in->attr.f,
                                    c->x->step - c->x->skipped);
-    bool q8 = OB(1)->dtype == PDT_U8;
-    if (q8) {
+    if (OB(1)->dtype == PDT_U8) {   // whole blocks: those starting in [lo, hi)
         lo = (lo + blk - 1) / blk * blk;
         hi = (hi + blk - 1) / blk * blk < n ? (hi + blk - 1) / blk * blk : n;
     }
-    uint8_t *codes = c->o[1].raw;    // (2, n): m's, then v's
-    float *absmax = c->o[2].raw;     // (2, blocks)
-    size_t nb = cpu_adam8_blocks((size_t)n);
-    int64_t slice = comp ? 1024 : hi - lo;
-    for (int64_t a = lo; a < hi; a += slice) {
-        int64_t b = hi - a > slice ? a + slice : hi;
-        float old[1024];
-        if (comp)
-            memcpy(old, w + a, sizeof(float) * (size_t)(b - a));
-        if (q8)
-            cpu_adam8_update(w, IN(0), IN(1)[0], codes, codes + n, absmax, absmax + nb, (size_t)n,
-                             (size_t)(a / blk), (size_t)((b + blk - 1) / blk), &s);
-        else
-            cpu_adam32_update(w, IN(0), IN(1)[0], OUT(1), OUT(2), (size_t)a, (size_t)b, &s);
-        if (comp)
-            cpu_kahan(w + a, old, comp + a, (size_t)(b - a), OB(0)->dtype == PDT_F16);
-    }
-    if (master && hi > lo)
-        memcpy(OUT(0) + lo, master + lo, sizeof(float) * (size_t)(hi - lo));
+    update_range(c, lo, hi, adamw8bit_slice, &s);
 }
 
 static int k_adamw8bit(Call *c) {
