@@ -259,6 +259,53 @@ static void put_drop_close(FILE *f, double p) {
 }
 
 // A weight with its bias when it has one: ", wX)" or ", wX, bX)".
+// The attention's separate q, k and v projections, each with its bias where the config
+// has them.
+static void put_qkv_params(FILE *f, const ImportModel *m) {
+    static const struct { char w, rows[20]; } proj[] = {
+        {'q', "heads"}, {'k', "kv_heads"}, {'v', "kv_heads"}};
+    for (int i = 0; i < 3; i++) {
+        char decl[64], hf[64];
+        snprintf(decl, sizeof decl, "w%c [%s * head_dim, dim]", proj[i].w, proj[i].rows);
+        snprintf(hf, sizeof hf, "self_attn.%c_proj.weight", proj[i].w);
+        put_param(f, "    ", decl, hf);
+        if (m->qkv_bias) {
+            snprintf(decl, sizeof decl, "b%c [%s * head_dim]", proj[i].w, proj[i].rows);
+            snprintf(hf, sizeof hf, "self_attn.%c_proj.bias", proj[i].w);
+            put_param(f, "    ", decl, hf);
+        }
+    }
+}
+
+// The output projection (and its bias), then the q and k norms of a model that has them.
+static void put_o_params(FILE *f, const ImportModel *m, bool qk_norm) {
+    put_param(f, "    ", "wo [dim, heads * head_dim]", "self_attn.o_proj.weight");
+    if (m->o_bias)
+        put_param(f, "    ", "bo [dim]", "self_attn.o_proj.bias");
+    if (qk_norm) {
+        put_param(f, "    ", "q_norm [head_dim]", "self_attn.q_norm.weight");
+        put_param(f, "    ", "k_norm [head_dim]", "self_attn.k_norm.weight");
+    }
+}
+
+// q and k from their projections' expressions: normalised over head_dim first where the
+// model has q/k norms (with the norm's own arguments `norm_args`), then rotated.
+static void put_qk(FILE *f, const ImportModel *m, const char *qx, const char *kx, bool qk_norm,
+                   const char *norm_args) {
+    char nq[240], nk[240];
+    if (qk_norm) {
+        snprintf(nq, sizeof nq, "rmsnorm(%s, q_norm, %s)", qx, norm_args);
+        snprintf(nk, sizeof nk, "rmsnorm(%s, k_norm, %s)", kx, norm_args);
+    } else {
+        snprintf(nq, sizeof nq, "%s", qx);
+        snprintf(nk, sizeof nk, "%s", kx);
+    }
+    fputs("    q = ", f);
+    put_rope(f, m, nq);
+    fputs("\n    k = ", f);
+    put_rope(f, m, nk);
+}
+
 static void put_w(FILE *f, const char *w, const char *b, bool bias) {
     if (bias)
         fprintf(f, ", %s, %s)", w, b);
@@ -277,23 +324,9 @@ static void put_llama_block(FILE *f, const ImportModel *m) {
     if (phi) {
         put_param(f, "    ", "wqkv [(heads + 2 * kv_heads) * head_dim, dim]", "self_attn.qkv_proj.weight");
     } else {
-        put_param(f, "    ", "wq [heads * head_dim, dim]", "self_attn.q_proj.weight");
-        if (qb)
-            put_param(f, "    ", "bq [heads * head_dim]", "self_attn.q_proj.bias");
-        put_param(f, "    ", "wk [kv_heads * head_dim, dim]", "self_attn.k_proj.weight");
-        if (qb)
-            put_param(f, "    ", "bk [kv_heads * head_dim]", "self_attn.k_proj.bias");
-        put_param(f, "    ", "wv [kv_heads * head_dim, dim]", "self_attn.v_proj.weight");
-        if (qb)
-            put_param(f, "    ", "bv [kv_heads * head_dim]", "self_attn.v_proj.bias");
+        put_qkv_params(f, m);
     }
-    put_param(f, "    ", "wo [dim, heads * head_dim]", "self_attn.o_proj.weight");
-    if (m->o_bias)
-        put_param(f, "    ", "bo [dim]", "self_attn.o_proj.bias");
-    if (qk_norm) {
-        put_param(f, "    ", "q_norm [head_dim]", "self_attn.q_norm.weight");
-        put_param(f, "    ", "k_norm [head_dim]", "self_attn.k_norm.weight");
-    }
+    put_o_params(f, m, qk_norm);
     put_param(f, "    ", "mlp_norm [dim]", "post_attention_layernorm.weight");
     if (phi) {
         put_param(f, "    ", "wgu [2 * ffn, dim]", "mlp.gate_up_proj.weight");
@@ -322,18 +355,7 @@ static void put_llama_block(FILE *f, const ImportModel *m) {
         snprintf(qx, sizeof qx, "view(linear(h, wq%s), [B, S, heads, head_dim])", qb ? ", bq" : "");
         snprintf(kx, sizeof kx, "view(linear(h, wk%s), [B, S, kv_heads, head_dim])", qb ? ", bk" : "");
     }
-    char nq[200], nk[200];
-    if (qk_norm) {   // q and k normalised over head_dim before the rotation
-        snprintf(nq, sizeof nq, "rmsnorm(%s, q_norm, eps)", qx);
-        snprintf(nk, sizeof nk, "rmsnorm(%s, k_norm, eps)", kx);
-    } else {
-        snprintf(nq, sizeof nq, "%s", qx);
-        snprintf(nk, sizeof nk, "%s", kx);
-    }
-    fputs("    q = ", f);
-    put_rope(f, m, nq);
-    fputs("\n    k = ", f);
-    put_rope(f, m, nk);
+    put_qk(f, m, qx, kx, qk_norm, "eps");
     if (phi)
         fputs("\n    v = view(slice(qkv, 2, (heads + kv_heads) * head_dim, kv_heads * head_dim), "
               "[B, S, kv_heads, head_dim])\n", f);
@@ -372,22 +394,8 @@ static void put_gemma_block(FILE *f, const ImportModel *m) {
     bool two = m->fam != FAM_GEMMA, qk_norm = m->fam == FAM_GEMMA3, qb = m->qkv_bias;
     fputs("  block decoder(x [B, S, dim]) as \"model.layers.{i}\" {\n", f);
     put_param(f, "    ", "attn_norm [dim]", "input_layernorm.weight");
-    put_param(f, "    ", "wq [heads * head_dim, dim]", "self_attn.q_proj.weight");
-    if (qb)
-        put_param(f, "    ", "bq [heads * head_dim]", "self_attn.q_proj.bias");
-    put_param(f, "    ", "wk [kv_heads * head_dim, dim]", "self_attn.k_proj.weight");
-    if (qb)
-        put_param(f, "    ", "bk [kv_heads * head_dim]", "self_attn.k_proj.bias");
-    put_param(f, "    ", "wv [kv_heads * head_dim, dim]", "self_attn.v_proj.weight");
-    if (qb)
-        put_param(f, "    ", "bv [kv_heads * head_dim]", "self_attn.v_proj.bias");
-    put_param(f, "    ", "wo [dim, heads * head_dim]", "self_attn.o_proj.weight");
-    if (m->o_bias)
-        put_param(f, "    ", "bo [dim]", "self_attn.o_proj.bias");
-    if (qk_norm) {
-        put_param(f, "    ", "q_norm [head_dim]", "self_attn.q_norm.weight");
-        put_param(f, "    ", "k_norm [head_dim]", "self_attn.k_norm.weight");
-    }
+    put_qkv_params(f, m);
+    put_o_params(f, m, qk_norm);
     if (two) {
         put_param(f, "    ", "post_attn_norm [dim]", "post_attention_layernorm.weight");
         put_param(f, "    ", "mlp_norm [dim]", "pre_feedforward_layernorm.weight");
@@ -402,20 +410,10 @@ static void put_gemma_block(FILE *f, const ImportModel *m) {
     if (mixed_layers(m))
         put_full_list(f, m);
     fputs("    h = rmsnorm(x, attn_norm, eps, offset = 1.0)\n", f);
-    char qx[200], kx[200];
-    if (qk_norm) {
-        snprintf(qx, sizeof qx, "rmsnorm(view(linear(h, wq%s), [B, S, heads, head_dim]), q_norm, eps, "
-                 "offset = 1.0)", qb ? ", bq" : "");
-        snprintf(kx, sizeof kx, "rmsnorm(view(linear(h, wk%s), [B, S, kv_heads, head_dim]), k_norm, eps, "
-                 "offset = 1.0)", qb ? ", bk" : "");
-    } else {
-        snprintf(qx, sizeof qx, "view(linear(h, wq%s), [B, S, heads, head_dim])", qb ? ", bq" : "");
-        snprintf(kx, sizeof kx, "view(linear(h, wk%s), [B, S, kv_heads, head_dim])", qb ? ", bk" : "");
-    }
-    fputs("    q = ", f);
-    put_rope(f, m, qx);
-    fputs("\n    k = ", f);
-    put_rope(f, m, kx);
+    char qx[160], kx[160];
+    snprintf(qx, sizeof qx, "view(linear(h, wq%s), [B, S, heads, head_dim])", qb ? ", bq" : "");
+    snprintf(kx, sizeof kx, "view(linear(h, wk%s), [B, S, kv_heads, head_dim])", qb ? ", bk" : "");
+    put_qk(f, m, qx, kx, qk_norm, "eps, offset = 1.0");
     fprintf(f, "\n    v = view(linear(h, wv%s), [B, S, kv_heads, head_dim])\n", qb ? ", bv" : "");
     fputs("    a = linear(view(", f);
     put_attention(f, m);
