@@ -358,18 +358,31 @@ static int64_t rank_weights(const PlannerInput *pin) {
     return shards ? pin->weights_bytes / pin->ranks : pin->weights_bytes;
 }
 
+// A what-if plan's bytes, and whether it fits: "2.98 GiB on the device (fits)"; where
+// the device has room and the host has not, the host's bytes too.
+static void put_whatif(FILE *f, const WhatIfPlan *p, int64_t budget) {
+    fprintf(f, "%s on the device", SIZE(p->device));
+    if (p->fits)
+        fputs(" (fits)\n", f);
+    else if (p->device <= budget)
+        fprintf(f, " and %s on the host (more than --host-mem)\n", SIZE(p->host));
+    else
+        fputs(" (still too much)\n", f);
+}
+
 // What user-side changes would need, when nothing fits.
 static void suggestions(FILE *f, const PlanCtx *pc, const FtModel *m, const PlannerInput *pin) {
     WhatIf w;
     int64_t weights = rank_weights(pin);
-    whatif_search(pc, pin->budget_bytes, weights, pin->offload, &w);
+    whatif_search(pc, pin->budget_bytes, pin->host_budget_bytes, weights, pin->offload, &w);
     int64_t budget = pin->budget_bytes;
     fprintf(f, "what would fit (each alone, with the most frugal plan: micro-batch 1, full recompute "
                "with block inputs swapped out, everything offloadable on the host%s):\n",
             pin->ranks > 1 ? ", everything sharded" : "");
-    if (w.stream_bytes >= 0)
-        fprintf(f, "  with the weights streamed from the host (--offload weights): %s on the device (%s)\n",
-                SIZE(w.stream_bytes), w.stream_bytes <= budget ? "fits" : "still too much");
+    if (w.stream.device >= 0) {
+        fputs("  with the weights streamed from the host (--offload weights): ", f);
+        put_whatif(f, &w.stream, budget);
+    }
     WhatIfAdam8 q8;
     whatif_adamw8bit(pin, &q8);
     if (q8.tried) {
@@ -393,17 +406,19 @@ static void suggestions(FILE *f, const PlanCtx *pc, const FtModel *m, const Plan
         fprintf(f, "  kept on the device, the bf16 weights alone take %s%s: LoRA alone or a shorter "
                    "sequence cannot help\n",
                 SIZE(weights), pin->ranks > 1 ? " a rank" : "");
-    if (w.lora_bytes >= 0)
-        fprintf(f, "  with lora(r = 8, targets = [%s, %s]): %s on the device (%s)\n", w.q_target,
-                w.v_target, SIZE(w.lora_bytes), w.lora_bytes <= budget ? "fits" : "still too much");
-    if (w.qlora_bytes >= 0)
-        fprintf(f, "  with lora(r = 8, targets = [%s, %s]) and quantize(nf4, double_quant = true): "
-                   "%s on the device (%s)\n",
-                w.q_target, w.v_target, SIZE(w.qlora_bytes),
-                w.qlora_bytes <= budget ? "fits" : "still too much");
-    if (w.seq)
-        fprintf(f, "  with seq = %lld (instead of %lld): %s on the device\n", (long long)w.seq,
-                (long long)m->train.seq, SIZE(w.seq_bytes));
+    if (w.lora.device >= 0) {
+        fprintf(f, "  with lora(r = 8, targets = [%s, %s]): ", w.q_target, w.v_target);
+        put_whatif(f, &w.lora, budget);
+    }
+    if (w.qlora.device >= 0) {
+        fprintf(f, "  with lora(r = 8, targets = [%s, %s]) and quantize(nf4, double_quant = true): ",
+                w.q_target, w.v_target);
+        put_whatif(f, &w.qlora, budget);
+    }
+    if (w.seq) {
+        fprintf(f, "  with seq = %lld (instead of %lld): ", (long long)w.seq, (long long)m->train.seq);
+        put_whatif(f, &w.seq_plan, budget);
+    }
     fprintf(f, "  a smaller global batch changes only the accumulation at micro-batch 1, not the memory\n");
 }
 

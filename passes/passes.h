@@ -574,22 +574,32 @@ int pipeline_plan_choice(void *ctx, const PlanChoice *c, PlanOutcome *out);
 // 8-bit moments among them).
 //
 
+// The most frugal plan under one change: its device and host arenas (device -1: not
+// tried, or it did not build), and whether both fit their budgets.
+typedef struct WhatIfPlan {
+    int64_t device, host;
+    bool fits;
+} WhatIfPlan;
+
 typedef struct WhatIf {
     bool weights_too_big;       // kept on the device, the bf16 weights alone exceed the budget
     const char *q_target, *v_target;    // the .ft names of the attention's q and v
                                         // projections, NULL when there are none
-    int64_t stream_bytes;       // device bytes with the weights streamed, -1 not tried
-    int64_t lora_bytes;         // device bytes with lora(r = 8) on them, -1 not tried
-    int64_t qlora_bytes;        // ... and quantize(nf4, double_quant = true), -1 not tried
-    int64_t seq, seq_bytes;     // the longest shorter sequence that fits, 0 none
+    WhatIfPlan stream;          // the weights streamed
+    WhatIfPlan lora;            // lora(r = 8) on the q and v projections
+    WhatIfPlan qlora;           // ... and quantize(nf4, double_quant = true)
+    int64_t seq;                // the longest shorter sequence that fits both budgets, 0 none
+    WhatIfPlan seq_plan;        // its plan
 } WhatIf;
 
 // Plans the most frugal choice (micro-batch 1, swap, everything offloadable on the host:
 // the weights streamed, unless `offload` fixes a level that keeps them) under each change
 // alone: the weights streamed (when the level kept them); LoRA on the projections feeding
-// attention's q and v, found in the graph; that and NF4 storage; halved sequence lengths.
-// Returns 0.
-int whatif_search(const PlanCtx *x, int64_t budget_bytes, int64_t weights_bytes, int offload, WhatIf *w);
+// attention's q and v, found in the graph; that and NF4 storage; halved sequence lengths
+// (a shorter sequence shrinks no model state: where the host cannot hold them, none is
+// offered). Returns 0.
+int whatif_search(const PlanCtx *x, int64_t budget_bytes, int64_t host_budget_bytes, int64_t weights_bytes,
+                  int offload, WhatIf *w);
 
 // With optimizer = adamw8bit in place of a plain AdamW (full fine-tuning, so no LoRA):
 // the planner's whole search again, over in's choices and budgets.

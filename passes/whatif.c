@@ -58,13 +58,14 @@ static void find_qv(const PlanCtx *x, WhatIf *w) {
     arena_free(a);
 }
 
-// Device bytes of the most frugal choice under `spec` (the weights streamed unless
-// `keep`); -1 when it does not build.
-static int64_t frugal_bytes(const PlanCtx *x, const PipelineSpec *spec, bool keep) {
-    bool dp = x->pipeline->spec.ranks > 1;   // several ranks: everything sharded as well
-    const PlanChoice frugal = {.micro = 1, .policy = REMAT_SWAP, .n_policy = 1 << 30, .rest = REMAT_SWAP,
-                               .offload = {.optimizer = true, .grads = true, .weights = !keep},
-                               .zero = dp ? 3 : 0, .bucket_bytes = dp ? BUCKET_DEFAULT_BYTES : 0};
+// The most frugal choice under `spec` (the weights streamed unless `keep`) planned, against
+// the device and host budgets; device -1 when it does not build.
+static WhatIfPlan frugal(const PlanCtx *x, const PipelineSpec *spec, bool keep, int64_t budget,
+                         int64_t host_budget) {
+    bool dp = spec->ranks > 1;   // several ranks: everything sharded as well
+    const PlanChoice c = {.micro = 1, .policy = REMAT_SWAP, .n_policy = 1 << 30, .rest = REMAT_SWAP,
+                          .offload = {.optimizer = true, .grads = true, .weights = !keep},
+                          .zero = dp ? 3 : 0, .bucket_bytes = dp ? BUCKET_DEFAULT_BYTES : 0};
     Pipeline p = *x->pipeline;
     p.spec = *spec;
     p.diag = NULL;
@@ -72,12 +73,16 @@ static int64_t frugal_bytes(const PlanCtx *x, const PipelineSpec *spec, bool kee
     PlanCtx y = *x;
     y.pipeline = &p;
     PlanOutcome o;
-    return pipeline_plan_choice(&y, &frugal, &o) == 0 ? o.device_bytes : -1;
+    if (pipeline_plan_choice(&y, &c, &o) != 0)
+        return (WhatIfPlan){.device = -1};
+    return (WhatIfPlan){.device = o.device_bytes, .host = o.host_bytes,
+                        .fits = o.device_bytes <= budget && o.host_bytes <= host_budget};
 }
 
-int whatif_search(const PlanCtx *x, int64_t budget, int64_t weights_bytes, int offload, WhatIf *w) {
+int whatif_search(const PlanCtx *x, int64_t budget, int64_t host_budget, int64_t weights_bytes, int offload,
+                  WhatIf *w) {
     memset(w, 0, sizeof *w);
-    w->lora_bytes = w->qlora_bytes = w->stream_bytes = -1;
+    w->lora.device = w->qlora.device = w->stream.device = -1;
     const PipelineSpec *spec = &x->pipeline->spec;
     // With the weights kept on the device (--offload below weights), when they alone
     // exceed the budget, neither LoRA nor a shorter sequence can help; streaming them from
@@ -86,7 +91,7 @@ int whatif_search(const PlanCtx *x, int64_t budget, int64_t weights_bytes, int o
     bool dp = spec->ranks > 1, keep = dp || (offload >= 0 && offload < 3);
     w->weights_too_big = keep && weights_bytes + x->gpu->reserve_bytes > budget;
     if (keep && !dp)
-        w->stream_bytes = frugal_bytes(x, spec, false);
+        w->stream = frugal(x, spec, false, budget, host_budget);
     find_qv(x, w);
     const char *targets[2] = {w->q_target, w->v_target};
     SrcLoc locs[2] = {{0}, {0}};
@@ -95,21 +100,23 @@ int whatif_search(const PlanCtx *x, int64_t budget, int64_t weights_bytes, int o
     if (w->q_target && !spec->lora && !w->weights_too_big) {
         PipelineSpec s = *spec;
         s.lora = true, s.lora_spec = qv;
-        w->lora_bytes = frugal_bytes(x, &s, keep);
+        w->lora = frugal(x, &s, keep, budget, host_budget);
     }
     if (w->q_target && !spec->quantize) {
         PipelineSpec s = *spec;
         if (!s.lora)
             s.lora = true, s.lora_spec = qv;
         s.quantize = s.double_quant = true;
-        w->qlora_bytes = frugal_bytes(x, &s, keep);
+        w->qlora = frugal(x, &s, keep, budget, host_budget);
     }
     for (int64_t seq = spec->seq / 2; seq >= 64 && !w->weights_too_big; seq /= 2) {
         PipelineSpec s = *spec;
         s.seq = seq;
-        int64_t b = frugal_bytes(x, &s, keep);
-        if (b >= 0 && b <= budget) {
-            w->seq = seq, w->seq_bytes = b;
+        WhatIfPlan b = frugal(x, &s, keep, budget, host_budget);
+        if (b.device >= 0 && b.host > host_budget)
+            break;   // the host cannot hold the model states: no sequence length helps
+        if (b.device >= 0 && b.fits) {
+            w->seq = seq, w->seq_plan = b;
             break;
         }
     }
