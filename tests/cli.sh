@@ -305,15 +305,19 @@ printf '\xef\xbb\xbfmodel @\n' > "$tmp/bom-bad.ft"
 "$ftc" compile "$tmp/bom-bad.ft" -o "$tmp/bom2.plan" >/dev/null 2>"$tmp/e"
 grep -q "bom-bad.ft:1:7: error" "$tmp/e" && ok bom-columns || bad bom-columns "$(cat "$tmp/e")"
 
-# The largest model compiles, planner search included, in under a second.
+# The largest model through the whole search: Qwen2-72B's full fine-tuning on the default
+# 40 GB card, whose host is too small for its offloaded model states, is answered with
+# exit 1, the reason and nothing written. The time is printed, not checked (a timing
+# says nothing on a shared or sanitized machine; tests/bench/compile_scaling.sh measures
+# compile times against a baseline).
 start=$(date +%s%N)
-"$ftc" compile models/qwen2-72b.ft --budget 80G -o "$tmp/out.plan" >/dev/null; rc=$?
-[ $rc = 1 ] && rc=0   # the bf16 weights alone exceed 80G: the planner says so
+"$ftc" compile models/qwen2-72b.ft --budget 80G --host-mem 64G -o "$tmp/72.plan" > "$tmp/o" 2>&1; rc=$?
 ms=$(( ($(date +%s%N) - start) / 1000000 ))
-if [ -n "${FTC_SANITIZED:-}" ]; then   # timings of a sanitizer build say nothing
-    [ $rc = 0 ] && ok "qwen2-72b-compiles (${ms} ms, sanitized build: not timed)" || bad qwen2-72b-compiles "exit $rc"
+if [ $rc = 1 ] && [ ! -e "$tmp/72.plan" ] &&
+   grep -q '^nothing fits 40.00 GiB: the model states need [0-9.]* GiB of host memory where they go, more than the 64.00 GiB of --host-mem' "$tmp/o"; then
+    ok "qwen2-72b-compiles (${ms} ms)"
 else
-    [ $rc = 0 ] && [ "$ms" -lt 1000 ] && ok "qwen2-72b-fast (${ms} ms)" || bad qwen2-72b-fast "exit $rc, ${ms} ms"
+    bad qwen2-72b-compiles "exit $rc: $(tail -4 "$tmp/o")"
 fi
 
 echo "$pass passed, $fail failed"
