@@ -305,6 +305,25 @@ printf '\xef\xbb\xbfmodel @\n' > "$tmp/bom-bad.ft"
 "$ftc" compile "$tmp/bom-bad.ft" -o "$tmp/bom2.plan" >/dev/null 2>"$tmp/e"
 grep -q "bom-bad.ft:1:7: error" "$tmp/e" && ok bom-columns || bad bom-columns "$(cat "$tmp/e")"
 
+# The CUBIN: ftc compile compiles kernels.cu with NVRTC for the preset's SM and keeps its
+# resource report (ftc inspect --kernels); with $FTC_NO_CUBIN (the suite's default: the
+# tests' plans run on the CPU, and cuda-plans compiles every kernel) it writes the report's
+# reason instead and leaves the compile to ftc run. Where NVRTC is missing, the first half
+# is the second's with NVRTC's reason.
+FTC_NO_CUBIN=1 "$ftc" compile models/tiny.ft -o "$tmp/nocubin.plan" >/dev/null
+grep -q '^kernels.cu: [0-9]* kernels; not compiled here (\$FTC_NO_CUBIN is set); ftc run compiles it on the GPU' \
+    "$tmp/nocubin.plan/kernels.txt" && ! ls "$tmp/nocubin.plan"/*.cubin >/dev/null 2>&1 &&
+    ok no-cubin-report || bad no-cubin-report "$(cat "$tmp/nocubin.plan/kernels.txt")"
+env -u FTC_NO_CUBIN "$ftc" compile models/tiny.ft --gpu h100-80g -o "$tmp/cubin.plan" >/dev/null
+if grep -q 'not compiled here (NVRTC not found' "$tmp/cubin.plan/kernels.txt"; then
+    ok "cubin-compiled (skipped: no NVRTC)"
+elif "$ftc" inspect "$tmp/cubin.plan" --kernels > "$tmp/k" && [ -s "$tmp/cubin.plan/kernels.sm_90.cubin" ] &&
+     grep -q '^kernels.cu: [0-9]* kernels, compiled for sm_90 by NVRTC ' "$tmp/k" && grep -q '^no kernel spills$' "$tmp/k"; then
+    ok cubin-compiled
+else
+    bad cubin-compiled "$(head -3 "$tmp/cubin.plan/kernels.txt")"
+fi
+
 # The largest model through the whole search: Qwen2-72B's full fine-tuning on the default
 # 40 GB card, whose host is too small for its offloaded model states, is answered with
 # exit 1, the reason and nothing written. The time is printed, not checked (a timing

@@ -17,6 +17,8 @@
 // ops, the embedding and its gradient, dropout, NF4, the optimizers) must be bitwise. A
 // grouped launch (the optimizer over many tensors) runs at its first instruction with
 // every member's inputs, and each member's outputs are compared at the member.
+//
+//     test_kernels SRC [--device emu|sim|cuda] [CASE...]   (the cases named, else all)
 #include "check.h"
 #include "fake_cuda.h"
 #include "harness.h"
@@ -647,7 +649,12 @@ static void report(void) {
 int main(int argc, char **argv) {
     if (argc > 1 && chdir(argv[1]) != 0)
         return 2;
-    const char *dev = argc > 3 && strcmp(argv[2], "--device") == 0 ? argv[3] : "emu";
+    bool dev_given = argc > 3 && strcmp(argv[2], "--device") == 0;
+    const char *dev = dev_given ? argv[3] : "emu";
+    int first_case = dev_given ? 4 : 2;
+    bool every_case = argc <= first_case;
+    if (!every_case)   // the cases named after it
+        check_only(argv + first_case, argc - first_case);
     on_gpu = strcmp(dev, "cuda") == 0;
     on_sim = strcmp(dev, "sim") == 0;
     if (on_sim && !rt_nvrtc_available(NULL)) {
@@ -671,6 +678,8 @@ int main(int argc, char **argv) {
     RUN(test_attention_options);
     RUN(test_loss);
     report();
+    if (!every_case)
+        return CHECK_DONE();
     // Every op the emitter generates a kernel for appeared at least once.
     int missing = 0;
     for (int k = 0; k < OP_COUNT; k++) {

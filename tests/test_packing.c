@@ -8,7 +8,8 @@
 // with. One by one: each record alone in a plan of its own length without packing, its
 // rows at positions 0.. as usual. Both divide the loss by the same count of trained
 // targets, so the packed loss is the sum of the records' and every packed gradient the
-// sum of theirs (to fp32 rounding). The same window without packing (keys of earlier
+// sum of theirs (to fp32 rounding: within 1e-5 of the largest element, as BLAS kernels
+// of other CPUs sum a GEMM's rows in other orders; 1.5e-6 seen). The same window without packing (keys of earlier
 // records seen, positions running on) gives another loss: the comparison can fail.
 #include "check.h"
 #include "harness.h"
@@ -175,7 +176,7 @@ static void test_packed_equals_one_by_one(void) {
                 dq = fmax(dq, fabs((double)gq[j] - acc[j]));
             apart = fmax(apart, mag > 0 ? dq / mag : 0);
             free(gq);
-            CHECKF(e <= 1e-6, "%s: packed gradient %.3g (max rel) from the records' sum", b->hf, e);
+            CHECKF(e <= 1e-5, "%s: packed gradient %.3g (max rel) from the records' sum", b->hf, e);
             worst = fmax(worst, e);
             grads += gp != NULL;
             free(gp), free(acc);

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# ftc data / compile / run end to end on tiny.ft: determinism, layouts, checkpoints,
-# and the error for every malformed input the runtime reads.
+# ftc run on tiny.ft as arithmetic: determinism, the planned arena against every buffer on
+# its own, every planning mechanism (accumulation, recompute, offload, streamed weights, the
+# fused loss, gradients added in place) against the plan without it, over 20 steps each, and
+# every precision and optimizer training. (Its inputs, errors and outputs: train_inputs.sh.)
 # usage: train.sh FTC SOURCE_DIR ST_DIFF
 set -u
 ftc=$1 src=$2 st_diff=$3
@@ -24,17 +26,6 @@ else
 fi
 first=$(grep '^step 1/' <<<"$out" | awk '{print $4}')
 awk -v l="$first" 'BEGIN { exit !(l > 5.3 && l < 5.8) }' && ok "first-loss-ln256 ($first)" || bad first-loss-ln256 "$first"
-
-# The host: a plan running AdamW on the CPU says what this machine's rate is against the
-# rate it assumed; outside the range over which the plan's choice holds, a warning.
-"$ftc" compile models/tiny.ft --offload optimizer -o "$tmp/host.plan" >/dev/null
-out=$("$ftc" run "$tmp/host.plan" --data "$tmp/c.bin" --steps 1 2>&1)
-grep -q '^host: CPU AdamW at [0-9]* M parameters/s on [0-9]* threads (the plan assumed 6400 M: 32 cores x 200 M)$' <<<"$out" &&
-    ! grep -q warning <<<"$out" && ok host-rate-reported || bad host-rate-reported "$out"
-sed -i 's/^host \(.*\) adamw_holds=[^ ]*/host \1 adamw_holds=1e+15,inf/' "$tmp/host.plan/plan"
-out=$("$ftc" run "$tmp/host.plan" --data "$tmp/c.bin" --steps 1 2>&1)
-grep -q "^ftc run: warning: the plan's choice is the fastest only for a host AdamW of at least 1000000000 M parameters/s; on this machine another plan is faster: re-plan with ftc compile ... --host-cores [0-9]* --host-adamw [0-9]*M$" <<<"$out" &&
-    ok host-rate-warns || bad host-rate-warns "$out"
 
 # Same seed, same losses, bitwise; another seed, other losses. Poison is on in every
 # run here: a buffer is NaN the moment its lifetime ends.
@@ -107,19 +98,24 @@ else
 fi
 # The fused linear + cross entropy (logits in chunks of 64 of the 512 rows, dW added chunk
 # by chunk) trains as the loss the .ft writes: the logits' and the loss's arithmetic is the
-# same row for row, only dW sums its rows in another order (fp32, one rounding at the end).
-"$ftc" compile models/tiny.ft --micro-batch 8 --offload none --loss-chunk 64 -o "$tmp/fused.plan" > "$tmp/f.log"
-"$ftc" compile models/tiny.ft --micro-batch 8 --offload none --unfused-loss -o "$tmp/unfused.plan" >/dev/null
+# same row for row, only the GEMMs sum in other orders (dW chunk by chunk; and BLAS may
+# block a 64-row product otherwise than a 512-row one). In fp32, where such orders move a
+# result by its rounding and no more: every loss within 2e-6, every weight matrix within
+# 1e-4 after 20 steps (6e-6 seen; vectors for shape only, as above). (In bf16 one rounding
+# apart is a bf16 ulp of a weight, and the tight plan above checks the fused loss there.)
+sed 's/precision = bf16/precision = fp32/' models/tiny.ft > "$tmp/fused32.ft"
+"$ftc" compile "$tmp/fused32.ft" --micro-batch 8 --offload none --loss-chunk 64 -o "$tmp/fused.plan" > "$tmp/f.log"
+"$ftc" compile "$tmp/fused32.ft" --micro-batch 8 --offload none --unfused-loss -o "$tmp/unfused.plan" >/dev/null
 "$ftc" run "$tmp/fused.plan" --data "$tmp/c.bin" --steps 20 --seed 7 --poison --save "$tmp/fused" > "$tmp/fu.out"
 "$ftc" run "$tmp/unfused.plan" --data "$tmp/c.bin" --steps 20 --seed 7 --poison --save "$tmp/unfused" > "$tmp/un.out"
 if grep -q 'logits formed 64 rows at a time (8 chunks of the 512 rows)' "$tmp/f.log" &&
    ! grep -q 'role=logits' "$tmp/fused.plan/plan" && grep -q 'role=logits' "$tmp/unfused.plan/plan" &&
    paste <(losses < "$tmp/fu.out") <(losses < "$tmp/un.out") |
        awk '{ d = $2 - $4; if (d < 0) d = -d; if (d > 2e-6 || $1 != $3) bad = 1; n++ } END { exit bad || n != 20 }' &&
-   "$st_diff" "$tmp/fused/model.safetensors" "$tmp/unfused/model.safetensors" 1e-6 1 >/dev/null; then
-    ok "fused-loss-trains-as-unfused ($("$st_diff" "$tmp/fused/model.safetensors" "$tmp/unfused/model.safetensors" 1e-6 1 | sed 's/.*worst //'))"
+   "$st_diff" "$tmp/fused/model.safetensors" "$tmp/unfused/model.safetensors" 1e-4 1024 >/dev/null; then
+    ok "fused-loss-trains-as-unfused ($("$st_diff" "$tmp/fused/model.safetensors" "$tmp/unfused/model.safetensors" 1e-4 1024 | sed 's/.*worst //'))"
 else
-    bad fused-loss-trains-as-unfused "$(grep 'the loss:' "$tmp/f.log") $("$st_diff" "$tmp/fused/model.safetensors" "$tmp/unfused/model.safetensors" 1e-6 1) $(paste <(losses < "$tmp/fu.out") <(losses < "$tmp/un.out") | head -3)"
+    bad fused-loss-trains-as-unfused "$(grep 'the loss:' "$tmp/f.log") $("$st_diff" "$tmp/fused/model.safetensors" "$tmp/unfused/model.safetensors" 1e-4 1024) $(paste <(losses < "$tmp/fu.out") <(losses < "$tmp/un.out") | head -3)"
 fi
 # Weight gradients add in place: each weight gradient's GEMM adds its product into the
 # gradient itself (beta = 1), with no temporary and no acc. Against the plan where each
@@ -200,212 +196,6 @@ else
     bad streamed-weights-bitwise "$(grep '^plan' "$tmp/stream.log") $(diff <(losses < "$tmp/st.out") <(losses < "$tmp/gr.out") | head -3)"
 fi
 
-# The fp32 master copies start from the checkpoint's own values: a bf16-mixed run from
-# the fp32 weights another run saved, at a learning rate of 1e-30 (no step moves a
-# weight), saves them back bit for bit, low bits included, not their bf16 rounding.
-sed 's/^  optimizer = .*/  optimizer = adamw(lr = 1e-30)/' models/tiny.ft > "$tmp/still.ft"
-"$ftc" compile "$tmp/still.ft" -o "$tmp/still.plan" >/dev/null
-"$ftc" run "$tmp/still.plan" --data "$tmp/c.bin" --steps 1 --weights "$tmp/planned/model.safetensors" \
-    --save "$tmp/still" >/dev/null
-"$st_diff" "$tmp/still/model.safetensors" "$tmp/planned/model.safetensors" 0 >/dev/null &&
-    ok master-from-fp32-checkpoint || bad master-from-fp32-checkpoint \
-    "$("$st_diff" "$tmp/still/model.safetensors" "$tmp/planned/model.safetensors" 0)"
-# LoRA adapters a base checkpoint lacks start from their initialisation (A random, B
-# zero), so they train: the gradients' norm is not zero and the loss moves.
-sed 's/^  optimizer = .*/&\n  lora(r = 4, alpha = 8, targets = [wq, wv])/' models/tiny.ft > "$tmp/lora.ft"
-"$ftc" compile "$tmp/lora.ft" -o "$tmp/lora.plan" >/dev/null
-out=$("$ftc" run "$tmp/lora.plan" --data "$tmp/c.bin" --steps 3 --weights "$tmp/planned/model.safetensors")
-gn=$(grep '^step 1/' <<<"$out" | awk '{print $10}')
-awk -v g="$gn" 'BEGIN { exit !(g > 0) }' && ok "lora-from-base-checkpoint-trains (gnorm $gn)" ||
-    bad lora-from-base-checkpoint-trains "$out"
-
-# Save, then start from the saved weights.
-if "$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 3 --poison --save "$tmp/ck" >/dev/null &&
-   [ -s "$tmp/ck/model.safetensors" ] &&
-   "$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 1 --weights "$tmp/ck" >/dev/null; then
-    ok save-and-reload
-else
-    bad save-and-reload "failed"
-fi
-
-# fails NAME WANT_TEXT ftc-args...: exits 1, nothing on stdout but the header, WANT_TEXT on stderr.
-fails() {
-    local name=$1 want=$2; shift 2
-    "$ftc" "$@" >"$tmp/o" 2>"$tmp/e"; local rc=$?
-    if [ $rc = 1 ] && grep -qF -- "$want" "$tmp/e"; then ok "$name"; else
-        bad "$name" "exit $rc, stderr: $(cat "$tmp/e")"; fi
-}
-# A checkpoint that lacks a tensor of the model.
-sed -e 's|^  param lm_head .*|&\n  param extra      [dim]        as "model.extra.weight"|' \
-    -e 's|return linear(rmsnorm(x, final_norm, eps), lm_head)|return linear(rmsnorm(x, final_norm, eps) * extra, lm_head)|' \
-    models/tiny.ft > "$tmp/extra.ft"
-"$ftc" compile "$tmp/extra.ft" -o "$tmp/extra.plan" >/dev/null
-fails missing-tensor "no tensor 'model.extra.weight'" run "$tmp/extra.plan" --data "$tmp/c.bin" --weights "$tmp/ck"
-# A checkpoint whose tensor has another shape than the .ft says.
-sed 's/^  dim      = 64/  dim      = 32/' models/tiny.ft > "$tmp/narrow.ft"
-"$ftc" compile "$tmp/narrow.ft" -o "$tmp/narrow.plan" >/dev/null
-fails shape-mismatch "model.safetensors: tensor 'model.embed_tokens.weight' has shape [256, 64], the model expects [256, 32]" \
-    run "$tmp/narrow.plan" --data "$tmp/c.bin" --weights "$tmp/ck"
-# A checkpoint with a broken header.
-printf '\xff\xff\xff\xff\xff\xff\xff\x7fgarbage' > "$tmp/bad.safetensors"
-fails bad-safetensors "bad.safetensors" run "$tmp/tiny.plan" --data "$tmp/c.bin" --weights "$tmp/bad.safetensors"
-# A token file that is not one.
-head -c 100 tests/data/corpus.txt > "$tmp/notokens.bin"
-fails bad-token-file "notokens.bin" run "$tmp/tiny.plan" --data "$tmp/notokens.bin"
-# Tokens beyond the model's vocabulary.
-printf '\x01\x00\x02\x00' > "$tmp/raw16"
-for i in $(seq 1 80); do printf '\x10\x27'; done >> "$tmp/raw16"
-"$ftc" data --u16 "$tmp/raw16" -o "$tmp/big.bin" >/dev/null
-fails token-beyond-vocab "is 10000, not below the vocabulary size 256" run "$tmp/tiny.plan" --data "$tmp/big.bin" --steps 1
-# One bad token at position 20000 of a corpus of good ones: found before step one (not
-# when its window is drawn), nothing printed on stdout but the header.
-{ printf 'A\0%.0s' $(seq 1 20000); printf '\x10\x27'; printf 'B\0%.0s' $(seq 1 2000); } > "$tmp/late16"
-"$ftc" data --u16 "$tmp/late16" -o "$tmp/late.bin" >/dev/null
-fails late-token-beyond-vocab "token 20000 is 10000, not below the vocabulary size 256" \
-    run "$tmp/tiny.plan" --data "$tmp/late.bin" --steps 1
-grep -q '^step' "$tmp/o" && bad late-token-before-step-one "a step ran: $(cat "$tmp/o")" || ok late-token-before-step-one
-# A loss that is not finite stops the run at that step, naming the first value that is
-# not and where in the .ft it comes from; the optimizer never takes the step.
-sed 's|    return linear(rmsnorm(x, final_norm, eps), lm_head)|    return linear(rmsnorm(x * 1e30 * 1e30, final_norm, eps), lm_head)|' \
-    models/tiny.ft > "$tmp/inf.ft"
-"$ftc" compile "$tmp/inf.ft" -o "$tmp/inf.plan" >/dev/null
-fails nonfinite-loss "step 1, micro-step 1: the loss is nan; the first non-finite value is in" \
-    run "$tmp/inf.plan" --data "$tmp/c.bin" --steps 3 --save "$tmp/inf-out"
-grep -q "inf.ft:44:.*stopped before the optimizer step" "$tmp/e" && [ ! -e "$tmp/inf-out/model.safetensors" ] &&
-    ! grep -q '^step\|^done' "$tmp/o" && ok nonfinite-loss-where || bad nonfinite-loss-where "$(cat "$tmp/e" "$tmp/o")"
-# --skip-nonfinite: a step whose loss is not finite is skipped and counted, its update
-# not taken (the weights after it are bitwise those before it), and training goes on.
-# Token 255's embedding row is made infinite (rmsnorm makes it NaN), and one byte
-# of the corpus, in window 100 only, is 255.
-"$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 1 --save "$tmp/w0" >/dev/null
-python3 - "$tmp/w0/model.safetensors" "$tmp/huge.safetensors" <<'PY'
-import json, struct, sys
-b = bytearray(open(sys.argv[1], "rb").read())
-n = struct.unpack("<Q", b[:8])[0]
-t = json.loads(b[8:8 + n])["model.embed_tokens.weight"]
-dim = t["shape"][1]
-row = 8 + n + t["data_offsets"][0] + 255 * dim * 4
-b[row:row + dim * 4] = struct.pack("<%df" % dim, *([float("inf")] * dim))
-open(sys.argv[2], "wb").write(b)
-PY
-python3 -c "import sys; b = bytearray(open(sys.argv[1], 'rb').read()); b[6410] = 255; open(sys.argv[2], 'wb').write(b)" \
-    tests/data/corpus.txt "$tmp/c255"
-"$ftc" data --bytes "$tmp/c255" -o "$tmp/c255.bin" >/dev/null
-skiprun() { "$ftc" run "$tmp/tiny.plan" --data "$tmp/c255.bin" --weights "$tmp/huge.safetensors" --seed 3 --skip-nonfinite "$@"; }
-skiprun --steps 70 > "$tmp/sk.out" 2>&1
-k=$(grep -m1 'skipped 1' "$tmp/sk.out" | sed 's|^step \([0-9]*\)/.*|\1|')
-if [ $? = 0 ] && [ -n "$k" ] && [ "$(grep -c '  skipped ' "$tmp/sk.out")" = 1 ] &&
-   ! grep -v '  skipped ' "$tmp/sk.out" | grep '^step' | grep -qiE 'loss (-?nan|-?inf)' &&
-   grep -q '^done: 70 steps, 1 skipped (a non-finite loss' "$tmp/sk.out"; then
-    ok "skip-nonfinite-counts-and-goes-on (step $k of 70)"
-else
-    bad skip-nonfinite-counts-and-goes-on "$(grep -E 'skipped|^done|error' "$tmp/sk.out")"
-fi
-if [ -n "$k" ] && [ "$k" -gt 1 ]; then
-    skiprun --steps $((k - 1)) --save "$tmp/sk-before" >/dev/null 2>&1
-    skiprun --steps "$k" --save "$tmp/sk-at" >/dev/null 2>&1
-    skiprun --steps $((k + 1)) --save "$tmp/sk-after" >/dev/null 2>&1
-    "$st_diff" "$tmp/sk-at/model.safetensors" "$tmp/sk-before/model.safetensors" 0 >/dev/null &&
-        ! "$st_diff" "$tmp/sk-after/model.safetensors" "$tmp/sk-at/model.safetensors" 0 >/dev/null &&
-        ok skip-nonfinite-update-not-taken || bad skip-nonfinite-update-not-taken "the weights moved at step $k or not at $((k + 1))"
-fi
-# A checkpoint after the skip carries it: resumed, AdamW's bias correction counts the
-# updates taken, and the run ends as one never stopped.
-if [ -n "$k" ]; then
-    skiprun --steps $((k + 2)) --save-every $((k + 1)) --save "$tmp/sk-r" >/dev/null 2>&1
-    skiprun --steps $((k + 2)) --resume "$tmp/sk-r" --save "$tmp/sk-r2" >/dev/null 2>&1
-    "$st_diff" "$tmp/sk-r2/model.safetensors" "$tmp/sk-r/model.safetensors" 0 >/dev/null &&
-        ok skip-nonfinite-resumes-exactly || bad skip-nonfinite-resumes-exactly "the resumed run's weights differ"
-fi
-# Without it the same run stops at that step.
-"$ftc" run "$tmp/tiny.plan" --data "$tmp/c255.bin" --weights "$tmp/huge.safetensors" --seed 3 --steps 70 >/dev/null 2>"$tmp/e"
-[ $? = 1 ] && grep -q "step $k, micro-step 1: the loss is nan; the first non-finite value is in" "$tmp/e" &&
-    ok nonfinite-stops-without-skip || bad nonfinite-stops-without-skip "$(cat "$tmp/e")"
-# A gradient that is not finite while the loss is: (x·b)/b with b = 1e-25 is x forward,
-# but backward's b² underflows to 0. The run stops naming the first value backward made
-# that is not finite and its .ft line, the update not taken; --skip-nonfinite counts it.
-# With accumulation the micro-step is named too.
-sed 's|    return linear(rmsnorm(x, final_norm, eps), lm_head)|    return linear(rmsnorm((x * (exp(x * 0.0) * 1e-25)) / (exp(x * 0.0) * 1e-25), final_norm, eps), lm_head)|' \
-    models/tiny.ft > "$tmp/gradinf.ft"
-"$ftc" compile "$tmp/gradinf.ft" -o "$tmp/gradinf.plan" >/dev/null
-"$ftc" compile "$tmp/gradinf.ft" --micro-batch 4 -o "$tmp/gradinf4.plan" >/dev/null
-fails nonfinite-gradient "step 1: a gradient is not finite (their norm is nan); the first non-finite value is in" \
-    run "$tmp/gradinf.plan" --data "$tmp/c.bin" --steps 3 --save "$tmp/gi-out"
-grep -q "gradinf.ft:44:[0-9]*; the step's update was not taken, the weights are those of step 0" "$tmp/e" &&
-    [ ! -e "$tmp/gi-out/model.safetensors" ] && ! grep -q '^step\|^done' "$tmp/o" &&
-    ok nonfinite-gradient-where || bad nonfinite-gradient-where "$(cat "$tmp/e" "$tmp/o")"
-fails nonfinite-gradient-micro-step "(in micro-step 1's backward)" run "$tmp/gradinf4.plan" --data "$tmp/c.bin" --steps 1
-# Skipped, every update leaves its weights as they were (bitwise, from the weights it
-# started with), the optimizer on the host (its weights reach the device through a
-# staging copy) or on the device, on the cpu and emu backends; every loss stays finite.
-"$ftc" compile "$tmp/gradinf.ft" --offload none -o "$tmp/gradinf-dev.plan" >/dev/null
-for v in gradinf:cpu gradinf-dev:cpu gradinf:emu; do
-    "$ftc" run "$tmp/${v%%:*}.plan" --data "$tmp/c.bin" --steps 3 --skip-nonfinite --weights "$tmp/w0/model.safetensors" \
-        --device "${v##*:}" --save "$tmp/gi-$v" > "$tmp/o" 2>&1
-    if [ $? = 0 ] && [ "$(grep -c '  skipped ' "$tmp/o")" = 3 ] && grep -q '^done: 3 steps, 3 skipped' "$tmp/o" &&
-       ! grep '^step' "$tmp/o" | grep -qiE 'loss (-?nan|-?inf)' &&
-       "$st_diff" "$tmp/gi-$v/model.safetensors" "$tmp/w0/model.safetensors" 0 >/dev/null; then
-        ok "skip-nonfinite-gradient-weights-kept ($v)"
-    else
-        bad "skip-nonfinite-gradient-weights-kept ($v)" "$(grep -E '^step|^done|error' "$tmp/o")"
-    fi
-done
-# Gradients all finite whose norm's fp32 sum of squares overflows (the logits x 1e20) are
-# told apart from a non-finite gradient.
-sed 's|    return linear(rmsnorm(x, final_norm, eps), lm_head)|    return linear(rmsnorm(x, final_norm, eps), lm_head) * 1e20|' models/tiny.ft > "$tmp/gbig.ft"
-"$ftc" compile "$tmp/gbig.ft" -o "$tmp/gbig.plan" >/dev/null
-fails gradient-norm-overflow "step 1: the gradients' norm overflowed (their norm is inf); every value backward wrote is finite" \
-    run "$tmp/gbig.plan" --data "$tmp/c.bin" --steps 1
-# --save that cannot be written is refused before step one, not after training.
-fails save-no-parent "--save $tmp/no/such: there is no directory $tmp/no to create it in" \
-    run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 1 --save "$tmp/no/such"
-! grep -q '^step' "$tmp/o" && ok save-no-parent-before-step-one || bad save-no-parent-before-step-one "$(cat "$tmp/o")"
-fails save-is-file "it is a file, not a directory" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 1 --save "$tmp/c.bin"
-# A plan that is a device or a FIFO is refused, never read forever or waited on.
-mkdir "$tmp/zero.plan" "$tmp/fifo.plan" && ln -s /dev/zero "$tmp/zero.plan/plan" && mkfifo "$tmp/fifo.plan/plan"
-fails plan-is-device "zero.plan/plan: not a regular file" run "$tmp/zero.plan" --data "$tmp/c.bin"
-fails plan-is-fifo "fifo.plan/plan: not a regular file" run "$tmp/fifo.plan" --data "$tmp/c.bin"
-# Plans edited by hand that passed the reader and crashed the runtime: each refused with
-# what is wrong, before anything runs. (mutate NAME SED_EXPR WANT)
-mutate() {
-    rm -rf "$tmp/m.plan" && cp -r "$tmp/tiny.plan" "$tmp/m.plan" && sed -i "$2" "$tmp/m.plan/plan"
-    fails "plan-$1" "$3" run "$tmp/m.plan" --data "$tmp/c.bin" --steps 1
-}
-lm=$(grep -n '^buffer [0-9]* lm_head ' "$tmp/tiny.plan/plan" | cut -d: -f1)
-tg=$(grep -n ' role=targets' "$tmp/tiny.plan/plan" | cut -d: -f1)
-first=$(grep -n '^phase forward' "$tmp/tiny.plan/plan" | cut -d: -f1)
-mutate input-minus-one "$((first + 1))s/ in=[0-9]*,/ in=-1,/" "names buffer -1"
-mutate micro-batch '/^micro_batch/s/ .*/ 16/' "the header's micro_batch x seq is 1024 i32"
-mutate seq '/^seq /s/ .*/ 128/' "the header's micro_batch x seq is 1024 i32"
-mutate nf4 "${lm}s/ bf16 / nf4 /" "an NF4 parameter without its scales"
-mutate offset "${lm}s/ device [0-9]* / device 9223372036854775000 /" "lies past the end of the device arena"
-mutate shape "${lm}s/ 256x64 / 4294967296x4294967296 /" "bad shape '4294967296x4294967296'"
-mutate targets "${tg}s/ i32 8x64 / i32 8x32 /" "the header's micro_batch x seq is 512 i32"
-mutate vocab '/^vocab /s/ .*/ 100000/' "the header's vocab is 100000"
-mutate other-version '1s/.*/ftc-plan 3/' "plan version 3; this runtime reads version 2"
-# One ftc at a time saves into a directory: a second is refused, naming the first; once
-# the first is gone, the next saves. Temporary files of a killed save are removed by the
-# next save into the directory; a live process's are not.
-"$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 100000 --save "$tmp/busy" >/dev/null 2>&1 &
-busy=$!
-for _ in $(seq 100); do [ -s "$tmp/busy/.ftc-lock" ] && break; sleep 0.1; done
-fails save-dir-locked "--save $tmp/busy: another ftc (pid $busy) is writing it" \
-    run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 1 --save "$tmp/busy"
-kill $busy; wait $busy 2>/dev/null
-dead=$(sh -c 'echo $$')
-: > "$tmp/busy/model.safetensors.tmp.$dead.AbCdEf" && : > "$tmp/busy/model.safetensors.tmp.$$.AbCdEf"
-if "$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 1 --save "$tmp/busy" >/dev/null &&
-   [ ! -e "$tmp/busy/model.safetensors.tmp.$dead.AbCdEf" ] && [ -e "$tmp/busy/model.safetensors.tmp.$$.AbCdEf" ]; then
-    ok save-after-lock-and-stale-tmp
-else
-    bad save-after-lock-and-stale-tmp "$(ls -a "$tmp/busy")"
-fi
-# A plan whose arenas exceed the host's available memory is refused on the CPU before
-# anything is allocated (Qwen2-72B planned for 2T: 1127 GiB of arena).
-"$ftc" compile models/qwen2-72b.ft --gpu h200 --budget 2T --host-mem 4T --micro-batch 1 \
-    -o "$tmp/huge.plan" >/dev/null
-fails host-memory "of memory on the cpu backend, where they are host memory, but this machine has" \
-    run "$tmp/huge.plan" --data "$tmp/c.bin" --steps 1
 # Every precision trains tiny.ft on the cpu backend: 30 steps bring the loss from ln 256
 # well down (fp32; bf16 mixed; fp16 mixed with its dynamic loss scale; bf16_pure, its
 # updates Kahan-compensated).
@@ -470,135 +260,6 @@ if grep '^step ' <<<"$out" | awk '{ s = $0; sub(/.*  scale /, "", s); sub(/ .*/,
 else
     bad fp16-scale-backs-off-and-grows "$out"
 fi
-
-# A missing plan.
-fails missing-plan "cannot open" run "$tmp/nothing.plan" --data "$tmp/c.bin"
-# The schedule: without --steps the train section's steps run; the warm-up starts at 0
-# and the cosine falls toward min_lr (HF's cosine_with_min_lr, computed by hand); the
-# banner says it all, the clip too.
-sed 's/^  optimizer = .*/  optimizer = adamw(lr = 3e-3, weight_decay = 0.1)\n  lr_schedule = cosine\n  warmup_steps = 2\n  steps = 7\n  min_lr = 3e-4\n  clip = 0.5/' \
-    models/tiny.ft > "$tmp/sched.ft"
-"$ftc" compile "$tmp/sched.ft" -o "$tmp/sched.plan" >/dev/null
-out=$("$ftc" run "$tmp/sched.plan" --data "$tmp/c.bin" 2>&1)
-lrs=$(grep '^step ' <<<"$out" | awk '{print $8}' | tr '\n' ' ')
-if [ "$(grep -c '^step ' <<<"$out")" = 7 ] && [ "$lrs" = "0.000e+00 1.500e-03 3.000e-03 2.742e-03 2.067e-03 1.233e-03 5.578e-04 " ] &&
-   grep -q '^schedule: lr cosine after 2 warm-up steps from 0, peak 3.000e-03, 3.000e-04 at step 7; gradients clipped to a global norm of 0.5$' <<<"$out"; then
-    ok "schedule-from-plan ($lrs)"
-else
-    bad schedule-from-plan "$out"
-fi
-
-# Evaluation: --eval-data runs the plan's eval phase (forward only) every --eval-every
-# steps and after the last, printing the eval loss and its perplexity; it changes nothing
-# of the training (losses and weights bitwise those of a run without it, poison on).
-head -c 6000 tests/data/corpus.txt > "$tmp/e.txt"
-"$ftc" data --bytes "$tmp/e.txt" -o "$tmp/e.bin" >/dev/null
-"$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 5 --seed 7 --poison --save "$tmp/noeval" > "$tmp/ne.out"
-"$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 5 --seed 7 --poison --save "$tmp/witheval" \
-    --eval-data "$tmp/e.bin" --eval-every 2 > "$tmp/we.out"
-evals=$(grep '^eval [0-9]' "$tmp/we.out" | awk '{print $2}' | tr '\n' ' ')
-if [ "$(losses < "$tmp/ne.out")" = "$(losses < "$tmp/we.out")" ] && [ "$evals" = "2/5 4/5 5/5 " ] &&
-   cmp -s "$tmp/noeval/model.safetensors" "$tmp/witheval/model.safetensors" &&
-   grep -q '^eval: .*e.bin, 12 batches of 8 x 64 tokens (93 windows in the file), every --eval-every steps and after the last$' "$tmp/we.out" &&
-   grep '^eval [0-9]' "$tmp/we.out" | awk '{ if ($3 != "loss" || $5 != "ppl" || $7 != "targets" || $8 != 5952) exit 1
-        r = exp($4) / $6; if (r < 0.9995 || r > 1.0005) exit 1 } END { exit NR != 3 }'; then
-    ok "eval-every-changes-nothing ($(grep '^eval [0-9]' "$tmp/we.out" | awk '{print $4}' | tr '\n' ' '))"
-else
-    bad eval-every-changes-nothing "$(cat "$tmp/we.out")"
-fi
-# The eval loss is the mean over the eval file's trained targets, computed apart: a plan at
-# learning rate 0 trains one step on exactly one micro-batch of windows (the same eight
-# windows in another order) and evaluates on them; the step's loss and the eval loss agree.
-head -c 513 tests/data/corpus.txt > "$tmp/e8.txt"
-"$ftc" data --bytes "$tmp/e8.txt" -o "$tmp/e8.bin" >/dev/null
-sed 's/lr = 3e-3/lr = 0.0/' models/tiny.ft > "$tmp/lr0.ft"
-"$ftc" compile "$tmp/lr0.ft" -o "$tmp/lr0.plan" >/dev/null
-out=$("$ftc" run "$tmp/lr0.plan" --data "$tmp/e8.bin" --steps 1 --eval-data "$tmp/e8.bin" --eval-batches 5 2>&1)
-tl=$(grep '^step 1/1' <<<"$out" | awk '{print $4}') el=$(grep '^eval 1/1' <<<"$out" | awk '{print $4}')
-awk -v a="$tl" -v b="$el" 'BEGIN { d = a - b; exit !(a > 5 && d < 2e-6 && d > -2e-6) }' &&
-    grep -q '^eval: .*e8.bin, 1 batches of 8 x 64 tokens (8 windows in the file), after the last step$' <<<"$out" &&
-    ok "eval-loss-is-the-forward-loss (step $tl, eval $el)" || bad eval-loss-is-the-forward-loss "$out"
-# The eval phase of other plans of the same model: the loss unfused (the logits whole),
-# and the weights streamed from the host (the eval phase's reads of them streamed as the
-# forward's), each training and evaluating as the default plan (fused loss, weights kept)
-# does: the same losses and eval losses.
-"$ftc" compile models/tiny.ft --unfused-loss -o "$tmp/unfused.plan" >/dev/null
-"$ftc" compile models/tiny.ft --offload weights -o "$tmp/streamed.plan" >/dev/null
-for v in tiny unfused streamed; do
-    "$ftc" run "$tmp/$v.plan" --data "$tmp/c.bin" --steps 4 --seed 7 --eval-data "$tmp/e.bin" \
-        --eval-every 2 --eval-batches 3 > "$tmp/ev-$v.out" 2>&1
-    grep '^eval [0-9]\|^step [0-9]' "$tmp/ev-$v.out" | awk '{print $1, $2, $4}' > "$tmp/ev-$v.losses"
-done
-if [ "$(grep -c '^eval' "$tmp/ev-tiny.losses")" = 2 ] && grep -q '^phase eval' "$tmp/streamed.plan/plan" &&
-   awk 'NR == FNR { a[FNR] = $3; next } { d = a[FNR] - $3; if (d > 1e-5 || d < -1e-5) exit 1 }' \
-       "$tmp/ev-tiny.losses" "$tmp/ev-unfused.losses" &&
-   cmp -s "$tmp/ev-tiny.losses" "$tmp/ev-streamed.losses"; then
-    ok "eval-other-plans ($(grep '^eval' "$tmp/ev-tiny.losses" | awk '{print $3}' | tr '\n' ' '))"
-else
-    bad eval-other-plans "$(paste "$tmp/ev-tiny.losses" "$tmp/ev-unfused.losses" "$tmp/ev-streamed.losses"; tail -3 "$tmp/ev-streamed.out")"
-fi
-# --eval-batches K: the first K micro-batches only.
-out=$("$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 1 --eval-data "$tmp/e.bin" --eval-batches 2 2>&1)
-grep -q '^eval: .*, 2 batches of 8 x 64 tokens (93 windows in the file) from its first window, after the last step$' <<<"$out" &&
-    grep -q '^eval 1/1  loss [0-9.]*  ppl [0-9.]*  targets 1024 ' <<<"$out" && ok eval-batches ||
-    bad eval-batches "$out"
-# Usage and input errors.
-"$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --eval-every 2 >/dev/null 2>"$tmp/e"
-[ $? = 2 ] && grep -q 'ftc run: error: --eval-every needs --eval-data FILE' "$tmp/e" && ok eval-every-needs-data ||
-    bad eval-every-needs-data "$(cat "$tmp/e")"
-"$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --eval-data "$tmp/e.bin" --eval-batches 0 >/dev/null 2>"$tmp/e"
-[ $? = 2 ] && grep -q -- '--eval-batches must be at least 1' "$tmp/e" && ok eval-batches-positive ||
-    bad eval-batches-positive "$(cat "$tmp/e")"
-head -c 20 tests/data/corpus.txt > "$tmp/short.txt"
-"$ftc" data --bytes "$tmp/short.txt" -o "$tmp/short.bin" >/dev/null
-fails eval-data-too-short "short.bin" run "$tmp/tiny.plan" --data "$tmp/c.bin" --eval-data "$tmp/short.bin"
-fails eval-data-missing "nothing.bin" run "$tmp/tiny.plan" --data "$tmp/c.bin" --eval-data "$tmp/nothing.bin"
-
-# The run report: --save DIR gets DIR/run.jsonl, a record a step (the eval loss on the
-# steps that evaluated, the same figures as the console), and DIR/run.html.
-"$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 6 --seed 7 --save "$tmp/rep" --save-every 3 \
-    --eval-data "$tmp/e8.bin" --eval-every 3 > "$tmp/rep.out"
-j="$tmp/rep/run.jsonl"
-if [ "$(wc -l < "$j")" = 6 ] && [ -s "$tmp/rep/run.html" ] &&
-   [ "$(grep -o '"step": [0-9]*' "$j" | awk '{print $2}' | tr '\n' ' ')" = "1 2 3 4 5 6 " ] &&
-   [ "$(grep -o '"eval_loss": [0-9][0-9.]*' "$j" | awk '{printf "%.6f ", $2}')" = "$(grep '^eval [0-9]' "$tmp/rep.out" | awk '{printf "%s ", $4}')" ] &&
-   [ "$(grep -o '"loss": [0-9][0-9.]*' "$j" | awk '{printf "%.6f ", $2}')" = "$(grep '^step ' "$tmp/rep.out" | awk '{printf "%s ", $4}')" ] &&
-   grep -q '^{"step": 1, "loss": [0-9.]*, "eval_loss": null, "eval_ppl": null, "grad_norm": [0-9.]*, "lr": 0.003, "tokens_per_s": [0-9.]*, "loss_scale": null, "skipped": false, "skipped_total": 0, "tokens": 512, "elapsed_s": [0-9.]*}$' "$j" &&
-   grep -q "^report: $tmp/rep/run.jsonl (a record a step) and $tmp/rep/run.html$" "$tmp/rep.out"; then
-    ok run-jsonl-a-record-a-step
-else
-    bad run-jsonl-a-record-a-step "$(cat "$j")"
-fi
-# Resumed from the checkpoint at step 3 after a longer run had written records to step 6:
-# the records after 3 are dropped, the resumed steps written again, one a step.
-"$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 6 --resume "$tmp/rep" --save "$tmp/rep" \
-    --eval-data "$tmp/e8.bin" --eval-every 3 > "$tmp/rep2.out" 2>&1
-steps=$(grep -o '"step": [0-9]*' "$j" | awk '{print $2}' | tr '\n' ' ')
-[ "$steps" = "1 2 3 4 5 6 " ] && grep -q "resuming from .*checkpoint-000003" "$tmp/rep2.out" &&
-    [ "$(grep -o '"loss": [0-9][0-9.]*' "$j" | awk '{printf "%.6f ", $2}')" = "$(grep '^step ' "$tmp/rep.out" | awk '{printf "%s ", $4}')" ] &&
-    ok "run-jsonl-after-resume ($steps)" || bad run-jsonl-after-resume "$steps: $(cat "$tmp/rep2.out")"
-# --report DIR elsewhere; a file there is refused before step one.
-"$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 2 --report "$tmp/only-report" >/dev/null &&
-    [ "$(wc -l < "$tmp/only-report/run.jsonl")" = 2 ] && [ -s "$tmp/only-report/run.html" ] &&
-    ok report-dir || bad report-dir "$(ls "$tmp/only-report")"
-touch "$tmp/afile"
-fails report-is-a-file "--report $tmp/afile: it is a file, not a directory" run "$tmp/tiny.plan" --data "$tmp/c.bin" --report "$tmp/afile"
-# The console: not on a terminal, a line every --log-every steps (and the first and last);
-# on one (script gives a pty), the line rewritten in place with the time left.
-out=$("$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 7 --log-every 3)
-[ "$(grep '^step ' <<<"$out" | awk '{print $2}' | tr '\n' ' ')" = "1/7 3/7 6/7 7/7 " ] && ok log-every ||
-    bad log-every "$out"
-if command -v script >/dev/null; then
-    out=$(script -qec "$ftc run $tmp/tiny.plan --data $tmp/c.bin --steps 3" /dev/null | tr '\r' '\n')
-    if grep -q $'^step 2/3  loss [0-9.]*  tok/s [0-9]*  lr .*  eta [0-9.]*s\e\\[K$' <<<"$out" &&
-       grep -q $'^step 3/3  .*  eta 0s\e\\[K$' <<<"$out" && grep -q '^done: 3 steps' <<<"$out"; then
-        ok progress-in-place-on-a-terminal
-    else
-        bad progress-in-place-on-a-terminal "$(cat -A <<<"$out" | head)"
-    fi
-fi
-"$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --log-every 0 >/dev/null 2>"$tmp/e"
-[ $? = 2 ] && grep -q -- '--log-every must be at least 1' "$tmp/e" && ok log-every-positive || bad log-every-positive "$(cat "$tmp/e")"
 
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -10,7 +10,7 @@
 #     memory, beside ftc's.
 # Exit status 1 when a correctness check fails (report.py says which), 2 on bad usage.
 #
-# usage: bash tests/gpu/run.sh [--dry-run] [--steps N] [--work DIR] [--build DIR]
+# usage: bash tests/gpu/run.sh [--dry-run] [--steps N] [--work DIR] [--build DIR] [--kernels CASES]
 #   --dry-run  no GPU: the same script on the CPU; the kernels on the cuda backend over
 #              the simulated driver (test_kernels --device sim), the runs on the emu
 #              backend, the two big plans compiled but trained as tiny.ft of the same kind,
@@ -18,6 +18,7 @@
 #   --steps N  optimizer steps of each big run, the first being warm-up (default 6)
 #   --work DIR keep the logs and plans in DIR (default: a temporary directory, removed)
 #   --build DIR  take ftc and tests/test_kernels from this build directory
+#   --kernels CASES  only these cases of test_kernels (comma-separated; default all)
 #
 # Otherwise ftc comes from gpu-bundle/ when it is there (tests/gpu/bundle.sh makes it on a machine
 # that can build, to travel with the tree to one that cannot), else from build/, else it
@@ -25,13 +26,14 @@
 set -u
 cd "$(dirname "$0")/../.."
 root=$PWD
-dry=0 steps=6 work="" build=""
+dry=0 steps=6 work="" build="" kcases=""
 while [ $# -gt 0 ]; do
     case $1 in
         --dry-run) dry=1 ;;
         --steps) steps=${2:-}; shift ;;
         --work) work=${2:-}; shift ;;
         --build) build=${2:-}; shift ;;
+        --kernels) kcases=${2:-}; shift ;;
         -h|--help) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) echo "run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
@@ -83,7 +85,8 @@ if [ $dry = 1 ]; then dev=emu kdev=sim limit=1200; else dev=cuda kdev=cuda limit
 
 # --- every kernel against the cpu backend -------------------------------------------------
 log "kernels on $kdev"
-timeout "$limit" "$tk" "$root" --device "$kdev" > "$work/kernels.log" 2>&1
+# shellcheck disable=SC2086
+timeout "$limit" "$tk" "$root" --device "$kdev" ${kcases//,/ } > "$work/kernels.log" 2>&1
 echo $? > "$work/kernels.rc"
 
 # --- tiny.ft, 20 steps ---------------------------------------------------------------------
