@@ -408,6 +408,35 @@ static void conversions(void) {
     free(x), free(bfw), free(hw), free(bf), free(h), free(bits), free(wbf), free(whf);
 }
 
+// ldmatrix's fragments as the PTX ISA lays them out: lane 4r + w takes, of matrix j (quarter j
+// of M: rows 8 (j % 2).., columns 8 (j / 2)..), elements (r, 2w) and (r, 2w + 1), or
+// transposed (2w, r) and (2w + 1, r); and cp.async's bytes only after the wait.
+static void ldmatrix(void) {
+    uint16_t M[256];
+    uint32_t out[320];
+    for (int i = 0; i < 256; i++)
+        M[i] = (uint16_t)(i * 37 + 11);
+    Args a = {.p = {out, M}};
+    if (run("k_ldmatrix", dim3(1, 1, 1), dim3(32, 1, 1), a) != 0)
+        return;
+    int bad = 0;
+    for (int l = 0; l < 32; l++) {
+        bad += out[l] != 0;   // read before the wait: the zeros it overwrites later
+        bad += out[32 + l] != ((uint32_t)M[l * 8] | (uint32_t)M[l * 8 + 1] << 16);
+        int r = l / 4, w = l % 4;
+        for (int j = 0; j < 4; j++) {
+            int r0 = 8 * (j % 2), c0 = 8 * (j / 2);
+            uint32_t plain = (uint32_t)M[(r0 + r) * 16 + c0 + 2 * w] |
+                             (uint32_t)M[(r0 + r) * 16 + c0 + 2 * w + 1] << 16;
+            uint32_t trans = (uint32_t)M[(r0 + 2 * w) * 16 + c0 + r] |
+                             (uint32_t)M[(r0 + 2 * w + 1) * 16 + c0 + r] << 16;
+            bad += out[64 + 4 * l + j] != plain;
+            bad += out[192 + 4 * l + j] != trans;
+        }
+    }
+    CHECK_EQ(0, bad);
+}
+
 static void mma(void) {
     enum { W = 2 }; // two warps, two independent products
     uint16_t A[W * 256], B[W * 128];
@@ -521,6 +550,10 @@ static void faults(void) {
                  "__trap");
     expect_fault("k_mma_partial", dim3(1, 1, 1), dim3(48, 1, 1), "k_mma_partial", "32 lanes",
                  "16 threads");
+    expect_fault("k_ldmatrix_misaligned", dim3(1, 1, 1), dim3(32, 1, 1), "ldmatrix", "lane 5",
+                 "not 16-byte aligned");
+    expect_fault("k_cp_async_misaligned", dim3(1, 1, 1), dim3(1, 1, 1), "cp.async", "16-byte aligned",
+                 NULL);
     expect_fault("k_nosuch", dim3(1, 1, 1), dim3(32, 1, 1), "k_nosuch", "no such kernel", NULL);
     expect_fault("k_ok", dim3(1, 1, 1), dim3(2048, 1, 1), "k_ok", "bad launch geometry", NULL);
     expect_fault("k_ok", dim3(0, 1, 1), dim3(32, 1, 1), "k_ok", "bad launch geometry", NULL);
@@ -614,6 +647,7 @@ int main(int argc, char **argv) {
     RUN(atomics);
     RUN(conversions);
     RUN(mma);
+    RUN(ldmatrix);
     RUN(intrinsics);
     RUN(grouped);
     RUN(faults);

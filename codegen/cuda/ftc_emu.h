@@ -42,6 +42,7 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,7 +73,8 @@
 #define __align__(n) __attribute__((aligned(n)))
 #define __constant__ static const
 // A block's shared memory: one copy per OS thread, which runs one block at a time; not cleared
-// between blocks (neither is CUDA's). Statically sized arrays only: no `extern __shared__`.
+// between blocks (neither is CUDA's). Statically sized arrays only: no `extern __shared__`
+// (prelude.cuh's FTC_DYN_SMEM, CUDA's dynamic shared memory, is such an array here).
 #define __shared__ static _Thread_local
 // Kernels are private to kernels.so; FTC_EMU_TABLE makes them launchable by name.
 #define FTC_KERNEL static
@@ -134,7 +136,18 @@ enum {
     FTC_EMU_OP_VOTE,     // ballot, any, all: each lane derives its answer from the ballot
     FTC_EMU_OP_SYNCWARP,
     FTC_EMU_OP_MMA,
+    FTC_EMU_OP_LDMATRIX, // each lane brings a row's address, takes its words of the matrices
 };
+
+// cp.async copies a thread has issued and not yet waited for: each lands in shared memory at
+// the cp.async.wait_group that retires its group, not before (its source is read at the issue),
+// so a kernel that reads a tile before waiting for it reads what was there.
+#define FTC_EMU_ASYNC_MAX 128
+typedef struct FtcEmuCopy {
+    void *dst;
+    unsigned char bytes[16];
+    int group; // the commit group: the count of commits before it was issued
+} FtcEmuCopy;
 
 typedef struct FtcEmuThread {
     uint3 idx;           // threadIdx
@@ -151,6 +164,11 @@ typedef struct FtcEmuThread {
     unsigned long long out;  // shuffle: the value read; vote: ballot | participants << 32
     unsigned int mma_a[4], mma_b[2];
     float mma_c[4], mma_d[4];
+    const unsigned char *ldm_row; // ldmatrix: the row address it brings
+    int ldm_n, ldm_trans;         //   matrices (1, 2, 4), transposed
+    unsigned int ldm_out[4];      //   the words it takes
+    FtcEmuCopy async[FTC_EMU_ASYNC_MAX]; // cp.async in flight (nasync of them), in issue order
+    int nasync, commits;
     char *stack; // lowest usable byte of its fiber stack (the guard page is just below)
     jmp_buf jb;  // where its fiber resumes
 } FtcEmuThread;
@@ -344,6 +362,28 @@ FTC_EMU_FN void ftc_emu_mma_compute_(FtcEmuThread *lanes) {
     }
 }
 
+// ldmatrix.sync.aligned.m8n8.xN[.trans].shared.b16 for the warp whose lanes are `lanes`: lane
+// 8j + r brings the address of row r of 8x8 matrix j (eight 16-bit elements, 16-byte aligned);
+// lane 4r + w takes, of each matrix j, word w of row r (elements 2w and 2w + 1, the first in the
+// low half), or with .trans elements (2w, r) and (2w + 1, r): the matrix transposed.
+FTC_EMU_FN void ftc_emu_ldmatrix_compute_(FtcEmuThread *lanes) {
+    for (int l = 0; l < 32; l++) {
+        FtcEmuThread *t = &lanes[l];
+        int r = l >> 2, w = l & 3;
+        for (int j = 0; j < t->ldm_n; j++) {
+            unsigned short lo, hi;
+            if (t->ldm_trans) {
+                memcpy(&lo, lanes[8 * j + 2 * w].ldm_row + 2 * r, 2);
+                memcpy(&hi, lanes[8 * j + 2 * w + 1].ldm_row + 2 * r, 2);
+            } else {
+                memcpy(&lo, lanes[8 * j + r].ldm_row + 4 * w, 2);
+                memcpy(&hi, lanes[8 * j + r].ldm_row + 4 * w + 2, 2);
+            }
+            t->ldm_out[j] = (unsigned int)lo | (unsigned int)hi << 16;
+        }
+    }
+}
+
 // Completes the warp operation `kind` for the lanes `part` of warp `w`, all of which have
 // arrived: computes every lane's result.
 FTC_EMU_FN void ftc_emu_warp_complete_(FtcEmuLaunch *L, int w, unsigned int part, int kind) {
@@ -365,6 +405,8 @@ FTC_EMU_FN void ftc_emu_warp_complete_(FtcEmuLaunch *L, int w, unsigned int part
             lanes[ftc_emu_bit_(m)].out = ballot | (unsigned long long)part << 32;
     } else if (kind == FTC_EMU_OP_MMA) {
         ftc_emu_mma_compute_(lanes);
+    } else if (kind == FTC_EMU_OP_LDMATRIX) {
+        ftc_emu_ldmatrix_compute_(lanes);
     }
 }
 
@@ -383,7 +425,7 @@ FTC_EMU_FN void ftc_emu_warp_op_(int kind, unsigned int mask, const char *op) {
     if (!(mask & me))
         ftc_emu_fail_("%s with mask 0x%08x, which excludes the calling lane %d", op, mask,
                       t->lane);
-    if (kind == FTC_EMU_OP_MMA && w->exist != FTC_EMU_FULL_MASK)
+    if ((kind == FTC_EMU_OP_MMA || kind == FTC_EMU_OP_LDMATRIX) && w->exist != FTC_EMU_FULL_MASK)
         ftc_emu_fail_("%s needs all 32 lanes, but warp %d has only %d threads", op, t->warp,
                       __builtin_popcount(w->exist));
     if (part & w->exited)
@@ -523,6 +565,50 @@ FTC_EMU_FN void ftc_emu_mma_16816(float *d0, float *d1, float *d2, float *d3, un
     t->mma_c[0] = c0, t->mma_c[1] = c1, t->mma_c[2] = c2, t->mma_c[3] = c3;
     ftc_emu_warp_op_(FTC_EMU_OP_MMA, FTC_EMU_FULL_MASK, "mma.sync.m16n8k16");
     *d0 = t->mma_d[0], *d1 = t->mma_d[1], *d2 = t->mma_d[2], *d3 = t->mma_d[3];
+}
+
+// ldmatrix.sync.aligned.m8n8.x`n`[.trans].shared.b16 (prelude.cuh's FTC_LDMATRIX_*): `row` is the
+// address this lane brings (read only where lane < 8n); out[0..n) the words it takes.
+FTC_EMU_FN void ftc_emu_ldmatrix(unsigned int *out, const void *row, int n, int trans) {
+    FtcEmuThread *t = ftc_emu_T;
+    if (t->lane < 8 * n && ((uintptr_t)row & 15u))
+        ftc_emu_fail_("ldmatrix: lane %d's row address %p is not 16-byte aligned", t->lane, row);
+    t->ldm_row = (const unsigned char *)row;
+    t->ldm_n = n;
+    t->ldm_trans = trans;
+    ftc_emu_warp_op_(FTC_EMU_OP_LDMATRIX, FTC_EMU_FULL_MASK,
+                     trans ? "ldmatrix.sync.aligned.m8n8.trans" : "ldmatrix.sync.aligned.m8n8");
+    for (int j = 0; j < n; j++)
+        out[j] = t->ldm_out[j];
+}
+
+// cp.async.cg.shared.global [dst], [src], 16: the 16 bytes at src, read now, land at dst when a
+// cp.async.wait_group retires their group (both addresses 16-byte aligned).
+FTC_EMU_FN void ftc_emu_cp_async_16(void *dst, const void *src) {
+    FtcEmuThread *t = ftc_emu_T;
+    if (((uintptr_t)dst | (uintptr_t)src) & 15u)
+        ftc_emu_fail_("cp.async of 16 bytes from %p to %p: both must be 16-byte aligned", src, dst);
+    if (t->nasync == FTC_EMU_ASYNC_MAX)
+        ftc_emu_fail_("more than %d cp.async in flight in one thread (no cp.async.wait_group)",
+                      FTC_EMU_ASYNC_MAX);
+    FtcEmuCopy *c = &t->async[t->nasync++];
+    c->dst = dst;
+    memcpy(c->bytes, src, 16);
+    c->group = t->commits;
+}
+FTC_EMU_FN void ftc_emu_cp_async_commit(void) { ftc_emu_T->commits++; }
+// cp.async.wait_group n: every committed group but the newest n has landed.
+FTC_EMU_FN void ftc_emu_cp_async_wait(int n) {
+    FtcEmuThread *t = ftc_emu_T;
+    int kept = 0;
+    for (int i = 0; i < t->nasync; i++) {
+        FtcEmuCopy *c = &t->async[i];
+        if (c->group < t->commits - n)
+            memcpy(c->dst, c->bytes, 16);
+        else
+            t->async[kept++] = *c;
+    }
+    t->nasync = kept;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -780,6 +866,7 @@ FTC_EMU_FN void ftc_emu_fiber_main_(void) {
     FtcEmuThread *t = ftc_emu_T;
     for (;;) {
         FtcEmuLaunch *L = ftc_emu_L;
+        t->nasync = t->commits = 0;
         L->call(L->fn, L->args);
         t->state = FTC_EMU_EXITED;
         L->warps[t->warp].exited |= 1u << t->lane;
@@ -888,6 +975,7 @@ static __attribute__((unused, noinline)) int ftc_emu_run_blocks_(FtcEmuLaunch *L
                             t->tid = (int)(x + y * b.x + z * b.x * b.y);
                             t->lane = t->tid & 31;
                             t->warp = t->tid >> 5;
+                            t->nasync = t->commits = 0;
                             L->call(L->fn, L->args);
                         }
             }

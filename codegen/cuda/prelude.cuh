@@ -127,3 +127,68 @@ FTC_INLINE void st_f16(unsigned short *p, long long i, float v) { p[i] = f2f16(v
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(c0), "f"(c1),       \
                    "f"(c2), "f"(c3))
 #endif
+
+/* Shared memory a kernel sizes itself past the 48 KiB of static arrays: `name` is BYTES bytes,
+ * 16-byte aligned, one array a kernel. On a GPU it is the launch's dynamic shared memory (the
+ * plan's launch names the size, the runtime raises the kernel's limit to it) and a launch
+ * given less traps; under the emu a static array of that size. */
+#ifdef FTC_EMU
+#define FTC_DYN_SMEM(name, bytes) static _Thread_local __attribute__((aligned(16))) unsigned char name[bytes]
+#else
+#define FTC_DYN_SMEM(name, bytes)                                                                 \
+    extern __shared__ __align__(16) unsigned char name[];                                       \
+    ftc_dyn_smem_check(bytes)
+FTC_INLINE void ftc_dyn_smem_check(unsigned int bytes) {
+    unsigned int n;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(n));
+    if (n < bytes)
+        __trap();
+}
+#endif
+
+/* A shared-memory address as the 32-bit operand of ldmatrix and cp.async. */
+#ifndef FTC_EMU
+FTC_INLINE unsigned int ftc_smem_u32(const void *p) {
+    unsigned long long a;
+    asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
+    return (unsigned int)a;
+}
+#endif
+
+/* ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16: the warp loads four 8x8 matrices of 16-bit
+ * elements from shared memory; lane 8j + r gives the address of row r of matrix j (16-byte
+ * aligned, eight contiguous elements), and lane 4r + w gets in rj the elements 2w, 2w + 1 of row
+ * r of matrix j (the first in the low half); with _T, elements (2w, r) and (2w + 1, r): each
+ * matrix transposed. rj are exactly an mma operand's registers (attention.cuh). */
+#ifdef FTC_EMU
+#define FTC_LDMATRIX_X4_(r0, r1, r2, r3, p, trans)                                               \
+    do {                                                                                         \
+        unsigned int ftc_o_[4];                                                                  \
+        ftc_emu_ldmatrix(ftc_o_, (p), 4, (trans));                                               \
+        (r0) = ftc_o_[0], (r1) = ftc_o_[1], (r2) = ftc_o_[2], (r3) = ftc_o_[3];                  \
+    } while (0)
+#define FTC_LDMATRIX_X4(r0, r1, r2, r3, p) FTC_LDMATRIX_X4_(r0, r1, r2, r3, p, 0)
+#define FTC_LDMATRIX_X4_T(r0, r1, r2, r3, p) FTC_LDMATRIX_X4_(r0, r1, r2, r3, p, 1)
+#else
+#define FTC_LDMATRIX_X4(r0, r1, r2, r3, p)                                                       \
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"             \
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(ftc_smem_u32(p)))
+#define FTC_LDMATRIX_X4_T(r0, r1, r2, r3, p)                                                     \
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"       \
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(ftc_smem_u32(p)))
+#endif
+
+/* cp.async (sm_80): 16 bytes from global to shared memory, bypassing the registers; a thread's
+ * copies form groups at each commit, and FTC_CP_ASYNC_WAIT(n) waits until at most the newest n
+ * groups are still in flight (n a literal). Other threads see the bytes after the waiting
+ * thread's next __syncthreads. Both addresses 16-byte aligned. */
+#ifdef FTC_EMU
+#define FTC_CP_ASYNC_16(dst, src) ftc_emu_cp_async_16((dst), (src))
+#define FTC_CP_ASYNC_COMMIT() ftc_emu_cp_async_commit()
+#define FTC_CP_ASYNC_WAIT(n) ftc_emu_cp_async_wait(n)
+#else
+#define FTC_CP_ASYNC_16(dst, src)                                                                \
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(ftc_smem_u32(dst)), "l"(src))
+#define FTC_CP_ASYNC_COMMIT() asm volatile("cp.async.commit_group;" ::: "memory")
+#define FTC_CP_ASYNC_WAIT(n) asm volatile("cp.async.wait_group %0;" ::"n"(n) : "memory")
+#endif

@@ -65,6 +65,26 @@ FTC_KERNEL void k_mma_partial(FtcArgs a) {
     out[threadIdx.x] = d0 + d1 + d2 + d3;
 }
 
+/* ldmatrix with lane 5's row 2 bytes off its 16-byte alignment. */
+FTC_KERNEL void k_ldmatrix_misaligned(FtcArgs a) {
+    __shared__ __align__(16) unsigned short m[512];
+    unsigned int *out = (unsigned int *)a.p[0], r0, r1, r2, r3;
+    int l = threadIdx.x;
+    const unsigned short *row = m + l * 8 + (l == 5);
+    FTC_LDMATRIX_X4(r0, r1, r2, r3, row);
+    out[l] = r0 + r1 + r2 + r3;
+}
+
+/* cp.async from a source 4 bytes off its alignment. */
+FTC_KERNEL void k_cp_async_misaligned(FtcArgs a) {
+    __shared__ __align__(16) unsigned char m[16];
+    const unsigned char *in = (const unsigned char *)a.p[1];
+    FTC_CP_ASYNC_16(m, in + 4);
+    FTC_CP_ASYNC_COMMIT();
+    FTC_CP_ASYNC_WAIT(0);
+    ((unsigned char *)a.p[0])[threadIdx.x] = m[threadIdx.x];
+}
+
 /* out[i] = i + 1 over a block, with a barrier. */
 FTC_KERNEL void k_ok(FtcArgs a) {
     int *out = (int *)a.p[0];
@@ -82,6 +102,8 @@ FTC_EMU_TABLE(
     FTC_EMU_ENTRY(k_mask_self, 1)
     FTC_EMU_ENTRY(k_trap, 0)
     FTC_EMU_ENTRY(k_mma_partial, 1)
+    FTC_EMU_ENTRY(k_ldmatrix_misaligned, 1)
+    FTC_EMU_ENTRY(k_cp_async_misaligned, 0)
     FTC_EMU_ENTRY(k_ok, 1)
 )
 #endif

@@ -186,6 +186,32 @@ FTC_KERNEL void k_mma(FtcArgs a) {
     E[g * 8 + q] = d0, E[g * 8 + q + 1] = d1, E[(g + 8) * 8 + q] = d2, E[(g + 8) * 8 + q + 1] = d3;
 }
 
+/* (g) ldmatrix and cp.async: a 16 x 16 matrix M of 16-bit elements (in) reaches shared memory
+ * by cp.async, 16 bytes a thread, read once before the wait (what was there: zeros) and once
+ * after; then ldmatrix.x4 of its four 8x8 quarters (lane l gives row l % 16 of column block
+ * l / 16: M[0:8][0:8], M[8:16][0:8], M[0:8][8:16], M[8:16][8:16]), plain and transposed. out:
+ * before[32], after[32] (each thread's first word), plain[32][4], trans[32][4]. */
+FTC_KERNEL void k_ldmatrix(FtcArgs a) {
+    __shared__ __align__(16) unsigned short m[256];
+    unsigned int *out = (unsigned int *)a.p[0];
+    const unsigned short *in = (const unsigned short *)a.p[1];
+    int l = threadIdx.x;
+    m[l * 8] = 0, m[l * 8 + 1] = 0;
+    __syncthreads();
+    FTC_CP_ASYNC_16(m + l * 8, in + l * 8);
+    FTC_CP_ASYNC_COMMIT();
+    out[l] = (unsigned int)m[l * 8] | (unsigned int)m[l * 8 + 1] << 16;
+    FTC_CP_ASYNC_WAIT(0);
+    __syncthreads();
+    out[32 + l] = (unsigned int)m[l * 8] | (unsigned int)m[l * 8 + 1] << 16;
+    const unsigned short *row = m + (l % 16) * 16 + (l / 16) * 8;
+    unsigned int r0, r1, r2, r3;
+    FTC_LDMATRIX_X4(r0, r1, r2, r3, row);
+    out[64 + 4 * l] = r0, out[65 + 4 * l] = r1, out[66 + 4 * l] = r2, out[67 + 4 * l] = r3;
+    FTC_LDMATRIX_X4_T(r0, r1, r2, r3, row);
+    out[192 + 4 * l] = r0, out[193 + 4 * l] = r1, out[194 + 4 * l] = r2, out[195 + 4 * l] = r3;
+}
+
 /* (h) Four barriers a block of 256: out[b * 256 + t] = (t + 1 mod 256) * 2 + (t + 3 mod 256)
  * * 2 reached through shared memory. */
 FTC_KERNEL void k_perf(FtcArgs a) {
@@ -270,6 +296,7 @@ FTC_EMU_TABLE(
     FTC_EMU_ENTRY(k_convert, 0)
     FTC_EMU_ENTRY(k_widen, 0)
     FTC_EMU_ENTRY(k_mma, 1)
+    FTC_EMU_ENTRY(k_ldmatrix, 1)
     FTC_EMU_ENTRY(k_perf, 1)
     FTC_EMU_ENTRY(k_perf_fast, 0)
     FTC_EMU_ENTRY(k_intrinsics, 0)
