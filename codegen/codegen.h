@@ -110,6 +110,7 @@ typedef struct KernelHyper {
 typedef struct KernelLaunch {
     char name[64];
     unsigned grid[3], block[3];
+    unsigned smem;              // dynamic shared memory (FTC_DYN_SMEM), bytes
 } KernelLaunch;
 
 // The launches of one node, in order; none for a GEMM, a view or a copy. A grouped
@@ -163,6 +164,7 @@ typedef struct CudaOp {
     // File-scope text a launch's kernel needs before it (a table), "$K" for the kernel's
     // name; NULL for none.
     void (*prefix)(FILE *f, const CudaCtx *x);
+    unsigned (*smem)(const CudaCtx *x);     // a launch's dynamic shared memory (optional)
 } CudaOp;
 
 // The op's row, or NULL when it has none (elementwise ops, GEMMs, views, copies).

@@ -185,7 +185,19 @@ static void a_softmax(FILE *f, const CudaCtx *cx) {
         fprintf(f, "%d, %d, %d", DT(OUT(0)), DT(IN(0)), DT(IN(1)));
 }
 
-// Attention: q is in[0] forward and in[1] backward (after dy).
+// Attention: q is in[0] forward and in[1] backward (after dy); tiled (attention.cuh) where
+// every operand and result is bf16 and runtime/ops.h's op_attention_tiled takes the head dim.
+static bool att_tiled(const IrGraph *g, const IrNode *n) {
+    bool fwd = n->op == OP_ATTENTION;
+    const IrTensor *q = IN(fwd ? 0 : 1);
+    bool bf16 = q->dtype == DT_BF16;
+    for (int i = 0; i < (fwd ? 3 : 5); i++)   // (lse and the position ids aside)
+        bf16 &= IN(i)->dtype == DT_BF16;
+    for (int i = 0; i < ir_node_nout(n); i++)
+        bf16 &= OUT(i)->dtype == DT_BF16 || (fwd && i == 1);   // (lse f32)
+    return bf16 && op_attention_tiled(q->shape[3]);
+}
+
 static void a_attention(FILE *f, const CudaCtx *cx) {
     CTX(cx);
     bool fwd = n->op == OP_ATTENTION;
@@ -197,35 +209,54 @@ static void a_attention(FILE *f, const CudaCtx *cx) {
     fprintf(f, ", ");
     flit(f, n->attr.scale > 0 ? n->attr.scale : 1.0 / sqrt((double)q->shape[3]));
     int docs = fwd ? n->nin > 3 && n->in[3] >= 0 : n->nin > 6 && n->in[6] >= 0;   // position ids
-    if (fwd)
+    if (fwd) {
         fprintf(f, ", %d, %d, %d, %d, %d", DT(q), DT(k), DT(IN(2)), DT(OUT(0)), docs);
-    else
-        fprintf(f, ", %d, %d, %d", DT(q), DT(IN(0)), docs);
-}
-// attention.cuh's att_dkv_split: the warps a 16-row key tile of the dk/dv launch takes.
-static int64_t dkv_split(int64_t D) {
-    int64_t most = D <= 128 ? 128 : 64, s = 1;
-    while (D / s > most || (D / 8) % s)
-        s++;
-    return s;
+        return;
+    }
+    int64_t off[5];   // the workspace's parts
+    op_attention_bwd_layout(q->shape[0], q->shape[1], q->shape[2], k->shape[2], q->shape[3],
+                            att_tiled(g, n), off);
+    fprintf(f, ", %d, %d, %d, %lldLL, %lldLL, %lldLL, %lldLL", DT(q), DT(IN(0)), docs, (long long)off[1],
+            (long long)off[2], (long long)off[3], (long long)off[4]);
 }
 
-// A warp per row, or with tensor cores (attention.cuh: bf16 throughout, D % 16 == 0) a
-// warp per 16 rows; the dk/dv launch counts key rows, and past 128 columns several warps
-// per 16 key rows, each with some of the columns (dkv_split).
+// Tiled: forward a block of 128 threads a tile of 64 query rows, grid (tiles, H, B); the
+// backward's pre a warp a query row, main a block of 256 threads a tile of keys (grid (tiles,
+// H, B)), post a grid-stride pass over dq (and GQA's dK, dV). Else a warp a row: forward and
+// dq query rows, dk/dv key rows, and a last launch of one warp that does nothing.
 static void g_attention(const CudaCtx *cx, unsigned *grid, unsigned *block) {
     CTX(cx);
-    const IrTensor *q = IN(n->op == OP_ATTENTION ? 0 : 1), *k = IN(n->op == OP_ATTENTION ? 1 : 2);
-    bool mma = q->shape[3] % 16 == 0 && q->shape[3] <= 256;
-    for (int i = 0; i < n->nin; i++)   // the position ids are i32 whatever the rest
-        mma &= n->in[i] < 0 || IN(i)->dtype == DT_BF16 || IN(i)->dtype == DT_F32 /* lse */ ||
-               IN(i)->dtype == DT_I32;
-    mma &= OUT(0)->dtype == DT_BF16 && q->dtype == DT_BF16;
-    int64_t heads = l == 1 ? k->shape[2] : q->shape[2], S = q->shape[1];
-    int64_t rows = q->shape[0] * heads * (mma ? (S + 15) / 16 : S);
-    if (mma && l == 1)
-        rows *= dkv_split(q->shape[3]);
-    warp_geometry(rows, grid, block);
+    bool fwd = n->op == OP_ATTENTION;
+    const IrTensor *q = IN(fwd ? 0 : 1), *k = IN(fwd ? 1 : 2);
+    int64_t B = q->shape[0], S = q->shape[1], H = q->shape[2], D = q->shape[3];
+    if (!att_tiled(g, n)) {
+        if (l == 2)
+            one_block(grid, block, 32);
+        else
+            warp_geometry(B * (l == 1 ? k->shape[2] : H) * S, grid, block);
+        return;
+    }
+    int64_t tile = fwd ? 64 : op_attention_tile(D);
+    if (fwd || l == 1) {
+        grid[0] = (unsigned)((S + tile - 1) / tile), grid[1] = (unsigned)H, grid[2] = (unsigned)B;
+        block[0] = fwd ? 128 : 256;
+    } else if (l == 0) {
+        grid[0] = (unsigned)((B * H * S + 7) / 8), block[0] = 256;
+    } else {
+        int64_t n4 = (B * S * H * D + (k->shape[2] < H ? 2 * B * S * k->shape[2] * D : 0)) / 4;
+        ew_geometry(n4, grid, block);
+    }
+}
+
+// attention.cuh's att_fwd_smem and att_bwd_smem: its tiles of Q, K, V (and dy, P, dS, lse, Di),
+// rows padded by 8 elements.
+static unsigned s_attention(const CudaCtx *cx) {
+    CTX(cx);
+    bool fwd = n->op == OP_ATTENTION;
+    int64_t D = IN(fwd ? 0 : 1)->shape[3], tile = op_attention_tile(D), ld = D + 8;
+    if (!att_tiled(g, n) || (!fwd && l != 1))
+        return 0;
+    return (unsigned)(fwd ? (64 + 2 * tile) * ld * 2 : 4 * tile * ld * 2 + 2 * tile * (tile + 8) * 2 + 2 * tile * 4);
 }
 
 static void a_transpose(FILE *f, const CudaCtx *cx) {
@@ -465,8 +496,9 @@ static const CudaOp column[OP_COUNT] = {
     [OP_ROPE_BWD] = {{"rope"}, {0}, a_rope, g_rope, .prefix = p_rope},
     [OP_SOFTMAX] = {{"softmax_fwd"}, {1}, a_softmax, g_rows_in0},
     [OP_SOFTMAX_BWD] = {{"softmax_bwd"}, {1}, a_softmax, g_rows_in1},
-    [OP_ATTENTION] = {{"attention_fwd"}, {1}, a_attention, g_attention},
-    [OP_ATTENTION_BWD] = {{"attention_bwd_dq", "attention_bwd_dkv"}, {1, 1}, a_attention, g_attention},
+    [OP_ATTENTION] = {{"attention_fwd"}, {1}, a_attention, g_attention, .smem = s_attention},
+    [OP_ATTENTION_BWD] = {{"attention_bwd_pre", "attention_bwd_main", "attention_bwd_post"}, {1, 1, 1},
+                          a_attention, g_attention, .smem = s_attention},
     [OP_TRANSPOSE] = {{"transpose"}, {0}, a_transpose, g_ew_out0},
     [OP_SLICE] = {{"slice_fwd"}, {0}, a_slice, g_slice},
     [OP_SLICE_BWD] = {{"slice_bwd"}, {0}, a_slice, g_slice},

@@ -422,6 +422,7 @@ int codegen_kernels(const IrGraph *g, const KernelHyper *h, KernelSet *ks, char 
                 memcpy(kl->name, e.kernels.at[k].name, sizeof kl->name);
                 kl->grid[1] = kl->grid[2] = kl->block[1] = kl->block[2] = 1;
                 c->geometry(&x, kl->grid, kl->block);
+                kl->smem = c->smem ? c->smem(&x) : 0;
             }
         } else {
             snprintf(err, errlen, "node %d (%s, .ft line %d): no CUDA kernel for this op", i,

@@ -173,6 +173,8 @@ int codegen_plan_write(FILE *f, const IrGraph *g, const PlanMeta *meta, const Ke
                 const KernelLaunch *k = &ks->node[j].at[l];
                 fprintf(f, " launch=%s:%u,%u,%u:%u,%u,%u", k->name, k->grid[0], k->grid[1],
                         k->grid[2], k->block[0], k->block[1], k->block[2]);
+                if (k->smem)
+                    fprintf(f, ":%u", k->smem);
             }
             if (ks && ks->node && ks->node[j].group)
                 fprintf(f, " group=%d", ks->node[j].group);

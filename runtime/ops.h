@@ -119,6 +119,36 @@ static inline int64_t op_sumsq_blocks(int64_t n) {
     return b < 1 ? 1 : b > 1024 ? 1024 : b;
 }
 
+// Attention on tensor cores, tiled as FlashAttention-2 (codegen/cuda/attention.cuh): bf16
+// throughout and a head dim its tiles divide, D % 16 == 0 up to 128 and D % 32 == 0 up to 256
+// (else a warp a row). Its tiles: 64 query rows and keys up to 128 columns, 32 past them.
+static inline bool op_attention_tiled(int64_t D) {
+    return D > 0 && D % 16 == 0 && (D <= 128 || (D <= 256 && D % 32 == 0));
+}
+static inline int64_t op_attention_tile(int64_t D) { return D <= 128 ? 64 : 32; }
+
+// The attention backward's workspace for q [B, S, H, D] and k, v [B, S, Hkv, D]: at off[0]
+// Di = dy.o per query row (f32 [B, H, S]); tiled, also the dq accumulator (f32 [B, S, H, D])
+// at off[1], the counters that order its additions (i32 [B, H, S / tile]) at off[2], and with
+// GQA (Hkv < H) dK's and dV's per-query-head partials (f32 [B, S, H, D]) at off[3] and off[4]
+// (0 where absent); each part 256-byte aligned. Returns the bytes.
+static inline int64_t op_attention_bwd_layout(int64_t B, int64_t S, int64_t H, int64_t Hkv, int64_t D,
+                                              bool tiled, int64_t off[5]) {
+#define OP_ALIGN256(x) (((x) + 255) / 256 * 256)
+    int64_t at = OP_ALIGN256(4 * B * H * S), rows = B * S * H * D, tile = op_attention_tile(D);
+    off[0] = 0, off[1] = off[2] = off[3] = off[4] = 0;
+    if (!tiled)
+        return at;
+    off[1] = at, at += OP_ALIGN256(4 * rows);
+    off[2] = at, at += OP_ALIGN256(4 * B * H * ((S + tile - 1) / tile));
+    if (Hkv < H) {
+        off[3] = at, at += OP_ALIGN256(4 * rows);
+        off[4] = at, at += OP_ALIGN256(4 * rows);
+    }
+    return at;
+#undef OP_ALIGN256
+}
+
 const char *rope_scaling_name(int scaling);     // "linear", ...; "default" for ROPE_PLAIN
 bool rope_scaling_find(const char *name, int *out);
 

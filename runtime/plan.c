@@ -429,7 +429,8 @@ static int read_buffer(Reader *r, Plan *p, int i, char *line) {
     return 0;
 }
 
-// "NAME:GX,GY,GZ:BX,BY,BZ": a kernel name of letters, digits and '_', positive sizes.
+// "NAME:GX,GY,GZ:BX,BY,BZ[:SMEM]": a kernel name of letters, digits and '_', positive sizes,
+// and the bytes of dynamic shared memory, where it has any (at most PLAN_MAX_SMEM).
 static bool parse_launch(const char *s, PlanLaunch *l) {
     const char *c1 = strchr(s, ':');
     if (!c1 || c1 == s || (size_t)(c1 - s) >= sizeof l->name)
@@ -442,7 +443,16 @@ static bool parse_launch(const char *s, PlanLaunch *l) {
     l->name[c1 - s] = '\0';
     int used = 0;
     if (sscanf(c1, ":%u,%u,%u:%u,%u,%u%n", &l->grid[0], &l->grid[1], &l->grid[2], &l->block[0],
-               &l->block[1], &l->block[2], &used) != 6 || c1[used] != '\0')
+               &l->block[1], &l->block[2], &used) != 6)
+        return false;
+    l->smem = 0;
+    if (c1[used] == ':') {
+        int more = 0;
+        if (sscanf(c1 + used, ":%u%n", &l->smem, &more) != 1 || !l->smem || l->smem > PLAN_MAX_SMEM)
+            return false;
+        used += more;
+    }
+    if (c1[used] != '\0')
         return false;
     for (int d = 0; d < 3; d++)
         if (!l->grid[d] || !l->block[d])

@@ -167,11 +167,17 @@ typedef struct PlanStep {
     OpAttr attr;
 } PlanStep;
 
-// A generated kernel an instruction launches (kernels.cu), with its grid and block.
+// A generated kernel an instruction launches (kernels.cu), with its grid and block, and the
+// dynamic shared memory it declares (FTC_DYN_SMEM; 0 for none).
 typedef struct PlanLaunch {
     char name[64];
     unsigned grid[3], block[3];
+    unsigned smem;
 } PlanLaunch;
+
+// The most dynamic shared memory a block can have on any GPU ftc plans for (sm_90's 227 KiB);
+// a device's own limit is checked before step one.
+enum { PLAN_MAX_SMEM = 232448 };
 
 typedef struct PlanInstr {
     int id;                 // index over all phases

@@ -95,13 +95,13 @@ bool rt_cuda_memory(Backend *b, int64_t *total, int64_t *free_bytes, char *name,
 // kernels do not compile or load.
 Backend *rt_emu_backend(const char *plan_dir, char *err, size_t errlen);
 // The same kernels alone (a simulated GPU in tests uses them): compiled and loaded, then
-// launched by name with a KernelArgs or, for a grouped kernel, a KernelGroupArgs
-// (kernel_args.h); -1 with err on a failed launch.
+// launched by name with `smem` bytes of dynamic shared memory and a KernelArgs or, for a
+// grouped kernel, a KernelGroupArgs (kernel_args.h); -1 with err on a failed launch.
 typedef struct EmuKernels EmuKernels;
 EmuKernels *rt_emu_kernels_open(const char *plan_dir, char *err, size_t errlen);
 int rt_emu_kernels_launch(EmuKernels *k, const char *name, const unsigned grid[3],
-                          const unsigned block[3], const void *args, bool group, char *err,
-                          size_t errlen);
+                          const unsigned block[3], unsigned smem, const void *args, bool group,
+                          char *err, size_t errlen);
 void rt_emu_kernels_close(EmuKernels *k);
 // 1 when kernel `name` is a grouped one (launched with KernelGroupArgs), 0 when plain, -1
 // when there is no such kernel.

@@ -34,6 +34,7 @@ typedef struct FPref {
 typedef struct FFunction {
     char name[64];
     bool group;
+    int max_dynamic_smem;           // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 } FFunction;
 
 typedef struct FOp {
@@ -47,7 +48,7 @@ typedef struct FOp {
     // payload
     FFunction *fn;
     void *args;
-    unsigned grid[3], block[3];
+    unsigned grid[3], block[3], smem;
     FDesc desc;
     FLayout la, lb, lc, ld;
     float alpha, beta;
@@ -201,8 +202,8 @@ static bool execute(FOp *x) {
     char err[1024];
     switch (x->kind) {
     case F_LAUNCH:
-        if (rt_emu_kernels_launch(fk.k, x->fn->name, x->grid, x->block, x->args, x->fn->group, err,
-                                  sizeof err) != 0 &&
+        if (rt_emu_kernels_launch(fk.k, x->fn->name, x->grid, x->block, x->smem, x->args,
+                                  x->fn->group, err, sizeof err) != 0 &&
             !fk.first_error[0])
             snprintf(fk.first_error, sizeof fk.first_error, "%.500s", err);
         break;
@@ -286,9 +287,24 @@ static CuResult f_name(char *name, int len, CuDevice d) {
     snprintf(name, (size_t)len, "Simulated GPU");
     return CUX_SUCCESS;
 }
+// The shared memory a block may have with the attribute raised: 227 KiB from sm_90, 163 KiB on
+// sm_80 and sm_87, 99 KiB on the other Ampere and Ada parts.
+static int smem_optin(void) {
+    int cc = fk.o.cc_major * 10 + fk.o.cc_minor;
+    return cc >= 90 ? 232448 : cc == 80 || cc == 87 ? 166912 : 101376;
+}
 static CuResult f_attr(int *v, int attr, CuDevice d) {
     (void)d;
-    *v = attr == CUX_ATTR_CC_MAJOR ? fk.o.cc_major : attr == CUX_ATTR_CC_MINOR ? fk.o.cc_minor : 0;
+    *v = attr == CUX_ATTR_CC_MAJOR ? fk.o.cc_major : attr == CUX_ATTR_CC_MINOR ? fk.o.cc_minor
+         : attr == CUX_ATTR_SMEM_OPTIN ? smem_optin() : 0;
+    return CUX_SUCCESS;
+}
+// A kernel's limit on dynamic shared memory, as the driver takes it: up to the device's.
+static CuResult f_func_set_attr(CuFunction f, int attr, int value) {
+    FFunction *fn = (FFunction *)f;
+    if (!fn || attr != CUX_FUNC_MAX_DYNAMIC_SMEM || value < 0 || value > smem_optin())
+        return 1;   // CUDA_ERROR_INVALID_VALUE
+    fn->max_dynamic_smem = value;
     return CUX_SUCCESS;
 }
 static CuResult f_retain(CuContext *c, CuDevice d) {
@@ -440,6 +456,7 @@ static CuResult f_get_function(CuFunction *f, CuModule m, const char *name) {
         FFunction *fn = calloc(1, sizeof *fn);
         snprintf(fn->name, sizeof fn->name, "%s", name);
         fn->group = kind == 1;
+        fn->max_dynamic_smem = CUX_STATIC_SMEM_MAX;
         fk.fns[fk.nfns++] = fn;
         *f = (CuFunction)fn;
     });
@@ -447,14 +464,15 @@ static CuResult f_get_function(CuFunction *f, CuModule m, const char *name) {
 }
 static CuResult f_launch(CuFunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                          unsigned bz, unsigned shared, CuStream s, void **params, void **extra) {
-    if (!valid_stream(s) || !params || extra || shared)
-        return 1;
     FFunction *fn = (FFunction *)f;
+    // More dynamic shared memory than the kernel was let have: refused, as by the driver.
+    if (!valid_stream(s) || !params || extra || (int)shared > fn->max_dynamic_smem)
+        return 1;
     size_t bytes = fn->group ? sizeof(KernelGroupArgs) : sizeof(KernelArgs);
     LOCKED(FOp *x = issue(F_LAUNCH, s, fn->name); x->fn = fn; x->args = malloc(bytes);
            memcpy(x->args, params[0], bytes);   // the driver copies the arguments at the launch
            x->grid[0] = gx; x->grid[1] = gy; x->grid[2] = gz;
-           x->block[0] = bx; x->block[1] = by; x->block[2] = bz;
+           x->block[0] = bx; x->block[1] = by; x->block[2] = bz; x->smem = shared;
            void *const *p = fn->group ? &((KernelGroupArgs *)x->args)->p[0][0] : ((KernelArgs *)x->args)->p;
            int np = fn->group ? PLAN_GROUP_MAX * PLAN_GROUP_OPERANDS : 12;
            for (int i = 0; i < np; i++) if (p[i]) x->point[x->npoint++] = (uintptr_t)p[i];
@@ -593,7 +611,7 @@ int fake_cuda_open(CudaApi *api, const FakeOptions *o, char *err, size_t errlen)
                f_copy_async, f_memset8, f_memset16, f_memset32, f_stream_create, f_stream_destroy,
                f_stream_sync, f_wait_event, f_event_create, f_event_destroy, f_event_record,
                f_event_sync, f_module_load, f_module_unload, f_get_function, f_launch,
-               f_error_string, f_event_query},
+               f_error_string, f_event_query, f_func_set_attr},
         .lt = {l_create, l_destroy, l_version, l_desc_create, l_desc_destroy, l_desc_set,
                l_layout_create, l_layout_destroy, l_layout_set, l_pref_create, l_pref_destroy,
                l_pref_set, l_heuristic, l_matmul},

@@ -211,6 +211,10 @@ mutate shape "${lm}s/ 256x64 / 4294967296x4294967296 /" "bad shape '4294967296x4
 mutate targets "${tg}s/ i32 8x64 / i32 8x32 /" "the header's micro_batch x seq is 512 i32"
 mutate vocab '/^vocab /s/ .*/ 100000/' "the header's vocab is 100000"
 mutate other-version '1s/.*/ftc-plan 3/' "plan version 3; this runtime reads version 2"
+# A launch's dynamic shared memory: none (0 is not written), past any GPU's, not a number.
+mutate launch-smem-zero '0,/ launch=[^ ]*/s// &:0/' "bad launch"
+mutate launch-smem-huge '0,/ launch=[^ ]*/s// &:232449/' "bad launch"
+mutate launch-smem-junk '0,/ launch=[^ ]*/s// &:12k/' "bad launch"
 # One ftc at a time saves into a directory: a second is refused, naming the first; once
 # the first is gone, the next saves. Temporary files of a killed save are removed by the
 # next save into the directory; a live process's are not.

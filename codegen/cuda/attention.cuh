@@ -224,28 +224,65 @@ FTC_INLINE void attn_bwd_dkv(FtcArgs a, long long B, long long S, long long H, l
     }
 }
 
-/* --- Flash attention on tensor cores (bf16, D % 16 == 0, D <= 256). ------------------- */
+/* --- Tiled flash attention on tensor cores (bf16; runtime/ops.h's op_attention_tiled). ------
+ *
+ * FlashAttention-2's shape. Forward: a block of four warps owns 64 query rows of one (b, h),
+ * warp w rows 16w..16w+15. Its Q tile, and each tile of BC keys (64; 32 past 128 columns) of
+ * K and V, come into shared memory by cp.async, K and V one buffer each, their loads
+ * interleaved with the products that do not read them (V's while S = Q K^T runs, the next
+ * K's while O += P V runs). Products are mma.sync m16n8k16 fed by ldmatrix (.trans where the
+ * operand is stored k-major: V, and in the backward dy, Q and K); the softmax is online, in
+ * base 2 with the scale and log2(e) folded into one multiply; the mask is applied only on
+ * tiles some key of which some row of the warp does not see. Blocks take the query tiles from
+ * the last (under a causal mask the most keys) to the first. K and V are read at their own
+ * head, h / (H / Hkv): GQA copies nothing. Staged rows are D + 8 elements apart, so that the
+ * eight rows an ldmatrix phase reads fall in different banks.
+ *
+ * Backward, three launches. pre: per query row Di = dy.o, and the dq accumulator and the
+ * tile counters zeroed. main: a block of eight warps per (b, h, tile of keys) stages its K and
+ * V once, then, over the query tiles that see them from the last to the first, stages Q, dy,
+ * lse and Di; S = Q K^T and dP = dy V^T (warps over rows x keys); P and dS = P (dP - Di) scale
+ * into shared memory in bf16 (as FlashAttention-2); dV += P^T dy and dK += dS^T Q (warps over
+ * keys x columns, in registers across the tiles); dq += dS K (warps over rows x columns),
+ * added into the fp32 accumulator: five products a tile, each once. post: dq rounded to bf16,
+ * and with GQA each key head's dK and dV summed over its query heads' fp32 partials in head
+ * order.
+ *
+ * Determinism: a query tile's dq takes one addition from each tile of keys that sees it, in
+ * the order of the key tiles. A counter per (b, h, query tile) says how many have added, and
+ * a block adds when the count is its turn (its key tile less the first one the query tile
+ * sees). A block waits only on blocks of lower index (the key tile is blockIdx.x), which run
+ * or have run, since blocks start in the order of their index; the blocks of one (b, h),
+ * taking the query tiles from the last, reach each tile about together and add in turn
+ * without waiting for each other's products. Under the emu blocks run in that order, and a
+ * block that would have to wait is a fault. */
 
-/* Where row r (clamped to S - 1: rows past the end are loaded, never stored) of head
- * `head` of batch b starts in a [B, S, heads, D] tensor. */
+enum { ATT_BR = 64, ATT_WARPS_BWD = 8 };
+#define ATT_LOG2E 1.4426950408889634f
+#define ATT_LN2 0.6931471805599453f
+
+/* Keys a forward tile holds, and the tiles of the backward (query rows = keys). */
+FTC_INLINE int att_bc(int D) { return D <= 128 ? 64 : 32; }
+/* A staged row's stride (16 bytes of padding). */
+FTC_INLINE int att_ld(int D) { return D + 8; }
+/* Dynamic shared memory: forward Q, K, V; backward K, V, Q, dy, then P and dS (rows of
+ * tile + 8), then lse and Di per query row. cuda_ops.c gives the launches as much. */
+FTC_INLINE int att_fwd_smem(int D) { return (ATT_BR + 2 * att_bc(D)) * att_ld(D) * 2; }
+FTC_INLINE int att_bwd_smem(int D) {
+    int t = att_bc(D);
+    return 4 * t * att_ld(D) * 2 + 2 * t * (t + 8) * 2 + 2 * t * 4;
+}
+
+/* Where row r (clamped to S - 1: rows past the end are loaded, never stored) of head `head` of
+ * batch b starts in a [B, S, heads, D] tensor. */
 FTC_INLINE long long att_row(long long b, long long S, long long heads, long long head, long long r,
                              int D) {
     return ((b * S + (r < S ? r : S - 1)) * heads + head) * D;
 }
 
-/* Two bf16 as one mma register: lo in the low half. */
+/* Two floats as one bf16x2 register: lo in the low half. */
 FTC_INLINE unsigned int att_pack(float lo, float hi) {
     return (unsigned int)f2bf16(lo) | ((unsigned int)f2bf16(hi) << 16);
-}
-
-/* Elements i and i+1 of a bf16 array as one mma register. */
-FTC_INLINE unsigned int att_ld2(const unsigned short *p, long long i) {
-    return (unsigned int)p[i] | ((unsigned int)p[i + 1] << 16);
-}
-
-/* Elements i and j of a bf16 array as one mma register. */
-FTC_INLINE unsigned int att_ld11(const unsigned short *p, long long i, long long j) {
-    return (unsigned int)p[i] | ((unsigned int)p[j] << 16);
 }
 
 /* The max and the sum over the four lanes of a quad (the lanes sharing a row of an mma
@@ -261,349 +298,454 @@ FTC_INLINE float quad_sum(float v) {
 
 #define ATT_MAX_CHUNKS 32   /* D / 8 at most */
 
-/* The accumulator element e (0..3) of 16x8 tile half nh sits at row (e < 2 ? g : g + 8) and
- * column nh * 8 + 2 q + (e & 1), with g = lane / 4 and q = lane % 4. */
+/* Stages rows [r0, r0 + n) (clamped to S - 1) of head `head` of a [B, S, heads, D] bf16 tensor
+ * into `tile` (rows ld apart) by cp.async, 16 bytes a copy, the block's threads striding. */
+FTC_INLINE void att_stage(unsigned short *tile, int ld, const unsigned short *x, long long b,
+                          long long S, long long heads, long long head, long long r0, int n, int D) {
+    int chunks = D / 8;
+    for (int c = (int)threadIdx.x; c < n * chunks; c += (int)blockDim.x) {
+        int r = c / chunks, k = c % chunks;
+        FTC_CP_ASYNC_16(tile + r * ld + k * 8, x + att_row(b, S, heads, head, r0 + r, D) + k * 8);
+    }
+}
 
-/* One warp's 16 x 16 tiles c = x y^T and, when x2 is given, c2 = x2 y2^T, over D columns:
- * the rows of x and x2 at arow[0] (the lane's row g) and arow[1] (g + 8), those of y and
- * y2 at yrow[nh] (the lane's row g of half nh). c[nh] holds 16 x 8 half nh in the layout
- * above. Backward's two products share their rows, and one loop loads each row once. */
-FTC_INLINE void att_tiles(float c[2][4], const unsigned short *x, const unsigned short *y,
-                          float c2[2][4], const unsigned short *x2, const unsigned short *y2,
-                          const long long arow[2], const long long yrow[2], int D, int q) {
-    FTC_UNROLL
-    for (int nh = 0; nh < 2; nh++)
+/* The 16 x 16 A operand at rows r0, columns k0 of a matrix staged row-major (trans 0) or as
+ * its transpose (trans 1: the element (row, k) at [k][row]). */
+FTC_INLINE void att_frag_a(unsigned int a[4], const unsigned short *A, int lda, int trans, int r0,
+                           int k0) {
+    int lane = (int)threadIdx.x % 32, j = lane / 8, r = lane % 8;
+    if (trans) {
+        const unsigned short *p = A + (k0 + (j / 2) * 8 + r) * lda + r0 + (j % 2) * 8;
+        FTC_LDMATRIX_X4_T(a[0], a[1], a[2], a[3], p);
+    } else {
+        const unsigned short *p = A + (r0 + (j % 2) * 8 + r) * lda + k0 + (j / 2) * 8;
+        FTC_LDMATRIX_X4(a[0], a[1], a[2], a[3], p);
+    }
+}
+
+/* The B operands (16 x 8, k x n) at columns c0 and c0 + 8, rows k0, of a matrix staged as
+ * [n][k] (trans 0) or [k][n] (trans 1): b[0], b[1] the first, b[2], b[3] the second. */
+FTC_INLINE void att_frag_b2(unsigned int b[4], const unsigned short *Bm, int ldb, int trans, int c0,
+                            int k0) {
+    int lane = (int)threadIdx.x % 32, j = lane / 8, r = lane % 8;
+    if (trans) {
+        const unsigned short *p = Bm + (k0 + (j % 2) * 8 + r) * ldb + c0 + (j / 2) * 8;
+        FTC_LDMATRIX_X4_T(b[0], b[1], b[2], b[3], p);
+    } else {
+        const unsigned short *p = Bm + (c0 + (j / 2) * 8 + r) * ldb + k0 + (j % 2) * 8;
+        FTC_LDMATRIX_X4(b[0], b[1], b[2], b[3], p);
+    }
+}
+
+/* The same for one 16 x 8 B operand at column c0 (lanes 16-31 repeat 0-15's addresses). */
+FTC_INLINE void att_frag_b1(unsigned int b[2], const unsigned short *Bm, int ldb, int trans, int c0,
+                            int k0) {
+    int lane = (int)threadIdx.x % 32, j = (lane / 8) % 2, r = lane % 8;
+    if (trans) {
+        const unsigned short *p = Bm + (k0 + j * 8 + r) * ldb + c0;
+        FTC_LDMATRIX_X2_T(b[0], b[1], p);
+    } else {
+        const unsigned short *p = Bm + (c0 + r) * ldb + k0 + j * 8;
+        FTC_LDMATRIX_X2(b[0], b[1], p);
+    }
+}
+
+/* One warp's acc[t] (t < nt: the 16 x 8 accumulator tiles at columns c0 + 8t) += A B over
+ * k in [0, K), K % 16 == 0: A's rows r0..r0+15 staged as att_frag_a says (at), B's columns
+ * as att_frag_b2 says (bt). The accumulator element e of a tile sits at row g + 8 (e / 2),
+ * column 2q + (e % 2), with g = lane / 4 and q = lane % 4. */
+FTC_INLINE void att_product(float acc[][4], int nt, const unsigned short *A, int lda, int at, int r0,
+                            const unsigned short *Bm, int ldb, int bt, int c0, int K) {
+    for (int k0 = 0; k0 < K; k0 += 16) {
+        unsigned int a[4];
+        att_frag_a(a, A, lda, at, r0, k0);
         FTC_UNROLL
-        for (int e = 0; e < 4; e++)
-            c[nh][e] = c2[nh][e] = 0.0f;
-    for (int kc = 0; kc < D / 16; kc++) {
-        int d0 = kc * 16 + 2 * q;
-        unsigned int a0 = att_ld2(x, arow[0] + d0), a1 = att_ld2(x, arow[1] + d0);
-        unsigned int a2 = att_ld2(x, arow[0] + d0 + 8), a3 = att_ld2(x, arow[1] + d0 + 8);
-        unsigned int e0 = 0, e1 = 0, e2 = 0, e3 = 0;
-        if (x2) {
-            e0 = att_ld2(x2, arow[0] + d0), e1 = att_ld2(x2, arow[1] + d0);
-            e2 = att_ld2(x2, arow[0] + d0 + 8), e3 = att_ld2(x2, arow[1] + d0 + 8);
+        for (int t = 0; t + 1 < nt; t += 2) {
+            unsigned int b[4];
+            att_frag_b2(b, Bm, ldb, bt, c0 + 8 * t, k0);
+            FTC_MMA_16816(acc[t][0], acc[t][1], acc[t][2], acc[t][3], a[0], a[1], a[2], a[3], b[0],
+                          b[1], acc[t][0], acc[t][1], acc[t][2], acc[t][3]);
+            FTC_MMA_16816(acc[t + 1][0], acc[t + 1][1], acc[t + 1][2], acc[t + 1][3], a[0], a[1],
+                          a[2], a[3], b[2], b[3], acc[t + 1][0], acc[t + 1][1], acc[t + 1][2],
+                          acc[t + 1][3]);
         }
-        FTC_UNROLL
-        for (int nh = 0; nh < 2; nh++) {
-            unsigned int b0 = att_ld2(y, yrow[nh] + d0), b1 = att_ld2(y, yrow[nh] + d0 + 8);
-            FTC_MMA_16816(c[nh][0], c[nh][1], c[nh][2], c[nh][3], a0, a1, a2, a3, b0, b1, c[nh][0],
-                          c[nh][1], c[nh][2], c[nh][3]);
-            if (x2) {
-                unsigned int f0 = att_ld2(y2, yrow[nh] + d0), f1 = att_ld2(y2, yrow[nh] + d0 + 8);
-                FTC_MMA_16816(c2[nh][0], c2[nh][1], c2[nh][2], c2[nh][3], e0, e1, e2, e3, f0, f1,
-                              c2[nh][0], c2[nh][1], c2[nh][2], c2[nh][3]);
-            }
+        if (nt % 2) {
+            unsigned int b[2];
+            att_frag_b1(b, Bm, ldb, bt, c0 + 8 * (nt - 1), k0);
+            FTC_MMA_16816(acc[nt - 1][0], acc[nt - 1][1], acc[nt - 1][2], acc[nt - 1][3], a[0], a[1],
+                          a[2], a[3], b[0], b[1], acc[nt - 1][0], acc[nt - 1][1], acc[nt - 1][2],
+                          acc[nt - 1][3]);
         }
     }
 }
 
-/* Forward: warp w owns query rows [16 t, 16 t + 16) of (b, h).
- * a.p: o, lse, q, k, v, [positions]. */
-FTC_INLINE void attn_fwd_mma(FtcArgs a, long long B, long long S, long long H, long long Hkv, int D,
-                             int causal, long long window, float cap, float scale, int docs) {
+/* Whether every row in [r, r + rows) sees every key in [t, t + keys) (mask or not aside from
+ * the keys past S, which the caller checks). */
+FTC_INLINE bool att_all_seen(long long r, int rows, long long t, int keys, int causal, long long window) {
+    long long far = r + rows - 1 - t, ahead = t + keys - 1 - r;   /* the longest distances */
+    return (!causal || ahead <= 0) && (!window || (far < window && (causal || ahead < window)));
+}
+
+/* Forward. a.p: o, lse (f32 [B, H, S], natural log), q, k, v, [positions]. A block of 128
+ * threads a (b, h, tile of 64 query rows): grid (S / 64, H, B). */
+FTC_INLINE void attn_fwd_tiled(FtcArgs a, long long B, long long S, long long H, long long Hkv, int D,
+                               int causal, long long window, float cap, float scale, int docs) {
+    FTC_DYN_SMEM(att_smem, att_fwd_smem(D));
+    int bc = att_bc(D), ld = att_ld(D);
+    unsigned short *sq = (unsigned short *)att_smem, *sk = sq + ATT_BR * ld, *sv = sk + bc * ld;
     const unsigned short *Q = (const unsigned short *)a.p[2], *K = (const unsigned short *)a.p[3];
     const unsigned short *V = (const unsigned short *)a.p[4];
-    int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
-    long long tiles = (S + 15) / 16, w = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
-    if (w >= B * H * tiles)
-        return;
-    long long t = w % tiles, h = (w / tiles) % H, b = w / (tiles * H), hk = h / (H / Hkv);
-    long long r0 = 16 * t, row[2] = {r0 + g, r0 + g + 8}, qbase[2];
-    FTC_UNROLL
-    for (int r = 0; r < 2; r++)   /* rows past S clamped for loads; never stored */
-        qbase[r] = att_row(b, S, H, h, row[r], D);
-    float o[ATT_MAX_CHUNKS][4], m[2] = {-FTC_INF, -FTC_INF}, l[2] = {0.0f, 0.0f};
+    const int *pos = docs ? (const int *)a.p[5] : 0;
+    int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32, g = lane / 4, q = lane % 4;
+    long long tiles = (S + ATT_BR - 1) / ATT_BR, m = tiles - 1 - (long long)blockIdx.x;
+    long long h = blockIdx.y, b = blockIdx.z, hk = h / (H / Hkv), r0 = m * ATT_BR, wr = r0 + warp * 16;
+    long long first, last, unused;   /* the keys the block's first and last rows see */
+    att_keys(r0, S, causal, window, &first, &unused);
+    att_keys(r0 + ATT_BR - 1 < S ? r0 + ATT_BR - 1 : S - 1, S, causal, window, &unused, &last);
+    long long j0 = first / bc * bc;
+    att_stage(sq, ld, Q, b, S, H, h, r0, ATT_BR, D);
+    att_stage(sk, ld, K, b, S, Hkv, hk, j0, bc, D);
+    FTC_CP_ASYNC_COMMIT();
+    /* cap: scores to cap·tanh(s scale / cap), then base 2; else s (scale log2 e) at once */
+    float sl = cap > 0.0f ? scale : scale * ATT_LOG2E;
+    float o[ATT_MAX_CHUNKS][4], mrow[2] = {-FTC_INF, -FTC_INF}, lrow[2] = {0.0f, 0.0f};
     FTC_UNROLL
     for (int nc = 0; nc < D / 8; nc++)
         FTC_UNROLL
         for (int e = 0; e < 4; e++)
             o[nc][e] = 0.0f;
-    long long kbegin, kend, lastbegin, lastend;   /* the keys rows r0 and r0 + 15 see */
-    att_keys(r0, S, causal, window, &kbegin, &lastend);
-    att_keys(r0 + 15, S, causal, window, &lastbegin, &kend);
-    kend = kend < S ? kend : S;
-    for (long long j0 = kbegin; j0 < kend; j0 += 16) {
-        float s[2][4], unused[2][4];
-        long long kr[2];
+    for (; j0 < last; j0 += bc) {
+        FTC_CP_ASYNC_WAIT(0);   /* K (and Q) here; every warp done with the last V */
+        __syncthreads();
+        att_stage(sv, ld, V, b, S, Hkv, hk, j0, bc, D);
+        FTC_CP_ASYNC_COMMIT();
+        float s[8][4];
         FTC_UNROLL
-        for (int nh = 0; nh < 2; nh++)
-            kr[nh] = att_row(b, S, Hkv, hk, j0 + nh * 8 + g, D);
-        att_tiles(s, Q, K, unused, NULL, NULL, qbase, kr, D, q);
+        for (int t = 0; t < bc / 8; t++)
+            FTC_UNROLL
+            for (int e = 0; e < 4; e++)
+                s[t][e] = 0.0f;
+        att_product(s, bc / 8, sq, ld, 0, warp * 16, sk, ld, 0, 0, D);
+        bool masked = docs || j0 + bc > S || !att_all_seen(wr, 16, j0, bc, causal, window);
         float mx[2] = {-FTC_INF, -FTC_INF};
         FTC_UNROLL
-        for (int nh = 0; nh < 2; nh++)
+        for (int t = 0; t < bc / 8; t++)
             FTC_UNROLL
             for (int e = 0; e < 4; e++) {
-                long long key = j0 + nh * 8 + 2 * q + (e & 1), r = row[e >> 1];
-                float v = att_cap(s[nh][e] * scale, cap);
-                if (att_hidden(key, r, S, causal, window) ||
-                    !att_same(docs ? (const int *)a.p[5] : 0, b, S, r < S ? r : S - 1, key))
-                    v = -FTC_INF;
-                s[nh][e] = v;
+                float v = cap > 0.0f ? att_cap(s[t][e] * sl, cap) * ATT_LOG2E : s[t][e] * sl;
+                if (masked) {
+                    long long key = j0 + 8 * t + 2 * q + (e & 1), r = wr + g + 8 * (e >> 1);
+                    if (att_hidden(key, r, S, causal, window) || !att_same(pos, b, S, r < S ? r : S - 1, key))
+                        v = -FTC_INF;
+                }
+                s[t][e] = v;
                 mx[e >> 1] = fmaxf(mx[e >> 1], v);
             }
-        float corr[2], sum[2] = {0.0f, 0.0f};
+        float corr[2];
         FTC_UNROLL
         for (int r = 0; r < 2; r++) {
-            float mn = fmaxf(m[r], quad_max(mx[r]));
-            corr[r] = mn == -FTC_INF ? 1.0f : expf(m[r] - mn);
-            m[r] = mn;
+            float mn = fmaxf(mrow[r], quad_max(mx[r]));
+            corr[r] = mn == -FTC_INF ? 1.0f : exp2f(mrow[r] - mn);
+            mrow[r] = mn;
+            lrow[r] *= corr[r];
         }
+        unsigned int pa[4][4];   /* P, the A operand of O += P V, 16 keys a step */
         FTC_UNROLL
-        for (int nh = 0; nh < 2; nh++)
+        for (int t = 0; t < bc / 8; t++) {
+            float p[4];
             FTC_UNROLL
             for (int e = 0; e < 4; e++) {
-                float mr = m[e >> 1];
-                float p = s[nh][e] == -FTC_INF ? 0.0f : expf(s[nh][e] - mr);
-                s[nh][e] = p;
-                sum[e >> 1] += p;
+                p[e] = s[t][e] == -FTC_INF ? 0.0f : exp2f(s[t][e] - mrow[e >> 1]);
+                lrow[e >> 1] += p[e];
             }
+            pa[t / 2][2 * (t % 2)] = att_pack(p[0], p[1]);
+            pa[t / 2][2 * (t % 2) + 1] = att_pack(p[2], p[3]);
+        }
+        FTC_CP_ASYNC_WAIT(0);   /* V here; every warp done with K */
+        __syncthreads();
+        if (j0 + bc < last) {
+            att_stage(sk, ld, K, b, S, Hkv, hk, j0 + bc, bc, D);
+            FTC_CP_ASYNC_COMMIT();
+        }
         FTC_UNROLL
-        for (int r = 0; r < 2; r++)
-            l[r] = l[r] * corr[r] + quad_sum(sum[r]);
-        unsigned int pa0 = att_pack(s[0][0], s[0][1]), pa1 = att_pack(s[0][2], s[0][3]);
-        unsigned int pa2 = att_pack(s[1][0], s[1][1]), pa3 = att_pack(s[1][2], s[1][3]);
-        long long k0 = j0 + 2 * q, kk[4] = {k0, k0 + 1, k0 + 8, k0 + 9};
-        FTC_UNROLL
-        for (int i = 0; i < 4; i++)
-            kk[i] = att_row(b, S, Hkv, hk, kk[i], D);
-        FTC_UNROLL
-        for (int nc = 0; nc < D / 8; nc++) {
-            int n = nc * 8 + g;
-            unsigned int b0 = att_ld11(V, kk[0] + n, kk[1] + n), b1 = att_ld11(V, kk[2] + n, kk[3] + n);
+        for (int nc = 0; nc < D / 8; nc++)
             o[nc][0] *= corr[0], o[nc][1] *= corr[0], o[nc][2] *= corr[1], o[nc][3] *= corr[1];
-            FTC_MMA_16816(o[nc][0], o[nc][1], o[nc][2], o[nc][3], pa0, pa1, pa2, pa3, b0, b1, o[nc][0],
-                          o[nc][1], o[nc][2], o[nc][3]);
-        }
+        FTC_UNROLL
+        for (int kc = 0; kc < bc / 16; kc++)
+            FTC_UNROLL
+            for (int nc = 0; nc < D / 8; nc += 2) {
+                unsigned int bb[4];
+                att_frag_b2(bb, sv, ld, 1, nc * 8, kc * 16);
+                FTC_MMA_16816(o[nc][0], o[nc][1], o[nc][2], o[nc][3], pa[kc][0], pa[kc][1], pa[kc][2],
+                              pa[kc][3], bb[0], bb[1], o[nc][0], o[nc][1], o[nc][2], o[nc][3]);
+                FTC_MMA_16816(o[nc + 1][0], o[nc + 1][1], o[nc + 1][2], o[nc + 1][3], pa[kc][0],
+                              pa[kc][1], pa[kc][2], pa[kc][3], bb[2], bb[3], o[nc + 1][0],
+                              o[nc + 1][1], o[nc + 1][2], o[nc + 1][3]);
+            }
     }
     FTC_UNROLL
     for (int r = 0; r < 2; r++) {
-        if (row[r] >= S)
+        float l = quad_sum(lrow[r]);
+        long long row = wr + g + 8 * r;
+        if (row >= S)
             continue;
-        float inv = 1.0f / l[r];
-        long long base = ((b * S + row[r]) * H + h) * D;
+        float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        unsigned short *out = (unsigned short *)a.p[0] + ((b * S + row) * H + h) * D + 2 * q;
         FTC_UNROLL
-        for (int nc = 0; nc < D / 8; nc++) {
-            st_bf16((unsigned short *)a.p[0], base + nc * 8 + 2 * q, o[nc][2 * r] * inv);
-            st_bf16((unsigned short *)a.p[0], base + nc * 8 + 2 * q + 1, o[nc][2 * r + 1] * inv);
-        }
+        for (int nc = 0; nc < D / 8; nc++)
+            *(unsigned int *)(out + nc * 8) = att_pack(o[nc][2 * r] * inv, o[nc][2 * r + 1] * inv);
         if (q == 0)
-            ((float *)a.p[1])[(b * H + h) * S + row[r]] = m[r] + logf(l[r]);
+            ((float *)a.p[1])[(b * H + h) * S + row] = l > 0.0f ? (mrow[r] + log2f(l)) * ATT_LN2 : -FTC_INF;
     }
 }
 
-/* Backward, launch 1: warp w owns query rows [16 t, 16 t + 16) of (b, h): Di = dy.o per row
- * (kept in the workspace for launch 2), and dq = scale sum_keys P (dy.v - Di) k.
- * a.p: dq, dk, dv, dy, q, k, v, o, lse, [positions,] ws (Di, f32 [B, H, S]). */
-FTC_INLINE void attn_bwd_dq_mma(FtcArgs a, long long B, long long S, long long H, long long Hkv,
-                                int D, int causal, long long window, float cap, float scale, int docs) {
+/* The backward's workspace parts (runtime/ops.h's op_attention_bwd_layout; the offsets are
+ * the kernels' constants). */
+#define ATT_DI ((float *)ATT_WS)
+#define ATT_DQACC ((float *)((char *)ATT_WS + off_dq))
+#define ATT_COUNT ((int *)((char *)ATT_WS + off_count))
+
+/* Backward pre: a warp a query row (b, h, s): Di = dy.o, its row of the dq accumulator and, on
+ * a tile's first row, the tile's counter zeroed. */
+FTC_INLINE void attn_bwd_pre_tiled(FtcArgs a, long long B, long long S, long long H, int D,
+                                   int docs, long long off_dq, long long off_count) {
+    long long w = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    if (w >= B * H * S)
+        return;
+    int lane = (int)threadIdx.x % 32, tile = att_bc(D);
+    long long s = w % S, h = (w / S) % H, b = w / (S * H), row = ((b * S + s) * H + h) * D;
+    const uint4 *dy = (const uint4 *)((const unsigned short *)ATT_DY + row);
+    const uint4 *o = (const uint4 *)((const unsigned short *)ATT_O + row);
+    float part = 0.0f;
+    for (int c = lane; c < D / 8; c += 32) {   /* eight bf16 a load */
+        uint4 x = dy[c], y = o[c];
+        unsigned int xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
+        FTC_UNROLL
+        for (int k = 0; k < 4; k++)
+            part += ftc_u2f(xs[k] << 16) * ftc_u2f(ys[k] << 16) +
+                    ftc_u2f(xs[k] & 0xffff0000u) * ftc_u2f(ys[k] & 0xffff0000u);
+    }
+    part = warp_sum(part);
+    if (lane == 0)
+        ATT_DI[(b * H + h) * S + s] = part;
+    float4 *acc = (float4 *)(ATT_DQACC + row);
+    for (int c = lane; c < D / 4; c += 32)
+        acc[c] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (lane == 0 && s % tile == 0)
+        ATT_COUNT[(b * H + h) * ((S + tile - 1) / tile) + s / tile] = 0;
+    (void)docs;
+}
+
+/* Waits until the counter is `turn` (see Determinism above); then another block's additions
+ * are visible. */
+FTC_INLINE void att_wait_turn(int *count, int turn) {
+#ifdef FTC_EMU
+    if (*(volatile int *)count != turn)
+        ftc_emu_fail_("attention backward: a dq counter is %d where this block's turn is %d (it "
+                      "would wait for a block that runs after it)", *(volatile int *)count, turn);
+#else
+    while (atomicAdd(count, 0) != turn)
+        __nanosleep(32);
+    __threadfence();
+#endif
+}
+
+/* Backward main: a block of eight warps a (b, h, tile of keys): grid (S / tile, H, B). a.p:
+ * dq, dk, dv, dy, q, k, v, o, lse, [positions,] ws. */
+FTC_INLINE void attn_bwd_main_tiled(FtcArgs a, long long B, long long S, long long H, long long Hkv,
+                                    int D, int causal, long long window, float cap, float scale,
+                                    int docs, long long off_dq, long long off_count, long long off_pk,
+                                    long long off_pv) {
+    FTC_DYN_SMEM(att_smem, att_bwd_smem(D));
+    int T = att_bc(D), ld = att_ld(D), lp = T + 8;
+    unsigned short *sk = (unsigned short *)att_smem, *sv = sk + T * ld, *sq = sv + T * ld;
+    unsigned short *sdy = sq + T * ld, *sp = sdy + T * ld, *sds = sp + T * lp;
+    float *slse = (float *)(sds + T * lp), *sdi = slse + T;
     const unsigned short *Q = (const unsigned short *)ATT_Q, *K = (const unsigned short *)ATT_K;
     const unsigned short *V = (const unsigned short *)ATT_V, *DY = (const unsigned short *)ATT_DY;
-    const unsigned short *O = (const unsigned short *)ATT_O;
-    float *DI = (float *)ATT_WS;
-    int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
-    long long tiles = (S + 15) / 16, w = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
-    if (w >= B * H * tiles)
-        return;
-    long long t = w % tiles, h = (w / tiles) % H, b = w / (tiles * H), hk = h / (H / Hkv);
-    long long r0 = 16 * t, row[2] = {r0 + g, r0 + g + 8}, base[2];
-    float di[2], lse[2];
+    int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32, g = lane / 4, q = lane % 4;
+    long long n = blockIdx.x, h = blockIdx.y, b = blockIdx.z, hk = h / (H / Hkv), k0 = n * T;
+    long long tiles = (S + T - 1) / T, qfirst, qlast, unused;   /* the queries its keys are seen by */
+    att_queries(k0, S, causal, window, &qfirst, &unused);
+    att_queries(k0 + T - 1 < S ? k0 + T - 1 : S - 1, S, causal, window, &unused, &qlast);
+    /* The warps' parts: rows in groups of 16 (rg of them), the rest of the warps (cg) over
+     * the columns; S, dP: query rows x keys; dV, dK: keys x D; dq: query rows x D. */
+    int rg = T / 16, cg = ATT_WARPS_BWD / rg, ri = (warp % rg) * 16, ci = warp / rg;
+    int nk = T / cg / 8, nd = D / cg / 8, kc = ci * (T / cg), dc = ci * (D / cg);
+    att_stage(sk, ld, K, b, S, Hkv, hk, k0, T, D);
+    att_stage(sv, ld, V, b, S, Hkv, hk, k0, T, D);
+    FTC_CP_ASYNC_COMMIT();
+    float dk[8][4], dv[8][4];
     FTC_UNROLL
-    for (int r = 0; r < 2; r++) {
-        long long rc = row[r] < S ? row[r] : S - 1;
-        base[r] = ((b * S + rc) * H + h) * D;
-        float part = 0.0f;
-        for (int d = q; d < D; d += 4)
-            part += ld_bf16(DY, base[r] + d) * ld_bf16(O, base[r] + d);
-        di[r] = quad_sum(part);
-        lse[r] = ATT_LSE[(b * H + h) * S + rc];
-        if (q == 0 && row[r] < S)
-            DI[(b * H + h) * S + row[r]] = di[r];
-    }
-    float dq[ATT_MAX_CHUNKS][4];
-    FTC_UNROLL
-    for (int nc = 0; nc < D / 8; nc++)
+    for (int t = 0; t < nd; t++)
         FTC_UNROLL
         for (int e = 0; e < 4; e++)
-            dq[nc][e] = 0.0f;
-    long long kbegin, kend, lastbegin, lastend;
-    att_keys(r0, S, causal, window, &kbegin, &lastend);
-    att_keys(r0 + 15, S, causal, window, &lastbegin, &kend);
-    kend = kend < S ? kend : S;
-    for (long long j0 = kbegin; j0 < kend; j0 += 16) {
-        float s[2][4], dp[2][4];
-        long long kr[2];
+            dk[t][e] = dv[t][e] = 0.0f;
+    for (long long m = (qlast - 1) / T; m >= qfirst / T; m--) {
+        long long i0 = m * T;
+        __syncthreads();   /* every warp done with the last tile's Q, dy, P, dS */
+        att_stage(sq, ld, Q, b, S, H, h, i0, T, D);
+        att_stage(sdy, ld, DY, b, S, H, h, i0, T, D);
+        FTC_CP_ASYNC_COMMIT();
+        for (int r = (int)threadIdx.x; r < T; r += (int)blockDim.x) {
+            long long at = (b * H + h) * S + (i0 + r < S ? i0 + r : S - 1);
+            slse[r] = ATT_LSE[at] * ATT_LOG2E;
+            sdi[r] = ATT_DI[at];
+        }
+        FTC_CP_ASYNC_WAIT(0);
+        __syncthreads();
+        float sc[4][4], dp[4][4];
         FTC_UNROLL
-        for (int nh = 0; nh < 2; nh++)
-            kr[nh] = att_row(b, S, Hkv, hk, j0 + nh * 8 + g, D);
-        att_tiles(s, Q, K, dp, DY, V, base, kr, D, q);   /* S = q k^T, dP = dy v^T */
+        for (int t = 0; t < nk; t++)
+            FTC_UNROLL
+            for (int e = 0; e < 4; e++)
+                sc[t][e] = dp[t][e] = 0.0f;
+        att_product(sc, nk, sq, ld, 0, ri, sk, ld, 0, kc, D);    /* S = Q K^T */
+        att_product(dp, nk, sdy, ld, 0, ri, sv, ld, 0, kc, D);   /* dP = dy V^T */
+        bool masked = docs || i0 + T > S || k0 + T > S || !att_all_seen(i0 + ri, 16, k0 + kc, T / cg, causal, window);
         FTC_UNROLL
-        for (int nh = 0; nh < 2; nh++)
+        for (int t = 0; t < nk; t++) {
+            float p[4], ds[4];
             FTC_UNROLL
             for (int e = 0; e < 4; e++) {
-                long long key = j0 + nh * 8 + 2 * q + (e & 1), r = row[e >> 1];
-                float sc = att_cap(s[nh][e] * scale, cap);
-                bool hidden = att_hidden(key, r, S, causal, window) ||
-                              !att_same(ATT_POS, b, S, r < S ? r : S - 1, key);
-                float p = hidden ? 0.0f : expf(sc - lse[e >> 1]);
-                s[nh][e] = p * (dp[nh][e] - di[e >> 1]) * att_through(sc, cap) * scale;   /* dS */
+                int qi = ri + g + 8 * (e >> 1), kj = kc + 8 * t + 2 * q + (e & 1);
+                long long row = i0 + qi, key = k0 + kj;
+                float v = att_cap(sc[t][e] * scale, cap);
+                bool hidden = masked && (row >= S || att_hidden(key, row, S, causal, window) ||
+                                         !att_same(ATT_POS, b, S, row < S ? row : S - 1, key));
+                p[e] = hidden ? 0.0f : exp2f(v * ATT_LOG2E - slse[qi]);
+                ds[e] = p[e] * (dp[t][e] - sdi[qi]) * att_through(v, cap) * scale;
             }
-        unsigned int sa0 = att_pack(s[0][0], s[0][1]), sa1 = att_pack(s[0][2], s[0][3]);
-        unsigned int sa2 = att_pack(s[1][0], s[1][1]), sa3 = att_pack(s[1][2], s[1][3]);
-        long long k0 = j0 + 2 * q, kk[4] = {k0, k0 + 1, k0 + 8, k0 + 9};
-        FTC_UNROLL
-        for (int i = 0; i < 4; i++)
-            kk[i] = att_row(b, S, Hkv, hk, kk[i], D);
-        FTC_UNROLL
-        for (int nc = 0; nc < D / 8; nc++) {
-            int n = nc * 8 + g;
-            unsigned int b0 = att_ld11(K, kk[0] + n, kk[1] + n), b1 = att_ld11(K, kk[2] + n, kk[3] + n);
-            FTC_MMA_16816(dq[nc][0], dq[nc][1], dq[nc][2], dq[nc][3], sa0, sa1, sa2, sa3, b0, b1,
-                          dq[nc][0], dq[nc][1], dq[nc][2], dq[nc][3]);
+            int qi = ri + g, kj = kc + 8 * t + 2 * q;
+            *(unsigned int *)(sp + qi * lp + kj) = att_pack(p[0], p[1]);
+            *(unsigned int *)(sp + (qi + 8) * lp + kj) = att_pack(p[2], p[3]);
+            *(unsigned int *)(sds + qi * lp + kj) = att_pack(ds[0], ds[1]);
+            *(unsigned int *)(sds + (qi + 8) * lp + kj) = att_pack(ds[2], ds[3]);
         }
-    }
-    FTC_UNROLL
-    for (int r = 0; r < 2; r++) {
-        if (row[r] >= S)
-            continue;
+        __syncthreads();
+        att_product(dv, nd, sp, lp, 1, ri, sdy, ld, 1, dc, T);    /* dV += P^T dy */
+        att_product(dk, nd, sds, lp, 1, ri, sq, ld, 1, dc, T);    /* dK += dS^T Q */
+        float dq[8][4];
         FTC_UNROLL
-        for (int nc = 0; nc < D / 8; nc++) {
-            st_bf16((unsigned short *)ATT_DQ, base[r] + nc * 8 + 2 * q, dq[nc][2 * r]);
-            st_bf16((unsigned short *)ATT_DQ, base[r] + nc * 8 + 2 * q + 1, dq[nc][2 * r + 1]);
-        }
-    }
-}
-
-/* Past 128 columns the dk and dv accumulators of a warp would not fit in registers beside
- * the products over D: the dk/dv launch then gives each key tile several warps, each owning
- * at most 64 of the columns (and each computing S^T and dP^T whole), as few as divide D in
- * 8-column chunks. cuda_ops.c sizes the launch by the same rule. */
-#define ATT_DKV_COLS 128
-FTC_INLINE int att_dkv_split(int D) {
-    int most = D <= ATT_DKV_COLS ? ATT_DKV_COLS : ATT_DKV_COLS / 2, s = 1;
-    while (D / s > most || (D / 8) % s)
-        s++;
-    return s;
-}
-
-/* Backward, launch 2: warp w owns key rows [16 t, 16 t + 16) of (b, hk), columns
- * [c0, c0 + D / split) of dk and dv; over the query heads of its group and the query
- * tiles that see them: S^T = k q^T, P^T, dP^T = v dy^T, dS^T = P^T (dP^T - Di) scale;
- * dv += P^T dy, dk += dS^T q. */
-FTC_INLINE void attn_bwd_dkv_mma(FtcArgs a, long long B, long long S, long long H, long long Hkv,
-                                 int D, int causal, long long window, float cap, float scale,
-                                 int docs) {
-    const unsigned short *Q = (const unsigned short *)ATT_Q, *K = (const unsigned short *)ATT_K;
-    const unsigned short *V = (const unsigned short *)ATT_V, *DY = (const unsigned short *)ATT_DY;
-    const float *DI = (const float *)ATT_WS;
-    int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
-    int split = att_dkv_split(D), cw = D / split;
-    long long tiles = (S + 15) / 16, w = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
-    if (w >= B * Hkv * tiles * split)
-        return;
-    int c0 = (int)(w % split) * cw;
-    w /= split;
-    long long t = w % tiles, hk = (w / tiles) % Hkv, b = w / (tiles * Hkv), group = H / Hkv;
-    long long k0 = 16 * t, key[2] = {k0 + g, k0 + g + 8}, kbase[2];
-    FTC_UNROLL
-    for (int r = 0; r < 2; r++)
-        kbase[r] = att_row(b, S, Hkv, hk, key[r], D);
-    float dk[ATT_DKV_COLS / 8][4], dv[ATT_DKV_COLS / 8][4];
-    FTC_UNROLL
-    for (int nc = 0; nc < cw / 8; nc++)
+        for (int t = 0; t < nd; t++)
+            FTC_UNROLL
+            for (int e = 0; e < 4; e++)
+                dq[t][e] = 0.0f;
+        att_product(dq, nd, sds, lp, 0, ri, sk, ld, 1, dc, T);    /* dq = dS K */
+        long long kfirst;   /* the first key tile query tile m sees: the counter's first turn */
+        att_keys(i0, S, causal, window, &kfirst, &unused);
+        int *count = ATT_COUNT + (b * H + h) * tiles + m;
+        if (threadIdx.x == 0)
+            att_wait_turn(count, (int)(n - kfirst / T));
+        __syncthreads();
         FTC_UNROLL
-        for (int e = 0; e < 4; e++)
-            dk[nc][e] = dv[nc][e] = 0.0f;
-    long long qbegin, qend, lastbegin, lastend;   /* the queries keys k0 and k0 + 15 are seen by */
-    att_queries(k0, S, causal, window, &qbegin, &lastend);
-    att_queries(k0 + 15, S, causal, window, &lastbegin, &qend);
-    qend = qend < S ? qend : S;
-    for (long long h = hk * group; h < (hk + 1) * group; h++)
-        for (long long i0 = qbegin; i0 < qend; i0 += 16) {
-            float s[2][4], dp[2][4];
-            long long qb[2];
+        for (int t = 0; t < nd; t++)
             FTC_UNROLL
-            for (int nh = 0; nh < 2; nh++)
-                qb[nh] = att_row(b, S, H, h, i0 + nh * 8 + g, D);
-            att_tiles(s, K, Q, dp, V, DY, kbase, qb, D, q);   /* S^T = k q^T, dP^T = v dy^T */
-            FTC_UNROLL
-            for (int nh = 0; nh < 2; nh++)
-                FTC_UNROLL
-                for (int e = 0; e < 4; e++) {
-                    long long qr = i0 + nh * 8 + 2 * q + (e & 1), kr = key[e >> 1];
-                    /* att_hidden written out: the inlined call costs this kernel registers */
-                    bool hidden = qr >= S || kr >= S || (causal && kr > qr) ||
-                                  (window && (qr - kr >= window || kr - qr >= window)) ||
-                                  !att_same(ATT_POS, b, S, qr, kr);
-                    long long stat = (b * H + h) * S + (qr < S ? qr : S - 1);
-                    float sc = att_cap(s[nh][e] * scale, cap);
-                    float p = hidden ? 0.0f : expf(sc - ATT_LSE[stat]);
-                    s[nh][e] = p;
-                    dp[nh][e] = p * (dp[nh][e] - DI[stat]) * att_through(sc, cap) * scale;   /* dS^T */
+            for (int e = 0; e < 4; e++) {
+                long long row = i0 + ri + g + 8 * (e >> 1);
+                if (row < S) {
+                    volatile float *acc = ATT_DQACC + ((b * S + row) * H + h) * D + dc + 8 * t + 2 * q + (e & 1);
+                    *acc = *acc + dq[t][e];
                 }
-            unsigned int pa0 = att_pack(s[0][0], s[0][1]), pa1 = att_pack(s[0][2], s[0][3]);
-            unsigned int pa2 = att_pack(s[1][0], s[1][1]), pa3 = att_pack(s[1][2], s[1][3]);
-            unsigned int sa0 = att_pack(dp[0][0], dp[0][1]), sa1 = att_pack(dp[0][2], dp[0][3]);
-            unsigned int sa2 = att_pack(dp[1][0], dp[1][1]), sa3 = att_pack(dp[1][2], dp[1][3]);
-            long long q0 = i0 + 2 * q, qq[4] = {q0, q0 + 1, q0 + 8, q0 + 9};
-            FTC_UNROLL
-            for (int i = 0; i < 4; i++)
-                qq[i] = att_row(b, S, H, h, qq[i], D);
-            FTC_UNROLL
-            for (int nc = 0; nc < cw / 8; nc++) {
-                int n = c0 + nc * 8 + g;
-                unsigned int y0 = att_ld11(DY, qq[0] + n, qq[1] + n), y1 = att_ld11(DY, qq[2] + n, qq[3] + n);
-                FTC_MMA_16816(dv[nc][0], dv[nc][1], dv[nc][2], dv[nc][3], pa0, pa1, pa2, pa3, y0, y1,
-                              dv[nc][0], dv[nc][1], dv[nc][2], dv[nc][3]);
-                unsigned int x0 = att_ld11(Q, qq[0] + n, qq[1] + n), x1 = att_ld11(Q, qq[2] + n, qq[3] + n);
-                FTC_MMA_16816(dk[nc][0], dk[nc][1], dk[nc][2], dk[nc][3], sa0, sa1, sa2, sa3, x0, x1,
-                              dk[nc][0], dk[nc][1], dk[nc][2], dk[nc][3]);
+            }
+        __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0)
+            atomicExch(count, (int)(n - kfirst / T) + 1);
+    }
+    /* This block's keys' dK and dV: bf16 where each key head has one query head, else the
+     * query head's fp32 partial, which post sums. */
+    bool gqa = Hkv < H;
+    FTC_UNROLL
+    for (int t = 0; t < nd; t++)
+        FTC_UNROLL
+        for (int r = 0; r < 2; r++) {
+            long long key = k0 + ri + g + 8 * r;
+            if (key >= S)
+                continue;
+            int col = dc + 8 * t + 2 * q;
+            if (gqa) {
+                long long at = ((b * S + key) * H + h) * D + col;
+                float *pk = (float *)((char *)ATT_WS + off_pk) + at, *pv = (float *)((char *)ATT_WS + off_pv) + at;
+                pk[0] = dk[t][2 * r], pk[1] = dk[t][2 * r + 1];
+                pv[0] = dv[t][2 * r], pv[1] = dv[t][2 * r + 1];
+            } else {
+                long long at = ((b * S + key) * Hkv + hk) * D + col;
+                *(unsigned int *)((unsigned short *)ATT_DK + at) = att_pack(dk[t][2 * r], dk[t][2 * r + 1]);
+                *(unsigned int *)((unsigned short *)ATT_DV + at) = att_pack(dv[t][2 * r], dv[t][2 * r + 1]);
             }
         }
-    FTC_UNROLL
-    for (int r = 0; r < 2; r++) {
-        if (key[r] >= S)
-            continue;
-        FTC_UNROLL
-        for (int nc = 0; nc < cw / 8; nc++)
-            FTC_UNROLL
-            for (int j = 0; j < 2; j++) {
-                long long at = kbase[r] + c0 + nc * 8 + 2 * q + j;
-                st_bf16((unsigned short *)ATT_DK, at, dk[nc][2 * r + j]);
-                st_bf16((unsigned short *)ATT_DV, at, dv[nc][2 * r + j]);
+}
+
+/* Backward post: dq from its accumulator to bf16, and with GQA dK and dV each the sum of their
+ * query heads' partials in head order, four elements a thread a step. */
+FTC_INLINE void attn_bwd_post_tiled(FtcArgs a, long long B, long long S, long long H, long long Hkv,
+                                    int D, int docs, long long off_dq, long long off_pk, long long off_pv) {
+    long long nq = B * S * H * D, nkv = Hkv < H ? B * S * Hkv * D : 0, group = H / Hkv;
+    long long step = (long long)gridDim.x * blockDim.x * 4;
+    for (long long i = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * 4; i < nq + 2 * nkv; i += step) {
+        float4 v;
+        unsigned short *out;
+        if (i < nq) {
+            v = *(const float4 *)(ATT_DQACC + i);
+            out = (unsigned short *)ATT_DQ + i;
+        } else {
+            long long j = (i - nq) % nkv, c = j % D, r = j / D, hk = r % Hkv, bs = r / Hkv;
+            bool isv = i - nq >= nkv;
+            const float *part = (const float *)((char *)ATT_WS + (isv ? off_pv : off_pk));
+            v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            for (long long hh = hk * group; hh < (hk + 1) * group; hh++) {
+                float4 x = *(const float4 *)(part + (bs * H + hh) * D + c);
+                v.x += x.x, v.y += x.y, v.z += x.z, v.w += x.w;
             }
+            out = (unsigned short *)(isv ? ATT_DV : ATT_DK) + j;
+        }
+        *(uint2 *)out = make_uint2(att_pack(v.x, v.y), att_pack(v.z, v.w));
     }
 }
 
-/* --- What a kernel calls: tensor cores when the operands allow. ---------------------- */
+/* --- What a kernel calls: the tiled kernels when the operands allow. -------------------- */
 
-FTC_INLINE int att_mma(int D, int dt) { return dt == FTC_BF16 && D % 16 == 0 && D <= 8 * ATT_MAX_CHUNKS; }
+FTC_INLINE int att_tiled(int D) { return D % 16 == 0 && (D <= 128 || (D <= 256 && D % 32 == 0)); }
 
 FTC_INLINE void attention_fwd(FtcArgs a, long long B, long long S, long long H, long long Hkv, int D,
                               int causal, long long window, float cap, float scale, int dtq, int dtk,
                               int dtv, int dto, int docs) {
-    if (att_mma(D, dtq) && dtk == FTC_BF16 && dtv == FTC_BF16 && dto == FTC_BF16)
-        attn_fwd_mma(a, B, S, H, Hkv, D, causal, window, cap, scale, docs);
+    if (att_tiled(D) && dtq == FTC_BF16 && dtk == FTC_BF16 && dtv == FTC_BF16 && dto == FTC_BF16)
+        attn_fwd_tiled(a, B, S, H, Hkv, D, causal, window, cap, scale, docs);
     else
         attn_fwd(a, B, S, H, Hkv, D, causal, window, cap, scale, dtq, dtk, dtv, dto, docs);
 }
 
-FTC_INLINE void attention_bwd_dq(FtcArgs a, long long B, long long S, long long H, long long Hkv,
-                                 int D, int causal, long long window, float cap, float scale, int dt,
-                                 int dtd, int docs) {
-    if (att_mma(D, dt) && dtd == FTC_BF16)
-        attn_bwd_dq_mma(a, B, S, H, Hkv, D, causal, window, cap, scale, docs);
+/* The backward's three launches. Tiled: pre, main, post as above; else a warp a row: dq (and
+ * Di), then dk and dv a warp a key row, then nothing. */
+FTC_INLINE void attention_bwd_pre(FtcArgs a, long long B, long long S, long long H, long long Hkv,
+                                  int D, int causal, long long window, float cap, float scale, int dt,
+                                  int dtd, int docs, long long off_dq, long long off_count,
+                                  long long off_pk, long long off_pv) {
+    (void)off_pk, (void)off_pv;
+    if (att_tiled(D) && dt == FTC_BF16 && dtd == FTC_BF16)
+        attn_bwd_pre_tiled(a, B, S, H, D, docs, off_dq, off_count);
     else
         attn_bwd_dq(a, B, S, H, Hkv, D, causal, window, cap, scale, dt, dtd, docs);
 }
 
-FTC_INLINE void attention_bwd_dkv(FtcArgs a, long long B, long long S, long long H, long long Hkv,
-                                  int D, int causal, long long window, float cap, float scale, int dt,
-                                  int dtd, int docs) {
-    if (att_mma(D, dt) && dtd == FTC_BF16)
-        attn_bwd_dkv_mma(a, B, S, H, Hkv, D, causal, window, cap, scale, docs);
+FTC_INLINE void attention_bwd_main(FtcArgs a, long long B, long long S, long long H, long long Hkv,
+                                   int D, int causal, long long window, float cap, float scale, int dt,
+                                   int dtd, int docs, long long off_dq, long long off_count,
+                                   long long off_pk, long long off_pv) {
+    if (att_tiled(D) && dt == FTC_BF16 && dtd == FTC_BF16)
+        attn_bwd_main_tiled(a, B, S, H, Hkv, D, causal, window, cap, scale, docs, off_dq, off_count,
+                            off_pk, off_pv);
     else
         attn_bwd_dkv(a, B, S, H, Hkv, D, causal, window, cap, scale, dt, dtd, docs);
+}
+
+FTC_INLINE void attention_bwd_post(FtcArgs a, long long B, long long S, long long H, long long Hkv,
+                                   int D, int causal, long long window, float cap, float scale, int dt,
+                                   int dtd, int docs, long long off_dq, long long off_count,
+                                   long long off_pk, long long off_pv) {
+    (void)causal, (void)window, (void)cap, (void)scale, (void)off_count;
+    if (att_tiled(D) && dt == FTC_BF16 && dtd == FTC_BF16)
+        attn_bwd_post_tiled(a, B, S, H, Hkv, D, docs, off_dq, off_pk, off_pv);
 }

@@ -582,6 +582,16 @@ FTC_EMU_FN void ftc_emu_ldmatrix(unsigned int *out, const void *row, int n, int 
         out[j] = t->ldm_out[j];
 }
 
+// Dynamic shared memory (prelude.cuh's FTC_DYN_SMEM): what the running launch gave
+// (ftc_emu_dynamic_smem, before it), which a kernel's declaration must not exceed.
+#define FTC_EMU_DSMEM_MAX 232448
+static _Thread_local unsigned int ftc_emu_dsmem_;
+FTC_EMU_FN void ftc_emu_dsmem_check_(unsigned int bytes) {
+    if (bytes > ftc_emu_dsmem_ || bytes > FTC_EMU_DSMEM_MAX)
+        ftc_emu_fail_("it declares %u bytes of dynamic shared memory, but the launch gave %u", bytes,
+                      ftc_emu_dsmem_);
+}
+
 // cp.async.cg.shared.global [dst], [src], 16: the 16 bytes at src, read now, land at dst when a
 // cp.async.wait_group retires their group (both addresses 16-byte aligned).
 FTC_EMU_FN void ftc_emu_cp_async_16(void *dst, const void *src) {
@@ -857,6 +867,8 @@ FTC_EMU_EXPORT int ftc_emu_launch(const char *name, dim3 grid, dim3 block, FtcAr
 // The same for a grouped kernel; each of its threads reads *args (not a copy).
 FTC_EMU_EXPORT int ftc_emu_launch_group(const char *name, dim3 grid, dim3 block,
                                         const FtcGroupArgs *args, char *err, size_t errlen);
+// The dynamic shared memory of this OS thread's launches from now on (0 at first).
+FTC_EMU_EXPORT void ftc_emu_dynamic_smem(unsigned int bytes);
 // Unmaps the calling OS thread's fibers (kept between launches; see FtcEmuPool). Optional:
 // unloading kernels.so does it for the thread that unloads it.
 FTC_EMU_EXPORT void ftc_emu_release(void);
@@ -1144,6 +1156,7 @@ FTC_EMU_FN int ftc_emu_run_(const FtcEmuKernel *table, const char *name, dim3 gr
         return ftc_emu_run_(ftc_emu_table_, name, grid, block, args, ftc_emu_call_group_, 1,    \
                             err, errlen);                                                       \
     }                                                                                           \
+    FTC_EMU_EXPORT void ftc_emu_dynamic_smem(unsigned int bytes) { ftc_emu_dsmem_ = bytes; }      \
     FTC_EMU_EXPORT void ftc_emu_release(void) { ftc_emu_pool_free_(); }
 
 #endif

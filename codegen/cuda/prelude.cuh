@@ -133,7 +133,9 @@ FTC_INLINE void st_f16(unsigned short *p, long long i, float v) { p[i] = f2f16(v
  * plan's launch names the size, the runtime raises the kernel's limit to it) and a launch
  * given less traps; under the emu a static array of that size. */
 #ifdef FTC_EMU
-#define FTC_DYN_SMEM(name, bytes) static _Thread_local __attribute__((aligned(16))) unsigned char name[bytes]
+#define FTC_DYN_SMEM(name, bytes)                                                                 \
+    static _Thread_local __attribute__((aligned(16))) unsigned char name[FTC_EMU_DSMEM_MAX];      \
+    ftc_emu_dsmem_check_(bytes)
 #else
 #define FTC_DYN_SMEM(name, bytes)                                                                 \
     extern __shared__ __align__(16) unsigned char name[];                                       \
@@ -159,7 +161,8 @@ FTC_INLINE unsigned int ftc_smem_u32(const void *p) {
  * elements from shared memory; lane 8j + r gives the address of row r of matrix j (16-byte
  * aligned, eight contiguous elements), and lane 4r + w gets in rj the elements 2w, 2w + 1 of row
  * r of matrix j (the first in the low half); with _T, elements (2w, r) and (2w + 1, r): each
- * matrix transposed. rj are exactly an mma operand's registers (attention.cuh). */
+ * matrix transposed. rj are exactly an mma operand's registers (attention.cuh). _X2: two
+ * matrices, from the addresses of lanes 0-15. */
 #ifdef FTC_EMU
 #define FTC_LDMATRIX_X4_(r0, r1, r2, r3, p, trans)                                               \
     do {                                                                                         \
@@ -169,6 +172,14 @@ FTC_INLINE unsigned int ftc_smem_u32(const void *p) {
     } while (0)
 #define FTC_LDMATRIX_X4(r0, r1, r2, r3, p) FTC_LDMATRIX_X4_(r0, r1, r2, r3, p, 0)
 #define FTC_LDMATRIX_X4_T(r0, r1, r2, r3, p) FTC_LDMATRIX_X4_(r0, r1, r2, r3, p, 1)
+#define FTC_LDMATRIX_X2_(r0, r1, p, trans)                                                       \
+    do {                                                                                         \
+        unsigned int ftc_o_[4];                                                                  \
+        ftc_emu_ldmatrix(ftc_o_, (p), 2, (trans));                                               \
+        (r0) = ftc_o_[0], (r1) = ftc_o_[1];                                                      \
+    } while (0)
+#define FTC_LDMATRIX_X2(r0, r1, p) FTC_LDMATRIX_X2_(r0, r1, p, 0)
+#define FTC_LDMATRIX_X2_T(r0, r1, p) FTC_LDMATRIX_X2_(r0, r1, p, 1)
 #else
 #define FTC_LDMATRIX_X4(r0, r1, r2, r3, p)                                                       \
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"             \
@@ -176,6 +187,12 @@ FTC_INLINE unsigned int ftc_smem_u32(const void *p) {
 #define FTC_LDMATRIX_X4_T(r0, r1, r2, r3, p)                                                     \
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"       \
                  : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(ftc_smem_u32(p)))
+#define FTC_LDMATRIX_X2(r0, r1, p)                                                               \
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];"                     \
+                 : "=r"(r0), "=r"(r1) : "r"(ftc_smem_u32(p)))
+#define FTC_LDMATRIX_X2_T(r0, r1, p)                                                             \
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];"               \
+                 : "=r"(r0), "=r"(r1) : "r"(ftc_smem_u32(p)))
 #endif
 
 /* cp.async (sm_80): 16 bytes from global to shared memory, bypassing the registers; a thread's

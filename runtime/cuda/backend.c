@@ -596,7 +596,7 @@ static int loss_launch(void *ctx, const PlanInstr *in, int l, const KernelArgs *
     const PlanLaunch *pl = &in->launch[l];
     void *params[1] = {(void *)a};
     CuResult r = s->api.cu.LaunchKernel(s->fn[in->id * PLAN_MAX_LAUNCHES + l], pl->grid[0], pl->grid[1],
-                                        pl->grid[2], pl->block[0], pl->block[1], pl->block[2], 0,
+                                        pl->grid[2], pl->block[0], pl->block[1], pl->block[2], pl->smem,
                                         s->stream[in->stream], params, NULL);
     return r == CUX_SUCCESS ? 0 : fail_cu(s, r, pl->name, err, errlen);
 }
@@ -751,7 +751,7 @@ static int cuda_launch(Backend *be, Exec *x, const PlanInstr *in, char *err, siz
         const PlanLaunch *pl = &in->launch[l];
         CuResult r = s->api.cu.LaunchKernel(s->fn[in->id * PLAN_MAX_LAUNCHES + l], pl->grid[0],
                                             pl->grid[1], pl->grid[2], pl->block[0], pl->block[1],
-                                            pl->block[2], 0, s->stream[in->stream], params, NULL);
+                                            pl->block[2], pl->smem, s->stream[in->stream], params, NULL);
         if (r != CUX_SUCCESS)
             rc = fail_cu(s, r, pl->name, err, errlen);
     }
@@ -822,8 +822,11 @@ static int cuda_prepare(Backend *be, const Plan *p, int stream, char *err, size_
             return rt_fail(err, errlen, "instruction %d (%s) names no kernel: the plan predates "
                            "kernels.cu; recompile it", id, op_desc(in->op)->name);
         for (int l = 0; l < in->nlaunch; l++) {
-            CuResult r = s->api.cu.ModuleGetFunction(&s->fn[id * PLAN_MAX_LAUNCHES + l], s->module,
-                                                     in->launch[l].name);
+            CuFunction *fn = &s->fn[id * PLAN_MAX_LAUNCHES + l];
+            CuResult r = s->api.cu.ModuleGetFunction(fn, s->module, in->launch[l].name);
+            // Past 48 KiB of dynamic shared memory a kernel must be let have it.
+            if (r == CUX_SUCCESS && in->launch[l].smem > CUX_STATIC_SMEM_MAX)
+                r = s->api.cu.FuncSetAttribute(*fn, CUX_FUNC_MAX_DYNAMIC_SMEM, (int)in->launch[l].smem);
             if (r != CUX_SUCCESS)
                 return fail_cu(s, r, in->launch[l].name, err, errlen);
         }
@@ -906,8 +909,25 @@ static void cuda_destroy(Backend *be) {
 // reserve is already spent: the context exists). The host arena must fit the host's
 // available memory.
 static int preflight(CudaState *s, const Plan *p, char *err, size_t errlen) {
+    // The most dynamic shared memory a launch declares against what a block may have here.
+    unsigned smem = 0;
+    const char *kernel = "";
+    for (int ph = 0; ph < PHASE_COUNT; ph++)
+        for (int i = 0; i < p->nins[ph]; i++)
+            for (int l = 0; l < p->ins[ph][i].nlaunch; l++)
+                if (p->ins[ph][i].launch[l].smem > smem)
+                    smem = p->ins[ph][i].launch[l].smem, kernel = p->ins[ph][i].launch[l].name;
+    int optin = 0;
+    CuResult r = smem > CUX_STATIC_SMEM_MAX ? s->api.cu.DeviceGetAttribute(&optin, CUX_ATTR_SMEM_OPTIN, s->dev)
+                                            : CUX_SUCCESS;
+    if (r != CUX_SUCCESS)
+        return fail_cu(s, r, "cuDeviceGetAttribute", err, errlen);
+    if (smem > CUX_STATIC_SMEM_MAX && (unsigned)optin < smem)
+        return rt_fail(err, errlen, "kernel %s needs %u bytes of shared memory a block, but %s (%s) "
+                       "gives a block at most %d; compile the plan for this GPU's preset",
+                       kernel, smem, s->name, s->arch, optin);
     size_t free_b = 0, total_b = 0;
-    CuResult r = s->api.cu.MemGetInfo(&free_b, &total_b);
+    r = s->api.cu.MemGetInfo(&free_b, &total_b);
     if (r != CUX_SUCCESS)
         return fail_cu(s, r, "cuMemGetInfo", err, errlen);
     const int64_t margin = 64ll << 20;   // the module and cuBLASLt's handle

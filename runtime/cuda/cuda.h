@@ -30,6 +30,9 @@ enum {
     CUX_ERROR_NOT_READY = 600,       // cuEventQuery: recorded work not yet done
     CUX_ATTR_CC_MAJOR = 75,          // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
     CUX_ATTR_CC_MINOR = 76,
+    CUX_ATTR_SMEM_OPTIN = 97,        // CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+    CUX_FUNC_MAX_DYNAMIC_SMEM = 8,   // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    CUX_STATIC_SMEM_MAX = 49152,     // dynamic shared memory a launch may have unasked
     CUX_STREAM_NON_BLOCKING = 1,
     CUX_EVENT_DISABLE_TIMING = 2,
     CUX_MEMHOSTALLOC_PORTABLE = 1,
@@ -74,6 +77,7 @@ typedef struct CuDriver {
                              void **params, void **extra);
     CuResult (*GetErrorString)(CuResult r, const char **text);
     CuResult (*EventQuery)(CuEvent e);
+    CuResult (*FuncSetAttribute)(CuFunction f, int attribute, int value);
 } CuDriver;
 
 // cuBLASLt: handles and descriptors are opaque pointers; an algorithm and a heuristic

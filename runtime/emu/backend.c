@@ -30,6 +30,7 @@ typedef int (*EmuLaunch)(const char *name, EmuDim grid, EmuDim block, KernelArgs
                          size_t errlen);
 typedef int (*EmuLaunchGroup)(const char *name, EmuDim grid, EmuDim block, const KernelGroupArgs *args,
                               char *err, size_t errlen);
+typedef void (*EmuDynamicSmem)(unsigned bytes);
 
 // An entry of a kernels.so's table (ftc_emu.h's FtcEmuKernel), mirrored.
 typedef struct EmuEntry {
@@ -42,6 +43,7 @@ struct EmuKernels {
     void *so;
     EmuLaunch launch;
     EmuLaunchGroup launch_group;
+    EmuDynamicSmem dynamic_smem;
     const EmuEntry *table;
 };
 
@@ -211,14 +213,15 @@ static int loss_launch(void *ctx, const PlanInstr *in, int l, const KernelArgs *
     EmuKernels *k = ctx;
     if (l >= in->nlaunch)
         return rt_fail(err, errlen, "the fused loss names %d launches, not %d", in->nlaunch, l + 1);
-    return rt_emu_kernels_launch(k, in->launch[l].name, in->launch[l].grid, in->launch[l].block, a,
-                                 false, err, errlen);
+    return rt_emu_kernels_launch(k, in->launch[l].name, in->launch[l].grid, in->launch[l].block,
+                                 in->launch[l].smem, a, false, err, errlen);
 }
 
 int rt_emu_kernels_launch(EmuKernels *k, const char *name, const unsigned grid[3],
-                          const unsigned block[3], const void *args, bool group, char *err,
-                          size_t errlen) {
+                          const unsigned block[3], unsigned smem, const void *args, bool group,
+                          char *err, size_t errlen) {
     EmuDim g = {grid[0], grid[1], grid[2]}, b = {block[0], block[1], block[2]};
+    k->dynamic_smem(smem);
     return group ? k->launch_group(name, g, b, args, err, errlen)
                  : k->launch(name, g, b, *(const KernelArgs *)args, err, errlen);
 }
@@ -233,7 +236,7 @@ static int emu_launch(Backend *be, Exec *x, const PlanInstr *in, char *err, size
             return rt_fail(err, errlen, "out of memory");
         rt_kernel_group_args(x, in, a);
         int rc = rt_emu_kernels_launch(s->k, in->launch[0].name, in->launch[0].grid,
-                                       in->launch[0].block, a, true, err, errlen);
+                                       in->launch[0].block, in->launch[0].smem, a, true, err, errlen);
         free(a);
         return rc;
     }
@@ -247,7 +250,7 @@ static int emu_launch(Backend *be, Exec *x, const PlanInstr *in, char *err, size
     rt_kernel_args(x, in, &a);
     for (int l = 0; l < in->nlaunch; l++)
         if (rt_emu_kernels_launch(s->k, in->launch[l].name, in->launch[l].grid, in->launch[l].block,
-                                  &a, false, err, errlen) != 0)
+                                  in->launch[l].smem, &a, false, err, errlen) != 0)
             return -1;
     return 0;
 }
@@ -305,10 +308,12 @@ EmuKernels *rt_emu_kernels_open(const char *plan_dir, char *err, size_t errlen) 
         return NULL;
     }
     EmuLaunchGroup launch_group = (EmuLaunchGroup)dlsym(h, "ftc_emu_launch_group");
+    EmuDynamicSmem dynamic_smem = (EmuDynamicSmem)dlsym(h, "ftc_emu_dynamic_smem");
     const size_t *args_bytes = dlsym(h, "ftc_emu_args_bytes");
     const size_t *group_bytes = dlsym(h, "ftc_emu_group_args_bytes");
     const EmuEntry *table = dlsym(h, "ftc_emu_kernels");
-    if (!launch_group || !args_bytes || !group_bytes || !table || *args_bytes != sizeof(KernelArgs) ||
+    if (!launch_group || !dynamic_smem || !args_bytes || !group_bytes || !table ||
+        *args_bytes != sizeof(KernelArgs) ||
         *group_bytes != sizeof(KernelGroupArgs)) {
         rt_fail(err, errlen, "%s/kernels.cu was generated for another kernel ABI; recompile the plan",
                 plan_dir);
@@ -316,7 +321,7 @@ EmuKernels *rt_emu_kernels_open(const char *plan_dir, char *err, size_t errlen) 
         return NULL;
     }
     EmuKernels *k = calloc(1, sizeof *k);
-    *k = (EmuKernels){h, launch, launch_group, table};
+    *k = (EmuKernels){h, launch, launch_group, dynamic_smem, table};
     return k;
 }
 
