@@ -130,6 +130,7 @@ enum { KERNEL_GROUP_MAX = 64, KERNEL_GROUP_OPERANDS = 6 };
 typedef struct KernelSet {
     char *source;               // kernels.cu (malloc'd)
     NodeKernels *node;          // per graph node
+    int nnodes;
     int nkernels;               // distinct kernels in the source
     int nlaunch_nodes;          // nodes with at least one launch
 } KernelSet;
@@ -165,7 +166,13 @@ typedef struct CudaOp {
     // name; NULL for none.
     void (*prefix)(FILE *f, const CudaCtx *x);
     unsigned (*smem)(const CudaCtx *x);     // a launch's dynamic shared memory (optional)
+    int (*per_thread)(const CudaCtx *x);    // elements a thread takes a step in a grouped
+                                            // launch (optional; 1)
 } CudaOp;
+
+// Whether tensor t's bytes start 16 bytes aligned (its base's arena offset and its view's
+// offset in it): where a kernel may load it 16 bytes at a time.
+bool codegen_aligned16(const IrGraph *g, int t);
 
 // The op's row, or NULL when it has none (elementwise ops, GEMMs, views, copies).
 const CudaOp *cuda_op(OpKind op);

@@ -68,14 +68,19 @@ static void one_block(unsigned *grid, unsigned *block, unsigned threads) {
 // Per op: arguments and geometry.
 //
 
+// The embedding eight elements of a row a thread: rows of a multiple of eight, the table and
+// the output 16-byte aligned.
+static int embed_v8(const IrGraph *g, const IrNode *n) {
+    return IN(0)->shape[1] % 8 == 0 && codegen_aligned16(g, n->in[0]) && codegen_aligned16(g, n->out[0]);
+}
 static void a_embed(FILE *f, const CudaCtx *cx) {
     CTX(cx);
-    fprintf(f, "%lldLL, %lld, %lldLL, %d, %d", (long long)ir_tensor_elems(IN(1)),
-            (long long)IN(0)->shape[1], (long long)IN(0)->shape[0], DT(IN(0)), DT(OUT(0)));
+    fprintf(f, "%lldLL, %lld, %lldLL, %d, %d, %d", (long long)ir_tensor_elems(IN(1)),
+            (long long)IN(0)->shape[1], (long long)IN(0)->shape[0], DT(IN(0)), DT(OUT(0)), embed_v8(g, n));
 }
 static void g_embed(const CudaCtx *cx, unsigned *grid, unsigned *block) {
     CTX(cx);
-    ew_geometry(ir_tensor_elems(OUT(0)), grid, block);
+    ew_geometry(ir_tensor_elems(OUT(0)) / (embed_v8(g, n) ? 8 : 1), grid, block);
 }
 
 static void a_embed_bwd(FILE *f, const CudaCtx *cx) {
@@ -96,6 +101,15 @@ static void g_embed_bwd(const CudaCtx *cx, unsigned *grid, unsigned *block) {
 }
 
 // Norms: rows and width from the input x (in[0] forward, in[1] in dx/dw: dy comes first).
+// Whether a row kernel over rows of C elements reads and writes its row operands (every
+// input, out[0]) eight elements at a time (ld8, st8): C % 8 == 0, each 16-byte aligned.
+static int rows_v8(const IrGraph *g, const IrNode *n, int64_t C) {
+    bool ok = C % 8 == 0 && codegen_aligned16(g, n->out[0]);
+    for (int i = 0; i < n->nin; i++)
+        ok &= n->in[i] < 0 || codegen_aligned16(g, n->in[i]);
+    return ok;
+}
+
 static void a_norm(FILE *f, const CudaCtx *cx) {
     CTX(cx);
     const IrTensor *x = IN(0);
@@ -108,7 +122,7 @@ static void a_norm(FILE *f, const CudaCtx *cx) {
     fprintf(f, ", %d, %d", DT(x), DT(IN(1)));
     if (n->op == OP_LAYERNORM)
         fprintf(f, ", %d", DT(IN(2)));
-    fprintf(f, ", %d", DT(OUT(0)));
+    fprintf(f, ", %d, %d", DT(OUT(0)), rows_v8(g, n, last_dim(x)));
 }
 static void g_rows_in0(const CudaCtx *cx, unsigned *grid, unsigned *block) {
     CTX(cx);
@@ -123,7 +137,7 @@ static void a_norm_dx(FILE *f, const CudaCtx *cx) {
         flit(f, n->attr.offset);
         fprintf(f, ", ");
     }
-    fprintf(f, "%d, %d, %d, %d", DT(OUT(0)), DT(IN(0)), DT(x), DT(IN(2)));
+    fprintf(f, "%d, %d, %d, %d, %d", DT(OUT(0)), DT(IN(0)), DT(x), DT(IN(2)), rows_v8(g, n, last_dim(x)));
 }
 static void g_rows_in1(const CudaCtx *cx, unsigned *grid, unsigned *block) {
     CTX(cx);
@@ -155,6 +169,14 @@ static void p_rope(FILE *f, const CudaCtx *cx) {
     fprintf(f, "};\n");
 }
 
+// Rope eight pairs a thread: every dim rotating, half of them a multiple of eight, x and out
+// 16-byte aligned.
+static int rope_v8(const IrGraph *g, const IrNode *n) {
+    const int64_t *s = IN(0)->shape;
+    int64_t d = n->attr.rope.rotary ? n->attr.rope.rotary : s[3];
+    return d == s[3] && (d / 2) % 8 == 0 && codegen_aligned16(g, n->in[0]) && codegen_aligned16(g, n->out[0]);
+}
+
 static void a_rope(FILE *f, const CudaCtx *cx) {
     CTX(cx);
     const int64_t *s = IN(0)->shape;
@@ -164,15 +186,15 @@ static void a_rope(FILE *f, const CudaCtx *cx) {
             (long long)s[2], (long long)s[3],
             (long long)(n->attr.rope.rotary ? n->attr.rope.rotary : s[3]));
     flit(f, mscale);
-    fprintf(f, ", %s, %d, %d, %d", n->op == OP_ROPE ? "1.0f" : "-1.0f", n->nin > 1 && n->in[1] >= 0,
-            DT(IN(0)), DT(OUT(0)));
+    fprintf(f, ", %s, %d, %d, %d, %d", n->op == OP_ROPE ? "1.0f" : "-1.0f", n->nin > 1 && n->in[1] >= 0,
+            DT(IN(0)), DT(OUT(0)), rope_v8(g, n));
 }
 // One thread a rotated pair or a passed-through element.
 static void g_rope(const CudaCtx *cx, unsigned *grid, unsigned *block) {
     CTX(cx);
     const int64_t *s = IN(0)->shape;
     int64_t d = n->attr.rope.rotary ? n->attr.rope.rotary : s[3];
-    ew_geometry(s[0] * s[1] * s[2] * (d / 2 + s[3] - d), grid, block);
+    ew_geometry(s[0] * s[1] * s[2] * (rope_v8(g, n) ? d / 16 : d / 2 + s[3] - d), grid, block);
 }
 
 static void a_softmax(FILE *f, const CudaCtx *cx) {
@@ -313,6 +335,21 @@ static void a_concat(FILE *f, const CudaCtx *cx) {
     fprintf(f, ", %d", DT(OUT(0)));
 }
 
+// An elementwise template eight elements a thread: out[0]'s size a multiple of eight, every
+// operand of at least eight elements 16-byte aligned.
+static int elems_v8(const IrGraph *g, const IrNode *n) {
+    bool ok = ir_tensor_elems(OUT(0)) % 8 == 0 && ir_tensor_elems(IN(0)) % 8 == 0;
+    for (int i = 0; i < ir_node_nout(n); i++)
+        ok &= n->out[i] < 0 || codegen_aligned16(g, n->out[i]);
+    for (int i = 0; i < n->nin; i++)
+        ok &= n->in[i] < 0 || ir_tensor_elems(IN(i)) < 8 || codegen_aligned16(g, n->in[i]);
+    return ok;
+}
+// Dropout: a thread an element, or eight.
+static void g_dropout(const CudaCtx *cx, unsigned *grid, unsigned *block) {
+    CTX(cx);
+    ew_geometry(ir_tensor_elems(OUT(0)) / (elems_v8(g, n) ? 8 : 1), grid, block);
+}
 static void a_dropout(FILE *f, const CudaCtx *cx) {
     CTX(cx);
     float p = (float)n->attr.f;
@@ -320,7 +357,7 @@ static void a_dropout(FILE *f, const CudaCtx *cx) {
     fprintf(f, "%lldLL, %uu, ", (long long)ir_tensor_elems(IN(0)),
             t >= 4294967295.0 ? 4294967295u : (unsigned)t);
     flit(f, 1.0f / (1.0f - p));
-    fprintf(f, ", %d, %d", DT(IN(0)), DT(OUT(0)));
+    fprintf(f, ", %d, %d, %d", DT(IN(0)), DT(OUT(0)), elems_v8(g, n));
 }
 
 static void a_ce(FILE *f, const CudaCtx *cx) {
@@ -330,7 +367,7 @@ static void a_ce(FILE *f, const CudaCtx *cx) {
     int counted = n->nin > 2 && n->in[2] >= 0;   // the step's target count is an operand
     if (n->op == OP_CROSS_ENTROPY) {
         if (l == 0)
-            fprintf(f, "%lldLL, %lldLL, %d, %d", N, V, DT(lg), counted);
+            fprintf(f, "%lldLL, %lldLL, %d, %d, %d", N, V, DT(lg), counted, rows_v8(g, n, V));
         else
             fprintf(f, "%lldLL, %d", N, counted);
         return;
@@ -341,7 +378,7 @@ static void a_ce(FILE *f, const CudaCtx *cx) {
     }
     fprintf(f, "%lldLL, %lldLL, ", N, V);
     flit(f, n->attr.f);
-    fprintf(f, ", %d, %d, %d", DT(lg), DT(OUT(0)), counted);
+    fprintf(f, ", %d, %d, %d, %d", DT(lg), DT(OUT(0)), counted, rows_v8(g, n, V));
 }
 static void g_ce(const CudaCtx *cx, unsigned *grid, unsigned *block) {
     CTX(cx);
@@ -379,7 +416,9 @@ static void a_lce(FILE *f, const CudaCtx *cx) {
     } else {
         fprintf(f, "%lldLL, %lldLL, ", C, V);
         flit(f, n->attr.f);
-        fprintf(f, ", %d, %d, %lldLL, %lldLL, %d", ptg, pws, terms, count, DT(IN(0)));
+        // (the chunk's logits at the start of the workspace: rows of V aligned when V % 8 == 0)
+        fprintf(f, ", %d, %d, %lldLL, %lldLL, %d, %d", ptg, pws, terms, count, DT(IN(0)),
+                V % 8 == 0 && n->ws >= 0 && codegen_aligned16(g, n->ws));
     }
 }
 static void g_lce(const CudaCtx *cx, unsigned *grid, unsigned *block) {
@@ -409,7 +448,8 @@ static void a_grad_sumsq(FILE *f, const CudaCtx *cx) {
     CTX(cx);
     int64_t n_el = ir_tensor_elems(IN(0));
     if (l == 0)
-        fprintf(f, "%lldLL, %lldLL, %d", (long long)n_el, (long long)op_sumsq_blocks(n_el), DT(IN(0)));
+        fprintf(f, "%lldLL, %lldLL, %d, %d", (long long)n_el, (long long)op_sumsq_blocks(n_el), DT(IN(0)),
+                n_el % 8 == 0 && codegen_aligned16(g, n->in[0]));
     else
         fprintf(f, "%lldLL, %d", (long long)op_sumsq_blocks(n_el), upd(n));
 }
@@ -431,12 +471,32 @@ static void g_one_thread(const CudaCtx *cx, unsigned *grid, unsigned *block) {
 
 // The optimizers: the element count, then the constants a group shares (the tensor's
 // weight decay among them).
+// An update eight elements a thread (optim.cuh's v8): its size a multiple of eight, every
+// operand but the factor 16-byte aligned.
+static int update_v8(const IrGraph *g, const IrNode *n) {
+    bool ok = ir_tensor_elems(OUT(0)) % 8 == 0;
+    for (int i = 0; i < ir_node_nout(n); i++)
+        ok &= codegen_aligned16(g, n->out[i]);
+    for (int i = 0; i < n->nin; i++)
+        ok &= n->in[i] < 0 || ir_tensor_elems(IN(i)) < 8 || codegen_aligned16(g, n->in[i]);
+    return ok;
+}
 static void ga_adamw(FILE *f, const CudaCtx *cx) {
     CTX(cx);
     // the fourth output: none (0), the fp32 master (1) or the Kahan compensation (2)
     int mode = ir_node_nout(n) < 4 ? 0 : OUT(3)->cat == MEM_MASTER ? 1 : 2;
-    fprintf(f, "%d, %.17g, %.17g, %.17g, %.17g, %d, %d, %d", mode, cx->hyper->beta1,
-            cx->hyper->beta2, cx->hyper->eps, n->attr.f, DT(OUT(0)), DT(IN(0)), DT(OUT(1)));
+    fprintf(f, "%d, %.17g, %.17g, %.17g, %.17g, %d, %d, %d, %d", mode, cx->hyper->beta1,
+            cx->hyper->beta2, cx->hyper->eps, n->attr.f, DT(OUT(0)), DT(IN(0)), DT(OUT(1)),
+            update_v8(g, n));
+}
+// A thread an element, or eight (update_v8).
+static void g_update(const CudaCtx *cx, unsigned *grid, unsigned *block) {
+    CTX(cx);
+    ew_geometry(ir_tensor_elems(OUT(0)) / (update_v8(g, n) ? 8 : 1), grid, block);
+}
+static int pt_update(const CudaCtx *cx) {
+    CTX(cx);
+    return update_v8(g, n) ? 8 : 1;
 }
 static void a_adamw(FILE *f, const CudaCtx *cx) {
     fprintf(f, "%lldLL, ", (long long)ir_tensor_elems(&cx->g->tensors.at[cx->n->out[0]]));
@@ -503,7 +563,7 @@ static const CudaOp column[OP_COUNT] = {
     [OP_SLICE] = {{"slice_fwd"}, {0}, a_slice, g_slice},
     [OP_SLICE_BWD] = {{"slice_bwd"}, {0}, a_slice, g_slice},
     [OP_CONCAT] = {{"concat_fwd"}, {0}, a_concat, g_ew_out0},
-    [OP_DROPOUT] = {{"dropout_fwd"}, {0}, a_dropout, g_ew_out0},
+    [OP_DROPOUT] = {{"dropout_fwd"}, {0}, a_dropout, g_dropout},
     [OP_CROSS_ENTROPY] = {{"ce_rows", "ce_mean"}, {1, 1}, a_ce, g_ce},
     [OP_CROSS_ENTROPY_BWD] = {{"ce_count", "ce_grad"}, {1, 1}, a_ce, g_ce},
     [OP_LINEAR_CE_GRAD] = {{"lce_count", "lce_step", "lce_mean"}, {1, 1, 1}, a_lce, g_lce},
@@ -511,7 +571,7 @@ static const CudaOp column[OP_COUNT] = {
     [OP_LINEAR_CE] = {{"lce_count", "lce_step", "lce_mean"}, {1, 1, 1}, a_lce, g_lce},
     [OP_SUM_TO] = {{"sum_to"}, {1}, a_sum_to, g_colsum_out0},
     [OP_DEQUANT] = {{"dequant"}, {0}, a_dequant, g_ew_out0},
-    [OP_ADAMW] = {{"adamw"}, {0}, a_adamw, g_ew_out0, "adamw_group", ga_adamw},
+    [OP_ADAMW] = {{"adamw"}, {0}, a_adamw, g_update, "adamw_group", ga_adamw, .per_thread = pt_update},
     [OP_ADAMW8BIT] = {{"adamw8bit"}, {1}, a_adamw8bit, g_adamw8bit, "adamw8bit_group", ga_adamw8bit},
     [OP_SGD] = {{"sgd"}, {0}, a_sgd, g_ew_out0, "sgd_group", ga_sgd},
     [OP_GRAD_SUMSQ] = {{"grad_sumsq_part", "grad_sumsq_final"}, {1, 1}, a_grad_sumsq, g_grad_sumsq},

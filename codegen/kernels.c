@@ -96,6 +96,35 @@ static void group_loop(FILE *f, int count) {
     fprintf(f, "        void *const *p = FTC_GA->p[k];\n        long long i = g - $K_start[k];\n");
 }
 
+bool codegen_aligned16(const IrGraph *g, int t) {
+    int64_t at = 0;
+    while (g->tensors.at[t].alias_of >= 0)
+        at += g->tensors.at[t].alias_offset, t = g->tensors.at[t].alias_of;
+    return (g->tensors.at[t].offset + at) % 16 == 0;
+}
+
+// Whether an elementwise kernel over `total` elements of out (tensor ids ins[0..nin), -1 for
+// none) runs eight elements a thread with ld8/st8: each operand aligned, eight elements a
+// step of every one (a broadcast input's size a multiple of eight), 32-bit indices.
+static bool vector8(const IrGraph *g, int out, const int *ins, int nin, int64_t total) {
+    if (total % 8 || total >= ((int64_t)1 << 31) || !codegen_aligned16(g, out))
+        return false;
+    for (int k = 0; k < nin; k++) {
+        if (ins[k] < 0)
+            continue;
+        int64_t nx = ir_tensor_elems(&g->tensors.at[ins[k]]);
+        if (nx % 8 || !codegen_aligned16(g, ins[k]))
+            return false;
+    }
+    return true;
+}
+
+// The head of a vector loop: i the first of the eight elements of a step, 32-bit.
+static void vector_loop(FILE *f, int64_t total) {
+    fprintf(f, "    for (int v = (int)ftc_gid(); v < %d; v += (int)ftc_gstride()) {\n", (int)(total / 8));
+    fprintf(f, "        const int i = v * 8;\n");
+}
+
 // An elementwise kernel around device code: out[0] over its elements, input k read at
 // i, or at i modulo its size when it is broadcast (its shape a suffix of the output's).
 // With count > 0, the body of a grouped launch over `count` such nodes (none broadcast).
@@ -106,6 +135,34 @@ static char *elementwise_body(const IrGraph *g, const IrNode *n, const char *dev
     const IrTensor *out = &g->tensors.at[n->out[0]];
     int64_t total = ir_tensor_elems(out);
     int nout = ir_node_nout(n);
+    if (!count && vector8(g, n->out[0], n->in, n->nin, total)) {
+        fprintf(f, "    void *const *p = a.p;\n");
+        vector_loop(f, total);
+        fprintf(f, "        float yv[8];\n");
+        for (int k = 0; k < n->nin; k++) {
+            if (n->in[k] < 0)
+                continue;
+            int64_t nx = ir_tensor_elems(&g->tensors.at[n->in[k]]);
+            fprintf(f, "        float x%dv[8];\n        ld8(p[%d], ", k, nout + k);
+            if (nx == total)
+                fprintf(f, "i");
+            else
+                fprintf(f, "i %% %d", (int)nx);
+            fprintf(f, ", %d, x%dv);\n", (int)g->tensors.at[n->in[k]].dtype, k);
+        }
+        if (n->update & 1u)
+            fprintf(f, "        ld8(p[0], i, %d, yv);\n", (int)out->dtype);
+        fprintf(f, "        FTC_UNROLL\n        for (int e = 0; e < 8; e++) {\n");
+        for (int k = 0; k < n->nin; k++)
+            if (n->in[k] >= 0)
+                fprintf(f, "            float x%d = x%dv[e];\n", k, k);
+        fprintf(f, "            float y = %s;\n", n->update & 1u ? "yv[e]" : "0.0f");
+        if (uses(device, "c"))
+            fprintf(f, "            const float c = %af;\n", (double)(float)n->attr.f);
+        fprintf(f, "            { %s }\n            yv[e] = y;\n        }\n", device);
+        fprintf(f, "        st8(p[0], i, %d, yv);\n    }\n", (int)out->dtype);
+        return text_of(f, &buf, &len);
+    }
     if (count) {
         group_loop(f, count);
     } else {
@@ -144,16 +201,34 @@ static char *fused_body(const IrGraph *g, const IrNode *n) {
     const IrFused *fz = &g->fused.at[n->fused];
     const IrTensor *out = &g->tensors.at[n->out[0]];
     int64_t total = ir_tensor_elems(out);
-    fprintf(f, "    const long long n = %lldLL;\n", (long long)total);
-    fprintf(f, "    for (long long i = ftc_gid(); i < n; i += ftc_gstride()) {\n");
-    for (int k = 0; k < n->nin; k++) {
-        const IrTensor *x = &g->tensors.at[n->in[k]];
-        int64_t nx = ir_tensor_elems(x);
-        if (nx == total)
-            fprintf(f, "        float e%d = ldf(a.p[%d], i, %d);\n", k, 1 + k, (int)x->dtype);
-        else
-            fprintf(f, "        float e%d = ldf(a.p[%d], i %% %lldLL, %d);\n", k, 1 + k,
-                    (long long)nx, (int)x->dtype);
+    bool vec = vector8(g, n->out[0], n->in, n->nin, total);
+    if (vec) {   // eight elements a thread: the operands loaded whole, the steps per element
+        vector_loop(f, total);
+        fprintf(f, "        float yv[8];\n");
+        for (int k = 0; k < n->nin; k++) {
+            int64_t nx = ir_tensor_elems(&g->tensors.at[n->in[k]]);
+            fprintf(f, "        float e%dv[8];\n        ld8(a.p[%d], ", k, 1 + k);
+            if (nx == total)
+                fprintf(f, "i");
+            else
+                fprintf(f, "i %% %d", (int)nx);
+            fprintf(f, ", %d, e%dv);\n", (int)g->tensors.at[n->in[k]].dtype, k);
+        }
+        fprintf(f, "        FTC_UNROLL\n        for (int e = 0; e < 8; e++) {\n");
+        for (int k = 0; k < n->nin; k++)
+            fprintf(f, "        float e%d = e%dv[e];\n", k, k);
+    } else {
+        fprintf(f, "    const long long n = %lldLL;\n", (long long)total);
+        fprintf(f, "    for (long long i = ftc_gid(); i < n; i += ftc_gstride()) {\n");
+        for (int k = 0; k < n->nin; k++) {
+            const IrTensor *x = &g->tensors.at[n->in[k]];
+            int64_t nx = ir_tensor_elems(x);
+            if (nx == total)
+                fprintf(f, "        float e%d = ldf(a.p[%d], i, %d);\n", k, 1 + k, (int)x->dtype);
+            else
+                fprintf(f, "        float e%d = ldf(a.p[%d], i %% %lldLL, %d);\n", k, 1 + k,
+                        (long long)nx, (int)x->dtype);
+        }
     }
     for (int s = 0; s < fz->n; s++) {
         const IrNode *st = &fz->step[s];
@@ -175,7 +250,11 @@ static char *fused_body(const IrGraph *g, const IrNode *n) {
         fprintf(f, "            v%d = rnd(y, %d);\n        }\n", s,
                 (int)g->tensors.at[st->out[0]].dtype);
     }
-    fprintf(f, "        stf(a.p[0], i, %d, v%d);\n    }\n", (int)out->dtype, fz->n - 1);
+    if (vec)
+        fprintf(f, "        yv[e] = v%d;\n        }\n        st8(a.p[0], i, %d, yv);\n    }\n", fz->n - 1,
+                (int)out->dtype);
+    else
+        fprintf(f, "        stf(a.p[0], i, %d, v%d);\n    }\n", (int)out->dtype, fz->n - 1);
     return text_of(f, &buf, &len);
 }
 
@@ -205,8 +284,10 @@ static void geometry_for(int64_t total, unsigned *grid, unsigned *block) {
     block[0] = 256;
 }
 
+// A thread an element, or eight in a vector kernel (vector8).
 static void elementwise_geometry(const IrGraph *g, const IrNode *n, unsigned *grid, unsigned *block) {
-    geometry_for(ir_tensor_elems(&g->tensors.at[n->out[0]]), grid, block);
+    int64_t total = ir_tensor_elems(&g->tensors.at[n->out[0]]);
+    geometry_for(vector8(g, n->out[0], n->in, n->nin, total) ? total / 8 : total, grid, block);
 }
 
 //
@@ -355,7 +436,8 @@ static int group_kernel(Emitter *e, const IrGraph *g, const KernelHyper *h, int 
     int k = intern_text(e, body, pre, name, device ? 0 : c->syncs[0], true);
     memcpy(kl->name, e->kernels.at[k].name, sizeof kl->name);
     kl->grid[1] = kl->grid[2] = kl->block[1] = kl->block[2] = 1;
-    geometry_for(total, kl->grid, kl->block);
+    CudaCtx x = {g, n, 0, h};
+    geometry_for(total / (!device && c->per_thread ? c->per_thread(&x) : 1), kl->grid, kl->block);
     return k;
 }
 
@@ -387,6 +469,7 @@ int codegen_kernels(const IrGraph *g, const KernelHyper *h, KernelSet *ks, char 
     memset(ks, 0, sizeof *ks);
     Emitter e = {.g = g};
     ks->node = calloc((size_t)g->nodes.len + 1, sizeof(NodeKernels));
+    ks->nnodes = g->nodes.len;
     find_groups(g, h, ks->node);
     for (int i = 0; i < g->nodes.len; i++) {
         const IrNode *n = &g->nodes.at[i];

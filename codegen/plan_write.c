@@ -301,6 +301,56 @@ static int by_kernel_number(const void *a, const void *b) {
     return nx < ny ? -1 : nx > ny ? 1 : strcmp(x->name, y->name);
 }
 
+// The launch of kernel `name` (its first, where several nodes share it), or NULL.
+static const KernelLaunch *launch_of(const KernelSet *ks, const char *name, int nnodes) {
+    for (int i = 0; i < nnodes; i++)
+        for (int l = 0; l < ks->node[i].n; l++)
+            if (strcmp(ks->node[i].at[l].name, name) == 0)
+                return &ks->node[i].at[l];
+    return NULL;
+}
+
+// kernels.txt's table: per kernel ptxas' resources, the blocks and warps an SM of `arch` holds
+// at its launch's size, and its PTX's facts (tensor-core instructions, ldmatrix, cp.async,
+// global loads and stores by width, FP64); then the totals.
+static void write_kernel_table(FILE *f, const KernelSet *ks, const NvrtcResult *r, const char *arch) {
+    fprintf(f, "%-28s %4s %6s %7s %6s %9s %4s %5s %5s %14s %14s %4s %6s\n", "kernel", "regs", "smem",
+            "threads", "blocks", "warps/SM", "mma", "ldmat", "cpasy", "loads 16/8/<=4", "stores 16/8/<=4",
+            "fp64", "spills");
+    int64_t spills = 0;
+    int tensor = 0, fp64 = 0, wide = 0, with_loads = 0, async = 0;
+    for (int k = 0; k < r->nkernels; k++) {
+        const NvrtcKernel *kn = &r->kernels[k];
+        const PtxFacts *x = &kn->ptx;
+        const KernelLaunch *l = launch_of(ks, kn->name, ks->nnodes);
+        int threads = l ? (int)(l->block[0] * l->block[1] * l->block[2]) : 0;
+        int64_t smem = kn->smem_bytes + (l ? l->smem : 0);
+        int blocks = threads ? rt_sm_blocks(arch, kn->registers, threads, smem) : 0;
+        char lw[32], sw[32];
+        snprintf(lw, sizeof lw, "%d/%d/%d", x->load[2], x->load[1], x->load[0]);
+        snprintf(sw, sizeof sw, "%d/%d/%d", x->store[2], x->store[1], x->store[0]);
+        fprintf(f, "%-28s %4d %6lld %7d %6d %9d %4d %5d %5d %14s %14s %4d %6lld\n", kn->name,
+                kn->registers, (long long)smem, threads, blocks, blocks * ((threads + 31) / 32), x->mma,
+                x->ldmatrix, x->cp_async, lw, sw, x->fp64,
+                (long long)(kn->spill_store_bytes + kn->spill_load_bytes));
+        spills += kn->spill_store_bytes + kn->spill_load_bytes;
+        tensor += x->mma > 0;
+        async += x->cp_async > 0 && x->ldmatrix > 0;
+        fp64 += x->fp64 > 0;
+        // per-element kernels: those over more than one block that read global memory by
+        // loads (not a finishing reduction of one block; not a tiled one fed by cp.async)
+        bool wide_grid = l && (uint64_t)l->grid[0] * l->grid[1] * l->grid[2] > 1;
+        if (wide_grid && !x->cp_async && x->load[0] + x->load[1] + x->load[2] > 0) {
+            with_loads++;
+            wide += x->load[1] + x->load[2] > 0;
+        }
+    }
+    fprintf(f, "\n%d kernels: %d on tensor cores (%d of them fed by cp.async and ldmatrix); %d of the %d "
+               "per-element kernels (more than one block, loads from global memory) with vector (8- or "
+               "16-byte) loads; %d with FP64 instructions\n%s\n", r->nkernels, tensor, async, wide,
+            with_loads, fp64, spills ? "some kernels spill registers to local memory" : "no kernel spills");
+}
+
 // The CUBIN of kernels.cu for `arch` (DIR/kernels.ARCH.cubin) and the resource report of
 // its kernels (DIR/kernels.txt), when NVRTC is at hand; else a report that says why
 // there is none. -1 with err when the kernels do not compile (an internal error).
@@ -334,18 +384,8 @@ static int compile_kernels(const char *dir, const KernelSet *ks, const char *arc
     }
     fprintf(f, "kernels.cu: %d kernels, compiled for %s by NVRTC %d.%d%s\n\n", ks->nkernels, arch,
             info.major, info.minor, r.cache_hit ? " (from the cache)" : "");
-    fprintf(f, "%-28s %9s %10s %8s %8s %12s %11s\n", "kernel", "registers", "smem", "stack",
-            "barriers", "spill stores", "spill loads");
-    int64_t spills = 0;
     qsort(r.kernels, (size_t)r.nkernels, sizeof *r.kernels, by_kernel_number);
-    for (int k = 0; k < r.nkernels; k++) {
-        const NvrtcKernel *kn = &r.kernels[k];
-        fprintf(f, "%-28s %9d %10lld %8lld %8d %12lld %11lld\n", kn->name, kn->registers,
-                (long long)kn->smem_bytes, (long long)kn->stack_bytes, kn->barriers,
-                (long long)kn->spill_store_bytes, (long long)kn->spill_load_bytes);
-        spills += kn->spill_store_bytes + kn->spill_load_bytes;
-    }
-    fprintf(f, "\n%s\n", spills ? "some kernels spill registers to local memory" : "no kernel spills");
+    write_kernel_table(f, ks, &r, arch);
     int rc = ferror(f) | fclose(f);
     snprintf(path, sizeof path, "%s/kernels.%s.cubin", dir, arch);
     FILE *c = fopen(path, "wb");

@@ -6,6 +6,7 @@
 #include "fileio.h"
 #include "kernel_args.h"
 #include "cpu/kernels.h"
+#include "cpu/adam8.h"
 #include "cpu/nf4.h"
 
 #include <math.h>
@@ -398,6 +399,22 @@ void rt_write_f32(Exec *x, int id, const float *src) {
     free(p);
 }
 
+// The fp32 reals a launch of `in` reads (kernel_args.h): formed here, on the host, in the
+// cpu backend's arithmetic, so that no kernel computes in double.
+static void runtime_reals(const Exec *x, const PlanInstr *in, float f[8]) {
+    const Plan *p = x->plan;
+    int64_t t = x->step - x->skipped;
+    f[0] = (float)x->lr;
+    f[1] = (float)x->loss_scale;
+    if (in->op == OP_ADAMW) {
+        CpuAdamwScalars s = cpu_adamw_scalars(x->lr, p->beta1, p->beta2, in->attr.f, t);
+        f[2] = s.decay, f[3] = s.neg_step, f[4] = s.bias_c2_sqrt;
+    } else if (in->op == OP_ADAMW8BIT) {
+        CpuAdam8 s = cpu_adam8_scalars(x->lr, p->beta1, p->beta2, p->eps, in->attr.f, t);
+        f[2] = s.decay, f[3] = s.step_size, f[4] = s.correction2;
+    }
+}
+
 void rt_kernel_args(const Exec *x, const PlanInstr *in, KernelArgs *a) {
     memset(a, 0, sizeof *a);
     int k = 0;
@@ -410,8 +427,7 @@ void rt_kernel_args(const Exec *x, const PlanInstr *in, KernelArgs *a) {
     a->i[0] = x->step - x->skipped;
     a->i[1] = x->micro;
     a->i[2] = (long long)rt_random_stream(x, in);
-    a->f[0] = x->lr;
-    a->f[1] = x->loss_scale;
+    runtime_reals(x, in, a->f);
 }
 
 void rt_kernel_group_args(const Exec *x, const PlanInstr *in, KernelGroupArgs *a) {
@@ -426,6 +442,5 @@ void rt_kernel_group_args(const Exec *x, const PlanInstr *in, KernelGroupArgs *a
     }
     a->i[0] = x->step - x->skipped;
     a->i[1] = x->micro;
-    a->f[0] = x->lr;
-    a->f[1] = x->loss_scale;
+    runtime_reals(x, in, a->f);   // (a group's members share their constants: in's are theirs)
 }

@@ -10,13 +10,16 @@
 typedef struct KernelArgs {
     void *p[12];            // outputs, inputs, workspace, in plan order
     long long i[4];         // [0] the optimizer updates taken (this one included), [1] the micro-step, [2] the random stream
-    double f[4];            // [0] the learning rate, [1] the loss scale
+    float f[8];             // fp32, formed on the host: [0] the learning rate, [1] the loss scale;
+                            // an update's scalars: AdamW's decay, step, sqrt(1 - beta2^t) in
+                            // [2], [3], [4] (cpu_adamw_scalars), AdamW8bit's decay, step size,
+                            // correction2 (cpu_adam8_scalars)
 } KernelArgs;
 
 typedef struct KernelGroupArgs {
     void *p[PLAN_GROUP_MAX][PLAN_GROUP_OPERANDS];   // member k's outputs, then inputs
     long long i[4];
-    double f[4];
+    float f[8];
 } KernelGroupArgs;
 
 // The arguments of instruction `in`'s launches.

@@ -39,6 +39,8 @@ typedef struct Nvrtc {
     int (*log)(NvrtcProgram prog, char *log);
     int (*cubin_size)(NvrtcProgram prog, size_t *bytes);
     int (*cubin)(NvrtcProgram prog, char *cubin);
+    int (*ptx_size)(NvrtcProgram prog, size_t *bytes);
+    int (*ptx)(NvrtcProgram prog, char *ptx);
     int (*destroy)(NvrtcProgram *prog);
     const char *(*error_string)(int result);
 } Nvrtc;
@@ -73,6 +75,8 @@ static bool open_lib(const char *path) {
         {"nvrtcGetProgramLog", offsetof(Nvrtc, log)},
         {"nvrtcGetCUBINSize", offsetof(Nvrtc, cubin_size)},
         {"nvrtcGetCUBIN", offsetof(Nvrtc, cubin)},
+        {"nvrtcGetPTXSize", offsetof(Nvrtc, ptx_size)},
+        {"nvrtcGetPTX", offsetof(Nvrtc, ptx)},
         {"nvrtcDestroyProgram", offsetof(Nvrtc, destroy)},
         {"nvrtcGetErrorString", offsetof(Nvrtc, error_string)},
     };
@@ -386,6 +390,22 @@ static void first_lines(const char *log, int max_lines, char *dst, size_t dst_le
     snprintf(dst, dst_len, "%.*s", (int)n, log);
 }
 
+// Each kernel's PTX facts, from the program's PTX (a kernel ptxas names but the PTX does not
+// keeps zeros). -1 when the PTX cannot be had.
+static int read_ptx_facts(NvrtcProgram prog, NvrtcResult *out) {
+    size_t bytes = 0;
+    char *ptx = NULL;
+    if (nv.ptx_size(prog, &bytes) != NVRTC_OK || !(ptx = malloc(bytes + 1)) || nv.ptx(prog, ptx) != NVRTC_OK) {
+        free(ptx);
+        return -1;
+    }
+    ptx[bytes] = '\0';
+    for (int i = 0; i < out->nkernels; i++)
+        rt_ptx_facts(ptx, out->kernels[i].name, &out->kernels[i].ptx);
+    free(ptx);
+    return 0;
+}
+
 // The compile proper; check_args has passed.
 static int compile(const char *source, const char *name, const char *arch,
                    const char *const *extra, int nextra, NvrtcResult *out, char *err,
@@ -434,6 +454,8 @@ static int compile(const char *source, const char *name, const char *arch,
                      "ELF image", name, out->cubin_bytes);
     } else if (parse_report(out->log, out) != 0) {
         rc = rt_fail(err, errlen, "nvrtc: %s: out of memory reading ptxas' report", name);
+    } else if (read_ptx_facts(prog, out) != 0) {
+        rc = rt_fail(err, errlen, "nvrtc: %s: cannot read the PTX NVRTC made", name);
     }
     nv.destroy(&prog);
     free(opts);
@@ -489,7 +511,7 @@ int rt_nvrtc_cubin_sm(const void *cubin, size_t bytes) {
 // ---- the cache ---------------------------------------------------------------------------
 
 // The first line of every .txt; bumping it (and the key's salt) retires old entries.
-#define CACHE_MAGIC "ftc-nvrtc-cache 1"
+#define CACHE_MAGIC "ftc-nvrtc-cache 2"
 
 enum { KEY_HEX = 16 };
 
@@ -564,7 +586,8 @@ static int write_atomic(const char *dir, const char *file, const void *data, siz
 //   gmem 0
 //   cmem 64
 //   kernels 2
-//   kernel REGS BARRIERS SMEM CONST STACK STACK_TOTAL SPILL_ST SPILL_LD NAME
+//   kernel REGS BARRIERS SMEM CONST STACK STACK_TOTAL SPILL_ST SPILL_LD PTX NAME
+//     (PTX: the facts of PtxFacts, comma-separated in its order)
 //   log 890
 //   <890 bytes>
 // Returns a malloc'd string; NULL when out of memory.
@@ -581,10 +604,13 @@ static char *format_txt(const NvrtcResult *r, const char *arch) {
             r->cmem_bytes, r->nkernels);
     for (int i = 0; i < r->nkernels; i++) {
         const NvrtcKernel *k = &r->kernels[i];
+        const PtxFacts *x = &k->ptx;
         fprintf(f, "kernel %d %d %" PRId64 " %" PRId64 " %" PRId64 " %" PRId64 " %" PRId64
-                " %" PRId64 " %s\n", k->registers, k->barriers, k->smem_bytes, k->const_bytes,
-                k->stack_bytes, k->stack_total_bytes, k->spill_store_bytes,
-                k->spill_load_bytes, k->name);
+                " %" PRId64 " %d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d %s\n", k->registers, k->barriers,
+                k->smem_bytes, k->const_bytes, k->stack_bytes, k->stack_total_bytes,
+                k->spill_store_bytes, k->spill_load_bytes, x->instructions, x->mma, x->ldmatrix,
+                x->cp_async, x->load[0], x->load[1], x->load[2], x->store[0], x->store[1],
+                x->store[2], x->fp64, k->name);
     }
     fprintf(f, "log %zu\n%s", strlen(r->log), r->log);
     if (fclose(f) != 0) {
@@ -646,9 +672,12 @@ static bool cache_read(const char *dir, uint64_t key, const char *arch, NvrtcRes
         NvrtcKernel k = {0};
         long long v[6];
         int at = 0;
+        PtxFacts *x = &k.ptx;
         if (!next_line(&p, end, line, sizeof line) ||
-            sscanf(line, "kernel %d %d %lld %lld %lld %lld %lld %lld %n", &k.registers,
-                   &k.barriers, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &at) != 8 ||
+            sscanf(line, "kernel %d %d %lld %lld %lld %lld %lld %lld %d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d %n",
+                   &k.registers, &k.barriers, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+                   &x->instructions, &x->mma, &x->ldmatrix, &x->cp_async, &x->load[0], &x->load[1],
+                   &x->load[2], &x->store[0], &x->store[1], &x->store[2], &x->fp64, &at) != 19 ||
             at == 0 || line[at] == '\0')
             goto done;
         NvrtcKernel *dst = add_kernel(out, line + at, strlen(line + at));

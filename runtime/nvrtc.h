@@ -18,6 +18,22 @@ typedef struct NvrtcInfo {
     char lib[512], include[512];
 } NvrtcInfo;
 
+// What a kernel's PTX says of its speed (ptx.c): instructions by kind, as written in the
+// text. Global loads and stores by width: [0] up to 4 bytes, [1] 8 (.v2), [2] 16 (.v4).
+typedef struct PtxFacts {
+    int instructions;
+    int mma;                    // mma.sync / wgmma: tensor cores
+    int ldmatrix, cp_async;     // shared memory fed by ldmatrix, filled by cp.async
+    int load[3], store[3];      // global loads and stores by width
+    int fp64;                   // double-precision arithmetic and conversions
+} PtxFacts;
+
+// The facts of kernel `entry` in `ptx`; 0, or -1 when the PTX has no such entry.
+int rt_ptx_facts(const char *ptx, const char *entry, PtxFacts *f);
+// Blocks of `threads` threads, `registers` each, with `smem` bytes of shared memory (static and
+// dynamic) that one SM of `arch` ("sm_80") holds at once; 0 for an arch it does not know.
+int rt_sm_blocks(const char *arch, int registers, int threads, int64_t smem);
+
 // One kernel as ptxas reported it (`--ptxas-options=-v`). Fields ptxas does not print for
 // an architecture stay 0 (ptxas 13 prints cmem for sm_80 but not for sm_90).
 typedef struct NvrtcKernel {
@@ -30,6 +46,7 @@ typedef struct NvrtcKernel {
     int64_t stack_bytes;        // local memory: its own stack frame
     int64_t stack_total_bytes;  // with the frames of the non-inlined functions it calls
     int64_t spill_store_bytes, spill_load_bytes;
+    PtxFacts ptx;               // from the PTX NVRTC made of it
 } NvrtcKernel;
 
 // What a compile produced. Every pointer is malloc'd and owned by the result; free it with

@@ -323,6 +323,24 @@ elif "$ftc" inspect "$tmp/cubin.plan" --kernels > "$tmp/k" && [ -s "$tmp/cubin.p
 else
     bad cubin-compiled "$(head -3 "$tmp/cubin.plan/kernels.txt")"
 fi
+# What the PTX says (kernels.txt's last lines), Qwen2-7B full fine-tuning and LoRA at 40G:
+# both attention kernels on tensor cores fed by cp.async and ldmatrix, and at least 80% of
+# the per-element kernels with vector loads.
+if ! grep -q 'not compiled here (NVRTC not found' "$tmp/cubin.plan/kernels.txt"; then
+    sed 's/^train {/train {\n  lora(r = 8, alpha = 16, targets = [q_proj, v_proj])/' models/qwen2.ft > "$tmp/q7lora.ft"
+    for m in models/qwen2.ft "$tmp/q7lora.ft"; do
+        env -u FTC_NO_CUBIN "$ftc" compile "$m" --budget 40G --host-mem 256G -o "$tmp/facts.plan" >/dev/null
+        line=$(grep '^[0-9]* kernels: ' "$tmp/facts.plan/kernels.txt")
+        if awk -v l="$line" 'BEGIN { n = split(l, w, " ")
+                 for (i = 1; i <= n; i++) { if (w[i] == "(2" && w[i + 1] == "of") fed = 1
+                                            if (w[i] == "per-element") { v = w[i - 4]; t = w[i - 1] } }
+                 exit !(fed && t > 0 && v >= 0.8 * t) }'; then
+            ok "ptx-facts-$(basename "$m" .ft) (${line#*kernels: })"
+        else
+            bad "ptx-facts-$(basename "$m" .ft)" "$line"
+        fi
+    done
+fi
 
 # The largest model through the whole search: Qwen2-72B's full fine-tuning on the default
 # 40 GB card, whose host is too small for its offloaded model states, is answered with

@@ -24,14 +24,14 @@ typedef struct Dim3 {
 typedef struct Args {
     void *p[12];
     long long i[4];
-    double f[4];
+    float f[8];
 } Args;
 typedef int (*LaunchFn)(const char *name, Dim3 grid, Dim3 block, Args args, char *err,
                         size_t errlen);
 typedef struct GroupArgs {
     void *p[64][6];
     long long i[4];
-    double f[4];
+    float f[8];
 } GroupArgs;
 typedef int (*LaunchGroupFn)(const char *name, Dim3 grid, Dim3 block, const GroupArgs *args,
                              char *err, size_t errlen);

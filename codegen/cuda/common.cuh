@@ -45,6 +45,73 @@ FTC_INLINE float rnd(float v, int dt) {
     return v;
 }
 
+/* Elements [i, i + 8) of p as fp32 (i a multiple of 8, p 16-byte aligned): one 16-byte load
+ * of 16-bit elements, two of 32-bit ones, one 8-byte load of bytes. */
+FTC_INLINE void ld8(const void *p, long long i, int dt, float v[8]) {
+    if (dt == FTC_BF16 || dt == FTC_F16) {
+        uint4 w = *(const uint4 *)((const unsigned short *)p + i);
+        unsigned int u[4] = {w.x, w.y, w.z, w.w};
+        FTC_UNROLL
+        for (int k = 0; k < 4; k++) {
+            unsigned short h[2] = {(unsigned short)(u[k] & 0xffffu), (unsigned short)(u[k] >> 16)};
+            v[2 * k] = dt == FTC_BF16 ? ftc_u2f((unsigned int)h[0] << 16) : ld_f16(h, 0);
+            v[2 * k + 1] = dt == FTC_BF16 ? ftc_u2f((unsigned int)h[1] << 16) : ld_f16(h, 1);
+        }
+    } else if (dt == FTC_F32) {
+        float4 a = ((const float4 *)p)[i / 4], b = ((const float4 *)p)[i / 4 + 1];
+        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    } else if (dt == FTC_I32) {
+        int4 a = ((const int4 *)p)[i / 4], b = ((const int4 *)p)[i / 4 + 1];
+        v[0] = (float)a.x, v[1] = (float)a.y, v[2] = (float)a.z, v[3] = (float)a.w;
+        v[4] = (float)b.x, v[5] = (float)b.y, v[6] = (float)b.z, v[7] = (float)b.w;
+    } else {
+        uint2 w = *(const uint2 *)((const unsigned char *)p + i);
+        FTC_UNROLL
+        for (int k = 0; k < 4; k++)
+            v[k] = (float)((w.x >> (8 * k)) & 0xffu), v[4 + k] = (float)((w.y >> (8 * k)) & 0xffu);
+    }
+}
+
+/* Stores v[0..8) into elements [i, i + 8) of p, rounded to the dtype, as ld8 loads them. */
+FTC_INLINE void st8(void *p, long long i, int dt, const float v[8]) {
+    if (dt == FTC_BF16 || dt == FTC_F16) {
+        unsigned int u[4];
+        FTC_UNROLL
+        for (int k = 0; k < 4; k++) {
+            unsigned int lo = dt == FTC_BF16 ? f2bf16(v[2 * k]) : f2f16(v[2 * k]);
+            unsigned int hi = dt == FTC_BF16 ? f2bf16(v[2 * k + 1]) : f2f16(v[2 * k + 1]);
+            u[k] = lo | hi << 16;
+        }
+        *(uint4 *)((unsigned short *)p + i) = make_uint4(u[0], u[1], u[2], u[3]);
+    } else if (dt == FTC_F32) {
+        ((float4 *)p)[i / 4] = make_float4(v[0], v[1], v[2], v[3]);
+        ((float4 *)p)[i / 4 + 1] = make_float4(v[4], v[5], v[6], v[7]);
+    } else if (dt == FTC_I32) {
+        ((int4 *)p)[i / 4] = make_int4((int)v[0], (int)v[1], (int)v[2], (int)v[3]);
+        ((int4 *)p)[i / 4 + 1] = make_int4((int)v[4], (int)v[5], (int)v[6], (int)v[7]);
+    } else {
+        unsigned int lo = 0, hi = 0;
+        FTC_UNROLL
+        for (int k = 0; k < 4; k++)
+            lo |= (unsigned int)(unsigned char)v[k] << (8 * k), hi |= (unsigned int)(unsigned char)v[4 + k] << (8 * k);
+        *(uint2 *)((unsigned char *)p + i) = make_uint2(lo, hi);
+    }
+}
+
+/* Eight elements from i (v8: ld8, st8) or one, as a kernel's vector flag says. */
+FTC_INLINE void ldn(const void *p, long long i, int dt, int v8, float v[8]) {
+    if (v8)
+        ld8(p, i, dt, v);
+    else
+        v[0] = ldf(p, i, dt);
+}
+FTC_INLINE void stn(void *p, long long i, int dt, int v8, const float v[8]) {
+    if (v8)
+        st8(p, i, dt, v);
+    else
+        stf(p, i, dt, v[0]);
+}
+
 /* The index of this thread in a 1-D launch, and the stride of the grid. */
 FTC_INLINE long long ftc_gid(void) { return (long long)blockIdx.x * blockDim.x + threadIdx.x; }
 FTC_INLINE long long ftc_gstride(void) { return (long long)gridDim.x * blockDim.x; }

@@ -18,11 +18,18 @@ FTC_INLINE unsigned int ftc_dropout_hash(unsigned long long seed, unsigned long 
 
 /* y = keep ? x / (1 - p) : 0, mask = keep.  a.p: y, mask u8, x. */
 FTC_INLINE void dropout_fwd(FtcArgs a, long long n, unsigned int threshold, float scale, int dtx,
-                            int dty) {
+                            int dty, int v8) {
     unsigned long long stream = (unsigned long long)a.i[2];
-    for (long long i = ftc_gid(); i < n; i += ftc_gstride()) {
-        int keep = ftc_dropout_hash(stream, (unsigned long long)i) >= threshold;
-        ((unsigned char *)a.p[1])[i] = (unsigned char)keep;
-        stf(a.p[0], i, dty, keep ? ldf(a.p[2], i, dtx) * scale : 0.0f);
+    int w = v8 ? 8 : 1;   /* elements a thread a step (v8: ld8, st8, the mask's eight bytes at once) */
+    for (long long i = ftc_gid() * w; i < n; i += ftc_gstride() * w) {
+        float x[8], keep[8];
+        ldn(a.p[2], i, dtx, v8, x);
+        FTC_UNROLL
+        for (int e = 0; e < w; e++) {
+            keep[e] = ftc_dropout_hash(stream, (unsigned long long)(i + e)) >= threshold ? 1.0f : 0.0f;
+            x[e] = keep[e] != 0.0f ? x[e] * scale : 0.0f;
+        }
+        stn(a.p[1], i, FTC_U8, v8, keep);
+        stn(a.p[0], i, dty, v8, x);
     }
 }

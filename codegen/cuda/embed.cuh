@@ -6,12 +6,20 @@
 
 /* out[n, c] = table[ids[n], c]; an id outside the vocabulary gives NaN (the runtime checks
  * the data before it runs).  a.p: out [N, C], table [V, C], ids i32 [N]. */
-FTC_INLINE void embed_fwd(FtcArgs a, long long N, int C, long long V, int dttab, int dtout) {
+FTC_INLINE void embed_fwd(FtcArgs a, long long N, int C, long long V, int dttab, int dtout, int v8) {
     const int *ids = (const int *)a.p[2];
-    for (long long i = ftc_gid(); i < N * C; i += ftc_gstride()) {
+    int w = v8 ? 8 : 1;   /* elements a thread a step: eight of a row (C % 8 == 0), or one */
+    for (long long i = ftc_gid() * w; i < N * C; i += ftc_gstride() * w) {
         long long n = i / C, id = ids[n];
-        float v = id >= 0 && id < V ? ldf(a.p[1], id * C + i % C, dttab) : FTC_INF - FTC_INF;
-        stf(a.p[0], i, dtout, v);
+        float v[8];
+        if (id >= 0 && id < V) {
+            ldn(a.p[1], id * C + i % C, dttab, v8, v);
+        } else {
+            FTC_UNROLL
+            for (int e = 0; e < w; e++)
+                v[e] = FTC_INF - FTC_INF;
+        }
+        stn(a.p[0], i, dtout, v8, v);
     }
 }
 

@@ -4,7 +4,7 @@
  * optimizer step (the count operand, when `counted`: each micro-step then holds its share
  * of the step's mean, as transformers' num_items_in_batch) or else by this micro-batch's
  * own rows not ignored; and its gradient (softmax - onehot) * scale / count, scale times
- * the run's loss scale (a.f[1]). A row's
+ * the run's loss scale (a.f[1], an fp32 product as on the cpu backend). A row's
  * logsumexp is its max plus the log of the fp32 sum of exp(x - max) over one block; the
  * fp32 softmax is never stored: each row is read, reduced, and written as the gradient in
  * the logits' dtype.
@@ -22,28 +22,40 @@ FTC_INLINE float ce_divisor(FtcArgs a, long long N, int counted, float *red) {
     return block_sum(count, red);
 }
 
-/* One row's logsumexp, reduced by the block: the max, then the sum of exp(x - max). */
-FTC_INLINE float row_lse(const void *lg, long long base, long long V, int dtx, float *red) {
-    float mx = -FTC_INF;
-    for (long long j = threadIdx.x; j < V; j += blockDim.x)
-        mx = fmaxf(mx, ldf(lg, base + j, dtx));
-    mx = block_max(mx, red);
-    float sum = 0.0f;
-    for (long long j = threadIdx.x; j < V; j += blockDim.x)
-        sum += expf(ldf(lg, base + j, dtx) - mx);
+/* The row's logsumexp in one pass: each thread keeps a running max and the sum of exp(x - max)
+ * over its elements (eight at a time with v8), rescaling the sum when the max grows (the
+ * online softmax); then the block's max and the threads' sums brought to it. */
+FTC_INLINE float row_lse(const void *lg, long long base, long long V, int dtx, float *red, int v8) {
+    float mx = -FTC_INF, sum = 0.0f;
+    int w = v8 ? 8 : 1;
+    for (long long j = threadIdx.x * w; j < V; j += blockDim.x * w) {
+        float x[8];
+        ldn(lg, base + j, dtx, v8, x);
+        FTC_UNROLL
+        for (int e = 0; e < w; e++) {
+            if (x[e] > mx) {
+                sum = sum * expf(mx - x[e]) + 1.0f;
+                mx = x[e];
+            } else if (x[e] != -FTC_INF || mx != -FTC_INF) {
+                sum += expf(x[e] - mx);
+            }
+        }
+    }
+    float bm = block_max(mx, red);
+    sum = mx == -FTC_INF ? 0.0f : sum * expf(mx - bm);
     sum = block_sum(sum, red);
-    return mx + logf(sum);
+    return bm + logf(sum);
 }
 
 /* Launch 1 of the loss, one block a row: ws[r] = the row's loss term (0 when ignored).
  * a.p: loss, logits, targets, [count,] ws. */
-FTC_INLINE void ce_rows(FtcArgs a, long long N, long long V, int dtx, int counted) {
+FTC_INLINE void ce_rows(FtcArgs a, long long N, long long V, int dtx, int counted, int v8) {
     __shared__ float red[32];
     long long r = blockIdx.x, base = r * V;
     if (r >= N)
         return;
     int t = ((const int *)a.p[2])[r];
-    float lse = row_lse(a.p[1], base, V, dtx, red);
+    float lse = row_lse(a.p[1], base, V, dtx, red, v8);
     if (threadIdx.x == 0)
         ((float *)a.p[3 + counted])[r] = t >= 0 && t < V ? lse - ldf(a.p[1], base + t, dtx) : 0.0f;
 }
@@ -73,23 +85,24 @@ FTC_INLINE void ce_count(FtcArgs a, long long N, int counted) {
 /* Launch 2, one block a row: dlogits = (softmax - onehot(target)) * scale / count; an
  * ignored row gets zeros. dlogits may share the logits' bytes only row by row, which this
  * kernel allows: a row is fully read before its first write. */
-FTC_INLINE void ce_grad(FtcArgs a, long long N, long long V, float scale, int dtx, int dtd, int counted) {
+FTC_INLINE void ce_grad(FtcArgs a, long long N, long long V, float scale, int dtx, int dtd, int counted,
+                        int v8) {
     __shared__ float red[32];
     long long r = blockIdx.x, base = r * V;
     if (r >= N)
         return;
     int t = ((const int *)a.p[2])[r], count = ((const int *)a.p[3 + counted])[0];
-    if (t < 0) {
-        for (long long j = threadIdx.x; j < V; j += blockDim.x)
-            stf(a.p[0], base + j, dtd, 0.0f);
-        return;
-    }
-    float lse = row_lse(a.p[1], base, V, dtx, red), dloss = (float)((double)scale * a.f[1]);   /* a.f[1]: the loss scale */
-    float g = count > 0 ? dloss / (float)count : 0.0f;
+    float lse = t < 0 ? 0.0f : row_lse(a.p[1], base, V, dtx, red, v8), dloss = scale * a.f[1];   /* a.f[1]: the loss scale */
+    float g = count > 0 && t >= 0 ? dloss / (float)count : 0.0f;
     __syncthreads();   /* every read of the row is done before the first write */
-    for (long long j = threadIdx.x; j < V; j += blockDim.x) {
-        float p = expf(ldf(a.p[1], base + j, dtx) - lse);
-        stf(a.p[0], base + j, dtd, (p - (j == t ? 1.0f : 0.0f)) * g);
+    int w = v8 ? 8 : 1;
+    for (long long j = threadIdx.x * w; j < V; j += blockDim.x * w) {
+        float x[8];
+        ldn(a.p[1], base + j, dtx, v8, x);
+        FTC_UNROLL
+        for (int e = 0; e < w; e++)
+            x[e] = t < 0 ? 0.0f : (expf(x[e] - lse) - (j + e == t ? 1.0f : 0.0f)) * g;
+        stn(a.p[0], base + j, dtd, v8, x);
     }
 }
 
@@ -100,29 +113,22 @@ FTC_INLINE void ce_grad(FtcArgs a, long long N, long long V, float scale, int dt
  * mean divides by. The targets are a.p[ptg], N of them; the step's target count is
  * a.p[pcnt] when pcnt >= 0, else the count is this micro-batch's rows not ignored. */
 
-/* One row's term, logsumexp(row) - row[t] (0 when t is ignored), reduced by the block:
- * ce_rows' arithmetic. */
-FTC_INLINE float ce_term(const void *lg, long long base, long long V, int t, int dtx, float *red) {
-    float lse = row_lse(lg, base, V, dtx, red);
-    return t >= 0 && t < V ? lse - ldf(lg, base + t, dtx) : 0.0f;
-}
-
 /* One row's gradient in place, (softmax - onehot(t)) * dloss / count: ce_grad's arithmetic
  * (the row is read whole before its first write). */
 FTC_INLINE void ce_row_grad(void *lg, int dtx, long long base, long long V, int t, int count, float dloss,
-                            float *red) {
-    if (t < 0) {
-        for (long long j = threadIdx.x; j < V; j += blockDim.x)
-            stf(lg, base + j, dtx, 0.0f);
-        return;
+                            float *red, float lse, int v8) {
+    float g = count > 0 && t >= 0 ? dloss / (float)count : 0.0f;
+    __syncthreads();   /* every read of the row is done before the first write */
+    int w = v8 ? 8 : 1;
+    for (long long j = threadIdx.x * w; j < V; j += blockDim.x * w) {
+        float x[8];
+        ldn(lg, base + j, dtx, v8, x);
+        FTC_UNROLL
+        for (int e = 0; e < w; e++)
+            x[e] = t < 0 ? 0.0f : (expf(x[e] - lse) - (j + e == t ? 1.0f : 0.0f)) * g;
+        stn(lg, base + j, dtx, v8, x);
     }
-    float lse = row_lse(lg, base, V, dtx, red);
-    float g = count > 0 ? dloss / (float)count : 0.0f;
-    __syncthreads();
-    for (long long j = threadIdx.x; j < V; j += blockDim.x) {
-        float p = expf(ldf(lg, base + j, dtx) - lse);
-        stf(lg, base + j, dtx, (p - (j == t ? 1.0f : 0.0f)) * g);
-    }
+    (void)red;
 }
 
 /* Before the first chunk, one block: the count the mean divides by. */
@@ -144,17 +150,18 @@ FTC_INLINE void lce_count(FtcArgs a, long long N, int ptg, int pcnt, int pws, lo
 /* After each chunk's product, one block a row of the chunk: its term, then the logits
  * become their gradient in place (scale times the run's loss scale a.f[1], over the count). */
 FTC_INLINE void lce_step(FtcArgs a, long long C, long long V, float scale, int ptg, int pws,
-                         long long terms, long long count, int dtx) {
+                         long long terms, long long count, int dtx, int v8) {
     __shared__ float red[32];
     long long r = blockIdx.x, row = a.i[3] * C + r;
     if (r >= C)
         return;
     int t = ((const int *)a.p[ptg])[row];
-    float term = ce_term(a.p[pws], r * V, V, t, dtx, red);
+    /* one pass for the row's logsumexp (its term), one for its gradient in place */
+    float lse = row_lse(a.p[pws], r * V, V, dtx, red, v8);
     if (threadIdx.x == 0)
-        ((float *)((char *)a.p[pws] + terms))[row] = term;
+        ((float *)((char *)a.p[pws] + terms))[row] = t >= 0 && t < V ? lse - ldf(a.p[pws], r * V + t, dtx) : 0.0f;
     int n = ((const int *)((char *)a.p[pws] + count))[0];
-    ce_row_grad(a.p[pws], dtx, r * V, V, t, n, (float)((double)scale * a.f[1]), red);
+    ce_row_grad(a.p[pws], dtx, r * V, V, t, n, scale * a.f[1], red, lse, v8);
 }
 
 /* After the last chunk, one block: the loss (a.p[0]), the N terms' sum over the count (0

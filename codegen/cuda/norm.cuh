@@ -5,92 +5,153 @@
  * fp32 rounding, not bitwise. Operands follow the plan's order in a.p[]: outputs, then
  * inputs. */
 
+/* With v8 (C % 8 == 0, every row operand 16-byte aligned) a thread takes eight elements at a
+ * time with ld8 and st8: its column step is 8 blockDim, and c below is the first of eight. */
+#define NORM_COLS(c, v8) for (int c = (int)threadIdx.x * ((v8) ? 8 : 1); c < C; c += (int)blockDim.x * ((v8) ? 8 : 1))
+
 /* y = x * rstd * (w + offset), rstd = 1 / sqrt(mean(x^2) + eps), kept in fp32 for the backward.
  * a.p: y [rows, C], rstd f32 [rows], x [rows, C], w [C]. */
 FTC_INLINE void rmsnorm_fwd(FtcArgs a, long long rows, int C, float eps, float offset, int dtx, int dtw,
-                            int dty) {
+                            int dty, int v8) {
     __shared__ float red[32];
     long long r = blockIdx.x, base = r * C;
+    int n = v8 ? 8 : 1;
     if (r >= rows)
         return;
     float ss = 0.0f;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        float v = ldf(a.p[2], base + c, dtx);
-        ss += v * v;
+    NORM_COLS(c, v8) {
+        float x[8];
+        ldn(a.p[2], base + c, dtx, v8, x);
+        FTC_UNROLL
+        for (int e = 0; e < n; e++)
+            ss += x[e] * x[e];
     }
     ss = block_sum(ss, red);
     float rs = 1.0f / sqrtf(ss / (float)C + eps);
     if (threadIdx.x == 0)
         ((float *)a.p[1])[r] = rs;
-    for (int c = threadIdx.x; c < C; c += blockDim.x)
-        stf(a.p[0], base + c, dty, (ldf(a.p[2], base + c, dtx) * rs) * (ldf(a.p[3], c, dtw) + offset));
+    NORM_COLS(c, v8) {
+        float x[8], w[8];
+        ldn(a.p[2], base + c, dtx, v8, x);
+        ldn(a.p[3], c, dtw, v8, w);
+        FTC_UNROLL
+        for (int e = 0; e < n; e++)
+            x[e] = (x[e] * rs) * (w[e] + offset);
+        stn(a.p[0], base + c, dty, v8, x);
+    }
 }
 
 /* dx = r w' dy - (r^3 / C) x sum(w' dy x), w' = w + offset.  a.p: dx, dy, x, w, rstd. */
 FTC_INLINE void rmsnorm_dx(FtcArgs a, long long rows, int C, float offset, int dtdx, int dtdy, int dtx,
-                           int dtw) {
+                           int dtw, int v8) {
     __shared__ float red[32];
     long long r = blockIdx.x, base = r * C;
+    int n = v8 ? 8 : 1;
     if (r >= rows)
         return;
     float dot = 0.0f;
-    for (int c = threadIdx.x; c < C; c += blockDim.x)
-        dot += (ldf(a.p[3], c, dtw) + offset) * ldf(a.p[1], base + c, dtdy) * ldf(a.p[2], base + c, dtx);
+    NORM_COLS(c, v8) {
+        float w[8], dy[8], x[8];
+        ldn(a.p[3], c, dtw, v8, w);
+        ldn(a.p[1], base + c, dtdy, v8, dy);
+        ldn(a.p[2], base + c, dtx, v8, x);
+        FTC_UNROLL
+        for (int e = 0; e < n; e++)
+            dot += (w[e] + offset) * dy[e] * x[e];
+    }
     dot = block_sum(dot, red);
     float rs = ((const float *)a.p[4])[r];
     float k = rs * rs * rs * dot / (float)C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x)
-        stf(a.p[0], base + c, dtdx,
-            rs * (ldf(a.p[3], c, dtw) + offset) * ldf(a.p[1], base + c, dtdy) - k * ldf(a.p[2], base + c, dtx));
+    NORM_COLS(c, v8) {
+        float w[8], dy[8], x[8];
+        ldn(a.p[3], c, dtw, v8, w);
+        ldn(a.p[1], base + c, dtdy, v8, dy);
+        ldn(a.p[2], base + c, dtx, v8, x);
+        FTC_UNROLL
+        for (int e = 0; e < n; e++)
+            x[e] = rs * (w[e] + offset) * dy[e] - k * x[e];
+        stn(a.p[0], base + c, dtdx, v8, x);
+    }
 }
 
 /* mean and rstd per row (stats f32 [2, rows]: the means, then the rstds); y = (x - mean)
  * rstd w + b.  a.p: y, stats, x, w, b. */
 FTC_INLINE void layernorm_fwd(FtcArgs a, long long rows, int C, float eps, int dtx, int dtw, int dtb,
-                              int dty) {
+                              int dty, int v8) {
     __shared__ float red[32];
     long long r = blockIdx.x, base = r * C;
+    int n = v8 ? 8 : 1;
     if (r >= rows)
         return;
     float s = 0.0f;
-    for (int c = threadIdx.x; c < C; c += blockDim.x)
-        s += ldf(a.p[2], base + c, dtx);
+    NORM_COLS(c, v8) {
+        float x[8];
+        ldn(a.p[2], base + c, dtx, v8, x);
+        FTC_UNROLL
+        for (int e = 0; e < n; e++)
+            s += x[e];
+    }
     float mean = block_sum(s, red) / (float)C;
     float ss = 0.0f;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        float d = ldf(a.p[2], base + c, dtx) - mean;
-        ss += d * d;
+    NORM_COLS(c, v8) {
+        float x[8];
+        ldn(a.p[2], base + c, dtx, v8, x);
+        FTC_UNROLL
+        for (int e = 0; e < n; e++)
+            ss += (x[e] - mean) * (x[e] - mean);
     }
     float rs = 1.0f / sqrtf(block_sum(ss, red) / (float)C + eps);
     if (threadIdx.x == 0) {
         ((float *)a.p[1])[r] = mean;
         ((float *)a.p[1])[rows + r] = rs;
     }
-    for (int c = threadIdx.x; c < C; c += blockDim.x)
-        stf(a.p[0], base + c, dty,
-            (ldf(a.p[2], base + c, dtx) - mean) * rs * ldf(a.p[3], c, dtw) + ldf(a.p[4], c, dtb));
+    NORM_COLS(c, v8) {
+        float x[8], w[8], bb[8];
+        ldn(a.p[2], base + c, dtx, v8, x);
+        ldn(a.p[3], c, dtw, v8, w);
+        ldn(a.p[4], c, dtb, v8, bb);
+        FTC_UNROLL
+        for (int e = 0; e < n; e++)
+            x[e] = (x[e] - mean) * rs * w[e] + bb[e];
+        stn(a.p[0], base + c, dty, v8, x);
+    }
 }
 
 /* With xhat = (x - mean) r and g = w dy: dx = r (g - mean(g) - xhat mean(g xhat)).
  * a.p: dx, dy, x, w, stats. */
-FTC_INLINE void layernorm_dx(FtcArgs a, long long rows, int C, int dtdx, int dtdy, int dtx, int dtw) {
+FTC_INLINE void layernorm_dx(FtcArgs a, long long rows, int C, int dtdx, int dtdy, int dtx, int dtw, int v8) {
     __shared__ float red[32];
     long long r = blockIdx.x, base = r * C;
+    int n = v8 ? 8 : 1;
     if (r >= rows)
         return;
     float mean = ((const float *)a.p[4])[r], rs = ((const float *)a.p[4])[rows + r];
     float sg = 0.0f, sgx = 0.0f;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        float g = ldf(a.p[3], c, dtw) * ldf(a.p[1], base + c, dtdy);
-        sg += g;
-        sgx += g * (ldf(a.p[2], base + c, dtx) - mean) * rs;
+    NORM_COLS(c, v8) {
+        float w[8], dy[8], x[8];
+        ldn(a.p[3], c, dtw, v8, w);
+        ldn(a.p[1], base + c, dtdy, v8, dy);
+        ldn(a.p[2], base + c, dtx, v8, x);
+        FTC_UNROLL
+        for (int e = 0; e < n; e++) {
+            float g = w[e] * dy[e];
+            sg += g;
+            sgx += g * (x[e] - mean) * rs;
+        }
     }
     sg = block_sum(sg, red) / (float)C;
     sgx = block_sum(sgx, red) / (float)C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        float xhat = (ldf(a.p[2], base + c, dtx) - mean) * rs;
-        float g = ldf(a.p[3], c, dtw) * ldf(a.p[1], base + c, dtdy);
-        stf(a.p[0], base + c, dtdx, rs * (g - sg - xhat * sgx));
+    NORM_COLS(c, v8) {
+        float w[8], dy[8], x[8];
+        ldn(a.p[3], c, dtw, v8, w);
+        ldn(a.p[1], base + c, dtdy, v8, dy);
+        ldn(a.p[2], base + c, dtx, v8, x);
+        FTC_UNROLL
+        for (int e = 0; e < n; e++) {
+            float xhat = (x[e] - mean) * rs, g = w[e] * dy[e];
+            x[e] = rs * (g - sg - xhat * sgx);
+        }
+        stn(a.p[0], base + c, dtdx, v8, x);
     }
 }
 

@@ -1,8 +1,9 @@
 /* optim.cuh — the gradients' global reduction and the parameter updates, one thread an
  * element, with the cpu backend's exact arithmetic (torch's fp32 AdamW: scalars formed in
  * double and rounded once, the moment update as torch's lerp): emulated runs are bitwise
- * the cpu backend's. The learning rate is a.f[0], the loss scale a.f[1] and the step a.i[0]
- * (1-based), so a schedule needs no new kernel; AdamW8bit follows bitsandbytes' own
+ * the cpu backend's. The learning rate is a.f[0], the loss scale a.f[1], the step's scalars
+ * a.f[2..4] (formed on the host: no kernel computes in double), the step a.i[0] (1-based), so
+ * a schedule needs no new kernel; AdamW8bit follows bitsandbytes' own
  * arithmetic instead (adam8.h). Every update reads the step's gradient
  * factor (grad_factor): its gradient times factor[0], nothing done when factor[1] is set
  * (a gradient is not finite: the step is skipped). The _group forms update many tensors
@@ -10,15 +11,20 @@
 
 /* Launch 1 of grad_sumsq, nb = op_sumsq_blocks(n) blocks: block b's partial sum of squares
  * and count of non-finite elements into ws[b] and ws[nb + b].  a.p: stats, grad, ws. */
-FTC_INLINE void grad_sumsq_part(FtcArgs a, long long n, long long nb, int dtg) {
+FTC_INLINE void grad_sumsq_part(FtcArgs a, long long n, long long nb, int dtg, int v8) {
     __shared__ float red[32];
     if (blockIdx.x >= nb)
         return;
     float s = 0.0f, bad = 0.0f;
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += nb * blockDim.x) {
-        float g = ldf(a.p[1], i, dtg);
-        s += g * g;
-        bad += isfinite(g) ? 0.0f : 1.0f;
+    int w = v8 ? 8 : 1;   /* elements a thread a step */
+    for (long long i = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * w; i < n; i += nb * blockDim.x * w) {
+        float g[8];
+        ldn(a.p[1], i, dtg, v8, g);
+        FTC_UNROLL
+        for (int e = 0; e < w; e++) {
+            s += g[e] * g[e];
+            bad += isfinite(g[e]) ? 0.0f : 1.0f;
+        }
     }
     s = block_sum(s, red);
     bad = block_sum(bad, red);
@@ -55,7 +61,7 @@ FTC_INLINE void grad_factor(FtcArgs a, float clip) {
         return;
     const float *st = (const float *)a.p[1];
     float *fc = (float *)a.p[0];
-    float scale = (float)a.f[1], norm = sqrtf(st[0]) / scale, coef = 1.0f;
+    float scale = a.f[1], norm = sqrtf(st[0]) / scale, coef = 1.0f;
     if (clip > 0.0f) {
         coef = clip / (norm + 1e-6f);
         coef = coef < 1.0f ? coef : 1.0f;
@@ -64,19 +70,17 @@ FTC_INLINE void grad_factor(FtcArgs a, float clip) {
     fc[1] = st[1] != 0.0f || !isfinite(st[0]) ? 1.0f : 0.0f;
 }
 
-/* AdamW's per-step scalars, formed once per thread. */
+/* AdamW's per-step scalars: the step's (decay, step, bias correction) from the host, which
+ * forms them in double as the cpu backend does (f[2..4]); the rest constants. */
 typedef struct AdamwStep {
     float decay, w1, b2, c2, neg_step, bias_c2_sqrt, eps;
     int small;
 } AdamwStep;
 
-FTC_INLINE AdamwStep adamw_step(double lr, long long t, double beta1, double beta2, double eps,
-                                double weight_decay) {
+FTC_INLINE AdamwStep adamw_step(const float *f, double beta1, double beta2, double eps) {
     AdamwStep s;
-    s.decay = (float)(1.0 - lr * weight_decay);
+    s.decay = f[2], s.neg_step = f[3], s.bias_c2_sqrt = f[4];
     s.w1 = (float)(1.0 - beta1), s.b2 = (float)beta2, s.c2 = (float)(1.0 - beta2);
-    s.neg_step = (float)(-(lr / (1.0 - pow(beta1, (double)t))));
-    s.bias_c2_sqrt = (float)sqrt(1.0 - pow(beta2, (double)t));
     s.eps = (float)eps;
     s.small = fabsf(s.w1) < 0.5f;
     return s;
@@ -92,25 +96,37 @@ enum { ADAMW_PLAIN = 0, ADAMW_MASTER = 1, ADAMW_KAHAN = 2 };
  * as the cpu backend's cpu_kahan. p: param, m, v, [master | kahan,] grad, factor; f the
  * factor's value. */
 FTC_INLINE void adamw_at(const AdamwStep *s, void *const *p, long long i, int mode, float f,
-                         int dtp, int dtg, int dtm) {
+                         int dtp, int dtg, int dtm, int v8) {
     void *w = mode == ADAMW_MASTER ? p[3] : p[0];
-    int dtw = mode == ADAMW_MASTER ? FTC_F32 : dtp;
-    float g = ldf(p[mode ? 4 : 3], i, dtg) * f, mi = ldf(p[1], i, dtm), vi = ldf(p[2], i, dtm);
-    float x0 = ldf(w, i, dtw), x = x0 * s->decay;
-    mi = s->small ? fmaf(s->w1, g - mi, mi) : fmaf(s->w1 - 1.0f, g - mi, g);
-    vi = vi * s->b2 + s->c2 * g * g;
-    float denom = sqrtf(vi) / s->bias_c2_sqrt + s->eps;
-    x = x + s->neg_step * mi / denom;
-    if (mode == ADAMW_KAHAN) {
-        float c = ldf(p[3], i, dtp) + (x - x0), t = rnd(x0 + c, dtp);
-        stf(p[3], i, dtp, c + (x0 - t));
-        x = t;
+    int dtw = mode == ADAMW_MASTER ? FTC_F32 : dtp, n = v8 ? 8 : 1;
+    float g[8], mi[8], vi[8], x0[8], x[8], c[8];   /* eight elements from i (v8), or one */
+    ldn(p[mode ? 4 : 3], i, dtg, v8, g);
+    ldn(p[1], i, dtm, v8, mi);
+    ldn(p[2], i, dtm, v8, vi);
+    ldn(w, i, dtw, v8, x0);
+    if (mode == ADAMW_KAHAN)
+        ldn(p[3], i, dtp, v8, c);
+    FTC_UNROLL
+    for (int e = 0; e < n; e++) {
+        float ge = g[e] * f;
+        x[e] = x0[e] * s->decay;
+        mi[e] = s->small ? fmaf(s->w1, ge - mi[e], mi[e]) : fmaf(s->w1 - 1.0f, ge - mi[e], ge);
+        vi[e] = vi[e] * s->b2 + s->c2 * ge * ge;
+        float denom = sqrtf(vi[e]) / s->bias_c2_sqrt + s->eps;
+        x[e] = x[e] + s->neg_step * mi[e] / denom;
+        if (mode == ADAMW_KAHAN) {
+            float ce = c[e] + (x[e] - x0[e]), t = rnd(x0[e] + ce, dtp);
+            c[e] = ce + (x0[e] - t);
+            x[e] = t;
+        }
     }
-    stf(w, i, dtw, x);
-    stf(p[1], i, dtm, mi);
-    stf(p[2], i, dtm, vi);
+    if (mode == ADAMW_KAHAN)
+        stn(p[3], i, dtp, v8, c);
+    stn(w, i, dtw, v8, x);
+    stn(p[1], i, dtm, v8, mi);
+    stn(p[2], i, dtm, v8, vi);
     if (mode == ADAMW_MASTER)
-        stf(p[0], i, dtp, x);
+        stn(p[0], i, dtp, v8, x);
 }
 
 /* The factor operand of an update: after the outputs and the gradient. */
@@ -124,16 +140,18 @@ FTC_INLINE void skip_at(void *const *p, int wm, long long i, int dtp) { stf(p[0]
 
 /* AdamW over one tensor of n elements.  a.p: param, m, v, [master | kahan,] grad, factor. */
 FTC_INLINE void adamw(FtcArgs a, long long n, int mode, double beta1, double beta2, double eps,
-                      double weight_decay, int dtp, int dtg, int dtm) {
+                      double weight_decay, int dtp, int dtg, int dtm, int v8) {
     const float *fc = factor_of(a.p, mode ? 4 : 3);
     if (fc[1] != 0.0f) {
         for (long long i = ftc_gid(); mode == ADAMW_MASTER && i < n; i += ftc_gstride())
             skip_at(a.p, 3, i, dtp);
         return;
     }
-    AdamwStep s = adamw_step(a.f[0], a.i[0], beta1, beta2, eps, weight_decay);
-    for (long long i = ftc_gid(); i < n; i += ftc_gstride())
-        adamw_at(&s, a.p, i, mode, fc[0], dtp, dtg, dtm);
+    AdamwStep s = adamw_step(a.f, beta1, beta2, eps);
+    (void)weight_decay;
+    int w = v8 ? 8 : 1;   /* elements a thread a step */
+    for (long long i = ftc_gid() * w; i < n; i += ftc_gstride() * w)
+        adamw_at(&s, a.p, i, mode, fc[0], dtp, dtg, dtm, v8);
 }
 
 /* The tensors of a group in one launch: their elements laid end to end, tensor k's at
@@ -141,17 +159,20 @@ FTC_INLINE void adamw(FtcArgs a, long long n, int mode, double beta1, double bet
  * elements only grow, so the tensor it is in is found by walking forward. */
 FTC_INLINE void adamw_group(const FtcGroupArgs *ga, const long long *start, int count, int mode,
                             double beta1, double beta2, double eps, double weight_decay, int dtp,
-                            int dtg, int dtm) {
-    AdamwStep s = adamw_step(ga->f[0], ga->i[0], beta1, beta2, eps, weight_decay);
-    int k = 0;
-    for (long long i = ftc_gid(); i < start[count]; i += ftc_gstride()) {
+                            int dtg, int dtm, int v8) {
+    AdamwStep s = adamw_step(ga->f, beta1, beta2, eps);
+    (void)weight_decay;
+    int k = 0, w = v8 ? 8 : 1;   /* (v8: every member's start a multiple of eight) */
+    for (long long i = ftc_gid() * w; i < start[count]; i += ftc_gstride() * w) {
         while (i >= start[k + 1])
             k++;
         const float *fc = factor_of(ga->p[k], mode ? 4 : 3);
-        if (fc[1] == 0.0f)
-            adamw_at(&s, ga->p[k], i - start[k], mode, fc[0], dtp, dtg, dtm);
-        else if (mode == ADAMW_MASTER)
-            skip_at(ga->p[k], 3, i - start[k], dtp);
+        if (fc[1] == 0.0f) {
+            adamw_at(&s, ga->p[k], i - start[k], mode, fc[0], dtp, dtg, dtm, v8);
+        } else if (mode == ADAMW_MASTER) {
+            for (int e = 0; e < w; e++)
+                skip_at(ga->p[k], 3, i - start[k] + e, dtp);
+        }
     }
 }
 
@@ -165,16 +186,12 @@ typedef struct Adam8Step {
     float beta1, beta2, w1, w2, eps, wd, c2, step_size, decay;
 } Adam8Step;
 
-FTC_INLINE Adam8Step adam8_step(double lr, long long t, double beta1, double beta2, double eps,
+FTC_INLINE Adam8Step adam8_step(const float *f, double beta1, double beta2, double eps,
                                 double weight_decay) {
     Adam8Step s;
-    float l = (float)lr;
     s.beta1 = (float)beta1, s.beta2 = (float)beta2, s.eps = (float)eps, s.wd = (float)weight_decay;
     s.w1 = 1.0f - s.beta1, s.w2 = 1.0f - s.beta2;
-    float c1 = 1.0f - (float)pow((double)s.beta1, (double)t);
-    s.c2 = sqrtf(1.0f - (float)pow((double)s.beta2, (double)t));
-    s.step_size = (-l * s.c2) / c1;
-    s.decay = 1.0f - l * s.wd;
+    s.decay = f[2], s.step_size = f[3], s.c2 = f[4];   /* cpu_adam8_scalars, on the host */
     return s;
 }
 
@@ -290,7 +307,7 @@ FTC_INLINE void adamw8bit(FtcArgs a, long long n, int q8, int mode, double beta1
             skip_at(a.p, 3, i, dtp);
         return;
     }
-    Adam8Step s = adam8_step(a.f[0], a.i[0], beta1, beta2, eps, weight_decay);
+    Adam8Step s = adam8_step(a.f, beta1, beta2, eps, weight_decay);
     if (!q8) {
         for (long long i = ftc_gid(); i < n; i += ftc_gstride())
             adam32_at(&s, a.p, i, mode, fc[0], dtp, dtg);
@@ -309,7 +326,7 @@ FTC_INLINE void adamw8bit_group(const FtcGroupArgs *ga, const long long *start, 
                                 int dtp, int dtg) {
     __shared__ float code[512];
     __shared__ float red[32];
-    Adam8Step s = adam8_step(ga->f[0], ga->i[0], beta1, beta2, eps, weight_decay);
+    Adam8Step s = adam8_step(ga->f, beta1, beta2, eps, weight_decay);
     int k = 0;
     if (!q8) {
         for (long long i = ftc_gid(); i < start[count]; i += ftc_gstride()) {
@@ -356,7 +373,7 @@ FTC_INLINE void sgd(FtcArgs a, long long n, int master, int dtp, int dtg) {
         return;
     }
     for (long long i = ftc_gid(); i < n; i += ftc_gstride())
-        sgd_at((float)a.f[0], a.p, i, master, fc[0], dtp, dtg);
+        sgd_at(a.f[0], a.p, i, master, fc[0], dtp, dtg);
 }
 
 FTC_INLINE void sgd_group(const FtcGroupArgs *ga, const long long *start, int count, int master,
@@ -367,7 +384,7 @@ FTC_INLINE void sgd_group(const FtcGroupArgs *ga, const long long *start, int co
             k++;
         const float *fc = factor_of(ga->p[k], master ? 2 : 1);
         if (fc[1] == 0.0f)
-            sgd_at((float)ga->f[0], ga->p[k], i - start[k], master, fc[0], dtp, dtg);
+            sgd_at(ga->f[0], ga->p[k], i - start[k], master, fc[0], dtp, dtg);
         else if (master)
             skip_at(ga->p[k], 1, i - start[k], dtp);
     }

@@ -24,7 +24,9 @@ typedef struct FtcArgs {
     void *p[12];        /* buffers: outputs, inputs, workspace, in plan order */
     long long i[4];     /* runtime integers: [0] the optimizer step, [1] the micro-step,
                            [2] the instruction's random stream (dropout) */
-    double f[4];        /* runtime reals: [0] the learning rate, [1] the loss scale */
+    float f[8];         /* runtime reals, fp32, formed on the host (no kernel computes in
+                           double): [0] the learning rate, [1] the loss scale, [2..4] an
+                           update's decay, step and bias correction (optim.cuh) */
 } FtcArgs;
 
 /* At most FTC_GROUP_MAX instructions of at most FTC_GROUP_OPERANDS operands each in one
@@ -34,7 +36,7 @@ typedef struct FtcArgs {
 typedef struct FtcGroupArgs {
     void *p[FTC_GROUP_MAX][FTC_GROUP_OPERANDS];
     long long i[4];
-    double f[4];
+    float f[8];
 } FtcGroupArgs;
 
 #ifdef FTC_EMU
@@ -64,14 +66,21 @@ typedef struct FtcGroupArgs {
 FTC_INLINE float ftc_u2f(unsigned int u) { return __uint_as_float(u); }
 FTC_INLINE unsigned int ftc_f2u(float f) { return __float_as_uint(f); }
 
-/* bf16: the high half of an fp32; round to nearest even, NaN to the canonical 0x7fff. */
+/* bf16: the high half of an fp32; round to nearest even, NaN to the canonical 0x7fff. On a
+ * GPU the hardware's conversion (cvt.rn.bf16.f32, sm_80), whose bits are these. */
 FTC_INLINE float ld_bf16(const unsigned short *p, long long i) { return ftc_u2f((unsigned int)p[i] << 16); }
 FTC_INLINE unsigned short f2bf16(float f) {
+#ifdef FTC_EMU
     unsigned int u = ftc_f2u(f);
     if ((u & 0x7fffffffu) > 0x7f800000u)
         return 0x7fff;
     u += 0x7fffu + ((u >> 16) & 1u);
     return (unsigned short)(u >> 16);
+#else
+    unsigned short h;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+#endif
 }
 FTC_INLINE void st_bf16(unsigned short *p, long long i, float v) { p[i] = f2bf16(v); }
 

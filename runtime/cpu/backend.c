@@ -440,7 +440,7 @@ static int k_cross_entropy_bwd(Call *c) {
     int64_t V = last_dim(B(0)), count = target_count(c);
     // the loss's scale (1 / accumulation steps, or 1 over the step's target count), times
     // the run's loss scale (fp16)
-    float dloss = (float)(c->in->attr.f * c->x->loss_scale);
+    float dloss = (float)c->in->attr.f * (float)c->x->loss_scale;   // fp32, as the kernels
     if (count < 0)
         return status(c, cpu_cross_entropy_backward(OUT(0), IN(0), RAW(1), (size_t)rows(B(0)),
                                                     (size_t)V, dloss));
@@ -487,7 +487,7 @@ static int k_linear_ce_grad(Call *c) {
         }
         if (st == CPU_OK)   // the loss's scale: 1 / accumulation steps, times the run's (fp16)
             st = cpu_cross_entropy_backward_rows(lg, lg, tg + r0, (size_t)l.chunk, (size_t)l.vocab,
-                                                 (float)(c->in->attr.f * c->x->loss_scale), valid);
+                                                 (float)c->in->attr.f * (float)c->x->loss_scale, valid);
         if (st != CPU_OK)
             return status(c, st);
         round_to(lg, l.chunk * l.vocab, B(0)->dtype);

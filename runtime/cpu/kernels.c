@@ -968,17 +968,22 @@ void cpu_kahan(float *w, const float *old, float *comp, size_t n, bool f16) {
     }
 }
 
+CpuAdamwScalars cpu_adamw_scalars(double lr, double beta1, double beta2, double weight_decay, int64_t t) {
+    CpuAdamwScalars s;
+    s.decay = (float)(1.0 - lr * weight_decay);
+    s.neg_step = (float)(-(lr / (1.0 - pow(beta1, (double)t))));
+    s.bias_c2_sqrt = (float)sqrt(1.0 - pow(beta2, (double)t));
+    return s;
+}
+
 void cpu_adamw_step(float *param, const float *grad, float gscale, float *m, float *v, size_t n,
                     double lr, double beta1, double beta2, double eps, double weight_decay, int64_t t) {
     // Python-float scalars reach torch's fp32 kernels as fp32 (value.to<float>()).
-    float decay = (float)(1.0 - lr * weight_decay);
+    CpuAdamwScalars s = cpu_adamw_scalars(lr, beta1, beta2, weight_decay, t);
+    float decay = s.decay, neg_step = s.neg_step, bias_c2_sqrt = s.bias_c2_sqrt;
     float w1 = (float)(1.0 - beta1);
     float b2 = (float)beta2;
     float c2 = (float)(1.0 - beta2);
-    double bias_c1 = 1.0 - pow(beta1, (double)t);
-    double bias_c2 = 1.0 - pow(beta2, (double)t);
-    float neg_step = (float)(-(lr / bias_c1));
-    float bias_c2_sqrt = (float)sqrt(bias_c2);
     float epsf = (float)eps;
     int small = fabsf(w1) < 0.5f;
     for (size_t i = 0; i < n; i++) {

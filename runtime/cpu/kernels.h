@@ -402,6 +402,14 @@ void cpu_kahan(float *w,           // (n) in: updated, out: stored weight (repre
 // param += (-(lr / (1 - beta1^t)) * m) / denom. Bias corrections are computed in double.
 // g is grad * gscale (unscaled and clipped as the step's gradient factor says; 1 leaves
 // torch's arithmetic as it is).
+// AdamW's scalars of step t that vary with the run: the decay 1 - lr wd, the step
+// -lr / (1 - beta1^t) and sqrt(1 - beta2^t), each formed in double and rounded once, as
+// torch takes Python floats. The GPU kernels get them from the host (kernel_args.h).
+typedef struct CpuAdamwScalars {
+    float decay, neg_step, bias_c2_sqrt;
+} CpuAdamwScalars;
+CpuAdamwScalars cpu_adamw_scalars(double lr, double beta1, double beta2, double weight_decay, int64_t t);
+
 void cpu_adamw_step(float *param,       // (n)
                     const float *grad,  // (n)
                     float gscale,
