@@ -120,6 +120,7 @@ typedef struct KernelLaunch {
 typedef struct NodeKernels {
     int n;
     KernelLaunch at[KERNEL_MAX_LAUNCHES];
+    int main;                   // which launch does the node's work (CudaOp.main_launch)
     int group;                  // on a group's first node: its size; else 0
     int by;                     // on the rest: the first node; else -1
 } NodeKernels;
@@ -168,6 +169,8 @@ typedef struct CudaOp {
     unsigned (*smem)(const CudaCtx *x);     // a launch's dynamic shared memory (optional)
     int (*per_thread)(const CudaCtx *x);    // elements a thread takes a step in a grouped
                                             // launch (optional; 1)
+    int main_launch;                        // the launch doing the node's work (the others
+                                            // prepare or finish it): its estimate goes there
 } CudaOp;
 
 // Whether tensor t's bytes start 16 bytes aligned (its base's arena offset and its view's

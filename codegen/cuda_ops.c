@@ -209,16 +209,7 @@ static void a_softmax(FILE *f, const CudaCtx *cx) {
 
 // Attention: q is in[0] forward and in[1] backward (after dy); tiled (attention.cuh) where
 // every operand and result is bf16 and runtime/ops.h's op_attention_tiled takes the head dim.
-static bool att_tiled(const IrGraph *g, const IrNode *n) {
-    bool fwd = n->op == OP_ATTENTION;
-    const IrTensor *q = IN(fwd ? 0 : 1);
-    bool bf16 = q->dtype == DT_BF16;
-    for (int i = 0; i < (fwd ? 3 : 5); i++)   // (lse and the position ids aside)
-        bf16 &= IN(i)->dtype == DT_BF16;
-    for (int i = 0; i < ir_node_nout(n); i++)
-        bf16 &= OUT(i)->dtype == DT_BF16 || (fwd && i == 1);   // (lse f32)
-    return bf16 && op_attention_tiled(q->shape[3]);
-}
+static bool att_tiled(const IrGraph *g, const IrNode *n) { return ir_attention_tiled(g, n); }
 
 static void a_attention(FILE *f, const CudaCtx *cx) {
     CTX(cx);
@@ -545,7 +536,7 @@ static void a_sgd(FILE *f, const CudaCtx *cx) {
 
 static const CudaOp column[OP_COUNT] = {
     [OP_EMBED] = {{"embed_fwd"}, {0}, a_embed, g_embed},
-    [OP_EMBED_BWD] = {{"embed_bwd_index", "embed_bwd_sum"}, {1, 0}, a_embed_bwd, g_embed_bwd},
+    [OP_EMBED_BWD] = {{"embed_bwd_index", "embed_bwd_sum"}, {1, 0}, a_embed_bwd, g_embed_bwd, .main_launch = 1},
     [OP_RMSNORM] = {{"rmsnorm_fwd"}, {1}, a_norm, g_rows_in0},
     [OP_LAYERNORM] = {{"layernorm_fwd"}, {1}, a_norm, g_rows_in0},
     [OP_RMSNORM_DX] = {{"rmsnorm_dx"}, {1}, a_norm_dx, g_rows_in1},
@@ -558,17 +549,17 @@ static const CudaOp column[OP_COUNT] = {
     [OP_SOFTMAX_BWD] = {{"softmax_bwd"}, {1}, a_softmax, g_rows_in1},
     [OP_ATTENTION] = {{"attention_fwd"}, {1}, a_attention, g_attention, .smem = s_attention},
     [OP_ATTENTION_BWD] = {{"attention_bwd_pre", "attention_bwd_main", "attention_bwd_post"}, {1, 1, 1},
-                          a_attention, g_attention, .smem = s_attention},
+                          a_attention, g_attention, .smem = s_attention, .main_launch = 1},
     [OP_TRANSPOSE] = {{"transpose"}, {0}, a_transpose, g_ew_out0},
     [OP_SLICE] = {{"slice_fwd"}, {0}, a_slice, g_slice},
     [OP_SLICE_BWD] = {{"slice_bwd"}, {0}, a_slice, g_slice},
     [OP_CONCAT] = {{"concat_fwd"}, {0}, a_concat, g_ew_out0},
     [OP_DROPOUT] = {{"dropout_fwd"}, {0}, a_dropout, g_dropout},
     [OP_CROSS_ENTROPY] = {{"ce_rows", "ce_mean"}, {1, 1}, a_ce, g_ce},
-    [OP_CROSS_ENTROPY_BWD] = {{"ce_count", "ce_grad"}, {1, 1}, a_ce, g_ce},
-    [OP_LINEAR_CE_GRAD] = {{"lce_count", "lce_step", "lce_mean"}, {1, 1, 1}, a_lce, g_lce},
+    [OP_CROSS_ENTROPY_BWD] = {{"ce_count", "ce_grad"}, {1, 1}, a_ce, g_ce, .main_launch = 1},
+    [OP_LINEAR_CE_GRAD] = {{"lce_count", "lce_step", "lce_mean"}, {1, 1, 1}, a_lce, g_lce, .main_launch = 1},
     // (the loss alone: the same kernels, the gradient they form in the workspace unread)
-    [OP_LINEAR_CE] = {{"lce_count", "lce_step", "lce_mean"}, {1, 1, 1}, a_lce, g_lce},
+    [OP_LINEAR_CE] = {{"lce_count", "lce_step", "lce_mean"}, {1, 1, 1}, a_lce, g_lce, .main_launch = 1},
     [OP_SUM_TO] = {{"sum_to"}, {1}, a_sum_to, g_colsum_out0},
     [OP_DEQUANT] = {{"dequant"}, {0}, a_dequant, g_ew_out0},
     [OP_ADAMW] = {{"adamw"}, {0}, a_adamw, g_update, "adamw_group", ga_adamw, .per_thread = pt_update},

@@ -588,8 +588,11 @@ void mv_write_html(FILE *f, const MemView *v, const MemMeta *m) {
                "  });\n</script>\n</body></html>\n");
 }
 
-// Estimated duration of an instruction: the roofline of its FLOPs and bytes.
+// Estimated duration of an instruction: the cost model's, which the plan carries, else the
+// roofline of its FLOPs and bytes.
 static double est_us(const PlanInstr *in, const MemMeta *m) {
+    if (in->est_us > 0)
+        return in->est_us;
     // without a preset, an A100's peak rates
     double fl = m->flops_per_s > 0 ? m->flops_per_s : 312e12, by = m->bytes_per_s > 0 ? m->bytes_per_s : 1555e9;
     double t = fmax((double)in->flops / fl, (double)in->bytes / by);

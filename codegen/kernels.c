@@ -497,6 +497,7 @@ int codegen_kernels(const IrGraph *g, const KernelHyper *h, KernelSet *ks, char 
             memcpy(nk->at[0].name, e.kernels.at[k].name, sizeof nk->at[0].name);
             elementwise_geometry(g, n, nk->at[0].grid, nk->at[0].block);
         } else if (c) {
+            nk->main = c->main_launch;
             for (int l = 0; l < KERNEL_MAX_LAUNCHES && c->fn[l]; l++) {
                 CudaCtx x = {g, n, l, h};
                 int k = intern_text(&e, template_body(c, &x), c->prefix ? prefix_text(c, &x) : NULL,

@@ -186,6 +186,8 @@ int codegen_plan_write(FILE *f, const IrGraph *g, const PlanMeta *meta, const Ke
                 fprintf(f, " last=1");
             fprintf(f, " flops=%lld bytes=%lld", (long long)op_flops(g, n),
                     (long long)(op_bytes_read(g, n) + op_bytes_written(g, n)));
+            if (n->est_us > 0)
+                fprintf(f, " us=%.2f", n->est_us);
             if (n->layer >= 0)
                 fprintf(f, " layer=%d", n->layer);
             if (n->loc.line)
@@ -301,38 +303,52 @@ static int by_kernel_number(const void *a, const void *b) {
     return nx < ny ? -1 : nx > ny ? 1 : strcmp(x->name, y->name);
 }
 
-// The launch of kernel `name` (its first, where several nodes share it), or NULL.
-static const KernelLaunch *launch_of(const KernelSet *ks, const char *name, int nnodes) {
+// The launch of kernel `name` (its first, where several nodes share it), or NULL; with g, its
+// estimated time over a step's nodes whose work it does (their main launch: the others only
+// prepare or finish it), a micro-step's nodes once per micro-step, the eval phase's not at
+// all, in *us.
+static const KernelLaunch *launch_of(const KernelSet *ks, const char *name, int nnodes,
+                                     const IrGraph *g, int64_t accum, double *us) {
+    const KernelLaunch *first = NULL;
+    *us = 0;
     for (int i = 0; i < nnodes; i++)
         for (int l = 0; l < ks->node[i].n; l++)
-            if (strcmp(ks->node[i].at[l].name, name) == 0)
-                return &ks->node[i].at[l];
-    return NULL;
+            if (strcmp(ks->node[i].at[l].name, name) == 0) {
+                first = first ? first : &ks->node[i].at[l];
+                const IrNode *n = &g->nodes.at[i];
+                if (n->phase != PHASE_EVALUATION && l == ks->node[i].main)
+                    *us += n->est_us * (n->phase == PHASE_OPTIMIZER ? 1 : (double)accum);
+            }
+    return first;
 }
 
 // kernels.txt's table: per kernel ptxas' resources, the blocks and warps an SM of `arch` holds
 // at its launch's size, and its PTX's facts (tensor-core instructions, ldmatrix, cp.async,
 // global loads and stores by width, FP64); then the totals.
-static void write_kernel_table(FILE *f, const KernelSet *ks, const NvrtcResult *r, const char *arch) {
-    fprintf(f, "%-28s %4s %6s %7s %6s %9s %4s %5s %5s %14s %14s %4s %6s\n", "kernel", "regs", "smem",
+static void write_kernel_table(FILE *f, const KernelSet *ks, const NvrtcResult *r, const char *arch,
+                               const IrGraph *g, int64_t accum) {
+    fprintf(f, "%-28s %4s %6s %7s %6s %9s %4s %5s %5s %14s %14s %4s %6s %10s\n", "kernel", "regs", "smem",
             "threads", "blocks", "warps/SM", "mma", "ldmat", "cpasy", "loads 16/8/<=4", "stores 16/8/<=4",
-            "fp64", "spills");
+            "fp64", "spills", "ms a step");
+    double total_us = 0;
     int64_t spills = 0;
     int tensor = 0, fp64 = 0, wide = 0, with_loads = 0, async = 0;
     for (int k = 0; k < r->nkernels; k++) {
         const NvrtcKernel *kn = &r->kernels[k];
         const PtxFacts *x = &kn->ptx;
-        const KernelLaunch *l = launch_of(ks, kn->name, ks->nnodes);
+        double us;
+        const KernelLaunch *l = launch_of(ks, kn->name, ks->nnodes, g, accum, &us);
+        total_us += us;
         int threads = l ? (int)(l->block[0] * l->block[1] * l->block[2]) : 0;
         int64_t smem = kn->smem_bytes + (l ? l->smem : 0);
         int blocks = threads ? rt_sm_blocks(arch, kn->registers, threads, smem) : 0;
         char lw[32], sw[32];
         snprintf(lw, sizeof lw, "%d/%d/%d", x->load[2], x->load[1], x->load[0]);
         snprintf(sw, sizeof sw, "%d/%d/%d", x->store[2], x->store[1], x->store[0]);
-        fprintf(f, "%-28s %4d %6lld %7d %6d %9d %4d %5d %5d %14s %14s %4d %6lld\n", kn->name,
+        fprintf(f, "%-28s %4d %6lld %7d %6d %9d %4d %5d %5d %14s %14s %4d %6lld %10.3f\n", kn->name,
                 kn->registers, (long long)smem, threads, blocks, blocks * ((threads + 31) / 32), x->mma,
                 x->ldmatrix, x->cp_async, lw, sw, x->fp64,
-                (long long)(kn->spill_store_bytes + kn->spill_load_bytes));
+                (long long)(kn->spill_store_bytes + kn->spill_load_bytes), us * 1e-3);
         spills += kn->spill_store_bytes + kn->spill_load_bytes;
         tensor += x->mma > 0;
         async += x->cp_async > 0 && x->ldmatrix > 0;
@@ -349,12 +365,17 @@ static void write_kernel_table(FILE *f, const KernelSet *ks, const NvrtcResult *
                "per-element kernels (more than one block, loads from global memory) with vector (8- or "
                "16-byte) loads; %d with FP64 instructions\n%s\n", r->nkernels, tensor, async, wide,
             with_loads, fp64, spills ? "some kernels spill registers to local memory" : "no kernel spills");
+    fprintf(f, "the generated kernels' estimated time: %.1f ms a step (the cost model's; a node of several "
+               "launches counted on the one doing its work, the fused loss's with its GEMMs; other "
+               "GEMMs, copies and host work are not generated kernels)\n",
+            total_us * 1e-3);
 }
 
 // The CUBIN of kernels.cu for `arch` (DIR/kernels.ARCH.cubin) and the resource report of
 // its kernels (DIR/kernels.txt), when NVRTC is at hand; else a report that says why
 // there is none. -1 with err when the kernels do not compile (an internal error).
-static int compile_kernels(const char *dir, const KernelSet *ks, const char *arch, char *err,
+static int compile_kernels(const char *dir, const KernelSet *ks, const IrGraph *g, int64_t accum,
+                           const char *arch, char *err,
                            size_t errlen) {
     NvrtcInfo info;
     char path[4200];
@@ -385,7 +406,7 @@ static int compile_kernels(const char *dir, const KernelSet *ks, const char *arc
     fprintf(f, "kernels.cu: %d kernels, compiled for %s by NVRTC %d.%d%s\n\n", ks->nkernels, arch,
             info.major, info.minor, r.cache_hit ? " (from the cache)" : "");
     qsort(r.kernels, (size_t)r.nkernels, sizeof *r.kernels, by_kernel_number);
-    write_kernel_table(f, ks, &r, arch);
+    write_kernel_table(f, ks, &r, arch, g, accum);
     int rc = ferror(f) | fclose(f);
     snprintf(path, sizeof path, "%s/kernels.%s.cubin", dir, arch);
     FILE *c = fopen(path, "wb");
@@ -491,7 +512,7 @@ int codegen_plan_dir(const char *dir, const IrGraph *g, const PlanMeta *meta, ch
     const char *emu = codegen_cuda_file("ftc_emu.h");
     if (write_text(tmp, "kernels.cu", ks.source, err, errlen) != 0 ||
         (emu && write_text(tmp, "ftc_emu.h", emu, err, errlen) != 0) ||
-        (meta->arch && compile_kernels(tmp, &ks, meta->arch, err, errlen) != 0)) {
+        (meta->arch && compile_kernels(tmp, &ks, g, meta->accum, meta->arch, err, errlen) != 0)) {
         codegen_kernels_free(&ks);
         remove_dir(tmp);
         return -1;

@@ -343,9 +343,12 @@ static void decision(FILE *f, const Candidate *c, const FtModel *m, const PlanCt
                                      : "");
     const StepCost *k = &c->o.cost;
     fprintf(f, "  estimated step %.2f s (micro-step %.0f ms x %lld + optimizer %.0f ms), %.0f tokens/s, "
-               "MFU %.1f%%, recompute %.1f%% of the step\n",
+               "MFU %.1f%%, recompute %.1f%% of the step; the device's time %.1f%% GEMMs, %.1f%% the "
+               "rest\n",
             k->step_us * 1e-6, k->micro_us * 1e-3, (long long)accum, k->opt_us * 1e-3, k->tokens_per_s,
-            k->mfu * 100, k->step_us > 0 ? 100 * k->recompute_us / k->step_us : 0.0);
+            k->mfu * 100, k->step_us > 0 ? 100 * k->recompute_us / k->step_us : 0.0,
+            k->device_us > 0 ? 100 * k->gemm_us / k->device_us : 0.0,
+            k->device_us > 0 ? 100 * (1 - k->gemm_us / k->device_us) : 0.0);
     if (ranks > 1)
         fprintf(f, "  collectives %.0f ms a step over %s (%s), %.0f ms of it not hidden behind compute: "
                    "%.1f%% of the step\n", k->comm_us * 1e-3, pc->cm.link->name, pc->cm.link->what,
@@ -958,6 +961,7 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
                      .report = rtext};
     driver_meta_train(&meta, &m.train);
     StepCost est = cost_step(g, &pc.cm, meta.accum, m.train.batch * m.train.seq);
+    cost_stamp(g, &pc.cm);
     meta.model_flops = est.model_flops, meta.step_us = est.step_us;
     char targets[1024] = "";
     if (m.train.lora) {

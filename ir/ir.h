@@ -158,6 +158,8 @@ typedef struct IrNode {
     int layer;              // repeat index, -1 outside any repeated block
     IrPhase phase;
     int ws;                 // its TK_WORKSPACE tensor (set by liveness), else -1
+    double est_us;          // the cost model's time for one run of it on the device (cost_stamp,
+                            // before the plan is written); 0 unknown or not the device's
     bool recompute;         // a forward node re-run in backward (remat)
     uint8_t stream;         // the Stream it runs on: STREAM_HOST for the CPU (an offloaded
                             // optimizer, a host gradient sum), a copy stream for OP_COPY
@@ -386,6 +388,9 @@ enum { OP_MAX_KEYWORDS = 16 };
 // The .ft attributes of `op` into out[], in order; their count (0 for none).
 int op_user_keywords(OpKind op, OpKeyword out[OP_MAX_KEYWORDS]);
 int64_t op_flops(const IrGraph *g, const IrNode *n);
+// Whether attention node n (forward or backward) runs the tiled tensor-core kernels: its
+// operands and results bf16 and its head dim one runtime/ops.h's op_attention_tiled takes.
+bool ir_attention_tiled(const IrGraph *g, const IrNode *n);
 int64_t op_bytes_read(const IrGraph *g, const IrNode *n);
 int64_t op_bytes_written(const IrGraph *g, const IrNode *n);
 

@@ -693,18 +693,22 @@ static int64_t scratch_embed_bwd(const IrGraph *g, const IrNode *n) {
     return 4 * (T(n->out[0])->shape[0] + 1 + ir_tensor_elems(IN(1)));
 }
 
-// runtime/ops.h's layout: Di per query row, and for the tiled kernels (bf16 operands and
-// results, a head dim they tile) the dq accumulator, its counters and GQA's partials.
+bool ir_attention_tiled(const IrGraph *g, const IrNode *n) {
+    bool fwd = n->op == OP_ATTENTION, bf16 = true;
+    for (int i = 0; i < (fwd ? 3 : 5); i++)   // q, k, v (and dy, o): not lse, not the positions
+        bf16 &= IN(i)->dtype == DT_BF16;
+    for (int i = 0; i < (fwd ? 1 : 3); i++)   // o (dq, dk, dv): not lse
+        bf16 &= T(n->out[i])->dtype == DT_BF16;
+    return bf16 && op_attention_tiled(IN(fwd ? 0 : 1)->shape[3]);
+}
+
+// runtime/ops.h's layout: Di per query row, and for the tiled kernels the dq accumulator,
+// its counters and GQA's partials.
 static int64_t scratch_attention_bwd(const IrGraph *g, const IrNode *n) {
     const IrTensor *q = IN(1), *k = IN(2);
-    bool bf16 = true;
-    for (int i = 0; i < 5; i++)
-        bf16 &= IN(i)->dtype == DT_BF16;
-    for (int i = 0; i < 3; i++)
-        bf16 &= T(n->out[i])->dtype == DT_BF16;
     int64_t off[5];
     return op_attention_bwd_layout(q->shape[0], q->shape[1], q->shape[2], k->shape[2], q->shape[3],
-                                   bf16 && op_attention_tiled(q->shape[3]), off);
+                                   ir_attention_tiled(g, n), off);
 }
 
 // The loss's term per row (fp32), summed in a fixed order on a GPU.

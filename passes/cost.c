@@ -2,9 +2,9 @@
 //
 // Device nodes: GEMMs (linear and its backward, matmul) run at the preset's bf16 peak
 // times an efficiency that falls with small dimensions, e(M,N,K) = 0.8·f(M)·f(N)·f(K)
-// with f(x) = x / (x + 48); attention at half the peak (flash-attention class kernels);
-// everything else is bound by memory traffic at 80% of the HBM bandwidth; each kernel
-// costs a launch. Host nodes: gradients reach the host over the link on a copy stream
+// with f(x) = x / (x + 48); attention by its kernels' design (attention_us); everything
+// else is bound by memory traffic at 80% of the HBM bandwidth (16-byte loads and stores:
+// a STREAM copy reaches ~90% on these parts); each kernel costs a launch. Host nodes: gradients reach the host over the link on a copy stream
 // that overlaps the backward, and swapped activations likewise; the gradients' norm over
 // host gradients runs first, at the host's rate for a serial sum; then the CPU AdamW
 // runs at the host's rate while the updated weights go back, the two overlapping layer
@@ -26,7 +26,8 @@ static double gemm_eff(double m, double n, double k) {
 // The fused loss: per row chunk its products (each at its shape's efficiency) and the
 // loss's kernels over the chunk's logits (passes over them, bandwidth-bound), a launch
 // each. *recompute_us gets the time of the products that form again what another formed.
-static double loss_us(const IrGraph *g, const IrNode *n, const CostModel *cm, double *recompute_us) {
+static double loss_us(const IrGraph *g, const IrNode *n, const CostModel *cm, double *recompute_us,
+                      double *gemm_us) {
     int64_t dims[4][3];
     bool again[4];
     int np = op_info(n->op)->gemm_loss(g, n, dims, again);
@@ -34,13 +35,14 @@ static double loss_us(const IrGraph *g, const IrNode *n, const CostModel *cm, do
     int64_t k = x->shape[x->ndim - 1], rows = ir_tensor_elems(x) / k, v = g->tensors.at[n->in[1]].shape[0];
     int64_t chunk = n->attr.chunk_rows > 0 && n->attr.chunk_rows < rows ? n->attr.chunk_rows : rows;
     double peak = cm->gpu->bf16_tflops * 1e12, hbm = cm->gpu->hbm_gbps * 1e9 * 0.8;
-    double chunk_us = 0, again_us = 0;
+    double chunk_us = 0, again_us = 0, products_us = 0;
     int elt = (int)dtype_bytes(x->dtype, 1);
     for (int i = 0; i < np; i++) {
         double m = (double)dims[i][0], nn = (double)dims[i][1], kk = (double)dims[i][2];
         double bytes = (m * kk + kk * nn + m * nn) * elt;
         double t = LAUNCH_US + fmax(2 * m * nn * kk / (peak * gemm_eff(m, nn, kk)), bytes / hbm) * 1e6;
         chunk_us += t;
+        products_us += t;
         if (again[i])
             again_us += t;
     }
@@ -48,7 +50,31 @@ static double loss_us(const IrGraph *g, const IrNode *n, const CostModel *cm, do
     chunk_us += LAUNCH_US + passes * (double)(chunk * v * elt) / hbm * 1e6;
     double chunks = (double)(rows / chunk);
     *recompute_us = again_us * chunks;
+    if (gemm_us)
+        *gemm_us = products_us * chunks;
     return chunk_us * chunks + LAUNCH_US;
+}
+
+// Attention. The tiled kernels: the preset's efficiency for the direction (gpu.c), times
+// S / (S + 256) for the tiles' set-up and tail on short sequences, times the blocks' share of
+// the last wave (the grid in blocks of 64 query rows, or of keys backward, with two forward
+// blocks and one backward block resident an SM: their registers and shared memory). The
+// warp-a-row kernels (other dtypes, head dims the tiles do not take): 5% of the peak. Each
+// launch (one forward, three backward) costs one.
+static double attention_us(const IrGraph *g, const IrNode *n, const CostModel *cm, double flops,
+                           double bytes) {
+    const GpuPreset *gpu = cm->gpu;
+    bool fwd = n->op == OP_ATTENTION;
+    const IrTensor *q = &g->tensors.at[n->in[fwd ? 0 : 1]];
+    double peak = gpu->bf16_tflops * 1e12, hbm = gpu->hbm_gbps * 1e9 * 0.8, eff = 0.05;
+    if (ir_attention_tiled(g, n)) {
+        int64_t S = q->shape[1], tile = fwd ? 64 : op_attention_tile(q->shape[3]);
+        double blocks = (double)q->shape[0] * (double)q->shape[2] * (double)((S + tile - 1) / tile);
+        double slots = (double)(gpu->sms > 0 ? gpu->sms : 108) * (fwd ? 2 : 1);
+        double wave = blocks / (ceil(blocks / slots) * slots);
+        eff = (fwd ? gpu->attn_fwd_eff : gpu->attn_bwd_eff) * (double)S / (double)(S + 256) * wave;
+    }
+    return (fwd ? 1 : 3) * LAUNCH_US + fmax(flops / (peak * eff), bytes / hbm) * 1e6;
 }
 
 double cost_node_us(const IrGraph *g, const IrNode *n, const CostModel *cm) {
@@ -67,10 +93,10 @@ double cost_node_us(const IrGraph *g, const IrNode *n, const CostModel *cm) {
         return LAUNCH_US + fmax(flops / (peak * e), bytes / hbm) * 1e6;
     }
     case OPC_ATTENTION:
-        return LAUNCH_US + fmax(flops / (peak * 0.5), bytes / hbm) * 1e6;
+        return attention_us(g, n, cm, flops, bytes);
     case OPC_LOSS_GEMM: {
         double again;
-        return loss_us(g, n, cm, &again);
+        return loss_us(g, n, cm, &again, NULL);
     }
     default:
         break;
@@ -193,6 +219,15 @@ static double simulate_micro(const IrGraph *g, const CostModel *cm, const double
     return end;
 }
 
+void cost_stamp(IrGraph *g, const CostModel *cm) {
+    for (int i = 0; i < g->nodes.len; i++) {
+        IrNode *n = &g->nodes.at[i];
+        OpClass cls = op_desc(n->op)->cls;
+        n->est_us = cls == OPC_COPY || cls == OPC_COLLECTIVE || n->stream == STREAM_HOST ? 0
+                                                                                         : cost_node_us(g, n, cm);
+    }
+}
+
 StepCost cost_step(const IrGraph *g, const CostModel *cm, int64_t accum, int64_t tokens_per_step) {
     StepCost c = {.accum = accum, .tokens = tokens_per_step};
     double link = link_of(cm);
@@ -224,10 +259,13 @@ StepCost cost_step(const IrGraph *g, const CostModel *cm, int64_t accum, int64_t
                 c.recompute_us += t;
             else
                 c.model_flops += op_flops(g, n);
-            if (cls == OPC_LOSS_GEMM) {   // what it forms again
-                double again;
-                loss_us(g, n, cm, &again);
+            if (cls == OPC_LOSS_GEMM) {   // what it forms again, and its products
+                double again, products;
+                loss_us(g, n, cm, &again, &products);
                 c.recompute_us += again;
+                c.gemm_us += products;
+            } else if (cls == OPC_GEMM) {
+                c.gemm_us += t;
             }
             c.micro_device_us += t;
         }
@@ -266,6 +304,8 @@ StepCost cost_step(const IrGraph *g, const CostModel *cm, int64_t accum, int64_t
     }
     c.step_us = cost_step_at(&c, cm->host_adamw_per_s, link);
     c.recompute_us *= (double)accum;
+    c.gemm_us *= (double)accum;
+    c.device_us = c.micro_device_us * (double)accum + c.opt_device_us;
     c.model_flops *= accum;
     c.tokens_per_s = c.step_us > 0 ? (double)tokens_per_step / (c.step_us * 1e-6) : 0;
     c.mfu = c.step_us > 0 ? (double)c.model_flops / (c.step_us * 1e-6) / (cm->gpu->bf16_tflops * 1e12)

@@ -278,6 +278,11 @@ typedef struct GpuPreset {
     int64_t reserve_bytes;      // CUDA context + library handles, outside any arena
     int64_t workspace_bytes;    // cuBLASLt workspace
     const char *arch;           // the SM architecture its kernels are compiled for
+    int sms;                    // streaming multiprocessors
+    // The tiled attention kernels' share of the bf16 peak on long sequences, forward and
+    // backward (gpu.c gives the sources); cost.c takes off what short ones and a last
+    // partial wave of blocks cost.
+    double attn_fwd_eff, attn_bwd_eff;
 } GpuPreset;
 
 const GpuPreset *gpu_preset(const char *name);   // NULL if unknown
@@ -335,6 +340,8 @@ typedef struct StepCost {
     double opt_us;          // the optimizer phase (on the device, or CPU AdamW + copies)
     double step_us;         // accum · micro + opt (+ the last micro-step's reductions)
     double recompute_us;    // of step_us, spent recomputing
+    double device_us;       // the device's busy time per step (its streams' kernels, summed)
+    double gemm_us;         // of it, the library GEMMs (and the fused loss's products)
     double copy_us;         // link time per step (overlapped where it can be)
     double comm_us;         // collectives' time per step on the comm stream (several ranks)
     double comm_exposed_us; // of step_us, the part of it compute does not hide
@@ -355,6 +362,8 @@ typedef struct StepCost {
 } StepCost;
 
 double cost_node_us(const IrGraph *g, const IrNode *n, const CostModel *cm);
+// Stamps each device node of g with its estimated time (IrNode.est_us): the plan carries it.
+void cost_stamp(IrGraph *g, const CostModel *cm);
 StepCost cost_step(const IrGraph *g, const CostModel *cm, int64_t accum, int64_t tokens_per_step);
 // The step time of `c` on a host whose CPU AdamW runs at `adamw_per_s` parameters per
 // second and whose link moves `link_bytes_per_s` each way.

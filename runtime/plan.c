@@ -508,6 +508,8 @@ static int read_instr(Reader *r, Plan *p, PlanInstr *in, int want_id, char *line
             ok = parse_int(v, &in->by) && in->by >= 0 && in->by < id;
         else if (strcmp(key, "ws") == 0)
             ok = parse_int(v, &in->ws) && in->ws >= 0 && in->ws < p->nbuf;
+        else if (strcmp(key, "us") == 0)
+            ok = parse_f64(v, &in->est_us) && in->est_us >= 0 && in->est_us < 1e12;
         else if (strcmp(key, "flops") == 0)
             ok = ops_parse_i64(v, &in->flops);
         else if (strcmp(key, "recompute") == 0)

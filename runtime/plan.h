@@ -38,8 +38,8 @@
 //   phase forward N          (then N instruction lines; likewise backward, optimizer and,
 //                             optionally, eval)
 //   ID OP out=A,B in=C,D,E [update=MASK] [ATTR=VALUE ...] [stream=S] [wait=E,F] [record=E]
-//      [ws=ID] [launch=NAME:GRID:BLOCK ...] [group=N | by=ID] [recompute=1] [flops=N]
-//      [bytes=N] [layer=L] [loc=LINE:COL]
+//      [ws=ID] [launch=NAME:GRID:BLOCK[:SMEM] ...] [group=N | by=ID] [recompute=1] [flops=N]
+//      [bytes=N] [us=T] [layer=L] [loc=LINE:COL]
 //   end
 //
 // OP is a name from ops.def; ATTR=VALUE are the attributes its row declares (ops.h:
@@ -90,9 +90,11 @@
 // live only inside that instruction), the last's the instruction's out[0]. A backend
 // without the fused kernel runs the steps one by one, each result stored in its buffer's
 // dtype.
-// launch=NAME:GX,GY,GZ:BX,BY,BZ (repeated, in order) names a kernel of the plan's
-// kernels.cu the instruction runs on a GPU, with its grid and block; a buffer's operands
-// reach it in plan order (outputs, inputs, workspace; codegen/cuda/prelude.cuh).
+// launch=NAME:GX,GY,GZ:BX,BY,BZ[:SMEM] (repeated, in order) names a kernel of the plan's
+// kernels.cu the instruction runs on a GPU, with its grid and block, and the bytes of
+// dynamic shared memory it declares (FTC_DYN_SMEM; absent: none); a buffer's operands
+// reach it in plan order (outputs, inputs, workspace; codegen/cuda/prelude.cuh). us=T is
+// the cost model's time for one run on the device (traces and kernels.txt show it).
 // group=N on an instruction with one launch: that launch (a grouped kernel, e.g. AdamW
 // over many tensors) does the work of it and of the N-1 instructions after it in its
 // phase, each of which says by=ID (the first's id) and has no launch of its own. The
@@ -201,6 +203,7 @@ typedef struct PlanInstr {
     bool recompute;         // a forward op re-run in backward
     bool last;              // runs only on a step's last micro-step (skipped on the others)
     int64_t flops, bytes;   // estimated work and traffic (for the cost model and traces)
+    double est_us;          // the cost model's time for one run on the device (0: none given)
     int layer;
     int line, col;          // where in the .ft it came from
 } PlanInstr;
