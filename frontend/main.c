@@ -38,7 +38,7 @@ static void usage_run(FILE *f) {
           "                   [--unplanned] [--merge] [--skip-nonfinite] [--device cuda|cpu|emu]\n"
           "                   [--comm-timeout SECONDS]\n"
           "                   [--eval-data FILE [--eval-every N] [--eval-batches K]]\n"
-          "                   [--report DIR] [--log-every N]\n"
+          "                   [--report DIR] [--log-every N] [--profile FILE]\n"
           "\n"
           "  --data FILE       token file (ftc data makes one)\n"
           "  --weights PATH    Hugging Face safetensors: a file, or a directory (sharded too);\n"
@@ -71,6 +71,9 @@ static void usage_run(FILE *f) {
           "                    curves, planned and measured memory); default: the --save DIR\n"
           "  --log-every N     a progress line every N steps (default 1); on a terminal the\n"
           "                    line is rewritten in place, with the time left, and kept every N\n"
+          "  --profile FILE    time the device's work instruction by instruction after the first\n"
+          "                    step (on a GPU by CUDA events) and write FILE: per kernel and GEMM\n"
+          "                    shape its calls and time a step beside the plan's estimate\n"
           "\n"
           "A plan compiled with --ranks N runs as N processes: mpirun -np N ftc run DIR ...\n"
           "(or srun -n N); each is one rank, rank 0 prints, saves and writes the report; each\n"
@@ -90,6 +93,7 @@ static int cmd_run(Cmdline *cl, int argc, char **argv, int first) {
                      strcmp(s, "--eval-data") == 0 ||
                      strcmp(s, "--eval-every") == 0 || strcmp(s, "--eval-batches") == 0 ||
                      strcmp(s, "--report") == 0 || strcmp(s, "--log-every") == 0 ||
+                     strcmp(s, "--profile") == 0 ||
                      strcmp(s, "--seed") == 0 || strcmp(s, "--device") == 0;
         if (strcmp(s, "--help") == 0 || strcmp(s, "-h") == 0) {
             usage_run(stdout);
@@ -111,6 +115,8 @@ static int cmd_run(Cmdline *cl, int argc, char **argv, int first) {
             o.eval_data = argv[++i];
         else if (strcmp(s, "--report") == 0)
             o.report = argv[++i];
+        else if (strcmp(s, "--profile") == 0)
+            o.profile = argv[++i];
         else if (strcmp(s, "--log-every") == 0) {
             i++;
             if (!arg_count(cl, i, argv[i], &o.log_every))

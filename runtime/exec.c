@@ -190,8 +190,12 @@ static int run_instr(Exec *x, const PlanInstr *in, bool poison, char *err, size_
         copy(x, in);
     else if (in->stream == STREAM_HOST && !be->host_queue)
         rc = x->host->launch(x->host, x, in, why, sizeof why);
-    else
+    else {
+        rt_profile_before(x, in);
         rc = be->launch(be, x, in, why, sizeof why);
+        if (rc == 0)
+            rt_profile_after(x, in);
+    }
     if (rc != 0) {
         snprintf(err, errlen, "instruction %d (%s, from .ft line %d:%d): %s", in->id,
                  op_desc(in->op)->name, in->line, in->col, why);
@@ -213,7 +217,10 @@ int rt_exec_phase(Exec *x, PlanPhase ph, char *err, size_t errlen) {
     for (int i = 0; i < p->nins[ph]; i++)
         if (run_instr(x, &p->ins[ph][i], x->poison, err, errlen) != 0)
             return -1;
-    return x->be->sync(x->be, err, errlen);
+    if (x->be->sync(x->be, err, errlen) != 0)
+        return -1;
+    rt_profile_collect(x);
+    return 0;
 }
 
 int rt_exec_phase_find_nonfinite(Exec *x, PlanPhase ph, const PlanInstr **bad, int *out, char *err,

@@ -53,6 +53,11 @@ struct Backend {
     // over the ranks of x->comm. (optional) NULL: the executor runs it through x->comm on
     // memory the CPU addresses, in plan order.
     int (*collective)(Backend *b, Exec *x, const PlanInstr *in, char *err, size_t errlen);
+    // (optional) A timing mark `slot` on `stream`, after the work issued on it so far; and,
+    // once the streams are drained, the milliseconds from mark a to mark b. A backend whose
+    // launches return when their work is done leaves both NULL: the profiler times the calls.
+    void (*time_mark)(Backend *b, int slot, Stream stream);
+    double (*time_between)(Backend *b, int from, int to);
     // Drains every stream (host work included); -1 with err when work done asynchronously
     // since the last drain failed.
     int (*sync)(Backend *b, char *err, size_t errlen);
@@ -139,6 +144,7 @@ struct Exec {
                             // (fp16's dynamic loss scale; 1 otherwise)
     int64_t scale_tracker;  // steps since the loss scale last changed without an overflow
     bool poison;            // fill a buffer's bytes with NaN when its lifetime ends
+    struct Profile *prof;   // the device work's times (ftc run --profile; profile.c), or NULL
 };
 
 // Allocates the buffers of `p` through `be`, host instructions to run on `host`, with
@@ -350,10 +356,32 @@ typedef struct RunOptions {
     int64_t eval_batches;   // micro-batches of it evaluated (0: every window)
     const char *report;     // where run.jsonl and run.html go (NULL: the --save directory, if any)
     int64_t log_every;      // not on a terminal: a progress line every this many steps (0: 1)
+    const char *profile;    // where the device work's times go (after a first step untimed)
     FILE *out;              // progress lines
 } RunOptions;
 
 // Trains: returns 0, or 1 after printing an error.
 int rt_train(const RunOptions *o);
+
+//
+// profile.c — the device work of a run timed instruction by instruction (ftc run --profile):
+// by the backend's timing marks where its work is asynchronous (CUDA events), else by the
+// clock around each launch; summed per kernel (or GEMM shape) and set beside the cost
+// model's estimate the plan carries (us=).
+//
+typedef struct Profile Profile;
+Profile *rt_profile_new(const Plan *p);
+void rt_profile_free(Profile *pr);
+// Starts (or stops) timing what x runs from now on (the warm-up steps left out).
+void rt_profile_on(Exec *x, Profile *pr, bool on);
+// Around instruction `in` (the executor calls them); after a phase's drain, the times of
+// what it marked.
+void rt_profile_before(Exec *x, const PlanInstr *in);
+void rt_profile_after(Exec *x, const PlanInstr *in);
+void rt_profile_collect(Exec *x);
+// The table: per kernel or GEMM shape its calls, milliseconds and microseconds a call per
+// timed step, the estimate and measured / estimated; the device's name in the title.
+int rt_profile_write(const Profile *pr, const Plan *p, const char *path, const char *device,
+                     int64_t steps, char *err, size_t errlen);
 
 #endif

@@ -463,6 +463,7 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
     DataFile *d = NULL, *ed = NULL;
     Backend *be = NULL, *host = NULL;
     Exec x = {0};
+    Profile *prof = NULL;   // --profile: rank 0's device work, timed from step two on
     int rc = 1, lock = -1, report_lock = -1;
     RunReport *report = NULL;
     // (a rank's output goes through its launcher, which gives it a terminal of its own
@@ -547,6 +548,10 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
     if (rt_exec_init(&x, p, be, host, o->layout, err, sizeof err) != 0 ||
         (!be->collective && rt_comm_prepare(comm, p, err, sizeof err) != 0)) {
         error("%s", err);
+        goto out;
+    }
+    if (o->profile && lead && !(prof = rt_profile_new(p))) {
+        error("out of memory for --profile");
         goto out;
     }
     HostRates rates = rt_host_measure(&x);   // before any buffer holds data: the link is timed through them
@@ -664,6 +669,11 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
                  .targets = targets, .positions = positions, .info = info};
     Feed efeed = {.d = ed, .nwin = eval_nwin, .window = window, .tokens = tokens, .targets = targets,
                   .positions = positions, .info = info};
+    if (prof && steps - done < 2) {
+        error("--profile times the steps after the first: this run takes %lld (--steps)",
+              (long long)(steps - done));
+        goto out;
+    }
     double t0 = now_s(), t1st = 0, first_loss = 0, recent[10] = {0};
     int64_t nrecent = 0, first_step = 0, skipped0 = x.skipped;   // nrecent: steps updated
     for (int64_t step = done + 1; step <= steps; step++) {
@@ -758,6 +768,8 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
         }
         if (step == done + 1) {
             char what[200];
+            if (prof)   // the first step warms caches and the GPU up: timed from the next
+                rt_profile_on(&x, prof, true);
             console_break(&con);
             int64_t used = report_memory(be, p, out, what, sizeof what);
             if (!used) {   // every arena in this process's memory: its peak resident set
@@ -855,6 +867,18 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
                     p->gpu ? p->gpu : "its GPU");
         fputc('\n', out);
     }
+    if (prof) {
+        char device[256];
+        int64_t total_b, free_b;
+        if (!rt_cuda_memory(be, &total_b, &free_b, device, sizeof device))
+            snprintf(device, sizeof device, "the %s backend", be->name);
+        if (rt_profile_write(prof, p, o->profile, device, ran - 1, err, sizeof err) != 0) {
+            error("%s", err);
+            goto out;
+        }
+        fprintf(out, "profile: %s (the device's work of steps %lld to %lld, kernel by kernel)\n", o->profile,
+                (long long)(done + 2), (long long)steps);
+    }
     if (o->save && save(&x, o->save, o->merge, out) != 0)
         goto out;
     if (report && rt_report_html(report, err, sizeof err) != 0) {
@@ -872,6 +896,7 @@ out:
     if (lock >= 0)
         close(lock);
     rt_exec_free(&x);
+    rt_profile_free(prof);
     if (be)
         be->destroy(be);
     if (host)

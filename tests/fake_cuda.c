@@ -431,6 +431,21 @@ static CuResult f_event_sync(CuEvent e) {
            if (fk.event[id].stream >= 0) run_to(fk.event[id].stream, fk.event[id].pos));
     return CUX_SUCCESS;
 }
+// The time between two recorded events: as the simulated GPU has no clock, a microsecond for
+// every operation of the stream between them (both on one stream, the end not before the
+// start); their work run first, as cuEventElapsedTime needs it done.
+static CuResult f_event_elapsed(float *ms, CuEvent a, CuEvent b) {
+    CuResult r = CUX_SUCCESS;
+    LOCKED(int i = (int)(uintptr_t)a - 1, j = (int)(uintptr_t)b - 1;
+           if (!ms || i < 0 || j < 0 || i >= fk.nevents || j >= fk.nevents || fk.event[i].stream < 0 ||
+               fk.event[j].stream < 0) r = 400;   // CUDA_ERROR_INVALID_HANDLE
+           else {
+               run_to(fk.event[j].stream, fk.event[j].pos);
+               const FEvent *x = &fk.event[i], *y = &fk.event[j];
+               *ms = x->stream == y->stream && y->pos >= x->pos ? (float)(y->pos - x->pos) * 1e-3f : 0.0f;
+           });
+    return r;
+}
 // Work runs when the host asks for it: a query runs what the event follows, unless a
 // host operation there has not finished (a collective of the simulated NCCL still waiting).
 static CuResult f_event_query(CuEvent e) {
@@ -611,7 +626,7 @@ int fake_cuda_open(CudaApi *api, const FakeOptions *o, char *err, size_t errlen)
                f_copy_async, f_memset8, f_memset16, f_memset32, f_stream_create, f_stream_destroy,
                f_stream_sync, f_wait_event, f_event_create, f_event_destroy, f_event_record,
                f_event_sync, f_module_load, f_module_unload, f_get_function, f_launch,
-               f_error_string, f_event_query, f_func_set_attr},
+               f_error_string, f_event_query, f_func_set_attr, f_event_elapsed},
         .lt = {l_create, l_destroy, l_version, l_desc_create, l_desc_destroy, l_desc_set,
                l_layout_create, l_layout_destroy, l_layout_set, l_pref_create, l_pref_destroy,
                l_pref_set, l_heuristic, l_matmul},

@@ -9,6 +9,7 @@
 // free memory is refused before anything is allocated, with the budget to re-plan for;
 // resuming from a checkpoint zeroes the gradients on the device.
 #include "check.h"
+#include "../runtime/fileio.h"
 #include "fake_cuda.h"
 #include "harness.h"
 #include "../runtime/nvrtc.h"
@@ -19,6 +20,9 @@ static const char *tiny(void) { return harness_file("models/tiny.ft"); }
 
 // Runs `steps` optimizer steps of the plan on `be` from seed 7 with fixed tokens; the
 // mean loss of each step in losses[]. False after printing why.
+// --profile's timing, when set: from the second step on (test_profile).
+static Profile *train_profile;
+
 static bool train(const Plan *p, Backend *be, int steps, double *losses, double *evals, bool poison) {
     char err[1024];
     Backend *host = rt_cpu_backend();
@@ -32,6 +36,8 @@ static bool train(const Plan *p, Backend *be, int steps, double *losses, double 
     int64_t n = p->micro_batch * p->seq;
     int32_t *tok = malloc(sizeof *tok * (size_t)n), *tgt = malloc(sizeof *tgt * (size_t)n);
     for (int step = 1; ok && step <= steps; step++) {
+        if (step == 2 && train_profile)
+            rt_profile_on(&x, train_profile, true);
         x.step = step;
         x.lr = rt_lr_at(p, step);
         losses[step - 1] = 0;
@@ -367,6 +373,49 @@ static void test_preflight(void) {
     harness_free(&h);
 }
 
+// --profile on the GPU: each instruction between two timing events on its stream (the
+// simulated driver counts a microsecond an operation between them), the kernels and GEMMs of
+// a step summed by kernel and shape beside the plan's estimates.
+static void test_profile(void) {
+    Harness h;
+    bool ok = compile_tiny(&h, NULL);
+    CudaApi api;
+    char err[1024] = "", path[600];
+    FakeOptions o = options(&h);
+    double l[4], e[4];
+    snprintf(path, sizeof path, "%s/profile.txt", h.dir);
+    if (ok && fake_cuda_open(&api, &o, err, sizeof err) == 0) {
+        Backend *be = rt_cuda_backend(h.dir, h.plan, &api, 0, err, sizeof err);
+        CHECKF(be != NULL, "%s", err);
+        train_profile = rt_profile_new(h.plan);
+        ok = be && train(h.plan, be, 3, l, e, false) &&
+             rt_profile_write(train_profile, h.plan, path, "the simulated GPU", 2, err, sizeof err) == 0;
+        CHECKF(ok, "%s", err);
+        size_t n = 0;
+        char *text = ok ? rt_read_whole(path, &n) : NULL;
+        // one attention forward a layer a step, its backward of three launches as one row, the
+        // GEMMs by shape, every row's estimate from the plan, the measured sum
+        CHECKF(text && strstr(text, "# ftc run --profile: plan tiny on the simulated GPU, 2 steps timed") &&
+                   strstr(text, "       2.0 ") && strstr(text, "attention k") &&
+                   strstr(text, "attention_bwd k") && strstr(text, "+k") && strstr(text, "linear_dw ") &&
+                   !strstr(text, " 0.000 ms a step measured"),
+               "%s", text ? text : "(no file)");
+        for (const char *t = text; t && *t && t < text + 1000;) {   // its head
+            const char *eol = strchr(t, '\n');
+            printf("  %.*s\n", (int)(eol ? eol - t : (long)strlen(t)), t);
+            t = eol ? eol + 1 : t + strlen(t);
+        }
+        free(text);
+        rt_profile_free(train_profile);
+        train_profile = NULL;
+        if (be)
+            be->destroy(be);
+        fake_cuda_close();
+    }
+    CHECK(ok);
+    harness_free(&h);
+}
+
 // A checkpoint holds no gradients (they are zero between steps); resuming zeroes them on
 // the device, whatever its memory held, since the first micro-step's GEMMs add into them.
 static void test_resume_zeroes_gradients(void) {
@@ -452,5 +501,6 @@ int main(int argc, char **argv) {
     RUN(test_other_architecture);
     RUN(test_preflight);
     RUN(test_resume_zeroes_gradients);
+    RUN(test_profile);
     return CHECK_DONE();
 }

@@ -350,6 +350,21 @@ steps=$(grep -o '"step": [0-9]*' "$j" | awk '{print $2}' | tr '\n' ' ')
     ok report-dir || bad report-dir "$(ls "$tmp/only-report")"
 touch "$tmp/afile"
 fails report-is-a-file "--report $tmp/afile: it is a file, not a directory" run "$tmp/tiny.plan" --data "$tmp/c.bin" --report "$tmp/afile"
+# --profile: the device's work of every step after the first, kernel by kernel and GEMM by
+# shape, each beside the cost model's estimate the plan carries (us=); a run of one step is
+# refused before it starts.
+"$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 3 --profile "$tmp/prof.txt" > "$tmp/prof.out" 2>&1
+if grep -q "^profile: $tmp/prof.txt (the device's work of steps 2 to 3, kernel by kernel)$" "$tmp/prof.out" &&
+   grep -q '^# ftc run --profile: plan tiny on the cpu backend, 2 steps timed (after one untimed)$' "$tmp/prof.txt" &&
+   grep -q '^ *2.0 .* attention_bwd k[0-9]*_attention_bwd_pre+k[0-9]*_attention_bwd_main+k[0-9]*_attention_bwd_post$' "$tmp/prof.txt" &&
+   grep -q ' linear_dw [0-9x]* <- ' "$tmp/prof.txt" &&
+   awk 'NR > 3 { if ($4 <= 0) bad = 1; n++ } END { exit bad || n < 10 }' "$tmp/prof.txt"; then
+    ok "profile ($(sed -n 2p "$tmp/prof.txt" | sed 's/^# //'))"
+else
+    bad profile "$(cat "$tmp/prof.out" "$tmp/prof.txt" | head -12)"
+fi
+fails profile-one-step "--profile times the steps after the first: this run takes 1" \
+    run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 1 --profile "$tmp/prof1.txt"
 # The console: not on a terminal, a line every --log-every steps (and the first and last);
 # on one (script gives a pty), the line rewritten in place with the time left.
 out=$("$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 7 --log-every 3)

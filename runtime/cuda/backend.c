@@ -76,6 +76,8 @@ typedef struct CudaState {
     Gemm *loss;                      // per instruction x LOSS_GEMMS: the fused loss's products
     int ninstr;
     CuEvent *event;
+    CuEvent *timing;                 // --profile's marks, made when first asked for (2 an instruction)
+    int ntiming;
     int nevents;
     bool *on_host;                   // event last recorded by a host instruction
     uint64_t *expected, *done;       // host events: generations recorded, and completed
@@ -377,6 +379,32 @@ static void cuda_copy(Backend *be, void *dst, MemKind dk, const void *src, MemKi
 //
 // Events.
 //
+
+// --profile: a timing event (made the first time) recorded on the stream; the time between two
+// once the stream has drained (-1 where either is missing or not recorded).
+static void cuda_time_mark(Backend *be, int slot, Stream stream) {
+    CudaState *s = be->state;
+    if (slot < 0 || stream == STREAM_HOST)
+        return;
+    if (!s->timing) {
+        s->ntiming = 2 * s->ninstr + 2;
+        s->timing = calloc((size_t)s->ntiming, sizeof *s->timing);
+    }
+    if (!s->timing || slot >= s->ntiming)
+        return;
+    if (!s->timing[slot] && !call_ok(s, s->api.cu.EventCreate(&s->timing[slot], 0), "cuEventCreate"))
+        return;
+    call_ok(s, s->api.cu.EventRecord(s->timing[slot], s->stream[stream]), "cuEventRecord");
+}
+
+static double cuda_time_between(Backend *be, int a, int b) {
+    CudaState *s = be->state;
+    float ms = -1;
+    if (s->timing && a >= 0 && b >= 0 && a < s->ntiming && b < s->ntiming && s->timing[a] && s->timing[b] &&
+        s->api.cu.EventElapsedTime(&ms, s->timing[a], s->timing[b]) != CUX_SUCCESS)
+        ms = -1;
+    return ms;
+}
 
 static void cuda_event_record(Backend *be, int event, Stream stream) {
     CudaState *s = be->state;
@@ -882,6 +910,10 @@ static void cuda_destroy(Backend *be) {
     for (int t = 0; t < STREAM_COUNT; t++)
         if (s->tail[t])
             s->api.cu.EventDestroy(s->tail[t]);
+    for (int k = 0; k < s->ntiming; k++)
+        if (s->timing[k])
+            s->api.cu.EventDestroy(s->timing[k]);
+    free(s->timing);
     if (s->module)
         s->api.cu.ModuleUnload(s->module);
     if (s->lt)
@@ -1032,7 +1064,7 @@ Backend *rt_cuda_backend(const char *plan_dir, const Plan *p, const CudaApi *api
                     .launch = cuda_launch, .collective = cuda_collective, .host_queue = true,
                     .event_record = cuda_event_record, .event_wait = cuda_event_wait,
                     .link_rate = cuda_link_rate, .sync = cuda_sync, .destroy = cuda_destroy,
-                    .state = s};
+                    .time_mark = cuda_time_mark, .time_between = cuda_time_between, .state = s};
     s->plan = p;
     snprintf(s->dir, sizeof s->dir, "%s", plan_dir);
     if (api)

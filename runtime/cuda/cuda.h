@@ -78,6 +78,7 @@ typedef struct CuDriver {
     CuResult (*GetErrorString)(CuResult r, const char **text);
     CuResult (*EventQuery)(CuEvent e);
     CuResult (*FuncSetAttribute)(CuFunction f, int attribute, int value);
+    CuResult (*EventElapsedTime)(float *ms, CuEvent start, CuEvent end);
 } CuDriver;
 
 // cuBLASLt: handles and descriptors are opaque pointers; an algorithm and a heuristic

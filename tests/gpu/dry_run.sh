@@ -31,7 +31,10 @@ if [ $rc = 0 ]; then ok dry-run; else bad dry-run "rc $rc: $(tail -n 5 "$tmp/out
 for row in "kernels on sim vs cpu backend" "tiny.ft 20 steps, emu vs cpu losses" \
            "qwen2-0.5b-full: plan for the h200 preset" "qwen2-7b-lora: plan for the h200 preset" \
            "qwen2-0.5b-full (tiny.ft stand-in): ftc step" "qwen2-7b-lora (tiny.ft stand-in): ftc step" \
-           "qwen2-7b-lora: transformers (dry run)"; do
+           "qwen2-7b-lora: transformers (dry run)" \
+           "qwen2-0.5b-full (tiny.ft stand-in): device work a step, measured vs estimated" \
+           "qwen2-7b-lora (tiny.ft stand-in): device work a step, measured vs estimated" \
+           "attention at Qwen2-7B's shapes, ftc vs torch SDPA (dry run)"; do
     line=$(grep -F "| $row" "$tmp/out")
     if [ -n "$line" ] && ! grep -q FAIL <<<"$line"; then ok "row: $row"; else bad "row: $row" "${line:-absent}"; fi
 done
@@ -39,6 +42,14 @@ grep -F "qwen2-7b-lora: plan" "$tmp/out" | grep -q "micro-batch 1," && ok lora-m
     bad lora-micro-batch-1 "$(grep -F "qwen2-7b-lora: plan" "$tmp/out")"
 grep -F "qwen2-0.5b-full: transformers" "$tmp/out" | grep -q "seq 2048" && ok torch-seq-2048 ||
     bad torch-seq-2048 "$(grep -F "qwen2-0.5b-full: transformers" "$tmp/out")"
+
+# Each run's device work kernel by kernel after the table (ftc run --profile on the emu).
+grep -q "^qwen2-7b-lora (tiny.ft stand-in): the device's work a step, the largest first" "$tmp/out" &&
+    grep -q '^ *[0-9.]* *[0-9.]* *[0-9.]* *[0-9.]*  attention_bwd k' "$tmp/out" && ok profile-tables ||
+    bad profile-tables "$(grep -A3 'the largest first' "$tmp/out" | head -8)"
+python3 tests/gpu/torch_attention.py --shape 1,2048,28,5,128 --dry-run >/dev/null 2>"$tmp/e"; rc=$?
+[ $rc = 2 ] && grep -q "multiple of the key heads" "$tmp/e" && ok torch-attention-bad-shape ||
+    bad torch-attention-bad-shape "rc $rc"
 
 # The report fails what is off: one loss moved by 5% (the device's own difference from
 # the cpu's, about 1e-4, may leave 4.99e-02), a kernel test that failed.

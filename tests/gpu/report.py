@@ -70,11 +70,23 @@ def mfu(est, seconds):
     return est.get("model_flops", 0) / seconds / peak if peak and seconds > 0 else 0.0
 
 
+def profile(text):
+    """ftc run --profile's table: the measured and estimated totals, and rows of (calls a step,
+    ms a step, us a call, estimated us a call, measured over estimated, what)."""
+    if not text:
+        return None
+    m = re.search(r"^# the device's work: ([0-9.]+) ms a step measured, ([0-9.]+) ms estimated", text, re.M)
+    rows = [(float(r[0]), float(r[1]), float(r[2]), float(r[3]), float(r[4]), r[5]) for r in
+            re.findall(r"^ *([0-9.]+) +([0-9.]+) +([0-9.]+) +([0-9.]+) +([0-9.]+)  (.+)$", text, re.M)]
+    return {"measured_ms": float(m.group(1)), "estimated_ms": float(m.group(2)), "rows": rows} if m else None
+
+
 def main():
     if len(sys.argv) != 4:
         sys.exit("usage: report.py WORK KERNELS_DEVICE RUN_DEVICE")
     work, kdevice, device = sys.argv[1:4]
     rows, failed = [], 0
+    profiles, attention = {}, {}
 
     def row(check, value, reference, verdict):
         nonlocal failed
@@ -133,6 +145,16 @@ def main():
                 "ok")
         else:
             row(f"{label}: ftc step", "no steady step", "-", "FAIL")
+        prof = profile(read(f"{work}/{w}-profile.txt"))
+        if prof:
+            row(f"{label}: device work a step, measured vs estimated", f"{prof['measured_ms']:.1f} ms",
+                f"{prof['estimated_ms']:.1f} ms ({prof['measured_ms'] / max(prof['estimated_ms'], 1e-9):.2f}x)",
+                "ok")
+            profiles[label] = prof
+        else:
+            row(f"{label}: ftc run --profile", "no profile", "-", "FAIL")
+        if w == "qwen2-7b-lora" and prof:
+            attention[stand_in] = prof
         t = {}
         try:
             with open(f"{work}/{w}-torch.json") as f:
@@ -157,6 +179,29 @@ def main():
         else:
             row(f"{w}: transformers", "no result", "-", "FAIL")
 
+    # ftc's attention kernels (the qwen2-7b-lora run's profile) against torch's flash SDPA at
+    # the same shapes: forward and backward, a layer's call each.
+    s = {}
+    try:
+        with open(f"{work}/sdpa.json") as f:
+            s = json.loads(f.read().strip().splitlines()[-1])
+    except (OSError, ValueError, IndexError):
+        pass
+    p = attention.get(False) or attention.get(True)
+    if p and "fwd_ms" in s and False in attention:
+        for kind, name, ref in (("forward", "attention k", s["fwd_ms"]), ("backward", "attention_bwd k", s["bwd_ms"])):
+            us = [r[2] for r in p["rows"] if r[5].startswith(name)]
+            if us:
+                row(f"attention {kind} at Qwen2-7B's shapes, ftc vs torch SDPA", f"{us[0] / 1e3:.3f} ms",
+                    f"{ref:.3f} ms ({ref / (us[0] / 1e3):.2f}x ftc's)",
+                    "goal met" if us[0] / 1e3 < ref else "goal missed")
+    elif s.get("dry_run"):
+        row("attention at Qwen2-7B's shapes, ftc vs torch SDPA (dry run)", "would time",
+            f"B {s['shape']['B']}, S {s['shape']['S']}, {s['shape']['H']}/{s['shape']['HKV']} heads, "
+            f"D {s['shape']['D']}, causal", "n/a")
+    else:
+        row("attention at Qwen2-7B's shapes, ftc vs torch SDPA", "no result", "-", "FAIL")
+
     wc = [max(len(r[i]) for r in rows) for i in range(3)]
     head = ("check", "ftc", "reference", "result")
     wc = [max(w, len(h)) for w, h in zip(wc, head)]
@@ -164,6 +209,12 @@ def main():
     print("|" + "|".join("-" * (w + 2) for w in wc + [6]) + "|")
     for r in rows:
         print("| " + " | ".join(c.ljust(w) for c, w in zip(r, wc + [6])) + " |")
+    # Where each run's device time went: its ten largest kernels and GEMM shapes.
+    for label, prof in profiles.items():
+        print(f"\n{label}: the device's work a step, the largest first (ftc run --profile)")
+        print(f"  {'ms/step':>9} {'us/call':>10} {'est us':>10} {'meas/est':>8}  what")
+        for calls, ms, us, est, ratio, what in prof["rows"][:10]:
+            print(f"  {ms:9.3f} {us:10.2f} {est:10.2f} {ratio:8.2f}  {what}")
     return 1 if failed else 0
 
 

@@ -7,7 +7,10 @@
 #     h200 preset: the device memory measured after step one against the plan's, the
 #     steady step time, tokens/s and MFU (the plan's model FLOPs over the measured time);
 #   - the same two steps in transformers + PEFT (tests/gpu/torch_step.py): step time and
-#     memory, beside ftc's.
+#     memory, beside ftc's;
+#   - each ftc run's device work kernel by kernel (ftc run --profile: CUDA events, beside the
+#     cost model's estimates), and its attention kernels against torch's flash SDPA forward
+#     and backward at Qwen2-7B's shapes (tests/gpu/torch_attention.py).
 # Exit status 1 when a correctness check fails (report.py says which), 2 on bad usage.
 #
 # usage: bash tests/gpu/run.sh [--dry-run] [--steps N] [--work DIR] [--build DIR] [--kernels CASES]
@@ -134,14 +137,14 @@ while read -r name model config batch flags lora; do
         echo "$work/$name-tiny.plan" > "$work/$name.ran"
         log "$name: run (tiny.ft of the same kind on $dev)"
         timeout "$limit" "$ftc" run "$work/$name-tiny.plan" --data "$work/corpus.bin" --steps "$steps" \
-            --device "$dev" > "$work/$name-ftc.log" 2>&1
+            --device "$dev" --profile "$work/$name-profile.txt" > "$work/$name-ftc.log" 2>&1
         python3 tests/gpu/torch_step.py --dry-run --config "$config" --seq 2048 --micro "$micro" \
             --accum "$accum" --steps "$steps" --checkpointing "$ckpt" "${largs[@]}" \
             > "$work/$name-torch.json" 2> "$work/$name-torch.err"
     else
         log "$name: ftc run (micro-batch $micro x $accum, recompute $remat)"
         timeout "$limit" "$ftc" run "$work/$name.plan" --data "$work/random.bin" --steps "$steps" \
-            --device cuda > "$work/$name-ftc.log" 2>&1
+            --device cuda --profile "$work/$name-profile.txt" > "$work/$name-ftc.log" 2>&1
         log "$name: transformers (checkpointing $ckpt)"
         timeout "$limit" python3 tests/gpu/torch_step.py --config "$config" --seq 2048 --micro "$micro" \
             --accum "$accum" --steps "$steps" --checkpointing "$ckpt" "${largs[@]}" \
@@ -151,6 +154,13 @@ done <<EOF
 qwen2-0.5b-full qwen2-0.5b tests/fixtures/qwen2-0.5b.config.json 8 - full
 qwen2-7b-lora qwen2 tests/fixtures/qwen2-7b.config.json 4 --micro-batch,1 lora
 EOF
+
+# --- attention: torch's flash SDPA at Qwen2-7B's shapes (B 1, S 2048, 28 heads, 4 KV heads,
+# head dim 128), beside the qwen2-7b-lora run's profile of ftc's kernels ----------------------
+log "attention: torch SDPA"
+sdpa_args=(--shape 1,2048,28,4,128)
+[ $dry = 1 ] && sdpa_args+=(--dry-run)
+timeout "$limit" python3 tests/gpu/torch_attention.py "${sdpa_args[@]}" > "$work/sdpa.json" 2> "$work/sdpa.err"
 
 # --- the table ------------------------------------------------------------------------------
 echo
