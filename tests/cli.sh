@@ -5,11 +5,7 @@
 set -u
 ftc=$1 src=$2
 cd "$src" || exit 2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok() { echo "ok   $1"; pass=$((pass+1)); }
-bad() { echo "FAIL $1: $2"; fail=$((fail+1)); }
+. tests/lib.sh   # $tmp, ok, bad, losses
 
 # expect NAME FILE LINE: `ftc compile FILE` prints LINE exactly. It may exit 1: the
 # counts and the step with no technique applied come before the planner's verdict, and

@@ -8,11 +8,7 @@
 set -u
 ftc=$1 src=$2
 cd "$src" || exit 2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok() { echo "ok   $1"; pass=$((pass+1)); }
-bad() { echo "FAIL $1: $2"; fail=$((fail+1)); }
+. tests/lib.sh   # $tmp, ok, bad, losses
 
 # The configs ftc import refuses, and the key each one's error is at (line:col).
 declare -A refused=([gpt2]="6:3")

@@ -6,11 +6,7 @@
 set -u
 ftc=$1 src=$2
 cd "$src" || exit 2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok() { echo "ok   $1"; pass=$((pass+1)); }
-bad() { echo "FAIL $1: $2"; fail=$((fail+1)); }
+. tests/lib.sh   # $tmp, ok, bad, losses
 tok=tests/fixtures/tok
 
 # The token file as text: "id:info" for every token (info 1 trained, 2 record start),

@@ -10,11 +10,7 @@ ftc=$1 src=$2
 browser=$(command -v chromium || command -v chromium-browser || true)
 [ -n "$browser" ] || { echo "skip: no chromium"; exit 77; }
 cd "$src" || exit 2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok() { echo "ok   $1"; pass=$((pass+1)); }
-bad() { echo "FAIL $1: $2"; fail=$((fail+1)); }
+. tests/lib.sh   # $tmp, ok, bad, losses
 
 "$ftc" compile models/tiny.ft -o "$tmp/tiny.plan" >/dev/null || { echo "FAIL compile"; exit 1; }
 html="$tmp/tiny.plan/memory.html"

@@ -8,11 +8,7 @@
 set -u
 ftc=$1 src=$2
 cd "$src" || exit 2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok() { echo "ok   $1"; pass=$((pass+1)); }
-bad() { echo "FAIL $1: $2"; fail=$((fail+1)); }
+. tests/lib.sh   # $tmp, ok, bad, losses
 losses() { grep -h '^step ' "$@" | awk '{print $2, $4}' | LC_ALL=C sort -u; }
 # The step a saved safetensors file records in its metadata ("-" when it cannot be read).
 st_step() { head -c 65536 "$1" 2>/dev/null | grep -ao '"step":"[0-9]*"' | head -1 | tr -dc 0-9 || echo -; }

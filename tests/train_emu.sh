@@ -11,12 +11,7 @@
 set -u
 ftc=$1 src=$2
 cd "$src" || exit 2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok() { echo "ok   $1"; pass=$((pass+1)); }
-bad() { echo "FAIL $1: $2"; fail=$((fail+1)); }
-losses() { grep '^step ' | awk '{print $2, $4}'; }
+. tests/lib.sh   # $tmp, ok, bad, losses
 evals() { grep '^eval [0-9]' | awk '{print $2, $4}'; }
 
 "$ftc" data --bytes tests/data/corpus.txt -o "$tmp/c.bin" >/dev/null || bad data "ftc data failed"

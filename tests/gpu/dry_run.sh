@@ -7,11 +7,7 @@ set -u
 build=$1 src=$2
 cd "$src" || exit 2
 command -v python3 >/dev/null || { echo "skip: no python3"; exit 77; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok() { echo "ok   $1"; pass=$((pass+1)); }
-bad() { echo "FAIL $1: $2"; fail=$((fail+1)); }
+. tests/lib.sh   # $tmp, ok, bad, losses
 
 bash tests/gpu/run.sh --bogus >/dev/null 2>"$tmp/e"; rc=$?
 [ $rc = 2 ] && grep -q "unknown argument '--bogus'" "$tmp/e" && ok bad-argument || bad bad-argument "rc $rc"
