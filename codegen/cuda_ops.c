@@ -155,45 +155,56 @@ static void g_colsum_out0(const CudaCtx *cx, unsigned *grid, unsigned *block) {
     colsum_geometry(ir_tensor_elems(OUT(0)), grid, block);
 }
 
-// The frequencies, computed by the cpu backend's own function, as the kernel's table.
-static void p_rope(FILE *f, const CudaCtx *cx) {
+// The rotary dims of a rope (its rotary= or every dim of x) or of a rope_table (rotary=).
+static int64_t rope_dims(const IrGraph *g, const IrNode *n) {
+    return n->attr.rope.rotary ? n->attr.rope.rotary : IN(0)->shape[3];
+}
+
+// The table's frequencies, computed by the cpu backend's own function, as the kernel's.
+static void p_rope_table(FILE *f, const CudaCtx *cx) {
     CTX(cx);
     float inv[4096], mscale;
-    const IrTensor *x = IN(0);
-    int64_t d = n->attr.rope.rotary ? n->attr.rope.rotary : x->shape[3];
-    IR_ASSERT(d / 2 <= 4096 && cpu_rope_freqs(inv, &mscale, (size_t)x->shape[3], n->attr.f,
-                                              &n->attr.rope) == CPU_OK);
+    int64_t d = n->attr.rope.rotary;
+    IR_ASSERT(d / 2 <= 4096 && cpu_rope_freqs(inv, &mscale, (size_t)d, n->attr.f, &n->attr.rope) == CPU_OK);
     fprintf(f, "FTC_TABLE float $K_inv[%lld] = {", (long long)(d / 2));
     for (int64_t i = 0; i < d / 2; i++)
         fprintf(f, "%s%s%af", i ? "," : "", i % 4 ? " " : "\n    ", (double)inv[i]);
     fprintf(f, "};\n");
 }
-
-// Rope eight pairs a thread: every dim rotating, half of them a multiple of eight, x and out
-// 16-byte aligned.
-static int rope_v8(const IrGraph *g, const IrNode *n) {
-    const int64_t *s = IN(0)->shape;
-    int64_t d = n->attr.rope.rotary ? n->attr.rope.rotary : s[3];
-    return d == s[3] && (d / 2) % 8 == 0 && codegen_aligned16(g, n->in[0]) && codegen_aligned16(g, n->out[0]);
+static void a_rope_table(FILE *f, const CudaCtx *cx) {
+    CTX(cx);
+    float inv[4096], mscale;
+    IR_ASSERT(cpu_rope_freqs(inv, &mscale, (size_t)n->attr.rope.rotary, n->attr.f, &n->attr.rope) == CPU_OK);
+    fprintf(f, "%lldLL, %lld, $K_inv, ", (long long)n->attr.shape[0], (long long)(n->attr.rope.rotary / 2));
+    flit(f, mscale);
+}
+static void g_rope_table(const CudaCtx *cx, unsigned *grid, unsigned *block) {
+    CTX(cx);
+    ew_geometry(n->attr.shape[0] * (n->attr.rope.rotary / 2), grid, block);
 }
 
+// Rope eight pairs a thread: every dim rotating, half of them a multiple of eight, x, out
+// and the table 16-byte aligned.
+static int rope_v8(const IrGraph *g, const IrNode *n) {
+    int64_t d = rope_dims(g, n);
+    return d == IN(0)->shape[3] && (d / 2) % 8 == 0 && codegen_aligned16(g, n->in[0]) &&
+           codegen_aligned16(g, n->out[0]) && codegen_aligned16(g, n->in[2]);
+}
+
+// (The elaborator gives every rope its table: the kernel has no other source of angles.)
 static void a_rope(FILE *f, const CudaCtx *cx) {
     CTX(cx);
     const int64_t *s = IN(0)->shape;
-    float inv[4096], mscale;
-    IR_ASSERT(cpu_rope_freqs(inv, &mscale, (size_t)s[3], n->attr.f, &n->attr.rope) == CPU_OK);
-    fprintf(f, "%lldLL, %lldLL, %lldLL, %lld, %lld, $K_inv, ", (long long)s[0], (long long)s[1],
-            (long long)s[2], (long long)s[3],
-            (long long)(n->attr.rope.rotary ? n->attr.rope.rotary : s[3]));
-    flit(f, mscale);
-    fprintf(f, ", %s, %d, %d, %d, %d", n->op == OP_ROPE ? "1.0f" : "-1.0f", n->nin > 1 && n->in[1] >= 0,
-            DT(IN(0)), DT(OUT(0)), rope_v8(g, n));
+    IR_ASSERT(n->nin > 2 && n->in[2] >= 0);
+    fprintf(f, "%lldLL, %lldLL, %lldLL, %lld, %lld, %s, %d, %d, %d, %d", (long long)s[0], (long long)s[1],
+            (long long)s[2], (long long)s[3], (long long)rope_dims(g, n), n->op == OP_ROPE ? "1.0f" : "-1.0f",
+            n->in[1] >= 0, DT(IN(0)), DT(OUT(0)), rope_v8(g, n));
 }
 // One thread a rotated pair or a passed-through element.
 static void g_rope(const CudaCtx *cx, unsigned *grid, unsigned *block) {
     CTX(cx);
     const int64_t *s = IN(0)->shape;
-    int64_t d = n->attr.rope.rotary ? n->attr.rope.rotary : s[3];
+    int64_t d = rope_dims(g, n);
     ew_geometry(s[0] * s[1] * s[2] * (rope_v8(g, n) ? d / 16 : d / 2 + s[3] - d), grid, block);
 }
 
@@ -543,8 +554,9 @@ static const CudaOp column[OP_COUNT] = {
     [OP_LAYERNORM_DX] = {{"layernorm_dx"}, {1}, a_norm_dx, g_rows_in1},
     [OP_RMSNORM_DW] = {{"rmsnorm_dw"}, {1}, a_norm_dw, g_colsum_out0},
     [OP_LAYERNORM_DW] = {{"layernorm_dw"}, {1}, a_norm_dw, g_colsum_out0},
-    [OP_ROPE] = {{"rope"}, {0}, a_rope, g_rope, .prefix = p_rope},
-    [OP_ROPE_BWD] = {{"rope"}, {0}, a_rope, g_rope, .prefix = p_rope},
+    [OP_ROPE] = {{"rope"}, {0}, a_rope, g_rope},
+    [OP_ROPE_BWD] = {{"rope"}, {0}, a_rope, g_rope},
+    [OP_ROPE_TABLE] = {{"rope_table"}, {0}, a_rope_table, g_rope_table, .prefix = p_rope_table},
     [OP_SOFTMAX] = {{"softmax_fwd"}, {1}, a_softmax, g_rows_in0},
     [OP_SOFTMAX_BWD] = {{"softmax_bwd"}, {1}, a_softmax, g_rows_in1},
     [OP_ATTENTION] = {{"attention_fwd"}, {1}, a_attention, g_attention, .smem = s_attention},

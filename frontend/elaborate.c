@@ -46,6 +46,7 @@ typedef struct Elab {
     int calls;              // block instances made
     bool too_big;           // a size limit was reported
     int positions;          // the position ids input, once something reads it; else -1
+    VEC(int) rope_tables;   // the rope_table nodes made so far (one a rope's attributes)
 } Elab;
 
 static Value none(void) { return (Value){.kind = V_NONE}; }
@@ -170,6 +171,7 @@ enum { MAX_NODES = 1000000, MAX_CALLS = 200000 };   // far beyond any real model
 
 // Adds a node; reports a shape error at `loc` (or at the failing argument).
 static Value positions(Elab *e, SrcLoc loc);
+static int rope_table(Elab *e, const IrTensor *x, OpAttr attr, SrcLoc loc);
 
 static Value add_node(Elab *e, Scope *s, OpKind op, int nin, const int *in, OpAttr attr,
                       const char *name, SrcLoc loc, const Ast *args) {
@@ -188,6 +190,20 @@ static Value add_node(Elab *e, Scope *s, OpKind op, int nin, const int *in, OpAt
         memcpy(with, in, sizeof(int) * (size_t)nin);
         with[nin++] = (int)positions(e, loc).i;
         in = with;
+    }
+    // Every rope reads its angles' cos and sin from a table its attributes and length share
+    // (the GPU's kernels then hold no double-precision trigonometry); a rope whose shape is
+    // wrong gets none, and its shape rule reports it.
+    if (op == OP_ROPE && nin <= 2 && in[0] >= 0) {
+        int t = rope_table(e, &e->g->tensors.at[in[0]], attr, loc);
+        if (t >= 0) {
+            if (in != with)
+                memcpy(with, in, sizeof(int) * (size_t)nin);
+            if (nin == 1)
+                with[nin++] = -1;   // no position ids
+            with[nin++] = t;
+            in = with;
+        }
     }
     int id = ir_node_add(e->g, op, nin, in, attr, nm, s->layer, loc, &err);
     if (id < 0) {
@@ -660,6 +676,28 @@ static Value positions(Elab *e, SrcLoc loc) {
         e->positions = ir_tensor_add(e->g, "positions", TK_INPUT, DT_I32, 2, shape, loc);
     }
     return tensor(e->positions);
+}
+
+// The rope_table node for a rope of x with these attributes: made at the first such rope,
+// outside any repeated block, and shared by the others; -1 where x cannot be roped.
+static int rope_table(Elab *e, const IrTensor *x, OpAttr attr, SrcLoc loc) {
+    int64_t d = attr.rope.rotary ? attr.rope.rotary : x->ndim == 4 ? x->shape[3] : 0;
+    if (x->ndim != 4 || d <= 0 || d % 2 || d > x->shape[3] || !(attr.f > 1))
+        return -1;
+    OpAttr t = {.f = attr.f, .rope = attr.rope, .ndim = 3, .shape = {x->shape[1], 2, d / 2}};
+    t.rope.rotary = d;
+    for (int i = 0; i < e->rope_tables.len; i++) {
+        const IrNode *n = &e->g->nodes.at[e->rope_tables.at[i]];
+        if (op_attr_equal(OP_ROPE_TABLE, &n->attr, &t))
+            return n->out[0];
+    }
+    IrShapeErr err;
+    int id = ir_node_add(e->g, OP_ROPE_TABLE, 0, NULL, t, fresh_name(e, e->model, "rope_table"), -1,
+                         loc, &err);
+    if (id < 0)
+        return -1;   // (attributes the rope's own shape rule then reports)
+    vec_push(&e->rope_tables, id);
+    return e->g->nodes.at[id].out[0];
 }
 
 static Value eval(Elab *e, Scope *s, const Ast *x, const char *name) {
@@ -1390,6 +1428,7 @@ IrGraph *fe_elaborate(FtSource *src, const FtModel *m, int64_t batch, Arena *a) 
     if (src->errors == errors)
         check_checkpoint_names(&e);
     vec_free(&consts.vars);
+    vec_free(&e.rope_tables);
     if (src->errors != errors) {
         ir_graph_free(g);
         return NULL;

@@ -272,7 +272,33 @@ static bool shape_rope(const IrGraph *g, const IrNode *n, IrTensor *out, IrShape
             return fail(err, 1, "rope: position ids must be i32 [%lld, %lld] for %s, got %s",
                         (long long)x->shape[0], (long long)x->shape[1], sh(x), sh(p));
     }
+    if (n->nin > 2 && n->in[2] >= 0) {   // the table a rope_table node made for these attributes
+        const IrTensor *t = IN(2);
+        const IrNode *tn = t->producer >= 0 ? &g->nodes.at[t->producer] : NULL;
+        while (tn && tn->op == OP_COPY)   // (swapped out and back, or offloaded)
+            tn = g->tensors.at[tn->in[0]].producer >= 0 ? &g->nodes.at[g->tensors.at[tn->in[0]].producer] : NULL;
+        OpAttr want = n->attr;
+        want.rope.rotary = r->rotary ? r->rotary : x->shape[3];
+        want.ndim = 3, want.shape[0] = x->shape[1], want.shape[1] = 2, want.shape[2] = want.rope.rotary / 2;
+        if (!tn || tn->op != OP_ROPE_TABLE || !op_attr_equal(OP_ROPE_TABLE, &tn->attr, &want))
+            return fail(err, 2, "rope: %s is not the rope_table of this rope's attributes and length",
+                        t->name);
+    }
     same_as(out, x);
+    return true;
+}
+
+// The cos and sin table of a rope: f32 [S, 2, d/2] (shape=), d its rotary dims (rope.rotary,
+// set) and every rope attribute the ropes that read it have.
+static bool shape_rope_table(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
+    (void)g;
+    const OpAttr *a = &n->attr;
+    if (a->ndim != 3 || a->shape[0] < 1 || a->shape[1] != 2 || a->shape[2] < 1 ||
+        a->rope.rotary != 2 * a->shape[2] || !(a->f > 1))
+        return fail(err, -1, "rope_table: shape=[S, 2, rotary / 2] and theta > 1 needed");
+    out[0].dtype = DT_F32;
+    out[0].ndim = 3;
+    memcpy(out[0].shape, a->shape, sizeof(int64_t) * 3);
     return true;
 }
 
@@ -819,8 +845,8 @@ static void bwd_unary(Autodiff *ad, const IrNode *n) {
         int in[2] = {dy, n->out[0]};
         d = ad_op(ad, n, OP_MUL, 2, in, (OpAttr){0}, "dx");
     } else if (n->op == OP_ROPE) {
-        int in[2] = {dy, n->nin > 1 ? n->in[1] : -1};
-        d = ad_op(ad, n, OP_ROPE_BWD, in[1] >= 0 ? 2 : 1, in, n->attr, "dx");
+        int in[3] = {dy, n->nin > 1 ? n->in[1] : -1, n->nin > 2 ? n->in[2] : -1};
+        d = ad_op(ad, n, OP_ROPE_BWD, in[2] >= 0 ? 3 : in[1] >= 0 ? 2 : 1, in, n->attr, "dx");
     } else if (n->op == OP_SOFTMAX) {
         int in[2] = {dy, n->out[0]};
         d = ad_op(ad, n, OP_SOFTMAX_BWD, 2, in, n->attr, "dx");
@@ -1054,7 +1080,7 @@ static const OpInfo ops[OP_COUNT] = {
     [OP_LAYERNORM] = {.shape = shape_norm, .flops = flops_8elems,
                       .grad_needs = {I0 | I1 | A, I0 | A, 0}, .backward = bwd_norm,
                       .init = {0, INIT_ONES, INIT_ZEROS}, .aux = "stats"},
-    [OP_ROPE] = {.shape = shape_rope, .flops = flops_4elems, .grad_needs = {I1},
+    [OP_ROPE] = {.shape = shape_rope, .flops = flops_4elems, .grad_needs = {I1 | I2},
                  .backward = bwd_unary},
     [OP_SOFTMAX] = {.shape = shape_unary, .flops = flops_4elems, .grad_needs = {O},
                     .backward = bwd_unary},
@@ -1078,6 +1104,7 @@ static const OpInfo ops[OP_COUNT] = {
     [OP_GELU_EXACT] = {.shape = shape_unary, .flops = flops_8elems, .grad_needs = {I0},
                        .backward = bwd_activation,
                        .device = "y = 0.5f * x0 * (1.0f + erff(x0 * 0.70710678118654752f));"},
+    [OP_ROPE_TABLE] = {.shape = shape_rope_table, .flops = flops_8elems},
     // (its gradient is formed in its own pass: backward reads nothing of it)
     [OP_LINEAR_CE] = {.shape = shape_linear_ce, .flops = flops_linear_ce, .gemm_loss = gemm_loss,
                       .backward = bwd_linear_ce,
@@ -1107,7 +1134,7 @@ static const OpInfo ops[OP_COUNT] = {
     [OP_RMSNORM_DW] = {.shape = shape_norm_dw, .flops = flops_8in0},
     [OP_LAYERNORM_DX] = {.shape = shape_like1, .flops = flops_8elems},
     [OP_LAYERNORM_DW] = {.shape = shape_norm_dw, .flops = flops_8in0},
-    [OP_ROPE_BWD] = {.shape = shape_like0, .flops = flops_4elems},
+    [OP_ROPE_BWD] = {.shape = shape_rope, .flops = flops_4elems},
     [OP_SOFTMAX_BWD] = {.shape = shape_like1, .flops = flops_4elems},
     [OP_ATTENTION_BWD] = {.shape = shape_attention_bwd, .flops = flops_attention_bwd,
                           .scratch_bytes = scratch_attention_bwd},

@@ -7,7 +7,8 @@
 // gets the planner's whole search instead.
 // The projections are found in the graph, not by name: the linears whose outputs reach
 // the first attention's q and v through views, elementwise ops and norms whose other
-// inputs are parameters or batch inputs (rope's position ids, a q/k norm's weight).
+// inputs are parameters, batch inputs or constant tables (rope's position ids and angles, a
+// q/k norm's weight).
 #include "passes.h"
 
 #include <stdlib.h>
@@ -25,12 +26,15 @@ static const char *projection(const IrGraph *g, int t) {
             const IrTensor *w = &g->tensors.at[n->in[1]];
             return w->kind == TK_PARAM ? w->decl : NULL;
         }
-        // Through ops whose other inputs are parameters or batch inputs (a norm's weight,
-        // rope's position ids): the value still comes from in[0].
+        // Through ops whose other inputs are parameters, batch inputs or tables made from
+        // constants (a norm's weight, rope's position ids and angles): the value still comes
+        // from in[0].
         bool through = c == OPC_MOVEMENT || c == OPC_ELEMENTWISE || c == OPC_REDUCTION;
-        for (int k = 1; through && k < n->nin; k++)
-            through = n->in[k] < 0 || g->tensors.at[n->in[k]].kind == TK_PARAM ||
-                      g->tensors.at[n->in[k]].kind == TK_INPUT;
+        for (int k = 1; through && k < n->nin; k++) {
+            const IrTensor *o = n->in[k] >= 0 ? &g->tensors.at[n->in[k]] : NULL;
+            through = !o || o->kind == TK_PARAM || o->kind == TK_INPUT ||
+                      (o->producer >= 0 && g->nodes.at[o->producer].nin == 0);
+        }
         if (!through)
             return NULL;
         t = n->in[0];

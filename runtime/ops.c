@@ -94,6 +94,12 @@ int op_attr_format(char *buf, size_t cap, OpKind op, const OpAttr *a, bool exact
     return (int)n;
 }
 
+bool op_attr_equal(OpKind op, const OpAttr *a, const OpAttr *b) {
+    char x[512], y[512];
+    int nx = op_attr_format(x, sizeof x, op, a, true), ny = op_attr_format(y, sizeof y, op, b, true);
+    return nx == ny && nx < (int)sizeof x && strcmp(x, y) == 0;
+}
+
 static const char *scaling_names[ROPE_SCALING_COUNT] = {"default", "linear", "dynamic", "llama3", "yarn"};
 
 const char *rope_scaling_name(int scaling) {

@@ -165,6 +165,8 @@ bool op_find(const char *name, OpKind *out);
 // writes f with all 17 digits (plans), else as %g (printouts). Returns the length
 // written (snprintf's convention).
 int op_attr_format(char *buf, size_t cap, OpKind op, const OpAttr *a, bool exact);
+// The attributes op reads are the same in a and b (as op_attr_format writes them exactly).
+bool op_attr_equal(OpKind op, const OpAttr *a, const OpAttr *b);
 // Reads one "key=value" of op's attributes into *a: 1 read, 0 not an attribute key of
 // op, -1 a bad value.
 int op_attr_parse(OpKind op, const char *key, const char *value, OpAttr *a);

@@ -109,6 +109,13 @@ static int shapes(const Check *c, OpKind op, const OpAttr *attr) {
         OUTS(1);
         return 0;
     }
+    if (op == OP_ROPE_TABLE) {   // -> f32 [S, 2, rotary / 2], as its shape= says
+        OUTS(1);
+        NEED(o->dtype == PDT_F32 && o->ndim == 3 && attr->ndim == 3 && D(o, 0) == attr->shape[0] &&
+                 D(o, 1) == 2 && D(o, 2) == attr->shape[2] && 2 * D(o, 2) == attr->rope.rotary,
+             "%s is not f32 [S, 2, rotary / 2] as its shape= and rotary= say", o->name);
+        return 0;
+    }
     OUTS(1);
     NEED(a, "its first input is absent");
     switch (op) {
@@ -198,12 +205,19 @@ static int shapes(const Check *c, OpKind op, const OpAttr *attr) {
         NEED(E(o) == L(b), "%s is not [%lld]", o->name, (long long)L(b));
         return 0;
     case OP_ROPE:
-    case OP_ROPE_BWD:   // x [B, S, H, D], positions [B, S]?
+    case OP_ROPE_BWD: {   // x [B, S, H, D], positions [B, S]?, table f32 [S, 2, rotary / 2]?
         NEED(a->ndim == 4, "%s is not [B, S, heads, head_dim]", a->name);
         NEED(!b || E(b) == D(a, 0) * D(a, 1), "%s is not [%lld, %lld] position ids", b ? b->name : "",
              (long long)D(a, 0), (long long)D(a, 1));
+        const PlanBuffer *t = I(c, 2);
+        int64_t d = attr->rope.rotary ? attr->rope.rotary : D(a, 3);
+        NEED(!t || (t->dtype == PDT_F32 && t->ndim == 3 && D(t, 0) == D(a, 1) && D(t, 1) == 2 &&
+                    2 * D(t, 2) == d),
+             "%s is not the f32 [%lld, 2, %lld] table of the angles", t ? t->name : "", (long long)D(a, 1),
+             (long long)(d / 2));
         SAME(o, a);
         return 0;
+    }
     case OP_ATTENTION:   // q, k, v -> o, lse
         OUTS(2);
         SAME(o, a);
@@ -359,6 +373,7 @@ static int shapes(const Check *c, OpKind op, const OpAttr *attr) {
     }
     case OP_FUSED:   // its steps are checked one by one
     case OP_ZERO:
+    case OP_ROPE_TABLE:
     case OP_COUNT:
         return 0;
     }

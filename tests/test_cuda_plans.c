@@ -233,14 +233,15 @@ int main(int argc, char **argv) {
     }
     chunks[nchunks] = bodies.len;
     // From the PTX of each: every attention kernel on tensor cores stages its tiles by cp.async
-    // and feeds them by ldmatrix; the loss and the updates compute nothing in double.
-    static const char *const no_fp64[] = {"lce_step(", "ce_grad(", "ce_rows(", "adamw(", "adamw_group(",
+    // and feeds them by ldmatrix; rope (its angles from the table), the loss and the updates
+    // compute nothing in double.
+    static const char *const no_fp64[] = {"rope(", "lce_step(", "ce_grad(", "ce_rows(", "adamw(", "adamw_group(",
                                           "adamw8bit(", "adamw8bit_group(", "sgd(", "grad_factor("};
     static const char *archs[] = {"sm_80", "sm_90"};
     const char *opts[] = {"--fmad=false"};
     for (int a = 0; a < 2; a++) {
         int worst_regs = 0, spilling = 0, compiled = 0, attention = 0, attention_bad = 0, fp64_bad = 0;
-        int rope = 0, rope_fp64 = 0;
+        int rope = 0, rope_tables = 0;
         int64_t worst_smem = 0, worst_stack = 0;
         bool cached = true;
         for (int c = 0; c < nchunks; c++) {
@@ -273,10 +274,8 @@ int main(int argc, char **argv) {
                                (int)strcspn(no_fp64[i], "("), no_fp64[i], kn->ptx.fp64);
                         fp64_bad++;
                     }
-                if (strstr(text, "rope(")) {
-                    rope++;
-                    rope_fp64 += kn->ptx.fp64 > 0;
-                }
+                rope += strstr(text, "rope(") != NULL;
+                rope_tables += strstr(text, "rope_table(") != NULL;
                 worst_regs = kn->registers > worst_regs ? kn->registers : worst_regs;
                 worst_smem = kn->smem_bytes > worst_smem ? kn->smem_bytes : worst_smem;
                 worst_stack = kn->stack_bytes > worst_stack ? kn->stack_bytes : worst_stack;
@@ -297,12 +296,12 @@ int main(int argc, char **argv) {
                (long long)worst_smem, (long long)worst_stack, spilling, cached ? " (from the cache)" : "");
         RUN_NAMED(archs[a], CHECK(compiled == bodies.len && spilling == 0));
         printf("  %s: %d attention kernels on tensor cores, every one by cp.async and ldmatrix: %s; the "
-               "loss and the updates without FP64: %s; rope kernels with FP64 (cos and sin in double): "
-               "%d of %d\n", archs[a], attention, attention_bad ? "no" : "yes", fp64_bad ? "no" : "yes",
-               rope_fp64, rope);
+               "rope, the loss and the updates without FP64: %s (%d rope kernels from %d tables of "
+               "angles)\n", archs[a], attention, attention_bad ? "no" : "yes", fp64_bad ? "no" : "yes",
+               rope, rope_tables);
         char name[32];
         snprintf(name, sizeof name, "%s-ptx-facts", archs[a]);
-        RUN_NAMED(name, CHECK(attention > 0 && attention_bad == 0 && fp64_bad == 0));
+        RUN_NAMED(name, CHECK(attention > 0 && rope > 0 && rope_tables > 0 && attention_bad == 0 && fp64_bad == 0));
     }
     free(templates);
     for (int i = 0; i < bodies.len; i++)

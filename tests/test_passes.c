@@ -144,7 +144,8 @@ static void test_seed_84gb(void) {
 }
 
 // Saved activations of a Qwen2 block: 12h + 4·g·d + 8·I bytes per token in bf16
-// (REFERENCE.md §3), plus two fp32 norm statistics and one fp32 logsumexp per head.
+// (REFERENCE.md §3), plus two fp32 norm statistics and one fp32 logsumexp per head; and
+// once, the rope's fp32 table of cos and sin, S x head_dim.
 static void test_activation_formula(void) {
     Loaded l;
     int64_t B = 2, S = 2048, h = 3584, gd = 4 * 128, I = 18944, H = 28, L = 28, V = 152064;
@@ -153,7 +154,7 @@ static void test_activation_formula(void) {
         MemBreakdown m = count_naive_memory(l.g, 0);
         int64_t per_layer = 12 * h + 4 * gd + 8 * I + 2 * 4 + 4 * H;
         int64_t final = 2 * h + 4 + 2 * h;          // final norm input, rstd, lm_head input
-        CHECK_EQ(B * S * (L * per_layer + final), m.bytes[MEM_ACTIVATIONS]);
+        CHECK_EQ(B * S * (L * per_layer + final) + S * 128 * 4, m.bytes[MEM_ACTIVATIONS]);
         CHECK_EQ(B * S * V * (2 + 4), m.logits_bytes);   // bf16 logits + fp32 gradient
         CHECK_EQ(3 * B * S * 4 + 4, m.bytes[MEM_IO]);    // tokens, targets, positions, the step's target count
     }

@@ -530,6 +530,10 @@ static int k_acc(Call *c) {
     return 0;
 }
 
+static int k_rope_table(Call *c) {
+    return status(c, cpu_rope_table(OUT(0), (size_t)c->in->attr.shape[0], c->in->attr.f, &c->in->attr.rope));
+}
+
 static int k_zero(Call *c) {
     memset(OUT(0), 0, sizeof(float) * (size_t)ON(0));
     return 0;
@@ -684,6 +688,7 @@ static const Kernel kernels[OP_COUNT] = {
     [OP_ACC] = k_acc,               [OP_ADAMW] = k_adamw,           [OP_SGD] = k_sgd,
     [OP_ADAMW8BIT] = k_adamw8bit,
     [OP_ZERO] = k_zero,             [OP_GRAD_SUMSQ] = k_grad_sumsq, [OP_GRAD_FACTOR] = k_grad_factor,
+    [OP_ROPE_TABLE] = k_rope_table,
 };
 
 // OpenBLAS's threads cost more than they give on small GEMMs (2x on tiny.ft here):

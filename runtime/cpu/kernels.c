@@ -595,6 +595,18 @@ int cpu_rope_angles(float *cos_out, float *sin_out, size_t S, size_t D, double t
     return CPU_OK;
 }
 
+int cpu_rope_table(float *out, size_t S, double theta, const OpRope *r) {
+    enum { MAX_HALF = 4096 };
+    size_t half = (size_t)r->rotary / 2;
+    float inv[MAX_HALF], mscale;
+    if (r->rotary <= 0 || half > MAX_HALF || cpu_rope_freqs(inv, &mscale, (size_t)r->rotary, theta, r) != CPU_OK)
+        return CPU_ERR_ARG;
+    for (size_t s = 0; s < S; s++)
+        for (size_t i = 0; i < half; i++)
+            rope_cos_sin((float)s, inv[i], mscale, &out[s * 2 * half + i], &out[s * 2 * half + half + i]);
+    return CPU_OK;
+}
+
 // Rotates every (i, i + d/2) pair of the first d dims of the row at (b, s) by the angle of
 // its position (pos[b, s], or s without position ids) times sign (+1 forward, -1 inverse);
 // the dims past d pass through.

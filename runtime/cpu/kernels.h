@@ -244,6 +244,10 @@ int cpu_rope_freqs(float *inv,          // (d/2)
 int cpu_rope_angles(float *cos_out,   // (S, D/2)
                     float *sin_out,   // (S, D/2)
                     size_t S, size_t D, double theta);
+// The table a GPU's rope reads, f32 (S, 2, d/2) with d = r->rotary (set): at [s, 0, i] the
+// cos and at [s, 1, i] the sin of position s's angle i, times the factor, each the bits
+// cpu_rope_forward uses; CPU_ERR_ARG as cpu_rope_freqs, or when r->rotary is 0.
+int cpu_rope_table(float *out, size_t S, double theta, const OpRope *r);
 // out[.., i] = x[i] cos - x[i + d/2] sin, out[.., i + d/2] = x[i + d/2] cos + x[i] sin for
 // i < d/2, at position pos[b, s] (or s when pos is NULL); CPU_ERR_ARG as cpu_rope_freqs. May run
 // in place (out == x).
