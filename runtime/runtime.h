@@ -77,11 +77,16 @@ Backend *rt_cpu_backend(void);
 // kernels from its CUBIN (or NVRTC for this GPU's architecture), GEMMs by cuBLASLt with
 // the plan's workspaces, a stream per plan stream and the plan's events, host-stream work
 // on a worker thread. `api` is the libraries' tables (NULL: load them with dlopen); the
-// device is ordinal `device`. NULL with err when there is no usable GPU, or when the plan
-// cannot fit its free memory (preflight: the message says by how much and how to re-plan).
+// device is rt_cuda_ordinal's for the process's local rank (0 for one rank). NULL with err
+// when there is no usable GPU, or when the plan cannot fit its free memory (preflight: the
+// message says by how much and how to re-plan).
 struct CudaApi;
-Backend *rt_cuda_backend(const char *plan_dir, const Plan *p, const struct CudaApi *api, int device,
+Backend *rt_cuda_backend(const char *plan_dir, const Plan *p, const struct CudaApi *api, int local_rank,
                          char *err, size_t errlen);
+// The device ordinal of a rank of a node among the `count` GPUs its process sees: the only
+// one where a launcher bound each rank to its GPU (CUDA_VISIBLE_DEVICES per rank, srun
+// --gpus-per-task, --gpu-bind), else the local rank's; -1 with err when the rank has none.
+int rt_cuda_ordinal(int local_rank, int count, char *err, size_t errlen);
 // Makes the cuda backend one rank of comm's job: NCCL (`api`, NULL: libnccl.so.2 with
 // dlopen), its communicator from rank 0's unique id broadcast over comm; the plan's
 // collectives then run on the comm stream. Nothing to do for one rank; -1 with err.

@@ -159,20 +159,20 @@ static Backend *with_comm(Backend *be, Comm *comm, char *err, size_t errlen) {
 // that is there but cannot take the plan is an error, never a quiet fall back.
 static Backend *pick_backend(const RunOptions *o, const Plan *p, Comm *comm, char *err, size_t errlen) {
     const char *d = o->device ? o->device : "auto";
-    int gpu_index = comm->ranks > 1 ? rt_launch_local_rank() : 0;
+    int local_rank = comm->ranks > 1 ? rt_launch_local_rank() : 0;
     if (strcmp(d, "cpu") == 0)
         return rt_cpu_backend();
     if (strcmp(d, "emu") == 0)
         return rt_emu_backend(o->plan_dir, err, errlen);
     if (strcmp(d, "cuda") == 0)
-        return with_comm(rt_cuda_backend(o->plan_dir, p, NULL, gpu_index, err, errlen), comm, err, errlen);
+        return with_comm(rt_cuda_backend(o->plan_dir, p, NULL, local_rank, err, errlen), comm, err, errlen);
     char why[512];
     int gpu = rt_cuda_probe(why, sizeof why);
     if (gpu < 0)   // a driver, but no GPU it can use: say why before running on the CPU
         fprintf(o->out, "ftc run: no usable GPU (%s); running on the cpu backend\n", why);
     if (gpu <= 0)
         return rt_cpu_backend();
-    return with_comm(rt_cuda_backend(o->plan_dir, p, NULL, gpu_index, err, errlen), comm, err, errlen);
+    return with_comm(rt_cuda_backend(o->plan_dir, p, NULL, local_rank, err, errlen), comm, err, errlen);
 }
 
 // After the first step on a GPU: what the device holds against what the plan promised;

@@ -89,6 +89,10 @@ static struct {
     int nfns;
     Alloc *alloc;
     int nalloc, alloc_cap;
+    Alloc pinned[256];              // cuMemHostAlloc's blocks (a copy from elsewhere is pageable)
+    int npinned;
+    FOp *late[64];                  // pageable cuMemcpyHtoD's DMA, still to land
+    int nlate;
     int64_t allocated;
     long seq;
     FakeStats st;
@@ -134,8 +138,12 @@ static bool conflict(const FOp *x, const FOp *y) {
     return false;
 }
 
-// An operation about to run against every one issued before it, elsewhere, not yet run.
+// An operation about to run against every one issued before it, elsewhere, not yet run
+// (the DMA of a pageable copy among them).
 static void check(const FOp *x) {
+    for (int i = 0; i < fk.nlate; i++)
+        if (fk.late[i]->seq < x->seq && conflict(x, fk.late[i]))
+            race(x, fk.late[i]);
     for (int t = 0; t < fk.nstreams; t++) {
         if (t == x->stream)
             continue;
@@ -280,8 +288,19 @@ static bool valid_stream(CuStream s) {
 
 static CuResult f_init(unsigned flags) { return flags ? 1 : CUX_SUCCESS; }
 static CuResult f_version(int *v) { *v = 13000; return CUX_SUCCESS; }
-static CuResult f_count(int *n) { *n = 1; return CUX_SUCCESS; }
-static CuResult f_get(CuDevice *d, int i) { *d = i; return i == 0 ? CUX_SUCCESS : 101; }
+// The devices this process sees: CUDA_VISIBLE_DEVICES's entries where it is set (as a
+// launcher binding a GPU to each rank sets it), else the options' (1 unless given).
+static int visible_devices(void) {
+    const char *v = getenv("CUDA_VISIBLE_DEVICES");
+    if (!v)
+        return fk.o.devices > 0 ? fk.o.devices : 1;
+    int n = 0;
+    for (const char *p = v; *p; p++)
+        n += (p == v || p[-1] == ',') && *p != ',';
+    return n;
+}
+static CuResult f_count(int *n) { *n = visible_devices(); return CUX_SUCCESS; }
+static CuResult f_get(CuDevice *d, int i) { *d = i; return i >= 0 && i < visible_devices() ? CUX_SUCCESS : 101; }
 static CuResult f_name(char *name, int len, CuDevice d) {
     (void)d;
     snprintf(name, (size_t)len, "Simulated GPU");
@@ -314,8 +333,9 @@ static CuResult f_retain(CuContext *c, CuDevice d) {
 }
 static CuResult f_release(CuDevice d) { (void)d; return CUX_SUCCESS; }
 static CuResult f_set_current(CuContext c) { return c ? CUX_SUCCESS : 201; }
+static void land_late(void);
 static CuResult f_ctx_sync(void) {
-    LOCKED(fk.st.host_syncs++; run_all());
+    LOCKED(fk.st.host_syncs++; run_all(); land_late());
     return CUX_SUCCESS;
 }
 static CuResult f_mem_info(size_t *free_b, size_t *total) {
@@ -353,21 +373,62 @@ static CuResult f_free(CuDevPtr p) {
 static CuResult f_host_alloc(void **p, size_t n, unsigned flags) {
     (void)flags;
     *p = aligned_alloc(256, (n + 255) / 256 * 256);
+    if (*p)
+        LOCKED(if (fk.npinned < (int)(sizeof fk.pinned / sizeof fk.pinned[0]))
+                   fk.pinned[fk.npinned++] = (Alloc){(uintptr_t)*p, n});
     return *p ? CUX_SUCCESS : CUX_ERROR_OUT_OF_MEMORY;
 }
-static CuResult f_host_free(void *p) { free(p); return CUX_SUCCESS; }
+static CuResult f_host_free(void *p) {
+    LOCKED(for (int i = 0; i < fk.npinned; i++) if (fk.pinned[i].p == (uintptr_t)p) {
+        fk.pinned[i] = fk.pinned[--fk.npinned];
+        break;
+    });
+    free(p);
+    return CUX_SUCCESS;
+}
+static bool pinned(const void *p, size_t n) {
+    for (int i = 0; i < fk.npinned; i++)
+        if ((uintptr_t)p >= fk.pinned[i].p && (uintptr_t)p + n <= fk.pinned[i].p + fk.pinned[i].n)
+            return true;
+    return false;
+}
+
+// The DMA of pageable copies lands when the legacy stream is synchronised with: at a
+// synchronous copy or cuCtxSynchronize, not at a non-blocking stream's wait.
+static void land_late(void) {
+    for (int i = 0; i < fk.nlate; i++) {
+        FOp *x = fk.late[i];
+        memmove((void *)x->w0, x->args, x->w1 - x->w0);
+        free(x->args);
+        free(x);
+    }
+    fk.nlate = 0;
+}
 
 // A synchronous copy waits for nothing on our (non-blocking) streams: with work in flight
 // on its bytes it is a race.
 static CuResult sync_copy(void *dst, const void *src, size_t n, const char *what) {
-    LOCKED(FOp x = {.kind = F_COPY, .seq = ++fk.seq, .stream = -1, .what = what,
-                    .w0 = (uintptr_t)dst, .w1 = (uintptr_t)dst + n, .r0 = (uintptr_t)src,
-                    .r1 = (uintptr_t)src + n};
+    LOCKED(land_late(); FOp x = {.kind = F_COPY, .seq = ++fk.seq, .stream = -1, .what = what,
+                                 .w0 = (uintptr_t)dst, .w1 = (uintptr_t)dst + n, .r0 = (uintptr_t)src,
+                                 .r1 = (uintptr_t)src + n};
            check(&x); memmove(dst, src, n));
     return CUX_SUCCESS;
 }
+// From pageable memory, as a driver may: the call returns once the bytes are staged, and the
+// DMA lands later, unordered with the non-blocking streams (a kernel that reads them before
+// is a race, and reads what was there).
 static CuResult f_htod(CuDevPtr d, const void *s, size_t n) {
-    return sync_copy((void *)(uintptr_t)d, s, n, "cuMemcpyHtoD");
+    CuResult r = CUX_SUCCESS;
+    LOCKED(if (pinned(s, n) || fk.nlate == (int)(sizeof fk.late / sizeof fk.late[0])) r = 1;
+           else {
+               FOp *x = calloc(1, sizeof *x);
+               *x = (FOp){.kind = F_COPY, .seq = ++fk.seq, .stream = -1,
+                          .what = "the DMA of a cuMemcpyHtoD from pageable memory",
+                          .w0 = (uintptr_t)d, .w1 = (uintptr_t)d + n, .args = malloc(n ? n : 1)};
+               memcpy(x->args, s, n);
+               fk.late[fk.nlate++] = x;
+           });
+    return r == CUX_SUCCESS ? r : sync_copy((void *)(uintptr_t)d, s, n, "cuMemcpyHtoD");
 }
 static CuResult f_dtoh(void *d, CuDevPtr s, size_t n) {
     return sync_copy(d, (const void *)(uintptr_t)s, n, "cuMemcpyDtoH");
@@ -647,6 +708,7 @@ void fake_cuda_reset_log(void) {
 }
 
 void fake_cuda_close(void) {
+    land_late();
     for (int s = 0; s < fk.nstreams; s++) {
         for (int i = 0; i < fk.stream[s].n; i++) {
             free(fk.stream[s].op[i]->args);

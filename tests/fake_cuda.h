@@ -11,6 +11,10 @@
 // it runs, is checked against every operation issued before it on another stream that
 // has not run: one writing bytes the other touches is a race (a kernel reading a buffer
 // before the copy that fills it has completed), recorded with both operations named.
+// Adversarial where a real driver is: a synchronous cuMemcpyHtoD from pageable memory returns
+// before its DMA lands, which it does only at the next synchronous copy or cuCtxSynchronize
+// (a kernel reading the bytes first is a race); the process sees the devices
+// CUDA_VISIBLE_DEVICES lists.
 #ifndef FTC_TEST_FAKE_CUDA_H
 #define FTC_TEST_FAKE_CUDA_H
 
@@ -25,6 +29,7 @@ typedef struct FakeOptions {
     int64_t total_bytes;      // device memory; free = total - context - allocations
     int64_t context_bytes;    // what the context takes before anything is allocated
     bool ignore_waits;        // drop cuStreamWaitEvent (to show the race check fails)
+    int devices;              // GPUs the process sees without CUDA_VISIBLE_DEVICES (0: 1)
 } FakeOptions;
 
 typedef struct FakeStats {

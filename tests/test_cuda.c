@@ -373,6 +373,54 @@ static void test_preflight(void) {
     harness_free(&h);
 }
 
+// A rank's GPU among those its process sees: the only one when a launcher bound one to each
+// rank (CUDA_VISIBLE_DEVICES per rank: "no GPU 1" on local rank 1 before), else its local
+// rank's; a rank past the GPUs it sees is told so, naming CUDA_VISIBLE_DEVICES.
+static int count_commas(const char *s) {
+    int n = 0;
+    for (; *s; s++)
+        n += *s == ',';
+    return n;
+}
+static void test_rank_devices(void) {
+    Harness h;
+    bool ok = compile_tiny(&h, NULL);
+    CudaApi api;
+    char err[1024] = "";
+    FakeOptions o = options(&h);
+    const char *old = getenv("CUDA_VISIBLE_DEVICES");
+    char *saved = old ? strdup(old) : NULL;
+    static const struct { const char *visible; int local_rank, want; } cases[] = {
+        {"5", 3, 0}, {"2,3", 1, 1}, {"0,1,2,3", 3, 3}, {"0,1", 2, -1}, {"", 0, -1},
+    };
+    for (size_t i = 0; ok && i < sizeof cases / sizeof cases[0]; i++) {
+        setenv("CUDA_VISIBLE_DEVICES", cases[i].visible, 1);
+        if (fake_cuda_open(&api, &o, err, sizeof err) != 0) {
+            CHECKF(0, "%s", err);
+            break;
+        }
+        err[0] = '\0';
+        Backend *be = rt_cuda_backend(h.dir, h.plan, &api, cases[i].local_rank, err, sizeof err);
+        printf("  CUDA_VISIBLE_DEVICES=\"%s\", local rank %d: %s\n", cases[i].visible, cases[i].local_rank,
+               be ? "opened" : err);
+        CHECKF((be != NULL) == (cases[i].want >= 0), "%s", err);
+        if (cases[i].want >= 0)
+            CHECK_EQ(cases[i].want, rt_cuda_ordinal(cases[i].local_rank, 1 + count_commas(cases[i].visible), err, sizeof err));
+        else if (cases[i].visible[0])
+            CHECKF(strstr(err, "CUDA_VISIBLE_DEVICES = \"0,1\"") && strstr(err, "local rank 2"), "%s", err);
+        if (be)
+            be->destroy(be);
+        fake_cuda_close();
+    }
+    if (saved)
+        setenv("CUDA_VISIBLE_DEVICES", saved, 1);
+    else
+        unsetenv("CUDA_VISIBLE_DEVICES");
+    free(saved);
+    CHECK(ok);
+    harness_free(&h);
+}
+
 // --profile on the GPU: each instruction between two timing events on its stream (the
 // simulated driver counts a microsecond an operation between them), the kernels and GEMMs of
 // a step summed by kernel and shape beside the plan's estimates.
@@ -500,6 +548,7 @@ int main(int argc, char **argv) {
     RUN(test_launch_order);
     RUN(test_other_architecture);
     RUN(test_preflight);
+    RUN(test_rank_devices);
     RUN(test_resume_zeroes_gradients);
     RUN(test_profile);
     return CHECK_DONE();

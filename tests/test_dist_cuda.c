@@ -77,7 +77,8 @@ static Backend *cuda(Harness *h, char *err, size_t errlen) {
     if (fake_cuda_open(&api, &o, err, errlen) != 0)
         return NULL;
     fake_nccl_open(&nccl, comm);
-    Backend *be = rt_cuda_backend(h->dir, h->plan, &api, 0, err, errlen);
+    // (each rank's process sees one GPU, as under a launcher that binds one to each rank)
+    Backend *be = rt_cuda_backend(h->dir, h->plan, &api, rt_launch_local_rank(), err, errlen);
     if (be && rt_cuda_set_comm(be, comm, &nccl, err, errlen) != 0) {
         be->destroy(be);
         be = NULL;

@@ -94,6 +94,8 @@ typedef struct CudaState {
     NcclComm ncomm;                  // NULL: one rank
     Comm *comm;
     bool aborted;                    // the communicator was aborted after a failure
+    void *staging;                   // pinned: what cuda_set copies from pageable memory
+    size_t staging_bytes;
 } CudaState;
 
 static const char *const stream_tag[STREAM_COUNT] = {"compute", "d2h", "h2d", "host", "comm"};
@@ -316,13 +318,36 @@ static void drain(CudaState *s) {
     call_ok(s, s->api.cu.CtxSynchronize(), "cuCtxSynchronize");
 }
 
+// A write from the host (the batch, a checkpoint's values): to device memory through a
+// pinned staging buffer by a copy on the compute stream, which every other device stream then
+// waits for. (cuMemcpyHtoD from pageable memory may return once the bytes are staged, its
+// DMA landing later and unordered with the plan's non-blocking streams.) The staging buffer
+// is free again at the next write: each begins by draining the device.
 static void cuda_set(Backend *be, MemKind kind, void *dst, const void *src, int64_t bytes) {
     CudaState *s = be->state;
     drain(s);
-    if (kind == MEMK_PINNED)
+    if (kind == MEMK_PINNED) {
         memcpy(dst, src, (size_t)bytes);
-    else
-        call_ok(s, s->api.cu.MemcpyHtoD(dptr(dst), src, (size_t)bytes), "cuMemcpyHtoD");
+        return;
+    }
+    if ((size_t)bytes > s->staging_bytes) {
+        size_t n = (size_t)bytes > 1 << 20 ? (size_t)bytes : 1 << 20;
+        if (s->staging)
+            s->api.cu.MemFreeHost(s->staging);
+        s->staging = NULL, s->staging_bytes = 0;
+        if (!call_ok(s, s->api.cu.MemHostAlloc(&s->staging, n, CUX_MEMHOSTALLOC_PORTABLE),
+                     "cuMemHostAlloc (the staging buffer of host writes)"))
+            return;
+        s->staging_bytes = n;
+    }
+    memcpy(s->staging, src, (size_t)bytes);
+    CuStream st = s->stream[STREAM_COMPUTE];
+    if (!call_ok(s, s->api.cu.MemcpyAsync(dptr(dst), dptr(s->staging), (size_t)bytes, st), "cuMemcpyAsync") ||
+        !call_ok(s, s->api.cu.EventRecord(s->tail[STREAM_COMPUTE], st), "cuEventRecord"))
+        return;
+    for (int t = 0; t < STREAM_COUNT; t++)
+        if (t != STREAM_HOST && t != STREAM_COMPUTE)
+            call_ok(s, s->api.cu.StreamWaitEvent(s->stream[t], s->tail[STREAM_COMPUTE], 0), "cuStreamWaitEvent");
 }
 
 static void cuda_get(Backend *be, MemKind kind, void *dst, const void *src, int64_t bytes) {
@@ -914,6 +939,8 @@ static void cuda_destroy(Backend *be) {
         if (s->timing[k])
             s->api.cu.EventDestroy(s->timing[k]);
     free(s->timing);
+    if (s->staging)
+        s->api.cu.MemFreeHost(s->staging);
     if (s->module)
         s->api.cu.ModuleUnload(s->module);
     if (s->lt)
@@ -1052,7 +1079,19 @@ static double cuda_link_rate(Backend *be, const Exec *x) {
     return best;
 }
 
-Backend *rt_cuda_backend(const char *plan_dir, const Plan *p, const CudaApi *api, int device,
+int rt_cuda_ordinal(int local_rank, int count, char *err, size_t errlen) {
+    if (count == 1)
+        return 0;   // a launcher bound this rank to its GPU (CUDA_VISIBLE_DEVICES, --gpu-bind)
+    if (local_rank >= 0 && local_rank < count)
+        return local_rank;
+    const char *visible = getenv("CUDA_VISIBLE_DEVICES");
+    rt_fail(err, errlen, "local rank %d, and this process sees %d GPUs (CUDA_VISIBLE_DEVICES %s%s%s): "
+            "give each rank of a node one GPU, or let every rank see all of them", local_rank, count,
+            visible ? "= \"" : "unset", visible ? visible : "", visible ? "\"" : "");
+    return -1;
+}
+
+Backend *rt_cuda_backend(const char *plan_dir, const Plan *p, const CudaApi *api, int local_rank,
                          char *err, size_t errlen) {
     CudaState *s = calloc(1, sizeof *s);
     Backend *be = calloc(1, sizeof *be);
@@ -1071,17 +1110,18 @@ Backend *rt_cuda_backend(const char *plan_dir, const Plan *p, const CudaApi *api
         s->api = *api;
     else if (cuda_api_load(&s->api, err, errlen) != 0)
         goto fail;
-    int count = 0, major = 0, minor = 0;
+    int count = 0, major = 0, minor = 0, device = -1;
     CuResult r = s->api.cu.Init(0);
     if (r == CUX_SUCCESS)
         r = s->api.cu.DeviceGetCount(&count);
-    if (r != CUX_SUCCESS || count <= device) {
+    if (r != CUX_SUCCESS || count == 0) {
         char text[160];
-        rt_fail(err, errlen, "no GPU %d (%s)", device,
-                r != CUX_SUCCESS ? cuda_result_text(&s->api, r, text, sizeof text)
-                                 : count ? "fewer devices" : "the driver sees none");
+        rt_fail(err, errlen, "no GPU (%s)", r != CUX_SUCCESS ? cuda_result_text(&s->api, r, text, sizeof text)
+                                                              : "the driver sees none");
         goto fail;
     }
+    if ((device = rt_cuda_ordinal(local_rank, count, err, errlen)) < 0)
+        goto fail;
     if ((r = s->api.cu.DeviceGet(&s->dev, device)) != CUX_SUCCESS ||
         (r = s->api.cu.DeviceGetName(s->name, sizeof s->name, s->dev)) != CUX_SUCCESS ||
         (r = s->api.cu.DeviceGetAttribute(&major, CUX_ATTR_CC_MAJOR, s->dev)) != CUX_SUCCESS ||
