@@ -116,6 +116,10 @@ static bool try_include(const char *dir) {
     return true;
 }
 
+static int preferred_major;   // rt_nvrtc_prefer's, 0: none
+
+void rt_nvrtc_prefer(int major) { preferred_major = major; }
+
 // The pthread_once body: $FTC_NVRTC alone when set (a path the user named is never
 // silently replaced by another NVRTC), else the sonames, then the toolkit directories.
 static void load_once(void) {
@@ -135,7 +139,10 @@ static void load_once(void) {
         char home_lib[PATH_MAX] = "";
         if (cuda_home && *cuda_home)
             snprintf(home_lib, sizeof home_lib, "%s/lib64/libnvrtc.so", cuda_home);
-        const char *candidates[] = {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so", home_lib,
+        char preferred[32] = "";
+        if (preferred_major > 0 && preferred_major < 100)
+            snprintf(preferred, sizeof preferred, "libnvrtc.so.%d", preferred_major);
+        const char *candidates[] = {preferred, "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so", home_lib,
                                     "/usr/local/cuda/lib64/libnvrtc.so"};
         for (size_t i = 0; !loaded && i < sizeof candidates / sizeof candidates[0]; i++)
             if (*candidates[i])
@@ -480,6 +487,47 @@ int rt_nvrtc_compile(const char *source, const char *name, const char *arch,
     if (check_args(source, arch, extra_opts, nextra, err, errlen) != 0)
         return -1;
     return compile(source, name, arch, extra_opts, nextra, out, err, errlen);
+}
+
+char *rt_nvrtc_ptx(const char *source, const char *name, int sm, const char *const *extra_opts, int nextra,
+                   char *err, size_t errlen) {
+    if (!name)
+        name = "kernels.cu";
+    char real[16];
+    snprintf(real, sizeof real, "sm_%d", sm);
+    if (sm < 10 || sm > 999) {
+        rt_fail(err, errlen, "nvrtc: no architecture %d", sm);
+        return NULL;
+    }
+    if (check_args(source, real, extra_opts, nextra, err, errlen) != 0)
+        return NULL;
+    const char **opts = malloc((size_t)(MAX_FIXED_OPTS + nextra) * sizeof *opts);
+    char arch_opt[64], inc_opt[sizeof nv.info.include + 2], virt[24];
+    snprintf(virt, sizeof virt, "compute_%d", sm);
+    // (every fixed option but the last, ptxas' report: no ptxas runs)
+    int nopts = fixed_opts(virt, opts, arch_opt, sizeof arch_opt, inc_opt, sizeof inc_opt) - 1;
+    for (int i = 0; i < nextra; i++)
+        opts[nopts++] = extra_opts[i];
+    NvrtcProgram prog = NULL;
+    char *ptx = NULL;
+    size_t bytes = 0;
+    int r = nv.create(&prog, source, name, 0, NULL, NULL);
+    if (r != NVRTC_OK)
+        rt_fail(err, errlen, "nvrtc: %s: nvrtcCreateProgram failed: %s", name, nv.error_string(r));
+    else if ((r = nv.compile(prog, nopts, opts)) != NVRTC_OK)
+        rt_fail(err, errlen, "nvrtc: %s: compiling for %s failed (%s)", name, virt, nv.error_string(r));
+    else if ((r = nv.ptx_size(prog, &bytes)) != NVRTC_OK || !(ptx = malloc(bytes + 1)) ||
+             (r = nv.ptx(prog, ptx)) != NVRTC_OK) {
+        rt_fail(err, errlen, "nvrtc: %s: cannot read the PTX for %s", name, virt);
+        free(ptx);
+        ptx = NULL;
+    } else {
+        ptx[bytes] = '\0';
+    }
+    if (prog)
+        nv.destroy(&prog);
+    free(opts);
+    return ptx;
 }
 
 void rt_nvrtc_result_free(NvrtcResult *out) {

@@ -69,6 +69,11 @@ typedef struct NvrtcResult {
 // call loads the library (thread-safe, once per process); later calls only read.
 bool rt_nvrtc_available(NvrtcInfo *info);
 
+// Asks for NVRTC of this major (the driver's: what a newer NVRTC makes, an older driver
+// refuses) ahead of the others when the library is first loaded, $FTC_NVRTC aside; no effect
+// once it is loaded.
+void rt_nvrtc_prefer(int major);
+
 // Why NVRTC is not available: every library path tried and the loader's answer for each
 // ("" when it is available).
 const char *rt_nvrtc_load_error(void);
@@ -101,6 +106,12 @@ int rt_nvrtc_cache_dir(char *buf, size_t len);
 // The SM version a CUBIN was built for (90 for sm_90 and sm_90a), read from its ELF header;
 // -1 when the bytes are not a 64-bit little-endian EM_CUDA ELF file.
 int rt_nvrtc_cubin_sm(const void *cubin, size_t bytes);
+
+// PTX of source for the virtual architecture compute_<sm> (the driver compiles it for the
+// GPU as it loads it: a GPU newer than this NVRTC, or a driver that refuses its CUBINs),
+// with the options rt_nvrtc_compile passes but ptxas'; malloc'd text, or NULL with err.
+char *rt_nvrtc_ptx(const char *source, const char *name, int sm, const char *const *extra_opts, int nextra,
+                   char *err, size_t errlen);
 
 // Frees everything out owns and zeroes it.
 void rt_nvrtc_result_free(NvrtcResult *out);

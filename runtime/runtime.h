@@ -98,6 +98,12 @@ int rt_cuda_probe(char *why, size_t len);
 // What the GPU and the process hold: the device's total and free memory, and the name;
 // false if `b` is not the cuda backend.
 bool rt_cuda_memory(Backend *b, int64_t *total, int64_t *free_bytes, char *name, size_t namelen);
+// The GPU as the driver reports it: its name, compute capability, the driver's version and
+// where the kernels came from (the plan's CUBIN, NVRTC's, PTX); false for other backends.
+bool rt_cuda_describe(Backend *b, char *buf, size_t len);
+// A line for each distinct product the cuda backend runs: its shape and dtypes, cuBLASLt's
+// algorithm (id, tile, split-k, stages), the alignment it was chosen for and its workspace.
+void rt_cuda_gemm_report(Backend *b, FILE *out);
 
 // emu/backend.c — the plan's generated kernels (DIR/kernels.cu) compiled by the host C
 // compiler against DIR/ftc_emu.h (the CUDA execution model on the CPU) and launched as

@@ -628,6 +628,15 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
                 "accumulation x seq), %llu windows in %s\n", p->model, be->name, (long long)steps,
                 (long long)p->micro_batch, (long long)p->accum, (long long)p->seq,
                 (unsigned long long)nwin, o->data);
+    char gpu[1024], gpu_name[256];
+    int64_t gpu_total, gpu_free;
+    if (rt_cuda_describe(be, gpu, sizeof gpu) && rt_cuda_memory(be, &gpu_total, &gpu_free, gpu_name, sizeof gpu_name)) {
+        char t[32], f[32], b[32], r[32];
+        fprintf(out, "device: %s; after set-up the driver reports %s total, %s free (the plan: %s for %s, "
+                "a %s reserve in it)\n", gpu, fmt_bytes(t, sizeof t, gpu_total), fmt_bytes(f, sizeof f, gpu_free),
+                fmt_bytes(b, sizeof b, p->budget_bytes), p->gpu ? p->gpu : "no preset",
+                fmt_bytes(r, sizeof r, p->reserve_bytes));
+    }
     if (ed)
         fprintf(out, "eval: %s, %lld batches of %lld x %lld tokens (%llu windows in the file)%s, "
                         "%s\n", o->eval_data, (long long)eval_batches, (long long)p->micro_batch,
@@ -878,6 +887,7 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
         }
         fprintf(out, "profile: %s (the device's work of steps %lld to %lld, kernel by kernel)\n", o->profile,
                 (long long)(done + 2), (long long)steps);
+        rt_cuda_gemm_report(be, out);
     }
     if (o->save && save(&x, o->save, o->merge, out) != 0)
         goto out;

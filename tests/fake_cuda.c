@@ -2,6 +2,7 @@
 #include "fake_cuda.h"
 #include "../runtime/cpu/kernels.h"
 #include "../runtime/kernel_args.h"
+#include "../runtime/nvrtc.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -29,6 +30,7 @@ typedef struct FLayout {
 
 typedef struct FPref {
     uint64_t ws;
+    uint32_t align[4];              // the operands' least alignment it may assume (0: 256)
 } FPref;
 
 typedef struct FFunction {
@@ -287,7 +289,7 @@ static bool valid_stream(CuStream s) {
     } while (0)
 
 static CuResult f_init(unsigned flags) { return flags ? 1 : CUX_SUCCESS; }
-static CuResult f_version(int *v) { *v = 13000; return CUX_SUCCESS; }
+static CuResult f_version(int *v) { *v = fk.o.driver_version ? fk.o.driver_version : 13000; return CUX_SUCCESS; }
 // The devices this process sees: CUDA_VISIBLE_DEVICES's entries where it is set (as a
 // launcher binding a GPU to each rank sets it), else the options' (1 unless given).
 static int visible_devices(void) {
@@ -515,10 +517,30 @@ static CuResult f_event_query(CuEvent e) {
            if (fk.event[id].stream >= 0) done = run_to(fk.event[id].stream, fk.event[id].pos));
     return done ? CUX_SUCCESS : CUX_ERROR_NOT_READY;
 }
+// As a driver takes an image: one built by a toolkit newer than the driver refused
+// (CUDA_ERROR_UNSUPPORTED_PTX_VERSION: a CUBIN of ELF ABI 8 or PTX ISA 9, CUDA 13's, under a
+// 12.x driver); a CUBIN for this SM or an earlier minor of its major
+// (CUDA_ERROR_NO_BINARY_FOR_GPU otherwise); PTX for a virtual architecture up to this GPU's,
+// which it compiles.
 static CuResult f_module_load(CuModule *m, const void *image) {
-    if (memcmp(image, "\x7f" "ELF", 4) != 0)
-        return 200;   // CUDA_ERROR_INVALID_IMAGE
+    int cc = fk.o.cc_major * 10 + fk.o.cc_minor, sm = rt_nvrtc_cubin_sm(image, 64);
+    bool old_driver = (fk.o.driver_version ? fk.o.driver_version : 13000) < 13000;
+    if (sm >= 0) {
+        if (old_driver && ((const unsigned char *)image)[8] >= 8)
+            return 222;
+        if (sm / 10 != fk.o.cc_major || sm % 10 > fk.o.cc_minor)
+            return 209;
+    } else {
+        const char *t = strstr(image, "\n.target sm_"), *v = strstr(image, "\n.version ");
+        if (!t || !v)
+            return 200;   // CUDA_ERROR_INVALID_IMAGE
+        if (old_driver && atoi(v + 10) >= 9)
+            return 222;
+        if (atoi(t + 12) > cc || atoi(t + 12) < 10)
+            return 218;   // CUDA_ERROR_INVALID_PTX
+    }
     *m = (CuModule)(uintptr_t)0x30d;
+    fk.st.module_loads++;
     return CUX_SUCCESS;
 }
 static CuResult f_module_unload(CuModule m) { (void)m; return CUX_SUCCESS; }
@@ -612,9 +634,13 @@ static LtStatus l_layout_set(LtLayout l, int attr, const void *buf, size_t n) {
 static LtStatus l_pref_create(LtPref *p) { *p = (LtPref)calloc(1, sizeof(FPref)); return LTX_SUCCESS; }
 static LtStatus l_pref_destroy(LtPref p) { free(p); return LTX_SUCCESS; }
 static LtStatus l_pref_set(LtPref p, int attr, const void *buf, size_t n) {
-    if (attr != LTX_PREF_MAX_WORKSPACE_BYTES || n != 8)
+    FPref *f = (FPref *)p;
+    if (attr == LTX_PREF_MAX_WORKSPACE_BYTES && n == 8)
+        memcpy(&f->ws, buf, 8);
+    else if (attr >= LTX_PREF_MIN_ALIGNMENT_A && attr < LTX_PREF_MIN_ALIGNMENT_A + 4 && n == 4)
+        memcpy(&f->align[attr - LTX_PREF_MIN_ALIGNMENT_A], buf, 4);
+    else
         return 7;
-    memcpy(&((FPref *)p)->ws, buf, 8);
     return LTX_SUCCESS;
 }
 
@@ -634,7 +660,7 @@ static bool supported(const FDesc *d, const FLayout *a, const FLayout *b, const 
 
 static LtStatus l_heuristic(LtHandle h, LtDesc d, LtLayout a, LtLayout b, LtLayout c, LtLayout dl,
                             LtPref p, int n, LtHeuristic *res, int *got) {
-    (void)h, (void)p;
+    (void)h;
     *got = 0;
     if (n < 1 || c != dl)
         return 7;
@@ -642,6 +668,8 @@ static LtStatus l_heuristic(LtHandle h, LtDesc d, LtLayout a, LtLayout b, LtLayo
         return 15;   // CUBLAS_STATUS_NOT_SUPPORTED
     memset(res, 0, sizeof *res);
     res->algo.data[0] = 0xfa4e;
+    for (int k = 0; k < 4; k++)   // the alignment the algorithm is chosen for, A, B, C, D
+        res->algo.data[1 + k] = ((FPref *)p)->align[k] ? ((FPref *)p)->align[k] : 256;
     *got = 1;
     return LTX_SUCCESS;
 }
@@ -652,6 +680,12 @@ static LtStatus l_matmul(LtHandle h, LtDesc d, const void *alpha, const void *a,
     (void)h, (void)ws, (void)wsb;
     if (!algo || algo->data[0] != 0xfa4e || !valid_stream(s))
         return 7;
+    // An operand less aligned than the algorithm was chosen for: refused (a GPU's vector loads
+    // would fault or read across it).
+    const void *ops[4] = {a, b, c, dst};
+    for (int k = 0; k < 4; k++)
+        if ((uintptr_t)ops[k] % algo->data[1 + k] != 0)
+            return 7;   // CUBLAS_STATUS_INVALID_VALUE
     LOCKED(FOp *x = issue(F_GEMM, s, "cublasLtMatmul"); x->desc = *(FDesc *)d;
            x->la = *(FLayout *)al; x->lb = *(FLayout *)bl; x->lc = *(FLayout *)cl; x->ld = *(FLayout *)dl;
            x->alpha = *(const float *)alpha; x->beta = *(const float *)beta;
@@ -659,6 +693,18 @@ static LtStatus l_matmul(LtHandle h, LtDesc d, const void *alpha, const void *a,
            const void *pts[] = {a, b, c, dst, x->desc.epilogue == LTX_EPILOGUE_BIAS ? x->desc.bias : NULL, ws};
            for (int i = 0; i < 6; i++) if (pts[i]) x->point[x->npoint++] = (uintptr_t)pts[i];
            fk.st.gemms++);
+    return LTX_SUCCESS;
+}
+
+// An algorithm's configuration: id 1, tile 18, no split-k, stages 8 (any numbers: the
+// backend only reports them).
+static LtStatus l_algo_attr(const LtAlgo *algo, int attr, void *buf, size_t n, size_t *written) {
+    if (!algo || algo->data[0] != 0xfa4e || n < 4)
+        return 7;
+    int32_t v = attr == LTX_ALGO_ID ? 1 : attr == LTX_ALGO_TILE ? 18 : attr == LTX_ALGO_SPLITK ? 1 : attr == LTX_ALGO_STAGES ? 8 : 0;
+    memcpy(buf, &v, 4);
+    if (written)
+        *written = 4;
     return LTX_SUCCESS;
 }
 
@@ -690,7 +736,7 @@ int fake_cuda_open(CudaApi *api, const FakeOptions *o, char *err, size_t errlen)
                f_error_string, f_event_query, f_func_set_attr, f_event_elapsed},
         .lt = {l_create, l_destroy, l_version, l_desc_create, l_desc_destroy, l_desc_set,
                l_layout_create, l_layout_destroy, l_layout_set, l_pref_create, l_pref_destroy,
-               l_pref_set, l_heuristic, l_matmul},
+               l_pref_set, l_heuristic, l_matmul, l_algo_attr},
     };
     return 0;
 }

@@ -14,7 +14,10 @@
 // Adversarial where a real driver is: a synchronous cuMemcpyHtoD from pageable memory returns
 // before its DMA lands, which it does only at the next synchronous copy or cuCtxSynchronize
 // (a kernel reading the bytes first is a race); the process sees the devices
-// CUDA_VISIBLE_DEVICES lists.
+// CUDA_VISIBLE_DEVICES lists; a module loads from a CUBIN of the device's SM or an earlier
+// minor of its major, or from PTX up to its SM, as the architecture and driver version say;
+// cuBLASLt refuses operands less aligned than the algorithm was chosen for (256 bytes unless
+// the preference says less).
 #ifndef FTC_TEST_FAKE_CUDA_H
 #define FTC_TEST_FAKE_CUDA_H
 
@@ -30,10 +33,12 @@ typedef struct FakeOptions {
     int64_t context_bytes;    // what the context takes before anything is allocated
     bool ignore_waits;        // drop cuStreamWaitEvent (to show the race check fails)
     int devices;              // GPUs the process sees without CUDA_VISIBLE_DEVICES (0: 1)
+    int driver_version;       // cuDriverGetVersion's (0: 13000); below 13000 CUDA 13's
+                              // CUBINs and PTX are refused
 } FakeOptions;
 
 typedef struct FakeStats {
-    int launches, group_launches, gemms, copies, memsets, waits, host_syncs;
+    int launches, group_launches, gemms, copies, memsets, waits, host_syncs, module_loads;
     int races;                // operations that ran unordered with an earlier one
     char first_race[512];
     char *launch_log;         // kernel names in issue order, one per line (malloc'd)

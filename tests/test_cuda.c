@@ -97,6 +97,8 @@ static FakeOptions options(const Harness *h) {
                          .total_bytes = 40ll << 30, .context_bytes = 500ll << 20};
 }
 
+static char last_device[1024];   // trains_like_cpu's GPU, as rt_cuda_describe says
+
 // The plan on the simulated GPU against the cpu backend: every loss within 2e-3 (GEMMs
 // sum in another order), and no race.
 static void trains_like_cpu(Harness *h, const FakeOptions *o, int steps, const char *what,
@@ -116,6 +118,7 @@ static void trains_like_cpu(Harness *h, const FakeOptions *o, int steps, const c
         return;
     Backend *ref = rt_cpu_backend();
     bool ok = train(h->plan, be, steps, gpu, egpu, true) && train(h->plan, ref, steps, cpu, ecpu, true);
+    rt_cuda_describe(be, last_device, sizeof last_device);
     be->destroy(be);
     ref->destroy(ref);
     CHECK(ok);
@@ -341,6 +344,59 @@ static void test_other_architecture(void) {
         FakeOptions o = options(&h);
         o.cc_major = 9;
         trains_like_cpu(&h, &o, 2, "tiny, sm_90 from kernels.cu", false);
+        CHECKF(strstr(last_device, "kernels: kernels.cu compiled by NVRTC for sm_90"), "%s", last_device);
+        // A GPU newer than this NVRTC knows: PTX for the newest virtual architecture it has.
+        o.cc_major = 13;
+        trains_like_cpu(&h, &o, 2, "tiny, sm_130 from PTX", false);
+        CHECKF(strstr(last_device, "kernels: kernels.cu as PTX for compute_120"), "%s", last_device);
+        // A driver older than NVRTC, which refuses what it makes: said, with the remedies.
+        o.cc_major = 8, o.driver_version = 12080;
+        CudaApi api;
+        char err[1024];
+        if (fake_cuda_open(&api, &o, err, sizeof err) == 0) {
+            Backend *be = rt_cuda_backend(h.dir, h.plan, &api, 0, err, sizeof err);
+            if (be && be->prepare(be, h.plan, 0, err, sizeof err) != 0) {
+                be->destroy(be);
+                be = NULL;
+            }
+            printf("  driver 12.8: %s\n", be ? "loaded" : err);
+            CHECKF(!be && strstr(err, "driver 12.8") && strstr(err, "CUDA error 222") && strstr(err, "FTC_NVRTC"),
+                   "%s", err);
+            if (be)
+                be->destroy(be);
+            fake_cuda_close();
+        }
+        // sm_86 takes the plan's sm_80 CUBIN, not a compile of its own.
+        char *src = NULL, path[600];
+        size_t len = 0;
+        snprintf(path, sizeof path, "%s/kernels.cu", h.dir);
+        src = rt_read_whole(path, &len);
+        const char *opts[] = {"--fmad=false"};
+        NvrtcResult r = {0};
+        if (src && rt_nvrtc_compile_cached(NULL, src, "kernels.cu", "sm_80", opts, 1, &r, err, sizeof err) == 0) {
+            snprintf(path, sizeof path, "%s/kernels.sm_80.cubin", h.dir);
+            FILE *f = fopen(path, "wb");
+            CHECK(f && fwrite(r.cubin, 1, r.cubin_bytes, f) == r.cubin_bytes && fclose(f) == 0);
+            o = options(&h);
+            o.cc_minor = 6;
+            trains_like_cpu(&h, &o, 2, "tiny, sm_86, the plan's sm_80", false);
+            CHECKF(strstr(last_device, "kernels: the plan's kernels.sm_80.cubin"), "%s", last_device);
+        } else {
+            CHECKF(0, "%s", err);
+        }
+        rt_nvrtc_result_free(&r);
+        free(src);
+        // Below compute capability 8.0 (no bf16 tensor cores): refused, saying so.
+        o = options(&h);
+        o.cc_major = 7, o.cc_minor = 5;
+        if (fake_cuda_open(&api, &o, err, sizeof err) == 0) {
+            Backend *be = rt_cuda_backend(h.dir, h.plan, &api, 0, err, sizeof err);
+            printf("  compute capability 7.5: %s\n", be ? "opened" : err);
+            CHECKF(!be && strstr(err, "compute capability 7.5") && strstr(err, "8.0 or later"), "%s", err);
+            if (be)
+                be->destroy(be);
+            fake_cuda_close();
+        }
     }
     harness_free(&h);
 }
@@ -454,6 +510,22 @@ static void test_profile(void) {
             t = eol ? eol + 1 : t + strlen(t);
         }
         free(text);
+        // cuBLASLt's algorithm for each product, as tests/gpu/run.sh prints it
+        char *report = NULL;
+        size_t rn = 0;
+        FILE *f = open_memstream(&report, &rn);
+        if (be && f) {
+            rt_cuda_gemm_report(be, f);
+            fclose(f);
+            int lines = 0;
+            for (const char *t = report; (t = strchr(t, '\n')); t++)
+                lines++;
+            printf("  %d products, the first: %.*s\n", lines, (int)strcspn(report, "\n"), report);
+            CHECKF(lines > 2 && strstr(report, "gemm ") && strstr(report, ": cuBLASLt algorithm 1, tile 18, split-k 1, "
+                                                                      "stages 8; operands aligned to 256 bytes"),
+                   "%s", report);
+        }
+        free(report);
         rt_profile_free(train_profile);
         train_profile = NULL;
         if (be)

@@ -39,6 +39,11 @@ typedef struct Gemm {
     LtDesc desc;
     LtLayout la, lb, lc;    // cuBLASLt's A (the plan's B), B (the plan's A), C = D
     LtAlgo algo;
+    uint32_t align;         // the operands' alignment the algorithm was chosen for (bytes)
+    int64_t M, N, K, batch; // its product (the plan's operands: A is M x K, B K x N)
+    int ta, tb;
+    PlanDType da, db, dc;
+    uint64_t ws;            // the workspace it may use
     int a, b, c, bias;      // buffer ids: the plan's A and B operands, the output, bias or -1
     float beta;             // 1: accumulate into the output (a weight gradient's +=)
 } Gemm;
@@ -67,6 +72,9 @@ typedef struct CudaState {
     CuDevice dev;
     CuContext ctx;
     char name[256], arch[16];
+    int cc_major, cc_minor;          // the device's compute capability
+    int driver_version;              // cuDriverGetVersion's (13000: 13.0)
+    char module_from[640];           // where the kernels came from (load_module)
     CuStream stream[STREAM_COUNT];   // compute, d2h, h2d ([STREAM_HOST]: the worker)
     CuEvent tail[STREAM_COUNT];      // recorded at a stream's end to order a fill after it
     LtHandle lt;
@@ -527,6 +535,28 @@ static bool gemm_shape(const Plan *p, const PlanInstr *in, GemmShape *g) {
     return true;
 }
 
+// cuBLASLt's first heuristic choice for g within its workspace, for operands aligned to
+// `align` bytes (A, B, C and D alike).
+static LtStatus choose_algo(CudaState *s, Gemm *g, uint32_t align) {
+    LtPref pref = NULL;
+    LtStatus st = s->api.lt.MatmulPreferenceCreate(&pref);
+    if (st == LTX_SUCCESS)
+        st = s->api.lt.MatmulPreferenceSetAttribute(pref, LTX_PREF_MAX_WORKSPACE_BYTES, &g->ws, sizeof g->ws);
+    for (int k = 0; k < 4 && st == LTX_SUCCESS; k++)
+        st = s->api.lt.MatmulPreferenceSetAttribute(pref, LTX_PREF_MIN_ALIGNMENT_A + k, &align, sizeof align);
+    LtHeuristic h;
+    int got = 0;
+    if (st == LTX_SUCCESS)
+        st = s->api.lt.MatmulAlgoGetHeuristic(s->lt, g->desc, g->la, g->lb, g->lc, g->lc, pref, 1, &h, &got);
+    if (pref)
+        s->api.lt.MatmulPreferenceDestroy(pref);
+    if (st == LTX_SUCCESS && got < 1)
+        st = 15;   // CUBLAS_STATUS_NOT_SUPPORTED
+    if (st == LTX_SUCCESS)
+        g->algo = h.algo, g->align = align;
+    return st;
+}
+
 static LtStatus layout(CudaState *s, LtLayout *l, PlanDType t, int64_t rows, int64_t cols,
                        int64_t batch) {
     LtStatus st = s->api.lt.MatrixLayoutCreate(l, lt_type(t), (uint64_t)rows, (uint64_t)cols, rows);
@@ -572,19 +602,11 @@ static int lt_setup(CudaState *s, const PlanInstr *in, const GemmShape *sh, Plan
                     : layout(s, &g->lb, da, sh->K, sh->M, sh->batch);
     if (st == LTX_SUCCESS)
         st = layout(s, &g->lc, dc, sh->N, sh->M, sh->batch);
-    LtPref pref = NULL;
+    g->ws = ws, g->M = sh->M, g->N = sh->N, g->K = sh->K, g->batch = sh->batch, g->ta = sh->ta, g->tb = sh->tb;
+    g->da = da, g->db = db, g->dc = dc;
     if (st == LTX_SUCCESS)
-        st = s->api.lt.MatmulPreferenceCreate(&pref);
-    if (st == LTX_SUCCESS)
-        st = s->api.lt.MatmulPreferenceSetAttribute(pref, LTX_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
-    LtHeuristic h;
-    int got = 0;
-    if (st == LTX_SUCCESS)
-        st = s->api.lt.MatmulAlgoGetHeuristic(s->lt, g->desc, g->la, g->lb, g->lc, g->lc, pref, 1,
-                                              &h, &got);
-    if (pref)
-        s->api.lt.MatmulPreferenceDestroy(pref);
-    if (st != LTX_SUCCESS || got < 1)
+        st = choose_algo(s, g, 256);
+    if (st != LTX_SUCCESS)
         return rt_fail(err, errlen,
                        "instruction %d (%s, from .ft line %d:%d): cuBLASLt has no algorithm for "
                        "%lld x %lld x %lld (batch %lld), %s x %s -> %s, within %llu bytes of "
@@ -592,8 +614,21 @@ static int lt_setup(CudaState *s, const PlanInstr *in, const GemmShape *sh, Plan
                        in->id, op_desc(in->op)->name, in->line, in->col, (long long)sh->M,
                        (long long)sh->N, (long long)sh->K, (long long)sh->batch, plan_dtype_name(da),
                        plan_dtype_name(db), plan_dtype_name(dc), (unsigned long long)ws, st);
-    g->algo = h.algo;
     return 0;
+}
+
+// The largest power of two up to 256 that divides every operand's address.
+static uint32_t operands_align(const void *a, const void *b, const void *c) {
+    uintptr_t bits = (uintptr_t)a | (uintptr_t)b | (uintptr_t)c | 256;
+    return (uint32_t)(bits & -bits);
+}
+
+// Before a product: an algorithm chosen for operands at least as aligned as these are (the
+// fused loss's chunks and offset views can be less than the 256 bytes a first choice
+// assumes); chosen again, once for each lower alignment met.
+static LtStatus align_algo(CudaState *s, Gemm *g, const void *a, const void *b, const void *c) {
+    uint32_t al = operands_align(a, b, c);
+    return al >= g->align ? LTX_SUCCESS : choose_algo(s, g, al);
 }
 
 static int gemm_setup(CudaState *s, const Plan *p, const PlanInstr *in, Gemm *g, char *err,
@@ -626,6 +661,22 @@ static int loss_setup(CudaState *s, const Plan *p, const PlanInstr *in, Gemm *g,
     return 0;
 }
 
+// cuBLASLt's statuses by name (cublas_api.h).
+static const char *lt_status_name(LtStatus st) {
+    return st == 1 ? "NOT_INITIALIZED" : st == 3 ? "ALLOC_FAILED" : st == 7 ? "INVALID_VALUE"
+           : st == 8 ? "ARCH_MISMATCH" : st == 11 ? "MAPPING_ERROR" : st == 13 ? "EXECUTION_FAILED"
+           : st == 14 ? "INTERNAL_ERROR" : st == 15 ? "NOT_SUPPORTED" : st == 16 ? "LICENSE_ERROR" : "unknown";
+}
+
+// (the fused loss's runner names the instruction itself)
+static int gemm_failed(const PlanInstr *in, LtStatus st, char *err, size_t errlen) {
+    if (!in)
+        return rt_fail(err, errlen, "cublasLtMatmul failed: CUBLAS_STATUS_%s (%d)", lt_status_name(st), st);
+    return rt_fail(err, errlen, "instruction %d (%s, from .ft line %d:%d): cublasLtMatmul failed: "
+                   "CUBLAS_STATUS_%s (%d)", in->id, op_desc(in->op)->name, in->line, in->col,
+                   lt_status_name(st), st);
+}
+
 typedef struct LossCtx {
     CudaState *s;
     Gemm *g;
@@ -636,9 +687,11 @@ static int loss_gemm(void *ctx, const PlanInstr *in, const LossGemm *lg, char *e
     CudaState *s = x->s;
     Gemm *g = &x->g[lg->which];
     float alpha = 1.0f, beta = lg->beta;
-    LtStatus st = s->api.lt.Matmul(s->lt, g->desc, &alpha, lg->b, g->la, lg->a, g->lb, &beta, lg->c, g->lc,
-                                   lg->c, g->lc, &g->algo, NULL, 0, s->stream[in->stream]);
-    return st == LTX_SUCCESS ? 0 : rt_fail(err, errlen, "cublasLtMatmul failed (status %d)", st);
+    LtStatus st = align_algo(s, g, lg->a, lg->b, lg->c);
+    if (st == LTX_SUCCESS)
+        st = s->api.lt.Matmul(s->lt, g->desc, &alpha, lg->b, g->la, lg->a, g->lb, &beta, lg->c, g->lc,
+                              lg->c, g->lc, &g->algo, NULL, 0, s->stream[in->stream]);
+    return st == LTX_SUCCESS ? 0 : gemm_failed(NULL, st, err, errlen);
 }
 
 static int loss_launch(void *ctx, const PlanInstr *in, int l, const KernelArgs *a, char *err, size_t errlen) {
@@ -665,10 +718,12 @@ static int run_gemm(CudaState *s, Exec *x, const PlanInstr *in, char *err, size_
     void *ws = in->ws >= 0 ? x->ptr[in->ws] : NULL;
     size_t wsb = in->ws >= 0 ? (size_t)x->plan->buf[in->ws].bytes : 0;
     if (st == LTX_SUCCESS)
+        st = align_algo(s, g, x->ptr[g->a], x->ptr[g->b], x->ptr[g->c]);
+    if (st == LTX_SUCCESS)
         st = s->api.lt.Matmul(s->lt, g->desc, &alpha, x->ptr[g->b], g->la, x->ptr[g->a], g->lb,
                               &g->beta, x->ptr[g->c], g->lc, x->ptr[g->c], g->lc, &g->algo, ws, wsb,
                               s->stream[in->stream]);
-    return st == LTX_SUCCESS ? 0 : rt_fail(err, errlen, "cublasLtMatmul failed (status %d)", st);
+    return st == LTX_SUCCESS ? 0 : gemm_failed(in, st, err, errlen);
 }
 
 static bool is_gemm(const PlanInstr *in) { return op_desc(in->op)->cls == OPC_GEMM; }
@@ -816,30 +871,90 @@ static int cuda_launch(Backend *be, Exec *x, const PlanInstr *in, char *err, siz
 // Before step one: the module, every kernel, every GEMM's algorithm, the events.
 //
 
-// The plan's CUBIN for this GPU, else kernels.cu compiled by NVRTC for it.
-static int load_module(CudaState *s, char *err, size_t errlen) {
-    char path[4300];
-    snprintf(path, sizeof path, "%s/kernels.%s.cubin", s->dir, s->arch);
-    size_t len = 0;
-    char *image = rt_read_whole(path, &len);
-    if (!image) {
-        snprintf(path, sizeof path, "%s/kernels.cu", s->dir);
-        char *src = rt_read_whole(path, &len);
-        if (!src)
-            return rt_fail(err, errlen, "%s: cannot read it (recompile the plan)", path);
-        const char *opts[] = {"--fmad=false"};
-        NvrtcResult r;
-        int rc = rt_nvrtc_compile_cached(NULL, src, "kernels.cu", s->arch, opts, 1, &r, err, errlen);
-        free(src);
-        if (rc != 0)
-            return -1;
-        image = (char *)r.cubin;
-        r.cubin = NULL;
-        rt_nvrtc_result_free(&r);
-    }
+// Loads one image as the module; on refusal appends what and why to tried (a ", " list).
+static bool try_image(CudaState *s, char *image, const char *what, char *tried, size_t len) {
+    if (!image)
+        return false;
     CuResult cr = s->api.cu.ModuleLoadData(&s->module, image);
     free(image);
-    return cr == CUX_SUCCESS ? 0 : fail_cu(s, cr, "cuModuleLoadData (kernels)", err, errlen);
+    if (cr == CUX_SUCCESS) {
+        snprintf(s->module_from, sizeof s->module_from, "%s", what);
+        return true;
+    }
+    char text[160];
+    size_t used = strlen(tried);
+    snprintf(tried + used, len - used, "%s%s: %s", used ? "; " : "", what,
+             cuda_result_text(&s->api, cr, text, sizeof text));
+    return false;
+}
+
+// The kernels, from the first image the driver takes: the plan's CUBIN for this GPU's SM,
+// or for an earlier minor of its major (a CUBIN runs on later minors: sm_80's on sm_86 and
+// sm_89); else kernels.cu compiled by NVRTC for this SM; else as PTX for the highest virtual
+// architecture NVRTC knows up to this GPU's, compiled by the driver as it loads it (a GPU
+// newer than NVRTC, or a driver older than the toolkit that built the CUBINs refuses them).
+static int load_module(CudaState *s, char *err, size_t errlen) {
+    char path[4300], what[600], tried[4096] = "";
+    int sm = s->cc_major * 10 + s->cc_minor;
+    for (int minor = s->cc_minor; minor >= 0; minor--) {
+        snprintf(path, sizeof path, "%s/kernels.sm_%d%d.cubin", s->dir, s->cc_major, minor);
+        size_t len = 0;
+        char *image = rt_read_whole(path, &len);
+        snprintf(what, sizeof what, "the plan's kernels.sm_%d%d.cubin", s->cc_major, minor);
+        if (image && try_image(s, image, what, tried, sizeof tried))
+            return 0;
+    }
+    snprintf(path, sizeof path, "%s/kernels.cu", s->dir);
+    size_t len = 0;
+    char *src = rt_read_whole(path, &len);
+    if (!src)
+        return rt_fail(err, errlen, "%s: cannot read it (recompile the plan)%s%s", path,
+                       tried[0] ? "; refused: " : "", tried);
+    const char *opts[] = {"--fmad=false"};
+    NvrtcResult r;
+    char why[1024];
+    if (rt_nvrtc_compile_cached(NULL, src, "kernels.cu", s->arch, opts, 1, &r, why, sizeof why) == 0) {
+        char *image = (char *)r.cubin;
+        r.cubin = NULL;
+        rt_nvrtc_result_free(&r);
+        snprintf(what, sizeof what, "kernels.cu compiled by NVRTC for %s", s->arch);
+        if (try_image(s, image, what, tried, sizeof tried)) {
+            free(src);
+            return 0;
+        }
+    } else {
+        size_t used = strlen(tried);
+        snprintf(tried + used, sizeof tried - used, "%sNVRTC for %s: %.300s", used ? "; " : "", s->arch, why);
+    }
+    static const int virt[] = {120, 100, 90, 89, 86, 80};
+    for (size_t i = 0; i < sizeof virt / sizeof virt[0]; i++) {
+        if (virt[i] > sm)
+            continue;
+        char *ptx = rt_nvrtc_ptx(src, "kernels.cu", virt[i], opts, 1, why, sizeof why);
+        snprintf(what, sizeof what, "kernels.cu as PTX for compute_%d", virt[i]);
+        if (ptx && try_image(s, ptx, what, tried, sizeof tried))
+            break;
+        if (!ptx) {
+            size_t used = strlen(tried);
+            snprintf(tried + used, sizeof tried - used, "%sNVRTC for compute_%d: %.200s", used ? "; " : "",
+                     virt[i], why);
+        }
+    }
+    free(src);
+    if (!s->module_from[0]) {
+        NvrtcInfo nv = {0};
+        bool older = rt_nvrtc_available(&nv) && s->driver_version / 1000 < nv.major;
+        char advice[900] = "";
+        if (older)   // what it makes needs a driver of its own major or later
+            snprintf(advice, sizeof advice, ". The driver is older than NVRTC %d.%d (%s): install a driver "
+                     "for CUDA %d, or point FTC_NVRTC at CUDA %d's libnvrtc.so.%d", nv.major, nv.minor, nv.lib,
+                     nv.major, s->driver_version / 1000, s->driver_version / 1000);
+        return rt_fail(err, errlen, "no kernels the driver takes for this %s (%s, driver %d.%d): %s%s",
+                       s->name, s->arch, s->driver_version / 1000, s->driver_version % 1000 / 10, tried, advice);
+    }
+    if (tried[0])   // loaded, but not the first choice: say what was refused
+        fprintf(stderr, "ftc run: note: the kernels are %s (refused: %s)\n", s->module_from, tried);
+    return 0;
 }
 
 static int cuda_prepare(Backend *be, const Plan *p, int stream, char *err, size_t errlen) {
@@ -1036,6 +1151,46 @@ int rt_cuda_probe(char *why, size_t len) {
     return 1;
 }
 
+static bool same_product(const Gemm *a, const Gemm *b) {
+    return a->M == b->M && a->N == b->N && a->K == b->K && a->batch == b->batch && a->ta == b->ta &&
+           a->tb == b->tb && a->da == b->da && a->db == b->db && a->dc == b->dc && a->align == b->align &&
+           !memcmp(&a->algo, &b->algo, sizeof a->algo);
+}
+
+void rt_cuda_gemm_report(Backend *be, FILE *out) {
+    if (!be || strcmp(be->name, "cuda") != 0)
+        return;
+    CudaState *s = be->state;
+    int n = s->ninstr * (1 + LOSS_GEMMS);
+    for (int i = 0; s->gemm && i < n; i++) {
+        const Gemm *g = i < s->ninstr ? &s->gemm[i] : &s->loss[i - s->ninstr];
+        bool seen = !g->desc;
+        for (int j = 0; j < i && !seen; j++)
+            seen = same_product(g, j < s->ninstr ? &s->gemm[j] : &s->loss[j - s->ninstr]);
+        if (seen)
+            continue;
+        int32_t v[4] = {0};
+        static const int attr[4] = {LTX_ALGO_ID, LTX_ALGO_TILE, LTX_ALGO_SPLITK, LTX_ALGO_STAGES};
+        for (int k = 0; k < 4; k++)
+            s->api.lt.MatmulAlgoConfigGetAttribute(&g->algo, attr[k], &v[k], sizeof v[k], NULL);
+        fprintf(out, "gemm %lld x %lld x %lld%s%s (batch %lld), %s x %s -> %s: cuBLASLt algorithm %d, tile %d, "
+                "split-k %d, stages %d; operands aligned to %u bytes, workspace %llu bytes\n",
+                (long long)g->M, (long long)g->N, (long long)g->K, g->ta ? ", A transposed" : "",
+                g->tb ? ", B transposed" : "", (long long)g->batch, plan_dtype_name(g->da), plan_dtype_name(g->db),
+                plan_dtype_name(g->dc), v[0], v[1], v[2], v[3], g->align, (unsigned long long)g->ws);
+    }
+}
+
+bool rt_cuda_describe(Backend *be, char *buf, size_t len) {
+    if (!be || strcmp(be->name, "cuda") != 0)
+        return false;
+    CudaState *s = be->state;
+    snprintf(buf, len, "%s, compute capability %d.%d, driver %d.%d; kernels: %s", s->name, s->cc_major,
+             s->cc_minor, s->driver_version / 1000, s->driver_version % 1000 / 10,
+             s->module_from[0] ? s->module_from : "not loaded yet");
+    return true;
+}
+
 bool rt_cuda_memory(Backend *be, int64_t *total, int64_t *free_bytes, char *name, size_t namelen) {
     if (!be || strcmp(be->name, "cuda") != 0)
         return false;
@@ -1132,6 +1287,17 @@ Backend *rt_cuda_backend(const char *plan_dir, const Plan *p, const CudaApi *api
         goto fail;
     }
     snprintf(s->arch, sizeof s->arch, "sm_%d%d", major, minor);
+    s->cc_major = major, s->cc_minor = minor;
+    if ((r = s->api.cu.DriverGetVersion(&s->driver_version)) != CUX_SUCCESS) {
+        fail_cu(s, r, "cuDriverGetVersion", err, errlen);
+        goto fail;
+    }
+    rt_nvrtc_prefer(s->driver_version / 1000);   // (before NVRTC's first use: load_module)
+    if (major < 8) {   // bf16 tensor cores (mma.sync m16n8k16), cp.async: Ampere and later
+        rt_fail(err, errlen, "%s is compute capability %d.%d; ftc's kernels need 8.0 or later (A100, "
+                "A10, L4, RTX 30 and 40 series, H100, H200 and newer)", s->name, major, minor);
+        goto fail;
+    }
     if (preflight(s, p, err, errlen) != 0)
         goto fail;
     for (int k = 0; k < STREAM_COUNT; k++) {

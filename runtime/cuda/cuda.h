@@ -117,6 +117,11 @@ enum {
     LTX_LAYOUT_BATCH_COUNT = 5,      // cublasLtMatrixLayoutAttribute_t
     LTX_LAYOUT_STRIDED_BATCH_OFFSET = 6,
     LTX_PREF_MAX_WORKSPACE_BYTES = 1,
+    LTX_PREF_MIN_ALIGNMENT_A = 5,        // CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES; B, C, D follow
+    LTX_ALGO_ID = 0,                     // CUBLASLT_ALGO_CONFIG_ID
+    LTX_ALGO_TILE = 1,                   // CUBLASLT_ALGO_CONFIG_TILE_ID
+    LTX_ALGO_SPLITK = 2,                 // CUBLASLT_ALGO_CONFIG_SPLITK_NUM
+    LTX_ALGO_STAGES = 6,                 // CUBLASLT_ALGO_CONFIG_STAGES_ID
 };
 
 typedef struct CuBlasLt {
@@ -139,6 +144,8 @@ typedef struct CuBlasLt {
                        const void *b, LtLayout bl, const void *beta, const void *c, LtLayout cl,
                        void *dst, LtLayout dl, const LtAlgo *algo, void *workspace,
                        size_t workspace_bytes, CuStream s);
+    LtStatus (*MatmulAlgoConfigGetAttribute)(const LtAlgo *algo, int attr, void *buf, size_t bytes,
+                                             size_t *written);
 } CuBlasLt;
 
 // The two libraries, as the cuda backend uses them.

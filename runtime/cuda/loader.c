@@ -44,6 +44,7 @@ static const Entry lt_entries[] = {
     LT(MatmulPreferenceSetAttribute, "cublasLtMatmulPreferenceSetAttribute"),
     LT(MatmulAlgoGetHeuristic, "cublasLtMatmulAlgoGetHeuristic"),
     LT(Matmul, "cublasLtMatmul"),
+    LT(MatmulAlgoConfigGetAttribute, "cublasLtMatmulAlgoConfigGetAttribute"),
 };
 #undef LT
 
@@ -95,14 +96,18 @@ static void *open_first(const char *const *paths, size_t n, char *tried, size_t 
     return NULL;
 }
 
+// cuBLASLt of the driver's CUDA major first (a newer one needs a newer driver), then 13, 12.
 static int load_cublaslt(CudaApi *api, char *err, size_t errlen) {
     const char *home = getenv("CUDA_HOME");
-    char h13[PATH_MAX] = "", h12[PATH_MAX] = "";
+    char h13[PATH_MAX] = "", h12[PATH_MAX] = "", own[32] = "";
     if (home && *home) {
         snprintf(h13, sizeof h13, "%s/lib64/libcublasLt.so.13", home);
         snprintf(h12, sizeof h12, "%s/lib64/libcublasLt.so.12", home);
     }
-    const char *paths[] = {"libcublasLt.so.13", "libcublasLt.so.12", h13, h12,
+    int version = 0;
+    if (api->cu.DriverGetVersion(&version) == CUX_SUCCESS && version >= 1000 && version < 100000)
+        snprintf(own, sizeof own, "libcublasLt.so.%d", version / 1000);
+    const char *paths[] = {own, "libcublasLt.so.13", "libcublasLt.so.12", h13, h12,
                            "/usr/local/cuda/lib64/libcublasLt.so.13",
                            "/usr/local/cuda/lib64/libcublasLt.so.12"};
     char tried[2048] = "";

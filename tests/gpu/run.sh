@@ -8,6 +8,8 @@
 #     steady step time, tokens/s and MFU (the plan's model FLOPs over the measured time);
 #   - the same two steps in transformers + PEFT (tests/gpu/torch_step.py): step time and
 #     memory, beside ftc's;
+#   - each ftc run's GPU as its driver reports it (version, compute capability, memory after
+#     set-up against the plan's, where the kernels came from, cuBLASLt's algorithm a product)
 #   - each ftc run's device work kernel by kernel (ftc run --profile: CUDA events, beside the
 #     cost model's estimates), and its attention kernels against torch's flash SDPA forward
 #     and backward at Qwen2-7B's shapes (tests/gpu/torch_attention.py).
@@ -165,6 +167,14 @@ timeout "$limit" python3 tests/gpu/torch_attention.py "${sdpa_args[@]}" > "$work
 # --- the table ------------------------------------------------------------------------------
 echo
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+# what the driver said to each run: its version, the compute capability, where the kernels
+# came from, the memory it reports after set-up against the plan's, cuBLASLt's algorithm a
+# product
+for f in "$work"/*-ftc.log; do
+    grep -qE '^(device:|gemm |ftc run: note)' "$f" 2>/dev/null || continue
+    echo "--- $(basename "$f" -ftc.log)"
+    grep -E '^(device:|gemm |ftc run: note)' "$f"
+done
 python3 tests/gpu/report.py "$work" "$kdev" "$dev"
 rc=$?
 if [ $rc != 0 ]; then
