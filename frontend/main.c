@@ -18,7 +18,7 @@ static void usage(FILE *f) {
           "                  [--dump-ir] [--dump-after PASS]\n"
           "                            counts, the memory of one training step, and the plan\n"
           "  run DIR --data FILE [--weights PATH] [--steps N] [--save DIR] [--save-every N]\n"
-          "      [--resume DIR] [--seed N] [--poison] [--device cuda|cpu|emu]\n"
+          "      [--resume DIR] [--seed N] [--poison] [--sync-check] [--device cuda|cpu|emu]\n"
           "                            train: execute the plan in DIR (on the GPU where one is)\n"
           "  inspect DIR [--at peak|N] [--buffer NAME] [--top K] [--json] [--kernels]\n"
           "                            the memory schedule of a plan\n"
@@ -52,6 +52,8 @@ static void usage_run(FILE *f) {
           "                    --steps is the total, counted from the start\n"
           "  --seed N          initialisation, data order and dropout (default 1234)\n"
           "  --poison          fill each buffer with NaN when its lifetime ends\n"
+          "  --sync-check      on a GPU, wait for each instruction and check it: a fault names\n"
+          "                    the instruction, its kernel and its .ft line (slow: for finding one)\n"
           "  --unplanned       every buffer its own allocation instead of the planned arena\n"
           "  --merge           with LoRA: also save the merged weights (model.safetensors);\n"
           "                    --save alone writes the adapters in PEFT's layout\n"
@@ -182,6 +184,8 @@ static int cmd_run(Cmdline *cl, int argc, char **argv, int first) {
             }
         } else if (strcmp(s, "--poison") == 0)
             o.poison = true;
+        else if (strcmp(s, "--sync-check") == 0)
+            o.sync_check = true;
         else if (strcmp(s, "--unplanned") == 0)
             o.layout = LAYOUT_UNPLANNED;
         else if (strcmp(s, "--merge") == 0)

@@ -104,6 +104,9 @@ bool rt_cuda_describe(Backend *b, char *buf, size_t len);
 // A line for each distinct product the cuda backend runs: its shape and dtypes, cuBLASLt's
 // algorithm (id, tile, split-k, stages), the alignment it was chosen for and its workspace.
 void rt_cuda_gemm_report(Backend *b, FILE *out);
+// Every instruction waited for and checked as it is issued, a fault named by it (its
+// kernel, its .ft line); nothing for other backends.
+void rt_cuda_sync_check(Backend *b, bool on);
 
 // emu/backend.c — the plan's generated kernels (DIR/kernels.cu) compiled by the host C
 // compiler against DIR/ftc_emu.h (the CUDA execution model on the CPU) and launched as
@@ -358,6 +361,7 @@ typedef struct RunOptions {
     int64_t save_every;     // also save after every this many steps (0: only at the end)
     uint64_t seed;
     bool poison;
+    bool sync_check;        // the cuda backend waits for and checks each instruction
     ExecLayout layout;
     bool merge;             // with LoRA: also save the merged weights
     bool skip_nonfinite;    // a step with a non-finite loss is skipped and counted, not fatal

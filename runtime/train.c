@@ -514,6 +514,7 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
         error("%s", err);
         goto out;
     }
+    rt_cuda_sync_check(be, o->sync_check);
     // On the CPU every arena is host memory: a plan made for a GPU may not fit the host.
     int64_t need = p->arena_bytes[ARENA_DEVICE] + p->arena_bytes[ARENA_HOST], avail = rt_host_available();
     if (strcmp(be->name, "cuda") != 0 && avail >= 0 && need > avail) {

@@ -100,6 +100,7 @@ static struct {
     FakeStats st;
     size_t log_len, log_cap;
     char first_error[512];
+    CuResult sticky;                // a kernel's fault: every later call that waits returns it
 } fk = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 static void log_launch(const char *name) {
@@ -206,12 +207,18 @@ static void run_gemm(const FOp *g) {
 
 // Runs x; false when it is a host operation that is not done yet (the stream waits there).
 static bool execute(FOp *x) {
+    if (fk.sticky)   // the context is lost: nothing more runs
+        return true;
     if (!x->checked)
         check(x);
     x->checked = true;
     char err[1024];
     switch (x->kind) {
     case F_LAUNCH:
+        if (fk.o.fault_kernel && strstr(x->fn->name, fk.o.fault_kernel)) {
+            fk.sticky = 700;   // CUDA_ERROR_ILLEGAL_ADDRESS, on the context from now on
+            break;
+        }
         if (rt_emu_kernels_launch(fk.k, x->fn->name, x->grid, x->block, x->smem, x->args,
                                   x->fn->group, err, sizeof err) != 0 &&
             !fk.first_error[0])
@@ -338,7 +345,7 @@ static CuResult f_set_current(CuContext c) { return c ? CUX_SUCCESS : 201; }
 static void land_late(void);
 static CuResult f_ctx_sync(void) {
     LOCKED(fk.st.host_syncs++; run_all(); land_late());
-    return CUX_SUCCESS;
+    return fk.sticky;
 }
 static CuResult f_mem_info(size_t *free_b, size_t *total) {
     LOCKED(*total = (size_t)fk.o.total_bytes;
@@ -463,7 +470,7 @@ static CuResult f_stream_sync(CuStream s) {
     if (!valid_stream(s))
         return 400;
     LOCKED(fk.st.host_syncs++; int id = (int)(uintptr_t)s - 1; run_to(id, fk.stream[id].n - 1));
-    return CUX_SUCCESS;
+    return fk.sticky;
 }
 static CuResult f_event_create(CuEvent *e, unsigned flags) {
     (void)flags;
@@ -492,7 +499,7 @@ static CuResult f_wait_event(CuStream s, CuEvent e, unsigned flags) {
 static CuResult f_event_sync(CuEvent e) {
     LOCKED(fk.st.host_syncs++; int id = (int)(uintptr_t)e - 1;
            if (fk.event[id].stream >= 0) run_to(fk.event[id].stream, fk.event[id].pos));
-    return CUX_SUCCESS;
+    return fk.sticky;
 }
 // The time between two recorded events: as the simulated GPU has no clock, a microsecond for
 // every operation of the stream between them (both on one stream, the end not before the
@@ -515,7 +522,7 @@ static CuResult f_event_query(CuEvent e) {
     bool done = true;
     LOCKED(fk.st.host_syncs++; int id = (int)(uintptr_t)e - 1;
            if (fk.event[id].stream >= 0) done = run_to(fk.event[id].stream, fk.event[id].pos));
-    return done ? CUX_SUCCESS : CUX_ERROR_NOT_READY;
+    return fk.sticky ? fk.sticky : done ? CUX_SUCCESS : CUX_ERROR_NOT_READY;
 }
 // As a driver takes an image: one built by a toolkit newer than the driver refused
 // (CUDA_ERROR_UNSUPPORTED_PTX_VERSION: a CUBIN of ELF ABI 8 or PTX ISA 9, CUDA 13's, under a
@@ -566,6 +573,8 @@ static CuResult f_launch(CuFunction f, unsigned gx, unsigned gy, unsigned gz, un
     // More dynamic shared memory than the kernel was let have: refused, as by the driver.
     if (!valid_stream(s) || !params || extra || (int)shared > fn->max_dynamic_smem)
         return 1;
+    if (fk.sticky)
+        return fk.sticky;
     size_t bytes = fn->group ? sizeof(KernelGroupArgs) : sizeof(KernelArgs);
     LOCKED(FOp *x = issue(F_LAUNCH, s, fn->name); x->fn = fn; x->args = malloc(bytes);
            memcpy(x->args, params[0], bytes);   // the driver copies the arguments at the launch

@@ -33,6 +33,8 @@ typedef struct FakeOptions {
     int64_t context_bytes;    // what the context takes before anything is allocated
     bool ignore_waits;        // drop cuStreamWaitEvent (to show the race check fails)
     int devices;              // GPUs the process sees without CUDA_VISIBLE_DEVICES (0: 1)
+    const char *fault_kernel; // a kernel whose name holds this faults (an illegal address
+                              // that every later wait, query and launch returns)
     int driver_version;       // cuDriverGetVersion's (0: 13000); below 13000 CUDA 13's
                               // CUBINs and PTX are refused
 } FakeOptions;

@@ -23,6 +23,8 @@ static const char *tiny(void) { return harness_file("models/tiny.ft"); }
 // --profile's timing, when set: from the second step on (test_profile).
 static Profile *train_profile;
 
+static char train_err[1024];   // why the last train() stopped ("" when it did not)
+
 static bool train(const Plan *p, Backend *be, int steps, double *losses, double *evals, bool poison) {
     char err[1024];
     Backend *host = rt_cpu_backend();
@@ -85,6 +87,7 @@ static bool train(const Plan *p, Backend *be, int steps, double *losses, double 
     }
     if (!ok)
         printf("  %s: %s\n", be->name, err);
+    snprintf(train_err, sizeof train_err, "%s", ok ? "" : err);
     free(tok), free(tgt);
     if (x.plan)
         rt_exec_free(&x);
@@ -429,6 +432,39 @@ static void test_preflight(void) {
     harness_free(&h);
 }
 
+// A kernel that faults (the simulated driver's illegal address, which every later wait
+// returns): noticed by some later call and said to be a kernel's fault; with --sync-check
+// named by its instruction, kernel and .ft line.
+static void test_sync_check(void) {
+    Harness h;
+    bool ok = compile_tiny(&h, NULL);
+    CudaApi api;
+    char err[1024] = "";
+    FakeOptions o = options(&h);
+    o.fault_kernel = "_rmsnorm_dx";
+    double l[2], e[2];
+    for (int check = 0; ok && check < 2; check++) {
+        if (fake_cuda_open(&api, &o, err, sizeof err) != 0)
+            break;
+        Backend *be = rt_cuda_backend(h.dir, h.plan, &api, 0, err, sizeof err);
+        CHECKF(be != NULL, "%s", err);
+        if (be) {
+            rt_cuda_sync_check(be, check);
+            CHECK(!train(h.plan, be, 1, l, e, false));
+            if (check)
+                CHECKF(strstr(train_err, "(rmsnorm_dx, from .ft line ") && strstr(train_err, "): kernel k") &&
+                           strstr(train_err, "_rmsnorm_dx failed on the GPU: CUDA error 700"), "%s", train_err);
+            else
+                CHECKF(strstr(train_err, "CUDA error 700") && strstr(train_err, "--sync-check names the instruction"),
+                       "%s", train_err);
+            be->destroy(be);
+        }
+        fake_cuda_close();
+    }
+    CHECK(ok);
+    harness_free(&h);
+}
+
 // A rank's GPU among those its process sees: the only one when a launcher bound one to each
 // rank (CUDA_VISIBLE_DEVICES per rank: "no GPU 1" on local rank 1 before), else its local
 // rank's; a rank past the GPUs it sees is told so, naming CUDA_VISIBLE_DEVICES.
@@ -621,6 +657,7 @@ int main(int argc, char **argv) {
     RUN(test_other_architecture);
     RUN(test_preflight);
     RUN(test_rank_devices);
+    RUN(test_sync_check);
     RUN(test_resume_zeroes_gradients);
     RUN(test_profile);
     return CHECK_DONE();

@@ -75,6 +75,7 @@ typedef struct CudaState {
     int cc_major, cc_minor;          // the device's compute capability
     int driver_version;              // cuDriverGetVersion's (13000: 13.0)
     char module_from[640];           // where the kernels came from (load_module)
+    bool sync_check;                 // wait for and check each instruction (--sync-check)
     CuStream stream[STREAM_COUNT];   // compute, d2h, h2d ([STREAM_HOST]: the worker)
     CuEvent tail[STREAM_COUNT];      // recorded at a stream's end to order a fill after it
     LtHandle lt;
@@ -108,12 +109,19 @@ typedef struct CudaState {
 
 static const char *const stream_tag[STREAM_COUNT] = {"compute", "d2h", "h2d", "host", "comm"};
 
+// An error a kernel leaves on the context (an illegal address or instruction, a misaligned
+// access, a trap, a failed launch): whichever later call notices it reports it.
+static bool kernel_fault(CuResult r) { return r == 700 || (r >= 714 && r <= 719); }
+
 // The first asynchronous failure wins; sync reports it.
 static void note_failure(CudaState *s, const char *fmt, const char *what, CuResult r) {
     pthread_mutex_lock(&s->mu);
     if (!s->failed[0]) {
         char text[160];
-        snprintf(s->failed, sizeof s->failed, fmt, what, cuda_result_text(&s->api, r, text, sizeof text));
+        int n = snprintf(s->failed, sizeof s->failed, fmt, what, cuda_result_text(&s->api, r, text, sizeof text));
+        if (kernel_fault(r) && !s->sync_check && n > 0 && (size_t)n < sizeof s->failed)
+            snprintf(s->failed + n, sizeof s->failed - (size_t)n, " (a kernel's fault, noticed later: "
+                     "ftc run --sync-check names the instruction)");
     }
     pthread_mutex_unlock(&s->mu);
 }
@@ -825,8 +833,30 @@ int rt_cuda_set_comm(Backend *be, Comm *comm, const NcclApi *api, char *err, siz
     return 0;
 }
 
+static int launch(CudaState *s, Exec *x, const PlanInstr *in, char *err, size_t errlen);
+
+// --sync-check: the instruction waited for on its stream; a fault (or any error the
+// stream holds) named by its first kernel (the executor adds the instruction and its line).
 static int cuda_launch(Backend *be, Exec *x, const PlanInstr *in, char *err, size_t errlen) {
     CudaState *s = be->state;
+    int rc = launch(s, x, in, err, errlen);
+    if (rc != 0 || !s->sync_check || in->stream == STREAM_HOST || in->by >= 0)
+        return rc;
+    CuResult r = s->api.cu.StreamSynchronize(s->stream[in->stream]);
+    if (r == CUX_SUCCESS)
+        return 0;
+    char text[160];   // (the executor puts the instruction and its .ft line in front)
+    return rt_fail(err, errlen, "%s%s failed on the GPU: %s", in->nlaunch ? "kernel " : "",
+                   in->nlaunch ? in->launch[0].name : is_gemm(in) ? "cublasLtMatmul" : "its work",
+                   cuda_result_text(&s->api, r, text, sizeof text));
+}
+
+void rt_cuda_sync_check(Backend *be, bool on) {
+    if (be && strcmp(be->name, "cuda") == 0)
+        ((CudaState *)be->state)->sync_check = on;
+}
+
+static int launch(CudaState *s, Exec *x, const PlanInstr *in, char *err, size_t errlen) {
     if (in->stream == STREAM_HOST) {   // the worker runs it on the host backend, in order
         HostItem it = {.kind = HOST_RUN, .x = x, .in = in};
         enqueue(s, &it);
