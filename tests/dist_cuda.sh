@@ -2,7 +2,7 @@
 # The cuda backend as a rank of a job over the simulated driver and NCCL (test_dist_cuda.c),
 # under mpirun with 2 ranks: training as the cpu backend does; a rank whose collectives
 # stop completing, and one whose NCCL reports an error, each ending the job with the
-# backend's error within seconds. Skipped (77) without mpirun, libftc_mpi.so or NVRTC.
+# backend's error within seconds; NCCL's own memory checked before the arena. Skipped (77) without mpirun, libftc_mpi.so or NVRTC.
 # usage: dist_cuda.sh TEST_DIST_CUDA SOURCE_DIR MPI_LIB
 set -u
 bin=$1 src=$2 lib=$3
@@ -37,5 +37,12 @@ for mode in hang error; do
         bad "nccl-$mode-ends-the-job" "exit $rc after ${took}s: $(grep -v '^--\|^$' "$out" | head -8)"
     fi
 done
+# NCCL's communicator taking more than the device had left: said before the arena, by name
+mpirun --oversubscribe -np 2 "$bin" "$src" memory > "$out" 2>&1
+if [ "$(grep -c "error: .*NCCL's communicator took [0-9.]* MiB of it.*re-plan with --reserve larger by" "$out")" = 2 ]; then
+    ok nccl-memory-checked-before-the-arena
+else
+    bad nccl-memory-checked-before-the-arena "$(grep -v '^--\|^$' "$out" | head -6)"
+fi
 echo "$pass passed, $fail failed"
 [ $fail = 0 ]

@@ -348,8 +348,8 @@ static CuResult f_ctx_sync(void) {
     return fk.sticky;
 }
 static CuResult f_mem_info(size_t *free_b, size_t *total) {
-    LOCKED(*total = (size_t)fk.o.total_bytes;
-           *free_b = (size_t)(fk.o.total_bytes - fk.o.context_bytes - fk.allocated));
+    LOCKED(int64_t f = fk.o.total_bytes - fk.o.context_bytes - fk.allocated; *total = (size_t)fk.o.total_bytes;
+           *free_b = (size_t)(f > 0 ? f : 0));
     return CUX_SUCCESS;
 }
 static CuResult f_alloc(CuDevPtr *p, size_t n) {
@@ -716,6 +716,8 @@ static LtStatus l_algo_attr(const LtAlgo *algo, int attr, void *buf, size_t n, s
         *written = 4;
     return LTX_SUCCESS;
 }
+
+void fake_cuda_take(int64_t bytes) { LOCKED(fk.o.context_bytes += bytes); }
 
 int fake_cuda_host_op(CuStream s, int (*fn)(void *arg), void *arg, const char *what, uintptr_t r0,
                       uintptr_t r1, uintptr_t w0, uintptr_t w1) {

@@ -53,6 +53,9 @@ typedef struct FakeStats {
 int fake_cuda_host_op(CuStream s, int (*fn)(void *arg), void *arg, const char *what, uintptr_t r0,
                       uintptr_t r1, uintptr_t w0, uintptr_t w1);
 
+// Device memory taken by something other than an allocation (a library's own: NCCL's).
+void fake_cuda_take(int64_t bytes);
+
 // Fills `api` with the fake; 0, or -1 with err (the plan's kernels did not compile).
 int fake_cuda_open(CudaApi *api, const FakeOptions *o, char *err, size_t errlen);
 const FakeStats *fake_cuda_stats(void);

@@ -28,6 +28,7 @@ static struct {
     FakeNcclFault fault;
     int fault_at, serial;
     FakeNcclStats st;
+    int64_t memory;         // device memory a communicator takes (fake_nccl_memory)
 } fn;
 
 static int esize(int t) { return t == NCCLX_FLOAT32 ? 4 : t == NCCLX_UINT8 ? 1 : 2; }
@@ -119,6 +120,7 @@ static int n_init(NcclComm *comm, int nranks, NcclUniqueId id, int rank) {
     FakeComm *c = calloc(1, sizeof *c);
     c->rank = rank, c->ranks = nranks;
     *comm = (NcclComm)c;
+    fake_cuda_take(fn.memory);   // its buffers, channels and (NVLS) multicast memory
     return NCCLX_SUCCESS;
 }
 static int n_destroy(NcclComm comm) { free(comm); return NCCLX_SUCCESS; }
@@ -150,6 +152,8 @@ void fake_nccl_open(NcclApi *api, Comm *c) {
     *api = (NcclApi){n_version, n_unique, n_init, n_destroy, n_abort, n_async, n_error, n_allreduce,
                      n_reduce_scatter, n_allgather, n_group_start, n_group_end};
 }
+
+void fake_nccl_memory(int64_t bytes) { fn.memory = bytes; }
 
 void fake_nccl_fault(FakeNcclFault fault, int n) {
     fn.fault = fault;

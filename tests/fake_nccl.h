@@ -24,6 +24,8 @@ typedef struct FakeNcclStats {
 
 // Fills `api` with the simulation over the job's communicator c.
 void fake_nccl_open(NcclApi *api, Comm *c);
+// Device memory each communicator takes from the simulated GPU when it is made (0 unless set).
+void fake_nccl_memory(int64_t bytes);
 // From this rank's n-th collective (1-based) on, `fault`.
 void fake_nccl_fault(FakeNcclFault fault, int n);
 const FakeNcclStats *fake_nccl_stats(void);

@@ -64,9 +64,16 @@ static bool train(const Plan *p, Backend *be, int steps, double *losses, char *e
     return ok;
 }
 
+// The "memory" case: the device holds the arena and the start-up margin with this much to
+// spare (-1: 40 GiB in all), and NCCL's communicator takes nccl_takes of it.
+static int64_t spare = -1, nccl_takes;
+
 static FakeOptions options(const Harness *h) {
-    return (FakeOptions){.plan_dir = h->dir, .cc_major = 8, .cc_minor = 0,
-                         .total_bytes = 40ll << 30, .context_bytes = 500ll << 20};
+    FakeOptions o = {.plan_dir = h->dir, .cc_major = 8, .cc_minor = 0, .total_bytes = 40ll << 30,
+                     .context_bytes = 500ll << 20};
+    if (spare >= 0)
+        o.total_bytes = (int64_t)h->plan->arena_bytes[ARENA_DEVICE] + o.context_bytes + (64ll << 20) + spare;
+    return o;
 }
 
 // The cuda backend over the simulated driver and NCCL, joined to the job; NULL with err.
@@ -77,6 +84,7 @@ static Backend *cuda(Harness *h, char *err, size_t errlen) {
     if (fake_cuda_open(&api, &o, err, errlen) != 0)
         return NULL;
     fake_nccl_open(&nccl, comm);
+    fake_nccl_memory(nccl_takes);
     // (each rank's process sees one GPU, as under a launcher that binds one to each rank)
     Backend *be = rt_cuda_backend(h->dir, h->plan, &api, rt_launch_local_rank(), err, errlen);
     if (be && rt_cuda_set_comm(be, comm, &nccl, err, errlen) != 0) {
@@ -152,6 +160,25 @@ static int fault(FakeNcclFault kind, int rank, const char *want) {
     return 1;
 }
 
+// NCCL's communicator takes more than the device had to spare after the start-up check:
+// the backend says so before the arena, naming what NCCL took.
+static int nccl_memory(void) {
+    Harness h;
+    char err[1024] = "";
+    if (!compile(&h, 0, 4))
+        return 1;
+    spare = 0, nccl_takes = (64ll << 20) + h.plan->arena_bytes[ARENA_DEVICE] / 2;   // half the arena short
+    Backend *be = cuda(&h, err, sizeof err);
+    double losses[1];
+    bool ok = be && train(h.plan, be, 1, losses, err, sizeof err);
+    fprintf(stderr, "rank %d: %s%s\n", comm->rank, ok ? "trained" : "error: ", ok ? "" : err);
+    if (be)
+        be->destroy(be);
+    fake_cuda_close();
+    harness_free(&h);
+    return ok ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 3 || chdir(argv[1]) != 0)
         return 2;
@@ -175,6 +202,8 @@ int main(int argc, char **argv) {
         rc = fault(FAKE_NCCL_HANG, 1, "a collective did not complete in 3 s");
     else if (!strcmp(argv[2], "error"))
         rc = fault(FAKE_NCCL_ERROR, 0, "NCCL: remote process exited or there was a network error");
+    else if (!strcmp(argv[2], "memory"))
+        rc = nccl_memory();
     else {
         RUN_NAMED("zero-2-accumulating", trains_like_cpu(2, 2));
         RUN_NAMED("zero-3", trains_like_cpu(3, 4));

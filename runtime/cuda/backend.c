@@ -76,6 +76,7 @@ typedef struct CudaState {
     int driver_version;              // cuDriverGetVersion's (13000: 13.0)
     char module_from[640];           // where the kernels came from (load_module)
     bool sync_check;                 // wait for and check each instruction (--sync-check)
+    int64_t nccl_bytes;              // device memory NCCL's communicator took (-1: not measured)
     CuStream stream[STREAM_COUNT];   // compute, d2h, h2d ([STREAM_HOST]: the worker)
     CuEvent tail[STREAM_COUNT];      // recorded at a stream's end to order a fill after it
     LtHandle lt;
@@ -823,6 +824,9 @@ int rt_cuda_set_comm(Backend *be, Comm *comm, const NcclApi *api, char *err, siz
         return rt_fail(err, errlen, "ncclGetUniqueId failed on rank 0%s%s", rc ? ": " : "",
                        rc ? s->nccl.GetErrorString(rc) : "");
     call_ok(s, s->api.cu.CtxSetCurrent(s->ctx), "cuCtxSetCurrent");
+    size_t before = 0, total_b = 0;
+    if (s->api.cu.MemGetInfo(&before, &total_b) != CUX_SUCCESS)
+        before = 0;
     rc = s->nccl.CommInitRank(&s->ncomm, comm->ranks, id, comm->rank);
     if (rc != NCCLX_SUCCESS) {
         s->ncomm = NULL;
@@ -830,6 +834,9 @@ int rt_cuda_set_comm(Backend *be, Comm *comm, const NcclApi *api, char *err, siz
                        s->nccl.GetErrorString(rc));
     }
     s->comm = comm;
+    size_t after = 0, total = 0;   // what the communicator took, for the check before the arena
+    if (s->api.cu.MemGetInfo(&after, &total) == CUX_SUCCESS && before >= after)
+        s->nccl_bytes = (int64_t)(before - after);
     return 0;
 }
 
@@ -987,6 +994,27 @@ static int load_module(CudaState *s, char *err, size_t errlen) {
     return 0;
 }
 
+// Before the arena is allocated, after everything else on the device (the context, the
+// kernels, cuBLASLt, NCCL's communicator, which the planner's reserve was to hold): it fits
+// what is free, or the error says who took what.
+static int arena_fits(CudaState *s, const Plan *p, char *err, size_t errlen) {
+    size_t free_b = 0, total_b = 0;
+    if (p->arena_bytes[ARENA_DEVICE] == 0 || s->api.cu.MemGetInfo(&free_b, &total_b) != CUX_SUCCESS)
+        return 0;   // (nothing to place; or the allocation itself will say)
+    if ((int64_t)free_b >= p->arena_bytes[ARENA_DEVICE])
+        return 0;
+    char a[32], f[32], t[32], n[32], r[32], nccl[160] = "";
+    if (s->ncomm && s->nccl_bytes >= 0)
+        snprintf(nccl, sizeof nccl, "; NCCL's communicator took %s of it", fmt_bytes(n, sizeof n, s->nccl_bytes));
+    return rt_fail(err, errlen, "the device arena needs %s, but after the context, the kernels, cuBLASLt and "
+                   "NCCL %s (%s) has %s free of %s%s, more than the plan's reserve of %s held: re-plan with "
+                   "--reserve larger by %lldM (or a smaller --budget)",
+                   fmt_bytes(a, sizeof a, p->arena_bytes[ARENA_DEVICE]), s->name, s->arch,
+                   fmt_bytes(f, sizeof f, (int64_t)free_b), fmt_bytes(t, sizeof t, (int64_t)total_b), nccl,
+                   fmt_bytes(r, sizeof r, p->reserve_bytes),
+                   (long long)((p->arena_bytes[ARENA_DEVICE] - (int64_t)free_b + (1 << 20) - 1) >> 20));
+}
+
 static int cuda_prepare(Backend *be, const Plan *p, int stream, char *err, size_t errlen) {
     CudaState *s = be->state;
     (void)stream;
@@ -997,7 +1025,7 @@ static int cuda_prepare(Backend *be, const Plan *p, int stream, char *err, size_
                        "(started by mpirun or srun)", p->ranks);
     if (s->module)
         return 0;
-    if (load_module(s, err, errlen) != 0)
+    if (load_module(s, err, errlen) != 0 || arena_fits(s, p, err, errlen) != 0)
         return -1;
     s->ninstr = plan_instr_count(p);
     s->fn = calloc((size_t)s->ninstr * PLAN_MAX_LAUNCHES + 1, sizeof *s->fn);
@@ -1290,6 +1318,7 @@ Backend *rt_cuda_backend(const char *plan_dir, const Plan *p, const CudaApi *api
                     .link_rate = cuda_link_rate, .sync = cuda_sync, .destroy = cuda_destroy,
                     .time_mark = cuda_time_mark, .time_between = cuda_time_between, .state = s};
     s->plan = p;
+    s->nccl_bytes = -1;
     snprintf(s->dir, sizeof s->dir, "%s", plan_dir);
     if (api)
         s->api = *api;
