@@ -344,7 +344,7 @@ static CuResult f_release(CuDevice d) { (void)d; return CUX_SUCCESS; }
 static CuResult f_set_current(CuContext c) { return c ? CUX_SUCCESS : 201; }
 static void land_late(void);
 static CuResult f_ctx_sync(void) {
-    LOCKED(fk.st.host_syncs++; run_all(); land_late());
+    LOCKED(fk.st.host_syncs++; fk.st.ctx_syncs++; run_all(); land_late());
     return fk.sticky;
 }
 static CuResult f_mem_info(size_t *free_b, size_t *total) {

@@ -104,8 +104,11 @@ typedef struct CudaState {
     NcclComm ncomm;                  // NULL: one rank
     Comm *comm;
     bool aborted;                    // the communicator was aborted after a failure
-    void *staging;                   // pinned: what cuda_set copies from pageable memory
-    size_t staging_bytes;
+    // cuda_set's pinned staging: STAGE_SLOTS slots of STAGE_BYTES, each free again once the
+    // copy recorded on its event is done.
+    char *staging;
+    CuEvent staged[2];
+    int next_slot;
 } CudaState;
 
 static const char *const stream_tag[STREAM_COUNT] = {"compute", "d2h", "h2d", "host", "comm"};
@@ -335,32 +338,50 @@ static void drain(CudaState *s) {
     call_ok(s, s->api.cu.CtxSynchronize(), "cuCtxSynchronize");
 }
 
-// A write from the host (the batch, a checkpoint's values): to device memory through a
-// pinned staging buffer by a copy on the compute stream, which every other device stream then
-// waits for. (cuMemcpyHtoD from pageable memory may return once the bytes are staged, its
-// DMA landing later and unordered with the plan's non-blocking streams.) The staging buffer
-// is free again at the next write: each begins by draining the device.
+enum { STAGE_SLOTS = 2, STAGE_BYTES = 8 << 20 };
+
+// A write from the host (the batch, a checkpoint's values) to device memory: through pinned
+// staging slots by copies on the compute stream, ordered after the work every device stream
+// has been given and before whatever any of them is given next. (cuMemcpyHtoD from pageable
+// memory may return once the bytes are staged, its DMA landing later and unordered with the
+// plan's non-blocking streams.) Nothing waits for the device but a slot's previous copy, so
+// the batch's four writes a micro-step no longer drain it; src may be reused on return.
 static void cuda_set(Backend *be, MemKind kind, void *dst, const void *src, int64_t bytes) {
     CudaState *s = be->state;
-    drain(s);
-    if (kind == MEMK_PINNED) {
+    if (kind == MEMK_PINNED) {   // the host arena: host work on it so far done first
+        drain(s);
         memcpy(dst, src, (size_t)bytes);
         return;
     }
-    if ((size_t)bytes > s->staging_bytes) {
-        size_t n = (size_t)bytes > 1 << 20 ? (size_t)bytes : 1 << 20;
-        if (s->staging)
-            s->api.cu.MemFreeHost(s->staging);
-        s->staging = NULL, s->staging_bytes = 0;
-        if (!call_ok(s, s->api.cu.MemHostAlloc(&s->staging, n, CUX_MEMHOSTALLOC_PORTABLE),
-                     "cuMemHostAlloc (the staging buffer of host writes)"))
+    if (!s->staging) {
+        void *p = NULL;
+        if (!call_ok(s, s->api.cu.MemHostAlloc(&p, (size_t)STAGE_SLOTS * STAGE_BYTES, CUX_MEMHOSTALLOC_PORTABLE),
+                     "cuMemHostAlloc (the staging of host writes)"))
             return;
-        s->staging_bytes = n;
+        s->staging = p;
+        for (int k = 0; k < STAGE_SLOTS; k++)
+            if (!call_ok(s, s->api.cu.EventCreate(&s->staged[k], CUX_EVENT_DISABLE_TIMING), "cuEventCreate"))
+                return;
     }
-    memcpy(s->staging, src, (size_t)bytes);
     CuStream st = s->stream[STREAM_COMPUTE];
-    if (!call_ok(s, s->api.cu.MemcpyAsync(dptr(dst), dptr(s->staging), (size_t)bytes, st), "cuMemcpyAsync") ||
-        !call_ok(s, s->api.cu.EventRecord(s->tail[STREAM_COMPUTE], st), "cuEventRecord"))
+    for (int t = 0; t < STREAM_COUNT; t++)
+        if (t != STREAM_HOST && t != STREAM_COMPUTE) {
+            call_ok(s, s->api.cu.EventRecord(s->tail[t], s->stream[t]), "cuEventRecord");
+            call_ok(s, s->api.cu.StreamWaitEvent(st, s->tail[t], 0), "cuStreamWaitEvent");
+        }
+    for (int64_t at = 0; at < bytes; at += STAGE_BYTES) {
+        size_t n = (size_t)(bytes - at < STAGE_BYTES ? bytes - at : STAGE_BYTES);
+        int k = s->next_slot;
+        s->next_slot = (k + 1) % STAGE_SLOTS;
+        char *slot = s->staging + (size_t)k * STAGE_BYTES;
+        if (!call_ok(s, s->api.cu.EventSynchronize(s->staged[k]), "cuEventSynchronize"))
+            return;
+        memcpy(slot, (const char *)src + at, n);
+        if (!call_ok(s, s->api.cu.MemcpyAsync(dptr((char *)dst + at), dptr(slot), n, st), "cuMemcpyAsync") ||
+            !call_ok(s, s->api.cu.EventRecord(s->staged[k], st), "cuEventRecord"))
+            return;
+    }
+    if (!call_ok(s, s->api.cu.EventRecord(s->tail[STREAM_COMPUTE], st), "cuEventRecord"))
         return;
     for (int t = 0; t < STREAM_COUNT; t++)
         if (t != STREAM_HOST && t != STREAM_COMPUTE)
@@ -1112,6 +1133,9 @@ static void cuda_destroy(Backend *be) {
         if (s->timing[k])
             s->api.cu.EventDestroy(s->timing[k]);
     free(s->timing);
+    for (int k = 0; k < STAGE_SLOTS; k++)
+        if (s->staged[k])
+            s->api.cu.EventDestroy(s->staged[k]);
     if (s->staging)
         s->api.cu.MemFreeHost(s->staging);
     if (s->module)
