@@ -53,6 +53,15 @@ static void put(int t, unsigned char *p, float v) {
     memcpy(p, &h, 2);
 }
 
+float fake_nccl_ring_sum(int dtype, const float *v, int R, int j) {
+    unsigned char cell[4];
+    for (int h = 1; h <= R; h++) {
+        float x = v[(j + h) % R];
+        put(dtype, cell, h == 1 ? x : get(dtype, cell) + x);
+    }
+    return get(dtype, cell);
+}
+
 // A collective when its stream reaches it: 0 done, 1 not yet (a hang). Every rank's input
 // gathered, then this rank's output from them.
 static int run(void *arg) {
@@ -80,12 +89,18 @@ static int run(void *arg) {
     if (o->kind == OP_ALL_GATHER) {
         memcpy(o->dst, all, bytes * (size_t)R);
     } else {
+        // As a ring does: chunk j of the elements (a rank's slice, or an all-reduce's j-th
+        // of R parts) starts at rank j + 1 and passes along the ring to rank j, each hop
+        // adding its own value to what arrived and storing the sum in the dtype (bf16 rounded
+        // at every hop, not once).
         size_t lo = o->kind == OP_REDUCE_SCATTER ? (size_t)c->rank * o->count : 0;
+        size_t part = (o->count + (size_t)R - 1) / (size_t)R;
         for (size_t e = 0; e < o->count; e++) {
-            float acc = get(o->dtype, all + (lo + e) * (size_t)es);
-            for (int q = 1; q < R; q++)
-                acc += get(o->dtype, all + (size_t)q * bytes + (lo + e) * (size_t)es);
-            put(o->dtype, o->dst + e * (size_t)es, acc);
+            int j = o->kind == OP_REDUCE_SCATTER ? c->rank : (int)(e / (part ? part : 1));
+            float v[64];
+            for (int q = 0; q < R && q < 64; q++)
+                v[q] = get(o->dtype, all + (size_t)q * bytes + (lo + e) * (size_t)es);
+            put(o->dtype, o->dst + e * (size_t)es, fake_nccl_ring_sum(o->dtype, v, R < 64 ? R : 64, j));
         }
     }
     free(all);

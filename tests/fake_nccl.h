@@ -2,7 +2,8 @@
 // (fake_cuda.h), for the cuda backend in a job of several ranks without GPUs: each
 // collective is a host operation on its stream that, when the stream reaches it, exchanges
 // the simulated device bytes through the job's communicator (comm.h, MPI) and sums each
-// element over the ranks in rank order in fp32, as the cpu backend's collectives do. A
+// element over the ranks as a ring does: in ring order from its chunk's first rank, the
+// partial sum stored in the collective's dtype at every hop (bf16 rounded R - 1 times). A
 // bucket's calls between group start and end are counted as one group.
 #ifndef FTC_TEST_FAKE_NCCL_H
 #define FTC_TEST_FAKE_NCCL_H
@@ -22,6 +23,9 @@ typedef struct FakeNcclStats {
     int aborted;            // communicators aborted
 } FakeNcclStats;
 
+// The sum a ring makes of one element's values v[0..R) (each already in `dtype`): from rank
+// j + 1 around to rank j, stored in the dtype at every hop.
+float fake_nccl_ring_sum(int dtype, const float *v, int R, int j);
 // Fills `api` with the simulation over the job's communicator c.
 void fake_nccl_open(NcclApi *api, Comm *c);
 // Device memory each communicator takes from the simulated GPU when it is made (0 unless set).

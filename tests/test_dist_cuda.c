@@ -140,6 +140,16 @@ static void trains_like_cpu(int zero, int64_t micro) {
     harness_free(&h);
 }
 
+// The simulated NCCL rounds bf16 at every hop of its ring, as NCCL does: 1 + 2^-8 + 2^-8 is
+// 1 over three ranks (each half-ulp addition a tie, to even), where one rounding at the end
+// gives 1 + 2^-7; in fp32 both are exact.
+static void nccl_rounds_per_hop(void) {
+    float v[3] = {1.0f, 0x1p-8f, 0x1p-8f};
+    CHECK_EQ(1.0, (double)fake_nccl_ring_sum(NCCLX_BFLOAT16, v, 3, 2));
+    CHECK_EQ(1.0 + 0x1p-7, (double)fake_nccl_ring_sum(NCCLX_FLOAT32, v, 3, 2));
+    CHECK_EQ(1.0, (double)fake_nccl_ring_sum(NCCLX_BFLOAT16, v, 2, 1));
+}
+
 // A fault on one rank: the backend must end the run with `want` in its error, in bounded time.
 static int fault(FakeNcclFault kind, int rank, const char *want) {
     Harness h;
@@ -205,6 +215,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[2], "memory"))
         rc = nccl_memory();
     else {
+        RUN_NAMED("nccl-rounds-per-hop", nccl_rounds_per_hop());
         RUN_NAMED("zero-2-accumulating", trains_like_cpu(2, 2));
         RUN_NAMED("zero-3", trains_like_cpu(3, 4));
         rc = CHECK_DONE();
