@@ -341,6 +341,13 @@ static CuResult f_retain(CuContext *c, CuDevice d) {
     return CUX_SUCCESS;
 }
 static CuResult f_release(CuDevice d) { (void)d; return CUX_SUCCESS; }
+static CuResult f_ctx_flags(CuDevice d, unsigned flags) {
+    (void)d;
+    if (flags & ~7u)
+        return 1;   // CUDA_ERROR_INVALID_VALUE: only the scheduling flags here
+    fk.st.ctx_flags = (int)flags;
+    return CUX_SUCCESS;
+}
 static CuResult f_set_current(CuContext c) { return c ? CUX_SUCCESS : 201; }
 static void land_late(void);
 static CuResult f_ctx_sync(void) {
@@ -744,7 +751,7 @@ int fake_cuda_open(CudaApi *api, const FakeOptions *o, char *err, size_t errlen)
                f_copy_async, f_memset8, f_memset16, f_memset32, f_stream_create, f_stream_destroy,
                f_stream_sync, f_wait_event, f_event_create, f_event_destroy, f_event_record,
                f_event_sync, f_module_load, f_module_unload, f_get_function, f_launch,
-               f_error_string, f_event_query, f_func_set_attr, f_event_elapsed},
+               f_error_string, f_event_query, f_func_set_attr, f_event_elapsed, f_ctx_flags},
         .lt = {l_create, l_destroy, l_version, l_desc_create, l_desc_destroy, l_desc_set,
                l_layout_create, l_layout_destroy, l_layout_set, l_pref_create, l_pref_destroy,
                l_pref_set, l_heuristic, l_matmul, l_algo_attr},

@@ -170,6 +170,7 @@ static void test_device_resident(void) {
         // host syncs drained it when each write did)
         CHECKF(last_stats.ctx_syncs * 3 < last_stats.host_syncs, "%d of %d host syncs drain the device",
                last_stats.ctx_syncs, last_stats.host_syncs);
+        CHECK_EQ(0, last_stats.ctx_flags);   // no host work: the driver's own scheduling
     }
     harness_free(&h);
 }
@@ -214,6 +215,8 @@ static void test_offloaded(void) {
     if (ok) {
         FakeOptions o = options(&h);
         trains_like_cpu(&h, &o, 4, "tiny, swapped and offloaded", true);
+        // AdamW on the host: the host's threads wait for the GPU asleep, not spinning
+        CHECK_EQ(CUX_CTX_SCHED_BLOCKING_SYNC, last_stats.ctx_flags);
     }
     harness_free(&h);
 }

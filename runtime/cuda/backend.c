@@ -1316,6 +1316,19 @@ static double cuda_link_rate(Backend *be, const Exec *x) {
     return best;
 }
 
+// How this process's host threads wait for the GPU: asleep (blocking sync) when the plan
+// runs work on the host (AdamW over offloaded state), whose threads want every core a
+// spinning wait would take; the driver's default (spinning while cores are spare) otherwise.
+// A context already active in the process keeps its flags.
+static CuResult set_scheduling(CudaState *s, const Plan *p) {
+    bool host_work = false;
+    for (int ph = 0; ph < PHASE_COUNT && !host_work; ph++)
+        for (int i = 0; i < p->nins[ph] && !host_work; i++)
+            host_work = p->ins[ph][i].stream == STREAM_HOST;
+    CuResult r = s->api.cu.DevicePrimaryCtxSetFlags(s->dev, host_work ? CUX_CTX_SCHED_BLOCKING_SYNC : 0);
+    return r == 708 ? CUX_SUCCESS : r;   // CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE
+}
+
 int rt_cuda_ordinal(int local_rank, int count, char *err, size_t errlen) {
     if (count == 1)
         return 0;   // a launcher bound this rank to its GPU (CUDA_VISIBLE_DEVICES, --gpu-bind)
@@ -1364,6 +1377,7 @@ Backend *rt_cuda_backend(const char *plan_dir, const Plan *p, const CudaApi *api
         (r = s->api.cu.DeviceGetName(s->name, sizeof s->name, s->dev)) != CUX_SUCCESS ||
         (r = s->api.cu.DeviceGetAttribute(&major, CUX_ATTR_CC_MAJOR, s->dev)) != CUX_SUCCESS ||
         (r = s->api.cu.DeviceGetAttribute(&minor, CUX_ATTR_CC_MINOR, s->dev)) != CUX_SUCCESS ||
+        (r = set_scheduling(s, p)) != CUX_SUCCESS ||
         (r = s->api.cu.DevicePrimaryCtxRetain(&s->ctx, s->dev)) != CUX_SUCCESS ||
         (r = s->api.cu.CtxSetCurrent(s->ctx)) != CUX_SUCCESS) {
         fail_cu(s, r, "opening the GPU", err, errlen);

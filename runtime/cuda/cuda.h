@@ -36,6 +36,7 @@ enum {
     CUX_STREAM_NON_BLOCKING = 1,
     CUX_EVENT_DISABLE_TIMING = 2,
     CUX_MEMHOSTALLOC_PORTABLE = 1,
+    CUX_CTX_SCHED_BLOCKING_SYNC = 4,     // a host thread waiting for the GPU sleeps, not spins
     CUX_DRIVER_ABI = 12000,          // the ABI version every entry point is looked up at
 };
 
@@ -79,6 +80,7 @@ typedef struct CuDriver {
     CuResult (*EventQuery)(CuEvent e);
     CuResult (*FuncSetAttribute)(CuFunction f, int attribute, int value);
     CuResult (*EventElapsedTime)(float *ms, CuEvent start, CuEvent end);
+    CuResult (*DevicePrimaryCtxSetFlags)(CuDevice dev, unsigned flags);
 } CuDriver;
 
 // cuBLASLt: handles and descriptors are opaque pointers; an algorithm and a heuristic

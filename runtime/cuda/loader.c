@@ -24,7 +24,7 @@ static const Entry driver_entries[] = {
     DRV(StreamDestroy), DRV(StreamSynchronize), DRV(StreamWaitEvent), DRV(EventCreate),
     DRV(EventDestroy), DRV(EventRecord), DRV(EventSynchronize), DRV(ModuleLoadData),
     DRV(ModuleUnload), DRV(ModuleGetFunction), DRV(LaunchKernel), DRV(GetErrorString),
-    DRV(EventQuery), DRV(FuncSetAttribute), DRV(EventElapsedTime),
+    DRV(EventQuery), DRV(FuncSetAttribute), DRV(EventElapsedTime), DRV(DevicePrimaryCtxSetFlags),
 };
 #undef DRV
 
