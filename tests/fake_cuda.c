@@ -472,6 +472,19 @@ static CuResult f_stream_create(CuStream *s, unsigned flags) {
            else *s = (CuStream)(uintptr_t)(++fk.nstreams));
     return r;
 }
+// Priorities as on an A100 or H100: 0 (least) to -5 (greatest); the stream's recorded.
+static CuResult f_priority_range(int *least, int *greatest) {
+    *least = 0, *greatest = -5;
+    return CUX_SUCCESS;
+}
+static CuResult f_stream_create_priority(CuStream *s, unsigned flags, int priority) {
+    if (priority < -5 || priority > 0)
+        return 1;
+    CuResult r = f_stream_create(s, flags);
+    if (r == CUX_SUCCESS && priority < fk.st.top_priority)
+        fk.st.top_priority = priority, fk.st.top_priority_stream = (int)(uintptr_t)*s - 1;
+    return r;
+}
 static CuResult f_stream_destroy(CuStream s) { return valid_stream(s) ? CUX_SUCCESS : 400; }
 static CuResult f_stream_sync(CuStream s) {
     if (!valid_stream(s))
@@ -751,7 +764,8 @@ int fake_cuda_open(CudaApi *api, const FakeOptions *o, char *err, size_t errlen)
                f_copy_async, f_memset8, f_memset16, f_memset32, f_stream_create, f_stream_destroy,
                f_stream_sync, f_wait_event, f_event_create, f_event_destroy, f_event_record,
                f_event_sync, f_module_load, f_module_unload, f_get_function, f_launch,
-               f_error_string, f_event_query, f_func_set_attr, f_event_elapsed, f_ctx_flags},
+               f_error_string, f_event_query, f_func_set_attr, f_event_elapsed, f_ctx_flags,
+               f_priority_range, f_stream_create_priority},
         .lt = {l_create, l_destroy, l_version, l_desc_create, l_desc_destroy, l_desc_set,
                l_layout_create, l_layout_destroy, l_layout_set, l_pref_create, l_pref_destroy,
                l_pref_set, l_heuristic, l_matmul, l_algo_attr},

@@ -171,6 +171,8 @@ static void test_device_resident(void) {
         CHECKF(last_stats.ctx_syncs * 3 < last_stats.host_syncs, "%d of %d host syncs drain the device",
                last_stats.ctx_syncs, last_stats.host_syncs);
         CHECK_EQ(0, last_stats.ctx_flags);   // no host work: the driver's own scheduling
+        CHECK_EQ(-5, last_stats.top_priority);   // the comm stream, first in line
+        CHECK_EQ(STREAM_COMM - (STREAM_HOST < STREAM_COMM), last_stats.top_priority_stream);   // (no host stream made)
     }
     harness_free(&h);
 }

@@ -1400,7 +1400,13 @@ Backend *rt_cuda_backend(const char *plan_dir, const Plan *p, const CudaApi *api
     for (int k = 0; k < STREAM_COUNT; k++) {
         if (k == STREAM_HOST)
             continue;
-        if ((r = s->api.cu.StreamCreate(&s->stream[k], CUX_STREAM_NON_BLOCKING)) != CUX_SUCCESS) {
+        // The collectives' stream first in line: a step waits on its reductions, which share
+        // the SMs with the backward's kernels they overlap.
+        int least = 0, greatest = 0;
+        if (k == STREAM_COMM && s->api.cu.CtxGetStreamPriorityRange(&least, &greatest) != CUX_SUCCESS)
+            greatest = 0;
+        if ((r = s->api.cu.StreamCreateWithPriority(&s->stream[k], CUX_STREAM_NON_BLOCKING,
+                                                    k == STREAM_COMM ? greatest : 0)) != CUX_SUCCESS) {
             fail_cu(s, r, stream_tag[k], err, errlen);
             goto fail;
         }

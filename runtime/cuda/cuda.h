@@ -81,6 +81,8 @@ typedef struct CuDriver {
     CuResult (*FuncSetAttribute)(CuFunction f, int attribute, int value);
     CuResult (*EventElapsedTime)(float *ms, CuEvent start, CuEvent end);
     CuResult (*DevicePrimaryCtxSetFlags)(CuDevice dev, unsigned flags);
+    CuResult (*CtxGetStreamPriorityRange)(int *least, int *greatest);
+    CuResult (*StreamCreateWithPriority)(CuStream *s, unsigned flags, int priority);
 } CuDriver;
 
 // cuBLASLt: handles and descriptors are opaque pointers; an algorithm and a heuristic

@@ -25,6 +25,7 @@ static const Entry driver_entries[] = {
     DRV(EventDestroy), DRV(EventRecord), DRV(EventSynchronize), DRV(ModuleLoadData),
     DRV(ModuleUnload), DRV(ModuleGetFunction), DRV(LaunchKernel), DRV(GetErrorString),
     DRV(EventQuery), DRV(FuncSetAttribute), DRV(EventElapsedTime), DRV(DevicePrimaryCtxSetFlags),
+    DRV(CtxGetStreamPriorityRange), DRV(StreamCreateWithPriority),
 };
 #undef DRV
 
