@@ -73,43 +73,52 @@ static int cmp_blocks(const void *pa, const void *pb, void *ctx) {
     return a->root < b->root ? -1 : a->root > b->root;
 }
 
-// The best-fitting offset above `base` for a block of `size` among the blocks `ids`
-// (sorted by offset) it must not overlap: the smallest gap that holds it, else the top.
-static int64_t best_fit(const Block *blocks, const int *ids, int n, int64_t base, int64_t size,
-                        const Block *b) {
+// The blocks placed so far, sorted by offset, as parallel arrays (a scan reads them in
+// order, touching nothing else): offset, end, and the nodes of their first and last use.
+typedef struct Placed {
+    int64_t *at, *end;
+    int *first, *last;
+    int n;
+} Placed;
+
+// The best-fitting offset above `base` for block b among the placed blocks live with it: the
+// smallest gap that holds it, else the top.
+static int64_t best_fit(const Placed *p, int64_t base, const Block *b) {
     int64_t prev_end = base, best = -1, best_gap = 0;
-    for (int k = 0; k < n; k++) {
-        const Block *p = &blocks[ids[k]];
-        if (b && (p->last < b->first || p->first > b->last))
+    for (int k = 0; k < p->n; k++) {
+        if (p->last[k] < b->first || p->first[k] > b->last)
             continue;   // not live at the same time
-        int64_t gap = p->offset - prev_end;
-        if (gap >= size && (best < 0 || gap < best_gap))
+        int64_t gap = p->at[k] - prev_end;
+        if (gap >= b->size && (best < 0 || gap < best_gap))
             best = prev_end, best_gap = gap;
-        if (p->offset + p->size > prev_end)
-            prev_end = p->offset + p->size;
+        if (p->end[k] > prev_end)
+            prev_end = p->end[k];
     }
     return best >= 0 ? best : prev_end;
 }
 
 // Places blocks[] (already ordered) best-fit above `base`; returns the arena top.
 static int64_t place(Block *blocks, int n, int64_t base) {
-    // placed: indices into blocks, sorted by offset
-    int *placed = malloc(sizeof(int) * (size_t)(n + 1)), np = 0;
+    Placed p = {malloc(sizeof(int64_t) * (size_t)(n + 1)), malloc(sizeof(int64_t) * (size_t)(n + 1)),
+                malloc(sizeof(int) * (size_t)(n + 1)), malloc(sizeof(int) * (size_t)(n + 1)), 0};
     int64_t top = base;
     for (int i = 0; i < n; i++) {
         Block *b = &blocks[i];
-        b->offset = best_fit(blocks, placed, np, base, b->size, b);
+        b->offset = best_fit(&p, base, b);
         if (b->offset + b->size > top)
             top = b->offset + b->size;
-        int k = np;   // insert, keeping placed sorted by offset
-        while (k > 0 && blocks[placed[k - 1]].offset > b->offset) {
-            placed[k] = placed[k - 1];
+        int k = p.n;   // after every block at or below its offset, keeping the order
+        while (k > 0 && p.at[k - 1] > b->offset)
             k--;
-        }
-        placed[k] = i;
-        np++;
+        size_t tail = (size_t)(p.n - k);
+        memmove(p.at + k + 1, p.at + k, sizeof(int64_t) * tail);
+        memmove(p.end + k + 1, p.end + k, sizeof(int64_t) * tail);
+        memmove(p.first + k + 1, p.first + k, sizeof(int) * tail);
+        memmove(p.last + k + 1, p.last + k, sizeof(int) * tail);
+        p.at[k] = b->offset, p.end[k] = b->offset + b->size, p.first[k] = b->first, p.last[k] = b->last;
+        p.n++;
     }
-    free(placed);
+    free(p.at), free(p.end), free(p.first), free(p.last);
     return top;
 }
 
