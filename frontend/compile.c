@@ -148,13 +148,14 @@ static void report_compile(FILE *out, const char *path, const FtModel *m, const 
 // row for the section's precision with the other AdamW: adamw8bit's 8-bit moments, or
 // adamw's 32-bit ones.
 static void report_modes(FILE *out, FtSource *src, const FtModel *m) {
-    typedef struct { const char *name; Precision p; bool master; } Mode;
+    typedef struct { const char *name; Precision p; bool master; int kahan; } Mode;
     static const Mode modes[] = {
-        {"fp32", PREC_FP32, false},
-        {"bf16 mixed (fp32 master)", PREC_BF16, true},
-        {"fp16 mixed (fp32 master, loss scale)", PREC_FP16, true},
-        {"bf16 without a master", PREC_BF16, false},
-        {"bf16_pure (Kahan-compensated)", PREC_BF16_PURE, false},
+        {"fp32", PREC_FP32, false, -1},
+        {"bf16 mixed (fp32 master)", PREC_BF16, true, -1},
+        {"fp16 mixed (fp32 master, loss scale)", PREC_FP16, true, -1},
+        {"bf16 without a master", PREC_BF16, false, -1},
+        {"bf16_pure (Kahan-compensated)", PREC_BF16_PURE, false, 1},
+        {"bf16_pure, kahan = false", PREC_BF16_PURE, false, 0},
     };
     const char *opt = m->train.optimizer;
     bool adam = !strcmp(opt, "adamw") || !strcmp(opt, "adamw8bit");
@@ -170,13 +171,15 @@ static void report_modes(FILE *out, FtSource *src, const FtModel *m) {
             snprintf(name, sizeof name, "%s", md->name);
         } else {   // the section's own precision, the other AdamW
             for (int k = 0; k < nmodes; k++)
-                if (modes[k].p == m->train.precision && modes[k].master == m->train.master_weights)
+                if (modes[k].p == m->train.precision && modes[k].master == m->train.master_weights &&
+                    (modes[k].kahan < 0 || (modes[k].kahan != 0) == (m->train.kahan != 0)))
                     md = &modes[k];
             t->optimizer = other;
             snprintf(name, sizeof name, "%s, %s", md->name, other);
         }
         t->precision = md->p;
         t->master_weights = md->master;
+        t->kahan = md->kahan;
         t->optim_dtype = md->p == PREC_BF16_PURE ? DT_BF16 : DT_F32;
         DriverSource ds = {src, &mm};
         Arena *a = arena_new();
@@ -191,7 +194,8 @@ static void report_modes(FILE *out, FtSource *src, const FtModel *m) {
             double n = (double)count_params(g).total;
             int64_t st = mb.bytes[MEM_WEIGHTS] + mb.bytes[MEM_GRADS] + mb.bytes[MEM_OPTIMIZER] +
                          mb.bytes[MEM_MASTER];
-            bool ours = i < nmodes && m->train.precision == md->p && m->train.master_weights == md->master;
+            bool ours = i < nmodes && m->train.precision == md->p && m->train.master_weights == md->master &&
+                        (md->kahan < 0 || (md->kahan != 0) == (m->train.kahan != 0));
             fprintf(out, "  %-38s %6.2f = %.2f + %.2f + %.2f + %.2f  %9.2f GB%s\n", name,
                     (double)st / n, (double)mb.bytes[MEM_WEIGHTS] / n, (double)mb.bytes[MEM_GRADS] / n,
                     (double)mb.bytes[MEM_OPTIMIZER] / n, (double)mb.bytes[MEM_MASTER] / n,
@@ -386,11 +390,18 @@ static void suggestions(FILE *f, const PlanCtx *pc, const FtModel *m, const Plan
         fputs("  with the weights streamed from the host (--offload weights): ", f);
         put_whatif(f, &w.stream, budget);
     }
-    WhatIfAdam8 q8;
-    whatif_adamw8bit(pin, &q8);
-    if (q8.tried) {
-        fprintf(f, "  with optimizer = adamw8bit(...) (its moments 8-bit: the optimizer state %s -> %s): ",
-                SIZE(q8.optimizer_bytes[0]), SIZE(q8.optimizer_bytes[1]));
+    for (int change = WHATIF_ADAMW8BIT; change <= WHATIF_NO_KAHAN; change++) {
+        WhatIfOptim q8;
+        whatif_optimizer(pin, (WhatIfOptimChange)change, &q8);
+        if (!q8.tried)
+            continue;
+        if (change == WHATIF_ADAMW8BIT)
+            fprintf(f, "  with optimizer = adamw8bit(...) (its moments 8-bit: the optimizer state %s -> %s): ",
+                    SIZE(q8.optimizer_bytes[0]), SIZE(q8.optimizer_bytes[1]));
+        else
+            fprintf(f, "  without Kahan summation (adamw(..., kahan = false): bf16 updates that round away "
+                       "what falls below half a weight's ulp; the optimizer state %s -> %s): ",
+                    SIZE(q8.optimizer_bytes[0]), SIZE(q8.optimizer_bytes[1]));
         if (q8.fits) {
             char d[160];
             planner_choice_str(d, sizeof d, &q8.plan.c, pin->nlayers);

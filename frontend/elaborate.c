@@ -912,6 +912,12 @@ static void read_optimizer(Elab *e, Scope *s, const Ast *x, TrainSpec *t) {
             t->decay_all = v.kind == V_BOOL && v.i;
             continue;
         }
+        if (strcmp(a->name, "kahan") == 0 && adam) {
+            Value v = want(e, s, a->lhs, V_BOOL, V_BOOL, "kahan");
+            if (v.kind == V_BOOL)
+                t->kahan = v.i ? 1 : 0, t->kahan_loc = a->loc;
+            continue;
+        }
         if (strcmp(a->name, "min_8bit_size") == 0) {
             if (strcmp(x->name, "adamw8bit") != 0) {
                 fe_error(e->src, a->loc, "min_8bit_size is adamw8bit's (the smallest tensor whose "
@@ -933,8 +939,8 @@ static void read_optimizer(Elab *e, Scope *s, const Ast *x, TrainSpec *t) {
         if (!dst) {
             fe_error(e->src, a->loc, "unknown %s argument '%s' (%s)", x->name, a->name,
                      !adam ? "lr" : strcmp(x->name, "adamw8bit") == 0
-                                     ? "lr, betas, eps, weight_decay, decay_all, min_8bit_size"
-                                     : "lr, betas, eps, weight_decay, decay_all");
+                                     ? "lr, betas, eps, weight_decay, decay_all, kahan, min_8bit_size"
+                                     : "lr, betas, eps, weight_decay, decay_all, kahan");
             continue;
         }
         Value v = want(e, s, a->lhs, V_FLOAT, V_INT, a->name);
@@ -1100,7 +1106,7 @@ static void read_train(Elab *e, Scope *s, const Ast *train, TrainSpec *t) {
                      .optimizer = "adamw", .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999,
                      .min_8bit_size = IR_ADAM8_MIN_ELEMS,
                      .eps = 1e-8, .weight_decay = 0.01, .scale_init = 65536.0, .scale_growth = 2.0,
-                     .scale_backoff = 0.5, .scale_interval = 2000};
+                     .scale_backoff = 0.5, .scale_interval = 2000, .kahan = -1};
     bool have_seq = false, have_batch = false, have_loss = false;
     SrcLoc schedule_loc = train->loc, min_lr_loc = train->loc, warmup_loc = train->loc;
     SrcLoc scaler_loc = train->loc;
@@ -1200,6 +1206,12 @@ static void read_train(Elab *e, Scope *s, const Ast *train, TrainSpec *t) {
                  "fp32's range)");
     // fp16 weights updated by AdamW in place: an update below half an fp16 ulp (2^-11 of
     // the weight) is lost, and the loss scale has nowhere to be undone exactly.
+    // Kahan compensates bf16 weights that AdamW updates in place; a master copy needs none.
+    if (t->kahan == 1 && !(t->precision == PREC_BF16_PURE && !t->master_weights && adam_like(t->optimizer)))
+        fe_error(e->src, t->kahan_loc,
+                 "kahan compensates bf16 weights that AdamW updates in place (precision = bf16_pure, "
+                 "no master weights); %s", t->master_weights ? "here the fp32 master copy takes every "
+                 "update whole" : "this precision has no such weights");
     if (t->precision == PREC_FP16 && !t->master_weights && adam_like(t->optimizer))
         fe_error(e->src, t->master_loc,
                  "fp16 AdamW needs the fp32 master copy: updated in fp16 itself, a weight loses every "
@@ -1279,7 +1291,8 @@ out:
 static IrStep step_of(const TrainSpec *t) {
     IrStep st = {.optim_dt = t->optim_dtype, .master = t->master_weights, .clip = t->clip,
                  .weight_decay = t->weight_decay, .decay_all = t->decay_all,
-                 .kahan = t->precision == PREC_BF16_PURE && !t->master_weights && adam_like(t->optimizer),
+                 .kahan = t->precision == PREC_BF16_PURE && !t->master_weights && adam_like(t->optimizer) &&
+                          t->kahan != 0,
                  .adam8 = strcmp(t->optimizer, "adamw8bit") == 0, .adam8_min_elems = t->min_8bit_size};
     switch (t->precision) {
     case PREC_BF16:

@@ -140,6 +140,9 @@ typedef struct TrainSpec {
     double lr, beta1, beta2, eps, weight_decay;
     int64_t min_8bit_size;      // adamw8bit: tensors of fewer elements keep 32-bit moments
     bool decay_all;             // weight decay on norm weights and biases too (default: not)
+    int kahan;                  // AdamW in bf16_pure: each update Kahan-compensated through a
+                                // bf16 buffer (1, the default there), or not (0); -1 not given
+    SrcLoc kahan_loc;
     LrSchedule lr_schedule;
     int64_t warmup_steps;       // optimizer steps of the linear warm-up
     int64_t steps;              // the run's optimizer steps, 0 when not given

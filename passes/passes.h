@@ -507,6 +507,7 @@ typedef struct PipelineSpec {
     bool adamw8bit;             // AdamW's moments 8-bit (adamw8bit, bitsandbytes' default
                                 // min_8bit_size) whatever the train section's AdamW says
                                 // (the what-if analysis)
+    bool no_kahan;              // bf16_pure's AdamW without its Kahan buffer (the what-if)
 } PipelineSpec;
 
 // The frontend's part: the forward graph and loss for micro-batch `micro` and sequence
@@ -610,16 +611,18 @@ typedef struct WhatIf {
 int whatif_search(const PlanCtx *x, int64_t budget_bytes, int64_t host_budget_bytes, int64_t weights_bytes,
                   int offload, WhatIf *w);
 
-// With optimizer = adamw8bit in place of a plain AdamW (full fine-tuning, so no LoRA):
-// the planner's whole search again, over in's choices and budgets.
-typedef struct WhatIfAdam8 {
-    bool tried;                 // the step trains with plain AdamW, without LoRA
-    int64_t optimizer_bytes[2]; // the naive step's optimizer state: AdamW's, AdamW8bit's
+// A change of the optimizer's state: optimizer = adamw8bit in place of a plain AdamW (full
+// fine-tuning, so no LoRA), or bf16_pure's AdamW with kahan = false; the planner's whole
+// search again, over in's choices and budgets.
+typedef enum WhatIfOptimChange { WHATIF_ADAMW8BIT, WHATIF_NO_KAHAN } WhatIfOptimChange;
+typedef struct WhatIfOptim {
+    bool tried;                 // the change applies to this step
+    int64_t optimizer_bytes[2]; // the naive step's optimizer state: before, after
     bool fits;                  // a plan fits the device and host budgets
     Candidate plan;             // the fastest that fits, else the smallest tried
     bool planned;               // plan holds a candidate
     int64_t host_need;          // nothing tried: the least host memory a level needs
-} WhatIfAdam8;
-int whatif_adamw8bit(const PlannerInput *in, WhatIfAdam8 *w);
+} WhatIfOptim;
+int whatif_optimizer(const PlannerInput *in, WhatIfOptimChange change, WhatIfOptim *w);
 
 #endif

@@ -193,6 +193,8 @@ static IrGraph *build_prefix(const Pipeline *p, const PlanChoice *c, Arena *a, B
     g->gemm_workspace_bytes = p->spec.gemm_workspace_bytes;
     if (p->spec.adamw8bit && g->step.optim_states == 2 && !g->step.adam8)
         g->step.adam8 = true, g->step.adam8_min_elems = IR_ADAM8_MIN_ELEMS;
+    if (p->spec.no_kahan)
+        g->step.kahan = false;
     timed(p, 0, t0);
     PassDiag quiet = {ignore, NULL, 0};
     PassCtx x = {.g = g, .p = p, .c = c, .bs = bs, .d = p->diag ? p->diag : &quiet};

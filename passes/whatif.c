@@ -142,20 +142,23 @@ static IrGraph *states_graph(const Pipeline *p, Arena *a, MemBreakdown *mb) {
     return g;
 }
 
-int whatif_adamw8bit(const PlannerInput *in, WhatIfAdam8 *w) {
+int whatif_optimizer(const PlannerInput *in, WhatIfOptimChange change, WhatIfOptim *w) {
     memset(w, 0, sizeof *w);
     const PlanCtx *x = in->ctx;
     Pipeline p = *x->pipeline;
-    if (p.spec.lora)
+    if (p.spec.lora && change == WHATIF_ADAMW8BIT)
         return 0;
     Arena *a = arena_new();
     MemBreakdown plain, q8;
     IrGraph *g = states_graph(&p, a, &plain);
-    bool adam = g && g->step.optim_states == 2 && !g->step.adam8;
+    bool applies = g && (change == WHATIF_ADAMW8BIT ? g->step.optim_states == 2 && !g->step.adam8 : g->step.kahan);
     if (g)
         ir_graph_free(g);
-    p.spec.adamw8bit = true;
-    g = adam ? states_graph(&p, a, &q8) : NULL;
+    if (change == WHATIF_ADAMW8BIT)
+        p.spec.adamw8bit = true;
+    else
+        p.spec.no_kahan = true;
+    g = applies ? states_graph(&p, a, &q8) : NULL;
     bool built = g != NULL;
     if (g)
         ir_graph_free(g);

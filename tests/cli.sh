@@ -153,6 +153,32 @@ if [ $rc = 1 ] && [ ! -e "$tmp/n.plan" ] &&
 else
     bad nothing-fits-host-too-small-for-a-change "exit $rc: $(tail -8 "$tmp/o")"
 fi
+# bf16_pure's Kahan buffer is a choice: on by default (the report's table marks it), what
+# the what-if offers to drop when nothing fits; kahan = false plans without it (4 bytes a
+# parameter of optimizer state, not 6); kahan = true where a master copy takes the updates
+# is refused at its place.
+sed 's/  precision = bf16$/  precision = bf16_pure/' models/qwen2-0.5b.ft > "$tmp/pure.ft"
+"$ftc" compile "$tmp/pure.ft" --budget 5G --offload none -o "$tmp/pure.plan" > "$tmp/o" 2>&1; rc=$?
+sed 's/weight_decay = 0.0)/weight_decay = 0.0, kahan = false)/' "$tmp/pure.ft" > "$tmp/nok.ft"
+"$ftc" compile "$tmp/nok.ft" --budget 5G --offload none -o "$tmp/nok.plan" > "$tmp/o2" 2>&1; rc2=$?
+if [ $rc = 1 ] && grep -q '^  bf16_pure (Kahan-compensated) .* 6.00 .*<- this train section$' "$tmp/o" &&
+   grep -q "^  without Kahan summation (adamw(..., kahan = false): .*the optimizer state 2.76 GiB -> 1.84 GiB): the planner's choice is .* (fits)$" "$tmp/o" &&
+   [ $rc2 = 0 ] && grep -q '^  bf16_pure, kahan = false .* 4.00 .*<- this train section$' "$tmp/o2" &&
+   ! grep -q '^buffer [0-9]* kahan\.' "$tmp/nok.plan/plan" &&
+   "$ftc" compile "$tmp/pure.ft" --budget 8G --offload none -o "$tmp/pk.plan" >/dev/null 2>&1 &&
+   grep -q '^buffer [0-9]* kahan\.embed optimizer ' "$tmp/pk.plan/plan"; then
+    ok kahan-a-choice
+else
+    bad kahan-a-choice "exit $rc, $rc2: $(grep -i 'kahan\|^plan\|nothing' "$tmp/o" "$tmp/o2" | head -8)"
+fi
+sed 's/weight_decay = 0.0)/weight_decay = 0.0, kahan = true)/' models/qwen2-0.5b.ft > "$tmp/k.ft"
+"$ftc" compile "$tmp/k.ft" -o "$tmp/k.plan" > "$tmp/o" 2>&1; rc=$?
+if [ $rc = 1 ] && [ ! -e "$tmp/k.plan" ] &&
+   grep -q "k.ft:[0-9]*:[0-9]*: error: kahan compensates bf16 weights that AdamW updates in place (precision = bf16_pure, no master weights); here the fp32 master copy takes every update whole" "$tmp/o"; then
+    ok kahan-refused-with-a-master
+else
+    bad kahan-refused-with-a-master "exit $rc: $(head -3 "$tmp/o")"
+fi
 # Streaming the weights from the host, Qwen2-7B's full fine-tuning fits 12G of an RTX 4090.
 out=$("$ftc" compile models/qwen2.ft --budget 12G --gpu rtx4090 --host-mem 256G -o "$tmp/s.plan" 2>&1)
 if grep -q '^plan: micro-batch [0-9]*, .*offload optimizer+master+grads+weights' <<<"$out" &&
