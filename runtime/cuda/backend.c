@@ -981,6 +981,7 @@ static int load_module(CudaState *s, char *err, size_t errlen) {
             return 0;
         }
     } else {
+        rt_nvrtc_result_free(&r);   // (a failed compile keeps NVRTC's log)
         size_t used = strlen(tried);
         snprintf(tried + used, sizeof tried - used, "%sNVRTC for %s: %.300s", used ? "; " : "", s->arch, why);
     }
