@@ -6,7 +6,10 @@
 #include "../runtime/data.h"
 #include "../runtime/dataset.h"
 
+#include <errno.h>
 #include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -525,5 +528,12 @@ int main(int argc, char **argv) {
         rc = EXIT_USAGE;
     }
     cmdline_free(&cl);
+    // What a command wrote to standard output must have arrived: a full disk or a closed
+    // pipe under `ftc import cfg.json > model.ft` is an error here, not a syntax error later.
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "ftc: error: cannot write standard output: %s\n",
+                errno ? strerror(errno) : "write error");
+        return rc == 0 ? EXIT_FAILURE : rc;
+    }
     return rc;
 }

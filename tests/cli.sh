@@ -379,5 +379,21 @@ else
     bad qwen2-72b-compiles "exit $rc: $(tail -4 "$tmp/o")"
 fi
 
+# Standard output that cannot be written (a full disk: /dev/full) fails the command, saying
+# so, whichever command wrote it.
+if [ -w /dev/full ]; then
+    "$ftc" compile models/tiny.ft -o "$tmp/full.plan" >/dev/null 2>&1
+    for args in "import tests/fixtures/qwen2-7b.config.json" "inspect $tmp/full.plan --json" "help" \
+                "compile models/tiny.ft -o $tmp/full2.plan" "data --bytes tests/data/corpus.txt -o $tmp/full.bin"; do
+        # shellcheck disable=SC2086
+        "$ftc" $args > /dev/full 2> "$tmp/o"; rc=$?
+        if [ $rc != 0 ] && grep -q '^ftc: error: cannot write standard output: No space left on device$' "$tmp/o"; then
+            ok "stdout-full-fails (${args%% *})"
+        else
+            bad "stdout-full-fails (${args%% *})" "exit $rc: $(head -2 "$tmp/o")"
+        fi
+    done
+fi
+
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]
