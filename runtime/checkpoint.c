@@ -274,15 +274,21 @@ static json_t *state_meta(const char *path, char *err, size_t errlen) {
     return meta;
 }
 
-// A metadata value as an unsigned integer (base 10 or 16).
-static int meta_u64(json_t *meta, const char *path, const char *key, int base, uint64_t *v, char *err,
-                    size_t errlen) {
+// A metadata value as an unsigned integer written in digits of base 10 or 16 alone (no sign,
+// no space: strtoull would take "-1" as 2^64 - 1), from lo to hi.
+static int meta_u64(json_t *meta, const char *path, const char *key, int base, uint64_t lo, uint64_t hi,
+                    uint64_t *v, char *err, size_t errlen) {
     const char *s = json_string_value(json_object_get(meta, key));
+    if (!s)
+        return rt_fail(err, errlen, "%s: no \"%s\" in its metadata: not a training state", path, key);
+    size_t n = strspn(s, base == 16 ? "0123456789abcdefABCDEF" : "0123456789");
     char *end;
     errno = 0;
-    *v = s ? strtoull(s, &end, base) : 0;
-    if (!s || errno || end == s || *end)
-        return rt_fail(err, errlen, "%s: no \"%s\" in its metadata: not a training state", path, key);
+    *v = n > 0 && !s[n] ? strtoull(s, &end, base) : 0;
+    if (n == 0 || s[n] || errno || *v < lo || *v > hi)
+        return rt_fail(err, errlen, "%s: \"%s\" is \"%.40s\" in its metadata, not a %s from %" PRIu64
+                       " to %" PRIu64 ": not a state ftc wrote", path, key, s,
+                       base == 16 ? "hexadecimal number" : "whole number", lo, hi);
     return 0;
 }
 
@@ -311,11 +317,14 @@ int rt_checkpoint_load(Exec *x, const char *ckpt, int64_t *step, uint64_t *seed,
     uint64_t s, sd, fp, skipped = 0, tracker = 0;
     double scale = x->loss_scale;
     json_t *meta = state_meta(path, err, errlen);
-    int bad = !meta || meta_u64(meta, path, "step", 10, &s, err, errlen) != 0 ||
-              meta_u64(meta, path, "seed", 10, &sd, err, errlen) != 0 ||
-              meta_u64(meta, path, "plan", 16, &fp, err, errlen) != 0 ||
+    // (a state is saved after a step: step 1 at least; at most 2^53, where the schedule's
+    // arithmetic in double is still exact)
+    const uint64_t most = (uint64_t)1 << 53;
+    int bad = !meta || meta_u64(meta, path, "step", 10, 1, most, &s, err, errlen) != 0 ||
+              meta_u64(meta, path, "seed", 10, 0, UINT64_MAX, &sd, err, errlen) != 0 ||
+              meta_u64(meta, path, "plan", 16, 0, UINT64_MAX, &fp, err, errlen) != 0 ||
               (json_object_get(meta, "skipped") &&   // absent: a state from before skipping
-               meta_u64(meta, path, "skipped", 10, &skipped, err, errlen) != 0);
+               meta_u64(meta, path, "skipped", 10, 0, most, &skipped, err, errlen) != 0);
     if (!bad && skipped > s)
         bad = rt_fail(err, errlen, "%s: %" PRIu64 " steps skipped of %" PRIu64, path, skipped, s);
     // fp16's loss scale and its growth tracker (absent: a state from before loss scaling)
@@ -324,7 +333,7 @@ int rt_checkpoint_load(Exec *x, const char *ckpt, int64_t *step, uint64_t *seed,
         char *end;
         scale = strtod(ls, &end);
         if (end == ls || *end || !(scale > 0 && scale < 1e38) ||
-            meta_u64(meta, path, "scale_tracker", 10, &tracker, err, errlen) != 0)
+            meta_u64(meta, path, "scale_tracker", 10, 0, most, &tracker, err, errlen) != 0)
             bad = rt_fail(err, errlen, "%s: a bad loss scale in its metadata", path);
     }
     json_decref(meta);

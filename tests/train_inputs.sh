@@ -380,5 +380,23 @@ fi
 "$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --log-every 0 >/dev/null 2>"$tmp/e"
 [ $? = 2 ] && grep -q -- '--log-every must be at least 1' "$tmp/e" && ok log-every-positive || bad log-every-positive "$(cat "$tmp/e")"
 
+# A checkpoint's metadata read as strictly as weights: a step, seed or plan fingerprint
+# that is not what ftc writes (a sign, a number past the range, step 0) is refused by name
+# before anything runs (tests/st_meta.py rewrites one field of the header).
+if command -v python3 >/dev/null; then
+    "$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 2 --save "$tmp/meta" --save-every 1 >/dev/null 2>&1
+    for kv in "step:-1" "step:9223372036854775808" "step:0" "seed:-1" "seed:+5" "plan:xyz"; do
+        rm -rf "$tmp/mm" && cp -r "$tmp/meta/checkpoint-000001" "$tmp/mm"
+        python3 tests/st_meta.py "$tmp/mm/state.safetensors" "${kv%%:*}" "${kv#*:}"
+        "$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 3 --resume "$tmp/mm" > "$tmp/o" 2>&1; rc=$?
+        if [ $rc = 1 ] && ! grep -q '^step' "$tmp/o" &&
+           grep -q "state.safetensors: \"${kv%%:*}\" is \"${kv#*:}\" in its metadata, not a" "$tmp/o"; then
+            ok "checkpoint-metadata-refused (${kv})"
+        else
+            bad "checkpoint-metadata-refused (${kv})" "exit $rc: $(head -3 "$tmp/o")"
+        fi
+    done
+fi
+
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]
