@@ -586,6 +586,12 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
                       (long long)steps);
             goto out;
         }
+        // A finished run continued: past its schedule's end the learning rate stays where
+        // the schedule left it.
+        if (lead && p->schedule != SCHED_CONSTANT && p->steps > 0 && done >= p->steps)
+            fprintf(out, "ftc run: note: the %s schedule ended at step %lld (the train section's steps); "
+                    "steps %lld to %lld run at lr %g\n", p->schedule == SCHED_LINEAR ? "linear" : "cosine",
+                    (long long)p->steps, (long long)done + 1, (long long)steps, rt_lr_at(p, done + 1));
     }
     // A run killed between a checkpoint and its pruning left one too many; the steps
     // left may save none (the last step never does), so prune before the first (rank 0,

@@ -398,5 +398,13 @@ if command -v python3 >/dev/null; then
     done
 fi
 
+# A run continued past its schedule's end says at what learning rate the steps run.
+sed 's/^train {/train {\n  lr_schedule = linear\n  steps = 4/' models/tiny.ft > "$tmp/sched.ft"
+"$ftc" compile "$tmp/sched.ft" -o "$tmp/sched.plan" >/dev/null
+"$ftc" run "$tmp/sched.plan" --data "$tmp/c.bin" --steps 6 --save "$tmp/sched" --save-every 5 >/dev/null 2>&1
+"$ftc" run "$tmp/sched.plan" --data "$tmp/c.bin" --steps 7 --resume "$tmp/sched" > "$tmp/o" 2>&1
+grep -q '^ftc run: note: the linear schedule ended at step 4 (the train section.s steps); steps 6 to 7 run at lr 0$' "$tmp/o" &&
+    ok schedule-ended-said || bad schedule-ended-said "$(head -3 "$tmp/o")"
+
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]
