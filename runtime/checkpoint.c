@@ -32,6 +32,24 @@ static bool carried(const PlanBuffer *b) {
            (b->kind == PK_PARAM || b->kind == PK_STATE || b->kind == PK_QUANT);
 }
 
+// "BF16 [64, 256]"
+static void shape_text(char *buf, size_t len, const char *dtype, const int64_t *shape, int ndim) {
+    size_t n = (size_t)snprintf(buf, len, "%s [", dtype);
+    for (int d = 0; d < ndim && n < len; d++)
+        n += (size_t)snprintf(buf + n, len - n, "%s%lld", d ? ", " : "", (long long)shape[d]);
+    if (n < len)
+        snprintf(buf + n, len - n, "]");
+}
+
+// How a buffer is saved in a state file: its dtype and its shape (*whole), or NF4 as its
+// bytes (u8, one dimension). The loader takes nothing else.
+static StDType saved_as(const PlanBuffer *b, bool *whole) {
+    StDType t = b->dtype == PDT_F32 ? ST_F32 : b->dtype == PDT_BF16 ? ST_BF16
+              : b->dtype == PDT_F16 ? ST_F16 : b->dtype == PDT_I32 ? ST_I32 : ST_U8;
+    *whole = t != ST_U8 || b->dtype == PDT_U8;
+    return t;
+}
+
 // What the state must fit: the carried buffers' names, dtypes and sizes.
 static uint64_t fingerprint(const Plan *p) {
     uint64_t h = RT_FNV_BASIS;
@@ -167,9 +185,8 @@ static int write_state(Exec *x, const char *tmp, int64_t step, uint64_t seed, ch
             break;
         }
         rt_read_raw(x, i, data[n]);
-        StDType t = b->dtype == PDT_F32 ? ST_F32 : b->dtype == PDT_BF16 ? ST_BF16
-                  : b->dtype == PDT_F16 ? ST_F16 : b->dtype == PDT_I32 ? ST_I32 : ST_U8;
-        bool whole = t != ST_U8 || b->dtype == PDT_U8;   // NF4: its bytes, as u8
+        bool whole;
+        StDType t = saved_as(b, &whole);
         w[n] = (StWrite){.name = b->name, .dtype = t, .ndim = whole ? b->ndim : 1,
                          .shape = whole ? b->shape : &len[n], .data = data[n]};
         n++;
@@ -352,8 +369,22 @@ int rt_checkpoint_load(Exec *x, const char *ckpt, int64_t *step, uint64_t *seed,
         const StTensor *t = st_find(set, b->name);
         size_t bytes = (size_t)plan_dtype_bytes(b->dtype, plan_elems(b));
         void *v = malloc(bytes + 1);
+        bool whole;
+        StDType want = saved_as(b, &whole);
+        int64_t flat = (int64_t)bytes;
+        const int64_t *shape = whole ? b->shape : &flat;
+        int ndim = whole ? b->ndim : 1;
+        bool same = t && t->dtype == want && t->ndim == ndim;
+        for (int d = 0; same && d < ndim; d++)
+            same = t->shape[d] == shape[d];
         if (!t) {
             rc = rt_fail(err, errlen, "%s: no '%s'", path, b->name);
+        } else if (!same) {
+            char got[160], exp[160];
+            shape_text(got, sizeof got, st_dtype_name(t->dtype), t->shape, t->ndim);
+            shape_text(exp, sizeof exp, st_dtype_name(want), shape, ndim);
+            rc = rt_fail(err, errlen, "%s: '%s' is %s, this plan's buffer %s: not a state of this plan",
+                         path, b->name, got, exp);
         } else if (!v || st_read_raw(set, t, v, bytes, err, errlen) != 0) {
             rc = -1;
         } else {

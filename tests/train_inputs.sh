@@ -380,9 +380,10 @@ fi
 "$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --log-every 0 >/dev/null 2>"$tmp/e"
 [ $? = 2 ] && grep -q -- '--log-every must be at least 1' "$tmp/e" && ok log-every-positive || bad log-every-positive "$(cat "$tmp/e")"
 
-# A checkpoint's metadata read as strictly as weights: a step, seed or plan fingerprint
-# that is not what ftc writes (a sign, a number past the range, step 0) is refused by name
-# before anything runs (tests/st_meta.py rewrites one field of the header).
+# A checkpoint read as strictly as weights: a step, seed or plan fingerprint that is not
+# what ftc writes (a sign, a number past the range, step 0), or a tensor declared with
+# another shape or dtype than its buffer's, is refused by name before anything runs
+# (tests/st_meta.py rewrites one field of the header).
 if command -v python3 >/dev/null; then
     "$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 2 --save "$tmp/meta" --save-every 1 >/dev/null 2>&1
     for kv in "step:-1" "step:9223372036854775808" "step:0" "seed:-1" "seed:+5" "plan:xyz"; do
@@ -396,6 +397,32 @@ if command -v python3 >/dev/null; then
             bad "checkpoint-metadata-refused (${kv})" "exit $rc: $(head -3 "$tmp/o")"
         fi
     done
+    for kv in "shape:64,256:BF16 \[64, 256\]" "shape:256,64,1:BF16 \[256, 64, 1\]" "dtype:F16:F16 \[256, 64\]"; do
+        IFS=: read -r key value said <<<"$kv"
+        rm -rf "$tmp/mm" && cp -r "$tmp/meta/checkpoint-000001" "$tmp/mm"
+        python3 tests/st_meta.py "$tmp/mm/state.safetensors" --tensor embed "$key" "$value"
+        "$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 3 --resume "$tmp/mm" > "$tmp/o" 2>&1; rc=$?
+        if [ $rc = 1 ] && ! grep -q '^step' "$tmp/o" &&
+           grep -q "state.safetensors: 'embed' is $said, this plan's buffer BF16 \[256, 64\]: not a state of this plan" "$tmp/o"; then
+            ok "checkpoint-tensor-refused ($key $value)"
+        else
+            bad "checkpoint-tensor-refused ($key $value)" "exit $rc: $(head -3 "$tmp/o")"
+        fi
+    done
+fi
+
+# A QLoRA state carries the NF4 base as its bytes (u8, one dimension): it loads back,
+# and a run resumed from it ends where the uninterrupted one does, bit for bit.
+sed "s/^  optimizer = .*/&\n  lora(r = 4, alpha = 8, targets = [wq, wv])\n  quantize(nf4, double_quant = true)/" models/tiny.ft > "$tmp/qlora.ft"
+"$ftc" compile "$tmp/qlora.ft" -o "$tmp/qlora.plan" >/dev/null
+"$ftc" run "$tmp/qlora.plan" --data "$tmp/c.bin" --steps 4 --save-every 2 --keep 2 --save "$tmp/q-ref" >/dev/null 2>&1
+rm -rf "$tmp/q-res"; mkdir -p "$tmp/q-res"; cp -r "$tmp/q-ref/checkpoint-000002" "$tmp/q-res/"
+"$ftc" run "$tmp/qlora.plan" --data "$tmp/c.bin" --steps 4 --save-every 2 --save "$tmp/q-res" --resume "$tmp/q-res" > "$tmp/o" 2>&1
+if head -c 65536 "$tmp/q-ref/checkpoint-000002/state.safetensors" | grep -aq '"dtype":"U8","shape":\[[0-9]*\]' &&
+   cmp -s "$tmp/q-ref/adapter_model.safetensors" "$tmp/q-res/adapter_model.safetensors"; then
+    ok qlora-state-resumes-bitwise
+else
+    bad qlora-state-resumes-bitwise "$(head -3 "$tmp/o")"
 fi
 
 # A run continued past its schedule's end says at what learning rate the steps run.
