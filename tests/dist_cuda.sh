@@ -38,11 +38,11 @@ for mode in hang error; do
     fi
 done
 # NCCL's communicator taking more than the device had left: said before the arena, by name
-mpirun --oversubscribe -np 2 "$bin" "$src" memory > "$out" 2>&1
-if [ "$(grep -c "error: .*NCCL's communicator took [0-9.]* MiB of it.*re-plan with --reserve larger by" "$out")" = 2 ]; then
+mpirun --oversubscribe -np 2 "$bin" "$src" memory > "$out" 2>&1; rc=$?
+if [ $rc = 0 ] && [ "$(grep -c "error: .*NCCL's communicator took [0-9.]* MiB of it.*re-plan with --reserve larger by" "$out")" = 2 ]; then
     ok nccl-memory-checked-before-the-arena
 else
-    bad nccl-memory-checked-before-the-arena "$(grep -v '^--\|^$' "$out" | head -6)"
+    bad nccl-memory-checked-before-the-arena "exit $rc: $(grep -v '^--\|^$' "$out" | head -6)"
 fi
 echo "$pass passed, $fail failed"
 [ $fail = 0 ]

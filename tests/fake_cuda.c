@@ -281,7 +281,19 @@ static FOp *issue(int kind, CuStream s, const char *what) {
 
 static bool valid_stream(CuStream s) {
     int id = (int)(uintptr_t)s - 1;
-    return id >= 0 && id < fk.nstreams;
+    bool ok = id >= 0 && id < fk.nstreams;
+    if (!ok)
+        __atomic_add_fetch(&fk.st.bad_handles, 1, __ATOMIC_RELAXED);
+    return ok;
+}
+// An event not made by cuEventCreate (NULL, say) is CUDA_ERROR_INVALID_HANDLE, as a driver
+// answers it.
+static bool valid_event(CuEvent e) {
+    int id = (int)(uintptr_t)e - 1;
+    bool ok = id >= 0 && id < fk.nevents;
+    if (!ok)
+        __atomic_add_fetch(&fk.st.bad_handles, 1, __ATOMIC_RELAXED);
+    return ok;
 }
 
 //
@@ -501,7 +513,7 @@ static CuResult f_event_create(CuEvent *e, unsigned flags) {
 }
 static CuResult f_event_destroy(CuEvent e) { (void)e; return CUX_SUCCESS; }
 static CuResult f_event_record(CuEvent e, CuStream s) {
-    if (!valid_stream(s))
+    if (!valid_stream(s) || !valid_event(e))
         return 400;
     LOCKED(int id = (int)(uintptr_t)e - 1; FOp *x = issue(F_RECORD, s, "cuEventRecord");
            fk.event[id].stream = x->stream; fk.event[id].pos = fk.stream[x->stream].n - 1);
@@ -509,7 +521,7 @@ static CuResult f_event_record(CuEvent e, CuStream s) {
 }
 static CuResult f_wait_event(CuStream s, CuEvent e, unsigned flags) {
     (void)flags;
-    if (!valid_stream(s))
+    if (!valid_stream(s) || !valid_event(e))
         return 400;
     LOCKED(int id = (int)(uintptr_t)e - 1; FOp *x = issue(F_WAIT, s, "cuStreamWaitEvent");
            fk.st.waits++;
@@ -517,6 +529,8 @@ static CuResult f_wait_event(CuStream s, CuEvent e, unsigned flags) {
     return CUX_SUCCESS;
 }
 static CuResult f_event_sync(CuEvent e) {
+    if (!valid_event(e))
+        return 400;
     LOCKED(fk.st.host_syncs++; int id = (int)(uintptr_t)e - 1;
            if (fk.event[id].stream >= 0) run_to(fk.event[id].stream, fk.event[id].pos));
     return fk.sticky;
@@ -539,6 +553,8 @@ static CuResult f_event_elapsed(float *ms, CuEvent a, CuEvent b) {
 // Work runs when the host asks for it: a query runs what the event follows, unless a
 // host operation there has not finished (a collective of the simulated NCCL still waiting).
 static CuResult f_event_query(CuEvent e) {
+    if (!valid_event(e))
+        return 400;
     bool done = true;
     LOCKED(fk.st.host_syncs++; int id = (int)(uintptr_t)e - 1;
            if (fk.event[id].stream >= 0) done = run_to(fk.event[id].stream, fk.event[id].pos));
@@ -786,6 +802,12 @@ void fake_cuda_reset_log(void) {
 }
 
 void fake_cuda_close(void) {
+    // A stream or event handed to the driver that it never made is a bug of the backend's
+    // whichever test it ran under (a real driver's answer, 400, may go unnoticed there).
+    if (fk.st.bad_handles) {
+        fprintf(stderr, "fake cuda: %d driver calls with a stream or event never made\n", fk.st.bad_handles);
+        abort();
+    }
     land_late();
     for (int s = 0; s < fk.nstreams; s++) {
         for (int i = 0; i < fk.stream[s].n; i++) {

@@ -44,6 +44,7 @@ typedef struct FakeStats {
     int ctx_syncs;            // of the host syncs, those that drained the whole device
     int ctx_flags;            // the primary context's flags (cuDevicePrimaryCtxSetFlags)
     int top_priority, top_priority_stream;   // the most urgent stream made, and which
+    int bad_handles;          // streams and events passed that the driver never made
     int races;                // operations that ran unordered with an earlier one
     char first_race[512];
     char *launch_log;         // kernel names in issue order, one per line (malloc'd)

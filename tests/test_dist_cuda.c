@@ -184,7 +184,7 @@ static int nccl_memory(void) {
     fprintf(stderr, "rank %d: %s%s\n", comm->rank, ok ? "trained" : "error: ", ok ? "" : err);
     if (be)
         be->destroy(be);
-    fake_cuda_close();
+    fake_cuda_close();   // (which checks the teardown after the refusal named no stream or event never made)
     harness_free(&h);
     return ok ? 1 : 0;
 }

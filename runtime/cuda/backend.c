@@ -288,7 +288,9 @@ static double now_s(void) {
 // hangs). Then the communicator is aborted, which ends its kernels, so that nothing of ours
 // blocks; the failure is what the next sync reports.
 static void wait_device(CudaState *s) {
-    if (!s->ncomm || s->aborted)
+    // (Before the streams' tail events exist, as when the arena is refused after NCCL's
+    // communicator is made, nothing has been issued that a collective could hold up.)
+    if (!s->ncomm || s->aborted || !s->tail[STREAM_COMPUTE])
         return;
     for (int t = 0; t < STREAM_COUNT; t++)
         if (t != STREAM_HOST)
