@@ -48,9 +48,9 @@ done
 # each pair bit for bit alike, both against one rank accumulating 2R. Stages 2 and 3 round
 # the bf16 gradient twice a micro-step (the reduced slice, then the shard it is added to)
 # where one rank rounds once a contribution: their losses agree within 5e-3 (4 ranks:
-# 2.2e-3 at worst over these 20 steps), the weights within 3e-2 (stage 0: 2e-2; 4 ranks,
-# eight micro-steps of one sequence each: 0.0236 at worst, AdamW turning the rounding of
-# the smallest gradients into whole steps). In fp32 (below) the same paths agree within
+# 2.2e-3 at worst over these 20 steps), the weights within 3e-2 (2 ranks: 0.0163 at stage
+# 0, 0.0242 at stage 2; 4 ranks, eight micro-steps of one sequence each: 0.0236 at worst,
+# AdamW turning the rounding of the smallest gradients into whole steps). In fp32 (below) the same paths agree within
 # 2e-5.
 for z in 0 1 2 3; do
     plan a$z --ranks "$R" --zero $z --micro-batch $((4 / R)) --remat keep --offload none
@@ -67,7 +67,7 @@ plan aref --micro-batch $((4 / R)) --remat keep --offload none
 "$ftc" run "$tmp/aref.plan" --data "$tmp/c.bin" --steps 20 --seed 7 --poison --save "$tmp/saref" > "$tmp/aref.out"
 for z in 0 2; do
     if close_losses "$tmp/a$z.out" "$tmp/aref.out" 20 $([ $z = 2 ] && echo 5e-3) &&
-       "$st_diff" "$tmp/sa$z/model.safetensors" "$tmp/saref/model.safetensors" $([ $z = 2 ] && echo 3e-2 || echo 2e-2) 1024 > "$tmp/d"; then
+       "$st_diff" "$tmp/sa$z/model.safetensors" "$tmp/saref/model.safetensors" 3e-2 1024 > "$tmp/d"; then
         ok "accum-zero-$z-trains-as-one-rank ($(sed 's/.*worst //' "$tmp/d"))"
     else
         bad "accum-zero-$z-trains-as-one-rank" "$(cat "$tmp/d")"
@@ -101,9 +101,10 @@ done
 
 # In fp32 no bf16 rounding stands between the ranks' sums and one rank's accumulation: two
 # micro-steps a rank at ZeRO-1 and ZeRO-3 against one rank accumulating 2R, every printed
-# loss equal and every weight matrix within 2e-5 after 20 steps (measured on 2 ranks:
-# 2.4e-6; the GEMM adds a micro-step's product into the gradient in its own order where
-# the ranks' sums add whole products).
+# loss within a unit of its last digit (2e-6: the sums' order can round one across, as
+# OpenBLAS's AVX-512 kernels did at step 6) and every weight matrix within 2e-5 after 20
+# steps (measured on 2 ranks: 2.4e-6; the GEMM adds a micro-step's product into the
+# gradient in its own order where the ranks' sums add whole products).
 sed 's|^  precision = bf16|  precision = fp32|' models/tiny.ft > "$tmp/fp32.ft"
 for z in 1 3 ref; do
     args=(--micro-batch $((4 / R)) --remat keep --offload none)
@@ -116,11 +117,11 @@ for z in 1 3 ref; do
     fi || bad "run-fp32-$z" "$(tail -3 "$tmp/f$z.out")"
 done
 for z in 1 3; do
-    if same_losses "$tmp/f$z.out" "$tmp/fref.out" &&
+    if close_losses "$tmp/f$z.out" "$tmp/fref.out" 20 2e-6 &&
        "$st_diff" "$tmp/sf$z/model.safetensors" "$tmp/sfref/model.safetensors" 2e-5 1024 > "$tmp/d"; then
         ok "fp32-zero-$z-trains-as-one-rank ($(sed 's/.*worst //' "$tmp/d"))"
     else
-        bad "fp32-zero-$z-trains-as-one-rank" "$(cat "$tmp/d"; diff <(losses < "$tmp/f$z.out") <(losses < "$tmp/fref.out") | head -3)"
+        bad "fp32-zero-$z-trains-as-one-rank" "$("$st_diff" "$tmp/sf$z/model.safetensors" "$tmp/sfref/model.safetensors" 2e-5 1024; diff <(losses < "$tmp/f$z.out") <(losses < "$tmp/fref.out") | head -3)"
     fi
 done
 

@@ -84,13 +84,15 @@ fi
 "$ftc" run "$tmp/keep2.plan" --data "$tmp/c.bin" --steps 20 --seed 7 --poison --save "$tmp/keep2" >/dev/null
 cmp -s "$tmp/tight/model.safetensors" "$tmp/keep2/model.safetensors" && ok tensors-recompute-bitwise ||
     bad tensors-recompute-bitwise "weights differ"
-# Micro-batch 2 x 4 accumulation steps against micro-batch 8 x 1, same tolerance.
+# Micro-batch 2 x 4 accumulation steps against micro-batch 8 x 1, in bf16: the weights
+# within 3e-2 after 20 steps, as the tight plan's (0.0204 measured where OpenBLAS runs its
+# AVX-512 kernels, 0.008 to 0.018 elsewhere).
 "$ftc" compile models/tiny.ft --micro-batch 2 --remat keep --offload none -o "$tmp/mb2.plan" >/dev/null
 "$ftc" run "$tmp/mb2.plan" --data "$tmp/c.bin" --steps 20 --seed 7 --poison --save "$tmp/mb2" > "$tmp/m.out"
-if close_losses "$tmp/m.out" "$tmp/p.out" && "$st_diff" "$tmp/mb2/model.safetensors" "$tmp/planned/model.safetensors" 2e-2 1024 >/dev/null; then
-    ok "micro-2x4-equals-micro-8x1"
+if close_losses "$tmp/m.out" "$tmp/p.out" && "$st_diff" "$tmp/mb2/model.safetensors" "$tmp/planned/model.safetensors" 3e-2 1024 >/dev/null; then
+    ok "micro-2x4-equals-micro-8x1 ($("$st_diff" "$tmp/mb2/model.safetensors" "$tmp/planned/model.safetensors" 3e-2 1024 | sed 's/.*worst //'))"
 else
-    bad micro-2x4-equals-micro-8x1 "$("$st_diff" "$tmp/mb2/model.safetensors" "$tmp/planned/model.safetensors" 2e-2 1024) $(paste <(losses < "$tmp/m.out") <(losses < "$tmp/p.out") | head -3)"
+    bad micro-2x4-equals-micro-8x1 "$("$st_diff" "$tmp/mb2/model.safetensors" "$tmp/planned/model.safetensors" 3e-2 1024) $(paste <(losses < "$tmp/m.out") <(losses < "$tmp/p.out") | head -3)"
 fi
 # The fused linear + cross entropy (logits in chunks of 64 of the 512 rows, dW added chunk
 # by chunk) trains as the loss the .ft writes: the logits' and the loss's arithmetic is the
@@ -121,7 +123,8 @@ fi
 # in fp32 the same bits (over the 128 rows of a micro-batch BLAS adds C to the product in
 # one rounding, as the acc did); in bf16 the temporary rounded the product to bf16 before
 # the add, the gradient now rounds once, so the runs part by that rounding: every loss
-# within 1e-3, every weight matrix within 2e-2 (measured: 4e-4 and 1.5e-2 on tiny.ft,
+# within 1e-3, every weight matrix within 3e-2 (measured: 4e-4 and 1.5e-2 on tiny.ft,
+# 1.75e-2 where OpenBLAS runs its AVX-512 kernels,
 # 1.8e-4 and 2.9e-3 on the GPT-2 shape; 8.5e-5 and 4.0e-3, every adapter, with LoRA on it;
 # vectors for shape only, as above: where a gradient is near zero an element steps by its
 # rounding). The in-place plan also runs planned as unplanned, bitwise.
@@ -156,10 +159,10 @@ for m in tiny:models/tiny.ft gpt2:"$tmp/g2.ft" gpt2-lora:"$tmp/g2lora.ft"; do
     n=${m%%:*}-bf16 f=model.safetensors min=1024
     [ "${m%%:*}" = gpt2-lora ] && f=adapter_model.safetensors min=1
     if inplace_vs_temporaries "$n" "${m#*:}" && close_losses "$tmp/$n.in.out" "$tmp/$n.tmp.out" &&
-       "$st_diff" "$tmp/$n.in/$f" "$tmp/$n.tmp/$f" 2e-2 $min >/dev/null; then
-        ok "grads-in-place-$n ($("$st_diff" "$tmp/$n.in/$f" "$tmp/$n.tmp/$f" 2e-2 $min | sed 's/.*worst //'))"
+       "$st_diff" "$tmp/$n.in/$f" "$tmp/$n.tmp/$f" 3e-2 $min >/dev/null; then
+        ok "grads-in-place-$n ($("$st_diff" "$tmp/$n.in/$f" "$tmp/$n.tmp/$f" 3e-2 $min | sed 's/.*worst //'))"
     else
-        bad "grads-in-place-$n" "$("$st_diff" "$tmp/$n.in/$f" "$tmp/$n.tmp/$f" 2e-2 $min) $(paste <(losses < "$tmp/$n.in.out") <(losses < "$tmp/$n.tmp.out") | head -3)"
+        bad "grads-in-place-$n" "$("$st_diff" "$tmp/$n.in/$f" "$tmp/$n.tmp/$f" 3e-2 $min) $(paste <(losses < "$tmp/$n.in.out") <(losses < "$tmp/$n.tmp.out") | head -3)"
     fi
 done
 "$ftc" run "$tmp/gpt2-bf16.in.plan" --data "$tmp/c.bin" --steps 20 --seed 7 --poison --unplanned --save "$tmp/g2u" > "$tmp/g2u.out"
