@@ -39,6 +39,7 @@ static void usage_run(FILE *f) {
     fputs("usage: ftc run DIR --data FILE [--weights PATH] [--steps N] [--save DIR]\n"
           "                   [--save-every N] [--keep K] [--resume DIR] [--seed N] [--poison]\n"
           "                   [--unplanned] [--merge] [--skip-nonfinite] [--device cuda|cpu|emu]\n"
+          "                   [--sync-check] [--gemm-first]\n"
           "                   [--comm-timeout SECONDS]\n"
           "                   [--eval-data FILE [--eval-every N] [--eval-batches K]]\n"
           "                   [--report DIR] [--log-every N] [--profile FILE]\n"
@@ -57,6 +58,10 @@ static void usage_run(FILE *f) {
           "  --poison          fill each buffer with NaN when its lifetime ends\n"
           "  --sync-check      on a GPU, wait for each instruction and check it: a fault names\n"
           "                    the instruction, its kernel and its .ft line (slow: for finding one)\n"
+          "  --gemm-first      on a GPU, take cuBLASLt's first choice of algorithm for every\n"
+          "                    product; by default its first 8 candidates are timed before step\n"
+          "                    one and the fastest kept, cached per GPU (~/.cache/ftc/gemm) so\n"
+          "                    that a rerun takes the same ones and computes the same bits\n"
           "  --unplanned       every buffer its own allocation instead of the planned arena\n"
           "  --merge           with LoRA: also save the merged weights (model.safetensors);\n"
           "                    --save alone writes the adapters in PEFT's layout\n"
@@ -189,6 +194,8 @@ static int cmd_run(Cmdline *cl, int argc, char **argv, int first) {
             o.poison = true;
         else if (strcmp(s, "--sync-check") == 0)
             o.sync_check = true;
+        else if (strcmp(s, "--gemm-first") == 0)
+            o.gemm_first = true;
         else if (strcmp(s, "--unplanned") == 0)
             o.layout = LAYOUT_UNPLANNED;
         else if (strcmp(s, "--merge") == 0)

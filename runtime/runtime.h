@@ -104,6 +104,11 @@ bool rt_cuda_describe(Backend *b, char *buf, size_t len);
 // A line for each distinct product the cuda backend runs: its shape and dtypes, cuBLASLt's
 // algorithm (id, tile, split-k, stages), the alignment it was chosen for and its workspace.
 void rt_cuda_gemm_report(Backend *b, FILE *out);
+// Before step one, with x's arenas placed and nothing loaded into them: each distinct
+// product's first cuBLASLt candidates timed on the GPU and the fastest kept, or the choice
+// cached for this GPU by an earlier run (gemm_cache.h); note gets a line saying what was
+// done ("" when nothing). Nothing for other backends.
+void rt_cuda_tune_gemms(Backend *b, const Exec *x, char *note, size_t len);
 // Every instruction waited for and checked as it is issued, a fault named by it (its
 // kernel, its .ft line); nothing for other backends.
 void rt_cuda_sync_check(Backend *b, bool on);
@@ -362,6 +367,7 @@ typedef struct RunOptions {
     uint64_t seed;
     bool poison;
     bool sync_check;        // the cuda backend waits for and checks each instruction
+    bool gemm_first;        // cuBLASLt's first heuristic choice for every product, untimed
     ExecLayout layout;
     bool merge;             // with LoRA: also save the merged weights
     bool skip_nonfinite;    // a step with a non-finite loss is skipped and counted, not fatal

@@ -555,6 +555,9 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
         error("out of memory for --profile");
         goto out;
     }
+    char tuned[1400] = "";
+    if (!o->gemm_first)
+        rt_cuda_tune_gemms(be, &x, tuned, sizeof tuned);   // (the arenas hold nothing yet)
     HostRates rates = rt_host_measure(&x);   // before any buffer holds data: the link is timed through them
     rt_exec_set_comm(&x, comm);
     // Resuming: the state of a checkpoint, its step and seed (the data order, dropout and
@@ -644,6 +647,8 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
                 fmt_bytes(b, sizeof b, p->budget_bytes), p->gpu ? p->gpu : "no preset",
                 fmt_bytes(r, sizeof r, p->reserve_bytes));
     }
+    if (tuned[0] && lead)
+        fprintf(out, "%s\n", tuned);
     if (ed)
         fprintf(out, "eval: %s, %lld batches of %lld x %lld tokens (%llu windows in the file)%s, "
                         "%s\n", o->eval_data, (long long)eval_batches, (long long)p->micro_batch,

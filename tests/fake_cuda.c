@@ -62,6 +62,7 @@ typedef struct FOp {
     long wait_pos;
     int (*host)(void *arg);         // F_HOST: runs with args; 0 done, 1 not yet
     bool checked;                   // its race check is done (an F_HOST op may run again)
+    int us;                         // its time on the simulated clock (cuEventElapsedTime)
 } FOp;
 
 typedef struct FStream {
@@ -275,6 +276,7 @@ static FOp *issue(int kind, CuStream s, const char *what) {
     x->stream = id;
     x->what = what;
     x->wait_stream = -1;
+    x->us = 1;
     st->op[st->n++] = x;
     return x;
 }
@@ -515,7 +517,7 @@ static CuResult f_event_destroy(CuEvent e) { (void)e; return CUX_SUCCESS; }
 static CuResult f_event_record(CuEvent e, CuStream s) {
     if (!valid_stream(s) || !valid_event(e))
         return 400;
-    LOCKED(int id = (int)(uintptr_t)e - 1; FOp *x = issue(F_RECORD, s, "cuEventRecord");
+    LOCKED(int id = (int)(uintptr_t)e - 1; FOp *x = issue(F_RECORD, s, "cuEventRecord"); x->us = 0;
            fk.event[id].stream = x->stream; fk.event[id].pos = fk.stream[x->stream].n - 1);
     return CUX_SUCCESS;
 }
@@ -536,8 +538,9 @@ static CuResult f_event_sync(CuEvent e) {
     return fk.sticky;
 }
 // The time between two recorded events: as the simulated GPU has no clock, a microsecond for
-// every operation of the stream between them (both on one stream, the end not before the
-// start); their work run first, as cuEventElapsedTime needs it done.
+// every operation of the stream between them but records, a GEMM its algorithm's time; both
+// on one stream, the end not before the start; their work run first, as cuEventElapsedTime
+// needs it done.
 static CuResult f_event_elapsed(float *ms, CuEvent a, CuEvent b) {
     CuResult r = CUX_SUCCESS;
     LOCKED(int i = (int)(uintptr_t)a - 1, j = (int)(uintptr_t)b - 1;
@@ -546,7 +549,10 @@ static CuResult f_event_elapsed(float *ms, CuEvent a, CuEvent b) {
            else {
                run_to(fk.event[j].stream, fk.event[j].pos);
                const FEvent *x = &fk.event[i], *y = &fk.event[j];
-               *ms = x->stream == y->stream && y->pos >= x->pos ? (float)(y->pos - x->pos) * 1e-3f : 0.0f;
+               long us = 0;
+               for (long k = x->pos + 1; x->stream == y->stream && k <= y->pos; k++)
+                   us += fk.stream[x->stream].op[k]->us;
+               *ms = (float)us * 1e-3f;
            });
     return r;
 }
@@ -703,6 +709,11 @@ static bool supported(const FDesc *d, const FLayout *a, const FLayout *b, const 
     return am == c->rows && bn == c->cols && ak == bk && a->batch == c->batch && b->batch == c->batch;
 }
 
+// The simulated GPU's time for a product by candidate: the heuristic's first is not the
+// fastest, so that timing them shows.
+enum { GEMM_ALGOS = 4 };
+static const int gemm_us[GEMM_ALGOS] = {3, 1, 2, 4};
+
 static LtStatus l_heuristic(LtHandle h, LtDesc d, LtLayout a, LtLayout b, LtLayout c, LtLayout dl,
                             LtPref p, int n, LtHeuristic *res, int *got) {
     (void)h;
@@ -711,11 +722,16 @@ static LtStatus l_heuristic(LtHandle h, LtDesc d, LtLayout a, LtLayout b, LtLayo
         return 7;
     if (!supported((FDesc *)d, (FLayout *)a, (FLayout *)b, (FLayout *)c))
         return 15;   // CUBLAS_STATUS_NOT_SUPPORTED
-    memset(res, 0, sizeof *res);
-    res->algo.data[0] = 0xfa4e;
-    for (int k = 0; k < 4; k++)   // the alignment the algorithm is chosen for, A, B, C, D
-        res->algo.data[1 + k] = ((FPref *)p)->align[k] ? ((FPref *)p)->align[k] : 256;
-    *got = 1;
+    // Candidates as cuBLASLt ranks them, the first not the fastest (gemm_us).
+    int m = n < GEMM_ALGOS ? n : GEMM_ALGOS;
+    memset(res, 0, (size_t)m * sizeof *res);
+    for (int i = 0; i < m; i++) {
+        res[i].algo.data[0] = 0xfa4e;
+        for (int k = 0; k < 4; k++)   // the alignment the algorithm is chosen for, A, B, C, D
+            res[i].algo.data[1 + k] = ((FPref *)p)->align[k] ? ((FPref *)p)->align[k] : 256;
+        res[i].algo.data[5] = (uint64_t)i;   // which candidate
+    }
+    *got = m;
     return LTX_SUCCESS;
 }
 
@@ -723,7 +739,7 @@ static LtStatus l_matmul(LtHandle h, LtDesc d, const void *alpha, const void *a,
                          const void *b, LtLayout bl, const void *beta, const void *c, LtLayout cl,
                          void *dst, LtLayout dl, const LtAlgo *algo, void *ws, size_t wsb, CuStream s) {
     (void)h, (void)ws, (void)wsb;
-    if (!algo || algo->data[0] != 0xfa4e || !valid_stream(s))
+    if (!algo || algo->data[0] != 0xfa4e || algo->data[5] >= GEMM_ALGOS || !valid_stream(s))
         return 7;
     // An operand less aligned than the algorithm was chosen for: refused (a GPU's vector loads
     // would fault or read across it).
@@ -734,19 +750,19 @@ static LtStatus l_matmul(LtHandle h, LtDesc d, const void *alpha, const void *a,
     LOCKED(FOp *x = issue(F_GEMM, s, "cublasLtMatmul"); x->desc = *(FDesc *)d;
            x->la = *(FLayout *)al; x->lb = *(FLayout *)bl; x->lc = *(FLayout *)cl; x->ld = *(FLayout *)dl;
            x->alpha = *(const float *)alpha; x->beta = *(const float *)beta;
-           x->a = a; x->b = b; x->c = c; x->d = dst;
+           x->a = a; x->b = b; x->c = c; x->d = dst; x->us = gemm_us[algo->data[5]];
            const void *pts[] = {a, b, c, dst, x->desc.epilogue == LTX_EPILOGUE_BIAS ? x->desc.bias : NULL, ws};
            for (int i = 0; i < 6; i++) if (pts[i]) x->point[x->npoint++] = (uintptr_t)pts[i];
            fk.st.gemms++);
     return LTX_SUCCESS;
 }
 
-// An algorithm's configuration: id 1, tile 18, no split-k, stages 8 (any numbers: the
-// backend only reports them).
+// An algorithm's configuration: its id the candidate's number from 1, tile 18, no split-k,
+// stages 8 (any numbers: the backend only reports them).
 static LtStatus l_algo_attr(const LtAlgo *algo, int attr, void *buf, size_t n, size_t *written) {
     if (!algo || algo->data[0] != 0xfa4e || n < 4)
         return 7;
-    int32_t v = attr == LTX_ALGO_ID ? 1 : attr == LTX_ALGO_TILE ? 18 : attr == LTX_ALGO_SPLITK ? 1 : attr == LTX_ALGO_STAGES ? 8 : 0;
+    int32_t v = attr == LTX_ALGO_ID ? (int32_t)algo->data[5] + 1 : attr == LTX_ALGO_TILE ? 18 : attr == LTX_ALGO_SPLITK ? 1 : attr == LTX_ALGO_STAGES ? 8 : 0;
     memcpy(buf, &v, 4);
     if (written)
         *written = 4;

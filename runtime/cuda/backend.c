@@ -24,6 +24,7 @@
 #include "../loss.h"
 #include "../nvrtc.h"
 #include "cuda.h"
+#include "gemm_cache.h"
 #include "nccl.h"
 
 #include <pthread.h>
@@ -45,7 +46,14 @@ typedef struct Gemm {
     PlanDType da, db, dc;
     uint64_t ws;            // the workspace it may use
     int a, b, c, bias;      // buffer ids: the plan's A and B operands, the output, bias or -1
+    int dbias;              // the bias's dtype (-1: no bias epilogue)
     float beta;             // 1: accumulate into the output (a weight gradient's +=)
+    // How the algorithm was had (rt_cuda_tune_gemms): 0 cuBLASLt's first heuristic choice,
+    // untimed; 'T' the fastest of `ncand` candidates timed here, `pick` its rank among them
+    // (0: the first), `us` its time and `first_us` the first candidate's; 'C' the cache's.
+    char how;
+    int ncand, pick;
+    float us, first_us;
 } Gemm;
 
 // Work for the host stream, in order: an instruction, a fill, a wait for a device event,
@@ -567,25 +575,33 @@ static bool gemm_shape(const Plan *p, const PlanInstr *in, GemmShape *g) {
     return true;
 }
 
-// cuBLASLt's first heuristic choice for g within its workspace, for operands aligned to
-// `align` bytes (A, B, C and D alike).
-static LtStatus choose_algo(CudaState *s, Gemm *g, uint32_t align) {
+// cuBLASLt's candidates for g, best first as its heuristic ranks them (at most n into h,
+// *got of them), within g's workspace, for operands aligned to `align` bytes (A, B, C and D
+// alike).
+static LtStatus heuristics(CudaState *s, const Gemm *g, uint32_t align, int n, LtHeuristic *h, int *got) {
     LtPref pref = NULL;
     LtStatus st = s->api.lt.MatmulPreferenceCreate(&pref);
     if (st == LTX_SUCCESS)
         st = s->api.lt.MatmulPreferenceSetAttribute(pref, LTX_PREF_MAX_WORKSPACE_BYTES, &g->ws, sizeof g->ws);
     for (int k = 0; k < 4 && st == LTX_SUCCESS; k++)
         st = s->api.lt.MatmulPreferenceSetAttribute(pref, LTX_PREF_MIN_ALIGNMENT_A + k, &align, sizeof align);
-    LtHeuristic h;
-    int got = 0;
+    *got = 0;
     if (st == LTX_SUCCESS)
-        st = s->api.lt.MatmulAlgoGetHeuristic(s->lt, g->desc, g->la, g->lb, g->lc, g->lc, pref, 1, &h, &got);
+        st = s->api.lt.MatmulAlgoGetHeuristic(s->lt, g->desc, g->la, g->lb, g->lc, g->lc, pref, n, h, got);
     if (pref)
         s->api.lt.MatmulPreferenceDestroy(pref);
-    if (st == LTX_SUCCESS && got < 1)
+    if (st == LTX_SUCCESS && *got < 1)
         st = 15;   // CUBLAS_STATUS_NOT_SUPPORTED
+    return st;
+}
+
+// cuBLASLt's first heuristic choice for g, for operands aligned to `align` bytes.
+static LtStatus choose_algo(CudaState *s, Gemm *g, uint32_t align) {
+    LtHeuristic h;
+    int got;
+    LtStatus st = heuristics(s, g, align, 1, &h, &got);
     if (st == LTX_SUCCESS)
-        g->algo = h.algo, g->align = align;
+        g->algo = h.algo, g->align = align, g->how = 0;
     return st;
 }
 
@@ -635,7 +651,7 @@ static int lt_setup(CudaState *s, const PlanInstr *in, const GemmShape *sh, Plan
     if (st == LTX_SUCCESS)
         st = layout(s, &g->lc, dc, sh->N, sh->M, sh->batch);
     g->ws = ws, g->M = sh->M, g->N = sh->N, g->K = sh->K, g->batch = sh->batch, g->ta = sh->ta, g->tb = sh->tb;
-    g->da = da, g->db = db, g->dc = dc;
+    g->da = da, g->db = db, g->dc = dc, g->dbias = dbias;
     if (st == LTX_SUCCESS)
         st = choose_algo(s, g, 256);
     if (st != LTX_SUCCESS)
@@ -759,6 +775,184 @@ static int run_gemm(CudaState *s, Exec *x, const PlanInstr *in, char *err, size_
 }
 
 static bool is_gemm(const PlanInstr *in) { return op_desc(in->op)->cls == OPC_GEMM; }
+
+// ---- cuBLASLt's candidates timed -------------------------------------------------------
+//
+// The heuristic's first choice is a guess from a model of the GPU; for a few shapes another
+// candidate is markedly faster. Before step one, with the arenas placed and nothing loaded
+// into them yet (zeros: no operand can be NaN, no result matters), each distinct product
+// runs each of its first TUNE_CANDIDATES candidates TUNE_REPS times between two events on
+// the compute stream after one untimed run, and keeps the fastest; the choice goes into the
+// GPU's cache (gemm_cache.h), which a later run takes without timing (if cuBLASLt still
+// offers that candidate), so that reruns compute the same bits.
+
+enum { TUNE_CANDIDATES = 8, TUNE_REPS = 3 };
+
+// Everything that decides a product's candidates and their speed.
+static uint64_t product_key(const Gemm *g) {
+    int64_t v[] = {g->M, g->N, g->K, g->batch, g->ta, g->tb, g->da, g->db, g->dc, g->dbias,
+                   (int64_t)g->ws, g->align, g->beta != 0};
+    return rt_fnv1a64(RT_FNV_BASIS, v, sizeof v);
+}
+
+typedef struct Tuning {
+    GemmCache cache;
+    CuEvent ev[2];
+    Gemm *met;                  // the distinct products met so far, as chosen
+    uint64_t *key;
+    int nmet, timed, cached, faster;
+    double us, first_us;        // the plan's GEMM instructions once each: as chosen, as first
+} Tuning;
+
+// The candidate's time for one product, in microseconds; < 0 when it fails.
+static double time_candidate(CudaState *s, Tuning *t, Gemm *g, const LtAlgo *algo, const void *a,
+                             const void *b, void *c, void *ws, size_t wsb) {
+    float alpha = 1.0f, ms = 0;
+    CuStream st = s->stream[STREAM_COMPUTE];
+    for (int r = 0; r <= TUNE_REPS; r++) {
+        if (r == 1 && s->api.cu.EventRecord(t->ev[0], st) != CUX_SUCCESS)
+            return -1;
+        if (s->api.lt.Matmul(s->lt, g->desc, &alpha, b, g->la, a, g->lb, &g->beta, c, g->lc, c, g->lc, algo, ws,
+                             wsb, st) != LTX_SUCCESS)
+            return -1;
+    }
+    if (s->api.cu.EventRecord(t->ev[1], st) != CUX_SUCCESS || s->api.cu.EventSynchronize(t->ev[1]) != CUX_SUCCESS ||
+        s->api.cu.EventElapsedTime(&ms, t->ev[0], t->ev[1]) != CUX_SUCCESS)
+        return -1;
+    return (double)ms * 1e3 / TUNE_REPS;
+}
+
+// g's algorithm among its candidates for operands aligned to `align`: the cache's, if
+// cuBLASLt still offers it; else the fastest timed on a, b, c and ws. False when none runs
+// (g keeps the heuristic's first).
+static bool choose_timed(CudaState *s, Tuning *t, Gemm *g, uint64_t key, uint32_t align, const void *a,
+                         const void *b, void *c, void *ws, size_t wsb) {
+    LtHeuristic h[TUNE_CANDIDATES];
+    int got;
+    if (heuristics(s, g, align, TUNE_CANDIDATES, h, &got) != LTX_SUCCESS)
+        return false;
+    LtAlgo algo;
+    float us;
+    if (gemm_cache_get(&t->cache, key, &algo, &us))
+        for (int k = 0; k < got; k++)
+            if (h[k].state == LTX_SUCCESS && !memcmp(&h[k].algo, &algo, sizeof algo)) {
+                g->algo = algo, g->align = align, g->how = 'C', g->pick = k, g->ncand = got;
+                g->us = us, g->first_us = 0;
+                return true;
+            }
+    int best = -1;
+    double best_us = 0, first = 0;
+    for (int k = 0; k < got; k++) {
+        if (h[k].state != LTX_SUCCESS || h[k].workspace_bytes > g->ws)
+            continue;
+        double x = time_candidate(s, t, g, &h[k].algo, a, b, c, ws, wsb);
+        if (k == 0)
+            first = x;
+        if (x >= 0 && (best < 0 || x < best_us))
+            best = k, best_us = x;
+    }
+    if (best < 0)
+        return false;
+    g->algo = h[best].algo, g->align = align, g->how = 'T', g->pick = best, g->ncand = got;
+    g->us = (float)best_us, g->first_us = (float)(first > 0 ? first : best_us);
+    gemm_cache_put(&t->cache, key, &g->algo, g->us);
+    return true;
+}
+
+// g's algorithm for operands a, b, c and workspace ws: as chosen for the same product met
+// before in this plan, else choose_timed's.
+static void tune_product(CudaState *s, Tuning *t, Gemm *g, const void *a, const void *b, void *c, void *ws,
+                         size_t wsb) {
+    uint32_t align = operands_align(a, b, c), was = g->align;
+    g->align = align;   // (the key's)
+    uint64_t key = product_key(g);
+    g->align = was;
+    int m = 0;
+    while (m < t->nmet && t->key[m] != key)
+        m++;
+    if (m < t->nmet) {
+        const Gemm *e = &t->met[m];
+        g->algo = e->algo, g->align = e->align, g->how = e->how, g->pick = e->pick, g->ncand = e->ncand;
+        g->us = e->us, g->first_us = e->first_us;
+    } else {
+        if (!choose_timed(s, t, g, key, align, a, b, c, ws, wsb))
+            return;
+        Gemm *met = realloc(t->met, (size_t)(m + 1) * sizeof *met);
+        uint64_t *keys = met ? realloc(t->key, (size_t)(m + 1) * sizeof *keys) : NULL;
+        if (met)
+            t->met = met;
+        if (keys) {
+            t->key = keys;
+            t->met[m] = *g, t->key[m] = key, t->nmet++;
+            t->timed += g->how == 'T';
+            t->cached += g->how == 'C';
+            t->faster += g->how == 'T' && g->pick > 0;
+        }
+    }
+    if (g->how == 'T')
+        t->us += g->us, t->first_us += g->first_us;
+}
+
+static bool on_device(const Exec *x, int id) { return id < 0 || rt_buf_kind(x, id) == MEMK_DEVICE; }
+
+void rt_cuda_tune_gemms(Backend *be, const Exec *x, char *note, size_t len) {
+    note[0] = '\0';
+    if (!be || strcmp(be->name, "cuda") != 0 || x->layout != LAYOUT_PLANNED)
+        return;
+    CudaState *s = be->state;
+    const Plan *p = x->plan;
+    Tuning t = {0};
+    if (!s->gemm || s->api.cu.EventCreate(&t.ev[0], 0) != CUX_SUCCESS)
+        return;
+    if (s->api.cu.EventCreate(&t.ev[1], 0) != CUX_SUCCESS) {
+        s->api.cu.EventDestroy(t.ev[0]);
+        return;
+    }
+    gemm_cache_open(&t.cache, NULL, s->name, s->cc_major, s->cc_minor, s->api.lt.GetVersion());
+    double start = now_s();
+    char *base = x->arena[ARENA_DEVICE];
+    int64_t room = p->arena_bytes[ARENA_DEVICE];
+    for (int id = 0; id < s->ninstr; id++) {
+        const PlanInstr *in = plan_instr(p, id);
+        Gemm *g = &s->gemm[id];
+        if (g->desc && on_device(x, g->a) && on_device(x, g->b) && on_device(x, g->c) && on_device(x, g->bias) &&
+            on_device(x, in->ws)) {
+            const void *bias = g->bias >= 0 ? x->ptr[g->bias] : NULL;
+            if (!bias || s->api.lt.MatmulDescSetAttribute(g->desc, LTX_DESC_BIAS_POINTER, &bias, sizeof bias) ==
+                             LTX_SUCCESS)
+                tune_product(s, &t, g, x->ptr[g->a], x->ptr[g->b], x->ptr[g->c], in->ws >= 0 ? x->ptr[in->ws] : NULL,
+                             in->ws >= 0 ? (size_t)p->buf[in->ws].bytes : 0);
+        }
+        // The fused loss's products move over their operands chunk by chunk: timed on
+        // operands of their size laid out from the device arena's start.
+        for (int w = 0; w < LOSS_GEMMS && base; w++) {
+            Gemm *l = &s->loss[id * LOSS_GEMMS + w];
+            int64_t ab = (plan_dtype_bytes(l->da, l->M * l->K) + 255) & ~255ll;
+            int64_t bb = (plan_dtype_bytes(l->db, l->K * l->N) + 255) & ~255ll;
+            if (l->desc && ab + bb + plan_dtype_bytes(l->dc, l->M * l->N) <= room)
+                tune_product(s, &t, l, base, base + ab, base + ab + bb, NULL, 0);
+        }
+    }
+    double took = now_s() - start;
+    char why[600] = "", saved[4400] = "";
+    if (gemm_cache_save(&t.cache, why, sizeof why) != 0)
+        snprintf(saved, sizeof saved, "; not cached: %s", why);
+    else if (t.timed && t.cache.path[0])
+        snprintf(saved, sizeof saved, "; cached in %s", t.cache.path);
+    if (t.timed)
+        snprintf(note, len, "gemm: %d distinct products, %d timed (cuBLASLt's first %d candidates, %.2f s): "
+                 "%d faster than its first choice, the timed products %.2fx the first choices' time%s%s",
+                 t.nmet, t.timed, TUNE_CANDIDATES, took, t.faster, t.first_us > 0 ? t.us / t.first_us : 1.0,
+                 t.cached ? ", the others from the cache" : "", saved);
+    else if (t.cached)
+        snprintf(note, len, "gemm: %d distinct products, each cuBLASLt's candidate timed fastest here before "
+                 "(%s)", t.nmet, t.cache.path);
+    gemm_cache_free(&t.cache);
+    free(t.met);
+    free(t.key);
+    s->api.cu.EventDestroy(t.ev[0]);
+    s->api.cu.EventDestroy(t.ev[1]);
+}
 
 static int nccl_type(PlanDType t, int64_t elems, size_t *count) {
     *count = (size_t)elems;
@@ -1258,11 +1452,18 @@ void rt_cuda_gemm_report(Backend *be, FILE *out) {
         static const int attr[4] = {LTX_ALGO_ID, LTX_ALGO_TILE, LTX_ALGO_SPLITK, LTX_ALGO_STAGES};
         for (int k = 0; k < 4; k++)
             s->api.lt.MatmulAlgoConfigGetAttribute(&g->algo, attr[k], &v[k], sizeof v[k], NULL);
+        char how[160] = "cuBLASLt's first choice, untimed";
+        if (g->how == 'T')
+            snprintf(how, sizeof how, "candidate %d of %d timed fastest, %.1f us (the first %.1f us)", g->pick + 1,
+                     g->ncand, (double)g->us, (double)g->first_us);
+        else if (g->how == 'C')
+            snprintf(how, sizeof how, "candidate %d of %d, the cache's (%.1f us when timed)", g->pick + 1, g->ncand,
+                     (double)g->us);
         fprintf(out, "gemm %lld x %lld x %lld%s%s (batch %lld), %s x %s -> %s: cuBLASLt algorithm %d, tile %d, "
-                "split-k %d, stages %d; operands aligned to %u bytes, workspace %llu bytes\n",
+                "split-k %d, stages %d; operands aligned to %u bytes, workspace %llu bytes; %s\n",
                 (long long)g->M, (long long)g->N, (long long)g->K, g->ta ? ", A transposed" : "",
                 g->tb ? ", B transposed" : "", (long long)g->batch, plan_dtype_name(g->da), plan_dtype_name(g->db),
-                plan_dtype_name(g->dc), v[0], v[1], v[2], v[3], g->align, (unsigned long long)g->ws);
+                plan_dtype_name(g->dc), v[0], v[1], v[2], v[3], g->align, (unsigned long long)g->ws, how);
     }
 }
 

@@ -171,9 +171,9 @@ command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,m
 # came from, the memory it reports after set-up against the plan's, cuBLASLt's algorithm a
 # product
 for f in "$work"/*-ftc.log; do
-    grep -qE '^(device:|gemm |ftc run: note)' "$f" 2>/dev/null || continue
+    grep -qE '^(device:|gemm:? |ftc run: note)' "$f" 2>/dev/null || continue
     echo "--- $(basename "$f" -ftc.log)"
-    grep -E '^(device:|gemm |ftc run: note)' "$f"
+    grep -E '^(device:|gemm:? |ftc run: note)' "$f"
 done
 python3 tests/gpu/report.py "$work" "$kdev" "$dev"
 rc=$?
