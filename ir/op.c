@@ -666,10 +666,11 @@ static int gemm_loss(const IrGraph *g, const IrNode *n, int64_t dims[][3], bool 
 
 // The chunk's logits in x's dtype (the unfused linear's output dtype), then the rows'
 // fp32 loss terms, then the count of valid targets, each 256-byte aligned (plan.h's
-// plan_loss).
+// plan_loss); then the workspace the GPU preset gives every GEMM, for the chunk's products.
 static int64_t scratch_linear_ce(const IrGraph *g, const IrNode *n) {
     int64_t logits = dtype_bytes(IN(0)->dtype, loss_chunk(g, n) * IN(1)->shape[0]);
-    return (logits + 255) / 256 * 256 + (4 * loss_rows(g, n) + 255) / 256 * 256 + 256;
+    return (logits + 255) / 256 * 256 + (4 * loss_rows(g, n) + 255) / 256 * 256 + 256 +
+           (g->gemm_workspace_bytes + 255) / 256 * 256;
 }
 
 // GEMM dimensions: M x K times K x N.

@@ -16,6 +16,8 @@ typedef struct LossGemm {
     int64_t m, n, k;
     bool trans_a, trans_b;
     float beta;             // 0 assigns, 1 accumulates
+    void *ws;               // the library's workspace for it (the instruction's, past its
+    size_t ws_bytes;        // own layout: plan_loss), or NULL and 0
 } LossGemm;
 
 // What the backend does for the fused loss: a product on its memory, and launch l of the

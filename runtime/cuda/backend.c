@@ -695,15 +695,16 @@ static int gemm_setup(CudaState *s, const Plan *p, const PlanInstr *in, Gemm *g,
 }
 
 // The fused loss's products, one set per instruction: their shapes are fixed, the chunk
-// only moves their pointers. They get no workspace (the instruction's holds the logits).
+// only moves their pointers. Their workspace is the instruction's past the loss's own.
 static int loss_setup(CudaState *s, const Plan *p, const PlanInstr *in, Gemm *g, char *err, size_t errlen) {
+    int64_t ws = in->ws >= 0 ? p->buf[in->ws].bytes - plan_loss(p, in).bytes : 0;
     for (int w = 0; w < LOSS_GEMMS; w++) {
         if (w == LOSS_DW && in->nout < 3)
             break;
         LossGemm lg;
         rt_loss_gemm_shape(p, in, w, &lg);
         GemmShape sh = {.ta = lg.trans_a, .tb = lg.trans_b, .M = lg.m, .N = lg.n, .K = lg.k, .batch = 1};
-        if (lt_setup(s, in, &sh, lg.ta, lg.tb, lg.tc, -1, 0, &g[w], err, errlen) != 0)
+        if (lt_setup(s, in, &sh, lg.ta, lg.tb, lg.tc, -1, ws > 0 ? (uint64_t)ws : 0, &g[w], err, errlen) != 0)
             return -1;
     }
     return 0;
@@ -738,7 +739,7 @@ static int loss_gemm(void *ctx, const PlanInstr *in, const LossGemm *lg, char *e
     LtStatus st = align_algo(s, g, lg->a, lg->b, lg->c);
     if (st == LTX_SUCCESS)
         st = s->api.lt.Matmul(s->lt, g->desc, &alpha, lg->b, g->la, lg->a, g->lb, &beta, lg->c, g->lc,
-                              lg->c, g->lc, &g->algo, NULL, 0, s->stream[in->stream]);
+                              lg->c, g->lc, &g->algo, lg->ws, lg->ws_bytes, s->stream[in->stream]);
     return st == LTX_SUCCESS ? 0 : gemm_failed(NULL, st, err, errlen);
 }
 
@@ -924,13 +925,14 @@ void rt_cuda_tune_gemms(Backend *be, const Exec *x, char *note, size_t len) {
                              in->ws >= 0 ? (size_t)p->buf[in->ws].bytes : 0);
         }
         // The fused loss's products move over their operands chunk by chunk: timed on
-        // operands of their size laid out from the device arena's start.
+        // operands (and a workspace) of their size laid out from the device arena's start.
         for (int w = 0; w < LOSS_GEMMS && base; w++) {
             Gemm *l = &s->loss[id * LOSS_GEMMS + w];
             int64_t ab = (plan_dtype_bytes(l->da, l->M * l->K) + 255) & ~255ll;
             int64_t bb = (plan_dtype_bytes(l->db, l->K * l->N) + 255) & ~255ll;
-            if (l->desc && ab + bb + plan_dtype_bytes(l->dc, l->M * l->N) <= room)
-                tune_product(s, &t, l, base, base + ab, base + ab + bb, NULL, 0);
+            int64_t cb = (plan_dtype_bytes(l->dc, l->M * l->N) + 255) & ~255ll;
+            if (l->desc && ab + bb + cb + (int64_t)l->ws <= room)
+                tune_product(s, &t, l, base, base + ab, base + ab + bb, l->ws ? base + ab + bb + cb : NULL, l->ws);
         }
     }
     double took = now_s() - start;
