@@ -583,12 +583,17 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
             error("%s", err);
             goto out;
         }
-        if (done >= steps) {
+        if (done > steps) {
             if (lead)
                 error("%s is step %lld; --steps %lld leaves nothing to run", ckpt, (long long)done,
                       (long long)steps);
             goto out;
         }
+        // A finished run started again (a job restarted after its last checkpoint, say):
+        // nothing to train; its weights are saved again as they were.
+        if (lead && done == steps)
+            fprintf(out, "ftc run: note: %s is step %lld, the last of --steps %lld: nothing left to train%s\n",
+                    ckpt, (long long)done, (long long)steps, o->save ? "; its weights saved again" : "");
         // A finished run continued: past its schedule's end the learning rate stays where
         // the schedule left it.
         if (lead && p->schedule != SCHED_CONSTANT && p->steps > 0 && done >= p->steps)
@@ -690,7 +695,7 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
                  .targets = targets, .positions = positions, .info = info};
     Feed efeed = {.d = ed, .nwin = eval_nwin, .window = window, .tokens = tokens, .targets = targets,
                   .positions = positions, .info = info};
-    if (prof && steps - done < 2) {
+    if (prof && steps - done < 2 && steps > done) {
         error("--profile times the steps after the first: this run takes %lld (--steps)",
               (long long)(steps - done));
         goto out;
@@ -867,6 +872,10 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
     }
     double tend = now_s(), total = tend - t0, tail = 0;
     int64_t ran = steps - done;   // steps this run took (after a resumed one's)
+    if (ran == 0) {
+        x.step = steps;   // (the weights saved are that step's)
+        goto saved;
+    }
     int ntail = nrecent < 10 ? (int)nrecent : 10;
     for (int i = 0; i < ntail; i++)
         tail += recent[i];
@@ -901,8 +910,19 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
                 (long long)(done + 2), (long long)steps);
         rt_cuda_gemm_report(be, out);
     }
+saved:
     if (o->save && save(&x, o->save, o->merge, out) != 0)
         goto out;
+    // The last step's state too, so that a finished run goes on with --resume and more
+    // --steps (its checkpoint after the weights, as every step's).
+    if (o->save && o->save_every > 0 && ran > 0) {
+        if (rt_checkpoint_save(&x, o->save, steps, seed, o->keep > 0 ? o->keep : 2, err, sizeof err) != 0) {
+            error("%s", err);
+            goto out;
+        }
+        fprintf(out, "saved %s/checkpoint-%06lld (the training state%s)\n", o->save, (long long)steps,
+                R > 1 ? ", a file a rank" : "");
+    }
     if (report && rt_report_html(report, err, sizeof err) != 0) {
         error("%s", err);
         goto out;

@@ -336,7 +336,7 @@ else
 fi
 # Resumed from the checkpoint at step 3 after a longer run had written records to step 6:
 # the records after 3 are dropped, the resumed steps written again, one a step.
-"$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 6 --resume "$tmp/rep" --save "$tmp/rep" \
+"$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 6 --resume "$tmp/rep/checkpoint-000003" --save "$tmp/rep" \
     --eval-data "$tmp/e8.bin" --eval-every 3 > "$tmp/rep2.out" 2>&1
 steps=$(grep -o '"step": [0-9]*' "$j" | awk '{print $2}' | tr '\n' ' ')
 [ "$steps" = "1 2 3 4 5 6 " ] && grep -q "resuming from .*checkpoint-000003" "$tmp/rep2.out" &&
@@ -411,6 +411,29 @@ if command -v python3 >/dev/null; then
     done
 fi
 
+# The last step is checkpointed with --save-every, whether a multiple of it or not: a
+# finished run goes on with more --steps as one never stopped, and started again with the
+# same --steps has nothing to train, says so and saves the same weights (a restarted job).
+"$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 6 --save "$tmp/last6" >/dev/null 2>&1
+"$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 4 --save-every 3 --save "$tmp/last" >/dev/null 2>&1
+cp "$tmp/last/model.safetensors" "$tmp/last4.st"
+ls -d "$tmp/last/checkpoint-000004" >/dev/null 2>&1 && ls -d "$tmp/last/checkpoint-000003" >/dev/null 2>&1 &&
+    ok last-step-checkpointed || bad last-step-checkpointed "$(ls "$tmp/last")"
+"$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 4 --save-every 3 --save "$tmp/last" --resume "$tmp/last" > "$tmp/o" 2>&1; rc=$?
+if [ $rc = 0 ] && grep -q "^ftc run: note: .*checkpoint-000004 is step 4, the last of --steps 4: nothing left to train; its weights saved again$" "$tmp/o" &&
+   ! grep -q '^step ' "$tmp/o" && cmp -s "$tmp/last/model.safetensors" "$tmp/last4.st"; then
+    ok finished-run-restarted-trains-nothing
+else
+    bad finished-run-restarted-trains-nothing "exit $rc: $(head -3 "$tmp/o")"
+fi
+"$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 6 --save-every 3 --save "$tmp/last" --resume "$tmp/last" > "$tmp/o" 2>&1; rc=$?
+if [ $rc = 0 ] && grep -q "^resuming from .*checkpoint-000004 (step 4" "$tmp/o" && grep -q '^step 5/6 ' "$tmp/o" &&
+   cmp -s "$tmp/last/model.safetensors" "$tmp/last6/model.safetensors"; then
+    ok finished-run-continues-bitwise
+else
+    bad finished-run-continues-bitwise "exit $rc: $(grep -v '^step' "$tmp/o" | head -4)"
+fi
+
 # A QLoRA state carries the NF4 base as its bytes (u8, one dimension): it loads back,
 # and a run resumed from it ends where the uninterrupted one does, bit for bit.
 sed "s/^  optimizer = .*/&\n  lora(r = 4, alpha = 8, targets = [wq, wv])\n  quantize(nf4, double_quant = true)/" models/tiny.ft > "$tmp/qlora.ft"
@@ -425,12 +448,13 @@ else
     bad qlora-state-resumes-bitwise "$(head -3 "$tmp/o")"
 fi
 
-# A run continued past its schedule's end says at what learning rate the steps run.
+# A run continued past its schedule's end says at what learning rate the steps run (from
+# the finished run's last step, which --save-every checkpoints).
 sed 's/^train {/train {\n  lr_schedule = linear\n  steps = 4/' models/tiny.ft > "$tmp/sched.ft"
 "$ftc" compile "$tmp/sched.ft" -o "$tmp/sched.plan" >/dev/null
 "$ftc" run "$tmp/sched.plan" --data "$tmp/c.bin" --steps 6 --save "$tmp/sched" --save-every 5 >/dev/null 2>&1
 "$ftc" run "$tmp/sched.plan" --data "$tmp/c.bin" --steps 7 --resume "$tmp/sched" > "$tmp/o" 2>&1
-grep -q '^ftc run: note: the linear schedule ended at step 4 (the train section.s steps); steps 6 to 7 run at lr 0$' "$tmp/o" &&
+grep -q '^ftc run: note: the linear schedule ended at step 4 (the train section.s steps); steps 7 to 7 run at lr 0$' "$tmp/o" &&
     ok schedule-ended-said || bad schedule-ended-said "$(head -3 "$tmp/o")"
 
 echo "$pass passed, $fail failed"
