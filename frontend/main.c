@@ -183,7 +183,7 @@ static int cmd_run(Cmdline *cl, int argc, char **argv, int first) {
             i++;
             if (!arg_count(cl, i, argv[i], &v))
                 return EXIT_USAGE;
-            o.seed = (uint64_t)v;
+            o.seed = (uint64_t)v, o.seed_given = true;
         } else if (strcmp(s, "--device") == 0) {
             o.device = argv[++i];
             if (strcmp(o.device, "cpu") != 0 && strcmp(o.device, "emu") != 0 &&

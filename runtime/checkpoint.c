@@ -202,9 +202,12 @@ static int write_state(Exec *x, const char *tmp, int64_t step, uint64_t seed, ch
     int rank = x->comm ? x->comm->rank : 0, ranks = x->comm ? x->comm->ranks : 1;
     snprintf(srank, sizeof srank, "%d", rank);
     snprintf(sranks, sizeof sranks, "%d", ranks);
+    char sdata[32];
+    snprintf(sdata, sizeof sdata, "%016" PRIx64, x->data_print);
     const char *meta[] = {"producer", "ftc", "kind", "training state", "step", sstep,
                           "seed", sseed, "skipped", sskip, "plan", sfp, "loss_scale", sscale,
-                          "scale_tracker", strack, "rank", srank, "ranks", sranks, NULL};
+                          "scale_tracker", strack, "rank", srank, "ranks", sranks,
+                          x->data_print ? "data" : NULL, sdata, NULL};
     state_name(name, sizeof name, rank, ranks);
     snprintf(path, sizeof path, "%s/%s", tmp, name);
     if (rc == 0)
@@ -331,7 +334,7 @@ int rt_checkpoint_load(Exec *x, const char *ckpt, int64_t *step, uint64_t *seed,
             return rt_fail(err, errlen, "%s: a checkpoint of a job of %d rank%s; this one has %d (resume "
                            "on as many ranks as saved it)", ckpt, other, other == 1 ? "" : "s", ranks);
     }
-    uint64_t s, sd, fp, skipped = 0, tracker = 0;
+    uint64_t s, sd, fp, skipped = 0, tracker = 0, data = 0;
     double scale = x->loss_scale;
     json_t *meta = state_meta(path, err, errlen);
     // (a state is saved after a step: step 1 at least; at most 2^53, where the schedule's
@@ -341,7 +344,9 @@ int rt_checkpoint_load(Exec *x, const char *ckpt, int64_t *step, uint64_t *seed,
               meta_u64(meta, path, "seed", 10, 0, UINT64_MAX, &sd, err, errlen) != 0 ||
               meta_u64(meta, path, "plan", 16, 0, UINT64_MAX, &fp, err, errlen) != 0 ||
               (json_object_get(meta, "skipped") &&   // absent: a state from before skipping
-               meta_u64(meta, path, "skipped", 10, 0, most, &skipped, err, errlen) != 0);
+               meta_u64(meta, path, "skipped", 10, 0, most, &skipped, err, errlen) != 0) ||
+              (json_object_get(meta, "data") &&   // absent: a state from before it was recorded
+               meta_u64(meta, path, "data", 16, 1, UINT64_MAX, &data, err, errlen) != 0);
     if (!bad && skipped > s)
         bad = rt_fail(err, errlen, "%s: %" PRIu64 " steps skipped of %" PRIu64, path, skipped, s);
     // fp16's loss scale and its growth tracker (absent: a state from before loss scaling)
@@ -400,6 +405,6 @@ int rt_checkpoint_load(Exec *x, const char *ckpt, int64_t *step, uint64_t *seed,
             rt_zero(x, i);
     if (rc == 0)
         *step = (int64_t)s, *seed = sd, x->skipped = (int64_t)skipped, x->loss_scale = scale,
-        x->scale_tracker = (int64_t)tracker;
+        x->scale_tracker = (int64_t)tracker, x->data_print = data;
     return rc;
 }

@@ -510,3 +510,22 @@ int data_convert(const char *in_path, const char *out_path, DataMode mode, uint6
         *n_tokens = count;
     return 0;
 }
+
+uint64_t data_fingerprint(const DataFile *d) {
+    struct stat st;
+    if (fstat(d->fd, &st) != 0)
+        return 0;
+    uint64_t size = (uint64_t)st.st_size, h = rt_fnv1a64(RT_FNV_BASIS, &size, sizeof size);
+    enum { SAMPLES = 64, SAMPLE = 4096 };
+    unsigned char buf[SAMPLE];
+    for (int i = 0; i < SAMPLES && size > 0; i++) {
+        uint64_t at = size <= SAMPLE ? 0 : i == SAMPLES - 1 ? size - SAMPLE : (size - SAMPLE) / (SAMPLES - 1) * (uint64_t)i;
+        size_t n = size - at < SAMPLE ? (size_t)(size - at) : SAMPLE;
+        if (rt_pread_full(d->fd, buf, n, at) != 0)
+            return 0;
+        h = rt_fnv1a64(h, buf, n);
+        if (size <= SAMPLE)
+            break;
+    }
+    return h ? h : 1;
+}

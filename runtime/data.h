@@ -75,6 +75,10 @@ uint64_t data_records(const DataFile *d);
 // Sets *n to the number of windows of seq+1 tokens in d, (count - 1) / seq; an error if seq < 1
 // or d holds fewer than seq+1 tokens (*n is 0 then).
 int data_window_count(const DataFile *d, int seq, uint64_t *n, char *err, size_t errlen);
+// A fingerprint of the file (its size and 64 samples of 4 KiB spread over it, the first and
+// the last included), for a checkpoint to say which data it trained on: cheap on any size,
+// different for any two files that differ in size or in a sampled byte. 0 when unreadable.
+uint64_t data_fingerprint(const DataFile *d);
 
 // Reads window `window` of seq+1 tokens (tokens window*seq .. window*seq+seq) into out, and
 // their info bytes into info unless it is NULL (DATA_TRAIN for every token of a file without

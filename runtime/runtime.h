@@ -163,6 +163,8 @@ struct Exec {
                             // (fp16's dynamic loss scale; 1 otherwise)
     int64_t scale_tracker;  // steps since the loss scale last changed without an overflow
     bool poison;            // fill a buffer's bytes with NaN when its lifetime ends
+    uint64_t data_print;    // the training data's fingerprint (data_fingerprint), which a
+                            // checkpoint records and rt_checkpoint_load sets (0: none)
     struct Profile *prof;   // the device work's times (ftc run --profile; profile.c), or NULL
 };
 
@@ -365,6 +367,7 @@ typedef struct RunOptions {
     int64_t steps;          // 0: the plan's (the train section's steps), else 10
     int64_t save_every;     // also save after every this many steps (0: only at the end)
     uint64_t seed;
+    bool seed_given;        // --seed was given (a checkpoint's seed overrides it: said)
     bool poison;
     bool sync_check;        // the cuda backend waits for and checks each instruction
     bool gemm_first;        // cuBLASLt's first heuristic choice for every product, untimed

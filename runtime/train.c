@@ -563,7 +563,7 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
     // Resuming: the state of a checkpoint, its step and seed (the data order, dropout and
     // AdamW's bias correction follow from them), so the run goes on as if never stopped.
     // Rank 0 finds it; every rank loads its own state from it.
-    uint64_t seed = o->seed;
+    uint64_t seed = o->seed, data_print = data_fingerprint(d);
     int64_t done = 0;
     char ckpt[4400] = "";
     if (o->resume) {
@@ -583,6 +583,15 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
             error("%s", err);
             goto out;
         }
+        // What the checkpoint decides over the command line, said by name.
+        if (lead && o->seed_given && o->seed != seed)
+            fprintf(out, "ftc run: warning: --seed %llu not used: the checkpoint's seed %llu goes on (the data "
+                    "order and dropout follow it)\n", (unsigned long long)o->seed, (unsigned long long)seed);
+        if (lead && o->weights)
+            fprintf(out, "ftc run: warning: --weights %s not read: the checkpoint's weights go on\n", o->weights);
+        if (lead && x.data_print && x.data_print != data_print)
+            fprintf(out, "ftc run: warning: --data %s is not the file %s trained on (its size or contents "
+                    "differ): the run goes on over this one\n", o->data, ckpt);
         if (done > steps) {
             if (lead)
                 error("%s is step %lld; --steps %lld leaves nothing to run", ckpt, (long long)done,
@@ -608,6 +617,7 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
         rt_checkpoint_prune(o->save, o->keep > 0 ? o->keep : 2);
     data_shuffle(order, nwin, seed);
     x.seed = seed;
+    x.data_print = data_print;   // (what this run's checkpoints record)
     x.poison = o->poison;
     if (o->resume) {
         fprintf(out, "resuming from %s (step %lld, seed %llu)\n", ckpt, (long long)done,

@@ -434,6 +434,38 @@ else
     bad finished-run-continues-bitwise "exit $rc: $(grep -v '^step' "$tmp/o" | head -4)"
 fi
 
+# What a checkpoint decides over the command line is said by name: another --seed, a
+# --weights that is not read, a --data file other than the one it trained on (the
+# checkpoint records a fingerprint of it); the same command line says nothing.
+tac tests/data/corpus.txt > "$tmp/other.txt"   # (the same size, other contents)
+"$ftc" data --bytes "$tmp/other.txt" -o "$tmp/other.bin" >/dev/null
+for case in none seed weights data; do
+    rm -rf "$tmp/cl"; mkdir -p "$tmp/cl"; cp -r "$tmp/last/checkpoint-000004" "$tmp/cl/"
+    args=(--data "$tmp/c.bin")
+    case $case in
+        seed) args+=(--seed 99) ;;
+        weights) args+=(--weights "$tmp/last4.st") ;;
+        data) args=(--data "$tmp/other.bin") ;;
+    esac
+    "$ftc" run "$tmp/tiny.plan" "${args[@]}" --steps 5 --resume "$tmp/cl" > "$tmp/o" 2>&1; rc=$?
+    want=""
+    case $case in
+        seed) want="^ftc run: warning: --seed 99 not used: the checkpoint's seed 1234 goes on (the data order and dropout follow it)$" ;;
+        weights) want="^ftc run: warning: --weights $tmp/last4.st not read: the checkpoint's weights go on$" ;;
+        data) want="^ftc run: warning: --data $tmp/other.bin is not the file $tmp/cl/checkpoint-000004 trained on (its size or contents differ): the run goes on over this one$" ;;
+    esac
+    if [ -z "$want" ]; then
+        said=$(! grep -q "warning: --" "$tmp/o" && echo yes)
+    else
+        said=$([ "$(grep -c "warning: --" "$tmp/o")" = 1 ] && grep -q "$want" "$tmp/o" && echo yes)
+    fi
+    if [ $rc = 0 ] && [ "$said" = yes ]; then
+        ok "resume-overrides-said ($case)"
+    else
+        bad "resume-overrides-said ($case)" "exit $rc: $(grep -v '^step' "$tmp/o" | head -4)"
+    fi
+done
+
 # A QLoRA state carries the NF4 base as its bytes (u8, one dimension): it loads back,
 # and a run resumed from it ends where the uninterrupted one does, bit for bit.
 sed "s/^  optimizer = .*/&\n  lora(r = 4, alpha = 8, targets = [wq, wv])\n  quantize(nf4, double_quant = true)/" models/tiny.ft > "$tmp/qlora.ft"
