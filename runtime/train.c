@@ -52,19 +52,25 @@ static int error(const char *fmt, ...) {
     return 1;
 }
 
-// A rank ended by its launcher (mpirun and srun stop every rank when one fails) says so.
-static char term_msg[256];
+// A rank ended by a signal says which and from whom. A rank cannot tell why: its launcher
+// (mpirun, srun) signals every rank when one fails, and when the job itself is stopped from
+// outside (scancel, a SIGTERM or Ctrl-C to mpirun), so the message names both; a rank that
+// failed has said so first.
+static char term_msg[2][320];
 
 static void on_term(int sig) {
-    (void)sig;
-    ssize_t w = write(2, term_msg, strlen(term_msg));
+    const char *m = term_msg[sig == SIGINT];
+    ssize_t w = write(2, m, strlen(m));
     (void)w;
     _exit(1);
 }
 
 static void catch_term(const Comm *c) {
-    snprintf(term_msg, sizeof term_msg, "ftc run: error: %sended by a signal from %s, which stops "
-             "every rank of the job when one of them fails\n", who, c->launcher ? c->launcher : "the launcher");
+    const char *from = c->launcher ? c->launcher : "the launcher";
+    for (int k = 0; k < 2; k++)
+        snprintf(term_msg[k], sizeof term_msg[k], "ftc run: %sstopped by %s from %s: the job was ended, from "
+                 "outside or after another rank failed (whose error would come first)\n", who,
+                 k ? "SIGINT" : "SIGTERM", from);
     struct sigaction sa = {.sa_handler = on_term};
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);

@@ -27,14 +27,15 @@ plan z2 --ranks "$R" --zero 2 --micro-batch $((8 / R)) --remat keep --offload no
 plan z3 --ranks "$R" --zero 3 --micro-batch $((8 / R)) --remat keep --offload none || bad compile-z3 "$(cat "$tmp/z3.compile")"
 plan ref --micro-batch $((8 / R)) --remat keep --offload none
 
-# Sharded checkpoints: a file a rank; resumed on as many ranks, the run ends with the
-# weights and losses of one never stopped.
+# Sharded checkpoints: a file a rank; the finished run's last step (6) resumed on as many
+# ranks, the run ends with the weights and losses of one never stopped.
 mpi "$R" run "$tmp/z3.plan" --data "$tmp/c.bin" --steps 8 --seed 7 --poison --save "$tmp/s3" > "$tmp/z3.out" 2>&1
 mpi "$R" run "$tmp/z3.plan" --data "$tmp/c.bin" --steps 6 --seed 7 --save "$tmp/ck" --save-every 3 > "$tmp/ck1.out" 2>&1
 mpi "$R" run "$tmp/z3.plan" --data "$tmp/c.bin" --steps 8 --seed 7 --poison --save "$tmp/ck" --resume "$tmp/ck" > "$tmp/ck2.out" 2>&1
-n=$(ls "$tmp/ck/checkpoint-000003" 2>/dev/null | grep -c "^state-rank000[0-9][0-9]-of-0000$R.safetensors")
+n=$(ls "$tmp/ck/checkpoint-000006" 2>/dev/null | grep -c "^state-rank000[0-9][0-9]-of-0000$R.safetensors")
 if [ "$n" = "$R" ] && cmp -s "$tmp/ck/model.safetensors" "$tmp/s3/model.safetensors" &&
-   [ "$(losses < "$tmp/ck2.out")" = "$(losses < "$tmp/z3.out" | tail -n 5)" ]; then
+   grep -q "^resuming from $tmp/ck/checkpoint-000006 " "$tmp/ck2.out" &&
+   [ "$(losses < "$tmp/ck2.out")" = "$(losses < "$tmp/z3.out" | tail -n 2)" ]; then
     ok "sharded-checkpoint-resumes-bitwise ($n state files)"
 else
     bad sharded-checkpoint-resumes-bitwise "$n state files; $(grep -i error "$tmp/ck2.out" | head -2)"
@@ -98,7 +99,20 @@ mpi "$R" run "$tmp/z3.plan" --data "$tmp/c.bin" --steps 1 --eval-data "$tmp/e.bi
 [ $? != 0 ] && grep -q "has no eval phase (a rank of ZeRO 3 holds shards of the parameters: compile it with --zero 2 or below to evaluate)" "$tmp/e" &&
     ok eval-zero-3-refused || bad eval-zero-3-refused "$(head -3 "$tmp/e")"
 
-kills killed-rank-ends-the-job KILL "ftc run: error: rank [0-9]* of $R: "
+kills killed-rank-ends-the-job KILL "ftc run: rank [0-9]* of $R: stopped by SIGTERM from mpirun: the job was ended"
+# The job stopped from outside (SIGTERM to mpirun, as scancel or a user would): each rank
+# says it was stopped, and none that another failed.
+mpi "$R" run "$tmp/z1.plan" --data "$tmp/c.bin" --steps 1000000 > "$tmp/k.out" 2>&1 &
+job=$!
+for _ in $(seq 1 300); do grep -q '^step 3/' "$tmp/k.out" 2>/dev/null && break; sleep 0.1; done
+kill -TERM "$(pgrep -P $job mpirun)"   # (the job's mpirun, under the shell that runs mpi)
+wait $job; rc=$?
+n=$(grep -c "^ftc run: rank [0-9]* of $R: stopped by SIGTERM from mpirun: the job was ended, from outside or after another rank failed (whose error would come first)$" "$tmp/k.out")
+if [ $rc != 0 ] && [ "$n" -ge 1 ] && ! grep -q "error:" "$tmp/k.out"; then
+    ok "job-stopped-from-outside-said ($n ranks said so, exit $rc)"
+else
+    bad job-stopped-from-outside-said "exit $rc: $(grep -v '^step' "$tmp/k.out" | head -4)"
+fi
 kills stopped-rank-times-out STOP "no answer from the other ranks in 5 s (a rank died or hangs; the job ends)"
 
 echo "$pass passed, $fail failed"
