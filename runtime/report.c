@@ -24,6 +24,7 @@ struct RunReport {
     int n, cap;
     int64_t measured_bytes; // 0: not measured
     char measured_what[160];
+    char *failed;           // why the run ended with an error (rt_report_failed), or NULL
 };
 
 static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
@@ -166,6 +167,32 @@ int rt_report_step(RunReport *r, const RunRecord *x, char *err, size_t errlen) {
     return 0;
 }
 
+// s as a JSON string's contents (quotes, backslashes and control characters escaped).
+static void json_text(char *buf, size_t cap, const char *s) {
+    size_t n = 0;
+    for (; *s && n + 8 < cap; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            buf[n++] = '\\', buf[n++] = (char)c;
+        else if (c < 0x20)
+            n += (size_t)snprintf(buf + n, cap - n, "\\u%04x", c);
+        else
+            buf[n++] = (char)c;
+    }
+    buf[n] = '\0';
+}
+
+void rt_report_failed(RunReport *r, const char *why) {
+    free(r->failed);
+    r->failed = strdup(why);
+    char text[4096], line[4200];
+    json_text(text, sizeof text, why);
+    int n = snprintf(line, sizeof line, "{\"error\": \"%s\"}\n", text);
+    if (n > 0 && (size_t)n < sizeof line && rt_write_full(r->fd, line, (size_t)n) != 0) {
+        // (nothing more to do: the error itself is on standard error)
+    }
+}
+
 void rt_report_measured(RunReport *r, int64_t bytes, const char *what) {
     r->measured_bytes = bytes;
     snprintf(r->measured_what, sizeof r->measured_what, "%s", what);
@@ -266,7 +293,13 @@ static void write_page(FILE *f, const RunReport *r) {
                "td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}\n"
                "td:first-child,th:first-child{text-align:left}\n</style></head><body>\n<h2>");
     xml_text(f, in->model);
-    fprintf(f, " on %s</h2>\n<p>Plan <code>", in->device ? in->device : "?");
+    fprintf(f, " on %s</h2>\n", in->device ? in->device : "?");
+    if (r->failed) {
+        fprintf(f, "<p style=\"color:#b00\"><b>The run ended with an error:</b> ");
+        xml_text(f, r->failed);
+        fprintf(f, "</p>\n");
+    }
+    fprintf(f, "<p>Plan <code>");
     xml_text(f, in->plan_dir);
     fprintf(f, "</code>, data <code>");
     xml_text(f, in->data);
@@ -350,5 +383,6 @@ void rt_report_close(RunReport *r) {
     free((char *)r->info.model), free((char *)r->info.device), free((char *)r->info.plan_dir);
     free((char *)r->info.data), free((char *)r->info.eval_data), free((char *)r->info.gpu);
     free(r->rec);
+    free(r->failed);
     free(r);
 }

@@ -285,6 +285,9 @@ int rt_report_open(RunReport **out, const char *dir, const RunReportInfo *info, 
 int rt_report_step(RunReport *r, const RunRecord *x, char *err, size_t errlen);
 // The memory measured for the page's table: `bytes` and what they are.
 void rt_report_measured(RunReport *r, int64_t bytes, const char *what);
+// The run ended with an error: `why` appended to run.jsonl as its last line ({"error": why})
+// and shown at the top of run.html (best effort: the run is failing already).
+void rt_report_failed(RunReport *r, const char *why);
 // Writes run.html from the records so far, aside and renamed into place; -1 with err.
 int rt_report_html(RunReport *r, char *err, size_t errlen);
 void rt_report_close(RunReport *r);

@@ -32,6 +32,7 @@ static double now_s(void) {
 
 // Which rank an error comes from, on a job of several ("rank 1 of 4: "); empty otherwise.
 static char who[64];
+static char errors[4096];   // the run's errors so far, for its report
 
 // One write, so that the lines of ranks sharing a terminal do not interleave.
 __attribute__((format(printf, 1, 2)))
@@ -46,6 +47,10 @@ static int error(const char *fmt, ...) {
     if (n < 0 || (size_t)n > sizeof line - 2)
         n = (int)sizeof line - 2;
     line[n++] = '\n';
+    // (kept for the run's report: every error of the run, in order)
+    size_t k = strlen(errors), m = (size_t)n - 1 - strlen("ftc run: error: ");
+    if (k + m + 2 < sizeof errors)
+        snprintf(errors + k, sizeof errors - k, "%s%.*s", k ? " " : "", (int)m, line + strlen("ftc run: error: "));
     fflush(stderr);
     ssize_t w = write(2, line, (size_t)n);
     (void)w;
@@ -150,6 +155,15 @@ static int save(Exec *x, const char *dir, bool merge, FILE *out) {
     if (rt_weights_serve_end(x, rc == 0, err, sizeof err) != 0 && rc == 0)
         return error("%s", err), -1;
     return rc;
+}
+
+// A save that failed left the one before it in place (saves are renamed into place whole):
+// which weights the directory holds now, for the run's output and its report.
+static void save_failed(const char *dir, int64_t saved_at) {
+    if (saved_at > 0)
+        error("%s holds the weights this run saved after step %lld", dir, (long long)saved_at);
+    else
+        error("%s holds what it held before this run (no save of this run completed)", dir);
 }
 
 // The cuda backend joined to the job's NCCL communicator; NULL (destroyed) when that fails.
@@ -426,7 +440,7 @@ static bool same_dir(const char *a, const char *b) {
 
 int rt_train(const RunOptions *o) {
     char err[1024], path[4096];
-    who[0] = '\0';
+    who[0] = errors[0] = '\0';
     snprintf(path, sizeof path, "%s/plan", o->plan_dir);
     Plan *p = NULL;
     if (plan_load(&p, path, err, sizeof err) != 0)
@@ -718,6 +732,7 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
     }
     double t0 = now_s(), t1st = 0, first_loss = 0, recent[10] = {0};
     int64_t nrecent = 0, first_step = 0, skipped0 = x.skipped;   // nrecent: steps updated
+    int64_t saved_at = 0;   // the step this run's last complete save was after
     for (int64_t step = done + 1; step <= steps; step++) {
         double ts = now_s(), loss = 0;
         uint64_t base = (uint64_t)((step - 1) * per_step);   // the step's first window
@@ -870,8 +885,12 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
         }
         if (o->save && o->save_every > 0 && step % o->save_every == 0 && step < steps) {
             console_break(&con);
-            if (save(&x, o->save, o->merge, out) != 0)
+            if (save(&x, o->save, o->merge, out) != 0) {
+                if (lead)
+                    save_failed(o->save, saved_at);
                 goto out;
+            }
+            saved_at = step;
             if (rt_checkpoint_save(&x, o->save, step, seed, o->keep > 0 ? o->keep : 2, err, sizeof err) != 0) {
                 error("%s", err);
                 goto out;
@@ -927,8 +946,11 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
         rt_cuda_gemm_report(be, out);
     }
 saved:
-    if (o->save && save(&x, o->save, o->merge, out) != 0)
+    if (o->save && save(&x, o->save, o->merge, out) != 0) {
+        if (lead)
+            save_failed(o->save, saved_at);
         goto out;
+    }
     // The last step's state too, so that a finished run goes on with --resume and more
     // --steps (its checkpoint after the weights, as every step's).
     if (o->save && o->save_every > 0 && ran > 0) {
@@ -946,8 +968,10 @@ saved:
     rc = 0;
 out:
     console_break(&con);
-    if (report && rc != 0)   // the steps taken, for whoever looks into why it stopped
+    if (report && rc != 0) {   // the steps taken and why it stopped, for whoever looks into it
+        rt_report_failed(report, errors[0] ? errors : "the run stopped with an error");
         rt_report_html(report, err, sizeof err);
+    }
     rt_report_close(report);
     if (report_lock >= 0)
         close(report_lock);

@@ -99,7 +99,7 @@ for kind in full lora fp16 adamw8bit; do
 done
 
 # A run killed between a checkpoint and its pruning leaves one too many, and the run
-# that resumes may save none (the last step never does): it prunes before its first step.
+# that resumes may be stopped before it saves one: it prunes before its first step.
 k=$tmp/full-k
 last=$(ls -d "$k"/checkpoint-* | tail -1)
 cp -r "$last" "$k/checkpoint-000001"
@@ -117,12 +117,22 @@ d=$tmp/full-disk
   "$ftc" run "$tmp/full.plan" --data "$tmp/c.bin" --steps 30 --save-every 3 --seed 5 --save "$d" --resume "$d" ) \
     >/dev/null 2>"$tmp/e"
 rc=$?
-if [ $rc = 1 ] && grep -q "cannot write: File too large" "$tmp/e" && ! ls -A "$d" | grep -q '\.tmp\.'; then
+if [ $rc = 1 ] && grep -q "cannot write: File too large" "$tmp/e" && ! ls -A "$d" | grep -q '\.tmp\.' &&
+   grep -q "^ftc run: error: $d holds what it held before this run (no save of this run completed)$" "$tmp/e"; then
     ok disk-full-clean-error
 else
     bad disk-full-clean-error "exit $rc: $(cat "$tmp/e"); $(ls -a "$d")"
 fi
+# its report says how it ended and what the directory holds (run.jsonl's last line,
+# run.html's head), and the run that resumes writes it afresh
+if tail -n 1 "$d/run.jsonl" | grep -q '^{"error": ".*File too large.* holds what it held before this run (no save of this run completed)"}$' &&
+   grep -q "The run ended with an error:</b> .*File too large" "$d/run.html"; then
+    ok disk-full-said-in-the-report
+else
+    bad disk-full-said-in-the-report "$(tail -n 1 "$d/run.jsonl")"
+fi
 "$ftc" run "$tmp/full.plan" --data "$tmp/c.bin" --steps 30 --save-every 3 --seed 5 --save "$d" --resume "$d" >/dev/null &&
+    ! grep -q '"error"' "$d/run.jsonl" && ! grep -q "ended with an error" "$d/run.html" &&
     cmp -s "$d/model.safetensors" "$tmp/full-ref/model.safetensors" && ok disk-full-then-resume ||
     bad disk-full-then-resume "the run after the full disk did not end as the reference"
 
