@@ -118,9 +118,12 @@ int rt_save_lock(const char *flag, const char *dir, int *fd_out, char *err, size
     }
     char pid[32];
     int len = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
+    errno = 0;
     if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)len, 0) != len) {
+        int e = errno;
+        unlink(path);   // (empty, and ours: we hold its lock; an empty lock names no one)
         close(fd);
-        return rt_fail(err, errlen, "%s %s: cannot write %s", flag, dir, path);
+        return rt_fail(err, errlen, "%s %s: cannot write %s: %s", flag, dir, path, e ? strerror(e) : "a short write");
     }
     clean(dir);
     *fd_out = fd;

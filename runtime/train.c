@@ -501,6 +501,11 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
         error("%s", err);
         goto out;
     }
+    if (o->merge && p->lora_r <= 0) {
+        error("--merge: %.900s trains no LoRA adapters, so there is nothing to merge (its "
+              "model.safetensors is the whole model)", o->plan_dir);
+        goto out;
+    }
     if (!plan_role(p, "tokens") || !plan_role(p, "targets") || !plan_role(p, "loss")) {
         error("%s/plan: the plan has no tokens, targets or loss buffer", o->plan_dir);
         goto out;

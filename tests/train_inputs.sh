@@ -466,6 +466,18 @@ for case in none seed weights data; do
     fi
 done
 
+# A lock that cannot be written (a file size limit of 0: writes fail with EFBIG) is said
+# with the reason and leaves no empty lock behind; --merge without LoRA is refused by name.
+rm -rf "$tmp/lk"
+# (its messages through a pipe, which no file size limit stops)
+( trap '' XFSZ; ulimit -f 0; "$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 1 --save "$tmp/lk" 2>&1 ) | cat > "$tmp/o"
+rc=${PIPESTATUS[0]}
+[ $rc = 1 ] && grep -q "^ftc run: error: --save $tmp/lk: cannot write $tmp/lk/.ftc-lock: File too large$" "$tmp/o" &&
+    [ ! -e "$tmp/lk/.ftc-lock" ] && ok lock-unwritable-said || bad lock-unwritable-said "exit $rc: $(cat "$tmp/o"); $(ls -a "$tmp/lk")"
+"$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 1 --merge > "$tmp/o" 2>&1; rc=$?
+[ $rc = 1 ] && grep -q "^ftc run: error: --merge: $tmp/tiny.plan trains no LoRA adapters, so there is nothing to merge" "$tmp/o" &&
+    ! grep -q '^step' "$tmp/o" && ok merge-without-lora-refused || bad merge-without-lora-refused "exit $rc: $(head -3 "$tmp/o")"
+
 # A QLoRA state carries the NF4 base as its bytes (u8, one dimension): it loads back,
 # and a run resumed from it ends where the uninterrupted one does, bit for bit.
 sed "s/^  optimizer = .*/&\n  lora(r = 4, alpha = 8, targets = [wq, wv])\n  quantize(nf4, double_quant = true)/" models/tiny.ft > "$tmp/qlora.ft"
