@@ -136,6 +136,26 @@ fi
     cmp -s "$d/model.safetensors" "$tmp/full-ref/model.safetensors" && ok disk-full-then-resume ||
     bad disk-full-then-resume "the run after the full disk did not end as the reference"
 
+# A disk that is full (ENOSPC): a tmpfs of 256 KiB, where mounting one is allowed (root
+# with the capability; skipped elsewhere). The weights do not fit: a clear error naming
+# it, no temporary left, what the directory holds said, in the report too.
+m=$tmp/small-disk
+mkdir -p "$m"
+if [ "$(id -u)" = 0 ] && mount -t tmpfs -o size=256k tmpfs "$m" 2>/dev/null; then
+    "$ftc" run "$tmp/full.plan" --data "$tmp/c.bin" --steps 1 --save "$m/out" > /dev/null 2> "$tmp/e"
+    rc=$?
+    if [ $rc = 1 ] && grep -q "cannot write: No space left on device" "$tmp/e" &&
+       grep -q "^ftc run: error: $m/out holds what it held before this run (no save of this run completed)$" "$tmp/e" &&
+       ! ls -A "$m/out" | grep -q '\.tmp\.' && tail -n 1 "$m/out/run.jsonl" | grep -q '^{"error": ".*No space left on device'; then
+        ok enospc-on-a-small-tmpfs
+    else
+        bad enospc-on-a-small-tmpfs "exit $rc: $(cat "$tmp/e"); $(ls -a "$m/out")"
+    fi
+    umount "$m"
+else
+    echo "skip enospc-on-a-small-tmpfs: no tmpfs can be mounted here"
+fi
+
 # A save that fails half-way (the merged model does not fit under a file size limit, the
 # adapter did) leaves the set before it whole: adapter and merged model from one step.
 d=$tmp/half-saved
