@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # build.sh — builds the libFuzzer harnesses (the .ft frontend, plan files) and runs one.
 #
-# usage: [TARGET=ft|plan] tests/fuzz/build.sh [SECONDS] [LIBFUZZER_FLAG...]
+# usage: [TARGET=ft|plan|st|tokens|import|tok|jsonl|ckpt] tests/fuzz/build.sh [SECONDS] [LIBFUZZER_FLAG...]
 #   SECONDS   how long to fuzz (default 60); 0 only builds.
 #   flags     passed to the fuzzer as they are, e.g. -jobs=4 -workers=4, -fork=2.
 #
@@ -9,9 +9,10 @@
 #   tests/fuzz/fuzz_ft    the .ft fuzzer: clang -fsanitize=fuzzer,address,undefined
 #   tests/fuzz/replay     the same harness with a plain main(), ASan+UBSan, no libFuzzer
 #   tests/fuzz/fuzz_plan  the plan fuzzer (reader, verifier, one step on the cpu backend)
-# then fuzzes TARGET (default ft) with its seed corpus, tests/fuzz/corpus or
-# tests/fuzz/plans (read-only), writing new inputs to tests/fuzz/out/TARGET/corpus and
-# crashes, timeouts and leaks to tests/fuzz/out/TARGET/artifacts/.
+#   tests/fuzz/fuzz_{st,tokens,import,tok,jsonl,ckpt}  the other readers' (fuzz_readers.c)
+# then fuzzes TARGET (default ft) with its seed corpus, tests/fuzz/corpus, tests/fuzz/plans
+# or tests/fuzz/readers/TARGET (read-only), writing new inputs to tests/fuzz/out/TARGET/corpus
+# and crashes, timeouts and leaks to tests/fuzz/out/TARGET/artifacts/.
 #
 # Environment:
 #   CC                clang to use (default clang; needs libFuzzer: on Debian/Ubuntu
@@ -36,8 +37,8 @@ CC=${CC:-clang}
 BUILD_DIR=${BUILD_DIR:-build}
 TARGET=${TARGET:-ft}
 case $TARGET in
-    ft|plan|st|tokens|import|tok|jsonl) ;;
-    *) echo "build.sh: TARGET is ft, plan, st, tokens, import, tok or jsonl, got '$TARGET'" >&2; exit 2 ;;
+    ft|plan|st|tokens|import|tok|jsonl|ckpt) ;;
+    *) echo "build.sh: TARGET is ft, plan, st, tokens, import, tok, jsonl or ckpt, got '$TARGET'" >&2; exit 2 ;;
 esac
 out=tests/fuzz/out/$TARGET
 
@@ -87,12 +88,13 @@ done
 "$CC" "${cflags[@]}" -Iruntime/cpu "${san[@]}" -fsanitize=fuzzer \
     tests/fuzz/fuzz_plan.c "${rsrcs[@]}" $jansson_libs -lopenblas -lpthread -ldl -lm -o tests/fuzz/fuzz_plan
 # The readers' fuzzers: safetensors and token files (the runtime), config.json (import),
-# tokenizer.json and JSONL datasets (the runtime).
-for r in st:1 tokens:2 import:3 tok:4 jsonl:5; do
+# tokenizer.json, JSONL datasets and checkpoints of the plan in ckpt-plan/ (the runtime).
+for r in st:1 tokens:2 import:3 tok:4 jsonl:5 ckpt:6; do
     extra=("${rsrcs[@]}")
     [ "${r%%:*}" = import ] && extra=("${srcs[@]}")
     "$CC" "${cflags[@]}" -Iruntime/cpu "${san[@]}" -fsanitize=fuzzer -DFUZZ_READER="${r##*:}" \
         -DFUZZ_TOKENIZER="\"$root/tests/fixtures/tok/qwen2.json\"" \
+        -DFUZZ_CKPT_PLAN="\"$root/tests/fuzz/ckpt-plan/plan\"" \
         tests/fuzz/fuzz_readers.c "${extra[@]}" $jansson_libs -lopenblas -lpthread -ldl -lm \
         -o "tests/fuzz/fuzz_${r%%:*}"
 done
@@ -102,9 +104,10 @@ done
 mkdir -p "$out/corpus" "$out/artifacts"
 echo "build.sh: fuzzing $TARGET for ${secs}s (new inputs in $out/corpus, findings in $out/artifacts/)"
 case $TARGET in
-    st|tokens|import|tok|jsonl)
+    st|tokens|import|tok|jsonl|ckpt)
         max_len=16384
-        [ "$TARGET" = tok ] && max_len=65536   # the tokenizer seeds are 13-22 KB
+        # the tokenizer seeds are 13-22 KB; a checkpoint's state (in the st seeds too) 36 KB
+        case $TARGET in tok|st|ckpt) max_len=65536 ;; esac
         exec "tests/fuzz/fuzz_$TARGET" "$out/corpus" "tests/fuzz/readers/$TARGET" \
             -max_len=$max_len -timeout=10 -max_total_time="$secs" -rss_limit_mb=4096 \
             -artifact_prefix="$out/artifacts/" -print_final_stats=1 "$@" ;;
