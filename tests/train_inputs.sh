@@ -386,28 +386,26 @@ fi
 # (tests/st_meta.py rewrites one field of the header).
 if command -v python3 >/dev/null; then
     "$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 2 --save "$tmp/meta" --save-every 1 >/dev/null 2>&1
-    for kv in "step:-1" "step:9223372036854775808" "step:0" "seed:-1" "seed:+5" "plan:xyz"; do
+    # refused NAME WANT ST_META_ARGS...: the step-1 checkpoint edited by st_meta.py, then
+    # resumed: exit 1 before any step, WANT in what it says
+    refused() {
+        local name=$1 want=$2
+        shift 2
         rm -rf "$tmp/mm" && cp -r "$tmp/meta/checkpoint-000001" "$tmp/mm"
-        python3 tests/st_meta.py "$tmp/mm/state.safetensors" "${kv%%:*}" "${kv#*:}"
+        python3 tests/st_meta.py "$tmp/mm/state.safetensors" "$@"
         "$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 3 --resume "$tmp/mm" > "$tmp/o" 2>&1; rc=$?
-        if [ $rc = 1 ] && ! grep -q '^step' "$tmp/o" &&
-           grep -q "state.safetensors: \"${kv%%:*}\" is \"${kv#*:}\" in its metadata, not a" "$tmp/o"; then
-            ok "checkpoint-metadata-refused (${kv})"
-        else
-            bad "checkpoint-metadata-refused (${kv})" "exit $rc: $(head -3 "$tmp/o")"
-        fi
+        [ $rc = 1 ] && ! grep -q '^step' "$tmp/o" && grep -q "$want" "$tmp/o" && ok "$name" ||
+            bad "$name" "exit $rc: $(head -3 "$tmp/o")"
+    }
+    for kv in "step:-1" "step:9223372036854775808" "step:0" "seed:-1" "seed:+5" "plan:xyz"; do
+        refused "checkpoint-metadata-refused (${kv})" \
+            "state.safetensors: \"${kv%%:*}\" is \"${kv#*:}\" in its metadata, not a" "${kv%%:*}" "${kv#*:}"
     done
     for kv in "shape:64,256:BF16 \[64, 256\]" "shape:256,64,1:BF16 \[256, 64, 1\]" "dtype:F16:F16 \[256, 64\]"; do
         IFS=: read -r key value said <<<"$kv"
-        rm -rf "$tmp/mm" && cp -r "$tmp/meta/checkpoint-000001" "$tmp/mm"
-        python3 tests/st_meta.py "$tmp/mm/state.safetensors" --tensor embed "$key" "$value"
-        "$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 3 --resume "$tmp/mm" > "$tmp/o" 2>&1; rc=$?
-        if [ $rc = 1 ] && ! grep -q '^step' "$tmp/o" &&
-           grep -q "state.safetensors: 'embed' is $said, this plan's buffer BF16 \[256, 64\]: not a state of this plan" "$tmp/o"; then
-            ok "checkpoint-tensor-refused ($key $value)"
-        else
-            bad "checkpoint-tensor-refused ($key $value)" "exit $rc: $(head -3 "$tmp/o")"
-        fi
+        refused "checkpoint-tensor-refused ($key $value)" \
+            "state.safetensors: 'embed' is $said, this plan's buffer BF16 \[256, 64\]: not a state of this plan" \
+            --tensor embed "$key" "$value"
     done
 fi
 
