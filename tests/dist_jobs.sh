@@ -107,6 +107,7 @@ job=$!
 for _ in $(seq 1 300); do grep -q '^step 3/' "$tmp/k.out" 2>/dev/null && break; sleep 0.1; done
 kill -TERM "$(pgrep -P $job mpirun)"   # (the job's mpirun, under the shell that runs mpi)
 wait $job; rc=$?
+pkill -KILL -f "^$ftc run $tmp/z1.plan" 2>/dev/null   # (nothing, unless the job outlived its mpirun)
 n=$(grep -c "^ftc run: rank [0-9]* of $R: stopped by SIGTERM from mpirun: the job was ended, from outside or after another rank failed (whose error would come first)$" "$tmp/k.out")
 if [ $rc != 0 ] && [ "$n" -ge 1 ] && ! grep -q "error:" "$tmp/k.out"; then
     ok "job-stopped-from-outside-said ($n ranks said so, exit $rc)"
