@@ -28,13 +28,18 @@ void rt_loss_gemm_shape(const Plan *p, const PlanInstr *in, int which, LossGemm 
     }
 }
 
+// The library's workspace for product g: the instruction's past the loss's own (plan_loss).
+static void with_lib(LossGemm *g, char *ws, const PlanLoss *l) {
+    g->ws = l->lib_bytes ? ws + l->bytes : NULL, g->ws_bytes = (size_t)l->lib_bytes;
+}
+
 int rt_loss_run(const Exec *x, const PlanInstr *in, const LossOps *ops, char *err, size_t errlen) {
     const Plan *p = x->plan;
     PlanLoss l = plan_loss(p, in);
     KernelArgs a;
     rt_kernel_args(x, in, &a);
     char *xs = x->ptr[in->in[0]], *ws = x->ptr[in->ws];
-    int64_t xrow = plan_dtype_bytes(p->buf[in->in[0]].dtype, l.k), lib = p->buf[in->ws].bytes - l.bytes;
+    int64_t xrow = plan_dtype_bytes(p->buf[in->in[0]].dtype, l.k);
     if (ops->launch(ops->ctx, in, 0, &a, err, errlen) != 0)   // the valid targets
         return -1;
     for (int64_t c = 0; c < l.rows / l.chunk; c++) {
@@ -43,7 +48,7 @@ int rt_loss_run(const Exec *x, const PlanInstr *in, const LossOps *ops, char *er
         rt_loss_gemm_shape(p, in, LOSS_LOGITS, &g);
         g.a = xs + r0 * xrow, g.b = x->ptr[in->in[1]], g.c = ws;
         a.i[3] = c;
-        g.ws = lib > 0 ? ws + l.bytes : NULL, g.ws_bytes = lib > 0 ? (size_t)lib : 0;
+        with_lib(&g, ws, &l);
         if (ops->gemm(ops->ctx, in, &g, err, errlen) != 0 || ops->launch(ops->ctx, in, 1, &a, err, errlen) != 0)
             return -1;
         if (in->op == OP_LINEAR_CE)   // the loss alone
@@ -51,7 +56,7 @@ int rt_loss_run(const Exec *x, const PlanInstr *in, const LossOps *ops, char *er
         rt_loss_gemm_shape(p, in, LOSS_DX, &g);   // the chunk's rows of dx
         g.a = ws, g.b = x->ptr[in->in[1]];
         g.c = (char *)x->ptr[in->out[1]] + r0 * plan_dtype_bytes(p->buf[in->out[1]].dtype, l.k);
-        g.ws = lib > 0 ? ws + l.bytes : NULL, g.ws_bytes = lib > 0 ? (size_t)lib : 0;
+        with_lib(&g, ws, &l);
         if (ops->gemm(ops->ctx, in, &g, err, errlen) != 0)
             return -1;
         if (in->nout < 3)
@@ -59,7 +64,7 @@ int rt_loss_run(const Exec *x, const PlanInstr *in, const LossOps *ops, char *er
         rt_loss_gemm_shape(p, in, LOSS_DW, &g);   // the chunk's part of dW
         g.a = ws, g.b = xs + r0 * xrow, g.c = x->ptr[in->out[2]];
         g.beta = c > 0 || (in->update & 4u) ? 1.0f : 0.0f;
-        g.ws = lib > 0 ? ws + l.bytes : NULL, g.ws_bytes = lib > 0 ? (size_t)lib : 0;
+        with_lib(&g, ws, &l);
         if (ops->gemm(ops->ctx, in, &g, err, errlen) != 0)
             return -1;
     }

@@ -291,10 +291,11 @@ int plan_check_instr(const Plan *p, const PlanInstr *in, char *err, size_t errle
 // `chunk` rows at a time (a divisor of rows), the chunk's logits in x's dtype at the start
 // of its workspace, the rows' fp32 loss terms at `terms`, the count of valid targets (an
 // i32) at `count` (each 256-byte aligned); `bytes` the workspace it needs. What the
-// workspace holds past `bytes` (256-aligned) is the GEMM library's, for the chunk's products.
+// workspace holds past `bytes` (256-aligned), `lib_bytes` of it, is the GEMM library's, for
+// the chunk's products.
 typedef struct PlanLoss {
     int64_t rows, chunk, vocab, k;
-    int64_t terms, count, bytes;
+    int64_t terms, count, bytes, lib_bytes;
 } PlanLoss;
 
 // The layout of fused-loss instruction `in` (its operands as plan_check_instr accepts them).

@@ -408,6 +408,7 @@ PlanLoss plan_loss(const Plan *p, const PlanInstr *in) {
     l.terms = (plan_dtype_bytes(x->dtype, l.chunk * l.vocab) + 255) / 256 * 256;
     l.count = l.terms + (4 * l.rows + 255) / 256 * 256;
     l.bytes = l.count + 256;
+    l.lib_bytes = in->ws >= 0 && p->buf[in->ws].bytes > l.bytes ? p->buf[in->ws].bytes - l.bytes : 0;
     return l;
 }
 

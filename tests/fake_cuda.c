@@ -281,22 +281,16 @@ static FOp *issue(int kind, CuStream s, const char *what) {
     return x;
 }
 
-static bool valid_stream(CuStream s) {
-    int id = (int)(uintptr_t)s - 1;
-    bool ok = id >= 0 && id < fk.nstreams;
+// A stream or event is its number from 1; one the driver never made (NULL, say) is
+// CUDA_ERROR_INVALID_HANDLE, as a driver answers it, and counted (fake_cuda_close aborts).
+static bool valid_handle(uintptr_t h, int made) {
+    bool ok = h >= 1 && h <= (uintptr_t)made;
     if (!ok)
         __atomic_add_fetch(&fk.st.bad_handles, 1, __ATOMIC_RELAXED);
     return ok;
 }
-// An event not made by cuEventCreate (NULL, say) is CUDA_ERROR_INVALID_HANDLE, as a driver
-// answers it.
-static bool valid_event(CuEvent e) {
-    int id = (int)(uintptr_t)e - 1;
-    bool ok = id >= 0 && id < fk.nevents;
-    if (!ok)
-        __atomic_add_fetch(&fk.st.bad_handles, 1, __ATOMIC_RELAXED);
-    return ok;
-}
+static bool valid_stream(CuStream s) { return valid_handle((uintptr_t)s, fk.nstreams); }
+static bool valid_event(CuEvent e) { return valid_handle((uintptr_t)e, fk.nevents); }
 
 //
 // The driver.

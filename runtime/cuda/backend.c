@@ -697,14 +697,14 @@ static int gemm_setup(CudaState *s, const Plan *p, const PlanInstr *in, Gemm *g,
 // The fused loss's products, one set per instruction: their shapes are fixed, the chunk
 // only moves their pointers. Their workspace is the instruction's past the loss's own.
 static int loss_setup(CudaState *s, const Plan *p, const PlanInstr *in, Gemm *g, char *err, size_t errlen) {
-    int64_t ws = in->ws >= 0 ? p->buf[in->ws].bytes - plan_loss(p, in).bytes : 0;
+    int64_t ws = plan_loss(p, in).lib_bytes;
     for (int w = 0; w < LOSS_GEMMS; w++) {
         if (w == LOSS_DW && in->nout < 3)
             break;
         LossGemm lg;
         rt_loss_gemm_shape(p, in, w, &lg);
         GemmShape sh = {.ta = lg.trans_a, .tb = lg.trans_b, .M = lg.m, .N = lg.n, .K = lg.k, .batch = 1};
-        if (lt_setup(s, in, &sh, lg.ta, lg.tb, lg.tc, -1, ws > 0 ? (uint64_t)ws : 0, &g[w], err, errlen) != 0)
+        if (lt_setup(s, in, &sh, lg.ta, lg.tb, lg.tc, -1, (uint64_t)ws, &g[w], err, errlen) != 0)
             return -1;
     }
     return 0;
@@ -1432,10 +1432,9 @@ int rt_cuda_probe(char *why, size_t len) {
     return 1;
 }
 
+// (one product and one algorithm: one line of the report)
 static bool same_product(const Gemm *a, const Gemm *b) {
-    return a->M == b->M && a->N == b->N && a->K == b->K && a->batch == b->batch && a->ta == b->ta &&
-           a->tb == b->tb && a->da == b->da && a->db == b->db && a->dc == b->dc && a->align == b->align &&
-           !memcmp(&a->algo, &b->algo, sizeof a->algo);
+    return product_key(a) == product_key(b) && !memcmp(&a->algo, &b->algo, sizeof a->algo);
 }
 
 void rt_cuda_gemm_report(Backend *be, FILE *out) {
