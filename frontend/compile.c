@@ -37,8 +37,9 @@ void usage_compile(FILE *f) {
     for (int i = 0; i < n; i++)
         fprintf(f, " %s", p[i].name);
     fputs("\n"
-          "  --reserve SIZE    the CUDA context and driver's use of the card, outside the plan\n"
-          "                    (default: the preset's, 512M)\n"
+          "  --reserve SIZE    the card's memory no plan can have (default: the preset's: what\n"
+          "                    the driver keeps below the card's total, 512M for the context,\n"
+          "                    64M for the kernels and cuBLASLt; a100-40g 1197M)\n"
           "The training host, for the cost model (defaults: a typical training server):\n"
           "  --host-cores N    threads the CPU AdamW runs on (default 32)\n"
           "  --host-adamw RATE fp32 AdamW parameters per second per core, every core busy\n"

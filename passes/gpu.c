@@ -2,14 +2,31 @@
 //
 // A preset's memory is what the card reports as its total (nvidia-smi's figure, in
 // MiB): an RTX 4090 reports 24564 MiB, less than 24 GiB, so a budget of "24G" on it is
-// the card's 24564 MiB. What a process can allocate is that less the driver's and the
-// context's use, the preset's reserve (a modeled figure; `ftc compile --reserve` sets
-// another, and `ftc run` on a GPU prints what the device really shows in use).
+// the card's 24564 MiB. What a process can allocate is less, and the preset's reserve is
+// that difference, derived (not guessed) from three figures:
+//   - the driver's total: cuMemGetInfo (and cuDeviceTotalMem, deviceQuery's "Total amount
+//     of global memory", PyTorch's "total capacity") reports less than nvidia-smi, the
+//     difference being memory the driver keeps for itself. Figures as published by users of
+//     each card: A100-SXM4-40GB 40339 MiB (deviceQuery, driver 12.2), A100 80GB 79.15 GiB
+//     (PyTorch), H100 80GB HBM3 81079 MiB (deviceQuery, driver 13.0; 81106 under 12.7: the
+//     lower is taken), H200 139.80 GiB (PyTorch), L4 22.17 GiB, RTX 4090 23.65 GiB
+//     (PyTorch). tests/gpu/run.sh prints the figure a real card gives.
+//   - the context: a CUDA 12/13 context with lazily loaded modules, and the driver's use
+//     inside it, CONTEXT_MIB (a modeled figure; `ftc run` on a GPU prints what it measured).
+//   - the plan's kernels and cuBLASLt's handle, MODULE_MIB: the margin the cuda backend's
+//     start-up check keeps free beside the arena (runtime/cuda/backend.c, preflight).
+// So a plan that fills its budget on the preset's card starts there: arena + reserve <=
+// nominal means arena + MODULE_MIB <= driver total - context. `ftc compile --reserve` sets
+// another reserve.
 #include "passes.h"
 
 #include <string.h>
 
 #define MiB(x) ((int64_t)(x) << 20)
+#define CONTEXT_MIB 512
+#define MODULE_MIB 64
+// A preset's nominal memory, the driver's total and the reserve between them, in MiB.
+#define MEMORY(nominal, driver) MiB(nominal), MiB(driver), MiB((nominal) - (driver) + CONTEXT_MIB + MODULE_MIB)
 
 // The attention kernels' efficiency (codegen/cuda/attention.cuh: FlashAttention-2's
 // design on mma.sync, unmeasured until tests/gpu/run.sh runs) is priced below the published
@@ -22,12 +39,12 @@
 // "FlashAttention-3", arXiv 2407.08608, fig. 5) and less backward: 0.30 and 0.22. Ada (sm_89)
 // as Ampere.
 static const GpuPreset presets[] = {
-    {"a100-40g", MiB(40960), 312, 1555, 25, MiB(512), MiB(4), "sm_80", 108, 0.50, 0.35},
-    {"a100-80g", MiB(81920), 312, 2039, 25, MiB(512), MiB(4), "sm_80", 108, 0.50, 0.35},
-    {"h100-80g", MiB(81559), 989, 3350, 50, MiB(512), MiB(32), "sm_90", 132, 0.30, 0.22},
-    {"h200", MiB(143771), 989, 4800, 50, MiB(512), MiB(32), "sm_90", 132, 0.30, 0.22},
-    {"l4", MiB(23034), 121, 300, 25, MiB(512), MiB(4), "sm_89", 58, 0.50, 0.35},
-    {"rtx4090", MiB(24564), 165, 1008, 25, MiB(512), MiB(4), "sm_89", 128, 0.50, 0.35},
+    {"a100-40g", MEMORY(40960, 40339), 312, 1555, 25, MiB(4), "sm_80", 108, 0.50, 0.35},
+    {"a100-80g", MEMORY(81920, 81050), 312, 2039, 25, MiB(4), "sm_80", 108, 0.50, 0.35},
+    {"h100-80g", MEMORY(81559, 81079), 989, 3350, 50, MiB(32), "sm_90", 132, 0.30, 0.22},
+    {"h200", MEMORY(143771, 143155), 989, 4800, 50, MiB(32), "sm_90", 132, 0.30, 0.22},
+    {"l4", MEMORY(23034, 22702), 121, 300, 25, MiB(4), "sm_89", 58, 0.50, 0.35},
+    {"rtx4090", MEMORY(24564, 24218), 165, 1008, 25, MiB(4), "sm_89", 128, 0.50, 0.35},
 };
 
 const GpuPreset *gpu_preset(const char *name) {

@@ -271,11 +271,13 @@ int quantize_apply(IrGraph *g, bool double_quant, QuantStats *st);
 
 typedef struct GpuPreset {
     const char *name;
-    int64_t mem_bytes;          // device memory
+    int64_t mem_bytes;          // device memory, nvidia-smi's total
+    int64_t driver_bytes;       // the total the driver reports (cuMemGetInfo), less
+    int64_t reserve_bytes;      // mem_bytes - driver_bytes + the context + our module and
+                                // cuBLASLt handle, outside any arena (gpu.c derives it)
     double bf16_tflops;         // dense tensor-core peak
     double hbm_gbps;            // memory bandwidth, GB/s
     double link_gbps;           // achieved host link, GB/s
-    int64_t reserve_bytes;      // CUDA context + library handles, outside any arena
     int64_t workspace_bytes;    // cuBLASLt workspace
     const char *arch;           // the SM architecture its kernels are compiled for
     int sms;                    // streaming multiprocessors

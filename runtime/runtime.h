@@ -112,6 +112,10 @@ void rt_cuda_tune_gemms(Backend *b, const Exec *x, char *note, size_t len);
 // Every instruction waited for and checked as it is issued, a fault named by it (its
 // kernel, its .ft line); nothing for other backends.
 void rt_cuda_sync_check(Backend *b, bool on);
+// How many of the executor's fills of dead pinned memory on a device stream (--poison)
+// held their issue for a host instruction queued on that memory; *fills: such fills,
+// *queued: those issued while any host work was queued (-1 for other backends).
+int rt_cuda_fill_waits(Backend *b, int *fills, int *queued);
 
 // emu/backend.c — the plan's generated kernels (DIR/kernels.cu) compiled by the host C
 // compiler against DIR/ftc_emu.h (the CUDA execution model on the CPU) and launched as

@@ -106,6 +106,13 @@ typedef struct CudaState {
     pthread_cond_t more, progress;
     HostItem *q;
     int qhead, qtail, qcap;
+    uint64_t queued, ran;            // items ever queued, and run
+    // Pinned memory a queued host instruction uses, with the item's number (queued after
+    // it): a fill there waits for that item, not for the whole queue.
+    struct HostUse { uintptr_t lo, hi; uint64_t item; } *uses;
+    int nuses, uses_cap;
+    int pinned_fills;                // fills of pinned memory on a device stream: how many
+    int fills_queued, fill_waits;    // found host work queued, and waited for some of it
     char failed[512];                // the first error of work done asynchronously
     // Collectives over the job's ranks (rt_cuda_set_comm).
     NcclApi nccl;
@@ -215,6 +222,7 @@ static void *worker_main(void *arg) {
         run_item(s, &it, failed);
         pthread_mutex_lock(&s->mu);
         s->qhead++;
+        s->ran++;
         if (it.kind == HOST_RECORD)
             s->done[it.event] = it.gen;
         s->busy = false;
@@ -233,6 +241,7 @@ static void enqueue(CudaState *s, const HostItem *it) {
         s->q = realloc(s->q, sizeof *s->q * (size_t)s->qcap);
     }
     s->q[s->qtail++] = *it;
+    s->queued++;
     pthread_cond_signal(&s->more);
     pthread_mutex_unlock(&s->mu);
 }
@@ -243,6 +252,59 @@ static void drain_host(CudaState *s) {
     while (s->qhead != s->qtail || s->busy)
         pthread_cond_wait(&s->progress, &s->mu);
     pthread_mutex_unlock(&s->mu);
+}
+
+// A host instruction was just queued: the pinned memory it reads and writes is in use until
+// the worker has run it (the uses of items already run are dropped here).
+static void note_host_uses(CudaState *s, Exec *x, const PlanInstr *in) {
+    pthread_mutex_lock(&s->mu);
+    int k = 0;
+    for (int i = 0; i < s->nuses; i++)
+        if (s->uses[i].item > s->ran)
+            s->uses[k++] = s->uses[i];
+    s->nuses = k;
+    int ids[PLAN_MAX_IN + PLAN_MAX_OUT + 1], n = 0;
+    for (int i = 0; i < in->nin; i++)
+        ids[n++] = in->in[i];
+    for (int i = 0; i < in->nout; i++)
+        ids[n++] = in->out[i];
+    ids[n++] = in->ws;
+    for (int i = 0; i < n; i++) {
+        if (ids[i] < 0 || rt_buf_kind(x, ids[i]) != MEMK_PINNED)
+            continue;
+        if (s->nuses == s->uses_cap) {
+            s->uses_cap = s->uses_cap ? 2 * s->uses_cap : 64;
+            s->uses = realloc(s->uses, sizeof *s->uses * (size_t)s->uses_cap);
+        }
+        uintptr_t lo = (uintptr_t)x->ptr[ids[i]];
+        s->uses[s->nuses++] = (struct HostUse){lo, lo + (uintptr_t)x->plan->buf[ids[i]].bytes, s->queued};
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+// Before a device stream writes pinned memory [lo, hi): the worker has run every queued
+// host instruction that uses it (usually long since; else the issue waits for that one).
+static void wait_host_uses(CudaState *s, uintptr_t lo, uintptr_t hi) {
+    pthread_mutex_lock(&s->mu);
+    uint64_t need = 0;
+    s->pinned_fills++;
+    s->fills_queued += s->queued > s->ran;
+    for (int i = 0; i < s->nuses; i++)
+        if (s->uses[i].item > s->ran && s->uses[i].lo < hi && lo < s->uses[i].hi && s->uses[i].item > need)
+            need = s->uses[i].item;
+    if (need > s->ran)
+        s->fill_waits++;
+    while (s->ran < need)
+        pthread_cond_wait(&s->progress, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+}
+
+int rt_cuda_fill_waits(Backend *be, int *fills, int *queued) {
+    if (!be || strcmp(be->name, "cuda") != 0)
+        return -1;
+    CudaState *s = be->state;
+    *fills = s->pinned_fills, *queued = s->fills_queued;
+    return s->fill_waits;
 }
 
 static void wait_host_event(CudaState *s, int ev) {
@@ -426,8 +488,8 @@ static void cuda_fill(Backend *be, MemKind kind, void *dst, uint32_t pattern, in
         enqueue(s, &it);
         return;
     }
-    if (kind == MEMK_PINNED)   // host work on it so far is done
-        drain_host(s);
+    if (kind == MEMK_PINNED)   // host instructions queued on it have run
+        wait_host_uses(s, (uintptr_t)dst, (uintptr_t)dst + (uintptr_t)bytes);
     CuStream st = s->stream[stream];
     for (int t = 0; t < STREAM_COUNT; t++)
         if (t != STREAM_HOST && t != (int)stream) {
@@ -1086,6 +1148,7 @@ static int launch(CudaState *s, Exec *x, const PlanInstr *in, char *err, size_t 
     if (in->stream == STREAM_HOST) {   // the worker runs it on the host backend, in order
         HostItem it = {.kind = HOST_RUN, .x = x, .in = in};
         enqueue(s, &it);
+        note_host_uses(s, x, in);
         return 0;
     }
     if (in->by >= 0)   // its group's launch did it
@@ -1351,6 +1414,7 @@ static void cuda_destroy(Backend *be) {
     pthread_cond_destroy(&s->progress);
     free(s->fn), free(s->gemm), free(s->loss), free(s->event), free(s->on_host), free(s->expected), free(s->done);
     free(s->q);
+    free(s->uses);
     free(s);
     free(be);
 }
