@@ -104,7 +104,8 @@ static void g_embed_bwd(const CudaCtx *cx, unsigned *grid, unsigned *block) {
 // Whether a row kernel over rows of C elements reads and writes its row operands (every
 // input, out[0]) eight elements at a time (ld8, st8): C % 8 == 0, each 16-byte aligned.
 static int rows_v8(const IrGraph *g, const IrNode *n, int64_t C) {
-    bool ok = C % 8 == 0 && codegen_aligned16(g, n->out[0]);
+    bool ok = C % 8 == 0 && codegen_aligned16(g, n->out[0]) &&
+              (n->op != OP_ADD_RMSNORM || codegen_aligned16(g, n->out[2]));
     for (int i = 0; i < n->nin; i++)
         ok &= n->in[i] < 0 || codegen_aligned16(g, n->in[i]);
     return ok;
@@ -123,6 +124,16 @@ static void a_norm(FILE *f, const CudaCtx *cx) {
     if (n->op == OP_LAYERNORM)
         fprintf(f, ", %d", DT(IN(2)));
     fprintf(f, ", %d, %d", DT(OUT(0)), rows_v8(g, n, last_dim(x)));
+}
+static void a_add_norm(FILE *f, const CudaCtx *cx) {
+    CTX(cx);
+    const IrTensor *x = IN(0);
+    fprintf(f, "%lldLL, %lld, ", (long long)rows_of(x), (long long)last_dim(x));
+    flit(f, n->attr.f);
+    fprintf(f, ", ");
+    flit(f, n->attr.offset);
+    fprintf(f, ", %d, %d, %d, %d, %d, %d", DT(x), DT(IN(1)), DT(IN(2)), DT(OUT(2)), DT(OUT(0)),
+            rows_v8(g, n, last_dim(x)));
 }
 static void g_rows_in0(const CudaCtx *cx, unsigned *grid, unsigned *block) {
     CTX(cx);
@@ -549,6 +560,7 @@ static const CudaOp column[OP_COUNT] = {
     [OP_EMBED] = {{"embed_fwd"}, {0}, a_embed, g_embed},
     [OP_EMBED_BWD] = {{"embed_bwd_index", "embed_bwd_sum"}, {1, 0}, a_embed_bwd, g_embed_bwd, .main_launch = 1},
     [OP_RMSNORM] = {{"rmsnorm_fwd"}, {1}, a_norm, g_rows_in0},
+    [OP_ADD_RMSNORM] = {{"add_rmsnorm_fwd"}, {1}, a_add_norm, g_rows_in0},
     [OP_LAYERNORM] = {{"layernorm_fwd"}, {1}, a_norm, g_rows_in0},
     [OP_RMSNORM_DX] = {{"rmsnorm_dx"}, {1}, a_norm_dx, g_rows_in1},
     [OP_LAYERNORM_DX] = {{"layernorm_dx"}, {1}, a_norm_dx, g_rows_in1},

@@ -230,6 +230,22 @@ static bool shape_norm(const IrGraph *g, const IrNode *n, IrTensor *out, IrShape
     return true;
 }
 
+// a, b [..., C] of one shape, w [C] -> y and rstd (rmsnorm's of s), s = a + b.
+static bool shape_add_norm(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
+    const IrTensor *a = IN(0), *b = IN(1), *w = IN(2);
+    if (a->ndim < 1 || !is_float(a->dtype) || b->ndim != a->ndim ||
+        memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim) != 0)
+        return fail(err, 1, "add_rmsnorm needs two float tensors of one shape, got %s and %s", sh(a), sh(b));
+    if (w->ndim != 1 || w->shape[0] != a->shape[a->ndim - 1])
+        return fail(err, 2, "add_rmsnorm: weight %s does not match input %s", sh(w), sh(a));
+    same_as(&out[0], a);
+    same_as(&out[1], a);
+    out[1].dtype = DT_F32;
+    out[1].ndim--;
+    same_as(&out[2], a);
+    return true;
+}
+
 // x [B, S, heads, head_dim] and, optionally, its position ids i32 [B, S].
 static bool shape_rope(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
     const IrTensor *x = IN(0);
@@ -1155,6 +1171,7 @@ static const OpInfo ops[OP_COUNT] = {
     [OP_COPY] = {.shape = shape_like0, .flops = flops_zero},
     [OP_DEQUANT] = {.shape = shape_dequant, .flops = flops_4elems},
     [OP_FUSED] = {.shape = shape_fused, .flops = flops_fused},
+    [OP_ADD_RMSNORM] = {.shape = shape_add_norm, .flops = flops_4elems, .aux = "stats"},
     // optimizer ops
     [OP_ACC] = {.shape = shape_update, .flops = flops_elems, .device = "y = y + x0;"},
     [OP_ADAMW] = {.shape = shape_update, .flops = flops_adamw},

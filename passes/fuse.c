@@ -181,6 +181,62 @@ static void recompute_cheap(IrGraph *g, FuseStats *st) {
     free(r.fwd), free(r.bwd), free(r.bwd_other), free(recompute);
 }
 
+// Last, the residual's add into the RMSNorm after it: s = add(a, b) read by rmsnorm(s, w)
+// becomes one add_rmsnorm(a, b, w) -> (y, rstd, s) at the norm's place, which stores s (the
+// residual stream, which later adds and backward read) and normalises those stored bits:
+// the unfused arithmetic, one launch and one read of s fewer. Where a and b have s's shape,
+// both nodes run in one phase on the compute stream, and nothing between them reads s.
+static void fuse_add_norm(IrGraph *g, FuseStats *st) {
+    int n = g->nodes.len;
+    int *merge = malloc(sizeof(int) * (size_t)(n + 1));   // norm node -> the add it takes, or -1
+    bool *gone = calloc((size_t)n + 1, sizeof(bool));      // an add taken by a norm
+    for (int i = 0; i < n; i++) {
+        merge[i] = -1;
+        const IrNode *nd = &g->nodes.at[i];
+        if (nd->op != OP_RMSNORM || nd->update || nd->stream != STREAM_COMPUTE)
+            continue;
+        int s = nd->in[0], m = g->tensors.at[s].producer;
+        if (m < 0 || m >= i || gone[m])
+            continue;
+        const IrNode *add = &g->nodes.at[m];
+        if (add->op != OP_ADD || add->update || add->stream != STREAM_COMPUTE || add->phase != nd->phase ||
+            add->out[0] != s || g->tensors.at[s].virt)
+            continue;
+        const IrTensor *a = &g->tensors.at[add->in[0]], *b = &g->tensors.at[add->in[1]], *t = &g->tensors.at[s];
+        if (a->ndim != t->ndim || b->ndim != t->ndim ||
+            memcmp(a->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim) != 0 ||
+            memcmp(b->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim) != 0)
+            continue;
+        bool read = false;   // s (or a view of it) read between the add and the norm
+        for (int j = m + 1; j < i && !read; j++)
+            for (int k = 0; k < g->nodes.at[j].nin && !read; k++)
+                read = g->nodes.at[j].in[k] >= 0 && ir_tensor_base(g, g->nodes.at[j].in[k]) == ir_tensor_base(g, s);
+        if (read)
+            continue;
+        merge[i] = m;
+        gone[m] = true;
+    }
+    IrRewrite rw;
+    ir_rewrite_begin(&rw, g);
+    for (IrNode nd; ir_rewrite_next(&rw, &nd);) {
+        int i = rw.at - 1;
+        if (gone[i])
+            continue;
+        if (merge[i] >= 0) {
+            const IrNode *add = &rw.old[merge[i]];
+            nd.op = OP_ADD_RMSNORM;
+            nd.nin = 3;
+            nd.in[2] = nd.in[1];
+            nd.in[0] = add->in[0], nd.in[1] = add->in[1];
+            nd.out[2] = add->out[0];
+            st->add_norms++;
+        }
+        ir_rewrite_keep(&rw, &nd);
+    }
+    ir_rewrite_end(&rw);
+    free(merge), free(gone);
+}
+
 int fuse_apply(IrGraph *g, FuseStats *st) {
     memset(st, 0, sizeof *st);
     recompute_cheap(g, st);
@@ -256,5 +312,6 @@ int fuse_apply(IrGraph *g, FuseStats *st) {
     }
     ir_rewrite_end(&rw);
     free(f.readers), free(f.group), free(fused_of);
+    fuse_add_norm(g, st);
     return 0;
 }

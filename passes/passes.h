@@ -190,6 +190,7 @@ typedef struct FuseStats {
     int64_t virtual_bytes;      // intermediates that no longer take bytes
     int recomputed;             // forward values recomputed inside backward kernels ...
     int64_t unsaved_bytes;      // ... instead of being kept (counted per reader)
+    int add_norms;              // residual adds taken into the RMSNorm after them
 } FuseStats;
 
 // Groups elementwise producers with their single consumer into OP_FUSED nodes (steps in

@@ -189,6 +189,14 @@ static int shapes(const Check *c, OpKind op, const OpAttr *attr) {
         SAME(o, a);
         NEED(E(O(c, 1)) == (op == OP_RMSNORM ? 1 : 2) * R(a), "%s is not the rows' statistics", O(c, 1)->name);
         return 0;
+    case OP_ADD_RMSNORM:   // a, b, w -> y, rstd, a + b
+        OUTS(3);
+        SAME(a, b);
+        NEED(E(I(c, 2)) == L(a), "the weights are not [%lld]", (long long)L(a));
+        SAME(o, a);
+        SAME(O(c, 2), a);
+        NEED(E(O(c, 1)) == R(a), "%s is not the rows' statistics", O(c, 1)->name);
+        return 0;
     case OP_RMSNORM_DX:
     case OP_LAYERNORM_DX:   // dy, x, w, stats -> dx
         SAME(a, b);

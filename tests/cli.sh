@@ -232,6 +232,20 @@ else
     bad fusion-removes-intermediates "$n virtual, $leaked in memory.json, $kept unfused"
 fi
 
+# The residual's add taken into the RMSNorm after it (one kernel, add_rmsnorm): every norm
+# that reads an add's sum, and the same bits as the unfused plan's add then norm.
+"$ftc" data --bytes tests/data/corpus.txt -o "$tmp/c.bin" >/dev/null
+"$ftc" run "$tmp/fused.plan" --data "$tmp/c.bin" --steps 6 --seed 7 --poison --save "$tmp/fused.w" >/dev/null &&
+    "$ftc" run "$tmp/unfused.plan" --data "$tmp/c.bin" --steps 6 --seed 7 --poison --save "$tmp/unfused.w" >/dev/null
+merged=$(grep -c '^[0-9]* add_rmsnorm ' "$tmp/fused.plan/plan")
+if [ "$merged" -gt 0 ] && ! grep -q ' add_rmsnorm ' "$tmp/unfused.plan/plan" &&
+   [ "$(grep -c '^[0-9]* rmsnorm ' "$tmp/unfused.plan/plan")" = $((merged + $(grep -c '^[0-9]* rmsnorm ' "$tmp/fused.plan/plan"))) ] &&
+   cmp -s "$tmp/fused.w/model.safetensors" "$tmp/unfused.w/model.safetensors"; then
+    ok "add-into-rmsnorm-bitwise ($merged norms take their add)"
+else
+    bad add-into-rmsnorm-bitwise "$merged merged; weights $(cmp "$tmp/fused.w/model.safetensors" "$tmp/unfused.w/model.safetensors" 2>&1)"
+fi
+
 # A budget sweep across the edge where plans start to fit: every plan compile writes is
 # verified, so any budget whose plan breaks an invariant (a lifetime, a hazard, an arena
 # overlap) surfaces as an internal error. Full fine-tuning, LoRA and QLoRA.

@@ -41,6 +41,44 @@ FTC_INLINE void rmsnorm_fwd(FtcArgs a, long long rows, int C, float eps, float o
     }
 }
 
+/* The residual's add and the norm after it, one launch: s = a + b, rounded to s's dtype and
+ * stored (the residual stream), then rmsnorm_fwd of those stored bits. A thread reads back
+ * only the columns it wrote. a.p: y [rows, C], rstd f32 [rows], s [rows, C], a, b [rows, C],
+ * w [C]. */
+FTC_INLINE void add_rmsnorm_fwd(FtcArgs a, long long rows, int C, float eps, float offset, int dta, int dtb,
+                                int dtw, int dts, int dty, int v8) {
+    __shared__ float red[32];
+    long long r = blockIdx.x, base = r * C;
+    int n = v8 ? 8 : 1;
+    if (r >= rows)
+        return;
+    float ss = 0.0f;
+    NORM_COLS(c, v8) {
+        float x[8], y[8];
+        ldn(a.p[3], base + c, dta, v8, x);
+        ldn(a.p[4], base + c, dtb, v8, y);
+        FTC_UNROLL
+        for (int e = 0; e < n; e++) {
+            x[e] = rnd(x[e] + y[e], dts);
+            ss += x[e] * x[e];
+        }
+        stn(a.p[2], base + c, dts, v8, x);
+    }
+    ss = block_sum(ss, red);
+    float rs = 1.0f / sqrtf(ss / (float)C + eps);
+    if (threadIdx.x == 0)
+        ((float *)a.p[1])[r] = rs;
+    NORM_COLS(c, v8) {
+        float x[8], w[8];
+        ldn(a.p[2], base + c, dts, v8, x);
+        ldn(a.p[5], c, dtw, v8, w);
+        FTC_UNROLL
+        for (int e = 0; e < n; e++)
+            x[e] = (x[e] * rs) * (w[e] + offset);
+        stn(a.p[0], base + c, dty, v8, x);
+    }
+}
+
 /* dx = r w' dy - (r^3 / C) x sum(w' dy x), w' = w + offset.  a.p: dx, dy, x, w, rstd. */
 FTC_INLINE void rmsnorm_dx(FtcArgs a, long long rows, int C, float offset, int dtdx, int dtdy, int dtx,
                            int dtw, int v8) {

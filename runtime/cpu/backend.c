@@ -457,6 +457,17 @@ static void round_to(float *v, int64_t n, PlanDType t) {
             v[i] = cpu_f16_to_f32(cpu_f32_to_f16(v[i]));
 }
 
+// s = a + b rounded to s's dtype, as the add would store it, then rmsnorm of s.
+static int k_add_rmsnorm(Call *c) {
+    float *s = OUT(2);
+    for (int64_t i = 0; i < ON(2); i++)
+        s[i] = IN(0)[i] + IN(1)[i];
+    round_to(s, ON(2), OB(2)->dtype);
+    cpu_rmsnorm_forward(OUT(0), OUT(1), s, IN(2), (size_t)rows(B(0)), (size_t)last_dim(B(0)),
+                        (float)c->in->attr.f, (float)c->in->attr.offset);
+    return 0;
+}
+
 // The fused loss with its gradient, chunk by chunk, never more than a chunk of logits at
 // once: the chunk's logits x_c Wᵀ rounded to x's dtype (as the unfused linear stores
 // them), the loss's rows on them in row order (in double, as the unfused cross entropy
@@ -688,7 +699,7 @@ static const Kernel kernels[OP_COUNT] = {
     [OP_ACC] = k_acc,               [OP_ADAMW] = k_adamw,           [OP_SGD] = k_sgd,
     [OP_ADAMW8BIT] = k_adamw8bit,
     [OP_ZERO] = k_zero,             [OP_GRAD_SUMSQ] = k_grad_sumsq, [OP_GRAD_FACTOR] = k_grad_factor,
-    [OP_ROPE_TABLE] = k_rope_table,
+    [OP_ROPE_TABLE] = k_rope_table,  [OP_ADD_RMSNORM] = k_add_rmsnorm,
 };
 
 // OpenBLAS's threads cost more than they give on small GEMMs (2x on tiny.ft here):
