@@ -9,6 +9,26 @@
  * time with ld8 and st8: its column step is 8 blockDim, and c below is the first of eight. */
 #define NORM_COLS(c, v8) for (int c = (int)threadIdx.x * ((v8) ? 8 : 1); c < C; c += (int)blockDim.x * ((v8) ? 8 : 1))
 
+/* Row r of an RMSNorm from its sum of squares ss (the block's): rstd stored, then
+ * y = x * rstd * (w + offset). */
+FTC_INLINE void rmsnorm_apply(void *y, int dty, float *rstd, const void *xp, int dtx, const void *wp, int dtw,
+                              long long r, int C, float ss, float eps, float offset, int v8) {
+    long long base = r * C;
+    int n = v8 ? 8 : 1;
+    float rs = 1.0f / sqrtf(ss / (float)C + eps);
+    if (threadIdx.x == 0)
+        rstd[r] = rs;
+    NORM_COLS(c, v8) {
+        float x[8], w[8];
+        ldn(xp, base + c, dtx, v8, x);
+        ldn(wp, c, dtw, v8, w);
+        FTC_UNROLL
+        for (int e = 0; e < n; e++)
+            x[e] = (x[e] * rs) * (w[e] + offset);
+        stn(y, base + c, dty, v8, x);
+    }
+}
+
 /* y = x * rstd * (w + offset), rstd = 1 / sqrt(mean(x^2) + eps), kept in fp32 for the backward.
  * a.p: y [rows, C], rstd f32 [rows], x [rows, C], w [C]. */
 FTC_INLINE void rmsnorm_fwd(FtcArgs a, long long rows, int C, float eps, float offset, int dtx, int dtw,
@@ -26,19 +46,8 @@ FTC_INLINE void rmsnorm_fwd(FtcArgs a, long long rows, int C, float eps, float o
         for (int e = 0; e < n; e++)
             ss += x[e] * x[e];
     }
-    ss = block_sum(ss, red);
-    float rs = 1.0f / sqrtf(ss / (float)C + eps);
-    if (threadIdx.x == 0)
-        ((float *)a.p[1])[r] = rs;
-    NORM_COLS(c, v8) {
-        float x[8], w[8];
-        ldn(a.p[2], base + c, dtx, v8, x);
-        ldn(a.p[3], c, dtw, v8, w);
-        FTC_UNROLL
-        for (int e = 0; e < n; e++)
-            x[e] = (x[e] * rs) * (w[e] + offset);
-        stn(a.p[0], base + c, dty, v8, x);
-    }
+    rmsnorm_apply(a.p[0], dty, (float *)a.p[1], a.p[2], dtx, a.p[3], dtw, r, C, block_sum(ss, red), eps, offset,
+                  v8);
 }
 
 /* The residual's add and the norm after it, one launch: s = a + b, rounded to s's dtype and
@@ -64,19 +73,8 @@ FTC_INLINE void add_rmsnorm_fwd(FtcArgs a, long long rows, int C, float eps, flo
         }
         stn(a.p[2], base + c, dts, v8, x);
     }
-    ss = block_sum(ss, red);
-    float rs = 1.0f / sqrtf(ss / (float)C + eps);
-    if (threadIdx.x == 0)
-        ((float *)a.p[1])[r] = rs;
-    NORM_COLS(c, v8) {
-        float x[8], w[8];
-        ldn(a.p[2], base + c, dts, v8, x);
-        ldn(a.p[5], c, dtw, v8, w);
-        FTC_UNROLL
-        for (int e = 0; e < n; e++)
-            x[e] = (x[e] * rs) * (w[e] + offset);
-        stn(a.p[0], base + c, dty, v8, x);
-    }
+    rmsnorm_apply(a.p[0], dty, (float *)a.p[1], a.p[2], dts, a.p[5], dtw, r, C, block_sum(ss, red), eps, offset,
+                  v8);
 }
 
 /* dx = r w' dy - (r^3 / C) x sum(w' dy x), w' = w + offset.  a.p: dx, dy, x, w, rstd. */
