@@ -234,7 +234,8 @@ int ir_drop_unused(IrGraph *g) {
             used[g->fused.at[f].step[s].out[0]] = true;
     for (int i = 0; i < nt; i++) {   // what a kept tensor names is kept too
         const IrTensor *t = &g->tensors.at[i];
-        if (t->kind != TK_VALUE || i == g->loss || i == g->logits)
+        if (t->kind != TK_VALUE || i == g->loss || i == g->logits || i == g->eval_loss || i == g->grad_stats ||
+            i == g->grad_factor)
             used[i] = true;
         if (used[i] && t->alias_of >= 0)
             used[t->alias_of] = true;
@@ -251,6 +252,7 @@ int ir_drop_unused(IrGraph *g) {
         t.id = to[i];
         MAP(t.alias_of);
         MAP(t.of);
+        MAP(t.shard_of);
         MAP(t.reuse);
         g->tensors.at[to[i]] = t;
     }
@@ -273,6 +275,9 @@ int ir_drop_unused(IrGraph *g) {
         }
     MAP(g->loss);
     MAP(g->logits);
+    MAP(g->eval_loss);
+    MAP(g->grad_stats);
+    MAP(g->grad_factor);
 #undef MAP
     free(used);
     free(to);

@@ -352,6 +352,10 @@ int planner_search(const PlannerInput *in, PlannerResult *r) {
             }
         merge(r, &j);
     }
+    // And again for the plan the buckets made fastest: their size changes how much of the
+    // step the chunk's time is, and the bucket finalists were chosen at the first chunk.
+    if (R > 1)
+        refine_loss_chunk(in, r);
     if (r->smallest < 0 && r->pruned_levels < LEVELS * (z1 - z0 + 1)) {   // report the most frugal allowed plan
         RematPolicy pol = in->remat >= 0 ? (RematPolicy)in->remat : REMAT_SWAP;
         int lv = in->offload >= 0 ? in->offload : R > 1 ? 2 : LEVELS - 1, z = z1;
