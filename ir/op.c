@@ -91,6 +91,19 @@ static bool shape_linear(const IrGraph *g, const IrNode *n, IrTensor *out, IrSha
     return true;
 }
 
+// x [..., K], W [N, K] and y [..., N] (the output the product is added into).
+static bool shape_linear_acc(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
+    IrNode bare = *n;
+    bare.nin = 2;
+    if (!shape_linear(g, &bare, out, err))
+        return false;
+    const IrTensor *y = IN(2);
+    if (y->ndim != out->ndim || memcmp(y->shape, out->shape, sizeof(int64_t) * (size_t)y->ndim) != 0)
+        return fail(err, 2, "linear_acc: %s is not the product's shape", sh(y));
+    out->dtype = y->dtype;
+    return true;
+}
+
 // a [..., M, K] times b [..., K, N] (the same batch dims), or times a 2-D b [K, N] for
 // every row of a: [..., K] x [K, N] -> [..., N] (a weight stored [in, out]).
 static bool shape_matmul(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
@@ -950,6 +963,26 @@ static void bwd_linear(Autodiff *ad, const IrNode *n) {
     }
 }
 
+// y + c·x Wᵀ: y's gradient is dy itself; x's and W's are linear's, of c·dy.
+static void bwd_linear_acc(Autodiff *ad, const IrNode *n) {
+    int dy = ad_dy(ad, n, 0);
+    if (dy < 0)
+        return;
+    if (ad_needs(ad, n->in[2]))
+        ad_add(ad, n, n->in[2], dy);
+    if (!ad_needs(ad, n->in[0]) && !ad_needs(ad, n->in[1]))
+        return;
+    int d = n->attr.f == 1.0 ? dy : ad_op(ad, n, OP_SCALE, 1, &dy, (OpAttr){.f = n->attr.f}, "dprod");
+    if (ad_needs(ad, n->in[0])) {
+        int in[2] = {d, n->in[1]};
+        ad_add(ad, n, n->in[0], ad_op(ad, n, OP_LINEAR_DX, 2, in, (OpAttr){0}, "dx"));
+    }
+    if (ad_needs(ad, n->in[1])) {
+        int in[2] = {d, n->in[0]};
+        ad_acc(ad, n, n->in[1], OP_LINEAR_DW, 2, in, (OpAttr){0});
+    }
+}
+
 // b's gradient: added into a parameter's by the GEMM itself (β = 1), else a value of its own.
 static void matmul_db(Autodiff *ad, const IrNode *n, int dy) {
     int in[2] = {n->in[0], dy};
@@ -1071,6 +1104,9 @@ static const OpInfo ops[OP_COUNT] = {
     [OP_LINEAR] = {.shape = shape_linear, .flops = flops_linear, .gemm = gemm_linear,
                    .grad_needs = {I1, I0}, .backward = bwd_linear, .init = {0, 0, INIT_ZEROS},
                    .scratch_bytes = scratch_gemm},
+    [OP_LINEAR_ACC] = {.shape = shape_linear_acc, .flops = flops_linear, .gemm = gemm_linear,
+                       .grad_needs = {I1, I0, 0}, .backward = bwd_linear_acc, .scratch_bytes = scratch_gemm,
+                       .inplace_in = 3},
     [OP_MATMUL] = {.shape = shape_matmul, .flops = flops_matmul, .gemm = gemm_matmul,
                    .grad_needs = {I1, I0}, .backward = bwd_matmul,
                    .scratch_bytes = scratch_gemm},

@@ -125,8 +125,9 @@ int liveness_apply(IrGraph *g, bool in_place) {
         IrTensor *o = &g->tensors.at[nd->out[0]];
         if (o->kind != TK_VALUE || o->alias_of >= 0 || nd->out[0] == g->loss || nd->out[0] == g->eval_loss)
             continue;
+        int only = op_info(nd->op)->inplace_in - 1;
         for (int k = 0; k < nd->nin; k++) {
-            if (nd->in[k] < 0)
+            if (nd->in[k] < 0 || (only >= 0 && k != only))
                 continue;
             int b = ir_tensor_base(g, nd->in[k]);
             const IrTensor *x = &g->tensors.at[b];

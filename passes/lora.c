@@ -1,7 +1,10 @@
 // lora.c — the LoRA pass. Each targeted linear y = x Wᵀ (+ b) gains a low-rank
 // path: y' = y + (alpha/r) · (dropout(x) Aᵀ) Bᵀ, A [r, in], B [out, r]; so does a
 // product y = x W by a 2-D weight stored [in, out] (GPT-2's Conv1D; PEFT's
-// fan_in_fan_out). Every original parameter is frozen; only A and B train.
+// fan_in_fan_out). Every original parameter is frozen; only A and B train. The path's
+// last product and its sum are one op, linear_acc(t, B, y) = y + (alpha/r) · t Bᵀ: the
+// GEMM adds into the base's output itself (cuBLASLt's beta = 1, alpha = alpha/r), so the
+// product is never stored, nor rounded before it is added, and no kernel adds it.
 #include "passes.h"
 
 #include <math.h>
@@ -138,12 +141,10 @@ int lora_apply(IrGraph *g, const LoraSpec *spec, PassDiag *d) {
                     arena_printf(g->arena, "%s.lora_drop", base), &n);
         int in1[2] = {x, a};
         int t = add(g, OP_LINEAR, 2, in1, (OpAttr){0}, arena_printf(g->arena, "%s.lora_a", base), &n);
-        int in2[2] = {t, b};
-        int u = add(g, OP_LINEAR, 2, in2, (OpAttr){0}, arena_printf(g->arena, "%s.lora_b", base), &n);
-        int s = add(g, OP_SCALE, 1, &u, (OpAttr){.f = scale},
-                    arena_printf(g->arena, "%s.lora_scale", base), &n);
-        int in3[2] = {n.out[0], s};
-        remap[n.out[0]] = add(g, OP_ADD, 2, in3, (OpAttr){0}, arena_printf(g->arena, "%s.lora", base), &n);
+        // B's product added into the base's output by the GEMM itself (scaled, rounded once)
+        int in2[3] = {t, b, n.out[0]};
+        remap[n.out[0]] = add(g, OP_LINEAR_ACC, 3, in2, (OpAttr){.f = scale},
+                              arena_printf(g->arena, "%s.lora", base), &n);
     }
     ir_rewrite_end(&rw);
     if (g->loss >= 0 && g->loss < nt)

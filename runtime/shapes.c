@@ -123,6 +123,11 @@ static int shapes(const Check *c, OpKind op, const OpAttr *attr) {
         NEED(a->ndim == 2 && L(o) == D(a, 1) && E(o) == E(b) * L(o), "%s is not [ids..., %lld] of %s",
              o->name, (long long)D(a, 1), a->name);
         return 0;
+    case OP_LINEAR_ACC:   // x [..., K], W [N, K], y [..., N] -> y + scale x W^T
+        NEED(b->ndim == 2 && D(b, 1) == L(a), "%s is not [N, %lld]", b->name, (long long)L(a));
+        NEED(E(o) == R(a) * D(b, 0), "%s is not [..., %lld]", o->name, (long long)D(b, 0));
+        SAME(I(c, 2), o);
+        return 0;
     case OP_LINEAR:   // x [..., K], W [N, K], bias [N] -> [..., N]
         NEED(b->ndim == 2 && D(b, 1) == L(a), "%s is not [N, %lld]", b->name, (long long)L(a));
         NEED(!I(c, 2) || E(I(c, 2)) == D(b, 0), "the bias is not [%lld]", (long long)D(b, 0));

@@ -21,7 +21,20 @@ ok() { echo "ok   $1"; pass=$((pass+1)); }
 bad() { echo "FAIL $1: $2"; fail=$((fail+1)); }
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
-mpirun --oversubscribe -np 2 "$bin" "$src" train > "$out" 2>&1 && grep -q '^3 passed, 0 failed' "$out" &&
+# mpirun, again once where LeakSanitizer itself failed at a rank's exit ("Tracer caught
+# signal 11": its stop-the-world tracer, under load, beside Open MPI's threads) — a failure
+# of the tool, not a leak, which it reports otherwise and which fails as ever.
+mpi2() {
+    mpirun --oversubscribe -np 2 "$@" > "$out" 2>&1
+    local rc=$?
+    if grep -q "LeakSanitizer has encountered a fatal error" "$out"; then
+        echo "(LeakSanitizer failed at exit; run again: $*)"
+        mpirun --oversubscribe -np 2 "$@" > "$out" 2>&1
+        rc=$?
+    fi
+    return $rc
+}
+mpi2 "$bin" "$src" train && grep -q '^3 passed, 0 failed' "$out" &&
     ok "cuda-ranks-train-as-cpu-ranks" || bad cuda-ranks-train-as-cpu-ranks "$(tail -20 "$out")"
 grep '^  ZeRO' "$out" | head -2
 for mode in hang error; do
@@ -38,7 +51,7 @@ for mode in hang error; do
     fi
 done
 # NCCL's communicator taking more than the device had left: said before the arena, by name
-mpirun --oversubscribe -np 2 "$bin" "$src" memory > "$out" 2>&1; rc=$?
+mpi2 "$bin" "$src" memory; rc=$?
 if [ $rc = 0 ] && [ "$(grep -c "error: .*NCCL's communicator took [0-9.]* MiB of it.*re-plan with --reserve larger by" "$out")" = 2 ]; then
     ok nccl-memory-checked-before-the-arena
 else

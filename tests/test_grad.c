@@ -41,9 +41,12 @@ static double urand(void) {   // xorshift64, in [0, 1)
 
 // Runs the case `body` (statements computing y [B, S, D] from x); returns the worst
 // absolute error seen, or -1 after a failure to compile or run.
+static const char *train_extra = "";   // lines added to the train section (a case's own)
+
 static double check_case(const char *name, const char *body) {
     char text[4096];
-    snprintf(text, sizeof text, "%s%s%s", prelude, body, postlude);
+    const char *at = strstr(postlude, "  optimizer");
+    snprintf(text, sizeof text, "%s%s%.*s%s%s", prelude, body, (int)(at - postlude), postlude, train_extra, at);
     Harness h;
     double worst = -1;
     if (!harness_compile(&h, name, text, 2)) {
@@ -126,6 +129,15 @@ static double check_case(const char *name, const char *body) {
 
 #define CASE(fn, name, body) static void fn(void) { check_case(name, body); }
 
+// LoRA on w1 and w2: each path's B product added into its base output by linear_acc (its
+// derivative rule: the output's gradient passed to y, and linear's of scale x dy to x and
+// B), A and B checked; alpha / r = 3 so the scale is not a power of two.
+static void test_lora_acc(void) {
+    train_extra = "  lora(r = 2, alpha = 6, targets = [w1, w2])\n";
+    check_case("linear_acc", "    y = linear(x, w1) + linear(silu(x), w2)\n");
+    train_extra = "";
+}
+
 CASE(test_linear, "linear", "    y = linear(x, w1) + linear(silu(x), w2)\n")
 CASE(test_bias_broadcast, "add+b", "    y = x + b\n")
 CASE(test_sub, "sub", "    y = x - linear(x, w1) * 0.5\n")
@@ -200,5 +212,6 @@ int main(void) {
     RUN(test_attention_options);
     RUN(test_dropout);
     RUN(test_reuse);
+    RUN(test_lora_acc);
     return CHECK_DONE();
 }

@@ -194,12 +194,11 @@ static void test_lora(void) {
         CHECK_EQ(2523136LL * 2, m.bytes[MEM_GRADS]);
         CHECK_EQ(2523136LL * 8, m.bytes[MEM_OPTIMIZER]);
         CHECK_EQ(2523136LL * 4, m.bytes[MEM_MASTER]);
-        // The scale alpha/r sits on the adapter path.
-        bool scale = false;
+        // The scale alpha/r sits on the adapter path: B's product, added into the base's output.
+        int accs = 0;
         for (int i = 0; i < l.g->nodes.len; i++)
-            if (l.g->nodes.at[i].op == OP_SCALE)
-                scale |= l.g->nodes.at[i].attr.f == 2.0;
-        CHECK(scale);
+            accs += l.g->nodes.at[i].op == OP_LINEAR_ACC && l.g->nodes.at[i].attr.f == 2.0;
+        CHECK_EQ(2 * 28, accs);
     }
     unload(&l);
     // Llama-2-7B, r = 8 on q, v: 4,194,304 (REFERENCE.md §1)

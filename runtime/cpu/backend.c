@@ -151,6 +151,15 @@ static int k_linear(Call *c) {
     return 0;
 }
 
+// y + scale x W^T: y's values, then the product added in (BLAS's beta = 1, alpha = scale).
+static int k_linear_acc(Call *c) {
+    int64_t K = last_dim(B(0)), Nn = B(1)->shape[0];
+    memcpy(OUT(0), IN(2), sizeof(float) * (size_t)ON(0));
+    cpu_gemm_scaled(0, 1, (size_t)rows(B(0)), (size_t)Nn, (size_t)K, (float)c->in->attr.f, IN(0), IN(1), 1.0f,
+                    OUT(0));
+    return 0;
+}
+
 // A batched product's rows per matrix: a 2-D operand where the other has batch dims is one
 // matrix shared by every row, so the batch folds into M.
 static int64_t rows_per_matrix(const PlanBuffer *a, bool shared) {
@@ -676,7 +685,7 @@ static int k_sgd(Call *c) {
 //
 
 static const Kernel kernels[OP_COUNT] = {
-    [OP_EMBED] = k_embed,           [OP_LINEAR] = k_linear,         [OP_MATMUL] = k_matmul,
+    [OP_EMBED] = k_embed,           [OP_LINEAR] = k_linear,         [OP_LINEAR_ACC] = k_linear_acc,         [OP_MATMUL] = k_matmul,
     [OP_ADD] = k_add,               [OP_SUB] = k_sub,               [OP_MUL] = k_mul,
     [OP_DIV] = k_div,               [OP_SCALE] = k_scale,           [OP_SILU] = k_silu,
     [OP_GELU] = k_gelu,             [OP_EXP] = k_exp,               [OP_RMSNORM] = k_rmsnorm,

@@ -124,6 +124,11 @@ int cpu_embedding_backward(float *dtable, const float *dout, const int32_t *idx,
 
 void cpu_gemm(int trans_a, int trans_b, size_t M, size_t N, size_t K, const float *a,
               const float *b, float beta, float *c) {
+    cpu_gemm_scaled(trans_a, trans_b, M, N, K, 1.0f, a, b, beta, c);
+}
+
+void cpu_gemm_scaled(int trans_a, int trans_b, size_t M, size_t N, size_t K, float alpha, const float *a,
+                     const float *b, float beta, float *c) {
     if (M == 0 || N == 0)
         return;
     if (K == 0) { // an empty sum; BLAS would reject the zero leading dimension
@@ -133,7 +138,7 @@ void cpu_gemm(int trans_a, int trans_b, size_t M, size_t N, size_t K, const floa
     }
     assert(M <= INT_MAX && N <= INT_MAX && K <= INT_MAX);
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                trans_b ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K, 1.0f, a,
+                trans_b ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K, alpha, a,
                 (int)(trans_a ? M : K), b, (int)(trans_b ? K : N), beta, c, (int)N);
 }
 

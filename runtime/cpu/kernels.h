@@ -75,6 +75,9 @@ int cpu_embedding_backward(float *dtable,        // (V, C) +=
 // (K, M), b transposed (N, K); beta is 0 (assign) or 1 (accumulate). BLAS's sgemm.
 void cpu_gemm(int trans_a, int trans_b, size_t M, size_t N, size_t K, const float *a,
               const float *b, float beta, float *c);
+// The same with the product scaled: c = alpha · op(a) · op(b) + beta · c.
+void cpu_gemm_scaled(int trans_a, int trans_b, size_t M, size_t N, size_t K, float alpha, const float *a,
+                     const float *b, float beta, float *c);
 
 // Computes y = x · w^T + b; b may be NULL (no bias).
 void cpu_linear_forward(float *y,             // (N, Cout)

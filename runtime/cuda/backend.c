@@ -46,6 +46,8 @@ typedef struct Gemm {
     PlanDType da, db, dc;
     uint64_t ws;            // the workspace it may use
     int a, b, c, bias;      // buffer ids: the plan's A and B operands, the output, bias or -1
+    int cin;                // the buffer added in with beta (the output itself but for linear_acc's y)
+    float alpha;            // the product's scale (linear_acc's; else 1)
     int dbias;              // the bias's dtype (-1: no bias epilogue)
     float beta;             // 1: accumulate into the output (a weight gradient's +=)
     // How the algorithm was had (rt_cuda_tune_gemms): 0 cuBLASLt's first heuristic choice,
@@ -604,6 +606,7 @@ static bool gemm_shape(const Plan *p, const PlanInstr *in, GemmShape *g) {
     *g = (GemmShape){.a = in->in[0], .b = in->in[1], .batch = 1};
     switch (in->op) {
     case OP_LINEAR:     // y[M,N] = x[M,K] W[N,K]^T
+    case OP_LINEAR_ACC: // (+ y, the product scaled)
         g->tb = 1, g->K = last_dim(x), g->M = plan_elems(x) / g->K, g->N = y->shape[0];
         return true;
     case OP_LINEAR_DX:  // dx[M,K] = dy[M,N'] W[N',K]
@@ -728,16 +731,17 @@ static int lt_setup(CudaState *s, const PlanInstr *in, const GemmShape *sh, Plan
 }
 
 // The largest power of two up to 256 that divides every operand's address.
-static uint32_t operands_align(const void *a, const void *b, const void *c) {
-    uintptr_t bits = (uintptr_t)a | (uintptr_t)b | (uintptr_t)c | 256;
+static uint32_t operands_align(const void *a, const void *b, const void *c, const void *d) {
+    uintptr_t bits = (uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)d | 256;
     return (uint32_t)(bits & -bits);
 }
 
 // Before a product: an algorithm chosen for operands at least as aligned as these are (the
 // fused loss's chunks and offset views can be less than the 256 bytes a first choice
 // assumes); chosen again, once for each lower alignment met.
-static LtStatus align_algo(CudaState *s, Gemm *g, const void *a, const void *b, const void *c) {
-    uint32_t al = operands_align(a, b, c);
+static LtStatus align_algo(CudaState *s, Gemm *g, const void *a, const void *b, const void *c,
+                           const void *d) {
+    uint32_t al = operands_align(a, b, c, d);
     return al >= g->align ? LTX_SUCCESS : choose_algo(s, g, al);
 }
 
@@ -750,7 +754,11 @@ static int gemm_setup(CudaState *s, const Plan *p, const PlanInstr *in, Gemm *g,
     const PlanBuffer *A = &p->buf[sh.a], *B = &p->buf[sh.b], *C = &p->buf[in->out[0]];
     g->a = sh.a, g->b = sh.b, g->c = in->out[0];
     g->bias = in->op == OP_LINEAR && in->nin > 2 ? in->in[2] : -1;
-    g->beta = in->update & 1u ? 1.0f : 0.0f;   // a weight gradient (linear_dw, matmul_db) adds in
+    // A weight gradient (linear_dw, matmul_db) adds into itself; linear_acc adds its y in.
+    bool acc = in->op == OP_LINEAR_ACC;
+    g->cin = acc ? in->in[2] : in->out[0];
+    g->beta = acc || (in->update & 1u) ? 1.0f : 0.0f;
+    g->alpha = acc ? (float)in->attr.f : 1.0f;
     uint64_t ws = in->ws >= 0 ? (uint64_t)p->buf[in->ws].bytes : 0;
     return lt_setup(s, in, &sh, A->dtype, B->dtype, C->dtype, g->bias >= 0 ? (int)p->buf[g->bias].dtype : -1,
                     ws, g, err, errlen);
@@ -798,7 +806,7 @@ static int loss_gemm(void *ctx, const PlanInstr *in, const LossGemm *lg, char *e
     CudaState *s = x->s;
     Gemm *g = &x->g[lg->which];
     float alpha = 1.0f, beta = lg->beta;
-    LtStatus st = align_algo(s, g, lg->a, lg->b, lg->c);
+    LtStatus st = align_algo(s, g, lg->a, lg->b, lg->c, lg->c);
     if (st == LTX_SUCCESS)
         st = s->api.lt.Matmul(s->lt, g->desc, &alpha, lg->b, g->la, lg->a, g->lb, &beta, lg->c, g->lc,
                               lg->c, g->lc, &g->algo, lg->ws, lg->ws_bytes, s->stream[in->stream]);
@@ -820,7 +828,6 @@ static int loss_launch(void *ctx, const PlanInstr *in, int l, const KernelArgs *
 
 static int run_gemm(CudaState *s, Exec *x, const PlanInstr *in, char *err, size_t errlen) {
     Gemm *g = &s->gemm[in->id];
-    float alpha = 1.0f;
     LtStatus st = LTX_SUCCESS;
     if (g->bias >= 0) {
         const void *bias = x->ptr[g->bias];
@@ -829,10 +836,10 @@ static int run_gemm(CudaState *s, Exec *x, const PlanInstr *in, char *err, size_
     void *ws = in->ws >= 0 ? x->ptr[in->ws] : NULL;
     size_t wsb = in->ws >= 0 ? (size_t)x->plan->buf[in->ws].bytes : 0;
     if (st == LTX_SUCCESS)
-        st = align_algo(s, g, x->ptr[g->a], x->ptr[g->b], x->ptr[g->c]);
+        st = align_algo(s, g, x->ptr[g->a], x->ptr[g->b], x->ptr[g->cin], x->ptr[g->c]);
     if (st == LTX_SUCCESS)
-        st = s->api.lt.Matmul(s->lt, g->desc, &alpha, x->ptr[g->b], g->la, x->ptr[g->a], g->lb,
-                              &g->beta, x->ptr[g->c], g->lc, x->ptr[g->c], g->lc, &g->algo, ws, wsb,
+        st = s->api.lt.Matmul(s->lt, g->desc, &g->alpha, x->ptr[g->b], g->la, x->ptr[g->a], g->lb,
+                              &g->beta, x->ptr[g->cin], g->lc, x->ptr[g->c], g->lc, &g->algo, ws, wsb,
                               s->stream[in->stream]);
     return st == LTX_SUCCESS ? 0 : gemm_failed(in, st, err, errlen);
 }
@@ -926,7 +933,7 @@ static bool choose_timed(CudaState *s, Tuning *t, Gemm *g, uint64_t key, uint32_
 // before in this plan, else choose_timed's.
 static void tune_product(CudaState *s, Tuning *t, Gemm *g, const void *a, const void *b, void *c, void *ws,
                          size_t wsb) {
-    uint32_t align = operands_align(a, b, c), was = g->align;
+    uint32_t align = operands_align(a, b, c, c), was = g->align;
     g->align = align;   // (the key's)
     uint64_t key = product_key(g);
     g->align = was;
