@@ -358,6 +358,7 @@ typedef struct OpInfo {
 } OpInfo;
 
 const OpInfo *op_info(OpKind op);
+bool ir_same_shape(const IrTensor *a, const IrTensor *b);   // the same dims, in order
 // The op a .ft call names: a user op (OPF_USER) called `name`, or false.
 bool op_lookup_user(const char *name, OpKind *out);
 // An attribute an op takes in .ft after its tensor arguments.

@@ -32,7 +32,7 @@ static void same_as(IrTensor *out, const IrTensor *t) {
 
 static bool is_float(DType t) { return t == DT_F32 || t == DT_BF16 || t == DT_F16; }
 
-static bool same_shape(const IrTensor *a, const IrTensor *b) {
+bool ir_same_shape(const IrTensor *a, const IrTensor *b) {
     if (a->ndim != b->ndim)
         return false;
     for (int i = 0; i < a->ndim; i++)
@@ -98,7 +98,7 @@ static bool shape_linear_acc(const IrGraph *g, const IrNode *n, IrTensor *out, I
     if (!shape_linear(g, &bare, out, err))
         return false;
     const IrTensor *y = IN(2);
-    if (y->ndim != out->ndim || memcmp(y->shape, out->shape, sizeof(int64_t) * (size_t)y->ndim) != 0)
+    if (!ir_same_shape(y, out))
         return fail(err, 2, "linear_acc: %s is not the product's shape", sh(y));
     out->dtype = y->dtype;
     return true;
@@ -246,8 +246,7 @@ static bool shape_norm(const IrGraph *g, const IrNode *n, IrTensor *out, IrShape
 // a, b [..., C] of one shape, w [C] -> y and rstd (rmsnorm's of s), s = a + b.
 static bool shape_add_norm(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
     const IrTensor *a = IN(0), *b = IN(1), *w = IN(2);
-    if (a->ndim < 1 || !is_float(a->dtype) || b->ndim != a->ndim ||
-        memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim) != 0)
+    if (a->ndim < 1 || !is_float(a->dtype) || !ir_same_shape(a, b))
         return fail(err, 1, "add_rmsnorm needs two float tensors of one shape, got %s and %s", sh(a), sh(b));
     if (w->ndim != 1 || w->shape[0] != a->shape[a->ndim - 1])
         return fail(err, 2, "add_rmsnorm: weight %s does not match input %s", sh(w), sh(a));
@@ -789,7 +788,7 @@ static int64_t scratch_rows_f32(const IrGraph *g, const IrNode *n) {
 // Sums `d` down to input k's shape when k was broadcast (its shape a suffix).
 static int unbroadcast(Autodiff *ad, const IrNode *n, int d, int k) {
     const IrTensor *t = T_AD(ad, n->in[k]), *dt = T_AD(ad, d);
-    if (same_shape(t, dt))
+    if (ir_same_shape(t, dt))
         return d;
     OpAttr a = {.ndim = t->ndim};
     memcpy(a.shape, t->shape, sizeof a.shape);
@@ -800,7 +799,7 @@ static int unbroadcast(Autodiff *ad, const IrNode *n, int d, int k) {
 // broadcast parameter's sum adds straight into its gradient (sum_to +=), no sum of its own.
 static void add_unbroadcast(Autodiff *ad, const IrNode *n, int d, int k) {
     const IrTensor *t = T_AD(ad, n->in[k]), *dt = T_AD(ad, d);
-    if (!same_shape(t, dt) && t->kind == TK_PARAM && t->trainable) {
+    if (!ir_same_shape(t, dt) && t->kind == TK_PARAM && t->trainable) {
         OpAttr a = {.ndim = t->ndim};
         memcpy(a.shape, t->shape, sizeof a.shape);
         ad_acc(ad, n, n->in[k], OP_SUM_TO, 1, &d, a);

@@ -202,10 +202,8 @@ static void fuse_add_norm(IrGraph *g, FuseStats *st) {
         if (add->op != OP_ADD || add->update || add->stream != STREAM_COMPUTE || add->phase != nd->phase ||
             add->out[0] != s || g->tensors.at[s].virt)
             continue;
-        const IrTensor *a = &g->tensors.at[add->in[0]], *b = &g->tensors.at[add->in[1]], *t = &g->tensors.at[s];
-        if (a->ndim != t->ndim || b->ndim != t->ndim ||
-            memcmp(a->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim) != 0 ||
-            memcmp(b->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim) != 0)
+        const IrTensor *t = &g->tensors.at[s];
+        if (!ir_same_shape(&g->tensors.at[add->in[0]], t) || !ir_same_shape(&g->tensors.at[add->in[1]], t))
             continue;
         bool read = false;   // s (or a view of it) read between the add and the norm
         for (int j = m + 1; j < i && !read; j++)

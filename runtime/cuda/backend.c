@@ -257,8 +257,11 @@ static void drain_host(CudaState *s) {
 }
 
 // A host instruction was just queued: the pinned memory it reads and writes is in use until
-// the worker has run it (the uses of items already run are dropped here).
+// the worker has run it (the uses of items already run are dropped here). Only the poison's
+// fills ask (cuda_fill), so nothing is noted without it.
 static void note_host_uses(CudaState *s, Exec *x, const PlanInstr *in) {
+    if (!x->poison)
+        return;
     pthread_mutex_lock(&s->mu);
     int k = 0;
     for (int i = 0; i < s->nuses; i++)
