@@ -7,6 +7,7 @@
 // order, and events are no-ops: the executor's order is already a valid one.
 #include "../runtime.h"
 #include "adam8.h"
+#include "blas.h"
 #include "kernels.h"
 #include "nf4.h"
 
@@ -713,10 +714,8 @@ static const Kernel kernels[OP_COUNT] = {
 
 // OpenBLAS's threads cost more than they give on small GEMMs (2x on tiny.ft here):
 // below ~64 MFLOP per GEMM use one thread, unless the user set the thread count.
-extern void openblas_set_num_threads(int) __attribute__((weak));
-
 static void choose_blas_threads(const Plan *p) {
-    if (!openblas_set_num_threads || getenv("OPENBLAS_NUM_THREADS") || getenv("OMP_NUM_THREADS"))
+    if (getenv("OPENBLAS_NUM_THREADS") || getenv("OMP_NUM_THREADS"))
         return;
     double most = 0;
     for (int ph = 0; ph < PHASE_COUNT; ph++)
@@ -730,7 +729,7 @@ static void choose_blas_threads(const Plan *p) {
                 most = f;
         }
     if (most < 64e6)
-        openblas_set_num_threads(1);
+        blas_set_threads(1);   // (a BLAS without the call keeps its own count)
 }
 
 static int cpu_prepare(Backend *be, const Plan *p, int stream, char *err, size_t errlen) {

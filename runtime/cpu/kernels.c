@@ -5,7 +5,7 @@
 #include "kernels.h"
 
 #include <assert.h>
-#include <cblas.h>
+#include "blas.h"
 #include <limits.h>
 #include <math.h>
 #include <string.h>
@@ -137,9 +137,8 @@ void cpu_gemm_scaled(int trans_a, int trans_b, size_t M, size_t N, size_t K, flo
         return;
     }
     assert(M <= INT_MAX && N <= INT_MAX && K <= INT_MAX);
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                trans_b ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K, alpha, a,
-                (int)(trans_a ? M : K), b, (int)(trans_b ? K : N), beta, c, (int)N);
+    blas_sgemm(trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, (int)M, (int)N,
+               (int)K, alpha, a, (int)(trans_a ? M : K), b, (int)(trans_b ? K : N), beta, c, (int)N);
 }
 
 // Column blocks of this width keep row reads contiguous while columns accumulate in double.
