@@ -291,10 +291,16 @@ static void candidates_table(FILE *f, const PlannerResult *r, int nlayers) {
         const Candidate *c = &r->tried.at[i];
         char d[160];
         planner_choice_str(d, sizeof d, &c->c, nlayers);
-        fprintf(f, "  %-*s %11s %11s %8.2fs %5.1f%% %s%s\n", w, d, SIZE(c->o.device_bytes),
-                SIZE(c->o.host_bytes), c->o.cost.step_us * 1e-6, c->o.cost.mfu * 100,
-                c->fits ? "yes" : "no", i == r->best ? "  <- chosen" : "");
+        char dev[40], hst[40];   // not placed: the bounds
+        snprintf(dev, sizeof dev, "%s%s", c->o.placed ? "" : ">=", SIZE(c->o.device_bytes));
+        snprintf(hst, sizeof hst, "%s%s", c->o.placed ? "" : ">=", SIZE(c->o.host_bytes));
+        fprintf(f, "  %-*s %11s %11s %8.2fs %5.1f%% %s%s\n", w, d, dev, hst, c->o.cost.step_us * 1e-6,
+                c->o.cost.mfu * 100, c->fits ? "yes" : c->slower ? "slower" : "no",
+                i == r->best ? "  <- chosen" : "");
     }
+    fprintf(f, "  (device and host: the first placement that fits, the chosen plan's the smallest; >=: not "
+               "placed, the liveness bound; slower: no faster than a plan that fits, so not placed%s)\n",
+            r->bound_pruned ? "; searches skipped by their bound are not listed" : "");
 }
 
 static void peak_line(FILE *f, const int64_t *live, bool its) {
@@ -471,29 +477,34 @@ static void holds_line(FILE *f, const PlanHolds *h, const CostModel *cm) {
     fprintf(f, "; ftc run warns outside\n");
 }
 
-// Time per stage over every build of this compile (the planner's candidates included).
 // The eval phase's nodes, and into *peak the most device bytes live at one of them.
 static int eval_phase_peak(const IrGraph *g, int64_t *peak) {
-    int n = 0;
+    int n = g->nodes.len, count = 0;
+    int64_t *delta = calloc((size_t)n + 2, sizeof(int64_t)), live = 0;
+    for (int t = 0; t < g->tensors.len; t++) {
+        const IrTensor *x = &g->tensors.at[t];
+        if (x->alias_of >= 0 || x->virt || x->arena != 0 || x->first < 0)
+            continue;
+        int from = x->first + (x->reuse >= 0);   // (written in place: its input still counts there)
+        if (from > x->last)
+            continue;
+        delta[from] += ir_tensor_bytes(x);
+        delta[x->last + 1] -= ir_tensor_bytes(x);
+    }
     *peak = 0;
-    for (int i = 0; i < g->nodes.len; i++) {
+    for (int i = 0; i < n; i++) {
+        live += delta[i];
         if (g->nodes.at[i].phase != PHASE_EVALUATION)
             continue;
-        n++;
-        int64_t live = 0;
-        for (int t = 0; t < g->tensors.len; t++) {
-            const IrTensor *x = &g->tensors.at[t];
-            if (x->alias_of >= 0 || x->virt || x->arena != 0 || x->first > i || x->last < i ||
-                (x->reuse >= 0 && x->first == i))   // (written in place: its input still counts)
-                continue;
-            live += ir_tensor_bytes(x);
-        }
+        count++;
         if (live > *peak)
             *peak = live;
     }
-    return n;
+    free(delta);
+    return count;
 }
 
+// Time per stage over every build of this compile (the planner's candidates included).
 static void print_times(FILE *f, const PassTimes *t) {
     int n;
     const char *const *names = pipeline_stages(&n);
@@ -523,9 +534,13 @@ static int plan(FILE *out, FILE *report, const PlanCtx *pc, const PlannerInput *
     FILE *sinks[2] = {out, report};
     for (int s = 0; s < 2; s++) {
         FILE *f = sinks[s];
-        fprintf(f, "\nplanner: %d candidates planned in %.0f ms (host: %d cores x %.0f M AdamW "
-                   "parameters/s, link %.1f GB/s)\n",
-                r.tried.len, ms, host->cores, host->adamw_per_core / 1e6, pc->cm.link_bytes_per_s / 1e9);
+        int placed = 0;
+        for (int i = 0; i < r.tried.len; i++)
+            placed += r.tried.at[i].o.placed;
+        fprintf(f, "\nplanner: %d candidates priced, %d placed, %d searches skipped by their bound, in %.0f ms "
+                   "(host: %d cores x %.0f M AdamW parameters/s, link %.1f GB/s)\n",
+                r.tried.len, placed, r.bound_pruned, ms, host->cores, host->adamw_per_core / 1e6,
+                pc->cm.link_bytes_per_s / 1e9);
         if (r.best >= 0)
             decision(f, &r.tried.at[r.best], m, pc, pin);
         if (r.best >= 0)
@@ -561,7 +576,7 @@ static int plan(FILE *out, FILE *report, const PlanCtx *pc, const PlannerInput *
         }
         suggestions(out, pc, m, pin);
     }
-    vec_free(&r.tried);
+    planner_result_free(&r);
     return rc;
 }
 

@@ -4,9 +4,10 @@
 // output shares its input's, so a reuse chain is one block over the union of the
 // lifetimes). Tensors live for the whole step (parameters, gradients, optimizer state)
 // are stacked first; the rest are placed best-fit among the blocks they overlap in time,
-// under three orders — by size, by size x lifetime, by start — keeping the smallest
+// under three orders — by start, by size, by size x lifetime — keeping the smallest
 // arena, as XLA's heap simulator keeps the best of several (stopping early when one
-// reaches the lower bound). The liveness lower bound (the
+// reaches the lower bound). The bound alone (alloc_bound) is what the planner asks of a
+// candidate first. The liveness lower bound (the
 // most bytes live at any node) is reported beside the arena.
 #include "passes.h"
 
@@ -122,19 +123,22 @@ static int64_t place(Block *blocks, int n, int64_t base) {
     return top;
 }
 
-// Places the tensors of arena `a`; returns its size, and the lower bound in *lb.
-static int64_t alloc_arena(IrGraph *g, int a, AllocStats *st, int64_t *lb, int *lb_at) {
+// The storage blocks of arena `a` that are not live for the whole step, into *out (the
+// caller frees it); their count. The whole-step tensors' bytes are stacked in *fixed
+// (their offsets are set when `place` is true).
+static int blocks_of(const IrGraph *g, int a, bool place, Block **out, int64_t *fixed) {
     int nt = g->tensors.len, n = g->nodes.len;
     Block *blocks = malloc(sizeof(Block) * (size_t)(nt + 1));
     int nb = 0;
-    int64_t fixed = 0;   // the stack of whole-step tensors
+    *fixed = 0;
     for (int i = 0; i < nt; i++) {
-        IrTensor *t = &g->tensors.at[i];
+        const IrTensor *t = &g->tensors.at[i];
         if (t->alias_of >= 0 || t->reuse >= 0 || ir_tensor_bytes(t) == 0 || t->arena != a)
             continue;
         if (t->first == 0 && t->last == n - 1 && t->kind != TK_VALUE && t->kind != TK_INPUT) {
-            t->offset = fixed;
-            fixed += align(ir_tensor_bytes(t));
+            if (place)
+                g->tensors.at[i].offset = *fixed;
+            *fixed += align(ir_tensor_bytes(t));
             continue;
         }
         Block b = {.root = i, .first = t->first, .last = t->last, .size = align(ir_tensor_bytes(t))};
@@ -155,25 +159,84 @@ static int64_t alloc_arena(IrGraph *g, int a, AllocStats *st, int64_t *lb, int *
             blocks[k].last = t->last;
     }
     free(root), free(block_of);
-    // The lower bound: the most bytes live at one node.
+    *out = blocks;
+    return nb;
+}
+
+// The lower bound: the most bytes live at one node (the stack included), and that node.
+static int64_t bound_of(const Block *blocks, int nb, int64_t fixed, int n, int *at) {
     int64_t *delta = calloc((size_t)n + 2, sizeof(int64_t));
     for (int k = 0; k < nb; k++) {
         delta[blocks[k].first] += blocks[k].size;
         delta[blocks[k].last + 1] -= blocks[k].size;
     }
-    int64_t live = 0;
-    *lb = fixed, *lb_at = 0;
+    int64_t live = 0, lb = fixed;
+    *at = 0;
     for (int i = 0; i < n; i++) {
         live += delta[i];
-        if (fixed + live > *lb)
-            *lb = fixed + live, *lb_at = i;
+        if (fixed + live > lb)
+            lb = fixed + live, *at = i;
     }
     free(delta);
-    // Best of the orders.
+    return lb;
+}
+
+void alloc_bounds(const IrGraph *g, int64_t bound[2], int *at) {
+    int nt = g->tensors.len, n = g->nodes.len;
+    int *root = roots(g), *last = malloc(sizeof(int) * (size_t)(nt + 1));
+    for (int i = 0; i < nt; i++)
+        last[i] = g->tensors.at[i].last;
+    for (int i = 0; i < nt; i++) {   // a reuse chain extends its root's block
+        const IrTensor *t = &g->tensors.at[i];
+        if (t->reuse >= 0 && t->alias_of < 0 && t->last > last[root[i]])
+            last[root[i]] = t->last;
+    }
+    int64_t *delta = calloc(2 * ((size_t)n + 2), sizeof(int64_t)), fixed[2] = {0, 0};
+    for (int i = 0; i < nt; i++) {   // blocks as blocks_of makes them
+        const IrTensor *t = &g->tensors.at[i];
+        int64_t b = ir_tensor_bytes(t);
+        if (t->alias_of >= 0 || t->reuse >= 0 || b == 0 || (t->arena != 0 && t->arena != 1))
+            continue;
+        if (t->first == 0 && t->last == n - 1 && t->kind != TK_VALUE && t->kind != TK_INPUT) {
+            fixed[t->arena] += align(b);
+            continue;
+        }
+        int from = t->first < 0 ? 0 : t->first, to = t->first < 0 ? 0 : last[i];
+        delta[(size_t)t->arena * ((size_t)n + 2) + (size_t)from] += align(b);
+        delta[(size_t)t->arena * ((size_t)n + 2) + (size_t)to + 1] -= align(b);
+    }
+    for (int a = 0; a < 2; a++) {
+        const int64_t *d = delta + (size_t)a * ((size_t)n + 2);
+        int64_t live = 0;
+        bound[a] = fixed[a];
+        if (a == 0)
+            *at = 0;
+        for (int i = 0; i < n; i++) {
+            live += d[i];
+            if (fixed[a] + live > bound[a]) {
+                bound[a] = fixed[a] + live;
+                if (a == 0)
+                    *at = i;
+            }
+        }
+    }
+    free(root), free(last), free(delta);
+}
+
+// Places the tensors of arena `a`; returns its size, and the lower bound in *lb. An order
+// whose arena is at most `enough` ends the search (as one at the lower bound does).
+static int64_t alloc_arena(IrGraph *g, int a, int64_t enough, AllocStats *st, int64_t *lb, int *lb_at) {
+    Block *blocks;
+    int64_t fixed;
+    int nb = blocks_of(g, a, true, &blocks, &fixed);
+    *lb = bound_of(blocks, nb, fixed, g->nodes.len, lb_at);
+    // Best of the orders: by start first (near-linear: when it reaches the bound, as it
+    // mostly does, the quadratic orders never run); very large graphs get only that one.
     Block *best = malloc(sizeof(Block) * (size_t)(nb + 1));
     int64_t arena = -1;
-    // Very large graphs get only the start order, whose placement is near-linear.
-    for (int o = nb > LARGE ? 2 : 0; o < 3; o++) {
+    static const int orders[3] = {2, 0, 1};
+    for (int k = 0; k < (nb > LARGE ? 1 : 3); k++) {
+        int o = orders[k];
         qsort_r(blocks, (size_t)nb, sizeof(Block), cmp_blocks, &o);
         int64_t top = o == 2 ? place_by_start(blocks, nb, fixed) : place(blocks, nb, fixed);
         if (a == 0)
@@ -184,8 +247,8 @@ static int64_t alloc_arena(IrGraph *g, int a, AllocStats *st, int64_t *lb, int *
                 st->strategy = order_name[o];
             memcpy(best, blocks, sizeof(Block) * (size_t)nb);
         }
-        if (arena == *lb)
-            break;   // at the lower bound: no order can do better
+        if (arena == *lb || arena <= enough)
+            break;   // at the lower bound (no order can do better), or small enough
     }
     for (int k = 0; k < nb; k++)
         g->tensors.at[best[k].root].offset = best[k].offset;
@@ -371,12 +434,14 @@ static int64_t place_by_start(Block *blocks, int n, int64_t base) {
     return top;
 }
 
-int alloc_apply(IrGraph *g, AllocStats *st) {
+int alloc_apply(IrGraph *g, AllocStats *st) { return alloc_within(g, 0, 0, st); }
+
+int alloc_within(IrGraph *g, int64_t device, int64_t host, AllocStats *st) {
     memset(st, 0, sizeof *st);
     int64_t lb;
     int lb_at;
-    st->arena_bytes = alloc_arena(g, 0, st, &st->lower_bound, &st->lower_bound_at);
-    st->host_bytes = alloc_arena(g, 1, st, &lb, &lb_at);
+    st->arena_bytes = alloc_arena(g, 0, device, st, &st->lower_bound, &st->lower_bound_at);
+    st->host_bytes = alloc_arena(g, 1, host, st, &lb, &lb_at);
     int *root = roots(g);
     for (int i = 0; i < g->tensors.len; i++) {
         IrTensor *t = &g->tensors.at[i];

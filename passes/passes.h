@@ -234,6 +234,13 @@ typedef struct AllocStats {
 } AllocStats;
 
 int alloc_apply(IrGraph *g, AllocStats *st);
+// alloc_apply, but content with any order whose arena is at most `device` (the device
+// arena) or `host` (the host's): a placement that fits a budget, not the smallest.
+int alloc_within(IrGraph *g, int64_t device, int64_t host, AllocStats *st);
+// The liveness lower bounds of the device arena (bound[0]: the lower_bound alloc_apply
+// reports; the node where it is reached in *at) and the host's (bound[1]), without
+// placing anything.
+void alloc_bounds(const IrGraph *g, int64_t bound[2], int *at);
 
 //
 // streams.c — events between streams, for a placed graph.
@@ -393,9 +400,19 @@ typedef struct PlanChoice {
 
 enum { BUCKET_DEFAULT_BYTES = 32 << 20 };
 
+// What a build must settle, for a search that places only what could win: a candidate
+// whose liveness bound exceeds a budget cannot fit, and one no faster than `bar_us`
+// cannot be chosen, so neither is placed. NULL: place every candidate.
+typedef struct BuildNeed {
+    int64_t budget_bytes, host_budget_bytes;
+    double bar_us;              // 0: no bar
+    bool free_comm;             // price the collectives at nothing (a bound over bucket sizes)
+} BuildNeed;
+
 typedef struct PlanOutcome {
-    int64_t device_bytes;       // arena + context reserve
-    int64_t host_bytes;
+    int64_t device_bytes;       // arena + context reserve (not placed: the bound + reserve)
+    int64_t host_bytes;         // (not placed: the host arena's bound)
+    bool placed;                // offsets computed: the bytes are exact
     StepCost cost;
     RematStats remat;
     int64_t live[MEM_COUNT];    // device bytes at the peak, by category
@@ -406,6 +423,7 @@ typedef struct Candidate {
     PlanChoice c;
     PlanOutcome o;
     bool fits;
+    bool slower;                // not placed, no faster than a plan that fits: fit unknown
     bool declined;              // a larger loss chunk less than 1% faster: never chosen
 } Candidate;
 
@@ -426,9 +444,10 @@ typedef struct PlannerInput {
     // to keep tensor by tensor; none when nchain is 0.
     const uint8_t *chain;
     int nchain, nkeep;
-    // Builds choice c into a fresh graph and plans it; 0, or -1 on failure. Called from
-    // several threads at once: it must not touch shared mutable state.
-    int (*build)(void *ctx, const PlanChoice *c, PlanOutcome *out);
+    // Builds choice c into a fresh graph and plans it, placing it unless `need` says it
+    // cannot fit or win; 0, or -1 on failure. Called from several threads at once: it
+    // must not touch shared mutable state.
+    int (*build)(void *ctx, const PlanChoice *c, const BuildNeed *need, PlanOutcome *out);
     void *ctx;
     int threads;                // planning threads (0: one per CPU)
 } PlannerInput;
@@ -438,6 +457,9 @@ typedef struct PlannerResult {
     int best;                   // the fastest that fits, or -1
     int smallest;               // the smallest device footprint of all tried, or -1
     int pruned_levels;          // offload levels skipped: their model states alone do not fit
+    int bound_pruned;           // levels and mixed searches skipped: their bound is no faster
+                                // than a plan found before them ...
+    VEC(StepCost) bounds;       // ... and those bounds (planner_holds' competitors)
     int host_pruned;            // ... of which on the host
     int64_t host_need;          // the least host memory a level skipped there needs
 } PlannerResult;
@@ -445,6 +467,7 @@ typedef struct PlannerResult {
 // Searches micro-batch sizes, recompute policies (uniform, and mixed across blocks)
 // and offload levels; returns 0.
 int planner_search(const PlannerInput *in, PlannerResult *r);
+void planner_result_free(PlannerResult *r);
 // The optimum over every per-block policy assignment (3^nlayers, nlayers <= 10) at one
 // micro-batch and offload level: the fastest that fits, into *best (per_layer points
 // into `policies`, nlayers entries). Returns the number of assignments that fit, or -1.
@@ -454,7 +477,8 @@ void planner_choice_str(char *buf, size_t cap, const PlanChoice *c, int nlayers)
 
 // Over which host rates the choice holds: the range of CPU AdamW rates (at the link
 // `link`), and of link rates (at the AdamW rate `adamw`), around the assumed ones, in
-// which r->best stays the fastest of the fitting candidates tried. A bound the choice
+// which r->best stays the fastest of the candidates tried that fit or may fit (and
+// of the bounds of the searches skipped). A bound the choice
 // never meets within 1/1000 to 1000 times the assumed rate is 0 (lower) or INFINITY.
 typedef struct PlanHolds {
     double adamw_lo, adamw_hi;      // parameters per second
@@ -579,8 +603,9 @@ typedef struct PlanCtx {
 } PlanCtx;
 
 // PlannerInput.build over pipeline_build: device bytes (context reserve included),
-// host bytes, cost, recompute, the peak's breakdown. `ctx` is a PlanCtx.
-int pipeline_plan_choice(void *ctx, const PlanChoice *c, PlanOutcome *out);
+// host bytes, cost, recompute, the peak's breakdown. `ctx` is a PlanCtx. The offsets
+// are placed only where `need` (if not NULL) says the outcome could matter.
+int pipeline_plan_choice(void *ctx, const PlanChoice *c, const BuildNeed *need, PlanOutcome *out);
 
 //
 // whatif.c — when nothing fits: what each user-side change would need (AdamW8bit's

@@ -22,6 +22,8 @@ typedef struct PassCtx {
     const PlanChoice *c;
     BuildStats *bs;
     PassDiag *d;
+    bool unplaced;      // the PLACE passes are skipped (pipeline_plan_choice runs them)
+    int64_t enough[2];  // alloc: an arena (device, host) this small needs no smaller placement
 } PassCtx;
 
 typedef int (*PassFn)(PassCtx *x);
@@ -84,14 +86,15 @@ static int run_eval(PassCtx *x) {
 static int run_fuse(PassCtx *x) { return x->p->spec.no_fusion ? 0 : fuse_apply(x->g, &x->bs->fuse); }
 static int run_schedule(PassCtx *x) { return schedule_apply(x->g, &x->bs->schedule); }
 static int run_liveness(PassCtx *x) { return liveness_apply(x->g, true); }
-static int run_alloc(PassCtx *x) { return alloc_apply(x->g, &x->bs->alloc); }
+static int run_alloc(PassCtx *x) { return alloc_within(x->g, x->enough[0], x->enough[1], &x->bs->alloc); }
 static int run_streams(PassCtx *x) { return streams_apply(x->g, &x->bs->streams); }
 
 // The passes in order: name, entry, what it depends on: PREFIX passes only on the
 // train section and the micro-batch (their result is cached across choices), CHOICE
-// passes on the planner's choice, FINAL passes change nothing the planner measures and
-// run only for a plan to be written.
-enum { PREFIX, CHOICE, FINAL };
+// passes on the planner's choice, PLACE (the offsets) too but a candidate that cannot
+// fit or win needs only the liveness bound, FINAL passes change nothing the planner
+// measures and run only for a plan to be written.
+enum { PREFIX, CHOICE, PLACE, FINAL };
 
 #define PASSES(X)                                                                        \
     X(lora, run_lora, PREFIX)                                                            \
@@ -107,7 +110,7 @@ enum { PREFIX, CHOICE, FINAL };
     X(schedule, run_schedule, CHOICE)                                                    \
     X(buckets, run_buckets, CHOICE)                                                      \
     X(liveness, run_liveness, CHOICE)                                                    \
-    X(alloc, run_alloc, CHOICE)                                                          \
+    X(alloc, run_alloc, PLACE)                                                          \
     X(streams, run_streams, FINAL)
 
 static const struct {
@@ -164,7 +167,7 @@ static void timed(const Pipeline *p, int stage, int64_t since) {
 // Runs passes [from, to) on g (the stages after elaborate); false after errors.
 static bool run_passes(const Pipeline *p, PassCtx *x, int from, int to, bool *stopped) {
     for (int i = from; i < to && !*stopped; i++) {
-        if (passes[i].kind == FINAL && !p->final)
+        if ((passes[i].kind == FINAL && !p->final) || (passes[i].kind == PLACE && x->unplaced))
             continue;
         int64_t t0 = now_ns();
         bool ok = passes[i].run(x) == 0;
@@ -176,12 +179,15 @@ static bool run_passes(const Pipeline *p, PassCtx *x, int from, int to, bool *st
     return true;
 }
 
-static int prefix_end(void) {
+// The first pass of `kind` (the table is in kind order).
+static int first_of(int kind) {
     int i = 0;
-    while (i < NPASSES && passes[i].kind == PREFIX)
+    while (i < NPASSES && passes[i].kind < kind)
         i++;
     return i;
 }
+
+static int prefix_end(void) { return first_of(CHOICE); }
 
 // Elaborates and runs the prefix passes into arena `a`; NULL after errors.
 static IrGraph *build_prefix(const Pipeline *p, const PlanChoice *c, Arena *a, BuildStats *bs,
@@ -280,7 +286,8 @@ static const Prefix *cached(const Pipeline *p, const PlanChoice *c) {
     return e;
 }
 
-IrGraph *pipeline_build(const Pipeline *p, const PlanChoice *c, Arena *a, BuildStats *bs) {
+// Builds c through every pass but, when `unplaced`, the PLACE ones.
+static IrGraph *build_choice(const Pipeline *p, const PlanChoice *c, Arena *a, BuildStats *bs, bool unplaced) {
     _Static_assert(NPASSES + 1 <= PIPELINE_MAX_STAGES, "PassTimes holds every stage");
     memset(bs, 0, sizeof *bs);
     bool stopped = false;
@@ -297,12 +304,16 @@ IrGraph *pipeline_build(const Pipeline *p, const PlanChoice *c, Arena *a, BuildS
             return NULL;
     }
     PassDiag quiet = {ignore, NULL, 0};
-    PassCtx x = {.g = g, .p = p, .c = c, .bs = bs, .d = p->diag ? p->diag : &quiet};
+    PassCtx x = {.g = g, .p = p, .c = c, .bs = bs, .d = p->diag ? p->diag : &quiet, .unplaced = unplaced};
     if (!run_passes(p, &x, prefix_end(), NPASSES, &stopped)) {
         ir_graph_free(g);
         return NULL;
     }
     return g;
+}
+
+IrGraph *pipeline_build(const Pipeline *p, const PlanChoice *c, Arena *a, BuildStats *bs) {
+    return build_choice(p, c, a, bs, false);
 }
 
 // The device bytes live at the peak node, by category (for reports).
@@ -318,24 +329,60 @@ static void peak_breakdown(const IrGraph *g, int at, int64_t *live) {
     }
 }
 
-int pipeline_plan_choice(void *vctx, const PlanChoice *c, PlanOutcome *out) {
+int pipeline_plan_choice(void *vctx, const PlanChoice *c, const BuildNeed *need, PlanOutcome *out) {
     const PlanCtx *x = vctx;
-    const PipelineSpec *s = &x->pipeline->spec;
+    const Pipeline *p = x->pipeline;
+    const PipelineSpec *s = &p->spec;
     Arena *a = arena_new();
     BuildStats bs;
-    IrGraph *g = pipeline_build(x->pipeline, c, a, &bs);
+    bool staged = need && !p->stop_after;   // (a build stopped early has nothing to place)
+    IrGraph *g = build_choice(p, c, a, &bs, staged);
     if (!g) {
         arena_free(a);
         return -1;
     }
     memset(out, 0, sizeof *out);
     int64_t reserve = x->gpu->reserve_bytes + link_reserve_bytes(s->ranks);
+    CostModel cm = x->cm;
+    if (need && need->free_comm)
+        cm.link = NULL;
+    out->cost = cost_step(g, &cm, s->global_batch / (c->micro * (s->ranks > 1 ? s->ranks : 1)),
+                          s->global_batch * s->seq);
+    out->placed = true;
+    int peak_at = bs.alloc.lower_bound_at;
+    if (staged) {
+        // The bounds first: a candidate over a budget by its bound cannot fit, one no
+        // faster than the bar cannot win; only the others are placed.
+        int64_t t0 = p->times ? now_ns() : 0;
+        int64_t bound[2];
+        alloc_bounds(g, bound, &peak_at);
+        int64_t dev = bound[0], host = bound[1];
+        bool over = dev + reserve > need->budget_bytes || host > need->host_budget_bytes;
+        bool slow = need->bar_us > 0 && out->cost.step_us >= need->bar_us;
+        if (p->times)   // the bound's time is alloc's (its runs count the placements)
+            p->times->ns[first_of(PLACE) + 1] += now_ns() - t0;
+        if (over || slow) {
+            out->placed = false;
+            bs.alloc.arena_bytes = dev, bs.alloc.host_bytes = host;
+        } else {
+            bool stopped = false;
+            PassDiag quiet = {ignore, NULL, 0};
+            // Placed to settle the fit: the first order that fits will do (the plan
+            // written is placed again, the best of every order).
+            PassCtx px = {.g = g, .p = p, .c = c, .bs = &bs, .d = &quiet,
+                          .enough = {need->budget_bytes - reserve, need->host_budget_bytes}};
+            if (!run_passes(p, &px, first_of(PLACE), first_of(FINAL), &stopped)) {
+                ir_graph_free(g);
+                arena_free(a);
+                return -1;
+            }
+            peak_at = bs.alloc.lower_bound_at;
+        }
+    }
     out->device_bytes = bs.alloc.arena_bytes + reserve;
     out->host_bytes = bs.alloc.host_bytes;
-    out->cost = cost_step(g, &x->cm, s->global_batch / (c->micro * (s->ranks > 1 ? s->ranks : 1)),
-                          s->global_batch * s->seq);
     out->remat = bs.remat;
-    peak_breakdown(g, bs.alloc.lower_bound_at, out->live);
+    peak_breakdown(g, peak_at, out->live);
     out->live[MEM_RESERVE] = reserve;
     if (bs.fused_loss)
         out->loss_chunk = bs.loss_chunk_rows, out->loss_rows = bs.loss_rows;

@@ -7,10 +7,16 @@
 // gradients too). For each offload level whose model states fit on the device at all,
 // and each policy, a binary search finds the largest micro-batch that fits; where the
 // cheaper policy stops fitting at that micro-batch, a second binary search finds how
-// many blocks can keep it. Every choice tried is planned exactly (schedule, liveness,
-// offsets) by the caller's build function; the fastest by the cost model wins. The
-// binary searches are independent of each other, so they run on several threads; the
-// candidates are merged in a fixed order, so the result does not depend on timing.
+// many blocks can keep it. Every choice tried is scheduled and priced by the caller's
+// build function, but placed (offsets) only where it could matter: a candidate whose
+// liveness bound exceeds a budget cannot fit, and one no faster than the fastest plan
+// that fits cannot win. Bounds prune whole searches too: each (stage, offload level)
+// is first priced at its most generous setting (no recompute, the largest micro-batch,
+// not placed), the levels are searched fastest bound first, and a level, or a mixed
+// search, whose bound is no faster than the best plan found so far is skipped. The
+// fastest by the cost model wins. The binary searches of one level are independent of
+// each other, so they run on several threads; the candidates are merged in a fixed
+// order, so the result does not depend on timing.
 #include "passes.h"
 
 #include <math.h>
@@ -60,61 +66,184 @@ static bool same_choice(const PlanChoice *a, const PlanChoice *b) {
 // The buckets' size a candidate starts with: none for one rank.
 static int64_t bucket(const PlannerInput *in) { return in->ranks > 1 ? BUCKET_DEFAULT_BYTES : 0; }
 
-// One binary search of the search, run on a planning thread: over micro-batch sizes for
-// one (level, policy), or over the number of blocks keeping the faster policy of a pair.
+// One piece of the search, run on a planning thread: a level's bound; a binary search
+// over micro-batch sizes for one (level, policy), over the number of blocks keeping the
+// faster policy of a pair, or over the keep masks of per-tensor recompute at one
+// micro-batch.
+typedef enum { JOB_BOUND, JOB_MICRO, JOB_PAIR, JOB_TENSORS } JobKind;
+
 typedef struct Job {
+    JobKind kind;
     const PlannerInput *in;
     const int64_t *micros;
     int nm;
     int level;
     int zero;               // the ZeRO stage (several ranks)
-    int fast, slow, m;      // a pair search at micros[m]; fast < 0: a micro-batch search
+    int fast, slow, m;      // the policies (JOB_MICRO, JOB_BOUND: slow) and the micro-batch index
+    PlanChoice base;        // JOB_TENSORS: the plan whose masks are tried (at micros[m])
+    double bar_us;          // the fastest plan that fits so far (0: none): nothing slower is placed
     VEC(Candidate) tried;   // in the order tried
-    int fit_at;             // a micro-batch search: index of the largest fitting micro, or -1
+    int fit_at;             // JOB_MICRO: index of the largest fitting micro, or -1; JOB_TENSORS:
+                            // the first mask that fits, or -1 ...
+    bool unknown;           // ... JOB_TENSORS: some mask's fit unknown (not placed, slower)
+    double bound_us;        // JOB_BOUND: the level's bound (its most generous plan, priced)
+    StepCost bound;         // ... and what it is made of (a pair search's too) ...
+    int64_t bound_bytes;    // ... and its device bytes (the liveness bound)
+    int64_t slow_bytes;     // a pair search: the slower policy's footprint at micros[m] ...
+    double slow_us;         // ... and its time
+    double fast_us;         // ... and the faster's time, cost and bytes there, where tried
+    StepCost fast_cost;     //     already (0: the search prices it)
+    int64_t fast_bytes;
+    bool pruned;            // a pair search not run: its bound is no faster than bar_us
+    int64_t states_bytes;   // JOB_MICRO: the device bytes no micro-batch changes (a bound) ...
+    int64_t over_micro;     // ... the smallest micro-batch known over the budget (0: none) ...
+    int64_t over_bytes;     // ... and its device bytes
 } Job;
 
-// Builds one choice into the job's list; its index there, or -1.
-static int job_try(Job *j, const PlanChoice *c) {
+// Builds one choice into the job's list, placed unless it cannot fit or is no faster
+// than `bar_us`; its index there, or -1.
+static int try_at(Job *j, const PlanChoice *c, double bar_us) {
+    const PlannerInput *in = j->in;
     Candidate cand = {.c = *c};
     if (!cand.c.loss_chunk)
-        cand.c.loss_chunk = j->in->loss_chunk;
-    if (j->in->build(j->in->ctx, &cand.c, &cand.o) != 0)
+        cand.c.loss_chunk = in->loss_chunk;
+    BuildNeed need = {.budget_bytes = in->budget_bytes, .host_budget_bytes = in->host_budget_bytes, .bar_us = bar_us};
+    if (in->build(in->ctx, &cand.c, &need, &cand.o) != 0)
         return -1;
-    cand.fits = cand.o.device_bytes <= j->in->budget_bytes &&
-                cand.o.host_bytes <= j->in->host_budget_bytes;
+    bool within = cand.o.device_bytes <= in->budget_bytes && cand.o.host_bytes <= in->host_budget_bytes;
+    cand.fits = cand.o.placed && within;
+    cand.slower = !cand.o.placed && within;
     vec_push(&j->tried, cand);
     return j->tried.len - 1;
+}
+
+static int job_try(Job *j, const PlanChoice *c) { return try_at(j, c, j->bar_us); }
+
+// The step time of the most generous plan of a search, priced and not placed (and, on
+// several ranks, with the collectives free: a bound over every bucket size): a bound on
+// every choice the search can make, since recompute and smaller micro-batches only add
+// work. Not listed among the candidates. 0 if it cannot be built (no bound).
+static double price(Job *j, const PlanChoice *c) {
+    const PlannerInput *in = j->in;
+    PlanChoice pc = *c;
+    if (!pc.loss_chunk)
+        pc.loss_chunk = in->loss_chunk;
+    BuildNeed need = {.free_comm = true};   // (budgets of 0: never placed)
+    PlanOutcome o;
+    if (in->build(in->ctx, &pc, &need, &o) != 0)
+        return 0;
+    j->bound = o.cost, j->bound_bytes = o.device_bytes;
+    return o.cost.step_us;
+}
+
+// Per-tensor recompute at micros[m]: the chain's first mask (the one keeping the most)
+// that fits, by a binary search (the masks along the chain hold less and less). A mask
+// no faster than the bar is not placed: every mask after it is slower still, so the
+// search looks before it.
+static void tensors_run(Job *j) {
+    const PlannerInput *in = j->in;
+    int lo = 0, hi = in->nchain - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        PlanChoice c = j->base;
+        c.micro = j->micros[j->m];
+        c.policy = c.rest = REMAT_TENSORS;
+        c.n_policy = in->nlayers;
+        c.per_layer = NULL;
+        c.keep = in->chain + (size_t)mid * (size_t)in->nkeep;
+        c.nkeep = in->nkeep;
+        c.chain_at = mid;
+        c.loss_chunk = 0;
+        int id = job_try(j, &c);
+        bool fits = id >= 0 && j->tried.at[id].fits, slower = id >= 0 && j->tried.at[id].slower;
+        j->unknown |= slower;
+        if (fits)
+            j->fit_at = mid;
+        if (fits || slower)
+            hi = mid - 1;
+        else
+            lo = mid + 1;
+    }
 }
 
 static void job_run(Job *j) {
     const PlannerInput *in = j->in;
     j->fit_at = -1;
-    if (j->fast < 0) {   // the largest micro-batch that fits under one policy
+    if (j->kind == JOB_TENSORS) {
+        tensors_run(j);
+        return;
+    }
+    if (j->kind == JOB_BOUND) {   // a level's bound: one plan priced, not placed, not listed
+        PlanChoice c = {.micro = j->micros[j->m], .policy = (RematPolicy)j->slow, .n_policy = in->nlayers,
+                        .rest = (RematPolicy)j->slow, .offload = levels[j->level], .zero = j->zero,
+                        .bucket_bytes = bucket(in)};
+        j->bound_us = price(j, &c);
+        return;
+    }
+    if (j->kind == JOB_MICRO) {   // the largest micro-batch that fits under one policy
         int lo = 0, hi = j->nm - 1;
-        while (lo <= hi) {
+        while (lo <= hi) {   // (every fit known: a larger micro-batch can be faster)
             int mid = (lo + hi) / 2;
+            // What scales with the micro-batch scales linearly: from the smallest micro-batch
+            // known to be over, a footprint far over the budget is not built.
+            if (j->over_micro > 0 && j->micros[mid] < j->over_micro) {
+                double per = (double)(j->over_bytes - j->states_bytes) / (double)j->over_micro;
+                if ((double)j->states_bytes + per * (double)j->micros[mid] > (double)in->budget_bytes * 1.05) {
+                    hi = mid - 1;
+                    continue;
+                }
+            }
             PlanChoice c = {.micro = j->micros[mid], .policy = (RematPolicy)j->slow, .n_policy = in->nlayers,
                             .rest = (RematPolicy)j->slow, .offload = levels[j->level], .zero = j->zero,
                             .bucket_bytes = bucket(in)};
-            int id = job_try(j, &c);
-            if (id >= 0 && j->tried.at[id].fits)
+            int id = try_at(j, &c, 0);
+            if (id >= 0 && j->tried.at[id].fits) {
                 j->fit_at = mid, lo = mid + 1;
-            else
+            } else {
                 hi = mid - 1;
+                if (id >= 0 && j->tried.at[id].o.device_bytes > in->budget_bytes)
+                    j->over_micro = j->micros[mid], j->over_bytes = j->tried.at[id].o.device_bytes;
+            }
         }
         return;
     }
-    int lo = 1, hi = in->nlayers - 1;   // as many blocks as fit keep the faster policy
-    while (lo <= hi) {
-        int k = (lo + hi) / 2;
+    // Every block keeping the faster policy: a bound on the search's time, and with the
+    // slower policy's footprint (slow_bytes) the two ends of a footprint nearly linear
+    // in the blocks that keep the faster one — where the search looks first.
+    PlanChoice all = {.micro = j->micros[j->m], .policy = (RematPolicy)j->fast, .n_policy = in->nlayers,
+                      .rest = (RematPolicy)j->fast, .offload = levels[j->level], .zero = j->zero,
+                      .bucket_bytes = bucket(in)};
+    double bound = j->fast_us > 0 ? j->fast_us : price(j, &all);
+    if (j->fast_us > 0)
+        j->bound = j->fast_cost, j->bound_bytes = j->fast_bytes;
+    if (j->bar_us > 0 && bound >= j->bar_us) {
+        j->pruned = true;
+        return;
+    }
+    int L = in->nlayers, lo = 1, hi = L - 1, guess = -1, guided = 2;
+    if (bound > 0 && j->slow_bytes > 0 && j->bound_bytes > j->slow_bytes) {
+        guess = (int)((double)(in->budget_bytes - j->slow_bytes) * L / (double)(j->bound_bytes - j->slow_bytes));
+        // Time is as nearly linear in those blocks: where even two blocks more than fit
+        // would be no faster than the bar, the search cannot win. (The faster end's
+        // footprint is its bound, so the blocks that fit are overestimated, not under.)
+        int k = guess + 2 < L ? guess + 2 : L;
+        double at = j->slow_us + (bound - j->slow_us) * (double)k / (double)L;
+        if (j->bar_us > 0 && j->slow_us > 0 && at >= j->bar_us) {
+            j->pruned = true;
+            return;
+        }
+    }
+    while (lo <= hi) {   // as many blocks as fit keep the faster policy
+        int k = guided > 0 && guess >= lo && guess <= hi ? guess : (lo + hi) / 2;
+        guided--;
         PlanChoice c = {.micro = j->micros[j->m], .policy = (RematPolicy)j->fast, .n_policy = k,
                         .rest = (RematPolicy)j->slow, .offload = levels[j->level], .zero = j->zero,
                         .bucket_bytes = bucket(in)};
-        int id = job_try(j, &c);
-        if (id >= 0 && j->tried.at[id].fits)
-            lo = k + 1;
+        int id = job_try(j, &c);   // slower than the bar: so is every smaller k
+        if (id >= 0 && (j->tried.at[id].fits || j->tried.at[id].slower))
+            lo = k + 1, guess = k + 1;
         else
-            hi = k - 1;
+            hi = k - 1, guess = k - 1;
     }
 }
 
@@ -146,58 +275,82 @@ static void run_jobs(Job *jobs, int njobs, int threads) {
         pthread_join(tid[t], NULL);
 }
 
-// Appends a job's candidates to the result, in the job's order.
+// Appends a job's candidates to the result, in the job's order (a choice tried before
+// keeps its place, taking the new outcome when only that one is placed).
 static void merge(PlannerResult *r, Job *j) {
     for (int i = 0; i < j->tried.len; i++) {
         const Candidate *cand = &j->tried.at[i];
-        bool dup = false;
-        for (int k = 0; k < r->tried.len && !dup; k++)
-            dup = same_choice(&r->tried.at[k].c, &cand->c);
-        if (dup)
-            continue;
-        vec_push(&r->tried, *cand);
-        int id = r->tried.len - 1;
-        if (r->smallest < 0 || cand->o.device_bytes < r->tried.at[r->smallest].o.device_bytes)
-            r->smallest = id;
-        if (cand->fits && (r->best < 0 || cand->o.cost.step_us < r->tried.at[r->best].o.cost.step_us))
-            r->best = id;
+        int dup = -1;
+        for (int k = 0; k < r->tried.len && dup < 0; k++)
+            if (same_choice(&r->tried.at[k].c, &cand->c))
+                dup = k;
+        if (dup >= 0 && cand->o.placed && !r->tried.at[dup].o.placed)
+            r->tried.at[dup] = *cand;
+        else if (dup < 0)
+            vec_push(&r->tried, *cand);
     }
     vec_free(&j->tried);
+    r->best = r->smallest = -1;
+    for (int id = 0; id < r->tried.len; id++) {
+        const Candidate *c = &r->tried.at[id];
+        if (r->smallest < 0 || c->o.device_bytes < r->tried.at[r->smallest].o.device_bytes)
+            r->smallest = id;
+        if (c->fits && !c->declined && (r->best < 0 || c->o.cost.step_us < r->tried.at[r->best].o.cost.step_us))
+            r->best = id;
+    }
+}
+
+static double best_us(const PlannerResult *r) { return r->best >= 0 ? r->tried.at[r->best].o.cost.step_us : 0; }
+
+enum { FINALISTS = 4 };   // several ranks: the plans whose buckets are sized (see below)
+
+// The bar a candidate must beat to matter: the fastest plan that fits, or with several
+// ranks the FINALISTS-th fastest (a plan slower at the default buckets than the best can
+// be the fastest at another size); 0 while there is none.
+static double bar(const PlannerInput *in, const PlannerResult *r) {
+    if (in->ranks <= 1)
+        return best_us(r);
+    double top[FINALISTS];   // the fastest that fit, ascending
+    int n = 0;
+    for (int i = 0; i < r->tried.len; i++) {
+        const Candidate *c = &r->tried.at[i];
+        double us = c->o.cost.step_us;
+        if (!c->fits || c->declined || (n == FINALISTS && us >= top[n - 1]))
+            continue;
+        int k = n < FINALISTS ? n++ : FINALISTS - 1;
+        for (; k > 0 && top[k - 1] > us; k--)
+            top[k] = top[k - 1];
+        top[k] = us;
+    }
+    return n == FINALISTS ? top[FINALISTS - 1] : 0;
 }
 
 // Per-tensor recompute on the chosen plan's offload level: at its micro-batch and each
-// larger one, the chain's mask keeping the most that fits (a binary search: the masks
-// along the chain hold less and less), while one fits. Chosen where it is the fastest.
-static void refine_tensors(const PlannerInput *in, PlannerResult *r, const int64_t *micros, int nm) {
+// larger one, the chain's mask keeping the most that fits, while one fits (or may).
+// Chosen where it is the fastest. The micro-batches are searched at once; those past
+// the first where nothing fits are dropped.
+static void refine_tensors(const PlannerInput *in, PlannerResult *r, const int64_t *micros, int nm,
+                           int threads) {
     if (r->best < 0 || in->nchain < 2 || in->remat >= 0)
         return;
     const Candidate best = r->tried.at[r->best];
     int m0 = 0;
     while (m0 < nm && micros[m0] != best.c.micro)
         m0++;
-    for (int mi = m0; mi < nm; mi++) {
-        Job j = {.in = in};
-        int lo = 0, hi = in->nchain - 1, found = -1;
-        while (lo <= hi) {
-            int mid = (lo + hi) / 2;
-            PlanChoice c = best.c;
-            c.micro = micros[mi];
-            c.policy = c.rest = REMAT_TENSORS;
-            c.n_policy = in->nlayers;
-            c.per_layer = NULL;
-            c.keep = in->chain + (size_t)mid * (size_t)in->nkeep;
-            c.nkeep = in->nkeep;
-            c.chain_at = mid;
-            c.loss_chunk = 0;
-            int id = job_try(&j, &c);
-            if (id >= 0 && j.tried.at[id].fits)
-                found = mid, hi = mid - 1;
-            else
-                lo = mid + 1;
+    Job jobs[64];
+    int nj = 0;
+    for (int mi = m0; mi < nm; mi++)
+        jobs[nj++] = (Job){.kind = JOB_TENSORS, .in = in, .micros = micros, .nm = nm, .m = mi, .base = best.c,
+                           .bar_us = bar(in, r)};
+    run_jobs(jobs, nj, threads);
+    bool done = false;
+    for (int i = 0; i < nj; i++) {
+        if (done) {
+            vec_free(&jobs[i].tried);
+            continue;
         }
-        merge(r, &j);
-        if (found < 0)
-            break;
+        done = jobs[i].fit_at < 0 && !jobs[i].unknown;   // nothing fits here: nor at a larger one
+        merge(r, &jobs[i]);
     }
 }
 
@@ -216,7 +369,8 @@ static void refine_loss_chunk(const PlannerInput *in, PlannerResult *r) {
     for (int64_t d = cur + 1; d <= rows; d++) {
         if (rows % d || d < cur + cur / 2)
             continue;
-        Job j = {.in = in};
+        double b = bar(in, r);   // (several ranks: a declined chunk can still be a finalist)
+        Job j = {.in = in, .bar_us = in->ranks > 1 && b > us * 0.99 ? b : us * 0.99};
         PlanChoice c = best.c;
         c.loss_chunk = d;
         int id = job_try(&j, &c);
@@ -232,6 +386,32 @@ static void refine_loss_chunk(const PlannerInput *in, PlannerResult *r) {
             break;
         }
     }
+}
+
+void planner_result_free(PlannerResult *r) {
+    vec_free(&r->tried);
+    vec_free(&r->bounds);
+}
+
+// Nothing fits, and the smallest plan is what the user is shown: its bytes must be
+// exact. The candidate smallest by its bound is placed, until the smallest is placed
+// (a bound is at most the footprint placed, so no other can be smaller).
+static void settle_smallest(const PlannerInput *in, PlannerResult *r) {
+    for (;;) {
+        int k = -1;
+        for (int i = 0; i < r->tried.len; i++)
+            if (k < 0 || r->tried.at[i].o.device_bytes < r->tried.at[k].o.device_bytes)
+                k = i;
+        if (k < 0 || r->tried.at[k].o.placed)
+            break;
+        Candidate *c = &r->tried.at[k];
+        if (in->build(in->ctx, &c->c, NULL, &c->o) != 0)
+            c->o = (PlanOutcome){.device_bytes = INT64_MAX, .host_bytes = INT64_MAX, .placed = true};
+        c->slower = false;
+        c->fits = c->o.device_bytes <= in->budget_bytes && c->o.host_bytes <= in->host_budget_bytes;
+    }
+    Job none = {.in = in};
+    merge(r, &none);   // (best and smallest again)
 }
 
 int planner_search(const PlannerInput *in, PlannerResult *r) {
@@ -254,9 +434,8 @@ int planner_search(const PlannerInput *in, PlannerResult *r) {
     // policy: the largest micro-batch that fits. With several ranks, gradients on the host
     // need them sharded first (a reduction runs on the device), and the weights are not
     // streamed (a rank's weights are its shard and the gathers of the others').
-    Job jobs[4 * LEVELS * 5 * 4];
+    Job jobs[4 * LEVELS];
     int nj = 0;
-    bool level_ok[4][LEVELS] = {{false}};
     for (int z = z0; z <= z1; z++)
         for (int lv = 0; lv < LEVELS; lv++) {
             if (in->offload >= 0 && lv != in->offload)
@@ -277,47 +456,87 @@ int planner_search(const PlannerInput *in, PlannerResult *r) {
                     r->host_need = host[lv];
                 continue;
             }
-            level_ok[z][lv] = true;
-            for (int pol = REMAT_KEEP; pol <= REMAT_SWAP; pol++)
-                if (in->remat < 0 || pol == in->remat)
-                    jobs[nj++] = (Job){.in = in, .micros = micros, .nm = nm, .level = lv, .zero = z,
-                                       .fast = -1, .slow = pol};
+            // Its bound: no recompute (or the policy asked for) at the largest micro-batch.
+            jobs[nj++] = (Job){.kind = JOB_BOUND, .in = in, .micros = micros, .nm = nm, .level = lv, .zero = z,
+                               .states_bytes = fixed[lv] + in->reserve_bytes,
+                               .slow = in->remat >= 0 ? in->remat : REMAT_KEEP, .m = nm - 1};
         }
     run_jobs(jobs, nj, threads);
-    int fit_at[4][LEVELS][4];
-    for (int z = 0; z < 4; z++)
-        for (int lv = 0; lv < LEVELS; lv++)
-            for (int pol = 0; pol < 4; pol++)
-                fit_at[z][lv][pol] = -1;
-    for (int i = 0; i < nj; i++) {
-        fit_at[jobs[i].zero][jobs[i].level][jobs[i].slow] = jobs[i].fit_at;
-        merge(r, &jobs[i]);
+    // The levels in order of their bounds (ties: in the order above).
+    Job levels_by[4 * LEVELS];
+    int nl = nj;
+    for (int i = 0; i < nl; i++) {
+        int at = i;
+        while (at > 0 && levels_by[at - 1].bound_us > jobs[i].bound_us) {
+            levels_by[at] = levels_by[at - 1];
+            at--;
+        }
+        levels_by[at] = jobs[i];
     }
-    // Then mixed plans: at the largest micro-batch the more frugal policy reaches, as
-    // many blocks as fit keep the faster one (every pair: recompute costs per block
-    // differ, so any pair can be the best).
+    // Per level: for each policy the largest micro-batch that fits; then mixed plans: at
+    // the largest micro-batch the more frugal policy reaches, as many blocks as fit keep
+    // the faster one (every pair: recompute costs per block differ, so any pair can be
+    // the best).
     static const int pairs[5][2] = {{REMAT_KEEP, REMAT_SELECTIVE},
                                     {REMAT_SELECTIVE, REMAT_FULL},
                                     {REMAT_KEEP, REMAT_FULL},
                                     {REMAT_FULL, REMAT_SWAP},
                                     {REMAT_SELECTIVE, REMAT_SWAP}};
-    nj = 0;
-    for (int z = z0; z <= z1 && in->remat < 0 && in->nlayers >= 2; z++)
-        for (int lv = 0; lv < LEVELS; lv++) {
-            if (!level_ok[z][lv])
-                continue;
-            for (int pi = 0; pi < 5; pi++) {
-                int fast = pairs[pi][0], slow = pairs[pi][1], m = fit_at[z][lv][slow];
-                if (m < 0 || fit_at[z][lv][fast] >= m)
-                    continue;
-                jobs[nj++] = (Job){.in = in, .micros = micros, .nm = nm, .level = lv, .zero = z,
-                                   .fast = fast, .slow = slow, .m = m};
-            }
+    for (int li = 0; li < nl; li++) {
+        int z = levels_by[li].zero, lv = levels_by[li].level;
+        double b = bar(in, r);
+        if (b > 0 && levels_by[li].bound_us >= b) {
+            r->bound_pruned++;
+            vec_push(&r->bounds, levels_by[li].bound);
+            continue;
         }
-    run_jobs(jobs, nj, threads);
-    for (int i = 0; i < nj; i++)
-        merge(r, &jobs[i]);
-    refine_tensors(in, r, micros, nm);
+        nj = 0;
+        for (int pol = REMAT_KEEP; pol <= REMAT_SWAP; pol++) {
+            if (in->remat >= 0 && pol != in->remat)
+                continue;
+            Job mj = {.kind = JOB_MICRO, .in = in, .micros = micros, .nm = nm, .level = lv, .zero = z,
+                      .slow = pol, .states_bytes = levels_by[li].states_bytes};
+            if (pol == levels_by[li].slow && levels_by[li].bound_bytes > in->budget_bytes)   // (the bound's plan)
+                mj.over_micro = micros[nm - 1], mj.over_bytes = levels_by[li].bound_bytes;
+            jobs[nj++] = mj;
+        }
+        run_jobs(jobs, nj, threads);
+        int fit_at[4] = {-1, -1, -1, -1};
+        for (int i = 0; i < nj; i++) {
+            fit_at[jobs[i].slow] = jobs[i].fit_at;
+            merge(r, &jobs[i]);
+        }
+        nj = 0;
+        for (int pi = 0; pi < 5 && in->remat < 0 && in->nlayers >= 2; pi++) {
+            int fast = pairs[pi][0], slow = pairs[pi][1], m = fit_at[slow];
+            if (m < 0 || fit_at[fast] >= m)
+                continue;
+            PlanChoice sc = {.micro = micros[m], .policy = (RematPolicy)slow, .n_policy = in->nlayers,
+                             .rest = (RematPolicy)slow, .offload = levels[lv], .zero = z,
+                             .bucket_bytes = bucket(in), .loss_chunk = in->loss_chunk};
+            PlanChoice fc = sc;
+            fc.policy = fc.rest = (RematPolicy)fast;
+            Job pj = {.kind = JOB_PAIR, .in = in, .micros = micros, .nm = nm, .level = lv, .zero = z, .fast = fast, .slow = slow,
+                      .m = m, .bar_us = bar(in, r)};
+            for (int i = 0; i < r->tried.len; i++) {
+                const Candidate *c = &r->tried.at[i];
+                if (same_choice(&c->c, &sc) && c->o.placed)
+                    pj.slow_bytes = c->o.device_bytes, pj.slow_us = c->o.cost.step_us;
+                if (same_choice(&c->c, &fc) && in->ranks <= 1)   // (several ranks: priced with free collectives)
+                    pj.fast_us = c->o.cost.step_us, pj.fast_cost = c->o.cost, pj.fast_bytes = c->o.device_bytes;
+            }
+            jobs[nj++] = pj;
+        }
+        run_jobs(jobs, nj, threads);
+        for (int i = 0; i < nj; i++) {
+            if (jobs[i].pruned) {
+                r->bound_pruned++;
+                vec_push(&r->bounds, jobs[i].bound);
+            }
+            merge(r, &jobs[i]);
+        }
+    }
+    refine_tensors(in, r, micros, nm, threads);
     refine_loss_chunk(in, r);
     // The buckets of the fastest few: other sizes trade the link's latency per call against
     // how soon the first starts and how much is left after the last gradient (and, at
@@ -326,7 +545,6 @@ int planner_search(const PlannerInput *in, PlannerResult *r) {
     // on 8 ranks: micro-batch 1 with selective recompute is 50.3 s a step at 32 MiB and
     // 44.7 s at 512 MiB, where the fastest at 32 MiB gets no better than 46.7 s).
     if (R > 1 && r->best >= 0) {
-        enum { FINALISTS = 4 };
         static const int64_t sizes[] = {4 << 20, 16 << 20, 128 << 20, 512 << 20};
         int fin[FINALISTS], nfin = 0;
         for (int i = 0; i < r->tried.len; i++) {   // the fastest fitting, by insertion
@@ -343,7 +561,7 @@ int planner_search(const PlannerInput *in, PlannerResult *r) {
             fin[at] = i;
             nfin += nfin < FINALISTS;
         }
-        Job j = {.in = in};
+        Job j = {.in = in, .bar_us = best_us(r)};
         for (int f = 0; f < nfin; f++)
             for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
                 PlanChoice c = r->tried.at[fin[f]].c;
@@ -367,6 +585,10 @@ int planner_search(const PlannerInput *in, PlannerResult *r) {
         job_try(&j, &c);
         merge(r, &j);
     }
+    if (r->best < 0)
+        settle_smallest(in, r);
+    else   // placed to settle its fit, the first placement that fit: now the smallest
+        in->build(in->ctx, &r->tried.at[r->best].c, NULL, &r->tried.at[r->best].o);
     return 0;
 }
 
@@ -386,7 +608,7 @@ int planner_exact(const PlannerInput *in, int64_t micro, int level, RematPolicy 
         PlanChoice ch = {.micro = micro, .policy = REMAT_KEEP, .n_policy = L, .rest = REMAT_KEEP,
                          .offload = levels[level], .per_layer = trial};
         PlanOutcome o;
-        if (in->build(in->ctx, &ch, &o) != 0)
+        if (in->build(in->ctx, &ch, NULL, &o) != 0)
             continue;
         if (o.device_bytes > in->budget_bytes || o.host_bytes > in->host_budget_bytes)
             continue;
@@ -401,17 +623,24 @@ int planner_exact(const PlannerInput *in, int64_t micro, int level, RematPolicy 
     return fits;
 }
 
-// The candidate fastest at (adamw, link) among the fitting ones.
+// The candidate fastest at (adamw, link) among those that fit or may (a candidate not
+// placed because it was slower, a search skipped by its bound: either can be the
+// fastest at other rates); -2 when a skipped search's bound is.
 static int fastest_at(const PlannerResult *r, double adamw, double link) {
     int best = -1;
     double best_us = 0;
     for (int i = 0; i < r->tried.len; i++) {
         const Candidate *c = &r->tried.at[i];
-        if (!c->fits || c->declined)
+        if (!(c->fits || c->slower) || c->declined)
             continue;
         double us = cost_step_at(&c->o.cost, adamw, link);
         if (best < 0 || us < best_us)
             best = i, best_us = us;
+    }
+    for (int i = 0; i < r->bounds.len; i++) {
+        double us = cost_step_at(&r->bounds.at[i], adamw, link);
+        if (best < 0 || us < best_us)
+            best = -2, best_us = us;
     }
     return best;
 }

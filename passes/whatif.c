@@ -77,7 +77,7 @@ static WhatIfPlan frugal(const PlanCtx *x, const PipelineSpec *spec, bool keep, 
     PlanCtx y = *x;
     y.pipeline = &p;
     PlanOutcome o;
-    if (pipeline_plan_choice(&y, &c, &o) != 0)
+    if (pipeline_plan_choice(&y, &c, NULL, &o) != 0)
         return (WhatIfPlan){.device = -1};
     return (WhatIfPlan){.device = o.device_bytes, .host = o.host_bytes,
                         .fits = o.device_bytes <= budget && o.host_bytes <= host_budget};
@@ -182,7 +182,7 @@ int whatif_optimizer(const PlannerInput *in, WhatIfOptimChange change, WhatIfOpt
     if (at >= 0)
         w->plan = r.tried.at[at];
     w->host_need = r.host_need;
-    vec_free(&r.tried);
+    planner_result_free(&r);
     pipeline_cache_free(p.cache);
     return 0;
 }

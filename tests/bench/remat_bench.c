@@ -41,7 +41,7 @@ int main(int argc, char **argv) {
             PlanChoice full = {.micro = mb, .policy = REMAT_FULL, .n_policy = 1 << 20, .rest = REMAT_FULL,
                                .offload = {.optimizer = false, .grads = false}};
             PlanOutcome ck;
-            pipeline_plan_choice(&x, &full, &ck);
+            pipeline_plan_choice(&x, &full, NULL, &ck);
             Arena *ga = arena_new();
             IrGraph *g = fe_elaborate(&src, &model, mb, ga);
             int64_t block_fwd = 0;
@@ -58,7 +58,7 @@ int main(int argc, char **argv) {
             planner_search(&in, &r);
             if (r.best < 0) {
                 printf("%-11s %5lld: no plan at the checkpointing peak\n", models[mi], (long long)mb);
-                vec_free(&r.tried);
+                planner_result_free(&r);
                 continue;
             }
             const Candidate *c = &r.tried.at[r.best];
@@ -68,7 +68,7 @@ int main(int argc, char **argv) {
                    (long long)mb, (double)ck.device_bytes / 0x1p30, (double)block_fwd / 1e12,
                    (double)c->o.remat.recompute_flops / 1e12,
                    (double)c->o.remat.recompute_flops / (double)block_fwd, d);
-            vec_free(&r.tried);
+            planner_result_free(&r);
         }
         arena_free(a);
         fe_source_free(&src);

@@ -42,8 +42,8 @@ int main(int argc, char **argv) {
     PlanChoice full = {.micro = 1, .policy = REMAT_FULL, .n_policy = L, .rest = REMAT_FULL,
                        .offload = {.optimizer = false, .grads = false}};
     PlanOutcome ok, of;
-    pipeline_plan_choice(&x, &keep, &ok);
-    pipeline_plan_choice(&x, &full, &of);
+    pipeline_plan_choice(&x, &keep, NULL, &ok);
+    pipeline_plan_choice(&x, &full, NULL, &of);
     printf("6 blocks of Qwen2-0.5B, micro-batch 1, seq 2048: keep %.3f GiB, full %.3f GiB\n",
            (double)ok.device_bytes / 0x1p30, (double)of.device_bytes / 0x1p30);
     printf("%12s %14s %14s %8s %9s  %s\n", "budget", "planner (ms)", "optimum (ms)", "ratio",
@@ -63,7 +63,7 @@ int main(int argc, char **argv) {
         double t1 = now_s();
         if (r.best < 0 || !best.fits) {
             printf("%9.3f GiB: no plan\n", (double)budget / 0x1p30);
-            vec_free(&r.tried);
+            planner_result_free(&r);
             continue;
         }
         const Candidate *h = &r.tried.at[r.best];
@@ -75,7 +75,7 @@ int main(int argc, char **argv) {
         planner_choice_str(d, sizeof d, &h->c, L);
         printf("%8.3f GiB %14.1f %14.1f %8.3f %9.2f  %s\n", (double)budget / 0x1p30, hr * 1e-3,
                er * 1e-3, ratio, t1 - t0, d);
-        vec_free(&r.tried);
+        planner_result_free(&r);
     }
     printf("worst ratio of the planner's recompute time to the optimum's: %.3f\n", worst);
     arena_free(a);
