@@ -418,6 +418,25 @@ static void xml_str(FILE *f, const char *s) {
 
 enum { HTML_W = 1100, HTML_H = 420, HTML_H2 = 220, HTML_L = 70 };   // plot sizes, left margin
 
+// A coordinate with two decimals, as "%.2f" writes it (but rounding halves away from
+// zero): the plots have tens of thousands, and a float conversion in printf costs more
+// than all the rest of the page.
+static void put_xy(FILE *f, double v) {
+    char buf[32], *p = buf + sizeof buf;
+    long long c = llround(v * 100);
+    bool neg = c < 0;
+    unsigned long long u = neg ? (unsigned long long)-c : (unsigned long long)c;
+    *--p = (char)('0' + u % 10), u /= 10;
+    *--p = (char)('0' + u % 10), u /= 10;
+    *--p = '.';
+    do
+        *--p = (char)('0' + u % 10), u /= 10;
+    while (u);
+    if (neg)
+        *--p = '-';
+    fwrite(p, 1, (size_t)(buf + sizeof buf - p), f);
+}
+
 // Address over time in arena `a`: each buffer owning bytes there a rectangle
 // (instructions x offsets).
 static void svg_addr(FILE *f, const MemView *v, PlanArena a, const char *id) {
@@ -439,9 +458,15 @@ static void svg_addr(FILE *f, const MemView *v, PlanArena a, const char *id) {
         double x0 = x->first * xs, w = (x->last - x->first + 1) * xs;
         double y1 = H - (double)x->offset / (double)arena * H;
         double h = (double)x->bytes / (double)arena * H;
-        fprintf(f, "<rect class=\"buf\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" "
-                   "fill=\"%s\" data-n=\"",
-                x0, y1 - h, w > 0.4 ? w : 0.4, h > 0.3 ? h : 0.3, cat_colors[mv_category(x->category)]);
+        fputs("<rect class=\"buf\" x=\"", f);
+        put_xy(f, x0);
+        fputs("\" y=\"", f);
+        put_xy(f, y1 - h);
+        fputs("\" width=\"", f);
+        put_xy(f, w > 0.4 ? w : 0.4);
+        fputs("\" height=\"", f);
+        put_xy(f, h > 0.3 ? h : 0.3);
+        fprintf(f, "\" fill=\"%s\" data-n=\"", cat_colors[mv_category(x->category)]);
         xml_str(f, x->name);
         fprintf(f, "\" data-c=\"%s\" data-s=\"%s ", x->category, plan_dtype_name(x->dtype));
         fputc('[', f);
@@ -476,12 +501,21 @@ static void svg_cats(FILE *f, const MemView *v, const int64_t *live, int64_t pea
     double ys = H2 / (double)(peak ? peak : 1);
     for (int c = MV_CATS - 1; c >= 0; c--) {   // draw from the top of the stack down
         fprintf(f, "<path fill=\"%s\" d=\"M0,%.0f", cat_colors[c], H2);
-        for (int i = 0; i < v->n; i += step) {
+        for (int i = 0; i < v->n;) {   // a step per run of equal heights
             int64_t below = 0;
             for (int k = 0; k <= c; k++)
                 below += live[(size_t)i * MV_CATS + k];
-            fprintf(f, " L%.2f,%.2f L%.2f,%.2f", i * xs, H2 - below * ys, (i + step) * xs,
-                    H2 - below * ys);
+            int end = i + step;
+            for (; end < v->n; end += step) {
+                int64_t next = 0;
+                for (int k = 0; k <= c; k++)
+                    next += live[(size_t)end * MV_CATS + k];
+                if (next != below)
+                    break;
+            }
+            fputs(" L", f), put_xy(f, i * xs), fputc(',', f), put_xy(f, H2 - below * ys);
+            fputs(" L", f), put_xy(f, end * xs), fputc(',', f), put_xy(f, H2 - below * ys);
+            i = end;
         }
         fprintf(f, " L%.0f,%.0f Z\"><title>%s</title></path>\n", W, H2, cat_names[c]);
     }

@@ -7,6 +7,7 @@
 #include "../runtime/dataset.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -496,6 +497,10 @@ static int cmd_import(Cmdline *cl, int argc, char **argv, int first) {
 }
 
 int main(int argc, char **argv) {
+    // The planner builds and frees a graph per candidate, tens of megabytes each: kept
+    // in the heap rather than mapped and unmapped each time, their pages fault in once.
+    mallopt(M_MMAP_THRESHOLD, 256 << 20);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
     Cmdline cl;
     cmdline_init(&cl, argc, argv);
     int rc;

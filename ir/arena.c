@@ -68,11 +68,16 @@ char *arena_strndup(Arena *a, const char *s, size_t n) {
 char *arena_strdup(Arena *a, const char *s) { return arena_strndup(a, s, strlen(s)); }
 
 char *arena_printf(Arena *a, const char *fmt, ...) {
+    char buf[256];   // (names mostly fit: formatted once)
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
+    int n = vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
     char *p = arena_alloc(a, (size_t)n + 1);
+    if ((size_t)n < sizeof buf) {
+        memcpy(p, buf, (size_t)n + 1);
+        return p;
+    }
     va_start(ap, fmt);
     vsnprintf(p, (size_t)n + 1, fmt, ap);
     va_end(ap);

@@ -52,13 +52,14 @@ IrGraph *ir_graph_clone(const IrGraph *g, Arena *a) {
     IrGraph *c = arena_alloc(a, sizeof *c);
     *c = *g;
     c->arena = a;
-    c->tensors.at = malloc(sizeof(IrTensor) * (size_t)(g->tensors.len + 1));
-    c->nodes.at = malloc(sizeof(IrNode) * (size_t)(g->nodes.len + 1));
+    // (room to grow: the passes after a clone add tensors and nodes)
+    c->tensors.cap = g->tensors.len + g->tensors.len / 2 + 16;
+    c->nodes.cap = g->nodes.len + g->nodes.len / 2 + 16;
+    c->tensors.at = malloc(sizeof(IrTensor) * (size_t)c->tensors.cap);
+    c->nodes.at = malloc(sizeof(IrNode) * (size_t)c->nodes.cap);
     IR_ASSERT(c->tensors.at && c->nodes.at);
     memcpy(c->tensors.at, g->tensors.at, sizeof(IrTensor) * (size_t)g->tensors.len);
     memcpy(c->nodes.at, g->nodes.at, sizeof(IrNode) * (size_t)g->nodes.len);
-    c->tensors.cap = g->tensors.len + 1;
-    c->nodes.cap = g->nodes.len + 1;
     c->fused.at = NULL;
     c->fused.len = c->fused.cap = 0;
     for (int i = 0; i < g->fused.len; i++)
@@ -342,8 +343,10 @@ int ir_layers(const IrGraph *g) {
 
 void ir_rewrite_begin(IrRewrite *rw, IrGraph *g) {
     *rw = (IrRewrite){.g = g, .old = g->nodes.at, .nold = g->nodes.len};
-    g->nodes.at = NULL;
-    g->nodes.len = g->nodes.cap = 0;
+    g->nodes.len = 0;   // room for the nodes kept and a quarter more: a rewrite mostly adds few
+    g->nodes.cap = rw->nold + rw->nold / 4 + 16;
+    g->nodes.at = malloc(sizeof(IrNode) * (size_t)g->nodes.cap);
+    IR_ASSERT(g->nodes.at);
 }
 
 bool ir_rewrite_next(IrRewrite *rw, IrNode *n) {

@@ -158,12 +158,12 @@ static void recompute_cheap(IrGraph *g, FuseStats *st) {
                 int t = nd.in[k];
                 if (t < 0 || t >= nt || !recompute[t])
                     continue;
-                IrNode e = g->nodes.at[0];   // placeholder, replaced below
-                for (int j = 0; j < rw.nold; j++)
-                    if (rw.old[j].out[0] == t && rw.old[j].phase == PHASE_FORWARD) {
-                        e = rw.old[j];
-                        break;
-                    }
+                int p = g->tensors.at[t].producer;   // (an old node's id: its index there)
+                if (p < 0 || p >= rw.nold || rw.old[p].out[0] != t || rw.old[p].phase != PHASE_FORWARD)
+                    for (p = 0; p < rw.nold; p++)
+                        if (rw.old[p].out[0] == t && rw.old[p].phase == PHASE_FORWARD)
+                            break;
+                IrNode e = rw.old[p];   // (recompute_in_readers found it: it exists)
                 const char *name = arena_printf(g->arena, "%s.re", g->tensors.at[t].name);
                 int id = ir_node_redo(g, &e, e.in, name, nd.phase);
                 g->nodes.at[id].recompute = true;
