@@ -142,6 +142,18 @@ static double price(Job *j, const PlanChoice *c) {
 // search looks before it.
 static void tensors_run(Job *j) {
     const PlannerInput *in = j->in;
+    if (j->bar_us > 0) {   // keeping everything bounds every mask's time here
+        PlanChoice all = j->base;
+        all.micro = j->micros[j->m];
+        all.policy = all.rest = REMAT_KEEP;
+        all.n_policy = in->nlayers;
+        all.per_layer = NULL, all.keep = NULL, all.nkeep = 0, all.chain_at = 0, all.loss_chunk = 0;
+        double t = j->fast_us > 0 ? j->fast_us : price(j, &all);
+        if (t >= j->bar_us) {
+            j->unknown = true;   // (nothing here can win; a larger micro-batch still may)
+            return;
+        }
+    }
     int lo = 0, hi = in->nchain - 1;
     while (lo <= hi) {
         int mid = (lo + hi) / 2;
@@ -339,9 +351,20 @@ static void refine_tensors(const PlannerInput *in, PlannerResult *r, const int64
         m0++;
     Job jobs[64];
     int nj = 0;
-    for (int mi = m0; mi < nm; mi++)
-        jobs[nj++] = (Job){.kind = JOB_TENSORS, .in = in, .micros = micros, .nm = nm, .m = mi, .base = best.c,
-                           .bar_us = bar(in, r)};
+    for (int mi = m0; mi < nm; mi++) {
+        Job tj = {.kind = JOB_TENSORS, .in = in, .micros = micros, .nm = nm, .m = mi, .base = best.c,
+                  .bar_us = bar(in, r)};
+        PlanChoice all = best.c;   // keeping everything at micros[mi], where tried already
+        all.micro = micros[mi];
+        all.policy = all.rest = REMAT_KEEP;
+        all.n_policy = in->nlayers;
+        all.per_layer = NULL, all.keep = NULL, all.nkeep = 0, all.chain_at = 0;
+        all.loss_chunk = in->loss_chunk;
+        for (int i = 0; i < r->tried.len && in->ranks <= 1; i++)
+            if (same_choice(&r->tried.at[i].c, &all))
+                tj.fast_us = r->tried.at[i].o.cost.step_us;
+        jobs[nj++] = tj;
+    }
     run_jobs(jobs, nj, threads);
     bool done = false;
     for (int i = 0; i < nj; i++) {
@@ -482,32 +505,45 @@ int planner_search(const PlannerInput *in, PlannerResult *r) {
                                     {REMAT_KEEP, REMAT_FULL},
                                     {REMAT_FULL, REMAT_SWAP},
                                     {REMAT_SELECTIVE, REMAT_SWAP}};
-    for (int li = 0; li < nl; li++) {
-        int z = levels_by[li].zero, lv = levels_by[li].level;
+    // A level's mixed searches run beside the next level's micro-batch searches (the
+    // next level judged by the bar before them): one batch of jobs a level.
+    Job pend[5];
+    int np = 0;
+    for (int li = 0; li <= nl; li++) {
+        nj = 0;
+        for (int i = 0; i < np; i++)
+            jobs[nj++] = pend[i];
+        int z = li < nl ? levels_by[li].zero : 0, lv = li < nl ? levels_by[li].level : 0;
         double b = bar(in, r);
-        if (b > 0 && levels_by[li].bound_us >= b) {
+        if (li < nl && b > 0 && levels_by[li].bound_us >= b) {
             r->bound_pruned++;
             vec_push(&r->bounds, levels_by[li].bound);
-            continue;
-        }
-        nj = 0;
-        for (int pol = REMAT_KEEP; pol <= REMAT_SWAP; pol++) {
-            if (in->remat >= 0 && pol != in->remat)
-                continue;
-            Job mj = {.kind = JOB_MICRO, .in = in, .micros = micros, .nm = nm, .level = lv, .zero = z,
-                      .slow = pol, .states_bytes = levels_by[li].states_bytes};
-            if (pol == levels_by[li].slow && levels_by[li].bound_bytes > in->budget_bytes)   // (the bound's plan)
-                mj.over_micro = micros[nm - 1], mj.over_bytes = levels_by[li].bound_bytes;
-            jobs[nj++] = mj;
+        } else if (li < nl) {
+            for (int pol = REMAT_KEEP; pol <= REMAT_SWAP; pol++) {
+                if (in->remat >= 0 && pol != in->remat)
+                    continue;
+                Job mj = {.kind = JOB_MICRO, .in = in, .micros = micros, .nm = nm, .level = lv, .zero = z,
+                          .slow = pol, .states_bytes = levels_by[li].states_bytes};
+                if (pol == levels_by[li].slow && levels_by[li].bound_bytes > in->budget_bytes)   // (the bound's plan)
+                    mj.over_micro = micros[nm - 1], mj.over_bytes = levels_by[li].bound_bytes;
+                jobs[nj++] = mj;
+            }
         }
         run_jobs(jobs, nj, threads);
-        int fit_at[4] = {-1, -1, -1, -1};
-        for (int i = 0; i < nj; i++) {
+        for (int i = 0; i < np; i++) {
+            if (jobs[i].pruned) {
+                r->bound_pruned++;
+                vec_push(&r->bounds, jobs[i].bound);
+            }
+            merge(r, &jobs[i]);
+        }
+        int fit_at[4] = {-1, -1, -1, -1}, first = np;
+        for (int i = first; i < nj; i++) {
             fit_at[jobs[i].slow] = jobs[i].fit_at;
             merge(r, &jobs[i]);
         }
-        nj = 0;
-        for (int pi = 0; pi < 5 && in->remat < 0 && in->nlayers >= 2; pi++) {
+        np = 0;
+        for (int pi = 0; pi < 5 && nj > first && in->remat < 0 && in->nlayers >= 2; pi++) {
             int fast = pairs[pi][0], slow = pairs[pi][1], m = fit_at[slow];
             if (m < 0 || fit_at[fast] >= m)
                 continue;
@@ -516,8 +552,8 @@ int planner_search(const PlannerInput *in, PlannerResult *r) {
                              .bucket_bytes = bucket(in), .loss_chunk = in->loss_chunk};
             PlanChoice fc = sc;
             fc.policy = fc.rest = (RematPolicy)fast;
-            Job pj = {.kind = JOB_PAIR, .in = in, .micros = micros, .nm = nm, .level = lv, .zero = z, .fast = fast, .slow = slow,
-                      .m = m, .bar_us = bar(in, r)};
+            Job pj = {.kind = JOB_PAIR, .in = in, .micros = micros, .nm = nm, .level = lv, .zero = z,
+                      .fast = fast, .slow = slow, .m = m, .bar_us = bar(in, r)};
             for (int i = 0; i < r->tried.len; i++) {
                 const Candidate *c = &r->tried.at[i];
                 if (same_choice(&c->c, &sc) && c->o.placed)
@@ -525,15 +561,7 @@ int planner_search(const PlannerInput *in, PlannerResult *r) {
                 if (same_choice(&c->c, &fc) && in->ranks <= 1)   // (several ranks: priced with free collectives)
                     pj.fast_us = c->o.cost.step_us, pj.fast_cost = c->o.cost, pj.fast_bytes = c->o.device_bytes;
             }
-            jobs[nj++] = pj;
-        }
-        run_jobs(jobs, nj, threads);
-        for (int i = 0; i < nj; i++) {
-            if (jobs[i].pruned) {
-                r->bound_pruned++;
-                vec_push(&r->bounds, jobs[i].bound);
-            }
-            merge(r, &jobs[i]);
+            pend[np++] = pj;
         }
     }
     refine_tensors(in, r, micros, nm, threads);
