@@ -90,7 +90,8 @@ typedef struct Job {
     StepCost bound;         // ... and what it is made of (a pair search's too) ...
     int64_t bound_bytes;    // ... and its device bytes (the liveness bound)
     int64_t slow_bytes;     // a pair search: the slower policy's footprint at micros[m] ...
-    double slow_us;         // ... and its time
+    double slow_us;         // ... and its time and cost
+    StepCost slow_cost;
     double fast_us;         // ... and the faster's time, cost and bytes there, where tried
     StepCost fast_cost;     //     already (0: the search prices it)
     int64_t fast_bytes;
@@ -118,6 +119,17 @@ static int try_at(Job *j, const PlanChoice *c, double bar_us) {
 }
 
 static int job_try(Job *j, const PlanChoice *c) { return try_at(j, c, j->bar_us); }
+
+// A fraction w of the way from cost a to cost b (two plans at one level and micro-batch):
+// what cost_step_at reads, as a mixed plan between them is estimated.
+static StepCost blend(const StepCost *a, const StepCost *b, double w) {
+    StepCost c = *a;
+#define MIX(f) c.f = a->f + (b->f - a->f) * w
+    MIX(step_us), MIX(micro_device_us), MIX(micro_link_bytes), MIX(micro_stall_us), MIX(opt_device_us);
+    MIX(opt_link_bytes), MIX(host_params), MIX(host_sumsq_elems), MIX(micro_last_extra_us);
+#undef MIX
+    return c;
+}
 
 // The step time of the most generous plan of a search, priced and not placed (and, on
 // several ranks, with the collectives free: a bound over every bucket size): a bound on
@@ -242,6 +254,7 @@ static void job_run(Job *j) {
         double at = j->slow_us + (bound - j->slow_us) * (double)k / (double)L;
         if (j->bar_us > 0 && j->slow_us > 0 && at >= j->bar_us) {
             j->pruned = true;
+            j->bound = blend(&j->slow_cost, &j->bound, (double)k / (double)L);   // (what it stands for)
             return;
         }
     }
@@ -557,7 +570,7 @@ int planner_search(const PlannerInput *in, PlannerResult *r) {
             for (int i = 0; i < r->tried.len; i++) {
                 const Candidate *c = &r->tried.at[i];
                 if (same_choice(&c->c, &sc) && c->o.placed)
-                    pj.slow_bytes = c->o.device_bytes, pj.slow_us = c->o.cost.step_us;
+                    pj.slow_bytes = c->o.device_bytes, pj.slow_us = c->o.cost.step_us, pj.slow_cost = c->o.cost;
                 if (same_choice(&c->c, &fc) && in->ranks <= 1)   // (several ranks: priced with free collectives)
                     pj.fast_us = c->o.cost.step_us, pj.fast_cost = c->o.cost, pj.fast_bytes = c->o.device_bytes;
             }
