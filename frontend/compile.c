@@ -24,7 +24,7 @@ void usage_compile(FILE *f) {
     const GpuPreset *p = gpu_presets(&n);
     fputs("usage: ftc compile FILE.ft [--budget SIZE] [--gpu PRESET] [--host-mem SIZE] [-o DIR]\n"
           "                   [--micro-batch N] [--remat P] [--offload L] [--dump-ir]\n"
-          "                   [--dump-after PASS] [--emit-graph FILE.json] [--time-passes]\n"
+          "                   [--dump-after PASS] [--emit-graph FILE.json] [--time-passes] [--exhaustive]\n"
           "                   [--no-fusion] [--unfused-loss] [--grad-temporaries] [--loss-chunk N]\n"
           "                   [--reserve SIZE] [--host-cores N] [--host-adamw RATE] [--host-link GBPS]\n"
           "                   [--ranks N [--zero 0|1|2|3] [--link PRESET]]\n"
@@ -52,6 +52,8 @@ void usage_compile(FILE *f) {
           "                    fuse, schedule, buckets, liveness, alloc or streams\n"
           "  --emit-graph F    write the training graph (FLOPs, bytes, edges) as JSON to F\n"
           "  --time-passes     print the time spent in each pass, over every candidate planned\n"
+          "  --exhaustive      place every candidate and skip no search by its bound (slower: the\n"
+          "                    reference the bound-first search must match)\n"
           "  --no-fusion       give every op a kernel of its own (the fuse pass does nothing)\n"
           "  --unfused-loss    keep the projection to the logits and the loss two ops (the full\n"
           "                    logits exist; the loss's backward still works in row chunks)\n"
@@ -590,7 +592,7 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
     int64_t ranks = 1;
     const char *link_name = NULL;
     const char *dump_after = NULL;
-    bool time_passes = false, no_fusion = false, unfused_loss = false, grad_temporaries = false;
+    bool time_passes = false, no_fusion = false, unfused_loss = false, grad_temporaries = false, exhaustive = false;
     int64_t loss_chunk = 0;
     for (int i = first; i < argc; i++) {
         const char *s = argv[i];
@@ -712,6 +714,8 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
             dump_after = "all";
         } else if (!strcmp(s, "--time-passes")) {
             time_passes = true;
+        } else if (!strcmp(s, "--exhaustive")) {
+            exhaustive = true;
         } else if (!strcmp(s, "--no-fusion")) {
             no_fusion = true;
         } else if (!strcmp(s, "--unfused-loss")) {
@@ -923,7 +927,8 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
                         .build = pipeline_plan_choice, .ctx = &pc, .nlayers = nlayers, .micro = micro,
                         .remat = remat, .offload = offload, .ranks = (int)ranks, .zero = zero,
                         .grads_whole = ranks > 1 && !strcmp(m.train.optimizer, "adamw8bit"),
-                        .loss_chunk = loss_chunk, .chain = chain, .nchain = nchain, .nkeep = nkeep};
+                        .loss_chunk = loss_chunk, .chain = chain, .nchain = nchain, .nkeep = nkeep,
+                        .exhaustive = exhaustive};
     PlanChoice best;
     PlanHolds holds;
     if (plan(out, rep, &pc, &pin, &m, &hs, &best, &holds) != 0) {

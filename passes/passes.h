@@ -450,6 +450,7 @@ typedef struct PlannerInput {
     int (*build)(void *ctx, const PlanChoice *c, const BuildNeed *need, PlanOutcome *out);
     void *ctx;
     int threads;                // planning threads (0: one per CPU)
+    bool exhaustive;            // no bars, no bounds: every candidate placed, no search skipped
 } PlannerInput;
 
 typedef struct PlannerResult {

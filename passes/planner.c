@@ -210,7 +210,7 @@ static void job_run(Job *j) {
             int mid = (lo + hi) / 2;
             // What scales with the micro-batch scales linearly: from the smallest micro-batch
             // known to be over, a footprint far over the budget is not built.
-            if (j->over_micro > 0 && j->micros[mid] < j->over_micro) {
+            if (j->over_micro > 0 && j->micros[mid] < j->over_micro && !in->exhaustive) {
                 double per = (double)(j->over_bytes - j->states_bytes) / (double)j->over_micro;
                 if ((double)j->states_bytes + per * (double)j->micros[mid] > (double)in->budget_bytes * 1.05) {
                     hi = mid - 1;
@@ -333,6 +333,8 @@ enum { FINALISTS = 4 };   // several ranks: the plans whose buckets are sized (s
 // ranks the FINALISTS-th fastest (a plan slower at the default buckets than the best can
 // be the fastest at another size); 0 while there is none.
 static double bar(const PlannerInput *in, const PlannerResult *r) {
+    if (in->exhaustive)
+        return 0;
     if (in->ranks <= 1)
         return best_us(r);
     double top[FINALISTS];   // the fastest that fit, ascending
@@ -406,7 +408,7 @@ static void refine_loss_chunk(const PlannerInput *in, PlannerResult *r) {
         if (rows % d || d < cur + cur / 2)
             continue;
         double b = bar(in, r);   // (several ranks: a declined chunk can still be a finalist)
-        Job j = {.in = in, .bar_us = in->ranks > 1 && b > us * 0.99 ? b : us * 0.99};
+        Job j = {.in = in, .bar_us = in->exhaustive ? 0 : in->ranks > 1 && b > us * 0.99 ? b : us * 0.99};
         PlanChoice c = best.c;
         c.loss_chunk = d;
         int id = job_try(&j, &c);
@@ -602,7 +604,7 @@ int planner_search(const PlannerInput *in, PlannerResult *r) {
             fin[at] = i;
             nfin += nfin < FINALISTS;
         }
-        Job j = {.in = in, .bar_us = best_us(r)};
+        Job j = {.in = in, .bar_us = in->exhaustive ? 0 : best_us(r)};
         for (int f = 0; f < nfin; f++)
             for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
                 PlanChoice c = r->tried.at[fin[f]].c;
