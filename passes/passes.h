@@ -406,7 +406,9 @@ enum { BUCKET_DEFAULT_BYTES = 32 << 20 };
 typedef struct BuildNeed {
     int64_t budget_bytes, host_budget_bytes;
     double bar_us;              // 0: no bar
-    bool free_comm;             // price the collectives at nothing (a bound over bucket sizes)
+    bool bound;                 // a bound, never placed: the collectives priced at nothing (a
+                                // bound over bucket sizes), no eval phase (its time is not the
+                                // step's, its values never the peak)
 } BuildNeed;
 
 typedef struct PlanOutcome {

@@ -23,6 +23,7 @@ typedef struct PassCtx {
     BuildStats *bs;
     PassDiag *d;
     bool unplaced;      // the PLACE passes are skipped (pipeline_plan_choice runs them)
+    bool bound;         // a planner's bound (BuildNeed.bound): no eval phase
     int64_t enough[2];  // alloc: an arena (device, host) this small needs no smaller placement
 } PassCtx;
 
@@ -77,9 +78,10 @@ static int run_buckets(PassCtx *x) {
 
 static int run_offload(PassCtx *x) { return offload_apply(x->g, &x->c->offload, &x->bs->offload); }
 // No eval phase for a rank of ZeRO 3, whose parameters are shards between the phases
-// that gather them; below it every rank holds the whole parameters after its step.
+// that gather them (below it every rank holds the whole parameters after its step), nor
+// for a planner's bound.
 static int run_eval(PassCtx *x) {
-    if (x->p->spec.ranks > 1 && x->c->zero >= 3)
+    if ((x->p->spec.ranks > 1 && x->c->zero >= 3) || x->bound)
         return 0;
     return eval_apply(x->g, &x->bs->eval);
 }
@@ -287,7 +289,8 @@ static const Prefix *cached(const Pipeline *p, const PlanChoice *c) {
 }
 
 // Builds c through every pass but, when `unplaced`, the PLACE ones.
-static IrGraph *build_choice(const Pipeline *p, const PlanChoice *c, Arena *a, BuildStats *bs, bool unplaced) {
+static IrGraph *build_choice(const Pipeline *p, const PlanChoice *c, Arena *a, BuildStats *bs, bool unplaced,
+                             bool bound) {
     _Static_assert(NPASSES + 1 <= PIPELINE_MAX_STAGES, "PassTimes holds every stage");
     memset(bs, 0, sizeof *bs);
     bool stopped = false;
@@ -304,7 +307,8 @@ static IrGraph *build_choice(const Pipeline *p, const PlanChoice *c, Arena *a, B
             return NULL;
     }
     PassDiag quiet = {ignore, NULL, 0};
-    PassCtx x = {.g = g, .p = p, .c = c, .bs = bs, .d = p->diag ? p->diag : &quiet, .unplaced = unplaced};
+    PassCtx x = {.g = g, .p = p, .c = c, .bs = bs, .d = p->diag ? p->diag : &quiet, .unplaced = unplaced,
+                 .bound = bound};
     if (!run_passes(p, &x, prefix_end(), NPASSES, &stopped)) {
         ir_graph_free(g);
         return NULL;
@@ -313,7 +317,7 @@ static IrGraph *build_choice(const Pipeline *p, const PlanChoice *c, Arena *a, B
 }
 
 IrGraph *pipeline_build(const Pipeline *p, const PlanChoice *c, Arena *a, BuildStats *bs) {
-    return build_choice(p, c, a, bs, false);
+    return build_choice(p, c, a, bs, false, false);
 }
 
 // The device bytes live at the peak node, by category (for reports).
@@ -336,7 +340,7 @@ int pipeline_plan_choice(void *vctx, const PlanChoice *c, const BuildNeed *need,
     Arena *a = arena_new();
     BuildStats bs;
     bool staged = need && !p->stop_after;   // (a build stopped early has nothing to place)
-    IrGraph *g = build_choice(p, c, a, &bs, staged);
+    IrGraph *g = build_choice(p, c, a, &bs, staged, need && need->bound);
     if (!g) {
         arena_free(a);
         return -1;
@@ -344,7 +348,7 @@ int pipeline_plan_choice(void *vctx, const PlanChoice *c, const BuildNeed *need,
     memset(out, 0, sizeof *out);
     int64_t reserve = x->gpu->reserve_bytes + link_reserve_bytes(s->ranks);
     CostModel cm = x->cm;
-    if (need && need->free_comm)
+    if (need && need->bound)
         cm.link = NULL;
     out->cost = cost_step(g, &cm, s->global_batch / (c->micro * (s->ranks > 1 ? s->ranks : 1)),
                           s->global_batch * s->seq);

@@ -131,8 +131,9 @@ static StepCost blend(const StepCost *a, const StepCost *b, double w) {
     return c;
 }
 
-// The step time of the most generous plan of a search, priced and not placed (and, on
-// several ranks, with the collectives free: a bound over every bucket size): a bound on
+// The step time of the most generous plan of a search, priced and not placed (without
+// the eval phase, and on several ranks with the collectives free: a bound over every
+// bucket size): a bound on
 // every choice the search can make, since recompute and smaller micro-batches only add
 // work. Not listed among the candidates. 0 if it cannot be built (no bound).
 static double price(Job *j, const PlanChoice *c) {
@@ -140,7 +141,7 @@ static double price(Job *j, const PlanChoice *c) {
     PlanChoice pc = *c;
     if (!pc.loss_chunk)
         pc.loss_chunk = in->loss_chunk;
-    BuildNeed need = {.free_comm = true};   // (budgets of 0: never placed)
+    BuildNeed need = {.bound = true};   // (budgets of 0: never placed)
     PlanOutcome o;
     if (in->build(in->ctx, &pc, &need, &o) != 0)
         return 0;
