@@ -211,9 +211,10 @@ static void job_run(Job *j) {
             int mid = (lo + hi) / 2;
             // What scales with the micro-batch scales linearly: from the smallest micro-batch
             // known to be over, a footprint far over the budget is not built.
-            if (j->over_micro > 0 && j->micros[mid] < j->over_micro && !in->exhaustive) {
+            if (j->over_micro > 0 && !in->exhaustive) {   // (and a larger micro-batch holds more)
                 double per = (double)(j->over_bytes - j->states_bytes) / (double)j->over_micro;
-                if ((double)j->states_bytes + per * (double)j->micros[mid] > (double)in->budget_bytes * 1.05) {
+                int64_t m = j->micros[mid] < j->over_micro ? j->micros[mid] : j->over_micro;
+                if ((double)j->states_bytes + per * (double)m > (double)in->budget_bytes * 1.05) {
                     hi = mid - 1;
                     continue;
                 }
@@ -542,6 +543,23 @@ int planner_search(const PlannerInput *in, PlannerResult *r) {
                           .slow = pol, .states_bytes = levels_by[li].states_bytes};
                 if (pol == levels_by[li].slow && levels_by[li].bound_bytes > in->budget_bytes)   // (the bound's plan)
                     mj.over_micro = micros[nm - 1], mj.over_bytes = levels_by[li].bound_bytes;
+                // What another level's search found over the budget is over here too, give or
+                // take the model states the two levels keep on the device.
+                for (int i = 0; i < r->tried.len; i++) {
+                    const Candidate *c = &r->tried.at[i];
+                    const PlanChoice *o = &c->c;
+                    if (o->policy != (RematPolicy)pol || o->rest != (RematPolicy)pol || o->n_policy != in->nlayers ||
+                        o->per_layer || o->keep || o->zero != z || o->loss_chunk != in->loss_chunk ||
+                        o->bucket_bytes != bucket(in) || c->o.device_bytes <= in->budget_bytes)
+                        continue;
+                    int64_t there = -1;
+                    for (int k = 0; k < nl; k++)
+                        if (levels_by[k].zero == z && !memcmp(&levels[levels_by[k].level], &o->offload, sizeof o->offload))
+                            there = levels_by[k].states_bytes;
+                    int64_t here = there < 0 ? 0 : c->o.device_bytes - there + levels_by[li].states_bytes;
+                    if (here > in->budget_bytes && (!mj.over_micro || o->micro < mj.over_micro))
+                        mj.over_micro = o->micro, mj.over_bytes = here;
+                }
                 jobs[nj++] = mj;
             }
         }
