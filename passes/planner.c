@@ -155,6 +155,7 @@ static double price(Job *j, const PlanChoice *c) {
 // search looks before it.
 static void tensors_run(Job *j) {
     const PlannerInput *in = j->in;
+    int64_t keep_bytes = j->fast_bytes;
     if (j->bar_us > 0) {   // keeping everything bounds every mask's time here
         PlanChoice all = j->base;
         all.micro = j->micros[j->m];
@@ -162,14 +163,27 @@ static void tensors_run(Job *j) {
         all.n_policy = in->nlayers;
         all.per_layer = NULL, all.keep = NULL, all.nkeep = 0, all.chain_at = 0, all.loss_chunk = 0;
         double t = j->fast_us > 0 ? j->fast_us : price(j, &all);
+        if (j->fast_us <= 0)
+            keep_bytes = j->bound_bytes;
         if (t >= j->bar_us) {
             j->unknown = true;   // (nothing here can win; a larger micro-batch still may)
             return;
         }
     }
-    int lo = 0, hi = in->nchain - 1;
+    // The masks' footprints fall along the chain: once one is known on each side of the
+    // budget, the next probe is where the line between them crosses it (twice at most,
+    // then halving again: the guard for a chain far from straight).
+    int lo = 0, hi = in->nchain - 1, xl = -1, xr = -1, guided = 2;
+    int64_t bl = 0, br = 0;
+    if (keep_bytes > in->budget_bytes)
+        xl = 0, bl = keep_bytes;
     while (lo <= hi) {
         int mid = (lo + hi) / 2;
+        if (guided > 0 && xl >= 0 && xr >= 0 && bl > in->budget_bytes && bl > br) {
+            int x = xl + (int)((double)(bl - in->budget_bytes) / (double)(bl - br) * (double)(xr - xl));
+            if (x >= lo && x <= hi)
+                mid = x, guided--;
+        }
         PlanChoice c = j->base;
         c.micro = j->micros[j->m];
         c.policy = c.rest = REMAT_TENSORS;
@@ -181,13 +195,18 @@ static void tensors_run(Job *j) {
         c.loss_chunk = 0;
         int id = job_try(j, &c);
         bool fits = id >= 0 && j->tried.at[id].fits, slower = id >= 0 && j->tried.at[id].slower;
+        int64_t bytes = id >= 0 ? j->tried.at[id].o.device_bytes : 0;
         j->unknown |= slower;
         if (fits)
             j->fit_at = mid;
-        if (fits || slower)
+        if (fits || slower) {
             hi = mid - 1;
-        else
+            xr = mid, br = bytes;
+        } else {
             lo = mid + 1;
+            if (id >= 0)
+                xl = mid, bl = bytes;
+        }
     }
 }
 
@@ -379,7 +398,7 @@ static void refine_tensors(const PlannerInput *in, PlannerResult *r, const int64
         all.loss_chunk = in->loss_chunk;
         for (int i = 0; i < r->tried.len && in->ranks <= 1; i++)
             if (same_choice(&r->tried.at[i].c, &all))
-                tj.fast_us = r->tried.at[i].o.cost.step_us;
+                tj.fast_us = r->tried.at[i].o.cost.step_us, tj.fast_bytes = r->tried.at[i].o.device_bytes;
         jobs[nj++] = tj;
     }
     run_jobs(jobs, nj, threads);
