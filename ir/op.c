@@ -944,10 +944,8 @@ static void bwd_embed(Autodiff *ad, const IrNode *n) {
     ad_acc(ad, n, n->in[0], OP_EMBED_BWD, 2, in, a);
 }
 
-static void bwd_linear(Autodiff *ad, const IrNode *n) {
-    int dy = ad_dy(ad, n, 0);
-    if (dy < 0)
-        return;
+// x's and W's gradients of x Wᵀ, given the output's gradient dy.
+static void linear_dx_dw(Autodiff *ad, const IrNode *n, int dy) {
     if (ad_needs(ad, n->in[0])) {
         int in[2] = {dy, n->in[1]};
         ad_add(ad, n, n->in[0], ad_op(ad, n, OP_LINEAR_DX, 2, in, (OpAttr){0}, "dx"));
@@ -956,6 +954,13 @@ static void bwd_linear(Autodiff *ad, const IrNode *n) {
         int in[2] = {dy, n->in[0]};
         ad_acc(ad, n, n->in[1], OP_LINEAR_DW, 2, in, (OpAttr){0});
     }
+}
+
+static void bwd_linear(Autodiff *ad, const IrNode *n) {
+    int dy = ad_dy(ad, n, 0);
+    if (dy < 0)
+        return;
+    linear_dx_dw(ad, n, dy);
     if (n->nin == 3 && n->in[2] >= 0 && ad_needs(ad, n->in[2])) {
         OpAttr a = {.ndim = 1, .shape = {T_AD(ad, n->in[2])->shape[0]}};
         ad_acc(ad, n, n->in[2], OP_SUM_TO, 1, &dy, a);
@@ -972,14 +977,7 @@ static void bwd_linear_acc(Autodiff *ad, const IrNode *n) {
     if (!ad_needs(ad, n->in[0]) && !ad_needs(ad, n->in[1]))
         return;
     int d = n->attr.f == 1.0 ? dy : ad_op(ad, n, OP_SCALE, 1, &dy, (OpAttr){.f = n->attr.f}, "dprod");
-    if (ad_needs(ad, n->in[0])) {
-        int in[2] = {d, n->in[1]};
-        ad_add(ad, n, n->in[0], ad_op(ad, n, OP_LINEAR_DX, 2, in, (OpAttr){0}, "dx"));
-    }
-    if (ad_needs(ad, n->in[1])) {
-        int in[2] = {d, n->in[0]};
-        ad_acc(ad, n, n->in[1], OP_LINEAR_DW, 2, in, (OpAttr){0});
-    }
+    linear_dx_dw(ad, n, d);
 }
 
 // b's gradient: added into a parameter's by the GEMM itself (β = 1), else a value of its own.

@@ -123,10 +123,25 @@ static int64_t place(Block *blocks, int n, int64_t base) {
     return top;
 }
 
+// Each tensor's last use, a reuse chain's root's extended to the chain's last (the chain
+// is one block), from liveness_root of every tensor.
+static int *chain_last(const IrGraph *g, const int *root) {
+    int nt = g->tensors.len;
+    int *last = malloc(sizeof(int) * (size_t)(nt + 1));
+    for (int i = 0; i < nt; i++)
+        last[i] = g->tensors.at[i].last;
+    for (int i = 0; i < nt; i++) {
+        const IrTensor *t = &g->tensors.at[i];
+        if (t->reuse >= 0 && t->alias_of < 0 && t->last > last[root[i]])
+            last[root[i]] = t->last;
+    }
+    return last;
+}
+
 // The storage blocks of arena `a` that are not live for the whole step, into *out (the
 // caller frees it); their count. The whole-step tensors' bytes are stacked in *fixed
-// (their offsets are set when `place` is true).
-static int blocks_of(const IrGraph *g, int a, bool place, Block **out, int64_t *fixed) {
+// (their offsets are set when `place` is true). `last`: chain_last's.
+static int blocks_of(const IrGraph *g, int a, bool place, const int *last, Block **out, int64_t *fixed) {
     int nt = g->tensors.len, n = g->nodes.len;
     Block *blocks = malloc(sizeof(Block) * (size_t)(nt + 1));
     int nb = 0;
@@ -141,24 +156,11 @@ static int blocks_of(const IrGraph *g, int a, bool place, Block **out, int64_t *
             *fixed += align(ir_tensor_bytes(t));
             continue;
         }
-        Block b = {.root = i, .first = t->first, .last = t->last, .size = align(ir_tensor_bytes(t))};
+        Block b = {.root = i, .first = t->first, .last = last[i], .size = align(ir_tensor_bytes(t))};
         if (b.first < 0)
             b.first = b.last = 0;   // never touched: a dead value still gets its bytes
         blocks[nb++] = b;
     }
-    // A reuse chain extends its root's block to the chain's last use.
-    int *root = roots(g), *block_of = malloc(sizeof(int) * (size_t)(nt + 1));
-    for (int i = 0; i < nt; i++)
-        block_of[i] = -1;
-    for (int k = 0; k < nb; k++)
-        block_of[blocks[k].root] = k;
-    for (int i = 0; i < nt; i++) {
-        const IrTensor *t = &g->tensors.at[i];
-        int k = t->reuse >= 0 && t->alias_of < 0 ? block_of[root[i]] : -1;
-        if (k >= 0 && t->last > blocks[k].last)
-            blocks[k].last = t->last;
-    }
-    free(root), free(block_of);
     *out = blocks;
     return nb;
 }
@@ -182,53 +184,24 @@ static int64_t bound_of(const Block *blocks, int nb, int64_t fixed, int n, int *
 }
 
 void alloc_bounds(const IrGraph *g, int64_t bound[2], int *at) {
-    int nt = g->tensors.len, n = g->nodes.len;
-    int *root = roots(g), *last = malloc(sizeof(int) * (size_t)(nt + 1));
-    for (int i = 0; i < nt; i++)
-        last[i] = g->tensors.at[i].last;
-    for (int i = 0; i < nt; i++) {   // a reuse chain extends its root's block
-        const IrTensor *t = &g->tensors.at[i];
-        if (t->reuse >= 0 && t->alias_of < 0 && t->last > last[root[i]])
-            last[root[i]] = t->last;
-    }
-    int64_t *delta = calloc(2 * ((size_t)n + 2), sizeof(int64_t)), fixed[2] = {0, 0};
-    for (int i = 0; i < nt; i++) {   // blocks as blocks_of makes them
-        const IrTensor *t = &g->tensors.at[i];
-        int64_t b = ir_tensor_bytes(t);
-        if (t->alias_of >= 0 || t->reuse >= 0 || b == 0 || (t->arena != 0 && t->arena != 1))
-            continue;
-        if (t->first == 0 && t->last == n - 1 && t->kind != TK_VALUE && t->kind != TK_INPUT) {
-            fixed[t->arena] += align(b);
-            continue;
-        }
-        int from = t->first < 0 ? 0 : t->first, to = t->first < 0 ? 0 : last[i];
-        delta[(size_t)t->arena * ((size_t)n + 2) + (size_t)from] += align(b);
-        delta[(size_t)t->arena * ((size_t)n + 2) + (size_t)to + 1] -= align(b);
-    }
+    int *root = roots(g), *last = chain_last(g, root), host_at;
     for (int a = 0; a < 2; a++) {
-        const int64_t *d = delta + (size_t)a * ((size_t)n + 2);
-        int64_t live = 0;
-        bound[a] = fixed[a];
-        if (a == 0)
-            *at = 0;
-        for (int i = 0; i < n; i++) {
-            live += d[i];
-            if (fixed[a] + live > bound[a]) {
-                bound[a] = fixed[a] + live;
-                if (a == 0)
-                    *at = i;
-            }
-        }
+        Block *blocks;
+        int64_t fixed;
+        int nb = blocks_of(g, a, false, last, &blocks, &fixed);
+        bound[a] = bound_of(blocks, nb, fixed, g->nodes.len, a == 0 ? at : &host_at);
+        free(blocks);
     }
-    free(root), free(last), free(delta);
+    free(root), free(last);
 }
 
 // Places the tensors of arena `a`; returns its size, and the lower bound in *lb. An order
 // whose arena is at most `enough` ends the search (as one at the lower bound does).
-static int64_t alloc_arena(IrGraph *g, int a, int64_t enough, AllocStats *st, int64_t *lb, int *lb_at) {
+static int64_t alloc_arena(IrGraph *g, int a, const int *last, int64_t enough, AllocStats *st, int64_t *lb,
+                           int *lb_at) {
     Block *blocks;
     int64_t fixed;
-    int nb = blocks_of(g, a, true, &blocks, &fixed);
+    int nb = blocks_of(g, a, true, last, &blocks, &fixed);
     *lb = bound_of(blocks, nb, fixed, g->nodes.len, lb_at);
     // Best of the orders: by start first (near-linear: when it reaches the bound, as it
     // mostly does, the quadratic orders never run); very large graphs get only that one.
@@ -440,9 +413,10 @@ int alloc_within(IrGraph *g, int64_t device, int64_t host, AllocStats *st) {
     memset(st, 0, sizeof *st);
     int64_t lb;
     int lb_at;
-    st->arena_bytes = alloc_arena(g, 0, device, st, &st->lower_bound, &st->lower_bound_at);
-    st->host_bytes = alloc_arena(g, 1, host, st, &lb, &lb_at);
-    int *root = roots(g);
+    int *root = roots(g), *last = chain_last(g, root);
+    st->arena_bytes = alloc_arena(g, 0, last, device, st, &st->lower_bound, &st->lower_bound_at);
+    st->host_bytes = alloc_arena(g, 1, last, host, st, &lb, &lb_at);
+    free(last);
     for (int i = 0; i < g->tensors.len; i++) {
         IrTensor *t = &g->tensors.at[i];
         if (t->alias_of >= 0 || t->reuse >= 0) {

@@ -66,6 +66,23 @@ static bool same_choice(const PlanChoice *a, const PlanChoice *b) {
 // The buckets' size a candidate starts with: none for one rank.
 static int64_t bucket(const PlannerInput *in) { return in->ranks > 1 ? BUCKET_DEFAULT_BYTES : 0; }
 
+// Policy `pol` in every block at micro-batch `micro`, offload level `lv`, ZeRO stage `z`.
+static PlanChoice uniform(const PlannerInput *in, int64_t micro, int pol, int lv, int z) {
+    return (PlanChoice){.micro = micro, .policy = (RematPolicy)pol, .n_policy = in->nlayers,
+                        .rest = (RematPolicy)pol, .offload = levels[lv], .zero = z, .bucket_bytes = bucket(in)};
+}
+
+// Plan `base` at micro-batch `micro` keeping every tensor: the first of the keep chain.
+static PlanChoice keep_all(const PlannerInput *in, const PlanChoice *base, int64_t micro) {
+    PlanChoice c = *base;
+    c.micro = micro;
+    c.policy = c.rest = REMAT_KEEP;
+    c.n_policy = in->nlayers;
+    c.per_layer = NULL, c.keep = NULL, c.nkeep = 0, c.chain_at = 0;
+    c.loss_chunk = in->loss_chunk;
+    return c;
+}
+
 // One piece of the search, run on a planning thread: a level's bound; a binary search
 // over micro-batch sizes for one (level, policy), over the number of blocks keeping the
 // faster policy of a pair, or over the keep masks of per-tensor recompute at one
@@ -86,15 +103,13 @@ typedef struct Job {
     int fit_at;             // JOB_MICRO: index of the largest fitting micro, or -1; JOB_TENSORS:
                             // the first mask that fits, or -1 ...
     bool unknown;           // ... JOB_TENSORS: some mask's fit unknown (not placed, slower)
-    double bound_us;        // JOB_BOUND: the level's bound (its most generous plan, priced)
-    StepCost bound;         // ... and what it is made of (a pair search's too) ...
+    StepCost bound;         // JOB_BOUND: the level's bound (its most generous plan, priced; a
+                            // pair search's too; step_us 0: none) ...
     int64_t bound_bytes;    // ... and its device bytes (the liveness bound)
-    int64_t slow_bytes;     // a pair search: the slower policy's footprint at micros[m] ...
-    double slow_us;         // ... and its time and cost
-    StepCost slow_cost;
-    double fast_us;         // ... and the faster's time, cost and bytes there, where tried
-    StepCost fast_cost;     //     already (0: the search prices it)
-    int64_t fast_bytes;
+    StepCost slow_end;      // a pair search: the slower policy's cost at micros[m] ...
+    int64_t slow_bytes;     // ... and footprint (0: not tried)
+    StepCost fast_end;      // the faster's (JOB_TENSORS: keeping everything) where tried
+    int64_t fast_bytes;     // already (step_us 0: the search prices it)
     bool pruned;            // a pair search not run: its bound is no faster than bar_us
     int64_t states_bytes;   // JOB_MICRO: the device bytes no micro-batch changes (a bound) ...
     int64_t over_micro;     // ... the smallest micro-batch known over the budget (0: none) ...
@@ -133,9 +148,9 @@ static StepCost blend(const StepCost *a, const StepCost *b, double w) {
 
 // The step time of the most generous plan of a search, priced and not placed (without
 // the eval phase, and on several ranks with the collectives free: a bound over every
-// bucket size): a bound on
-// every choice the search can make, since recompute and smaller micro-batches only add
-// work. Not listed among the candidates. 0 if it cannot be built (no bound).
+// bucket size): a bound on every choice the search can make, since recompute and smaller
+// micro-batches only add work. Kept in j->bound; not listed among the candidates. 0 if it
+// cannot be built (no bound).
 static double price(Job *j, const PlanChoice *c) {
     const PlannerInput *in = j->in;
     PlanChoice pc = *c;
@@ -157,13 +172,9 @@ static void tensors_run(Job *j) {
     const PlannerInput *in = j->in;
     int64_t keep_bytes = j->fast_bytes;
     if (j->bar_us > 0) {   // keeping everything bounds every mask's time here
-        PlanChoice all = j->base;
-        all.micro = j->micros[j->m];
-        all.policy = all.rest = REMAT_KEEP;
-        all.n_policy = in->nlayers;
-        all.per_layer = NULL, all.keep = NULL, all.nkeep = 0, all.chain_at = 0, all.loss_chunk = 0;
-        double t = j->fast_us > 0 ? j->fast_us : price(j, &all);
-        if (j->fast_us <= 0)
+        PlanChoice all = keep_all(in, &j->base, j->micros[j->m]);
+        double t = j->fast_end.step_us > 0 ? j->fast_end.step_us : price(j, &all);
+        if (j->fast_end.step_us <= 0)
             keep_bytes = j->bound_bytes;
         if (t >= j->bar_us) {
             j->unknown = true;   // (nothing here can win; a larger micro-batch still may)
@@ -218,10 +229,8 @@ static void job_run(Job *j) {
         return;
     }
     if (j->kind == JOB_BOUND) {   // a level's bound: one plan priced, not placed, not listed
-        PlanChoice c = {.micro = j->micros[j->m], .policy = (RematPolicy)j->slow, .n_policy = in->nlayers,
-                        .rest = (RematPolicy)j->slow, .offload = levels[j->level], .zero = j->zero,
-                        .bucket_bytes = bucket(in)};
-        j->bound_us = price(j, &c);
+        PlanChoice c = uniform(in, j->micros[j->m], j->slow, j->level, j->zero);
+        price(j, &c);
         return;
     }
     if (j->kind == JOB_MICRO) {   // the largest micro-batch that fits under one policy
@@ -238,9 +247,7 @@ static void job_run(Job *j) {
                     continue;
                 }
             }
-            PlanChoice c = {.micro = j->micros[mid], .policy = (RematPolicy)j->slow, .n_policy = in->nlayers,
-                            .rest = (RematPolicy)j->slow, .offload = levels[j->level], .zero = j->zero,
-                            .bucket_bytes = bucket(in)};
+            PlanChoice c = uniform(in, j->micros[mid], j->slow, j->level, j->zero);
             int id = try_at(j, &c, 0);
             if (id >= 0 && j->tried.at[id].fits) {
                 j->fit_at = mid, lo = mid + 1;
@@ -255,12 +262,10 @@ static void job_run(Job *j) {
     // Every block keeping the faster policy: a bound on the search's time, and with the
     // slower policy's footprint (slow_bytes) the two ends of a footprint nearly linear
     // in the blocks that keep the faster one — where the search looks first.
-    PlanChoice all = {.micro = j->micros[j->m], .policy = (RematPolicy)j->fast, .n_policy = in->nlayers,
-                      .rest = (RematPolicy)j->fast, .offload = levels[j->level], .zero = j->zero,
-                      .bucket_bytes = bucket(in)};
-    double bound = j->fast_us > 0 ? j->fast_us : price(j, &all);
-    if (j->fast_us > 0)
-        j->bound = j->fast_cost, j->bound_bytes = j->fast_bytes;
+    PlanChoice all = uniform(in, j->micros[j->m], j->fast, j->level, j->zero);
+    double bound = j->fast_end.step_us > 0 ? j->fast_end.step_us : price(j, &all);
+    if (j->fast_end.step_us > 0)
+        j->bound = j->fast_end, j->bound_bytes = j->fast_bytes;
     if (j->bar_us > 0 && bound >= j->bar_us) {
         j->pruned = true;
         return;
@@ -272,19 +277,18 @@ static void job_run(Job *j) {
         // would be no faster than the bar, the search cannot win. (The faster end's
         // footprint is its bound, so the blocks that fit are overestimated, not under.)
         int k = guess + 2 < L ? guess + 2 : L;
-        double at = j->slow_us + (bound - j->slow_us) * (double)k / (double)L;
-        if (j->bar_us > 0 && j->slow_us > 0 && at >= j->bar_us) {
+        double at = j->slow_end.step_us + (bound - j->slow_end.step_us) * (double)k / (double)L;
+        if (j->bar_us > 0 && j->slow_end.step_us > 0 && at >= j->bar_us) {
             j->pruned = true;
-            j->bound = blend(&j->slow_cost, &j->bound, (double)k / (double)L);   // (what it stands for)
+            j->bound = blend(&j->slow_end, &j->bound, (double)k / (double)L);   // (what it stands for)
             return;
         }
     }
     while (lo <= hi) {   // as many blocks as fit keep the faster policy
         int k = guided > 0 && guess >= lo && guess <= hi ? guess : (lo + hi) / 2;
         guided--;
-        PlanChoice c = {.micro = j->micros[j->m], .policy = (RematPolicy)j->fast, .n_policy = k,
-                        .rest = (RematPolicy)j->slow, .offload = levels[j->level], .zero = j->zero,
-                        .bucket_bytes = bucket(in)};
+        PlanChoice c = uniform(in, j->micros[j->m], j->fast, j->level, j->zero);
+        c.n_policy = k, c.rest = (RematPolicy)j->slow;
         int id = job_try(j, &c);   // slower than the bar: so is every smaller k
         if (id >= 0 && (j->tried.at[id].fits || j->tried.at[id].slower))
             lo = k + 1, guess = k + 1;
@@ -390,15 +394,10 @@ static void refine_tensors(const PlannerInput *in, PlannerResult *r, const int64
     for (int mi = m0; mi < nm; mi++) {
         Job tj = {.kind = JOB_TENSORS, .in = in, .micros = micros, .nm = nm, .m = mi, .base = best.c,
                   .bar_us = bar(in, r)};
-        PlanChoice all = best.c;   // keeping everything at micros[mi], where tried already
-        all.micro = micros[mi];
-        all.policy = all.rest = REMAT_KEEP;
-        all.n_policy = in->nlayers;
-        all.per_layer = NULL, all.keep = NULL, all.nkeep = 0, all.chain_at = 0;
-        all.loss_chunk = in->loss_chunk;
+        PlanChoice all = keep_all(in, &best.c, micros[mi]);   // (where tried already)
         for (int i = 0; i < r->tried.len && in->ranks <= 1; i++)
             if (same_choice(&r->tried.at[i].c, &all))
-                tj.fast_us = r->tried.at[i].o.cost.step_us, tj.fast_bytes = r->tried.at[i].o.device_bytes;
+                tj.fast_end = r->tried.at[i].o.cost, tj.fast_bytes = r->tried.at[i].o.device_bytes;
         jobs[nj++] = tj;
     }
     run_jobs(jobs, nj, threads);
@@ -526,7 +525,7 @@ int planner_search(const PlannerInput *in, PlannerResult *r) {
     int nl = nj;
     for (int i = 0; i < nl; i++) {
         int at = i;
-        while (at > 0 && levels_by[at - 1].bound_us > jobs[i].bound_us) {
+        while (at > 0 && levels_by[at - 1].bound.step_us > jobs[i].bound.step_us) {
             levels_by[at] = levels_by[at - 1];
             at--;
         }
@@ -551,7 +550,7 @@ int planner_search(const PlannerInput *in, PlannerResult *r) {
             jobs[nj++] = pend[i];
         int z = li < nl ? levels_by[li].zero : 0, lv = li < nl ? levels_by[li].level : 0;
         double b = bar(in, r);
-        if (li < nl && b > 0 && levels_by[li].bound_us >= b) {
+        if (li < nl && b > 0 && levels_by[li].bound.step_us >= b) {
             r->bound_pruned++;
             vec_push(&r->bounds, levels_by[li].bound);
         } else if (li < nl) {
@@ -600,19 +599,16 @@ int planner_search(const PlannerInput *in, PlannerResult *r) {
             int fast = pairs[pi][0], slow = pairs[pi][1], m = fit_at[slow];
             if (m < 0 || fit_at[fast] >= m)
                 continue;
-            PlanChoice sc = {.micro = micros[m], .policy = (RematPolicy)slow, .n_policy = in->nlayers,
-                             .rest = (RematPolicy)slow, .offload = levels[lv], .zero = z,
-                             .bucket_bytes = bucket(in), .loss_chunk = in->loss_chunk};
-            PlanChoice fc = sc;
-            fc.policy = fc.rest = (RematPolicy)fast;
+            PlanChoice sc = uniform(in, micros[m], slow, lv, z), fc = uniform(in, micros[m], fast, lv, z);
+            sc.loss_chunk = fc.loss_chunk = in->loss_chunk;
             Job pj = {.kind = JOB_PAIR, .in = in, .micros = micros, .nm = nm, .level = lv, .zero = z,
                       .fast = fast, .slow = slow, .m = m, .bar_us = bar(in, r)};
             for (int i = 0; i < r->tried.len; i++) {
                 const Candidate *c = &r->tried.at[i];
                 if (same_choice(&c->c, &sc) && c->o.placed)
-                    pj.slow_bytes = c->o.device_bytes, pj.slow_us = c->o.cost.step_us, pj.slow_cost = c->o.cost;
+                    pj.slow_bytes = c->o.device_bytes, pj.slow_end = c->o.cost;
                 if (same_choice(&c->c, &fc) && in->ranks <= 1)   // (several ranks: priced with free collectives)
-                    pj.fast_us = c->o.cost.step_us, pj.fast_cost = c->o.cost, pj.fast_bytes = c->o.device_bytes;
+                    pj.fast_end = c->o.cost, pj.fast_bytes = c->o.device_bytes;
             }
             pend[np++] = pj;
         }
