@@ -373,6 +373,20 @@ int ir_rewrite_keep(IrRewrite *rw, IrNode *n) {
     return n->id;
 }
 
+void ir_nodes_drop(IrGraph *g, const bool *drop) {
+    int m = 0;
+    for (int i = 0; i < g->nodes.len; i++) {
+        if (drop[i])
+            continue;
+        if (m != i)
+            g->nodes.at[m] = g->nodes.at[i];
+        g->nodes.at[m].id = m;
+        ir_claim_outputs(g, &g->nodes.at[m]);
+        m++;
+    }
+    g->nodes.len = m;
+}
+
 void ir_rewrite_end(IrRewrite *rw) {
     free(rw->old);
     *rw = (IrRewrite){0};

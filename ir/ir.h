@@ -312,6 +312,10 @@ int ir_rewrite_keep(IrRewrite *rw, IrNode *n);   // the node's new id
 // Points the producer of every tensor node n makes (a fused node's intermediates too) at n.
 void ir_claim_outputs(IrGraph *g, const IrNode *n);
 void ir_rewrite_end(IrRewrite *rw);
+// A rewrite that only drops nodes (and edits the rest where they stand) runs in place: the
+// nodes not marked in drop[] (by index) keep their order, take their new indices as ids
+// and claim their outputs.
+void ir_nodes_drop(IrGraph *g, const bool *drop);
 
 //
 // op.c — the compiler's columns of the op table. An op's name, class, arity and

@@ -220,8 +220,12 @@ static int64_t alloc_arena(IrGraph *g, int a, const int *last, int64_t enough, A
                 st->strategy = order_name[o];
             memcpy(best, blocks, sizeof(Block) * (size_t)nb);
         }
-        if (arena == *lb || arena <= enough)
-            break;   // at the lower bound (no order can do better), or small enough
+        if (arena == *lb)
+            break;   // at the lower bound: no order can do better
+        if (arena <= enough) {   // small enough
+            st->cut |= k + 1 < (nb > LARGE ? 1 : 3);
+            break;
+        }
     }
     for (int k = 0; k < nb; k++)
         g->tensors.at[best[k].root].offset = best[k].offset;
@@ -231,10 +235,11 @@ static int64_t alloc_arena(IrGraph *g, int a, const int *last, int64_t enough, A
     return arena;
 }
 
-// An ordered set of (a, b) pairs: a treap in an array, for place_by_start's live blocks
-// (by offset) and the gaps between them (by size, then offset).
+// The free gaps between live blocks, ordered by (size, offset): a treap in an array. Each
+// gap remembers the live block just below it (-1: the base).
 typedef struct TNode {
-    int64_t a, b;
+    int64_t a, b;           // the key: size, offset
+    int below;
     int l, r;
     uint32_t pri;
 } TNode;
@@ -251,89 +256,78 @@ static bool key_less(int64_t a1, int64_t b1, int64_t a2, int64_t b2) {
 
 // Splits tree x into the keys below (a, b) and the rest.
 static void tsplit(Treap *t, int x, int64_t a, int64_t b, int *lo, int *hi) {
-    if (x < 0) {
-        *lo = *hi = -1;
-        return;
+    while (x >= 0) {
+        if (key_less(t->n[x].a, t->n[x].b, a, b)) {
+            *lo = x;
+            lo = &t->n[x].r;
+            x = t->n[x].r;
+        } else {
+            *hi = x;
+            hi = &t->n[x].l;
+            x = t->n[x].l;
+        }
     }
-    if (key_less(t->n[x].a, t->n[x].b, a, b)) {
-        tsplit(t, t->n[x].r, a, b, &t->n[x].r, hi);
-        *lo = x;
-    } else {
-        tsplit(t, t->n[x].l, a, b, lo, &t->n[x].l);
-        *hi = x;
-    }
+    *lo = *hi = -1;
 }
 
+// Joins trees x and y, every key of x below every key of y.
 static int tmerge(Treap *t, int x, int y) {
-    if (x < 0 || y < 0)
-        return x < 0 ? y : x;
-    if (t->n[x].pri > t->n[y].pri) {
-        t->n[x].r = tmerge(t, t->n[x].r, y);
-        return x;
+    int root = -1, *at = &root;
+    while (x >= 0 && y >= 0) {
+        if (t->n[x].pri > t->n[y].pri) {
+            *at = x;
+            at = &t->n[x].r;
+            x = t->n[x].r;
+        } else {
+            *at = y;
+            at = &t->n[y].l;
+            y = t->n[y].l;
+        }
     }
-    t->n[y].l = tmerge(t, x, t->n[y].l);
-    return y;
+    *at = x >= 0 ? x : y;
+    return root;
 }
 
-static void tinsert(Treap *t, int64_t a, int64_t b) {
+// Inserts (a, b) where its priority puts it: down the path to the first node of lower
+// priority, which it replaces, that subtree split around it.
+static void tinsert(Treap *t, int64_t a, int64_t b, int below) {
     int x = t->free_list;
     if (x >= 0)
         t->free_list = t->n[x].l;
     else
         x = t->len++;
     t->seed = t->seed * 1664525u + 1013904223u;
-    t->n[x] = (TNode){a, b, -1, -1, t->seed};
-    int lo, hi;
-    tsplit(t, t->root, a, b, &lo, &hi);
-    t->root = tmerge(t, tmerge(t, lo, x), hi);
+    t->n[x] = (TNode){a, b, below, -1, -1, t->seed};
+    int *at = &t->root;
+    while (*at >= 0 && t->n[*at].pri > t->n[x].pri)
+        at = key_less(a, b, t->n[*at].a, t->n[*at].b) ? &t->n[*at].l : &t->n[*at].r;
+    tsplit(t, *at, a, b, &t->n[x].l, &t->n[x].r);
+    *at = x;
 }
 
+// Erases the key (a, b), which is present: its children merged in its place.
 static void terase(Treap *t, int64_t a, int64_t b) {
-    int lo, mid, hi;
-    tsplit(t, t->root, a, b, &lo, &hi);
-    tsplit(t, hi, a, b + 1, &mid, &hi);
-    if (mid >= 0) {   // one node: keys are unique
-        t->n[mid].l = t->free_list;
-        t->free_list = mid;
-    }
-    t->root = tmerge(t, lo, hi);
+    int *at = &t->root;
+    while (t->n[*at].a != a || t->n[*at].b != b)
+        at = key_less(a, b, t->n[*at].a, t->n[*at].b) ? &t->n[*at].l : &t->n[*at].r;
+    int x = *at;
+    *at = tmerge(t, t->n[x].l, t->n[x].r);
+    t->n[x].l = t->free_list;
+    t->free_list = x;
 }
 
-// The smallest key at or above (a, b) (above when strict), or -1.
-static int tceil(const Treap *t, int64_t a, int64_t b, bool strict) {
-    int best = -1;
-    for (int x = t->root; x >= 0;) {
-        bool below = strict ? !key_less(a, b, t->n[x].a, t->n[x].b)
-                            : key_less(t->n[x].a, t->n[x].b, a, b);
-        if (below) {
-            x = t->n[x].r;
-        } else {
-            best = x;
-            x = t->n[x].l;
-        }
-    }
-    return best;
-}
-
-// The largest key below (a, b), or -1.
-static int tfloor_below(const Treap *t, int64_t a, int64_t b) {
+// The smallest key at or above (a, b), or -1.
+static int tceil(const Treap *t, int64_t a, int64_t b) {
     int best = -1;
     for (int x = t->root; x >= 0;) {
         if (key_less(t->n[x].a, t->n[x].b, a, b)) {
-            best = x;
             x = t->n[x].r;
         } else {
+            best = x;
             x = t->n[x].l;
         }
     }
     return best;
-}
-
-static int tmax(const Treap *t) {
-    int x = t->root;
-    while (x >= 0 && t->n[x].r >= 0)
-        x = t->n[x].r;
-    return x;
 }
 
 // A min-heap of block indices by their last use.
@@ -364,46 +358,63 @@ static int heap_pop(int *h, int *n, const Block *blocks) {
 
 // Best fit for blocks sorted by start: only the blocks still live can overlap a later
 // one, and those do not overlap each other, so the places to consider are the gaps
-// between them. The live blocks are kept by offset, their gaps by size (ties: the
-// lowest offset, as a scan from the bottom would pick), and the blocks that die first
-// in a heap: O(n log n).
+// between them. The live blocks are a list by offset (a block goes in just above the
+// block below its gap, or on top), their gaps a treap by size (ties: the lowest offset,
+// as a scan from the bottom would pick), and the blocks that die first a heap:
+// O(n log n).
 static int64_t place_by_start(Block *blocks, int n, int64_t base) {
-    Treap live = {.n = malloc(sizeof(TNode) * (size_t)(n + 1)), .root = -1, .free_list = -1, .seed = 1};
     Treap gaps = {.n = malloc(sizeof(TNode) * (size_t)(2 * n + 2)), .root = -1, .free_list = -1, .seed = 7};
-    int *heap = malloc(sizeof(int) * (size_t)(n + 1)), nheap = 0;
+    int *prev = malloc(sizeof(int) * (size_t)(n + 1)), *next = malloc(sizeof(int) * (size_t)(n + 1));
+    int *heap = malloc(sizeof(int) * (size_t)(n + 1)), nheap = 0, head = -1, top_block = -1;   // the lowest and highest live
     int64_t top = base;
     for (int i = 0; i < n; i++) {
         Block *b = &blocks[i];
         while (nheap > 0 && blocks[heap[0]].last < b->first) {   // died before this starts
-            int d = heap_pop(heap, &nheap, blocks);
+            int d = heap_pop(heap, &nheap, blocks), p = prev[d], s = next[d];
             int64_t off = blocks[d].offset, end = off + blocks[d].size;
-            int p = tfloor_below(&live, off, d), s = tceil(&live, off, d, true);
-            int64_t prev_end = p >= 0 ? live.n[p].a + blocks[live.n[p].b].size : base;
+            int64_t prev_end = p >= 0 ? blocks[p].offset + blocks[p].size : base;
             if (off > prev_end)
                 terase(&gaps, off - prev_end, prev_end);
-            if (s >= 0 && live.n[s].a > end)
-                terase(&gaps, live.n[s].a - end, end);
-            terase(&live, off, d);
-            if (s >= 0 && live.n[s].a > prev_end)
-                tinsert(&gaps, live.n[s].a - prev_end, prev_end);
+            if (s >= 0 && blocks[s].offset > end)
+                terase(&gaps, blocks[s].offset - end, end);
+            if (s >= 0 && blocks[s].offset > prev_end)
+                tinsert(&gaps, blocks[s].offset - prev_end, prev_end, p);
+            if (p >= 0)
+                next[p] = s;
+            else
+                head = s;
+            if (s >= 0)
+                prev[s] = p;
+            else
+                top_block = p;
         }
-        int g = tceil(&gaps, b->size, INT64_MIN, false);
+        int g = tceil(&gaps, b->size, INT64_MIN), below;
         if (g >= 0) {   // the smallest gap that holds it
             int64_t start = gaps.n[g].b, len = gaps.n[g].a;
+            below = gaps.n[g].below;
             terase(&gaps, len, start);
             if (len > b->size)
-                tinsert(&gaps, len - b->size, start + b->size);
+                tinsert(&gaps, len - b->size, start + b->size, i);
             b->offset = start;
         } else {   // above every live block
-            int m = tmax(&live);
-            b->offset = m >= 0 ? live.n[m].a + blocks[live.n[m].b].size : base;
+            below = top_block;
+            b->offset = below >= 0 ? blocks[below].offset + blocks[below].size : base;
         }
-        tinsert(&live, b->offset, i);
+        prev[i] = below;
+        next[i] = below >= 0 ? next[below] : head;
+        if (next[i] >= 0)
+            prev[next[i]] = i;
+        else
+            top_block = i;
+        if (below >= 0)
+            next[below] = i;
+        else
+            head = i;
         heap_push(heap, &nheap, blocks, i);
         if (b->offset + b->size > top)
             top = b->offset + b->size;
     }
-    free(live.n), free(gaps.n), free(heap);
+    free(gaps.n), free(prev), free(next), free(heap);
     return top;
 }
 

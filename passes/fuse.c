@@ -214,24 +214,19 @@ static void fuse_add_norm(IrGraph *g, FuseStats *st) {
         merge[i] = m;
         gone[m] = true;
     }
-    IrRewrite rw;
-    ir_rewrite_begin(&rw, g);
-    for (IrNode nd; ir_rewrite_next(&rw, &nd);) {
-        int i = rw.at - 1;
-        if (gone[i])
+    for (int i = 0; i < n; i++) {
+        if (merge[i] < 0)
             continue;
-        if (merge[i] >= 0) {
-            const IrNode *add = &rw.old[merge[i]];
-            nd.op = OP_ADD_RMSNORM;
-            nd.nin = 3;
-            nd.in[2] = nd.in[1];
-            nd.in[0] = add->in[0], nd.in[1] = add->in[1];
-            nd.out[2] = add->out[0];
-            st->add_norms++;
-        }
-        ir_rewrite_keep(&rw, &nd);
+        IrNode *nd = &g->nodes.at[i];
+        const IrNode *add = &g->nodes.at[merge[i]];
+        nd->op = OP_ADD_RMSNORM;
+        nd->nin = 3;
+        nd->in[2] = nd->in[1];
+        nd->in[0] = add->in[0], nd->in[1] = add->in[1];
+        nd->out[2] = add->out[0];
+        st->add_norms++;
     }
-    ir_rewrite_end(&rw);
+    ir_nodes_drop(g, gone);
     free(merge), free(gone);
 }
 
@@ -300,15 +295,11 @@ int fuse_apply(IrGraph *g, FuseStats *st) {
         root->fused = g->fused.len - 1;
     }
     // Drop the absorbed steps from the node list; the fused node stands at its root's place.
-    IrRewrite rw;
-    ir_rewrite_begin(&rw, g);
-    for (IrNode nd; ir_rewrite_next(&rw, &nd);) {
-        int i = rw.at - 1;
-        if (f.group[i] >= 0 && f.group[i] != i)
-            continue;
-        ir_rewrite_keep(&rw, &nd);   // the virtual intermediates are made inside it now
-    }
-    ir_rewrite_end(&rw);
+    bool *absorbed = malloc(sizeof(bool) * (size_t)(n + 1));
+    for (int i = 0; i < n; i++)
+        absorbed[i] = f.group[i] >= 0 && f.group[i] != i;
+    ir_nodes_drop(g, absorbed);   // the virtual intermediates are made inside it now
+    free(absorbed);
     free(f.readers), free(f.group), free(fused_of);
     fuse_add_norm(g, st);
     return 0;

@@ -231,6 +231,8 @@ typedef struct AllocStats {
     int64_t fixed_bytes;        // of which live for the whole step
     const char *strategy;       // the order that won
     int64_t tried[3];           // arena under each order: size, area, start
+    bool cut;                   // alloc_within stopped at an order within its limit before
+                                // trying the rest: a placement that fits, maybe not the smallest
 } AllocStats;
 
 int alloc_apply(IrGraph *g, AllocStats *st);
@@ -415,6 +417,7 @@ typedef struct PlanOutcome {
     int64_t device_bytes;       // arena + context reserve (not placed: the bound + reserve)
     int64_t host_bytes;         // (not placed: the host arena's bound)
     bool placed;                // offsets computed: the bytes are exact
+    bool smallest;              // placed as alloc_apply would (every order, or the bound)
     StepCost cost;
     RematStats remat;
     int64_t live[MEM_COUNT];    // device bytes at the peak, by category

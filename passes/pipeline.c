@@ -353,6 +353,7 @@ int pipeline_plan_choice(void *vctx, const PlanChoice *c, const BuildNeed *need,
     out->cost = cost_step(g, &cm, s->global_batch / (c->micro * (s->ranks > 1 ? s->ranks : 1)),
                           s->global_batch * s->seq);
     out->placed = true;
+    out->smallest = !staged;
     int peak_at = bs.alloc.lower_bound_at;
     if (staged) {
         // The bounds first: a candidate over a budget by its bound cannot fit, one no
@@ -381,6 +382,7 @@ int pipeline_plan_choice(void *vctx, const PlanChoice *c, const BuildNeed *need,
                 return -1;
             }
             peak_at = bs.alloc.lower_bound_at;
+            out->smallest = !bs.alloc.cut;
         }
     }
     out->device_bytes = bs.alloc.arena_bytes + reserve;

@@ -664,8 +664,8 @@ int planner_search(const PlannerInput *in, PlannerResult *r) {
     }
     if (r->best < 0)
         settle_smallest(in, r);
-    else   // placed to settle its fit, the first placement that fit: now the smallest
-        in->build(in->ctx, &r->tried.at[r->best].c, NULL, &r->tried.at[r->best].o);
+    else if (!r->tried.at[r->best].o.smallest)   // placed to settle its fit, the first
+        in->build(in->ctx, &r->tried.at[r->best].c, NULL, &r->tried.at[r->best].o);   // order that fit: now the smallest
     return 0;
 }
 

@@ -14,8 +14,10 @@
 typedef struct Sched {
     IrGraph *g;
     int n;                  // nodes
+    const int *base;        // per tensor: its base (ir_tensor_base), once
+    const int64_t *bytes;   // per tensor: its bytes if transient, else 0
     int *indeg;             // unscheduled predecessors
-    int **succ, *nsucc;     // successors
+    int *succ_start, *succ; // successors (CSR)
     int *readers;           // per base tensor: readers not yet scheduled
     int *rd_start, *rd_list;    // per base tensor: the nodes reading it (CSR)
     int64_t *score;             // per ready node: its score, kept current
@@ -27,41 +29,27 @@ static bool transient(const IrTensor *t) { return t->kind == TK_VALUE && t->alia
 
 // Whether input k of node n reads a tensor (by base) that an earlier input already reads:
 // a node reading one tensor twice counts as one reader.
-static bool repeated(const IrGraph *g, const IrNode *n, int k) {
-    int b = ir_tensor_base(g, n->in[k]);
+static bool repeated(const int *base, const IrNode *n, int k) {
+    int b = base[n->in[k]];
     for (int j = 0; j < k; j++)
-        if (n->in[j] >= 0 && ir_tensor_base(g, n->in[j]) == b)
+        if (n->in[j] >= 0 && base[n->in[j]] == b)
             return true;
     return false;
 }
 
-static int64_t bytes_of(const IrGraph *g, int t) { return ir_tensor_bytes(&g->tensors.at[t]); }
-
-static void add_edge(Sched *s, int from, int to, int *cap) {
-    for (int k = 0; k < s->nsucc[from]; k++)
-        if (s->succ[from][k] == to)
-            return;
-    if (s->nsucc[from] == cap[from]) {
-        cap[from] = cap[from] ? cap[from] * 2 : 4;
-        s->succ[from] = realloc(s->succ[from], sizeof(int) * (size_t)cap[from]);
-    }
-    s->succ[from][s->nsucc[from]++] = to;
-    s->indeg[to]++;
-}
-
 // The peak of transient bytes over an order (node indices into g->nodes).
-static int64_t order_peak(const IrGraph *g, const int *order, int n) {
+static int64_t order_peak(const IrGraph *g, const int *base, const int64_t *bytes, const int *order, int n) {
     int nt = g->tensors.len;
-    int *last = malloc(sizeof(int) * (size_t)nt);
+    int *last = malloc(sizeof(int) * (size_t)(nt + 1));
     for (int i = 0; i < nt; i++)
         last[i] = -1;
     for (int i = 0; i < n; i++) {
         const IrNode *nd = &g->nodes.at[order[i]];
         for (int k = 0; k < nd->nin; k++)
             if (nd->in[k] >= 0)
-                last[ir_tensor_base(g, nd->in[k])] = i;
+                last[base[nd->in[k]]] = i;
         for (int k = 0; k < IR_MAX_OUTPUTS && nd->out[k] >= 0; k++) {
-            int b = ir_tensor_base(g, nd->out[k]);
+            int b = base[nd->out[k]];
             if (last[b] < i)
                 last[b] = i;
         }
@@ -72,9 +60,9 @@ static int64_t order_peak(const IrGraph *g, const int *order, int n) {
         const IrNode *nd = &g->nodes.at[order[i]];
         for (int k = 0; k < IR_MAX_OUTPUTS && nd->out[k] >= 0; k++) {
             int t = nd->out[k];
-            if (!((nd->update >> k) & 1) && transient(&g->tensors.at[t])) {
-                live += bytes_of(g, t);
-                freed[last[t]] += bytes_of(g, t);
+            if (!((nd->update >> k) & 1) && bytes[t]) {
+                live += bytes[t];
+                freed[last[t]] += bytes[t];
             }
         }
         if (live > peak)
@@ -88,19 +76,18 @@ static int64_t order_peak(const IrGraph *g, const int *order, int n) {
 // The bytes running node i would free (inputs whose last reader it is) minus the
 // bytes of the new tensors it makes.
 static int64_t score_of(const Sched *s, int i) {
-    const IrGraph *g = s->g;
-    const IrNode *nd = &g->nodes.at[i];
+    const IrNode *nd = &s->g->nodes.at[i];
     int64_t score = 0;
     for (int k = 0; k < nd->nin; k++) {
         if (nd->in[k] < 0)
             continue;
-        int b = ir_tensor_base(g, nd->in[k]);
-        if (!repeated(g, nd, k) && transient(&g->tensors.at[b]) && s->readers[b] == 1)
-            score += bytes_of(g, b);
+        int b = s->base[nd->in[k]];
+        if (s->bytes[b] && s->readers[b] == 1 && !repeated(s->base, nd, k))
+            score += s->bytes[b];
     }
     for (int k = 0; k < IR_MAX_OUTPUTS && nd->out[k] >= 0; k++)
-        if (!((nd->update >> k) & 1) && transient(&g->tensors.at[nd->out[k]]))
-            score -= bytes_of(g, nd->out[k]);
+        if (!((nd->update >> k) & 1))
+            score -= s->bytes[nd->out[k]];
     return score;
 }
 
@@ -174,9 +161,9 @@ static void greedy(Sched *s, int lo, int hi, int *order) {
         order[m++] = node;
         const IrNode *nd = &g->nodes.at[node];
         for (int k = 0; k < nd->nin; k++) {
-            if (nd->in[k] < 0 || repeated(g, nd, k))
+            if (nd->in[k] < 0 || repeated(s->base, nd, k))
                 continue;
-            int b = ir_tensor_base(g, nd->in[k]);
+            int b = s->base[nd->in[k]];
             if (--s->readers[b] != 1)
                 continue;
             for (int j = s->rd_start[b]; j < s->rd_start[b + 1]; j++) {   // its last reader
@@ -189,8 +176,8 @@ static void greedy(Sched *s, int lo, int hi, int *order) {
                     heap_push(&heap, (Entry){s->score[r], r});
             }
         }
-        for (int k = 0; k < s->nsucc[node]; k++) {
-            int t = s->succ[node][k];
+        for (int k = s->succ_start[node]; k < s->succ_start[node + 1]; k++) {
+            int t = s->succ[k];
             if (--s->indeg[t] == 0 && t >= lo && t < hi) {
                 s->ready_at[t] = 1;
                 s->score[t] = score_of(s, t);
@@ -201,47 +188,88 @@ static void greedy(Sched *s, int lo, int hi, int *order) {
     free(heap.at);
 }
 
-int schedule_apply(IrGraph *g, ScheduleStats *st) {
-    int n = g->nodes.len, nt = g->tensors.len;
-    Sched s = {.g = g, .n = n};
-    s.indeg = calloc((size_t)n, sizeof(int));
-    s.succ = calloc((size_t)n, sizeof(int *));
-    s.nsucc = calloc((size_t)n, sizeof(int));
-    s.readers = calloc((size_t)nt, sizeof(int));
-    int *cap = calloc((size_t)n, sizeof(int));
-    int *writer = malloc(sizeof(int) * (size_t)nt);   // last node writing each base tensor
+// Whether node i is a streamed weight's copy, which runs where offload put it, a block
+// ahead of its readers: it comes before the node that follows it (else the greedy order,
+// which it only adds bytes to, would run it at its first reader, and the link would not
+// overlap).
+static bool pinned_copy(const IrGraph *g, int i) {
+    const IrNode *nd = &g->nodes.at[i];
+    return nd->op == OP_COPY && nd->stream == STREAM_H2D && i + 1 < g->nodes.len &&
+           g->nodes.at[i + 1].phase == nd->phase &&
+           (g->tensors.at[nd->in[0]].kind == TK_PARAM || g->tensors.at[nd->in[0]].kind == TK_QUANT);
+}
+
+// The dependences, as successor lists (CSR) and in-degrees: a node follows the last
+// writer of each tensor it reads or writes (by base: views read their base's bytes, and
+// read-modify-writes of one tensor keep their order), and a pinned copy's next node
+// follows it. Each edge once.
+static void edges(Sched *s) {
+    const IrGraph *g = s->g;
+    int n = s->n, nt = g->tensors.len;
+    int *writer = malloc(sizeof(int) * (size_t)(nt + 1));   // last node writing each base
     for (int i = 0; i < nt; i++)
         writer[i] = -1;
+    int *pred_start = malloc(sizeof(int) * (size_t)(n + 1)), npred = 0, cap = 4 * n + 16;
+    int *pred = malloc(sizeof(int) * (size_t)cap);
     for (int i = 0; i < n; i++) {
         const IrNode *nd = &g->nodes.at[i];
-        for (int k = 0; k < nd->nin; k++) {
-            if (nd->in[k] < 0)
-                continue;
-            int b = ir_tensor_base(g, nd->in[k]);
-            if (!repeated(g, nd, k))
-                s.readers[b]++;
-            if (writer[b] >= 0)
-                add_edge(&s, writer[b], i, cap);
-        }
+        pred_start[i] = npred;
+        if (npred + IR_MAX_INPUTS + IR_MAX_OUTPUTS + 1 > cap)
+            pred = realloc(pred, sizeof(int) * (size_t)(cap *= 2));
+        int from[IR_MAX_INPUTS + IR_MAX_OUTPUTS + 1], nf = 0;
+        for (int k = 0; k < nd->nin; k++)
+            if (nd->in[k] >= 0 && writer[s->base[nd->in[k]]] >= 0)
+                from[nf++] = writer[s->base[nd->in[k]]];
         for (int k = 0; k < IR_MAX_OUTPUTS && nd->out[k] >= 0; k++) {
-            int b = ir_tensor_base(g, nd->out[k]);
-            if (writer[b] >= 0)   // read-modify-writes of one tensor keep their order
-                add_edge(&s, writer[b], i, cap);
+            int b = s->base[nd->out[k]];
+            if (writer[b] >= 0)
+                from[nf++] = writer[b];
             writer[b] = i;
         }
+        if (i > 0 && pinned_copy(g, i - 1))
+            from[nf++] = i - 1;
+        for (int a = 0; a < nf; a++) {
+            bool seen = false;
+            for (int c = pred_start[i]; c < npred && !seen; c++)
+                seen = pred[c] == from[a];
+            if (!seen)
+                pred[npred++] = from[a];
+        }
+        s->indeg[i] = npred - pred_start[i];
     }
-    // A streamed weight's copy runs where offload put it, a block ahead of its readers: it
-    // comes before the node that followed it (else the greedy order, which it only adds
-    // bytes to, would run it at its first reader, and the link would not overlap).
-    for (int i = 0; i + 1 < n; i++) {
-        const IrNode *nd = &g->nodes.at[i];
-        if (nd->op == OP_COPY && nd->stream == STREAM_H2D && g->nodes.at[i + 1].phase == nd->phase &&
-            (g->tensors.at[nd->in[0]].kind == TK_PARAM || g->tensors.at[nd->in[0]].kind == TK_QUANT))
-            add_edge(&s, i, i + 1, cap);
+    pred_start[n] = npred;
+    s->succ_start = calloc((size_t)n + 2, sizeof(int));
+    for (int c = 0; c < npred; c++)
+        s->succ_start[pred[c] + 2]++;
+    for (int i = 0; i < n; i++)
+        s->succ_start[i + 2] += s->succ_start[i + 1];
+    s->succ = malloc(sizeof(int) * (size_t)(npred + 1));
+    for (int i = 0; i < n; i++)
+        for (int c = pred_start[i]; c < pred_start[i + 1]; c++)
+            s->succ[s->succ_start[pred[c] + 1]++] = i;
+    free(writer), free(pred_start), free(pred);
+}
+
+int schedule_apply(IrGraph *g, ScheduleStats *st) {
+    int n = g->nodes.len, nt = g->tensors.len;
+    int *base = malloc(sizeof(int) * (size_t)(nt + 1));
+    int64_t *bytes = malloc(sizeof(int64_t) * (size_t)(nt + 1));
+    for (int i = 0; i < nt; i++) {
+        const IrTensor *t = &g->tensors.at[i];
+        base[i] = ir_tensor_base(g, i);
+        bytes[i] = transient(t) ? ir_tensor_bytes(t) : 0;
     }
-    // Views read their base's bytes: a view node depends on the base's writer (above,
-    // via ir_tensor_base), and readers of a view depend on the view node (its output).
+    Sched s = {.g = g, .n = n, .base = base, .bytes = bytes};
+    s.indeg = calloc((size_t)n + 1, sizeof(int));
+    edges(&s);
     // Who reads each base tensor (CSR), for refreshing scores.
+    s.readers = calloc((size_t)nt + 1, sizeof(int));
+    for (int i = 0; i < n; i++) {
+        const IrNode *nd = &g->nodes.at[i];
+        for (int k = 0; k < nd->nin; k++)
+            if (nd->in[k] >= 0 && !repeated(base, nd, k))
+                s.readers[base[nd->in[k]]]++;
+    }
     s.rd_start = calloc((size_t)nt + 2, sizeof(int));
     for (int i = 0; i < nt; i++)
         s.rd_start[i + 1] = s.rd_start[i] + s.readers[i];
@@ -250,8 +278,8 @@ int schedule_apply(IrGraph *g, ScheduleStats *st) {
     for (int i = 0; i < n; i++) {
         const IrNode *nd = &g->nodes.at[i];
         for (int k = 0; k < nd->nin; k++)
-            if (nd->in[k] >= 0 && !repeated(g, nd, k)) {
-                int b = ir_tensor_base(g, nd->in[k]);
+            if (nd->in[k] >= 0 && !repeated(base, nd, k)) {
+                int b = base[nd->in[k]];
                 s.rd_list[s.rd_start[b] + fill[b]++] = i;
             }
     }
@@ -271,14 +299,14 @@ int schedule_apply(IrGraph *g, ScheduleStats *st) {
         if (g->nodes.at[lo].phase == PHASE_OPTIMIZER)
             for (int i = lo; i < hi; i++) {   // kept as made; what comes after waits for it
                 order[i] = i;
-                for (int k = 0; k < s.nsucc[i]; k++)
-                    s.indeg[s.succ[i][k]]--;
+                for (int k = s.succ_start[i]; k < s.succ_start[i + 1]; k++)
+                    s.indeg[s.succ[k]]--;
             }
         else
             greedy(&s, lo, hi, order + lo);
         lo = hi;
     }
-    int64_t before = order_peak(g, emitted, n), after = order_peak(g, order, n);
+    int64_t before = order_peak(g, base, bytes, emitted, n), after = order_peak(g, base, bytes, order, n);
     st->peak_emitted = before;
     st->peak_greedy = after;
     st->greedy = after < before;
@@ -293,10 +321,8 @@ int schedule_apply(IrGraph *g, ScheduleStats *st) {
         }
         free(old);
     }
-    for (int i = 0; i < n; i++)
-        free(s.succ[i]);
-    free(s.indeg), free(s.succ), free(s.nsucc), free(s.readers), free(cap);
+    free(s.indeg), free(s.succ_start), free(s.succ), free(s.readers);
     free(s.rd_start), free(s.rd_list), free(s.score), free(s.ready_at);
-    free(writer), free(order), free(emitted);
+    free(base), free(bytes), free(order), free(emitted);
     return 0;
 }

@@ -285,6 +285,84 @@ static void test_qlora_weights_exact(void) {
 // The keep chain of per-tensor recompute: from everything kept to nothing, one candidate
 // dropped a step; applied through remat, each mask keeps exactly what it says (a tensor a
 // mask drops is saved for backward no more), and the saved bytes fall along the chain.
+// Best fit by start, the plain way: each block, in order of its first use (larger first
+// among equals), goes into the smallest gap among the blocks placed and live with it
+// (ties: the lowest), else above them all. Returns the arena's top.
+static int64_t best_fit_reference(const int *first, const int *last, const int64_t *size, int n, int64_t *at) {
+    int *order = malloc(sizeof(int) * (size_t)n);
+    for (int i = 0; i < n; i++) {
+        int k = i;
+        while (k > 0 && (first[order[k - 1]] > first[i] ||
+                         (first[order[k - 1]] == first[i] && size[order[k - 1]] < size[i])))
+            order[k] = order[k - 1], k--;
+        order[k] = i;
+    }
+    int64_t top = 0;
+    for (int oi = 0; oi < n; oi++) {
+        int b = order[oi];
+        int64_t best = -1, best_gap = 0, prev_end = 0;
+        for (;;) {   // the live placed blocks from the bottom: the lowest start above prev_end
+            int next = -1;
+            for (int pj = 0; pj < oi; pj++) {
+                int p = order[pj];
+                if (last[p] < first[b] || at[p] < prev_end)
+                    continue;
+                if (next < 0 || at[p] < at[next])
+                    next = p;
+            }
+            if (next < 0)
+                break;
+            int64_t gap = at[next] - prev_end;
+            if (gap >= size[b] && (best < 0 || gap < best_gap))
+                best = prev_end, best_gap = gap;
+            prev_end = at[next] + size[next];
+        }
+        at[b] = best >= 0 ? best : prev_end;
+        if (at[b] + size[b] > top)
+            top = at[b] + size[b];
+    }
+    free(order);
+    return top;
+}
+
+// The placement by start order equals the plain best fit on random lifetimes, and no
+// two blocks live at once share a byte in the arena alloc keeps.
+static void test_alloc_by_start(void) {
+    uint64_t seed = 12345;
+    for (int round = 0; round < 40; round++) {
+        Arena *a = arena_new();
+        IrGraph *g = ir_graph_new(a);
+        int nodes = 8 + round * 4, n = 10 + round * 6;
+        for (int i = 0; i < nodes; i++)
+            vec_push(&g->nodes, ((IrNode){.id = i, .fused = -1, .ws = -1, .record = -1, .bucket = -1}));
+        int *first = malloc(sizeof(int) * (size_t)n), *last = malloc(sizeof(int) * (size_t)n);
+        int64_t *size = malloc(sizeof(int64_t) * (size_t)n), *at = malloc(sizeof(int64_t) * (size_t)n);
+        for (int i = 0; i < n; i++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            int f = (int)((seed >> 33) % (uint64_t)(nodes - 1)), len = (int)((seed >> 17) % 7);
+            int64_t elems = 64 * (int64_t)(1 + (seed >> 45) % (round % 3 ? 5 : 40));   // ties when few sizes
+            char name[16];
+            snprintf(name, sizeof name, "t%d", i);
+            int t = ir_tensor_add(g, name, TK_VALUE, DT_F32, 1, &elems, (SrcLoc){0});
+            first[i] = g->tensors.at[t].first = f;
+            last[i] = g->tensors.at[t].last = f + len < nodes - 1 ? f + len : nodes - 2;
+            size[i] = elems * 4;   // (multiples of the 256-byte alignment)
+        }
+        AllocStats st;
+        CHECK_EQ(0, alloc_apply(g, &st));
+        CHECK_EQ(best_fit_reference(first, last, size, n, at), st.tried[2]);
+        for (int i = 0; i < n; i++)
+            for (int j = i + 1; j < n; j++)
+                if (first[i] <= last[j] && first[j] <= last[i])
+                    CHECK(g->tensors.at[i].offset + size[i] <= g->tensors.at[j].offset ||
+                          g->tensors.at[j].offset + size[j] <= g->tensors.at[i].offset);
+        CHECK(st.arena_bytes >= st.lower_bound);
+        free(first), free(last), free(size), free(at);
+        ir_graph_free(g);
+        arena_free(a);
+    }
+}
+
 static void test_keep_chain(void) {
     Loaded l;
     CHECK(load(&l, "models/tiny.ft", NULL, 2));
@@ -554,5 +632,6 @@ int main(int argc, char **argv) {
     RUN(test_shard_stages);
     RUN(test_adamw8bit_ranks);
     RUN(test_keep_chain);
+    RUN(test_alloc_by_start);
     return CHECK_DONE();
 }
