@@ -40,7 +40,7 @@ static void usage_run(FILE *f) {
     fputs("usage: ftc run DIR --data FILE [--weights PATH] [--steps N] [--save DIR]\n"
           "                   [--save-every N] [--keep K] [--resume DIR] [--seed N] [--poison]\n"
           "                   [--unplanned] [--merge] [--skip-nonfinite] [--device cuda|cpu|emu]\n"
-          "                   [--sync-check] [--gemm-first]\n"
+          "                   [--sync-check] [--gemm-first] [--no-graphs]\n"
           "                   [--comm-timeout SECONDS]\n"
           "                   [--eval-data FILE [--eval-every N] [--eval-batches K]]\n"
           "                   [--report DIR] [--log-every N] [--profile FILE]\n"
@@ -64,6 +64,10 @@ static void usage_run(FILE *f) {
           "                    product; by default its first 8 candidates are timed before step\n"
           "                    one and the fastest kept, cached per GPU (~/.cache/ftc/gemm) so\n"
           "                    that a rerun takes the same ones and computes the same bits\n"
+          "  --no-graphs       on a GPU, issue every kernel of every phase one by one; by default\n"
+          "                    the forward, backward and eval phases are each captured once as\n"
+          "                    a CUDA graph and launched whole (not with --poison, --profile,\n"
+          "                    --sync-check, host-stream work or several ranks)\n"
           "  --unplanned       every buffer its own allocation instead of the planned arena\n"
           "  --merge           with LoRA: also save the merged weights (model.safetensors);\n"
           "                    --save alone writes the adapters in PEFT's layout\n"
@@ -198,6 +202,8 @@ static int cmd_run(Cmdline *cl, int argc, char **argv, int first) {
             o.sync_check = true;
         else if (strcmp(s, "--gemm-first") == 0)
             o.gemm_first = true;
+        else if (strcmp(s, "--no-graphs") == 0)
+            o.no_graphs = true;
         else if (strcmp(s, "--unplanned") == 0)
             o.layout = LAYOUT_UNPLANNED;
         else if (strcmp(s, "--merge") == 0)

@@ -62,6 +62,7 @@ int rt_exec_init(Exec *x, const Plan *p, Backend *be, Backend *host, ExecLayout 
     x->layout = layout;
     x->lr = p->lr;
     x->loss_scale = p->scale_init > 0 ? (double)(float)p->scale_init : 1;
+    x->graphs = true;
     if (be->prepare(be, p, STREAM_COMPUTE, err, errlen) != 0 ||
         host->prepare(host, p, STREAM_HOST, err, errlen) != 0)
         return -1;
@@ -212,11 +213,39 @@ int rt_exec_instr(Exec *x, const PlanInstr *in, char *err, size_t errlen) {
     return run_instr(x, in, false, err, errlen);
 }
 
-int rt_exec_phase(Exec *x, PlanPhase ph, char *err, size_t errlen) {
+// Issues every instruction of phase ph to the backend.
+static int issue_phase(Exec *x, PlanPhase ph, char *err, size_t errlen) {
     const Plan *p = x->plan;
     for (int i = 0; i < p->nins[ph]; i++)
         if (run_instr(x, &p->ins[ph][i], x->poison, err, errlen) != 0)
             return -1;
+    return 0;
+}
+
+// Whether phase ph may run as a graph its backend captured once (Backend.run_phase): the
+// same work every micro-step, all of it on the device. Not the optimizer's (its scalars
+// change every step in every kernel), not with host-stream work (a thread of ours runs
+// it) or collectives (NCCL's, waited for by polling), not with the poison (fills ordered
+// by host-side waits) or the profiler (its events between launches).
+static bool graphable(const Exec *x, PlanPhase ph) {
+    if (!x->graphs || ph == PHASE_OPT || x->poison || x->prof || x->comm)
+        return false;
+    const Plan *p = x->plan;
+    for (int i = 0; i < p->nins[ph]; i++) {
+        const PlanInstr *in = &p->ins[ph][i];
+        if (in->stream == STREAM_HOST || in->group || op_desc(in->op)->cls == OPC_COLLECTIVE)
+            return false;
+    }
+    return true;
+}
+
+int rt_exec_phase(Exec *x, PlanPhase ph, char *err, size_t errlen) {
+    int done = 0;
+    if (x->be->run_phase && graphable(x, ph) &&
+        (done = x->be->run_phase(x->be, x, ph, issue_phase, err, errlen)) < 0)
+        return -1;
+    if (!done && issue_phase(x, ph, err, errlen) != 0)
+        return -1;
     if (x->be->sync(x->be, err, errlen) != 0)
         return -1;
     rt_profile_collect(x);
@@ -435,6 +464,18 @@ void rt_kernel_args(const Exec *x, const PlanInstr *in, KernelArgs *a) {
     a->i[1] = x->micro;
     a->i[2] = (long long)rt_random_stream(x, in);
     runtime_reals(x, in, a->f);
+}
+
+bool rt_args_vary(const PlanInstr *in) {
+    return in->op == OP_DROPOUT || in->op == OP_CROSS_ENTROPY || in->op == OP_CROSS_ENTROPY_BWD ||
+           in->op == OP_LINEAR_CE || in->op == OP_LINEAR_CE_GRAD;
+}
+
+void rt_args_update(const Exec *x, const PlanInstr *in, KernelArgs *a) {
+    KernelArgs now;
+    rt_kernel_args(x, in, &now);
+    memcpy(a->i, now.i, 3 * sizeof a->i[0]);
+    memcpy(a->f, now.f, sizeof a->f);
 }
 
 void rt_kernel_group_args(const Exec *x, const PlanInstr *in, KernelGroupArgs *a) {

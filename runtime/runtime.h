@@ -65,6 +65,14 @@ struct Backend {
     // per second, timed now (on up to 64 MiB: before any buffer holds data); 0 when x's
     // arenas are not both planned. NULL where host and device memory are one.
     double (*link_rate)(Backend *b, const Exec *x);
+    // (optional) Runs phase ph of x as a graph: the first time (per phase, and per last
+    // micro-step or not), what `issue` gives the streams is captured, not run, and the graph
+    // made of it launched; after that the graph alone is launched, its nodes that read a
+    // scalar of the micro-step (rt_args_vary) given the current one. 1: launched; 0:
+    // declined (the executor issues the phase itself, as from then on); -1 with err.
+    int (*run_phase)(Backend *b, Exec *x, PlanPhase ph,
+                     int (*issue)(Exec *x, PlanPhase ph, char *err, size_t errlen), char *err,
+                     size_t errlen);
     void (*destroy)(Backend *b);
     void *state;
 };
@@ -170,6 +178,8 @@ struct Exec {
     uint64_t data_print;    // the training data's fingerprint (data_fingerprint), which a
                             // checkpoint records and rt_checkpoint_load sets (0: none)
     struct Profile *prof;   // the device work's times (ftc run --profile; profile.c), or NULL
+    bool graphs;            // a backend that can may run phases as graphs (Backend.run_phase;
+                            // rt_exec_init sets it, ftc run --no-graphs clears it)
 };
 
 // Allocates the buffers of `p` through `be`, host instructions to run on `host`, with
@@ -378,6 +388,7 @@ typedef struct RunOptions {
     bool poison;
     bool sync_check;        // the cuda backend waits for and checks each instruction
     bool gemm_first;        // cuBLASLt's first heuristic choice for every product, untimed
+    bool no_graphs;         // every phase issued launch by launch (Exec.graphs false)
     ExecLayout layout;
     bool merge;             // with LoRA: also save the merged weights
     bool skip_nonfinite;    // a step with a non-finite loss is skipped and counted, not fatal

@@ -644,6 +644,7 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
     x.seed = seed;
     x.data_print = data_print;   // (what this run's checkpoints record)
     x.poison = o->poison;
+    x.graphs = !o->no_graphs;
     if (o->resume) {
         fprintf(out, "resuming from %s (step %lld, seed %llu)\n", ckpt, (long long)done,
                 (unsigned long long)seed);

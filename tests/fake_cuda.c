@@ -10,7 +10,7 @@
 #include <string.h>
 
 enum { F_LAUNCH, F_GEMM, F_COPY, F_MEMSET, F_RECORD, F_WAIT, F_HOST };
-enum { MAX_STREAMS = 16, MAX_EVENTS = 4096, MAX_POINTS = PLAN_GROUP_MAX * PLAN_GROUP_OPERANDS + 8 };
+enum { MAX_STREAMS = 64, MAX_EVENTS = 4096, MAX_POINTS = PLAN_GROUP_MAX * PLAN_GROUP_OPERANDS + 8 };
 
 typedef struct FDesc {
     int compute, scale;
@@ -63,6 +63,8 @@ typedef struct FOp {
     int (*host)(void *arg);         // F_HOST: runs with args; 0 done, 1 not yet
     bool checked;                   // its race check is done (an F_HOST op may run again)
     int us;                         // its time on the simulated clock (cuEventElapsedTime)
+    long lpos;                      // captured: its place on its lane (F_WAIT: wait_stream and
+                                    // wait_pos are a lane and a place there)
 } FOp;
 
 typedef struct FStream {
@@ -73,7 +75,21 @@ typedef struct FStream {
 typedef struct FEvent {
     int stream;                     // -1: never recorded
     long pos;
+    int lane;                       // recorded inside the capture under way: its lane (else -1)
+    long lpos;                      // ... and place there
 } FEvent;
+
+// A graph: the operations captured, in issue order, each on the lane of the stream it was
+// issued to (lane 0 the stream the capture began on). An instantiated graph keeps its own
+// copy, run on private streams (one a lane) each time it is launched.
+typedef struct FGraph {
+    FOp **op;
+    int n, cap;
+    int nlanes;
+    long lane_len[MAX_STREAMS];
+    int lane_stream[MAX_STREAMS];   // an instantiated graph: the private stream of each lane
+    CuGraphNode last[MAX_STREAMS];  // a lane's last node (cuStreamGetCaptureInfo's dependency)
+} FGraph;
 
 typedef struct Alloc {
     uintptr_t p;
@@ -102,6 +118,13 @@ static struct {
     size_t log_len, log_cap;
     char first_error[512];
     CuResult sticky;                // a kernel's fault: every later call that waits returns it
+    // Stream capture: the graph being captured, each stream's lane in it (-1: not capturing),
+    // the stream it began on, and whether something unsupported happened meanwhile.
+    FGraph *cap;
+    int lane_of[MAX_STREAMS];
+    int origin;
+    CuResult cap_error;
+    unsigned long long cap_id;
 } fk = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 static void log_launch(const char *name) {
@@ -263,8 +286,28 @@ static void run_all(void) {
         run_to(s, fk.stream[s].n - 1);
 }
 
+static bool capturing(int id) { return fk.cap && fk.lane_of[id] >= 0; }
+
+// An operation issued on a stream in capture: appended to the graph, on the stream's lane.
+static FOp *capture(int kind, int id, const char *what) {
+    FGraph *g = fk.cap;
+    if (g->n == g->cap) {
+        g->cap = g->cap ? 2 * g->cap : 256;
+        g->op = realloc(g->op, sizeof *g->op * (size_t)g->cap);
+    }
+    FOp *x = calloc(1, sizeof *x);
+    int lane = fk.lane_of[id];
+    *x = (FOp){.kind = kind, .seq = ++fk.seq, .stream = lane, .what = what, .wait_stream = -1, .us = 1,
+               .lpos = g->lane_len[lane]++};
+    g->op[g->n++] = x;
+    g->last[lane] = (CuGraphNode)(uintptr_t)g->n;   // a node is its number in the graph, from 1
+    return x;
+}
+
 static FOp *issue(int kind, CuStream s, const char *what) {
     int id = (int)(uintptr_t)s - 1;
+    if (capturing(id))
+        return capture(kind, id, what);
     FStream *st = &fk.stream[id];
     if (st->n == st->cap) {
         st->cap = st->cap ? 2 * st->cap : 1024;
@@ -358,7 +401,16 @@ static CuResult f_ctx_flags(CuDevice d, unsigned flags) {
 }
 static CuResult f_set_current(CuContext c) { return c ? CUX_SUCCESS : 201; }
 static void land_late(void);
+// What a capture cannot hold, called while one is under way: refused, and the capture
+// invalidated (a driver's answer in the capture's thread).
+static CuResult refuse_in_capture(void) {
+    CuResult r = CUX_SUCCESS;
+    LOCKED(if (fk.cap) r = fk.cap_error = CUX_ERROR_CAPTURE_UNSUPPORTED);
+    return r;
+}
 static CuResult f_ctx_sync(void) {
+    if (refuse_in_capture())
+        return CUX_ERROR_CAPTURE_UNSUPPORTED;
     LOCKED(fk.st.host_syncs++; fk.st.ctx_syncs++; run_all(); land_late());
     return fk.sticky;
 }
@@ -442,6 +494,8 @@ static CuResult sync_copy(void *dst, const void *src, size_t n, const char *what
 // DMA lands later, unordered with the non-blocking streams (a kernel that reads them before
 // is a race, and reads what was there).
 static CuResult f_htod(CuDevPtr d, const void *s, size_t n) {
+    if (refuse_in_capture())
+        return CUX_ERROR_CAPTURE_UNSUPPORTED;
     CuResult r = CUX_SUCCESS;
     LOCKED(if (pinned(s, n) || fk.nlate == (int)(sizeof fk.late / sizeof fk.late[0])) r = 1;
            else {
@@ -455,6 +509,8 @@ static CuResult f_htod(CuDevPtr d, const void *s, size_t n) {
     return r == CUX_SUCCESS ? r : sync_copy((void *)(uintptr_t)d, s, n, "cuMemcpyHtoD");
 }
 static CuResult f_dtoh(void *d, CuDevPtr s, size_t n) {
+    if (refuse_in_capture())
+        return CUX_ERROR_CAPTURE_UNSUPPORTED;
     return sync_copy(d, (const void *)(uintptr_t)s, n, "cuMemcpyDtoH");
 }
 static CuResult f_copy_async(CuDevPtr d, CuDevPtr s, size_t n, CuStream st) {
@@ -497,6 +553,8 @@ static CuResult f_stream_destroy(CuStream s) { return valid_stream(s) ? CUX_SUCC
 static CuResult f_stream_sync(CuStream s) {
     if (!valid_stream(s))
         return 400;
+    if (refuse_in_capture())
+        return CUX_ERROR_CAPTURE_UNSUPPORTED;
     LOCKED(fk.st.host_syncs++; int id = (int)(uintptr_t)s - 1; run_to(id, fk.stream[id].n - 1));
     return fk.sticky;
 }
@@ -504,7 +562,7 @@ static CuResult f_event_create(CuEvent *e, unsigned flags) {
     (void)flags;
     CuResult r = CUX_SUCCESS;
     LOCKED(if (fk.nevents == MAX_EVENTS) r = 2;
-           else { fk.event[fk.nevents].stream = -1; *e = (CuEvent)(uintptr_t)(++fk.nevents); });
+           else { fk.event[fk.nevents].stream = fk.event[fk.nevents].lane = -1; *e = (CuEvent)(uintptr_t)(++fk.nevents); });
     return r;
 }
 static CuResult f_event_destroy(CuEvent e) { (void)e; return CUX_SUCCESS; }
@@ -512,21 +570,38 @@ static CuResult f_event_record(CuEvent e, CuStream s) {
     if (!valid_stream(s) || !valid_event(e))
         return 400;
     LOCKED(int id = (int)(uintptr_t)e - 1; FOp *x = issue(F_RECORD, s, "cuEventRecord"); x->us = 0;
-           fk.event[id].stream = x->stream; fk.event[id].pos = fk.stream[x->stream].n - 1);
+           if (capturing((int)(uintptr_t)s - 1)) { fk.event[id].lane = x->stream; fk.event[id].lpos = x->lpos; }
+           else { fk.event[id].lane = -1; fk.event[id].stream = x->stream; fk.event[id].pos = fk.stream[x->stream].n - 1; });
     return CUX_SUCCESS;
 }
 static CuResult f_wait_event(CuStream s, CuEvent e, unsigned flags) {
     (void)flags;
     if (!valid_stream(s) || !valid_event(e))
         return 400;
-    LOCKED(int id = (int)(uintptr_t)e - 1; FOp *x = issue(F_WAIT, s, "cuStreamWaitEvent");
-           fk.st.waits++;
-           if (!fk.o.ignore_waits) { x->wait_stream = fk.event[id].stream; x->wait_pos = fk.event[id].pos; });
-    return CUX_SUCCESS;
+    CuResult r = CUX_SUCCESS;
+    LOCKED(int id = (int)(uintptr_t)e - 1; int sid = (int)(uintptr_t)s - 1;
+           bool inside = fk.cap && fk.event[id].lane >= 0;   // recorded in the capture under way
+           if (capturing(sid) && !inside) {   // a capture waits only on its own work
+               r = fk.cap_error = CUX_ERROR_CAPTURE_ISOLATION;
+           } else {
+               if (inside && fk.lane_of[sid] < 0)   // the stream joins the capture
+                   fk.lane_of[sid] = fk.cap->nlanes++;
+               FOp *x = issue(F_WAIT, s, "cuStreamWaitEvent");
+               fk.st.waits++;
+               if (fk.o.ignore_waits) {
+               } else if (inside) {
+                   x->wait_stream = fk.event[id].lane; x->wait_pos = fk.event[id].lpos;
+               } else if (fk.event[id].lane < 0) {   // (one recorded in a capture is not recorded)
+                   x->wait_stream = fk.event[id].stream; x->wait_pos = fk.event[id].pos;
+               }
+           });
+    return r;
 }
 static CuResult f_event_sync(CuEvent e) {
     if (!valid_event(e))
         return 400;
+    if (refuse_in_capture())
+        return CUX_ERROR_CAPTURE_UNSUPPORTED;
     LOCKED(fk.st.host_syncs++; int id = (int)(uintptr_t)e - 1;
            if (fk.event[id].stream >= 0) run_to(fk.event[id].stream, fk.event[id].pos));
     return fk.sticky;
@@ -555,6 +630,8 @@ static CuResult f_event_elapsed(float *ms, CuEvent a, CuEvent b) {
 static CuResult f_event_query(CuEvent e) {
     if (!valid_event(e))
         return 400;
+    if (refuse_in_capture())
+        return CUX_ERROR_CAPTURE_UNSUPPORTED;
     bool done = true;
     LOCKED(fk.st.host_syncs++; int id = (int)(uintptr_t)e - 1;
            if (fk.event[id].stream >= 0) done = run_to(fk.event[id].stream, fk.event[id].pos));
@@ -619,7 +696,9 @@ static CuResult f_launch(CuFunction f, unsigned gx, unsigned gy, unsigned gz, un
            void *const *p = fn->group ? &((KernelGroupArgs *)x->args)->p[0][0] : ((KernelArgs *)x->args)->p;
            int np = fn->group ? PLAN_GROUP_MAX * PLAN_GROUP_OPERANDS : 12;
            for (int i = 0; i < np; i++) if (p[i]) x->point[x->npoint++] = (uintptr_t)p[i];
-           fk.st.launches++; fk.st.group_launches += fn->group; log_launch(fn->name));
+           if (!capturing((int)(uintptr_t)s - 1)) {   // (a graph's count as it runs)
+               fk.st.launches++; fk.st.group_launches += fn->group; log_launch(fn->name);
+           });
     return CUX_SUCCESS;
 }
 static CuResult f_error_string(CuResult r, const char **s) {
@@ -775,6 +854,181 @@ int fake_cuda_host_op(CuStream s, int (*fn)(void *arg), void *arg, const char *w
 }
 
 //
+// Graphs: stream capture, instantiation and launch.
+//
+
+static void graph_free(FGraph *g) {
+    if (!g)
+        return;
+    for (int i = 0; i < g->n; i++) {
+        free(g->op[i]->args);
+        free(g->op[i]);
+    }
+    free(g->op);
+    free(g);
+}
+
+static CuResult f_begin_capture(CuStream s, int mode) {
+    if (!valid_stream(s))
+        return 400;
+    CuResult r = CUX_SUCCESS;
+    if (fk.o.refuse_capture)
+        return CUX_ERROR_CAPTURE_UNSUPPORTED;
+    LOCKED(if (fk.cap || mode != CUX_CAPTURE_MODE_THREAD_LOCAL) r = 1;   // (one at a time here)
+           else {
+               fk.cap = calloc(1, sizeof *fk.cap);
+               fk.cap->nlanes = 1;
+               for (int i = 0; i < MAX_STREAMS; i++)
+                   fk.lane_of[i] = -1;
+               fk.origin = (int)(uintptr_t)s - 1;
+               fk.lane_of[fk.origin] = 0;
+               fk.cap_error = CUX_SUCCESS;
+               fk.cap_id++;
+           });
+    return r;
+}
+
+// Every lane but the origin's must end where the origin waits for it (its last operation
+// recorded, and that record waited for on lane 0), else the capture is unjoined.
+static bool joined(const FGraph *g) {
+    for (int l = 1; l < g->nlanes; l++) {
+        bool ok = false;
+        for (int i = 0; i < g->n && !ok; i++)
+            ok = g->op[i]->kind == F_WAIT && g->op[i]->stream == 0 && g->op[i]->wait_stream == l &&
+                 g->op[i]->wait_pos == g->lane_len[l] - 1;
+        if (!ok)
+            return false;
+    }
+    return true;
+}
+
+static CuResult f_end_capture(CuStream s, CuGraph *out) {
+    if (!valid_stream(s))
+        return 400;
+    CuResult r = CUX_SUCCESS;
+    LOCKED(if (!fk.cap || (int)(uintptr_t)s - 1 != fk.origin) r = 1;   // not capturing there
+           else {
+               FGraph *g = fk.cap;
+               fk.cap = NULL;
+               for (int i = 0; i < MAX_STREAMS; i++)
+                   fk.lane_of[i] = -1;
+               for (int e = 0; e < fk.nevents; e++)   // recorded inside: not recorded outside
+                   if (fk.event[e].lane >= 0)
+                       fk.event[e].lane = -2;
+               r = fk.cap_error ? CUX_ERROR_CAPTURE_INVALIDATED : joined(g) ? CUX_SUCCESS
+                                                                          : CUX_ERROR_CAPTURE_UNJOINED;
+               if (r == CUX_SUCCESS) {
+                   *out = (CuGraph)g;
+                   fk.st.captures++;
+               } else {
+                   graph_free(g);
+               }
+           });
+    return r;
+}
+
+static CuResult f_capture_info(CuStream s, int *status, unsigned long long *id, CuGraph *g,
+                               const CuGraphNode **deps, size_t *ndeps) {
+    if (!valid_stream(s))
+        return 400;
+    LOCKED(int sid = (int)(uintptr_t)s - 1; bool on = capturing(sid);
+           if (status) *status = on ? CUX_CAPTURE_STATUS_ACTIVE : 0;
+           if (id) *id = on ? fk.cap_id : 0;
+           if (g) *g = on ? (CuGraph)fk.cap : NULL;
+           if (deps) *deps = on && fk.cap->lane_len[fk.lane_of[sid]] ? &fk.cap->last[fk.lane_of[sid]] : NULL;
+           if (ndeps) *ndeps = on && fk.cap->lane_len[fk.lane_of[sid]] ? 1 : 0);
+    return CUX_SUCCESS;
+}
+
+static FStream *new_stream(int *id) {
+    if (fk.nstreams == MAX_STREAMS)
+        return NULL;
+    *id = fk.nstreams++;
+    return &fk.stream[*id];
+}
+
+// A copy of the graph, each lane on a private stream of its own.
+static CuResult f_instantiate(CuGraphExec *e, CuGraph gr, unsigned long long flags) {
+    const FGraph *g = (const FGraph *)gr;
+    if (!g || flags)
+        return 1;
+    CuResult r = CUX_SUCCESS;
+    LOCKED(FGraph *x = calloc(1, sizeof *x); *x = *g;
+           x->op = malloc(sizeof *x->op * (size_t)(g->n + 1));
+           for (int i = 0; i < g->n; i++) {
+               x->op[i] = malloc(sizeof **x->op);
+               *x->op[i] = *g->op[i];
+               if (g->op[i]->kind == F_LAUNCH) {
+                   size_t bytes = g->op[i]->fn->group ? sizeof(KernelGroupArgs) : sizeof(KernelArgs);
+                   x->op[i]->args = malloc(bytes);
+                   memcpy(x->op[i]->args, g->op[i]->args, bytes);
+               }
+           }
+           for (int l = 0; l < g->nlanes && r == CUX_SUCCESS; l++)
+               if (!new_stream(&x->lane_stream[l])) r = 2;
+           if (r == CUX_SUCCESS) *e = (CuGraphExec)x; else graph_free(x));
+    return r;
+}
+
+// The graph's operations issued on its lanes' streams, after the work issued on s so far,
+// and the work issued on s after them after all of them.
+static CuResult f_graph_launch(CuGraphExec e, CuStream s) {
+    FGraph *x = (FGraph *)e;
+    if (!x || !valid_stream(s))
+        return 400;
+    if (fk.sticky)
+        return fk.sticky;
+    LOCKED(int sid = (int)(uintptr_t)s - 1; long base[MAX_STREAMS];
+           for (int l = 0; l < x->nlanes; l++) {
+               FOp *w = issue(F_WAIT, (CuStream)(uintptr_t)(x->lane_stream[l] + 1), "a graph's start");
+               w->wait_stream = sid, w->wait_pos = fk.stream[sid].n - 1;
+               base[l] = fk.stream[x->lane_stream[l]].n;
+           }
+           for (int i = 0; i < x->n; i++) {
+               const FOp *c = x->op[i];
+               FOp *y = issue(c->kind, (CuStream)(uintptr_t)(x->lane_stream[c->stream] + 1), c->what);
+               long seq = y->seq; int stream = y->stream;
+               *y = *c;
+               y->seq = seq, y->stream = stream, y->checked = false;
+               if (c->kind == F_WAIT && c->wait_stream >= 0)
+                   y->wait_stream = x->lane_stream[c->wait_stream], y->wait_pos = base[c->wait_stream] + c->wait_pos;
+               if (c->kind == F_LAUNCH) {
+                   size_t bytes = c->fn->group ? sizeof(KernelGroupArgs) : sizeof(KernelArgs);
+                   y->args = malloc(bytes);
+                   memcpy(y->args, c->args, bytes);
+                   fk.st.launches++; fk.st.group_launches += c->fn->group; log_launch(c->fn->name);
+               }
+           }
+           for (int l = 0; l < x->nlanes; l++) {
+               FOp *w = issue(F_WAIT, s, "a graph's end");
+               w->wait_stream = x->lane_stream[l], w->wait_pos = fk.stream[x->lane_stream[l]].n - 1;
+           }
+           fk.st.graph_launches++);
+    return CUX_SUCCESS;
+}
+
+// A kernel node's arguments changed in the instantiated graph (its launch shape kept).
+static CuResult f_set_kernel_params(CuGraphExec e, CuGraphNode n, const CuKernelNodeParams *p) {
+    FGraph *x = (FGraph *)e;
+    long i = (long)(uintptr_t)n - 1;
+    if (!x || !p || i < 0 || i >= x->n || x->op[i]->kind != F_LAUNCH || p->func != (CuFunction)x->op[i]->fn ||
+        p->grid_x != x->op[i]->grid[0] || p->block_x != x->op[i]->block[0] || p->extra || p->kern || !p->params)
+        return 1;   // CUDA_ERROR_INVALID_VALUE
+    LOCKED(memcpy(x->op[i]->args, p->params[0], x->op[i]->fn->group ? sizeof(KernelGroupArgs) : sizeof(KernelArgs));
+           fk.st.node_updates++);
+    return CUX_SUCCESS;
+}
+
+static CuResult f_exec_destroy(CuGraphExec e) {
+    LOCKED(graph_free((FGraph *)e));
+    return CUX_SUCCESS;
+}
+static CuResult f_graph_destroy(CuGraph g) {
+    LOCKED(graph_free((FGraph *)g));
+    return CUX_SUCCESS;
+}
+
+//
 // The tables.
 //
 
@@ -791,7 +1045,9 @@ int fake_cuda_open(CudaApi *api, const FakeOptions *o, char *err, size_t errlen)
                f_stream_sync, f_wait_event, f_event_create, f_event_destroy, f_event_record,
                f_event_sync, f_module_load, f_module_unload, f_get_function, f_launch,
                f_error_string, f_event_query, f_func_set_attr, f_event_elapsed, f_ctx_flags,
-               f_priority_range, f_stream_create_priority},
+               f_priority_range, f_stream_create_priority, f_begin_capture, f_end_capture,
+               f_capture_info, f_instantiate, f_graph_launch, f_set_kernel_params, f_exec_destroy,
+               f_graph_destroy},
         .lt = {l_create, l_destroy, l_version, l_desc_create, l_desc_destroy, l_desc_set,
                l_layout_create, l_layout_destroy, l_layout_set, l_pref_create, l_pref_destroy,
                l_pref_set, l_heuristic, l_matmul, l_algo_attr},
@@ -819,6 +1075,7 @@ void fake_cuda_close(void) {
         abort();
     }
     land_late();
+    graph_free(fk.cap);
     for (int s = 0; s < fk.nstreams; s++) {
         for (int i = 0; i < fk.stream[s].n; i++) {
             free(fk.stream[s].op[i]->args);

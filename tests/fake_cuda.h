@@ -37,6 +37,7 @@ typedef struct FakeOptions {
                               // that every later wait, query and launch returns)
     int driver_version;       // cuDriverGetVersion's (0: 13000); below 13000 CUDA 13's
                               // CUBINs and PTX are refused
+    bool refuse_capture;      // cuStreamBeginCapture fails (a driver that cannot capture)
 } FakeOptions;
 
 typedef struct FakeStats {
@@ -47,7 +48,10 @@ typedef struct FakeStats {
     int bad_handles;          // streams and events passed that the driver never made
     int races;                // operations that ran unordered with an earlier one
     char first_race[512];
-    char *launch_log;         // kernel names in issue order, one per line (malloc'd)
+    char *launch_log;         // kernel names in issue order, one per line (malloc'd); a
+                              // graph's as it is launched
+    int captures, graph_launches, node_updates;   // stream captures ended into a graph; graph
+                                                  // launches; kernel nodes given new arguments
 } FakeStats;
 
 // A host operation issued on stream s (the simulated NCCL's collectives): fn(arg) runs

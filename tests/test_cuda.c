@@ -7,7 +7,8 @@
 // weights streamed from the host, full and QLoRA), without a race; dropping the backend's stream waits is caught; kernels launch in plan order; a
 // GPU of another architecture gets kernels.cu compiled by NVRTC; a plan too large for the
 // free memory is refused before anything is allocated, with the budget to re-plan for;
-// resuming from a checkpoint zeroes the gradients on the device.
+// resuming from a checkpoint zeroes the gradients on the device; the phases captured as
+// CUDA graphs and replayed compute the bits of the same run launched one by one.
 #include "check.h"
 #include "../runtime/fileio.h"
 #include "fake_cuda.h"
@@ -27,6 +28,7 @@ static char train_note[2048];           // ... and keeps what rt_cuda_tune_gemms
 static int train_tune_gemms;            // with the GEMMs the simulated GPU ran for it
 
 static char train_err[1024];   // why the last train() stopped ("" when it did not)
+static bool train_eager;       // train() issues every phase launch by launch (no graphs)
 
 static bool train(const Plan *p, Backend *be, int steps, double *losses, double *evals, bool poison) {
     char err[1024];
@@ -40,6 +42,7 @@ static bool train(const Plan *p, Backend *be, int steps, double *losses, double 
     }
     if (ok) {
         x.poison = poison;
+        x.graphs = !train_eager;
         x.seed = 7;
         rt_weights_init(&x, 7);
     }
@@ -53,6 +56,7 @@ static bool train(const Plan *p, Backend *be, int steps, double *losses, double 
         losses[step - 1] = 0;
         for (int64_t m = 0; ok && m < p->accum; m++) {
             x.micro = m;
+            x.last = m == p->accum - 1;
             for (int64_t i = 0; i < n; i++) {
                 tok[i] = (int32_t)((i * 31 + m * 7 + step * 3) % p->vocab);
                 tgt[i] = (int32_t)((i * 17 + m * 5 + 11) % p->vocab);
@@ -808,6 +812,76 @@ static void test_probe(void) {
     CHECK(r == 1 || why[0]);
 }
 
+// CUDA graphs: without the poison, the forward, backward and evaluation phases are each
+// captured once (per last micro-step or not) and launched whole after; the losses are
+// the bits of the same run issued launch by launch, the kernels run the same, no race.
+// LoRA with dropout on two micro-steps a step: the dropout nodes get each micro-step's
+// stream. Swapped activations: the copy streams forked from and joined to the capture.
+// A capture the driver refuses leaves the run launch by launch, with the same bits.
+static void test_graphs(void) {
+    char text[8192];
+    snprintf(text, sizeof text, "%s", tiny());
+    char *opt = strstr(text, "  optimizer =");
+    char *eol = opt ? strchr(opt, '\n') : NULL;
+    CHECK(eol != NULL);
+    if (!eol)
+        return;
+    char rest[4096];
+    snprintf(rest, sizeof rest, "%s", eol + 1);
+    snprintf(eol + 1, sizeof text - (size_t)(eol + 1 - text),
+             "  lora(r = 4, alpha = 8, dropout = 0.1, targets = [wq, wv])\n%s", rest);
+    static const struct {
+        bool lora;
+        PlanChoice c;
+        const char *what;
+    } cases[] = {
+        {true, {.micro = 4, .policy = REMAT_KEEP, .n_policy = 1 << 20, .rest = REMAT_KEEP}, "tiny LoRA, dropout"},
+        {false, {.micro = 8, .policy = REMAT_SWAP, .n_policy = 1 << 20, .rest = REMAT_SWAP}, "tiny, swapped"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        Harness h;
+        harness_arch = "sm_80";
+        bool ok = harness_compile_choice(&h, cases[i].what, cases[i].lora ? text : tiny(), &cases[i].c);
+        harness_arch = NULL;
+        CHECK(ok);
+        enum { STEPS = 2 };
+        double loss[3][STEPS], eval[3][STEPS];   // launch by launch; graphs; capture refused
+        FakeStats st[3];
+        for (int run = 0; ok && run < (cases[i].lora ? 3 : 2); run++) {
+            FakeOptions o = options(&h);
+            o.refuse_capture = run == 2;
+            CudaApi api;
+            char err[1024];
+            CHECK(fake_cuda_open(&api, &o, err, sizeof err) == 0);
+            Backend *be = rt_cuda_backend(h.dir, h.plan, &api, 0, err, sizeof err);
+            CHECKF(be != NULL, "%s", err);
+            train_eager = run == 0;
+            CHECK(be && train(h.plan, be, STEPS, loss[run], eval[run], false));
+            train_eager = false;
+            if (be)
+                be->destroy(be);
+            st[run] = *fake_cuda_stats();
+            st[run].launch_log = NULL;
+            CHECKF(st[run].races == 0, "%s: %s", cases[i].what, st[run].first_race);
+            fake_cuda_close();
+            printf("  %-20s %-20s %d captures, %d graph launches, %d kernel nodes given new arguments; "
+                   "%d launches\n", cases[i].what, run == 0 ? "launch by launch:" : run == 1 ? "graphs:" : "capture refused:",
+                   st[run].captures, st[run].graph_launches, st[run].node_updates, st[run].launches);
+            CHECK(!memcmp(loss[run], loss[0], sizeof loss[0]) && !memcmp(eval[run], eval[0], sizeof eval[0]));
+            CHECK_EQ(st[0].launches, st[run].launches);   // the same kernels ran
+        }
+        int64_t micro = h.plan->accum * STEPS;
+        CHECK_EQ(0, st[0].captures + st[0].graph_launches);
+        // forward and backward, each on the last micro-step of a step and on the others; eval
+        CHECK_EQ(h.plan->accum > 1 ? 5 : 3, st[1].captures);
+        CHECK_EQ(2 * micro + 1, st[1].graph_launches);
+        CHECK(cases[i].lora ? st[1].node_updates > 0 : st[1].copies > 0);
+        if (cases[i].lora)
+            CHECK_EQ(0, st[2].captures + st[2].graph_launches);
+        harness_free(&h);
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && chdir(argv[1]) != 0)
         return 2;
@@ -833,5 +907,6 @@ int main(int argc, char **argv) {
     RUN(test_resume_zeroes_gradients);
     RUN(test_profile);
     RUN(test_gemm_tuning);
+    RUN(test_graphs);
     return CHECK_DONE();
 }

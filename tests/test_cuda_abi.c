@@ -26,6 +26,22 @@ SAME(CUX_CTX_SCHED_BLOCKING_SYNC, CU_CTX_SCHED_BLOCKING_SYNC);
 SAME(sizeof(CuDevPtr), sizeof(CUdeviceptr));
 SAME(sizeof(CuDevice), sizeof(CUdevice));
 SAME(sizeof(CuResult), sizeof(CUresult));
+SAME(CUX_CAPTURE_MODE_THREAD_LOCAL, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+SAME(CUX_CAPTURE_STATUS_ACTIVE, CU_STREAM_CAPTURE_STATUS_ACTIVE);
+SAME(CUX_ERROR_CAPTURE_UNSUPPORTED, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+SAME(CUX_ERROR_CAPTURE_INVALIDATED, CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+SAME(CUX_ERROR_CAPTURE_UNJOINED, CUDA_ERROR_STREAM_CAPTURE_UNJOINED);
+SAME(CUX_ERROR_CAPTURE_ISOLATION, CUDA_ERROR_STREAM_CAPTURE_ISOLATION);
+SAME(sizeof(CuKernelNodeParams), sizeof(CUDA_KERNEL_NODE_PARAMS_v2));
+SAME(offsetof(CuKernelNodeParams, grid_x), offsetof(CUDA_KERNEL_NODE_PARAMS_v2, gridDimX));
+SAME(offsetof(CuKernelNodeParams, block_z), offsetof(CUDA_KERNEL_NODE_PARAMS_v2, blockDimZ));
+SAME(offsetof(CuKernelNodeParams, shared_bytes), offsetof(CUDA_KERNEL_NODE_PARAMS_v2, sharedMemBytes));
+SAME(offsetof(CuKernelNodeParams, params), offsetof(CUDA_KERNEL_NODE_PARAMS_v2, kernelParams));
+SAME(offsetof(CuKernelNodeParams, extra), offsetof(CUDA_KERNEL_NODE_PARAMS_v2, extra));
+SAME(offsetof(CuKernelNodeParams, kern), offsetof(CUDA_KERNEL_NODE_PARAMS_v2, kern));
+SAME(offsetof(CuKernelNodeParams, ctx), offsetof(CUDA_KERNEL_NODE_PARAMS_v2, ctx));
+// The first version's fields are the second's first ones, at the same places.
+SAME(offsetof(CUDA_KERNEL_NODE_PARAMS_v1, extra), offsetof(CUDA_KERNEL_NODE_PARAMS_v2, extra));
 
 SAME(LTX_SUCCESS, CUBLAS_STATUS_SUCCESS);
 SAME(LTX_OP_N, CUBLAS_OP_N);
@@ -87,6 +103,11 @@ DECLARED(cuEventRecord);
 DECLARED(cuLaunchKernel);
 DECLARED(cuModuleLoadData);
 DECLARED(cuDevicePrimaryCtxRetain);
+DECLARED(cuStreamBeginCapture);
+DECLARED(cuStreamEndCapture);
+DECLARED(cuGraphInstantiateWithFlags);
+DECLARED(cuGraphLaunch);
+DECLARED(cuGraphExecKernelNodeSetParams);
 DECLARED(cublasLtMatmul);
 DECLARED(cublasLtMatmulAlgoGetHeuristic);
 

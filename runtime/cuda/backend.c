@@ -75,6 +75,23 @@ typedef struct HostItem {
     uint64_t gen;           // ... and its generation
 } HostItem;
 
+// A phase's work as a CUDA graph (cuda_run_phase), and its kernel nodes whose arguments
+// change between micro-steps (rt_args_vary) with the arguments they have now.
+typedef struct GraphNode {
+    CuGraphNode node;
+    const PlanInstr *in;
+    CuFunction fn;
+    const PlanLaunch *pl;
+    KernelArgs args;
+} GraphNode;
+
+typedef struct PhaseGraph {
+    CuGraph graph;
+    CuGraphExec exec;       // NULL: not captured yet
+    GraphNode *node;
+    int nnode, cap;
+} PhaseGraph;
+
 typedef struct CudaState {
     CudaApi api;
     const Plan *plan;
@@ -126,6 +143,17 @@ typedef struct CudaState {
     char *staging;
     CuEvent staged[2];
     int next_slot;
+    // CUDA graphs: per phase and last micro-step or not, the phase captured once and
+    // launched whole after (cuda_run_phase). While a capture is under way, `capturing`; the
+    // plan's events recorded in it carry its generation (a wait on any other is for work
+    // the previous phase's drain finished, and a capture may not wait on it); its failures
+    // go to cap_failed, not failed: a capture that fails leaves graphs off for the run.
+    PhaseGraph graph[PHASE_COUNT][2];
+    bool capturing, graphs_off;
+    uint64_t cap_gen, *recorded_in;
+    PhaseGraph taking;               // the nodes of the capture under way
+    CuEvent fork, join[STREAM_COUNT];
+    char cap_failed[512];
 } CudaState;
 
 static const char *const stream_tag[STREAM_COUNT] = {"compute", "d2h", "h2d", "host", "comm"};
@@ -137,7 +165,12 @@ static bool kernel_fault(CuResult r) { return r == 700 || (r >= 714 && r <= 719)
 // The first asynchronous failure wins; sync reports it.
 static void note_failure(CudaState *s, const char *fmt, const char *what, CuResult r) {
     pthread_mutex_lock(&s->mu);
-    if (!s->failed[0]) {
+    if (s->capturing) {   // (the capture fails; the phase is issued again, uncaptured)
+        if (!s->cap_failed[0]) {
+            char text[160];
+            snprintf(s->cap_failed, sizeof s->cap_failed, fmt, what, cuda_result_text(&s->api, r, text, sizeof text));
+        }
+    } else if (!s->failed[0]) {
         char text[160];
         int n = snprintf(s->failed, sizeof s->failed, fmt, what, cuda_result_text(&s->api, r, text, sizeof text));
         if (kernel_fault(r) && !s->sync_check && n > 0 && (size_t)n < sizeof s->failed)
@@ -554,6 +587,7 @@ static void cuda_event_record(Backend *be, int event, Stream stream) {
         enqueue(s, &it);
     } else {
         call_ok(s, s->api.cu.EventRecord(s->event[event], s->stream[stream]), "cuEventRecord");
+        s->recorded_in[event] = s->capturing ? s->cap_gen : 0;
     }
 }
 
@@ -563,13 +597,15 @@ static void cuda_event_record(Backend *be, int event, Stream stream) {
 static void cuda_event_wait(Backend *be, Stream stream, int event) {
     CudaState *s = be->state;
     if (stream == STREAM_HOST) {
-        if (!s->on_host[event]) {
-            HostItem it = {.kind = HOST_WAIT, .event = event};
+        if (!s->on_host[event] && !s->recorded_in[event]) {   // (one recorded in a captured
+            HostItem it = {.kind = HOST_WAIT, .event = event};   // phase: drained with it)
             enqueue(s, &it);
         }
     } else if (s->on_host[event]) {
         wait_host_event(s, event);
-    } else {
+    } else if (s->recorded_in[event] == (s->capturing ? s->cap_gen : 0)) {
+        // (an event last recorded in another capture, or in this one's phase before it, marks
+        // work that phase's drain finished: nothing to wait for, and a capture may not)
         call_ok(s, s->api.cu.StreamWaitEvent(s->stream[stream], s->event[event], 0),
                 "cuStreamWaitEvent");
     }
@@ -816,17 +852,42 @@ static int loss_gemm(void *ctx, const PlanInstr *in, const LossGemm *lg, char *e
     return st == LTX_SUCCESS ? 0 : gemm_failed(NULL, st, err, errlen);
 }
 
+// One kernel launch of instruction `in`. Captured, a launch whose arguments change between
+// micro-steps is noted with its graph node (the one cuStreamGetCaptureInfo says the
+// stream's next work would follow: this launch).
+static CuResult launch_kernel(CudaState *s, const PlanInstr *in, int l, void *args) {
+    const PlanLaunch *pl = &in->launch[l];
+    CuFunction fn = s->fn[in->id * PLAN_MAX_LAUNCHES + l];
+    CuStream st = s->stream[in->stream];
+    void *params[1] = {args};
+    CuResult r = s->api.cu.LaunchKernel(fn, pl->grid[0], pl->grid[1], pl->grid[2], pl->block[0],
+                                        pl->block[1], pl->block[2], pl->smem, st, params, NULL);
+    if (r != CUX_SUCCESS || !s->capturing || in->group || !rt_args_vary(in))
+        return r;
+    int status = 0;
+    const CuGraphNode *deps = NULL;
+    size_t n = 0;
+    r = s->api.cu.StreamGetCaptureInfo(st, &status, NULL, NULL, &deps, &n);
+    if (r == CUX_SUCCESS && (status != CUX_CAPTURE_STATUS_ACTIVE || n != 1 || !deps))
+        r = CUX_ERROR_CAPTURE_INVALIDATED;
+    if (r != CUX_SUCCESS)
+        return r;
+    PhaseGraph *t = &s->taking;
+    if (t->nnode == t->cap) {
+        t->cap = t->cap ? 2 * t->cap : 64;
+        t->node = realloc(t->node, sizeof *t->node * (size_t)t->cap);
+    }
+    t->node[t->nnode++] = (GraphNode){.node = deps[0], .in = in, .fn = fn, .pl = pl, .args = *(KernelArgs *)args};
+    return CUX_SUCCESS;
+}
+
 static int loss_launch(void *ctx, const PlanInstr *in, int l, const KernelArgs *a, char *err, size_t errlen) {
     LossCtx *x = ctx;
     CudaState *s = x->s;
     if (l >= in->nlaunch)
         return rt_fail(err, errlen, "the fused loss names %d launches, not %d", in->nlaunch, l + 1);
-    const PlanLaunch *pl = &in->launch[l];
-    void *params[1] = {(void *)a};
-    CuResult r = s->api.cu.LaunchKernel(s->fn[in->id * PLAN_MAX_LAUNCHES + l], pl->grid[0], pl->grid[1],
-                                        pl->grid[2], pl->block[0], pl->block[1], pl->block[2], pl->smem,
-                                        s->stream[in->stream], params, NULL);
-    return r == CUX_SUCCESS ? 0 : fail_cu(s, r, pl->name, err, errlen);
+    CuResult r = launch_kernel(s, in, l, (void *)a);
+    return r == CUX_SUCCESS ? 0 : fail_cu(s, r, in->launch[l].name, err, errlen);
 }
 
 static int run_gemm(CudaState *s, Exec *x, const PlanInstr *in, char *err, size_t errlen) {
@@ -1174,26 +1235,123 @@ static int launch(CudaState *s, Exec *x, const PlanInstr *in, char *err, size_t 
         return 0;
     KernelArgs a;
     KernelGroupArgs *ga = NULL;
-    void *params[1];
+    void *args = &a;
     if (in->group) {
         ga = malloc(sizeof *ga);
         rt_kernel_group_args(x, in, ga);
-        params[0] = ga;
+        args = ga;
     } else {
         rt_kernel_args(x, in, &a);
-        params[0] = &a;
     }
     int rc = 0;
     for (int l = 0; l < in->nlaunch && rc == 0; l++) {
-        const PlanLaunch *pl = &in->launch[l];
-        CuResult r = s->api.cu.LaunchKernel(s->fn[in->id * PLAN_MAX_LAUNCHES + l], pl->grid[0],
-                                            pl->grid[1], pl->grid[2], pl->block[0], pl->block[1],
-                                            pl->block[2], pl->smem, s->stream[in->stream], params, NULL);
+        CuResult r = launch_kernel(s, in, l, args);
         if (r != CUX_SUCCESS)
-            rc = fail_cu(s, r, pl->name, err, errlen);
+            rc = fail_cu(s, r, in->launch[l].name, err, errlen);
     }
     free(ga);   // the driver copied the arguments at the launch
     return rc;
+}
+
+//
+// CUDA graphs: a phase's launches, copies and events captured once, then launched whole.
+//
+
+static void graph_free(CudaState *s, PhaseGraph *g) {
+    if (g->exec)
+        s->api.cu.GraphExecDestroy(g->exec);
+    if (g->graph)
+        s->api.cu.GraphDestroy(g->graph);
+    free(g->node);
+    *g = (PhaseGraph){0};
+}
+
+// The device streams a phase may use besides compute, which a capture forks to and joins
+// from (the collectives' stream is not: a phase with collectives is never captured).
+static const Stream side[] = {STREAM_D2H, STREAM_H2D};
+
+// Captures phase ph into g: the compute stream's capture forks to the copy streams (they
+// wait for an event recorded on it first) and joins them back at the end (it waits for
+// theirs), as a capture must; then the graph instantiated. 0, or -1 with why in s->cap_failed.
+static int capture(CudaState *s, Exec *x, PlanPhase ph, PhaseGraph *g,
+                   int (*issue)(Exec *x, PlanPhase ph, char *err, size_t errlen)) {
+    CuStream main = s->stream[STREAM_COMPUTE];
+    s->cap_failed[0] = '\0';
+    s->taking = (PhaseGraph){0};
+    CuResult r = s->api.cu.StreamBeginCapture(main, CUX_CAPTURE_MODE_THREAD_LOCAL);
+    if (r != CUX_SUCCESS) {
+        char text[160];
+        snprintf(s->cap_failed, sizeof s->cap_failed, "cuStreamBeginCapture: %s",
+                 cuda_result_text(&s->api, r, text, sizeof text));
+        return -1;
+    }
+    s->capturing = true;
+    s->cap_gen++;
+    call_ok(s, s->api.cu.EventRecord(s->fork, main), "cuEventRecord");
+    for (size_t k = 0; k < sizeof side / sizeof side[0]; k++)
+        call_ok(s, s->api.cu.StreamWaitEvent(s->stream[side[k]], s->fork, 0), "cuStreamWaitEvent");
+    char why[400] = "";
+    if (issue(x, ph, why, sizeof why) != 0) {
+        pthread_mutex_lock(&s->mu);
+        if (!s->cap_failed[0])
+            snprintf(s->cap_failed, sizeof s->cap_failed, "%s", why);
+        pthread_mutex_unlock(&s->mu);
+    }
+    for (size_t k = 0; k < sizeof side / sizeof side[0]; k++) {
+        call_ok(s, s->api.cu.EventRecord(s->join[side[k]], s->stream[side[k]]), "cuEventRecord");
+        call_ok(s, s->api.cu.StreamWaitEvent(main, s->join[side[k]], 0), "cuStreamWaitEvent");
+    }
+    CuGraph graph = NULL;
+    const char *what = "cuStreamEndCapture";
+    r = s->api.cu.StreamEndCapture(main, &graph);
+    s->capturing = false;
+    if (r == CUX_SUCCESS && !s->cap_failed[0])
+        what = "cuGraphInstantiate", r = s->api.cu.GraphInstantiateWithFlags(&g->exec, graph, 0);
+    if (r != CUX_SUCCESS && !s->cap_failed[0]) {
+        char text[160];
+        snprintf(s->cap_failed, sizeof s->cap_failed, "%s: %s", what, cuda_result_text(&s->api, r, text, sizeof text));
+    }
+    g->graph = graph, g->node = s->taking.node, g->nnode = s->taking.nnode;
+    s->taking = (PhaseGraph){0};
+    if (s->cap_failed[0]) {
+        graph_free(s, g);
+        return -1;
+    }
+    return 0;
+}
+
+// Phase ph as a graph (Backend.run_phase). Declined under --sync-check (it waits between
+// instructions) and with collectives; declined from then on when a capture fails, saying
+// why once: the phases then run launch by launch, as they would without graphs.
+static int cuda_run_phase(Backend *be, Exec *x, PlanPhase ph,
+                          int (*issue)(Exec *x, PlanPhase ph, char *err, size_t errlen), char *err,
+                          size_t errlen) {
+    CudaState *s = be->state;
+    if (s->graphs_off || s->sync_check || s->ncomm || !s->fork)
+        return 0;
+    PhaseGraph *g = &s->graph[ph][x->last];
+    if (!g->exec && capture(s, x, ph, g, issue) != 0) {
+        s->graphs_off = true;
+        fprintf(stderr, "ftc: the %s phase could not be captured as a CUDA graph (%s); every phase "
+                "runs launch by launch\n", plan_phase_name(ph), s->cap_failed);
+        return 0;
+    }
+    for (int i = 0; i < g->nnode; i++) {   // this micro-step's dropout streams, loss scale
+        GraphNode *n = &g->node[i];
+        KernelArgs a = n->args;
+        rt_args_update(x, n->in, &a);
+        if (!memcmp(&a, &n->args, sizeof a))
+            continue;
+        void *params[1] = {&a};
+        CuKernelNodeParams kp = {n->fn, n->pl->grid[0], n->pl->grid[1], n->pl->grid[2], n->pl->block[0],
+                                 n->pl->block[1], n->pl->block[2], n->pl->smem, params, NULL, NULL, NULL};
+        CuResult r = s->api.cu.GraphExecKernelNodeSetParams(g->exec, n->node, &kp);
+        if (r != CUX_SUCCESS)
+            return fail_cu(s, r, "cuGraphExecKernelNodeSetParams", err, errlen);
+        n->args = a;
+    }
+    CuResult r = s->api.cu.GraphLaunch(g->exec, s->stream[STREAM_COMPUTE]);
+    return r == CUX_SUCCESS ? 1 : fail_cu(s, r, "cuGraphLaunch", err, errlen);
 }
 
 //
@@ -1353,6 +1511,7 @@ static int cuda_prepare(Backend *be, const Plan *p, int stream, char *err, size_
     s->nevents = p->events;
     s->event = calloc((size_t)s->nevents + 1, sizeof *s->event);
     s->on_host = calloc((size_t)s->nevents + 1, sizeof *s->on_host);
+    s->recorded_in = calloc((size_t)s->nevents + 1, sizeof *s->recorded_in);
     s->expected = calloc((size_t)s->nevents + 1, sizeof *s->expected);
     s->done = calloc((size_t)s->nevents + 1, sizeof *s->done);
     for (int e = 0; e < s->nevents; e++) {
@@ -1362,9 +1521,14 @@ static int cuda_prepare(Backend *be, const Plan *p, int stream, char *err, size_
     }
     for (int t = 0; t < STREAM_COUNT; t++) {
         CuResult r = t == STREAM_HOST ? CUX_SUCCESS : s->api.cu.EventCreate(&s->tail[t], CUX_EVENT_DISABLE_TIMING);
+        if (r == CUX_SUCCESS && t != STREAM_HOST)
+            r = s->api.cu.EventCreate(&s->join[t], CUX_EVENT_DISABLE_TIMING);
         if (r != CUX_SUCCESS)
             return fail_cu(s, r, "cuEventCreate", err, errlen);
     }
+    CuResult r = s->api.cu.EventCreate(&s->fork, CUX_EVENT_DISABLE_TIMING);
+    if (r != CUX_SUCCESS)
+        return fail_cu(s, r, "cuEventCreate", err, errlen);
     return 0;
 }
 
@@ -1398,9 +1562,17 @@ static void cuda_destroy(Backend *be) {
     for (int e = 0; e < s->nevents; e++)
         if (s->event[e])
             s->api.cu.EventDestroy(s->event[e]);
-    for (int t = 0; t < STREAM_COUNT; t++)
+    for (int ph = 0; ph < PHASE_COUNT; ph++)
+        for (int last = 0; last < 2; last++)
+            graph_free(s, &s->graph[ph][last]);
+    for (int t = 0; t < STREAM_COUNT; t++) {
         if (s->tail[t])
             s->api.cu.EventDestroy(s->tail[t]);
+        if (s->join[t])
+            s->api.cu.EventDestroy(s->join[t]);
+    }
+    if (s->fork)
+        s->api.cu.EventDestroy(s->fork);
     for (int k = 0; k < s->ntiming; k++)
         if (s->timing[k])
             s->api.cu.EventDestroy(s->timing[k]);
@@ -1423,6 +1595,7 @@ static void cuda_destroy(Backend *be) {
     pthread_cond_destroy(&s->more);
     pthread_cond_destroy(&s->progress);
     free(s->fn), free(s->gemm), free(s->loss), free(s->event), free(s->on_host), free(s->expected), free(s->done);
+    free(s->recorded_in);
     free(s->q);
     free(s->uses);
     free(s);
@@ -1632,7 +1805,8 @@ Backend *rt_cuda_backend(const char *plan_dir, const Plan *p, const CudaApi *api
                     .launch = cuda_launch, .collective = cuda_collective, .host_queue = true,
                     .event_record = cuda_event_record, .event_wait = cuda_event_wait,
                     .link_rate = cuda_link_rate, .sync = cuda_sync, .destroy = cuda_destroy,
-                    .time_mark = cuda_time_mark, .time_between = cuda_time_between, .state = s};
+                    .time_mark = cuda_time_mark, .time_between = cuda_time_between,
+                    .run_phase = cuda_run_phase, .state = s};
     s->plan = p;
     s->nccl_bytes = -1;
     snprintf(s->dir, sizeof s->dir, "%s", plan_dir);

@@ -21,6 +21,22 @@ typedef struct CuStreamOpaque *CuStream;
 typedef struct CuEventOpaque *CuEvent;
 typedef struct CuModuleOpaque *CuModule;
 typedef struct CuFunctionOpaque *CuFunction;
+typedef struct CuGraphOpaque *CuGraph;
+typedef struct CuGraphExecOpaque *CuGraphExec;
+typedef struct CuGraphNodeOpaque *CuGraphNode;
+
+// A kernel node's launch, as cuGraphExecKernelNodeSetParams takes it (CUDA 12's
+// CUDA_KERNEL_NODE_PARAMS_v2; `kern` and `ctx` NULL, which the first version's layout
+// ignores: either entry point reads it right).
+typedef struct CuKernelNodeParams {
+    CuFunction func;
+    unsigned grid_x, grid_y, grid_z, block_x, block_y, block_z;
+    unsigned shared_bytes;
+    void **params;
+    void **extra;
+    void *kern;
+    CuContext ctx;
+} CuKernelNodeParams;
 
 // The driver's constants we use (cuda.h's values).
 enum {
@@ -38,6 +54,12 @@ enum {
     CUX_MEMHOSTALLOC_PORTABLE = 1,
     CUX_CTX_SCHED_BLOCKING_SYNC = 4,     // a host thread waiting for the GPU sleeps, not spins
     CUX_DRIVER_ABI = 12000,          // the ABI version every entry point is looked up at
+    CUX_CAPTURE_MODE_THREAD_LOCAL = 1,   // CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+    CUX_CAPTURE_STATUS_ACTIVE = 1,       // CU_STREAM_CAPTURE_STATUS_ACTIVE
+    CUX_ERROR_CAPTURE_UNSUPPORTED = 900, // CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+    CUX_ERROR_CAPTURE_INVALIDATED = 901, // CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+    CUX_ERROR_CAPTURE_UNJOINED = 904,    // CUDA_ERROR_STREAM_CAPTURE_UNJOINED
+    CUX_ERROR_CAPTURE_ISOLATION = 905,   // CUDA_ERROR_STREAM_CAPTURE_ISOLATION
 };
 
 typedef struct CuDriver {
@@ -83,6 +105,16 @@ typedef struct CuDriver {
     CuResult (*DevicePrimaryCtxSetFlags)(CuDevice dev, unsigned flags);
     CuResult (*CtxGetStreamPriorityRange)(int *least, int *greatest);
     CuResult (*StreamCreateWithPriority)(CuStream *s, unsigned flags, int priority);
+    // CUDA Graphs: a phase's work captured from its streams once, then launched whole.
+    CuResult (*StreamBeginCapture)(CuStream s, int mode);
+    CuResult (*StreamEndCapture)(CuStream s, CuGraph *g);
+    CuResult (*StreamGetCaptureInfo)(CuStream s, int *status, unsigned long long *id, CuGraph *g,
+                                     const CuGraphNode **deps, size_t *ndeps);
+    CuResult (*GraphInstantiateWithFlags)(CuGraphExec *e, CuGraph g, unsigned long long flags);
+    CuResult (*GraphLaunch)(CuGraphExec e, CuStream s);
+    CuResult (*GraphExecKernelNodeSetParams)(CuGraphExec e, CuGraphNode n, const CuKernelNodeParams *p);
+    CuResult (*GraphExecDestroy)(CuGraphExec e);
+    CuResult (*GraphDestroy)(CuGraph g);
 } CuDriver;
 
 // cuBLASLt: handles and descriptors are opaque pointers; an algorithm and a heuristic

@@ -25,7 +25,9 @@ static const Entry driver_entries[] = {
     DRV(EventDestroy), DRV(EventRecord), DRV(EventSynchronize), DRV(ModuleLoadData),
     DRV(ModuleUnload), DRV(ModuleGetFunction), DRV(LaunchKernel), DRV(GetErrorString),
     DRV(EventQuery), DRV(FuncSetAttribute), DRV(EventElapsedTime), DRV(DevicePrimaryCtxSetFlags),
-    DRV(CtxGetStreamPriorityRange), DRV(StreamCreateWithPriority),
+    DRV(CtxGetStreamPriorityRange), DRV(StreamCreateWithPriority), DRV(StreamBeginCapture),
+    DRV(StreamEndCapture), DRV(StreamGetCaptureInfo), DRV(GraphInstantiateWithFlags),
+    DRV(GraphLaunch), DRV(GraphExecKernelNodeSetParams), DRV(GraphExecDestroy), DRV(GraphDestroy),
 };
 #undef DRV
 

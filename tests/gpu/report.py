@@ -145,6 +145,12 @@ def main():
                 "ok")
         else:
             row(f"{label}: ftc step", "no steady step", "-", "FAIL")
+        # The same plan issued launch by launch (--no-graphs), where it ran (a GPU: the run
+        # above launched each phase as a CUDA graph)
+        e = ftc_run(read(f"{work}/{w}-eager.log"))
+        if "step_s" in e and "step_s" in r:
+            row(f"{label}: step with CUDA graphs vs launch by launch", f"{r['step_s']:.3f} s",
+                f"{e['step_s']:.3f} s ({e['step_s'] / r['step_s']:.2f}x graphs')", "ok")
         prof = profile(read(f"{work}/{w}-profile.txt"))
         if prof:
             row(f"{label}: device work a step, measured vs estimated", f"{prof['measured_ms']:.1f} ms",

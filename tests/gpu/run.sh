@@ -10,6 +10,8 @@
 #     memory, beside ftc's;
 #   - each ftc run's GPU as its driver reports it (version, compute capability, memory after
 #     set-up against the plan's, where the kernels came from, cuBLASLt's algorithm a product)
+#   - each big run's step with each phase launched as a CUDA graph (as ftc runs by default)
+#     and launch by launch (--no-graphs);
 #   - each ftc run's device work kernel by kernel (ftc run --profile: CUDA events, beside the
 #     cost model's estimates), and its attention kernels against torch's flash SDPA forward
 #     and backward at Qwen2-7B's shapes (tests/gpu/torch_attention.py).
@@ -144,9 +146,17 @@ while read -r name model config batch flags lora; do
             --accum "$accum" --steps "$steps" --checkpointing "$ckpt" "${largs[@]}" \
             > "$work/$name-torch.json" 2> "$work/$name-torch.err"
     else
+        # as a user runs it (each phase a CUDA graph); launch by launch; and profiled (launch
+        # by launch, CUDA events between the kernels), three steps
         log "$name: ftc run (micro-batch $micro x $accum, recompute $remat)"
         timeout "$limit" "$ftc" run "$work/$name.plan" --data "$work/random.bin" --steps "$steps" \
-            --device cuda --profile "$work/$name-profile.txt" > "$work/$name-ftc.log" 2>&1
+            --device cuda > "$work/$name-ftc.log" 2>&1
+        log "$name: ftc run --no-graphs"
+        timeout "$limit" "$ftc" run "$work/$name.plan" --data "$work/random.bin" --steps "$steps" \
+            --device cuda --no-graphs > "$work/$name-eager.log" 2>&1
+        log "$name: ftc run --profile"
+        timeout "$limit" "$ftc" run "$work/$name.plan" --data "$work/random.bin" --steps 3 \
+            --device cuda --profile "$work/$name-profile.txt" > "$work/$name-profile.log" 2>&1
         log "$name: transformers (checkpointing $ckpt)"
         timeout "$limit" python3 tests/gpu/torch_step.py --config "$config" --seq 2048 --micro "$micro" \
             --accum "$accum" --steps "$steps" --checkpointing "$ckpt" "${largs[@]}" \
