@@ -149,6 +149,8 @@ static void a_norm_dx(FILE *f, const CudaCtx *cx) {
         fprintf(f, ", ");
     }
     fprintf(f, "%d, %d, %d, %d, %d", DT(OUT(0)), DT(IN(0)), DT(x), DT(IN(2)), rows_v8(g, n, last_dim(x)));
+    if (n->op == OP_RMSNORM_DX)   // the sum it adds into (-1: none)
+        fprintf(f, ", %d", n->nin > 4 && n->in[4] >= 0 ? DT(IN(4)) : -1);
 }
 static void g_rows_in1(const CudaCtx *cx, unsigned *grid, unsigned *block) {
     CTX(cx);

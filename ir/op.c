@@ -445,10 +445,28 @@ static bool shape_like1(const IrGraph *g, const IrNode *n, IrTensor *out, IrShap
     return shape_like_in(g, n, out, 1);
 }
 
+// dy [..., N], W [N, K], and the sum it is added into, acc [..., K], when there is one.
+// dy, x, w, stats: x's shape; with acc, the sum dx is added into: acc's dtype.
+static bool shape_norm_dx(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
+    shape_like_in(g, n, out, 1);
+    if (n->nin == 5 && n->in[4] >= 0) {
+        const IrTensor *acc = IN(4);
+        if (!ir_same_shape(acc, out))
+            return fail(err, 4, "rmsnorm_dx: %s is not the input's shape", sh(acc));
+        out->dtype = acc->dtype;
+    }
+    return true;
+}
+
 static bool shape_linear_dx(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
-    (void)err;
     same_as(out, IN(0));
     out->shape[out->ndim - 1] = IN(1)->shape[1];
+    if (n->nin == 3 && n->in[2] >= 0) {
+        const IrTensor *acc = IN(2);
+        if (!ir_same_shape(acc, out))
+            return fail(err, 2, "linear_dx: %s is not the product's shape", sh(acc));
+        out->dtype = acc->dtype;
+    }
     return true;
 }
 
@@ -945,14 +963,17 @@ static void bwd_embed(Autodiff *ad, const IrNode *n) {
 }
 
 // x's and W's gradients of x Wᵀ, given the output's gradient dy.
-static void linear_dx_dw(Autodiff *ad, const IrNode *n, int dy) {
+// x's and W's gradients of x Wᵀ with dy scaled by `scale` (1: not), the scale the GEMMs'
+// alpha (no kernel scales dy first).
+static void linear_dx_dw(Autodiff *ad, const IrNode *n, int dy, double scale) {
+    OpAttr a = {.f = scale == 1.0 ? 0 : scale};
     if (ad_needs(ad, n->in[0])) {
         int in[2] = {dy, n->in[1]};
-        ad_add(ad, n, n->in[0], ad_op(ad, n, OP_LINEAR_DX, 2, in, (OpAttr){0}, "dx"));
+        ad_add(ad, n, n->in[0], ad_op(ad, n, OP_LINEAR_DX, 2, in, a, "dx"));
     }
     if (ad_needs(ad, n->in[1])) {
         int in[2] = {dy, n->in[0]};
-        ad_acc(ad, n, n->in[1], OP_LINEAR_DW, 2, in, (OpAttr){0});
+        ad_acc(ad, n, n->in[1], OP_LINEAR_DW, 2, in, a);
     }
 }
 
@@ -960,24 +981,22 @@ static void bwd_linear(Autodiff *ad, const IrNode *n) {
     int dy = ad_dy(ad, n, 0);
     if (dy < 0)
         return;
-    linear_dx_dw(ad, n, dy);
+    linear_dx_dw(ad, n, dy, 1.0);
     if (n->nin == 3 && n->in[2] >= 0 && ad_needs(ad, n->in[2])) {
         OpAttr a = {.ndim = 1, .shape = {T_AD(ad, n->in[2])->shape[0]}};
         ad_acc(ad, n, n->in[2], OP_SUM_TO, 1, &dy, a);
     }
 }
 
-// y + c·x Wᵀ: y's gradient is dy itself; x's and W's are linear's, of c·dy.
+// y + c·x Wᵀ: y's gradient is dy itself; x's and W's are linear's, of c·dy (c the GEMMs'
+// alpha).
 static void bwd_linear_acc(Autodiff *ad, const IrNode *n) {
     int dy = ad_dy(ad, n, 0);
     if (dy < 0)
         return;
     if (ad_needs(ad, n->in[2]))
         ad_add(ad, n, n->in[2], dy);
-    if (!ad_needs(ad, n->in[0]) && !ad_needs(ad, n->in[1]))
-        return;
-    int d = n->attr.f == 1.0 ? dy : ad_op(ad, n, OP_SCALE, 1, &dy, (OpAttr){.f = n->attr.f}, "dprod");
-    linear_dx_dw(ad, n, d);
+    linear_dx_dw(ad, n, dy, n->attr.f);
 }
 
 // b's gradient: added into a parameter's by the GEMM itself (β = 1), else a value of its own.
@@ -1164,7 +1183,7 @@ static const OpInfo ops[OP_COUNT] = {
     // backward ops
     [OP_EMBED_BWD] = {.shape = shape_attr, .flops = flops_elems, .scratch_bytes = scratch_embed_bwd},
     [OP_LINEAR_DX] = {.shape = shape_linear_dx, .flops = flops_linear_bwd, .gemm = gemm_linear_dx,
-                      .scratch_bytes = scratch_gemm},
+                      .scratch_bytes = scratch_gemm, .inplace_in = 3},
     [OP_LINEAR_DW] = {.shape = shape_linear_dw, .flops = flops_linear_bwd, .gemm = gemm_linear_dw,
                       .scratch_bytes = scratch_gemm},
     [OP_SUM_TO] = {.shape = shape_attr, .flops = flops_elems},
@@ -1180,7 +1199,7 @@ static const OpInfo ops[OP_COUNT] = {
                                " float t = tanhf(0.7978845608028654f * (x1 + 0.044715f * x2 * x1));"
                                " float di = 0.7978845608028654f * (1.0f + 3.0f * 0.044715f * x2);"
                                " y = x0 * (0.5f * (1.0f + t) + 0.5f * x1 * (1.0f - t * t) * di);"},
-    [OP_RMSNORM_DX] = {.shape = shape_like1, .flops = flops_8elems},
+    [OP_RMSNORM_DX] = {.shape = shape_norm_dx, .flops = flops_8elems, .inplace_in = 5},
     [OP_RMSNORM_DW] = {.shape = shape_norm_dw, .flops = flops_8in0},
     [OP_LAYERNORM_DX] = {.shape = shape_like1, .flops = flops_8elems},
     [OP_LAYERNORM_DW] = {.shape = shape_norm_dw, .flops = flops_8in0},

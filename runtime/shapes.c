@@ -203,12 +203,14 @@ static int shapes(const Check *c, OpKind op, const OpAttr *attr) {
         NEED(E(O(c, 1)) == R(a), "%s is not the rows' statistics", O(c, 1)->name);
         return 0;
     case OP_RMSNORM_DX:
-    case OP_LAYERNORM_DX:   // dy, x, w, stats -> dx
+    case OP_LAYERNORM_DX:   // dy, x, w, stats (, acc: rmsnorm's) -> dx
         SAME(a, b);
         NEED(E(I(c, 2)) == L(b), "the weights are not [%lld]", (long long)L(b));
         NEED(E(I(c, 3)) == (op == OP_RMSNORM_DX ? 1 : 2) * R(b), "%s is not the rows' statistics",
              I(c, 3)->name);
         SAME(o, b);
+        if (I(c, 4))
+            SAME(I(c, 4), o);
         return 0;
     case OP_RMSNORM_DW:
     case OP_LAYERNORM_DW:   // dy, x, stats -> dw [C]
@@ -320,9 +322,11 @@ static int shapes(const Check *c, OpKind op, const OpAttr *attr) {
         NEED(E(b) == R(a) && o->ndim == 2 && D(o, 1) == L(a), "%s, %s and %s do not agree", a->name,
              b->name, o->name);
         return 0;
-    case OP_LINEAR_DX:   // dy [..., N], W [N, K] -> dx [..., K]
+    case OP_LINEAR_DX:   // dy [..., N], W [N, K], acc [..., K]? -> (acc +) scale dy W
         NEED(b->ndim == 2 && D(b, 0) == L(a) && E(o) == R(a) * D(b, 1), "%s, %s and %s do not agree",
              a->name, b->name, o->name);
+        if (I(c, 2))
+            SAME(I(c, 2), o);
         return 0;
     case OP_LINEAR_DW:   // dy [..., N], x [..., K] -> dW [N, K]
         NEED(R(a) == R(b) && E(o) == L(a) * L(b), "%s, %s and %s do not agree", a->name, b->name, o->name);

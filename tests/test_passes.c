@@ -199,6 +199,31 @@ static void test_lora(void) {
         for (int i = 0; i < l.g->nodes.len; i++)
             accs += l.g->nodes.at[i].op == OP_LINEAR_ACC && l.g->nodes.at[i].attr.f == 2.0;
         CHECK_EQ(2 * 28, accs);
+        // Backward: LoRA's scale is its GEMMs' alpha (no kernel scales dy); a linear's dx
+        // adds the gradient summed so far as its GEMM's C, an RMSNorm's dx the residual
+        // stream's. A block's adds: none left but the dropout's (the LoRA input's mask).
+        CHECK_EQ(0, autodiff_apply(l.g, 1, false, NULL));
+        int scales = 0, dx_acc = 0, norm_acc = 0, adds = 0, scaled = 0;
+        for (int i = 0; i < l.g->nodes.len; i++) {
+            const IrNode *n = &l.g->nodes.at[i];
+            if (n->phase != PHASE_BACKWARD)
+                continue;
+            scales += n->op == OP_SCALE;
+            adds += n->op == OP_ADD;
+            dx_acc += n->op == OP_LINEAR_DX && n->nin == 3;
+            norm_acc += n->op == OP_RMSNORM_DX && n->nin == 5;
+            scaled += (n->op == OP_LINEAR_DX || n->op == OP_LINEAR_DW) && n->attr.f == 2.0;
+        }
+        printf("  Qwen2-7B LoRA backward: %d scale, %d add, %d linear_dx adding in, %d rmsnorm_dx adding in, "
+               "%d products scaled by alpha/r\n", scales, adds, dx_acc, norm_acc, scaled);
+        CHECK_EQ(0, scales);
+        CHECK_EQ(28 * 2 * 2, scaled);   // q's and v's B: dx and dW
+        // k's, v's and both LoRA inputs' onto q's, up's onto gate's; in the first block only
+        // up's (its input, the frozen embedding's output, takes no gradient), and every
+        // norm's but that block's first.
+        CHECK_EQ(27 * 5 + 1, dx_acc);
+        CHECK_EQ(28 * 2 - 1, norm_acc);
+        CHECK_EQ(0, adds);
     }
     unload(&l);
     // Llama-2-7B, r = 8 on q, v: 4,194,304 (REFERENCE.md §1)

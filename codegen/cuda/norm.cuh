@@ -77,9 +77,10 @@ FTC_INLINE void add_rmsnorm_fwd(FtcArgs a, long long rows, int C, float eps, flo
                   v8);
 }
 
-/* dx = r w' dy - (r^3 / C) x sum(w' dy x), w' = w + offset.  a.p: dx, dy, x, w, rstd. */
+/* dx = r w' dy - (r^3 / C) x sum(w' dy x), w' = w + offset; with acc (dtacc >= 0) acc + dx,
+ * dx rounded to its dtype first (the add it replaces).  a.p: dx, dy, x, w, rstd, acc. */
 FTC_INLINE void rmsnorm_dx(FtcArgs a, long long rows, int C, float offset, int dtdx, int dtdy, int dtx,
-                           int dtw, int v8) {
+                           int dtw, int v8, int dtacc) {
     __shared__ float red[32];
     long long r = blockIdx.x, base = r * C;
     int n = v8 ? 8 : 1;
@@ -106,6 +107,13 @@ FTC_INLINE void rmsnorm_dx(FtcArgs a, long long rows, int C, float offset, int d
         FTC_UNROLL
         for (int e = 0; e < n; e++)
             x[e] = rs * (w[e] + offset) * dy[e] - k * x[e];
+        if (dtacc >= 0) {
+            float s[8];
+            ldn(a.p[5], base + c, dtacc, v8, s);
+            FTC_UNROLL
+            for (int e = 0; e < n; e++)
+                x[e] = rnd(x[e], dtdx) + s[e];
+        }
         stn(a.p[0], base + c, dtdx, v8, x);
     }
 }

@@ -328,18 +328,24 @@ static int k_embed_bwd(Call *c) {
                                             (size_t)C, c->in->attr.pad - 1));
 }
 
+// The scale of a linear_dx or linear_dw (0: none): BLAS's alpha, as cuBLASLt's.
+static float gemm_scale(const Call *c) { return c->in->attr.f != 0 ? (float)c->in->attr.f : 1.0f; }
+
+// dx = scale dy W, added into acc (BLAS's beta = 1) where the instruction has one.
 static int k_linear_dx(Call *c) {
     int64_t Nn = last_dim(B(0)), K = B(1)->shape[1];
-    cpu_linear_backward(OUT(0), NULL, NULL, IN(0), NULL, IN(1), (size_t)rows(B(0)), (size_t)K,
-                        (size_t)Nn);
+    bool acc = c->in->nin > 2 && c->in->in[2] >= 0;
+    if (acc)
+        memcpy(OUT(0), IN(2), sizeof(float) * (size_t)ON(0));
+    cpu_gemm_scaled(0, 0, (size_t)rows(B(0)), (size_t)K, (size_t)Nn, gemm_scale(c), IN(0), IN(1),
+                    acc ? 1.0f : 0.0f, OUT(0));
     return 0;
 }
 
-static int k_linear_dw(Call *c) {
+static int k_linear_dw(Call *c) {   // dW += scale dyT x
     zero_unless_update(c, 0);
     int64_t Nn = last_dim(B(0)), K = last_dim(B(1));
-    cpu_linear_backward(NULL, OUT(0), NULL, IN(0), IN(1), NULL, (size_t)rows(B(0)), (size_t)K,
-                        (size_t)Nn);
+    cpu_gemm_scaled(1, 0, (size_t)Nn, (size_t)K, (size_t)rows(B(0)), gemm_scale(c), IN(0), IN(1), 1.0f, OUT(0));
     return 0;
 }
 
@@ -378,9 +384,30 @@ static int k_matmul_db(Call *c) {   // a [.., M, K], dy [.., M, N] -> db [.., K,
 static int k_silu_bwd(Call *c) { cpu_silu_backward(OUT(0), IN(0), IN(1), (size_t)N(0)); return 0; }
 static int k_gelu_bwd(Call *c) { cpu_gelu_backward(OUT(0), IN(0), IN(1), (size_t)N(0)); return 0; }
 
+static void round_to(float *v, int64_t n, PlanDType t) {
+    if (t == PDT_BF16)
+        for (int64_t i = 0; i < n; i++)
+            v[i] = cpu_bf16_to_f32(cpu_f32_to_bf16(v[i]));
+    else if (t == PDT_F16)
+        for (int64_t i = 0; i < n; i++)
+            v[i] = cpu_f16_to_f32(cpu_f32_to_f16(v[i]));
+}
+
+// dx; with acc, acc + dx, dx rounded to the output's dtype first (as the add it replaces).
+// (The output may be acc's own bytes: dx is formed apart first.)
 static int k_rmsnorm_dx(Call *c) {
-    cpu_rmsnorm_backward(OUT(0), NULL, IN(0), IN(1), IN(2), IN(3), (size_t)rows(B(1)),
-                         (size_t)last_dim(B(1)), (float)c->in->attr.offset);
+    bool acc = c->in->nin > 4 && c->in->in[4] >= 0;
+    float *dx = acc ? malloc(sizeof(float) * (size_t)(ON(0) + 1)) : OUT(0);
+    if (!dx)
+        return fail(c, "out of memory");
+    cpu_rmsnorm_backward(dx, NULL, IN(0), IN(1), IN(2), IN(3), (size_t)rows(B(1)), (size_t)last_dim(B(1)),
+                         (float)c->in->attr.offset);
+    if (acc) {
+        round_to(dx, ON(0), OB(0)->dtype);
+        for (int64_t i = 0; i < ON(0); i++)
+            OUT(0)[i] = IN(4)[i] + dx[i];
+        free(dx);
+    }
     return 0;
 }
 
@@ -458,14 +485,6 @@ static int k_cross_entropy_bwd(Call *c) {
                                                      dloss, (size_t)count));
 }
 
-static void round_to(float *v, int64_t n, PlanDType t) {
-    if (t == PDT_BF16)
-        for (int64_t i = 0; i < n; i++)
-            v[i] = cpu_bf16_to_f32(cpu_f32_to_bf16(v[i]));
-    else if (t == PDT_F16)
-        for (int64_t i = 0; i < n; i++)
-            v[i] = cpu_f16_to_f32(cpu_f32_to_f16(v[i]));
-}
 
 // s = a + b rounded to s's dtype, as the add would store it, then rmsnorm of s.
 static int k_add_rmsnorm(Call *c) {

@@ -793,11 +793,13 @@ static int gemm_setup(CudaState *s, const Plan *p, const PlanInstr *in, Gemm *g,
     const PlanBuffer *A = &p->buf[sh.a], *B = &p->buf[sh.b], *C = &p->buf[in->out[0]];
     g->a = sh.a, g->b = sh.b, g->c = in->out[0];
     g->bias = in->op == OP_LINEAR && in->nin > 2 ? in->in[2] : -1;
-    // A weight gradient (linear_dw, matmul_db) adds into itself; linear_acc adds its y in.
-    bool acc = in->op == OP_LINEAR_ACC;
+    // A weight gradient (linear_dw, matmul_db) adds into itself; linear_acc adds its y in,
+    // linear_dx its acc where it has one. Their scales are the product's alpha.
+    bool acc = in->op == OP_LINEAR_ACC || (in->op == OP_LINEAR_DX && in->nin > 2 && in->in[2] >= 0);
     g->cin = acc ? in->in[2] : in->out[0];
     g->beta = acc || (in->update & 1u) ? 1.0f : 0.0f;
-    g->alpha = acc ? (float)in->attr.f : 1.0f;
+    bool scaled = in->op == OP_LINEAR_ACC || in->op == OP_LINEAR_DX || in->op == OP_LINEAR_DW;
+    g->alpha = scaled && in->attr.f != 0 ? (float)in->attr.f : 1.0f;
     uint64_t ws = in->ws >= 0 ? (uint64_t)p->buf[in->ws].bytes : 0;
     return lt_setup(s, in, &sh, A->dtype, B->dtype, C->dtype, g->bias >= 0 ? (int)p->buf[g->bias].dtype : -1,
                     ws, g, err, errlen);
