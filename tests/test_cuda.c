@@ -266,6 +266,19 @@ static void test_adamw8bit(void) {
     }
 }
 
+// tiny.ft with `lines` added to its train section after the optimizer line, into text.
+static bool tiny_with(const char *lines, char *text, size_t cap) {
+    snprintf(text, cap, "%s", tiny());
+    char *opt = strstr(text, "  optimizer =");
+    char *eol = opt ? strchr(opt, '\n') : NULL;
+    if (!eol)
+        return false;
+    char rest[4096];
+    snprintf(rest, sizeof rest, "%s", eol + 1);
+    snprintf(eol + 1, cap - (size_t)(eol + 1 - text), "%s%s", lines, rest);
+    return true;
+}
+
 // The weight matrices streamed from pinned host memory a block ahead of their use (full
 // fine-tuning: every one, CPU AdamW updating them where they live; QLoRA: the NF4 bases and
 // their scales, dequantised on the device from their copies), without a race.
@@ -281,16 +294,11 @@ static void test_streamed(void) {
     }
     harness_free(&h);
     char text[8192];
-    snprintf(text, sizeof text, "%s", tiny());
-    char *opt = strstr(text, "  optimizer =");
-    char *eol = opt ? strchr(opt, '\n') : NULL;
-    CHECK(eol != NULL);
-    if (!eol)
+    bool made = tiny_with("  lora(r = 4, alpha = 8, targets = [wq, wv])\n  quantize(nf4, double_quant = true)\n",
+                          text, sizeof text);
+    CHECK(made);
+    if (!made)
         return;
-    char rest[4096];
-    snprintf(rest, sizeof rest, "%s", eol + 1);
-    snprintf(eol + 1, sizeof text - (size_t)(eol + 1 - text),
-             "  lora(r = 4, alpha = 8, targets = [wq, wv])\n  quantize(nf4, double_quant = true)\n%s", rest);
     c.policy = c.rest = REMAT_KEEP;
     harness_arch = "sm_80";
     ok = harness_compile_choice(&h, "models/tiny.ft", text, &c);
@@ -824,16 +832,10 @@ static void test_probe(void) {
 // A capture the driver refuses leaves the run launch by launch, with the same bits.
 static void test_graphs(void) {
     char text[8192];
-    snprintf(text, sizeof text, "%s", tiny());
-    char *opt = strstr(text, "  optimizer =");
-    char *eol = opt ? strchr(opt, '\n') : NULL;
-    CHECK(eol != NULL);
-    if (!eol)
+    bool made = tiny_with("  lora(r = 4, alpha = 8, dropout = 0.1, targets = [wq, wv])\n", text, sizeof text);
+    CHECK(made);
+    if (!made)
         return;
-    char rest[4096];
-    snprintf(rest, sizeof rest, "%s", eol + 1);
-    snprintf(eol + 1, sizeof text - (size_t)(eol + 1 - text),
-             "  lora(r = 4, alpha = 8, dropout = 0.1, targets = [wq, wv])\n%s", rest);
     static const struct {
         bool lora;
         PlanChoice c;
