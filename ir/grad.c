@@ -74,24 +74,16 @@ void ad_add(Autodiff *ad, const IrNode *n, int t, int contribution) {
         ad->grad[t] = contribution;
         return;
     }
-    // A product's contribution (linear's dx) takes the sum so far as its GEMM's C, added
-    // with beta = 1: no add kernel, and the product rounded once, with the sum.
-    IrTensor *c = &ad->g->tensors.at[contribution];
-    const IrTensor *so_far = &ad->g->tensors.at[ad->grad[t]];
+    // A contribution whose op can add its result into a sum (OpInfo.acc_in: linear's dx as
+    // its GEMM's C with beta = 1, rounded once with the sum; a norm's dx, rounding dx first
+    // as the add would) takes the sum so far there: no add kernel, one pass fewer.
+    const IrTensor *c = &ad->g->tensors.at[contribution], *so_far = &ad->g->tensors.at[ad->grad[t]];
     IrNode *p = c->producer >= 0 ? &ad->g->nodes.at[c->producer] : NULL;
-    if (p && p->op == OP_LINEAR_DX && p->nin == 2 && p->out[0] == contribution &&
-        c->dtype == so_far->dtype && ir_same_shape(c, so_far)) {
-        p->in[2] = ad->grad[t];
-        p->nin = 3;
-        ad->grad[t] = contribution;
-        return;
-    }
-    // A norm's dx (the residual stream's gradient through the norm) adds the rest in itself:
-    // one pass over the row less, and the same bits (it rounds dx first, as the add's input).
-    if (p && p->op == OP_RMSNORM_DX && p->nin == 4 && p->out[0] == contribution && c->dtype == so_far->dtype &&
+    int acc = p ? op_info(p->op)->acc_in - 1 : -1;
+    if (acc >= 0 && p->nin == acc && p->out[0] == contribution && c->dtype == so_far->dtype &&
         ir_same_shape(c, so_far)) {
-        p->in[4] = ad->grad[t];
-        p->nin = 5;
+        p->in[acc] = ad->grad[t];
+        p->nin = acc + 1;
         ad->grad[t] = contribution;
         return;
     }

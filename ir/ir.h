@@ -353,6 +353,8 @@ typedef struct OpInfo {
     uint8_t init[IR_MAX_INPUTS];    // how a parameter in input k is initialised (IrInit)
     int8_t inplace_in;              // OPF_INPLACE ops: the only input whose bytes the output
                                     // may take, plus 1 (0: any same-sized input)
+    int8_t acc_in;                  // an optional last input the result is added into (a
+                                    // backward sum's terms so far), plus 1; 0: none
     const char *aux;                // the name suffix of out[1] ("stats", "lse", "mask")
     // Elementwise ops: the device code of one element, C statements that set `y` from
     // the inputs x0, x1, ... (fp32; an input of fewer elements is broadcast), the

@@ -1183,7 +1183,7 @@ static const OpInfo ops[OP_COUNT] = {
     // backward ops
     [OP_EMBED_BWD] = {.shape = shape_attr, .flops = flops_elems, .scratch_bytes = scratch_embed_bwd},
     [OP_LINEAR_DX] = {.shape = shape_linear_dx, .flops = flops_linear_bwd, .gemm = gemm_linear_dx,
-                      .scratch_bytes = scratch_gemm, .inplace_in = 3},
+                      .scratch_bytes = scratch_gemm, .inplace_in = 3, .acc_in = 3},
     [OP_LINEAR_DW] = {.shape = shape_linear_dw, .flops = flops_linear_bwd, .gemm = gemm_linear_dw,
                       .scratch_bytes = scratch_gemm},
     [OP_SUM_TO] = {.shape = shape_attr, .flops = flops_elems},
@@ -1199,7 +1199,7 @@ static const OpInfo ops[OP_COUNT] = {
                                " float t = tanhf(0.7978845608028654f * (x1 + 0.044715f * x2 * x1));"
                                " float di = 0.7978845608028654f * (1.0f + 3.0f * 0.044715f * x2);"
                                " y = x0 * (0.5f * (1.0f + t) + 0.5f * x1 * (1.0f - t * t) * di);"},
-    [OP_RMSNORM_DX] = {.shape = shape_norm_dx, .flops = flops_8elems, .inplace_in = 5},
+    [OP_RMSNORM_DX] = {.shape = shape_norm_dx, .flops = flops_8elems, .inplace_in = 5, .acc_in = 5},
     [OP_RMSNORM_DW] = {.shape = shape_norm_dw, .flops = flops_8in0},
     [OP_LAYERNORM_DX] = {.shape = shape_like1, .flops = flops_8elems},
     [OP_LAYERNORM_DW] = {.shape = shape_norm_dw, .flops = flops_8in0},

@@ -466,10 +466,7 @@ void rt_kernel_args(const Exec *x, const PlanInstr *in, KernelArgs *a) {
     runtime_reals(x, in, a->f);
 }
 
-bool rt_args_vary(const PlanInstr *in) {
-    return in->op == OP_DROPOUT || in->op == OP_CROSS_ENTROPY || in->op == OP_CROSS_ENTROPY_BWD ||
-           in->op == OP_LINEAR_CE || in->op == OP_LINEAR_CE_GRAD;
-}
+bool rt_args_vary(const PlanInstr *in) { return op_desc(in->op)->flags & OPF_STEP_SCALARS; }
 
 void rt_args_update(const Exec *x, const PlanInstr *in, KernelArgs *a) {
     KernelArgs now;

@@ -25,10 +25,10 @@ typedef struct KernelGroupArgs {
 // The arguments of instruction `in`'s launches.
 void rt_kernel_args(const Exec *x, const PlanInstr *in, KernelArgs *a);
 // Whether a launch of `in` reads a runtime scalar that changes from one micro-step to the
-// next: dropout its random stream (i[2]), the loss its loss scale (f[1]). No other kernel
-// of the forward, backward or evaluation phases reads i[] or f[] (the optimizer's do, and
-// their phase is never captured), so a graph's other kernel nodes keep the arguments they
-// were captured with (rt_args_update).
+// next (the op table's OPF_STEP_SCALARS): dropout its random stream (i[2]), the loss its
+// loss scale (f[1]). No other kernel of the forward, backward or evaluation phases reads
+// i[] or f[] (the optimizer's do, and their phase is never captured), so a graph's other
+// kernel nodes keep the arguments they were captured with (rt_args_update).
 bool rt_args_vary(const PlanInstr *in);
 // The runtime scalars of a launch of `in` captured in *a made current (the buffers and the
 // loss's chunk, i[3], kept).

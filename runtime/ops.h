@@ -30,6 +30,8 @@ enum {                  // OpDesc.flags
     OPF_USER = 1 << 0,          // may be written in .ft
     OPF_INPLACE = 1 << 1,       // out[0] may take the bytes of a same-sized input dying here
     OPF_ATTR_OPTIONAL = 1 << 2, // its .ft attribute may be left out
+    OPF_STEP_SCALARS = 1 << 3,  // its kernels read a runtime scalar that changes every
+                                // micro-step (the random stream, the loss scale)
 };
 
 enum {                  // OpDesc.attrs: the fields of OpAttr an op reads
