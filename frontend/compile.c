@@ -23,7 +23,7 @@ void usage_compile(FILE *f) {
     int n;
     const GpuPreset *p = gpu_presets(&n);
     fputs("usage: ftc compile FILE.ft [--budget SIZE] [--gpu PRESET] [--host-mem SIZE] [-o DIR]\n"
-          "                   [--micro-batch N] [--remat P] [--offload L] [--dump-ir]\n"
+          "                   [--micro-batch N] [--remat P] [--offload L] [--update W] [--dump-ir]\n"
           "                   [--dump-after PASS] [--emit-graph FILE.json] [--time-passes] [--exhaustive]\n"
           "                   [--no-fusion] [--unfused-loss] [--grad-temporaries] [--loss-chunk N]\n"
           "                   [--reserve SIZE] [--host-cores N] [--host-adamw RATE] [--host-link GBPS]\n"
@@ -48,8 +48,9 @@ void usage_compile(FILE *f) {
           "  -o DIR            the plan directory to write (default: NAME.plan, NAME the file's stem)\n"
           "  --dump-ir         print the IR after each pass of the chosen plan\n"
           "  --dump-after PASS print the IR after one pass of the chosen plan: elaborate, lora,\n"
-          "                    fuse_loss, autodiff, quantize, chunk_loss, remat, shard, offload,\n"
-          "                    fuse, schedule, buckets, liveness, alloc or streams\n"
+          "                    fuse_loss, autodiff, quantize, chunk_loss, remat, eval, shard,\n"
+          "                    offload, fuse, early_update, schedule, buckets, liveness, alloc or\n"
+          "                    streams\n"
           "  --emit-graph F    write the training graph (FLOPs, bytes, edges) as JSON to F\n"
           "  --time-passes     print the time spent in each pass, over every candidate planned\n"
           "  --exhaustive      place every candidate and skip no search by its bound (slower: the\n"
@@ -73,6 +74,9 @@ void usage_compile(FILE *f) {
           "                    grads (the gradients too; with several ranks, from --zero 2) or\n"
           "                    weights (the weight matrices too: LoRA's frozen bases, else all;\n"
           "                    each streamed to the device a block ahead of its use; one rank)\n"
+          "  --update W        step (every update after the whole backward) or backward (each\n"
+          "                    parameter's update as soon as its gradient is complete, which then\n"
+          "                    dies: one micro-step, no clip, no loss scale, one rank, offload none)\n"
           "  --zero Z          with --ranks: the ZeRO stage, 0 (data parallel) to 3\n"
           "  --loss-chunk N    rows of logits the fused loss forms at a time (a divisor of\n"
           "                    micro-batch x seq; the largest at most N)\n"
@@ -91,8 +95,28 @@ static const char *precision_name(const TrainSpec *t) {
                                                   : "fp16 mixed (fp32 master weights and optimizer state)"
                          : q8 ? "fp16 weights, no master copy" : "fp16 weights, fp32 optimizer state, no master copy";
     case PREC_FP32: return "fp32";
-    default: return "pure bf16";
+    default: return t->master_weights || strncmp(t->optimizer, "adamw", 5) ? "pure bf16"
+                    : t->kahan ? "pure bf16, Kahan-compensated updates (kahan = true: 2 bytes a parameter)"
+                               : "pure bf16, updates not Kahan-compensated (kahan = false)";
     }
+}
+
+// Why every gradient of the step must be complete before the first update (so the
+// updates cannot run inside backward), or NULL when nothing asks that: with `ranks`,
+// the micro-batch (0: the planner's) and the offload level (-1: the planner's) asked for.
+static const char *whole_step_grads(const FtModel *m, int64_t ranks, int64_t micro, int offload) {
+    const TrainSpec *t = &m->train;
+    if (ranks > 1)
+        return "with several ranks a gradient is complete only after its reduction over them";
+    if (t->clip > 0)
+        return "clipping (clip) scales every update by the norm of all the gradients";
+    if (t->precision == PREC_FP16)
+        return "fp16's loss scale skips the step when any gradient overflows";
+    if (micro && micro < t->batch)
+        return "with accumulation a gradient is complete only after the last micro-step";
+    if (offload > 0)
+        return "the updates run on the host (--offload) after the gradients are copied there";
+    return NULL;
 }
 
 // Prints the counts and the naive memory breakdown for `g` to `out`.
@@ -348,6 +372,17 @@ static void decision(FILE *f, const Candidate *c, const FtModel *m, const PlanCt
                    "(%lld chunks of the %lld rows), never whole\n",
                 (long long)c->o.loss_chunk, (long long)(c->o.loss_rows / c->o.loss_chunk),
                 (long long)c->o.loss_rows);
+    if (c->c.early_update)
+        fprintf(f, "  updates inside backward: each parameter's %s update runs as soon as its gradient is "
+                   "complete, and the gradient dies there (%s of gradients never live at once); a step "
+                   "whose gradients are not finite cannot be skipped (ftc run stops)\n",
+                m->train.optimizer, SIZE(pin->grads_bytes));
+    else if (accum == 1 && ranks == 1 && !c->c.offload.optimizer && m->train.clip > 0 &&
+             m->train.precision != PREC_FP16)
+        fprintf(f, "  the gradients (%s) live the whole step: clipping (clip = %g) scales every update by "
+                   "the norm of all of them; without it each update could run inside backward and free "
+                   "its gradient there\n",
+                SIZE(pin->grads_bytes), m->train.clip);
     if (c->c.offload.optimizer)
         fprintf(f, "  on the host: AdamW moments and fp32 master weights%s; AdamW runs on the CPU\n",
                 c->c.offload.weights ? ", the gradients (streamed as backward makes them) and the weight "
@@ -585,7 +620,7 @@ static int plan(FILE *out, FILE *report, const PlanCtx *pc, const PlannerInput *
 int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
     const char *path = NULL, *gpu_name = "a100-40g", *outdir = NULL, *emit = NULL;
     int out_arg = -1;
-    int path_arg = 0, gpu_arg = 0, remat = -1, offload = -1;
+    int path_arg = 0, gpu_arg = 0, remat = -1, offload = -1, update = -1, update_arg = -1;
     int64_t budget = 0, host = 0, micro = 0, reserve = -1;
     HostSpec hs = host_default();
     int zero = -1, ranks_arg = -1, zero_arg = -1, offload_arg = -1, link_arg = -1;
@@ -606,7 +641,7 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
                      !strcmp(s, "--dump-after") || !strcmp(s, "--reserve") ||
                      !strcmp(s, "--host-cores") || !strcmp(s, "--host-adamw") ||
                      !strcmp(s, "--host-link") || !strcmp(s, "--ranks") || !strcmp(s, "--zero") ||
-                     !strcmp(s, "--link") || !strcmp(s, "--loss-chunk");
+                     !strcmp(s, "--link") || !strcmp(s, "--loss-chunk") || !strcmp(s, "--update");
         if (takes && i + 1 >= argc) {
             arg_error(cl, i, "%s needs a value", s);
             return EXIT_USAGE;
@@ -708,6 +743,14 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
                     offload = k;
             if (offload < 0) {
                 arg_error(cl, i, "--offload takes none, optimizer, grads or weights");
+                return EXIT_USAGE;
+            }
+        } else if (!strcmp(s, "--update")) {
+            update_arg = ++i;
+            update = !strcmp(argv[i], "step") ? 0 : !strcmp(argv[i], "backward") ? 1 : -1;
+            if (update < 0) {
+                arg_error(cl, i, "--update takes step (after the whole backward) or backward (each "
+                          "parameter's as soon as its gradient is complete)");
                 return EXIT_USAGE;
             }
         } else if (!strcmp(s, "--dump-ir")) {
@@ -873,6 +916,11 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
                   "all-reduced on the device): use --offload optimizer or none");
         goto done;
     }
+    const char *whole = whole_step_grads(&m, ranks, micro, offload);
+    if (update == 1 && whole) {
+        arg_error(cl, update_arg, "--update backward: %s", whole);
+        goto done;
+    }
     DriverSource source = {&src, &m};
     PassDiag diag = driver_diag(&src);
     Pipeline pipe = driver_pipeline(&source, arena, &diag);
@@ -926,6 +974,7 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
                         .states_bytes = states.bytes[MEM_OPTIMIZER] + states.bytes[MEM_MASTER],
                         .build = pipeline_plan_choice, .ctx = &pc, .nlayers = nlayers, .micro = micro,
                         .remat = remat, .offload = offload, .ranks = (int)ranks, .zero = zero,
+                        .early = update == 0 || whole ? 0 : update,
                         .grads_whole = ranks > 1 && !strcmp(m.train.optimizer, "adamw8bit"),
                         .loss_chunk = loss_chunk, .chain = chain, .nchain = nchain, .nkeep = nkeep,
                         .exhaustive = exhaustive};

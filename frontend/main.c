@@ -73,6 +73,8 @@ static void usage_run(FILE *f) {
           "                    --save alone writes the adapters in PEFT's layout\n"
           "  --skip-nonfinite  a step whose loss or gradients are not finite is skipped (its\n"
           "                    update not taken) and counted; without it the run stops there\n"
+          "                    (refused for a plan that updates inside backward: ftc compile\n"
+          "                    --update step)\n"
           "  --device D        cuda (the GPU: the plan's kernels, cuBLASLt), cpu (the reference\n"
           "                    kernels) or emu (the plan's kernels compiled for and run on the\n"
           "                    CPU); default: cuda where the driver sees a GPU, else cpu\n"

@@ -257,7 +257,7 @@ StepCost cost_step(const IrGraph *g, const CostModel *cm, int64_t accum, int64_t
         } else {
             if (n->recompute)
                 c.recompute_us += t;
-            else
+            else if (cls != OPC_OPTIMIZER && n->op != OP_GRAD_SUMSQ)   // (updates inside backward)
                 c.model_flops += op_flops(g, n);
             if (cls == OPC_LOSS_GEMM) {   // what it forms again, and its products
                 double again, products;

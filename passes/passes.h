@@ -198,6 +198,24 @@ typedef struct FuseStats {
 int fuse_apply(IrGraph *g, FuseStats *st);
 
 //
+// early_update.c — each optimizer update inside backward, as soon as its gradient is complete.
+//
+
+typedef struct EarlyUpdateStats {
+    int moved;                  // updates moved into backward
+    int zeroed;                 // gradients zeroed before a first contribution that only adds
+    int64_t transient_bytes;    // gradient bytes that no longer live the whole step
+} EarlyUpdateStats;
+
+// For a step with one micro-step, no clipping, no loss scale, one rank and the optimizer on
+// the device (the caller's to check): moves each gradient's sum of squares and update to
+// right after the last node touching the gradient or what the update writes, the factor
+// (formed from no statistics: 1 / loss scale, no skip) to backward's start; drops the
+// zeroing; makes each gradient's first contribution assign it, and the gradients values
+// (TK_VALUE). After fuse, before schedule. Returns 0.
+int early_update_apply(IrGraph *g, EarlyUpdateStats *st);
+
+//
 // schedule.c — a memory-aware execution order within each phase.
 //
 
@@ -398,6 +416,8 @@ typedef struct PlanChoice {
     int nkeep;                  // ... of this many candidates
     int chain_at;               // its place in the planner's keep chain (for reports)
     int64_t loss_chunk;         // rows per chunk of the fused loss (0: the default cap's)
+    bool early_update;          // each update inside backward (early_update.c): one micro-step,
+                                // offload none, one rank, and a step PipelineSpec allows it for
 } PlanChoice;
 
 enum { BUCKET_DEFAULT_BYTES = 32 << 20 };
@@ -439,6 +459,10 @@ typedef struct PlannerInput {
     int64_t weights_bytes, grads_bytes, states_bytes, reserve_bytes;
     int64_t micro;              // fixed by the user, else 0
     int remat, offload;         // fixed by the user (a RematPolicy, an offload level 0..3), else -1
+    int early;                  // each update inside backward (PlanChoice.early_update): 1 always,
+                                // 0 never, -1 the planner's choice; only where the step allows it
+                                // (one rank, no clipping, no loss scale: the caller's to check),
+                                // at one micro-step and offload none
     int ranks;                  // data-parallel ranks (0, 1: one); the global batch splits over them
     int zero;                   // the ZeRO stage fixed by the user, else -1 (with ranks > 1)
     bool grads_whole;           // with ranks > 1, some gradients stay whole (AdamW8bit's 8-bit
@@ -548,7 +572,7 @@ typedef struct PipelineSpec {
 // threads at once.
 typedef IrGraph *(*ElaborateFn)(void *ctx, int64_t micro, int64_t seq, Arena *a);
 
-enum { PIPELINE_MAX_STAGES = 16 };
+enum { PIPELINE_MAX_STAGES = 20 };
 
 // Nanoseconds spent in each stage (pipeline_stages order) and how many times it ran,
 // summed over every build (planner threads add at once).
@@ -588,6 +612,7 @@ typedef struct BuildStats {
     OffloadStats offload;
     EvalStats eval;
     FuseStats fuse;
+    EarlyUpdateStats early;
     ScheduleStats schedule;
     AllocStats alloc;
     StreamStats streams;

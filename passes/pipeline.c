@@ -2,7 +2,8 @@
 // signature, run for one planner choice:
 //
 //   elaborate (B, S) → lora → fuse_loss → autodiff → quantize → chunk_loss → remat → eval
-//     → shard → offload → fuse → schedule → buckets → liveness → alloc → streams
+//     → shard → offload → fuse → early_update → schedule → buckets → liveness → alloc
+//     → streams
 //
 // The frontend elaborates (a callback: the passes never see the AST); every pass runs
 // for every choice, doing nothing when the choice or the train section asks nothing of
@@ -86,6 +87,9 @@ static int run_eval(PassCtx *x) {
     return eval_apply(x->g, &x->bs->eval);
 }
 static int run_fuse(PassCtx *x) { return x->p->spec.no_fusion ? 0 : fuse_apply(x->g, &x->bs->fuse); }
+static int run_early_update(PassCtx *x) {
+    return x->c->early_update ? early_update_apply(x->g, &x->bs->early) : 0;
+}
 static int run_schedule(PassCtx *x) { return schedule_apply(x->g, &x->bs->schedule); }
 static int run_liveness(PassCtx *x) { return liveness_apply(x->g, true); }
 static int run_alloc(PassCtx *x) { return alloc_within(x->g, x->enough[0], x->enough[1], &x->bs->alloc); }
@@ -109,6 +113,7 @@ enum { PREFIX, CHOICE, PLACE, FINAL };
     X(shard, run_shard, CHOICE)                                                          \
     X(offload, run_offload, CHOICE)                                                      \
     X(fuse, run_fuse, CHOICE)                                                            \
+    X(early_update, run_early_update, CHOICE)                                            \
     X(schedule, run_schedule, CHOICE)                                                    \
     X(buckets, run_buckets, CHOICE)                                                      \
     X(liveness, run_liveness, CHOICE)                                                    \

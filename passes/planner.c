@@ -27,9 +27,21 @@
 #include <string.h>
 #include <unistd.h>
 
-enum { LEVELS = 4 };
+// The levels: offload none, optimizer, grads, weights; and LEVEL_EARLY, offload none with
+// each update inside backward (one micro-step: the largest micro-batch only).
+enum { LEVELS = 5, LEVEL_EARLY = 4 };
 static const OffloadSpec levels[LEVELS] = {{false, false, false}, {true, false, false}, {true, true, false},
-                                           {true, true, true}};
+                                           {true, true, true}, {false, false, false}};
+
+// The level of choice c.
+static int level_of(const PlanChoice *c) {
+    if (c->early_update)
+        return LEVEL_EARLY;
+    int lv = 0;
+    while (lv < LEVEL_EARLY && memcmp(&levels[lv], &c->offload, sizeof c->offload))
+        lv++;
+    return lv;
+}
 
 void planner_choice_str(char *buf, size_t cap, const PlanChoice *c, int nlayers) {
     char remat[96];
@@ -52,7 +64,9 @@ void planner_choice_str(char *buf, size_t cap, const PlanChoice *c, int nlayers)
         n += snprintf(buf + n, cap - (size_t)n, ", ZeRO-%d, buckets %lld MiB", c->zero,
                       (long long)(c->bucket_bytes >> 20));
     if (c->loss_chunk > 0 && n > 0 && (size_t)n < cap)
-        snprintf(buf + n, cap - (size_t)n, ", loss chunk %lld", (long long)c->loss_chunk);
+        n += snprintf(buf + n, cap - (size_t)n, ", loss chunk %lld", (long long)c->loss_chunk);
+    if (c->early_update && n > 0 && (size_t)n < cap)
+        snprintf(buf + n, cap - (size_t)n, ", updates in backward");
 }
 
 static bool same_choice(const PlanChoice *a, const PlanChoice *b) {
@@ -60,7 +74,8 @@ static bool same_choice(const PlanChoice *a, const PlanChoice *b) {
            a->rest == b->rest && a->offload.optimizer == b->offload.optimizer &&
            a->offload.grads == b->offload.grads && a->offload.weights == b->offload.weights &&
            a->per_layer == b->per_layer && a->keep == b->keep &&
-           a->loss_chunk == b->loss_chunk && a->zero == b->zero && a->bucket_bytes == b->bucket_bytes;
+           a->loss_chunk == b->loss_chunk && a->zero == b->zero && a->bucket_bytes == b->bucket_bytes &&
+           a->early_update == b->early_update;
 }
 
 // The buckets' size a candidate starts with: none for one rank.
@@ -69,7 +84,8 @@ static int64_t bucket(const PlannerInput *in) { return in->ranks > 1 ? BUCKET_DE
 // Policy `pol` in every block at micro-batch `micro`, offload level `lv`, ZeRO stage `z`.
 static PlanChoice uniform(const PlannerInput *in, int64_t micro, int pol, int lv, int z) {
     return (PlanChoice){.micro = micro, .policy = (RematPolicy)pol, .n_policy = in->nlayers,
-                        .rest = (RematPolicy)pol, .offload = levels[lv], .zero = z, .bucket_bytes = bucket(in)};
+                        .rest = (RematPolicy)pol, .offload = levels[lv], .zero = z, .bucket_bytes = bucket(in),
+                        .early_update = lv == LEVEL_EARLY};
 }
 
 // Plan `base` at micro-batch `micro` keeping every tensor: the first of the keep chain.
@@ -352,6 +368,32 @@ static void merge(PlannerResult *r, Job *j) {
 
 static double best_us(const PlannerResult *r) { return r->best >= 0 ? r->tried.at[r->best].o.cost.step_us : 0; }
 
+// The updates inside backward are chosen only where they make the step at least 1% faster
+// than every plan that updates after backward (or where no such plan fits): the ordinary
+// step can skip a step whose gradients are not finite, and groups its updates' launches.
+#define EARLY_GAIN 0.99
+
+// A level's place in the search: its bound, the updates inside backward after every other.
+static double level_key(const Job *j) { return j->level == LEVEL_EARLY ? INFINITY : j->bound.step_us; }
+
+// Declines each plan with the updates inside backward that is not EARLY_GAIN faster than
+// the fastest plan that fits without them; best and smallest again.
+static void decline_early(PlannerResult *r) {
+    double us = 0;
+    for (int i = 0; i < r->tried.len; i++) {
+        const Candidate *c = &r->tried.at[i];
+        if (c->fits && !c->declined && !c->c.early_update && (us == 0 || c->o.cost.step_us < us))
+            us = c->o.cost.step_us;
+    }
+    for (int i = 0; us > 0 && i < r->tried.len; i++) {
+        Candidate *c = &r->tried.at[i];
+        if (c->c.early_update && c->fits && c->o.cost.step_us > us * EARLY_GAIN)
+            c->declined = true;
+    }
+    Job none = {0};
+    merge(r, &none);
+}
+
 enum { FINALISTS = 4 };   // several ranks: the plans whose buckets are sized (see below)
 
 // The bar a candidate must beat to matter: the fastest plan that fits, or with several
@@ -492,19 +534,25 @@ int planner_search(const PlannerInput *in, PlannerResult *r) {
     // policy: the largest micro-batch that fits. With several ranks, gradients on the host
     // need them sharded first (a reduction runs on the device), and the weights are not
     // streamed (a rank's weights are its shard and the gathers of the others').
+    // The updates inside backward: where the step allows them (in->early), at one micro-step.
+    bool one_step = micros[nm - 1] == per_rank;
     Job jobs[4 * LEVELS];
     int nj = 0;
     for (int z = z0; z <= z1; z++)
         for (int lv = 0; lv < LEVELS; lv++) {
-            if (in->offload >= 0 && lv != in->offload)
+            bool early = lv == LEVEL_EARLY;
+            if (in->offload >= 0 && lv != in->offload && !(early && in->offload == 0))
+                continue;
+            if (early ? in->early == 0 || R > 1 || !one_step : in->early == 1)
                 continue;
             if (R > 1 && ((lv == 2 && (z < 2 || in->grads_whole)) || lv == 3))
                 continue;
             int64_t w = in->weights_bytes / (z >= 3 ? R : 1), gr = in->grads_bytes / (z >= 2 ? R : 1),
                     os = in->states_bytes / (z >= 1 ? R : 1);
-            int64_t fixed[LEVELS] = {w + gr + os, w + gr, w, 0}, host[LEVELS] = {0, os, os + gr, os + gr + w};
+            int64_t fixed[LEVELS] = {w + gr + os, w + gr, w, 0, w + os},
+                    host[LEVELS] = {0, os, os + gr, os + gr + w, 0};
             if (fixed[lv] + in->reserve_bytes > in->budget_bytes) {
-                r->pruned_levels++;
+                r->pruned_levels += !early;   // (level 0's variant)
                 continue;
             }
             if (host[lv] > in->host_budget_bytes) {
@@ -515,17 +563,20 @@ int planner_search(const PlannerInput *in, PlannerResult *r) {
                 continue;
             }
             // Its bound: no recompute (or the policy asked for) at the largest micro-batch.
-            jobs[nj++] = (Job){.kind = JOB_BOUND, .in = in, .micros = micros, .nm = nm, .level = lv, .zero = z,
+            const int64_t *lm = early ? micros + nm - 1 : micros;   // the level's micro-batches
+            int lnm = early ? 1 : nm;
+            jobs[nj++] = (Job){.kind = JOB_BOUND, .in = in, .micros = lm, .nm = lnm, .level = lv, .zero = z,
                                .states_bytes = fixed[lv] + in->reserve_bytes,
-                               .slow = in->remat >= 0 ? in->remat : REMAT_KEEP, .m = nm - 1};
+                               .slow = in->remat >= 0 ? in->remat : REMAT_KEEP, .m = lnm - 1};
         }
     run_jobs(jobs, nj, threads);
-    // The levels in order of their bounds (ties: in the order above).
+    // The levels in order of their bounds (ties: in the order above); the updates inside
+    // backward last, judged against the best of the others (early_gain).
     Job levels_by[4 * LEVELS];
     int nl = nj;
     for (int i = 0; i < nl; i++) {
         int at = i;
-        while (at > 0 && levels_by[at - 1].bound.step_us > jobs[i].bound.step_us) {
+        while (at > 0 && level_key(&levels_by[at - 1]) > level_key(&jobs[i])) {
             levels_by[at] = levels_by[at - 1];
             at--;
         }
@@ -549,7 +600,11 @@ int planner_search(const PlannerInput *in, PlannerResult *r) {
         for (int i = 0; i < np; i++)
             jobs[nj++] = pend[i];
         int z = li < nl ? levels_by[li].zero : 0, lv = li < nl ? levels_by[li].level : 0;
+        const int64_t *lm = li < nl ? levels_by[li].micros : micros;
+        int lnm = li < nl ? levels_by[li].nm : nm;
         double b = bar(in, r);
+        if (li < nl && lv == LEVEL_EARLY)
+            b *= EARLY_GAIN;
         if (li < nl && b > 0 && levels_by[li].bound.step_us >= b) {
             r->bound_pruned++;
             vec_push(&r->bounds, levels_by[li].bound);
@@ -557,10 +612,10 @@ int planner_search(const PlannerInput *in, PlannerResult *r) {
             for (int pol = REMAT_KEEP; pol <= REMAT_SWAP; pol++) {
                 if (in->remat >= 0 && pol != in->remat)
                     continue;
-                Job mj = {.kind = JOB_MICRO, .in = in, .micros = micros, .nm = nm, .level = lv, .zero = z,
+                Job mj = {.kind = JOB_MICRO, .in = in, .micros = lm, .nm = lnm, .level = lv, .zero = z,
                           .slow = pol, .states_bytes = levels_by[li].states_bytes};
                 if (pol == levels_by[li].slow && levels_by[li].bound_bytes > in->budget_bytes)   // (the bound's plan)
-                    mj.over_micro = micros[nm - 1], mj.over_bytes = levels_by[li].bound_bytes;
+                    mj.over_micro = lm[lnm - 1], mj.over_bytes = levels_by[li].bound_bytes;
                 // What another level's search found over the budget is over here too, give or
                 // take the model states the two levels keep on the device.
                 for (int i = 0; i < r->tried.len; i++) {
@@ -572,7 +627,7 @@ int planner_search(const PlannerInput *in, PlannerResult *r) {
                         continue;
                     int64_t there = -1;
                     for (int k = 0; k < nl; k++)
-                        if (levels_by[k].zero == z && !memcmp(&levels[levels_by[k].level], &o->offload, sizeof o->offload))
+                        if (levels_by[k].zero == z && levels_by[k].level == level_of(o))
                             there = levels_by[k].states_bytes;
                     int64_t here = there < 0 ? 0 : c->o.device_bytes - there + levels_by[li].states_bytes;
                     if (here > in->budget_bytes && (!mj.over_micro || o->micro < mj.over_micro))
@@ -599,9 +654,9 @@ int planner_search(const PlannerInput *in, PlannerResult *r) {
             int fast = pairs[pi][0], slow = pairs[pi][1], m = fit_at[slow];
             if (m < 0 || fit_at[fast] >= m)
                 continue;
-            PlanChoice sc = uniform(in, micros[m], slow, lv, z), fc = uniform(in, micros[m], fast, lv, z);
+            PlanChoice sc = uniform(in, lm[m], slow, lv, z), fc = uniform(in, lm[m], fast, lv, z);
             sc.loss_chunk = fc.loss_chunk = in->loss_chunk;
-            Job pj = {.kind = JOB_PAIR, .in = in, .micros = micros, .nm = nm, .level = lv, .zero = z,
+            Job pj = {.kind = JOB_PAIR, .in = in, .micros = lm, .nm = lnm, .level = lv, .zero = z,
                       .fast = fast, .slow = slow, .m = m, .bar_us = bar(in, r)};
             for (int i = 0; i < r->tried.len; i++) {
                 const Candidate *c = &r->tried.at[i];
@@ -613,6 +668,7 @@ int planner_search(const PlannerInput *in, PlannerResult *r) {
             pend[np++] = pj;
         }
     }
+    decline_early(r);
     refine_tensors(in, r, micros, nm, threads);
     refine_loss_chunk(in, r);
     // The buckets of the fastest few: other sizes trade the link's latency per call against
@@ -651,14 +707,15 @@ int planner_search(const PlannerInput *in, PlannerResult *r) {
     // step the chunk's time is, and the bucket finalists were chosen at the first chunk.
     if (R > 1)
         refine_loss_chunk(in, r);
-    if (r->smallest < 0 && r->pruned_levels < LEVELS * (z1 - z0 + 1)) {   // report the most frugal allowed plan
+    if (r->smallest < 0 && r->pruned_levels < (LEVELS - 1) * (z1 - z0 + 1)) {   // report the most frugal allowed plan
         RematPolicy pol = in->remat >= 0 ? (RematPolicy)in->remat : REMAT_SWAP;
-        int lv = in->offload >= 0 ? in->offload : R > 1 ? 2 : LEVELS - 1, z = z1;
+        int lv = in->early == 1 ? LEVEL_EARLY : in->offload >= 0 ? in->offload : R > 1 ? 2 : LEVEL_EARLY - 1, z = z1;
         if (R > 1 && lv == 2 && z < 2)
             lv = 1;
+        if (lv == 0 && in->early != 0 && R == 1 && one_step)   // (the gradients die young)
+            lv = LEVEL_EARLY;
         Job j = {.in = in};
-        PlanChoice c = {.micro = micros[0], .policy = pol, .n_policy = in->nlayers, .rest = pol,
-                        .offload = levels[lv], .zero = z, .bucket_bytes = bucket(in)};
+        PlanChoice c = uniform(in, lv == LEVEL_EARLY ? micros[nm - 1] : micros[0], pol, lv, z);
         job_try(&j, &c);
         merge(r, &j);
     }

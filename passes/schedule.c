@@ -5,7 +5,8 @@
 // as they exist and a parameter's gradient contribution runs as soon as its inputs do.
 // The greedy order is kept only when its peak is lower than the emitted order's.
 // Writers of one tensor (+= into a gradient) keep their relative order, so every sum is
-// formed in the same order whatever the schedule: results stay bitwise identical.
+// formed in the same order whatever the schedule: results stay bitwise identical; and
+// a writer stays after the readers before it (a weight's update inside backward).
 #include "passes.h"
 
 #include <stdlib.h>
@@ -199,42 +200,59 @@ static bool pinned_copy(const IrGraph *g, int i) {
            (g->tensors.at[nd->in[0]].kind == TK_PARAM || g->tensors.at[nd->in[0]].kind == TK_QUANT);
 }
 
+// Node i's predecessors so far are pred[start .. *npred): adds p unless it is one of them.
+static void add_pred(int **pred, int *cap, int *npred, int start, int p) {
+    for (int c = start; c < *npred; c++)
+        if ((*pred)[c] == p)
+            return;
+    if (*npred == *cap)
+        *pred = realloc(*pred, sizeof(int) * (size_t)(*cap *= 2));
+    (*pred)[(*npred)++] = p;
+}
+
 // The dependences, as successor lists (CSR) and in-degrees: a node follows the last
 // writer of each tensor it reads or writes (by base: views read their base's bytes, and
-// read-modify-writes of one tensor keep their order), and a pinned copy's next node
-// follows it. Each edge once.
+// read-modify-writes of one tensor keep their order), a node writing a tensor follows
+// every node that read it since its last writer (an update of a weight after backward's
+// readers of it: early_update.c), and a pinned copy's next node follows it. Each edge once.
 static void edges(Sched *s) {
     const IrGraph *g = s->g;
     int n = s->n, nt = g->tensors.len;
     int *writer = malloc(sizeof(int) * (size_t)(nt + 1));   // last node writing each base
+    int *rd = malloc(sizeof(int) * (size_t)(nt + 1));       // its readers since, a list through
+    int rcap = 4 * n + 16, nr = 0;                          // rnode[]/rnext[]
+    int *rnode = malloc(sizeof(int) * (size_t)rcap), *rnext = malloc(sizeof(int) * (size_t)rcap);
     for (int i = 0; i < nt; i++)
-        writer[i] = -1;
+        writer[i] = rd[i] = -1;
     int *pred_start = malloc(sizeof(int) * (size_t)(n + 1)), npred = 0, cap = 4 * n + 16;
     int *pred = malloc(sizeof(int) * (size_t)cap);
     for (int i = 0; i < n; i++) {
         const IrNode *nd = &g->nodes.at[i];
         pred_start[i] = npred;
-        if (npred + IR_MAX_INPUTS + IR_MAX_OUTPUTS + 1 > cap)
-            pred = realloc(pred, sizeof(int) * (size_t)(cap *= 2));
-        int from[IR_MAX_INPUTS + IR_MAX_OUTPUTS + 1], nf = 0;
         for (int k = 0; k < nd->nin; k++)
             if (nd->in[k] >= 0 && writer[s->base[nd->in[k]]] >= 0)
-                from[nf++] = writer[s->base[nd->in[k]]];
+                add_pred(&pred, &cap, &npred, pred_start[i], writer[s->base[nd->in[k]]]);
         for (int k = 0; k < IR_MAX_OUTPUTS && nd->out[k] >= 0; k++) {
             int b = s->base[nd->out[k]];
             if (writer[b] >= 0)
-                from[nf++] = writer[b];
-            writer[b] = i;
+                add_pred(&pred, &cap, &npred, pred_start[i], writer[b]);
+            for (int r = rd[b]; r >= 0; r = rnext[r])
+                if (rnode[r] != i)
+                    add_pred(&pred, &cap, &npred, pred_start[i], rnode[r]);
+            writer[b] = i, rd[b] = -1;
+        }
+        for (int k = 0; k < nd->nin; k++) {
+            int b = nd->in[k] >= 0 ? s->base[nd->in[k]] : -1;
+            if (b < 0 || writer[b] == i || (rd[b] >= 0 && rnode[rd[b]] == i))
+                continue;
+            if (nr == rcap) {
+                rnode = realloc(rnode, sizeof(int) * (size_t)(rcap *= 2));
+                rnext = realloc(rnext, sizeof(int) * (size_t)rcap);
+            }
+            rnode[nr] = i, rnext[nr] = rd[b], rd[b] = nr++;
         }
         if (i > 0 && pinned_copy(g, i - 1))
-            from[nf++] = i - 1;
-        for (int a = 0; a < nf; a++) {
-            bool seen = false;
-            for (int c = pred_start[i]; c < npred && !seen; c++)
-                seen = pred[c] == from[a];
-            if (!seen)
-                pred[npred++] = from[a];
-        }
+            add_pred(&pred, &cap, &npred, pred_start[i], i - 1);
         s->indeg[i] = npred - pred_start[i];
     }
     pred_start[n] = npred;
@@ -247,7 +265,7 @@ static void edges(Sched *s) {
     for (int i = 0; i < n; i++)
         for (int c = pred_start[i]; c < pred_start[i + 1]; c++)
             s->succ[s->succ_start[pred[c] + 1]++] = i;
-    free(writer), free(pred_start), free(pred);
+    free(writer), free(rd), free(rnode), free(rnext), free(pred_start), free(pred);
 }
 
 int schedule_apply(IrGraph *g, ScheduleStats *st) {

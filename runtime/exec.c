@@ -233,7 +233,7 @@ static bool graphable(const Exec *x, PlanPhase ph) {
     const Plan *p = x->plan;
     for (int i = 0; i < p->nins[ph]; i++) {
         const PlanInstr *in = &p->ins[ph][i];
-        if (in->stream == STREAM_HOST || in->group || op_desc(in->op)->cls == OPC_COLLECTIVE)
+        if (in->stream == STREAM_HOST || op_desc(in->op)->cls == OPC_COLLECTIVE)
             return false;
     }
     return true;
@@ -475,6 +475,13 @@ void rt_args_update(const Exec *x, const PlanInstr *in, KernelArgs *a) {
     memcpy(a->f, now.f, sizeof a->f);
 }
 
+// A grouped launch's runtime scalars.
+static void group_scalars(const Exec *x, const PlanInstr *in, KernelGroupArgs *a) {
+    a->i[0] = x->step - x->skipped;
+    a->i[1] = x->micro;
+    runtime_reals(x, in, a->f);   // (a group's members share their constants: in's are theirs)
+}
+
 void rt_kernel_group_args(const Exec *x, const PlanInstr *in, KernelGroupArgs *a) {
     memset(a, 0, sizeof *a);
     for (int k = 0; k < in->group; k++) {
@@ -485,7 +492,7 @@ void rt_kernel_group_args(const Exec *x, const PlanInstr *in, KernelGroupArgs *a
         for (int i = 0; i < m->nin; i++)
             a->p[k][j++] = m->in[i] >= 0 ? x->ptr[m->in[i]] : NULL;
     }
-    a->i[0] = x->step - x->skipped;
-    a->i[1] = x->micro;
-    runtime_reals(x, in, a->f);   // (a group's members share their constants: in's are theirs)
+    group_scalars(x, in, a);
 }
+
+void rt_group_args_update(const Exec *x, const PlanInstr *in, KernelGroupArgs *a) { group_scalars(x, in, a); }

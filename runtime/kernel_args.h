@@ -24,16 +24,20 @@ typedef struct KernelGroupArgs {
 
 // The arguments of instruction `in`'s launches.
 void rt_kernel_args(const Exec *x, const PlanInstr *in, KernelArgs *a);
-// Whether a launch of `in` reads a runtime scalar that changes from one micro-step to the
-// next (the op table's OPF_STEP_SCALARS): dropout its random stream (i[2]), the loss its
-// loss scale (f[1]). No other kernel of the forward, backward or evaluation phases reads
-// i[] or f[] (the optimizer's do, and their phase is never captured), so a graph's other
-// kernel nodes keep the arguments they were captured with (rt_args_update).
+// Whether a launch of `in` reads a runtime scalar that changes from one micro-step or step
+// to the next (the op table's OPF_STEP_SCALARS): dropout its random stream (i[2]), the loss
+// and grad_factor the loss scale (f[1]), the updates the learning rate and the updates
+// taken (f[0], i[0] and their scalars: the updates run inside backward when the plan puts
+// them there). No other kernel reads i[] or f[], so a graph's other kernel nodes keep the
+// arguments they were captured with (rt_args_update).
 bool rt_args_vary(const PlanInstr *in);
 // The runtime scalars of a launch of `in` captured in *a made current (the buffers and the
 // loss's chunk, i[3], kept).
 void rt_args_update(const Exec *x, const PlanInstr *in, KernelArgs *a);
 // The arguments of the grouped launch on `in` (the first of its group).
 void rt_kernel_group_args(const Exec *x, const PlanInstr *in, KernelGroupArgs *a);
+// rt_args_update for a grouped launch: its runtime scalars made current, the members'
+// buffers kept.
+void rt_group_args_update(const Exec *x, const PlanInstr *in, KernelGroupArgs *a);
 
 #endif

@@ -929,6 +929,13 @@ const PlanBuffer *plan_role(const Plan *p, const char *role) {
     return NULL;
 }
 
+bool plan_updates_in_backward(const Plan *p) {
+    for (int i = 0; i < p->nins[PHASE_BWD]; i++)
+        if (op_desc(p->ins[PHASE_BWD][i].op)->cls == OPC_OPTIMIZER)
+            return true;
+    return false;
+}
+
 int plan_root(const Plan *p, int id) {
     for (;;) {
         const PlanBuffer *b = &p->buf[id];

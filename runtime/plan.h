@@ -60,7 +60,10 @@
 // elements into grad_stats), then grad_factor (what every update multiplies its gradient
 // by: the clip coefficient over the loss scale, and whether the step is skipped), which
 // every adamw, adamw8bit and sgd reads as its second input; the runtime reads both after
-// the step. An adamw8bit's state is its codes (u8 [2, n]: m's row, then v's) and absmaxes
+// the step. A plan may instead update inside backward (plan_updates_in_backward): there
+// grad_factor, reading no statistics (1 / loss scale, no skip), comes first, and each
+// gradient's grad_sumsq and update follow its last contribution; the optimizer phase is
+// empty, and the gradients are values (kind=value, category grads). An adamw8bit's state is its codes (u8 [2, n]: m's row, then v's) and absmaxes
 // (f32 [2, ceil(n/256)]), or, for a tensor below the compiler's min_8bit_size, f32 m and v;
 // the kernels tell them apart by the dtype.
 // The eval phase reads the parameters and the batch inputs the runtime wrote for it, and
@@ -262,6 +265,9 @@ int plan_load(Plan **out, const char *path, char *err, size_t errlen);
 void plan_free(Plan *p);
 // The buffer with role `role`, or NULL.
 const PlanBuffer *plan_role(const Plan *p, const char *role);
+// Whether the plan updates parameters inside backward (each as soon as its gradient is
+// complete: ftc compile --update backward), not in an optimizer phase after it.
+bool plan_updates_in_backward(const Plan *p);
 // The buffer whose bytes `id` uses (through view and reuse links).
 int plan_root(const Plan *p, int id);
 // plan_root of every buffer at once (malloc'd; each link followed once).

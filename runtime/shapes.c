@@ -117,7 +117,7 @@ static int shapes(const Check *c, OpKind op, const OpAttr *attr) {
         return 0;
     }
     OUTS(1);
-    NEED(a, "its first input is absent");
+    NEED(a || op_desc(op)->min_in == 0, "its first input is absent");
     switch (op) {
     case OP_EMBED:   // table [V, C], ids -> [ids..., C]
         NEED(a->ndim == 2 && L(o) == D(a, 1) && E(o) == E(b) * L(o), "%s is not [ids..., %lld] of %s",
@@ -374,7 +374,8 @@ static int shapes(const Check *c, OpKind op, const OpAttr *attr) {
     case OP_GRAD_SUMSQ:    // grad -> (sum of squares, non-finite count)
     case OP_GRAD_FACTOR:   // those -> (factor, skip)
         NEED(o->dtype == PDT_F32 && E(o) == 2, "%s is not two f32", o->name);
-        NEED(op == OP_GRAD_SUMSQ || (a->dtype == PDT_F32 && E(a) == 2), "%s is not two f32", a->name);
+        NEED(op == OP_GRAD_SUMSQ || !a || (a->dtype == PDT_F32 && E(a) == 2), "%s is not two f32",
+             a ? a->name : "");
         return 0;
     case OP_ALL_REDUCE:       // x [n] -> [n]
     case OP_REDUCE_SCATTER:   // x [ranks * n] -> [n]

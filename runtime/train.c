@@ -506,6 +506,15 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
               "model.safetensors is the whole model)", o->plan_dir);
         goto out;
     }
+    // With the updates inside backward a step cannot be skipped whole: by the time its
+    // gradients' norm is known, every update has run.
+    bool early = plan_updates_in_backward(p);
+    if (early && o->skip_nonfinite) {
+        error("--skip-nonfinite: %.900s updates each parameter inside backward, as soon as its "
+              "gradient is complete, so a step cannot be skipped once a gradient turns out not "
+              "finite; compile it with --update step to skip such steps", o->plan_dir);
+        goto out;
+    }
     if (!plan_role(p, "tokens") || !plan_role(p, "targets") || !plan_role(p, "loss")) {
         error("%s/plan: the plan has no tokens, targets or loss buffer", o->plan_dir);
         goto out;
@@ -754,12 +763,17 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
             x.last = m == p->accum - 1;
             if ((m == 0 && step_count(&x, &feed, base, err, sizeof err) != 0) ||
                 load_batch(&x, &feed, base + (uint64_t)(x.micro * p->micro_batch), err, sizeof err) != 0 ||
-                rt_exec_phase(&x, PHASE_FWD, err, sizeof err) != 0 ||
-                rt_exec_phase(&x, PHASE_BWD, err, sizeof err) != 0) {
+                rt_exec_phase(&x, PHASE_FWD, err, sizeof err) != 0) {
                 error("step %lld: %s", (long long)step, err);
                 goto out;
             }
             float l;
+            if (early)   // (the loss, before backward updates anything)
+                rt_read_f32(&x, lossb->id, &l);
+            if ((!early || isfinite(l)) && rt_exec_phase(&x, PHASE_BWD, err, sizeof err) != 0) {
+                error("step %lld: %s", (long long)step, err);
+                goto out;
+            }
             rt_read_f32(&x, lossb->id, &l);
             if (isfinite(l))
                 loss += l;
@@ -811,7 +825,13 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
             // a gradient is not finite: every update left its parameter as it was; under a
             // loss scale that is an overflow, which backs the scale off (below)
             if (!scaled && !o->skip_nonfinite) {
-                if (R == 1)
+                if (early)
+                    error("step %lld: a gradient is not finite (their norm is %g); the plan updates each "
+                          "parameter inside backward, so those whose gradients were complete before it "
+                          "were updated, and nothing of this step is saved; compile it with --update step "
+                          "to stop before any update and find the first value that is not finite",
+                          (long long)step, gnorm);
+                else if (R == 1)
                     nonfinite_grad(&x, gnorm, step, &feed, base);
                 else if (lead)
                     error("step %lld: a gradient is not finite (their norm is %g); the step's update "

@@ -208,6 +208,40 @@ if [ $rc = 1 ] && [ ! -e "$tmp/k.plan" ] &&
 else
     bad kahan-refused-with-a-master "exit $rc: $(head -3 "$tmp/o")"
 fi
+# Gradients that die young: Qwen2-7B's full fine-tuning in bf16_pure at micro-batch 1
+# (seq 2048, no clipping, a100-80g), Kahan off. With each update inside backward the
+# gradients never live the whole step, and the plan fits --budget 46G --offload none, its
+# peak live bytes at most 45 GiB; with every update after backward (--update step) nothing
+# fits. With Kahan on, nothing fits either, and the what-if names the figure without it
+# (and the updates inside backward). --update backward is refused where clipping needs
+# every gradient first; a bad --update is a usage error.
+sed -e 's/^  batch     = 32/  batch     = 1/' -e 's/^  precision = bf16$/  precision = bf16_pure/' models/qwen2.ft > "$tmp/q7k.ft"
+sed 's/weight_decay = 0.0)/weight_decay = 0.0, kahan = false)/' "$tmp/q7k.ft" > "$tmp/q7.ft"
+"$ftc" compile "$tmp/q7.ft" --budget 46G --offload none --gpu a100-80g -o "$tmp/q7.plan" > "$tmp/o" 2>&1; rc=$?
+"$ftc" compile "$tmp/q7.ft" --budget 46G --offload none --gpu a100-80g --update step -o "$tmp/q7s.plan" > "$tmp/o2" 2>&1; rc2=$?
+"$ftc" compile "$tmp/q7k.ft" --budget 46G --offload none --gpu a100-80g -o "$tmp/q7k.plan" > "$tmp/o3" 2>&1; rc3=$?
+peak=$(awk '/^peak live/ { print $3; exit }' "$tmp/q7.plan/memory.txt" 2>/dev/null)
+if [ $rc = 0 ] && grep -q '^plan: micro-batch 1, .*offload none, updates in backward$' "$tmp/o" &&
+   grep -q '^  updates inside backward: each parameter.s adamw update runs as soon as its gradient is complete' "$tmp/o" &&
+   grep -q '^ftc: .*pure bf16, updates not Kahan-compensated (kahan = false)' "$tmp/o" &&
+   awk -v p="$peak" 'BEGIN { exit !(p > 40 && p <= 45) }' && [ $rc2 = 1 ] && [ ! -e "$tmp/q7s.plan" ] &&
+   [ $rc3 = 1 ] && grep -q '^ftc: .*pure bf16, Kahan-compensated updates (kahan = true: 2 bytes a parameter)' "$tmp/o3" &&
+   grep -q "^  without Kahan summation (adamw(..., kahan = false): .*the optimizer state 42.56 GiB -> 28.37 GiB): the planner's choice is .*, updates in backward, [0-9.]* GiB on the device .*(fits)$" "$tmp/o3"; then
+    ok "qwen2-bf16-pure-updates-in-backward-46g (peak $peak GiB; $(grep '^  device' "$tmp/o" | sed 's/^  //; s/ (.*//'))"
+else
+    bad qwen2-bf16-pure-updates-in-backward-46g "exit $rc, $rc2, $rc3, peak $peak: $(grep '^plan\|^nothing\|Kahan summation' "$tmp/o" "$tmp/o2" "$tmp/o3")"
+fi
+sed 's/^  optimizer = .*/&\n  clip      = 1.0/' models/tiny.ft > "$tmp/clip.ft"
+"$ftc" compile "$tmp/clip.ft" --update backward -o "$tmp/x.plan" > "$tmp/o" 2>&1; rc=$?
+"$ftc" compile models/tiny.ft --update sideways -o "$tmp/x.plan" > "$tmp/o2" 2>&1; rc2=$?
+if [ $rc = 1 ] && [ $rc2 = 2 ] && [ ! -e "$tmp/x.plan" ] &&
+   grep -q '^<command line>:1:[0-9]*: error: --update backward: clipping (clip) scales every update by the norm of all the gradients$' "$tmp/o" &&
+   grep -q "error: --update takes step" "$tmp/o2" &&
+   "$ftc" compile "$tmp/clip.ft" --micro-batch 8 --offload none -o "$tmp/x.plan" | grep -q '^  the gradients (.*) live the whole step: clipping (clip = 1) scales every update'; then
+    ok update-in-backward-refused-where-clipping
+else
+    bad update-in-backward-refused-where-clipping "exit $rc, $rc2: $(head -2 "$tmp/o" "$tmp/o2")"
+fi
 # Streaming the weights from the host, Qwen2-7B's full fine-tuning fits 12G of an RTX 4090.
 out=$("$ftc" compile models/qwen2.ft --budget 12G --gpu rtx4090 --host-mem 256G -o "$tmp/s.plan" 2>&1)
 if grep -q '^plan: micro-batch [0-9]*, .*offload optimizer+master+grads+weights' <<<"$out" &&

@@ -843,6 +843,8 @@ static void test_graphs(void) {
     } cases[] = {
         {true, {.micro = 4, .policy = REMAT_KEEP, .n_policy = 1 << 20, .rest = REMAT_KEEP}, "tiny LoRA, dropout"},
         {false, {.micro = 8, .policy = REMAT_SWAP, .n_policy = 1 << 20, .rest = REMAT_SWAP}, "tiny, swapped"},
+        {false, {.micro = 8, .policy = REMAT_KEEP, .n_policy = 1 << 20, .rest = REMAT_KEEP, .early_update = true},
+         "tiny, early updates"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         Harness h;
@@ -850,7 +852,7 @@ static void test_graphs(void) {
         bool ok = harness_compile_choice(&h, cases[i].what, cases[i].lora ? text : tiny(), &cases[i].c);
         harness_arch = NULL;
         CHECK(ok);
-        enum { STEPS = 2 };
+        enum { STEPS = 3 };   // (the third step's loss reads the second step's updates)
         double loss[3][STEPS], eval[3][STEPS];   // launch by launch; graphs; capture refused
         FakeStats st[3];
         for (int run = 0; ok && run < (cases[i].lora ? 3 : 2); run++) {
@@ -881,7 +883,7 @@ static void test_graphs(void) {
         // forward and backward, each on the last micro-step of a step and on the others; eval
         CHECK_EQ(h.plan->accum > 1 ? 5 : 3, st[1].captures);
         CHECK_EQ(2 * micro + 1, st[1].graph_launches);
-        CHECK(cases[i].lora ? st[1].node_updates > 0 : st[1].copies > 0);
+        CHECK(cases[i].lora || cases[i].c.early_update ? st[1].node_updates > 0 : st[1].copies > 0);
         if (cases[i].lora)
             CHECK_EQ(0, st[2].captures + st[2].graph_launches);
         harness_free(&h);

@@ -617,6 +617,76 @@ static void test_adamw8bit_ranks(void) {
     unload(&l);
 }
 
+// Each update inside backward (early_update.c), on tiny.ft at one micro-step: the optimizer
+// phase empty, every gradient a value whose life ends at its update, which comes after
+// every node touching the weight or state it writes (the schedule's write-after-read
+// edges: backward's re-run forward under full recompute reads the weights too); the first
+// contribution to each gradient assigns it, and the arena is smaller than with the
+// updates after backward by at least the gradients the step no longer holds at once.
+static void test_early_update(void) {
+    Loaded l;
+    CHECK(load(&l, "models/tiny.ft", NULL, 8));
+    for (int remat = REMAT_KEEP; remat <= REMAT_FULL; remat += REMAT_FULL - REMAT_KEEP) {
+        int64_t arena[2] = {0, 0}, grads = 0;
+        for (int early = 0; early < 2; early++) {
+            PlanChoice c = {.micro = 8, .policy = (RematPolicy)remat, .n_policy = 2, .rest = (RematPolicy)remat,
+                            .early_update = early};
+            BuildStats bs;
+            DriverSource ds = {&l.src, &l.m};
+            Pipeline pipe = driver_pipeline(&ds, l.a, NULL);
+            pipe.verify = true;
+            IrGraph *g = pipeline_build(&pipe, &c, l.a, &bs);
+            CHECK(g != NULL);
+            if (!g)
+                continue;
+            arena[early] = bs.alloc.arena_bytes;
+            if (!early) {
+                for (int i = 0; i < g->tensors.len; i++)
+                    grads += g->tensors.at[i].kind == TK_GRAD ? ir_tensor_bytes(&g->tensors.at[i]) : 0;
+                ir_graph_free(g);
+                continue;
+            }
+            CHECK_EQ(27, bs.early.moved);
+            CHECK_EQ(grads, bs.early.transient_bytes);
+            int updates = 0, misplaced = 0, opt = 0, kept = 0, adds = 0;
+            for (int i = 0; i < g->tensors.len; i++)
+                CHECK(g->tensors.at[i].kind != TK_GRAD);
+            for (int i = 0; i < g->nodes.len; i++) {
+                const IrNode *u = &g->nodes.at[i];
+                opt += u->phase == PHASE_OPTIMIZER;
+                if (op_desc(u->op)->cls != OPC_OPTIMIZER)
+                    continue;
+                updates++;
+                const IrTensor *gr = &g->tensors.at[u->in[0]];
+                const IrNode *end = gr->last >= 0 ? &g->nodes.at[gr->last] : NULL;   // its update, or its sum of squares
+                kept += !end || (gr->last != i && !(end->op == OP_GRAD_SUMSQ && end->in[0] == u->in[0]));
+                // its gradient's first writer assigns it
+                adds += (g->nodes.at[gr->first].update & 1u) && g->nodes.at[gr->first].out[0] == u->in[0];
+                for (int j = i + 1; j < g->nodes.len; j++) {
+                    const IrNode *r = &g->nodes.at[j];
+                    if (r->phase != PHASE_BACKWARD && r->phase != PHASE_FORWARD)
+                        continue;
+                    for (int k = 0; k < r->nin; k++)
+                        for (int o = 0; o < IR_MAX_OUTPUTS && u->out[o] >= 0; o++)
+                            misplaced += r->in[k] >= 0 &&
+                                         ir_tensor_base(g, r->in[k]) == ir_tensor_base(g, u->out[o]);
+                }
+            }
+            CHECK_EQ(27, updates);
+            CHECK_EQ(0, opt);
+            CHECK_EQ(0, misplaced);
+            CHECK_EQ(0, kept);
+            CHECK_EQ(0, adds);
+            ir_graph_free(g);
+        }
+        printf("  tiny, recompute %s: arena %lld B with the updates after backward, %lld B inside it "
+               "(gradients %lld B)\n", remat_policy_name((RematPolicy)remat), (long long)arena[0],
+               (long long)arena[1], (long long)grads);
+        CHECK(arena[1] > 0 && arena[1] < arena[0]);
+    }
+    unload(&l);
+}
+
 static void test_presets(void) {
     const GpuPreset *p = gpu_preset("a100-40g");
     CHECK(p && p->mem_bytes == 40LL << 30);
@@ -658,5 +728,6 @@ int main(int argc, char **argv) {
     RUN(test_adamw8bit_ranks);
     RUN(test_keep_chain);
     RUN(test_alloc_by_start);
+    RUN(test_early_update);
     return CHECK_DONE();
 }

@@ -178,6 +178,40 @@ for policy in selective full swap; do
 done
 grep -q ' copy out=' "$tmp/swap.plan/plan" && grep -q ' host ' "$tmp/swap.plan/plan" && ok swap-uses-host-copies ||
     bad swap-uses-host-copies "no copies to the host in the plan"
+# Each update inside backward, as soon as its gradient is complete (--update backward),
+# changes no arithmetic: the same gradient bits and the same factor reach each update, and
+# the first contribution to a gradient assigns what the zeroed gradient added it to. Against
+# --update step, 12 steps each: the same weights bitwise on tiny.ft in bf16 with master
+# weights, in bf16_pure (Kahan buffers updated in backward), with full recompute (backward's
+# re-run forward reads a weight before its update), with --grad-temporaries (an acc's
+# gradient zeroed before it), and on the GPT-2 shape (the embedding tied to the lm_head:
+# its first contribution made in the fused loss) with LoRA.
+sed 's/precision = bf16/precision = bf16_pure/' models/tiny.ft > "$tmp/pure.ft"
+for m in tiny:models/tiny.ft pure:"$tmp/pure.ft" full:models/tiny.ft:--remat:full \
+         temps:models/tiny.ft:--grad-temporaries gpt2-lora:"$tmp/g2lora.ft"; do
+    IFS=: read -r n ft f1 f2 <<<"$m"
+    for u in step backward; do
+        # shellcheck disable=SC2086
+        "$ftc" compile "$ft" --micro-batch 8 --offload none --update $u $f1 $f2 -o "$tmp/early-$n.$u.plan" > "$tmp/early-$n.$u.log" &&
+            "$ftc" run "$tmp/early-$n.$u.plan" --data "$tmp/c.bin" --steps 12 --seed 7 --poison \
+                --save "$tmp/early-$n.$u" > "$tmp/early-$n.$u.out"
+    done
+    f=model.safetensors; [ $n = gpt2-lora ] && f=adapter_model.safetensors
+    moved=$(awk '/^phase backward/ { b = 1; next } /^phase/ { b = 0 } b && / (adamw|sgd) out=/' "$tmp/early-$n.backward.plan/plan" | wc -l)
+    if grep -q '^plan: .*, updates in backward$' "$tmp/early-$n.backward.log" && [ "$moved" -gt 0 ] &&
+       ! grep -q '^phase optimizer [1-9]' "$tmp/early-$n.backward.plan/plan" &&
+       [ "$(losses < "$tmp/early-$n.step.out" | wc -l)" = 12 ] &&
+       [ "$(losses < "$tmp/early-$n.step.out")" = "$(losses < "$tmp/early-$n.backward.out")" ] &&
+       cmp -s "$tmp/early-$n.step/$f" "$tmp/early-$n.backward/$f"; then
+        ok "updates-in-backward-bitwise-$n ($moved updates in backward, $(grep -c ' zero out=' "$tmp/early-$n.backward.plan/plan") gradients zeroed first)"
+    else
+        bad "updates-in-backward-bitwise-$n" "$(grep '^plan: ' "$tmp/early-$n.backward.log") $moved moved; $(diff <(losses < "$tmp/early-$n.step.out") <(losses < "$tmp/early-$n.backward.out") | head -3)"
+    fi
+done
+"$ftc" run "$tmp/early-tiny.backward.plan" --data "$tmp/c.bin" --steps 12 --seed 7 --poison --unplanned \
+    --save "$tmp/early-u" > /dev/null
+cmp -s "$tmp/early-u/model.safetensors" "$tmp/early-tiny.backward/model.safetensors" &&
+    ok updates-in-backward-planned-equals-unplanned || bad updates-in-backward-planned-equals-unplanned "weights differ"
 # Weights streamed from the host change no arithmetic either: every weight matrix in
 # pinned host memory, a device copy of it a block ahead of each run of uses, CPU AdamW
 # updating it where it lives; bitwise the plan with the gradients offloaded alone.

@@ -5,8 +5,8 @@
 # QLoRA and full fine-tuning with AdamW8bit on the device; every step's loss agrees within
 # 2^-8 of itself (one bf16 ulp: bf16 storage,
 # reductions summed in another order, attention's probabilities rounded to bf16 for the
-# tensor cores), as do the eval losses of the eval phase after steps 10 and 20; and
-# same-seed emu runs agree bitwise.
+# tensor cores), as do the eval losses of the eval phase after steps 10 and 20;
+# same-seed emu runs agree bitwise; and so do the updates inside backward and after it.
 # usage: train_emu.sh FTC SOURCE_DIR
 set -u
 ftc=$1 src=$2
@@ -54,6 +54,20 @@ done
 a=$("$ftc" run "$tmp/lora.plan" --data "$tmp/c.bin" --steps 4 --seed 5 --device emu | losses)
 b=$("$ftc" run "$tmp/lora.plan" --data "$tmp/c.bin" --steps 4 --seed 5 --device emu | losses)
 [ -n "$a" ] && [ "$a" = "$b" ] && ok emu-deterministic || bad emu-deterministic "$a / $b"
+# The updates inside backward (the generated AdamW and its factor in the backward phase)
+# give the weights the updates after backward give, bitwise, on emu too.
+for u in step backward; do
+    "$ftc" compile models/tiny.ft --micro-batch 8 --offload none --update $u -o "$tmp/early.$u.plan" >/dev/null &&
+        "$ftc" run "$tmp/early.$u.plan" --data "$tmp/c.bin" --steps 4 --seed 5 --device emu --poison \
+            --save "$tmp/early.$u" > "$tmp/early.$u.out" 2>&1
+done
+if [ "$(losses < "$tmp/early.step.out" | wc -l)" = 4 ] &&
+   [ "$(losses < "$tmp/early.step.out")" = "$(losses < "$tmp/early.backward.out")" ] &&
+   cmp -s "$tmp/early.step/model.safetensors" "$tmp/early.backward/model.safetensors"; then
+    ok emu-updates-in-backward-bitwise
+else
+    bad emu-updates-in-backward-bitwise "$(tail -2 "$tmp/early.backward.out")"
+fi
 # A plan without kernels.cu cannot run on emu: a clear error.
 cp -r "$tmp/full.plan" "$tmp/nokernels.plan" && rm "$tmp/nokernels.plan/kernels.cu"
 out=$("$ftc" run "$tmp/nokernels.plan" --data "$tmp/c.bin" --steps 1 --device emu 2>&1); rc=$?

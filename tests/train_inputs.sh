@@ -157,10 +157,26 @@ grep -q "gradinf.ft:44:[0-9]*; the step's update was not taken, the weights are 
     [ ! -e "$tmp/gi-out/model.safetensors" ] && ! grep -q '^step\|^done' "$tmp/o" &&
     ok nonfinite-gradient-where || bad nonfinite-gradient-where "$(cat "$tmp/e" "$tmp/o")"
 fails nonfinite-gradient-micro-step "(in micro-step 1's backward)" run "$tmp/gradinf4.plan" --data "$tmp/c.bin" --steps 1
+# With each update inside backward (--update backward) the loss is checked before backward
+# runs: a loss that is not finite stops the run as before, no update taken. A gradient
+# that is not finite is found after the updates, which cannot be taken back: the run stops
+# and says so; and --skip-nonfinite, which would skip the step whole, is refused.
+"$ftc" compile "$tmp/inf.ft" --micro-batch 8 --offload none --update backward -o "$tmp/inf-early.plan" >/dev/null
+"$ftc" compile "$tmp/gradinf.ft" --micro-batch 8 --offload none --update backward -o "$tmp/gradinf-early.plan" >/dev/null
+fails nonfinite-loss-early "step 1, micro-step 1: the loss is nan; the first non-finite value is in" \
+    run "$tmp/inf-early.plan" --data "$tmp/c.bin" --steps 3
+grep -q "inf.ft:44:.*stopped before the optimizer step" "$tmp/e" && ok nonfinite-loss-early-where ||
+    bad nonfinite-loss-early-where "$(cat "$tmp/e")"
+fails nonfinite-gradient-early "step 1: a gradient is not finite (their norm is nan); the plan updates each parameter inside backward, so those whose gradients were complete before it were updated" \
+    run "$tmp/gradinf-early.plan" --data "$tmp/c.bin" --steps 3 --save "$tmp/gie-out"
+[ ! -e "$tmp/gie-out/model.safetensors" ] && ok nonfinite-gradient-early-nothing-saved ||
+    bad nonfinite-gradient-early-nothing-saved "weights were saved"
+fails skip-nonfinite-refused-early "--skip-nonfinite: $tmp/gradinf-early.plan updates each parameter inside backward" \
+    run "$tmp/gradinf-early.plan" --data "$tmp/c.bin" --steps 3 --skip-nonfinite
 # Skipped, every update leaves its weights as they were (bitwise, from the weights it
 # started with), the optimizer on the host (its weights reach the device through a
 # staging copy) or on the device, on the cpu and emu backends; every loss stays finite.
-"$ftc" compile "$tmp/gradinf.ft" --offload none -o "$tmp/gradinf-dev.plan" >/dev/null
+"$ftc" compile "$tmp/gradinf.ft" --offload none --update step -o "$tmp/gradinf-dev.plan" >/dev/null
 for v in gradinf:cpu gradinf-dev:cpu gradinf:emu; do
     "$ftc" run "$tmp/${v%%:*}.plan" --data "$tmp/c.bin" --steps 3 --skip-nonfinite --weights "$tmp/w0/model.safetensors" \
         --device "${v##*:}" --save "$tmp/gi-$v" > "$tmp/o" 2>&1

@@ -55,11 +55,13 @@ FTC_INLINE void grad_sumsq_final(FtcArgs a, long long nb, int update) {
 }
 
 /* One thread: factor = (clip coefficient / loss scale, skip) from stats, as the cpu
- * backend's cpu_grad_factor.  a.p: factor, stats. */
+ * backend's cpu_grad_factor.  a.p: factor, stats (NULL: none seen, the updates inside
+ * backward: 1 / loss scale, no skip). */
 FTC_INLINE void grad_factor(FtcArgs a, float clip) {
     if (threadIdx.x != 0 || blockIdx.x != 0)
         return;
-    const float *st = (const float *)a.p[1];
+    const float none[2] = {0.0f, 0.0f};
+    const float *st = a.p[1] ? (const float *)a.p[1] : none;
     float *fc = (float *)a.p[0];
     float scale = a.f[1], norm = sqrtf(st[0]) / scale, coef = 1.0f;
     if (clip > 0.0f) {

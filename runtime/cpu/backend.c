@@ -592,7 +592,7 @@ static int k_grad_sumsq(Call *c) {
 }
 
 static int k_grad_factor(Call *c) {
-    cpu_grad_factor(IN(0), c->x->loss_scale, c->in->attr.f, OUT(0));
+    cpu_grad_factor(c->in->nin ? IN(0) : NULL, c->x->loss_scale, c->in->attr.f, OUT(0));
     return 0;
 }
 

@@ -966,6 +966,8 @@ void cpu_sumsq(const float *x, size_t n, double *sumsq, size_t *nonfinite) {
 }
 
 void cpu_grad_factor(const float *stats, double loss_scale, double clip, float *factor) {
+    static const float none[2] = {0.0f, 0.0f};
+    stats = stats ? stats : none;
     float scale = (float)loss_scale, norm = sqrtf(stats[0]) / scale, coef = 1.0f;
     if (clip > 0) {
         coef = (float)clip / (norm + 1e-6f);

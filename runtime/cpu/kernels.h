@@ -385,8 +385,9 @@ void cpu_sumsq(const float *x,         // (n)
 // count) `stats` over every gradient: factor[0] = the clip coefficient over the loss scale
 // (torch's clip_grad_norm_: max_norm / (norm + 1e-6), at most 1, norm the L2 norm of the
 // unscaled gradients; 1 when clip is 0); factor[1] = 1 to skip the step (a gradient is
-// not finite), else 0. In fp32, as the generated kernel computes it.
-void cpu_grad_factor(const float *stats,   // (2)
+// not finite), else 0. In fp32, as the generated kernel computes it. NULL stats: none
+// seen (the updates inside backward): 1 / loss scale, no skip.
+void cpu_grad_factor(const float *stats,   // (2) or NULL
                      double loss_scale, double clip,
                      float *factor);       // (2)
 

@@ -76,13 +76,15 @@ typedef struct HostItem {
 } HostItem;
 
 // A phase's work as a CUDA graph (cuda_run_phase), and its kernel nodes whose arguments
-// change between micro-steps (rt_args_vary) with the arguments they have now.
+// change between micro-steps (rt_args_vary) with the arguments they have now (a grouped
+// launch's in `group`, malloc'd).
 typedef struct GraphNode {
     CuGraphNode node;
     const PlanInstr *in;
     CuFunction fn;
     const PlanLaunch *pl;
     KernelArgs args;
+    KernelGroupArgs *group;
 } GraphNode;
 
 typedef struct PhaseGraph {
@@ -864,7 +866,7 @@ static CuResult launch_kernel(CudaState *s, const PlanInstr *in, int l, void *ar
     void *params[1] = {args};
     CuResult r = s->api.cu.LaunchKernel(fn, pl->grid[0], pl->grid[1], pl->grid[2], pl->block[0],
                                         pl->block[1], pl->block[2], pl->smem, st, params, NULL);
-    if (r != CUX_SUCCESS || !s->capturing || in->group || !rt_args_vary(in))
+    if (r != CUX_SUCCESS || !s->capturing || !rt_args_vary(in))
         return r;
     int status = 0;
     const CuGraphNode *deps = NULL;
@@ -879,7 +881,14 @@ static CuResult launch_kernel(CudaState *s, const PlanInstr *in, int l, void *ar
         t->cap = t->cap ? 2 * t->cap : 64;
         t->node = realloc(t->node, sizeof *t->node * (size_t)t->cap);
     }
-    t->node[t->nnode++] = (GraphNode){.node = deps[0], .in = in, .fn = fn, .pl = pl, .args = *(KernelArgs *)args};
+    GraphNode gn = {.node = deps[0], .in = in, .fn = fn, .pl = pl};
+    if (in->group) {
+        gn.group = malloc(sizeof *gn.group);
+        memcpy(gn.group, args, sizeof *gn.group);
+    } else {
+        gn.args = *(KernelArgs *)args;
+    }
+    t->node[t->nnode++] = gn;
     return CUX_SUCCESS;
 }
 
@@ -1264,6 +1273,8 @@ static void graph_free(CudaState *s, PhaseGraph *g) {
         s->api.cu.GraphExecDestroy(g->exec);
     if (g->graph)
         s->api.cu.GraphDestroy(g->graph);
+    for (int i = 0; i < g->nnode; i++)
+        free(g->node[i].group);
     free(g->node);
     *g = (PhaseGraph){0};
 }
@@ -1338,20 +1349,33 @@ static int cuda_run_phase(Backend *be, Exec *x, PlanPhase ph,
                 "runs launch by launch\n", plan_phase_name(ph), s->cap_failed);
         return 0;
     }
-    for (int i = 0; i < g->nnode; i++) {   // this micro-step's dropout streams, loss scale
+    KernelGroupArgs *ga = NULL;
+    for (int i = 0; i < g->nnode; i++) {   // this micro-step's dropout streams, loss scale, step
         GraphNode *n = &g->node[i];
         KernelArgs a = n->args;
-        rt_args_update(x, n->in, &a);
-        if (!memcmp(&a, &n->args, sizeof a))
+        void *now = &a, *was = &n->args;
+        size_t bytes = sizeof a;
+        if (n->group) {
+            ga = ga ? ga : malloc(sizeof *ga);
+            *ga = *n->group;
+            rt_group_args_update(x, n->in, ga);
+            now = ga, was = n->group, bytes = sizeof *ga;
+        } else {
+            rt_args_update(x, n->in, &a);
+        }
+        if (!memcmp(now, was, bytes))
             continue;
-        void *params[1] = {&a};
+        void *params[1] = {now};
         CuKernelNodeParams kp = {n->fn, n->pl->grid[0], n->pl->grid[1], n->pl->grid[2], n->pl->block[0],
                                  n->pl->block[1], n->pl->block[2], n->pl->smem, params, NULL, NULL, NULL};
         CuResult r = s->api.cu.GraphExecKernelNodeSetParams(g->exec, n->node, &kp);
-        if (r != CUX_SUCCESS)
+        if (r != CUX_SUCCESS) {
+            free(ga);
             return fail_cu(s, r, "cuGraphExecKernelNodeSetParams", err, errlen);
-        n->args = a;
+        }
+        memcpy(was, now, bytes);
     }
+    free(ga);
     CuResult r = s->api.cu.GraphLaunch(g->exec, s->stream[STREAM_COMPUTE]);
     return r == CUX_SUCCESS ? 1 : fail_cu(s, r, "cuGraphLaunch", err, errlen);
 }
