@@ -115,21 +115,16 @@ int codegen_plan_write(FILE *f, const IrGraph *g, const PlanMeta *meta, const Ke
             fprintf(f, " role=%s", t->decl);
         if (t->layer >= 0)
             fprintf(f, " layer=%d", t->layer);
-        if (i == g->loss)
-            fprintf(f, " role=loss");
-        else if (i == g->eval_loss)
-            fprintf(f, " role=eval_loss");
-        else if (i == g->logits)
-            fprintf(f, " role=logits");
-        else if (i == g->grad_stats)
-            fprintf(f, " role=grad_stats");
-        else if (i == g->grad_factor)
-            fprintf(f, " role=grad_factor");
-        else if (t->kind == TK_INPUT)
-            fprintf(f, " role=%s", strcmp(t->name, "targets") == 0        ? "targets"
-                                   : strcmp(t->name, "positions") == 0    ? "positions"
-                                   : strcmp(t->name, "target_count") == 0 ? "target_count"
-                                                                          : "tokens");
+        PlanRole role = i == g->loss          ? PR_LOSS
+                        : i == g->eval_loss   ? PR_EVAL_LOSS
+                        : i == g->logits      ? PR_LOGITS
+                        : i == g->grad_stats  ? PR_GRAD_STATS
+                        : i == g->grad_factor ? PR_GRAD_FACTOR
+                                              : PR_NONE;
+        if (t->kind == TK_INPUT && !plan_role_parse(t->name, &role))   // (the batch's inputs by name)
+            role = PR_TOKENS;
+        if (role != PR_NONE)
+            fprintf(f, " role=%s", plan_role_name(role));
         fputc('\n', f);
     }
     static const char *phases[] = {"forward", "backward", "optimizer", "eval"};

@@ -86,7 +86,7 @@ void usage_compile(FILE *f) {
 
 
 static const char *precision_name(const TrainSpec *t) {
-    bool q8 = strcmp(t->optimizer, "adamw8bit") == 0;   // (its moments are the optimizer's line)
+    bool q8 = t->optimizer == OPTIM_ADAMW8BIT;   // (its moments are the optimizer's line)
     switch (t->precision) {
     case PREC_BF16: return t->master_weights ? q8 ? "bf16 mixed (fp32 master weights)"
                                                   : "bf16 mixed (fp32 master weights and optimizer state)"
@@ -95,7 +95,7 @@ static const char *precision_name(const TrainSpec *t) {
                                                   : "fp16 mixed (fp32 master weights and optimizer state)"
                          : q8 ? "fp16 weights, no master copy" : "fp16 weights, fp32 optimizer state, no master copy";
     case PREC_FP32: return "fp32";
-    default: return t->master_weights || strncmp(t->optimizer, "adamw", 5) ? "pure bf16"
+    default: return t->master_weights || !fe_adam_like(t->optimizer) ? "pure bf16"
                     : t->kahan ? "pure bf16, Kahan-compensated updates (kahan = true: 2 bytes a parameter)"
                                : "pure bf16, updates not Kahan-compensated (kahan = false)";
     }
@@ -128,8 +128,8 @@ static void report_compile(FILE *out, const char *path, const FtModel *m, const 
     const TrainSpec *t = &m->train;
     fprintf(out, "ftc: %s: model %s, seq %lld, global batch %lld, micro-batch %lld, %s, %s%s\n",
             path, m->name, (long long)t->seq, (long long)t->batch, (long long)g->batch,
-            precision_name(t), t->optimizer,
-            strcmp(t->optimizer, "adamw8bit") ? "" : " (8-bit moments, an fp32 absmax per 256)");
+            precision_name(t), fe_optimizer_name(t->optimizer),
+            t->optimizer != OPTIM_ADAMW8BIT ? "" : " (8-bit moments, an fp32 absmax per 256)");
     if (t->lora)
         fprintf(out, "lora: r=%lld alpha=%g dropout=%g on %d target%s\n", (long long)t->lora_r,
                 t->lora_alpha, t->lora_dropout, t->n_lora_targets, t->n_lora_targets == 1 ? "" : "s");
@@ -184,9 +184,9 @@ static void report_modes(FILE *out, FtSource *src, const FtModel *m) {
         {"bf16_pure (Kahan-compensated)", PREC_BF16_PURE, false, 1},
         {"bf16_pure, kahan = false", PREC_BF16_PURE, false, 0},
     };
-    const char *opt = m->train.optimizer;
-    bool adam = !strcmp(opt, "adamw") || !strcmp(opt, "adamw8bit");
-    const char *other = !strcmp(opt, "adamw") ? "adamw8bit" : "adamw";
+    const char *opt = fe_optimizer_name(m->train.optimizer);
+    bool adam = fe_adam_like(m->train.optimizer);
+    OptimizerKind other = m->train.optimizer == OPTIM_ADAMW ? OPTIM_ADAMW8BIT : OPTIM_ADAMW;
     int nmodes = (int)(sizeof modes / sizeof modes[0]);
     fprintf(out, "\nmodel states per parameter by precision (%s; weights + grads + optimizer + master):\n", opt);
     for (int i = 0; i < nmodes + adam; i++) {
@@ -202,7 +202,7 @@ static void report_modes(FILE *out, FtSource *src, const FtModel *m) {
                     (modes[k].kahan < 0 || (modes[k].kahan != 0) == (m->train.kahan != 0)))
                     md = &modes[k];
             t->optimizer = other;
-            snprintf(name, sizeof name, "%s, %s", md->name, other);
+            snprintf(name, sizeof name, "%s, %s", md->name, fe_optimizer_name(other));
         }
         t->precision = md->p;
         t->master_weights = md->master;
@@ -275,7 +275,7 @@ void driver_meta_train(PlanMeta *meta, const TrainSpec *t) {
     static const char *const prec[] = {"bf16", "fp16", "fp32", "bf16_pure"};
     static const char *const sched[] = {"constant", "linear", "cosine"};
     meta->precision = prec[t->precision];
-    meta->optimizer = t->optimizer;
+    meta->optimizer = fe_optimizer_name(t->optimizer);
     meta->lr = t->lr, meta->beta1 = t->beta1, meta->beta2 = t->beta2, meta->eps = t->eps;
     meta->weight_decay = t->weight_decay;
     meta->lr_schedule = sched[t->lr_schedule];
@@ -376,7 +376,7 @@ static void decision(FILE *f, const Candidate *c, const FtModel *m, const PlanCt
         fprintf(f, "  updates inside backward: each parameter's %s update runs as soon as its gradient is "
                    "complete, and the gradient dies there (%s of gradients never live at once); a step "
                    "whose gradients are not finite cannot be skipped (ftc run stops)\n",
-                m->train.optimizer, SIZE(pin->grads_bytes));
+                fe_optimizer_name(m->train.optimizer), SIZE(pin->grads_bytes));
     else if (accum == 1 && ranks == 1 && !c->c.offload.optimizer && m->train.clip > 0 &&
              m->train.precision != PREC_FP16)
         fprintf(f, "  the gradients (%s) live the whole step: clipping (clip = %g) scales every update by "
@@ -910,7 +910,7 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
                       (long long)micro, (long long)m.train.batch);
         goto done;
     }
-    if (ranks > 1 && offload == 2 && !strcmp(m.train.optimizer, "adamw8bit")) {
+    if (ranks > 1 && offload == 2 && m.train.optimizer == OPTIM_ADAMW8BIT) {
         arg_error(cl, offload_arg, "--offload grads with several ranks needs every gradient sharded, "
                   "and adamw8bit's 8-bit state keeps its tensors whole on every rank (their gradients "
                   "all-reduced on the device): use --offload optimizer or none");
@@ -975,7 +975,7 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
                         .build = pipeline_plan_choice, .ctx = &pc, .nlayers = nlayers, .micro = micro,
                         .remat = remat, .offload = offload, .ranks = (int)ranks, .zero = zero,
                         .early = update == 0 || whole ? 0 : update,
-                        .grads_whole = ranks > 1 && !strcmp(m.train.optimizer, "adamw8bit"),
+                        .grads_whole = ranks > 1 && m.train.optimizer == OPTIM_ADAMW8BIT,
                         .loss_chunk = loss_chunk, .chain = chain, .nchain = nchain, .nkeep = nkeep,
                         .exhaustive = exhaustive};
     PlanChoice best;

@@ -871,19 +871,23 @@ static Value want(Elab *e, Scope *s, const Ast *x, VKind k1, VKind k2, const cha
     return v;
 }
 
-// Whether the optimizer keeps Adam's two moments: adamw, and adamw8bit (8-bit ones).
-static bool adam_like(const char *optimizer) { return strncmp(optimizer, "adamw", 5) == 0; }
+static const char *const optimizer_names[] = {[OPTIM_ADAMW] = "adamw", [OPTIM_ADAMW8BIT] = "adamw8bit",
+                                               [OPTIM_SGD] = "sgd"};
+
+const char *fe_optimizer_name(OptimizerKind k) { return optimizer_names[k]; }
 
 // optimizer = adamw(...) | adamw8bit(...) | sgd(...), arguments named as torch's and
 // bitsandbytes' (adamw8bit's min_8bit_size), each checked where bitsandbytes checks it.
 static void read_optimizer(Elab *e, Scope *s, const Ast *x, TrainSpec *t) {
-    if (x->kind != AST_CALL || (strcmp(x->name, "adamw") != 0 && strcmp(x->name, "adamw8bit") != 0 &&
-                                strcmp(x->name, "sgd") != 0)) {
+    int k = 0;
+    while (x->kind == AST_CALL && k <= OPTIM_SGD && strcmp(x->name, optimizer_names[k]) != 0)
+        k++;
+    if (x->kind != AST_CALL || k > OPTIM_SGD) {
         fe_error(e->src, x->loc, "optimizer must be adamw(...), adamw8bit(...) or sgd(...)");
         return;
     }
-    t->optimizer = x->name;
-    bool adam = adam_like(x->name);
+    t->optimizer = (OptimizerKind)k;
+    bool adam = fe_adam_like(t->optimizer);
     for (const Ast *a = x->args; a; a = a->next) {
         if (!a->name) {
             fe_error(e->src, a->loc, "optimizer arguments are named: lr = 2e-4, ...");
@@ -919,7 +923,7 @@ static void read_optimizer(Elab *e, Scope *s, const Ast *x, TrainSpec *t) {
             continue;
         }
         if (strcmp(a->name, "min_8bit_size") == 0) {
-            if (strcmp(x->name, "adamw8bit") != 0) {
+            if (t->optimizer != OPTIM_ADAMW8BIT) {
                 fe_error(e->src, a->loc, "min_8bit_size is adamw8bit's (the smallest tensor whose "
                          "moments are 8-bit); %s keeps no 8-bit state", x->name);
                 continue;
@@ -938,7 +942,7 @@ static void read_optimizer(Elab *e, Scope *s, const Ast *x, TrainSpec *t) {
                                                                      : NULL;
         if (!dst) {
             fe_error(e->src, a->loc, "unknown %s argument '%s' (%s)", x->name, a->name,
-                     !adam ? "lr" : strcmp(x->name, "adamw8bit") == 0
+                     !adam ? "lr" : t->optimizer == OPTIM_ADAMW8BIT
                                      ? "lr, betas, eps, weight_decay, decay_all, kahan, min_8bit_size"
                                      : "lr, betas, eps, weight_decay, decay_all, kahan");
             continue;
@@ -1103,7 +1107,7 @@ static void read_number(Elab *e, Scope *s, const Ast *it, bool is_int, double lo
 
 static void read_train(Elab *e, Scope *s, const Ast *train, TrainSpec *t) {
     *t = (TrainSpec){.precision = PREC_BF16, .master_weights = true, .optim_dtype = DT_F32,
-                     .optimizer = "adamw", .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999,
+                     .optimizer = OPTIM_ADAMW, .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999,
                      .min_8bit_size = IR_ADAM8_MIN_ELEMS,
                      .eps = 1e-8, .weight_decay = 0.01, .scale_init = 65536.0, .scale_growth = 2.0,
                      .scale_backoff = 0.5, .scale_interval = 2000, .kahan = -1};
@@ -1207,12 +1211,12 @@ static void read_train(Elab *e, Scope *s, const Ast *train, TrainSpec *t) {
     // fp16 weights updated by AdamW in place: an update below half an fp16 ulp (2^-11 of
     // the weight) is lost, and the loss scale has nowhere to be undone exactly.
     // Kahan compensates bf16 weights that AdamW updates in place; a master copy needs none.
-    if (t->kahan == 1 && !(t->precision == PREC_BF16_PURE && !t->master_weights && adam_like(t->optimizer)))
+    if (t->kahan == 1 && !(t->precision == PREC_BF16_PURE && !t->master_weights && fe_adam_like(t->optimizer)))
         fe_error(e->src, t->kahan_loc,
                  "kahan compensates bf16 weights that AdamW updates in place (precision = bf16_pure, "
                  "no master weights); %s", t->master_weights ? "here the fp32 master copy takes every "
                  "update whole" : "this precision has no such weights");
-    if (t->precision == PREC_FP16 && !t->master_weights && adam_like(t->optimizer))
+    if (t->precision == PREC_FP16 && !t->master_weights && fe_adam_like(t->optimizer))
         fe_error(e->src, t->master_loc,
                  "fp16 AdamW needs the fp32 master copy: updated in fp16 itself, a weight loses every "
                  "update below half its ulp (2^-11 of the weight: most of AdamW's at lr 1e-4 and "
@@ -1291,16 +1295,16 @@ out:
 static IrStep step_of(const TrainSpec *t) {
     IrStep st = {.optim_dt = t->optim_dtype, .master = t->master_weights, .clip = t->clip,
                  .weight_decay = t->weight_decay, .decay_all = t->decay_all,
-                 .kahan = t->precision == PREC_BF16_PURE && !t->master_weights && adam_like(t->optimizer) &&
+                 .kahan = t->precision == PREC_BF16_PURE && !t->master_weights && fe_adam_like(t->optimizer) &&
                           t->kahan != 0,
-                 .adam8 = strcmp(t->optimizer, "adamw8bit") == 0, .adam8_min_elems = t->min_8bit_size};
+                 .adam8 = t->optimizer == OPTIM_ADAMW8BIT, .adam8_min_elems = t->min_8bit_size};
     switch (t->precision) {
     case PREC_BF16:
     case PREC_BF16_PURE: st.weight_dt = st.compute_dt = st.grad_dt = DT_BF16; break;
     case PREC_FP16: st.weight_dt = st.compute_dt = st.grad_dt = DT_F16; break;
     case PREC_FP32: st.weight_dt = st.compute_dt = st.grad_dt = DT_F32; break;
     }
-    st.optim_states = adam_like(t->optimizer) ? 2 : 0;
+    st.optim_states = fe_adam_like(t->optimizer) ? 2 : 0;
     return st;
 }
 

@@ -130,13 +130,19 @@ typedef struct LoraTarget {
 // get_*_schedule_with_warmup.
 typedef enum LrSchedule { LR_CONSTANT, LR_LINEAR, LR_COSINE } LrSchedule;
 
+// The optimizer, parsed once from the train section (fe_optimizer_name: its .ft name).
+typedef enum OptimizerKind { OPTIM_ADAMW, OPTIM_ADAMW8BIT, OPTIM_SGD } OptimizerKind;
+const char *fe_optimizer_name(OptimizerKind k);
+// Whether it keeps Adam's two moments (adamw, adamw8bit).
+static inline bool fe_adam_like(OptimizerKind k) { return k != OPTIM_SGD; }
+
 typedef struct TrainSpec {
     int64_t seq, batch;         // sequence length, global batch (sequences per optimizer step)
     int64_t micro_batch;        // 0 when not given: the global batch, no accumulation
     Precision precision;
     bool master_weights;        // fp32 master copies (default: mixed precision only)
     DType optim_dtype;          // AdamW m, v
-    const char *optimizer;      // "adamw", "adamw8bit" or "sgd"
+    OptimizerKind optimizer;
     double lr, beta1, beta2, eps, weight_decay;
     int64_t min_8bit_size;      // adamw8bit: tensors of fewer elements keep 32-bit moments
     bool decay_all;             // weight decay on norm weights and biases too (default: not)

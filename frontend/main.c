@@ -192,9 +192,10 @@ static int cmd_run(Cmdline *cl, int argc, char **argv, int first) {
                 return EXIT_USAGE;
             o.seed = (uint64_t)v, o.seed_given = true;
         } else if (strcmp(s, "--device") == 0) {
-            o.device = argv[++i];
-            if (strcmp(o.device, "cpu") != 0 && strcmp(o.device, "emu") != 0 &&
-                strcmp(o.device, "cuda") != 0) {
+            const char *d = argv[++i];
+            o.device = !strcmp(d, "cpu") ? DEVICE_CPU : !strcmp(d, "emu") ? DEVICE_EMU
+                       : !strcmp(d, "cuda") ? DEVICE_CUDA : DEVICE_AUTO;
+            if (o.device == DEVICE_AUTO) {
                 arg_error(cl, i, "--device takes cuda, cpu or emu");
                 return EXIT_USAGE;
             }

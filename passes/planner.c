@@ -607,7 +607,8 @@ int planner_search(const PlannerInput *in, PlannerResult *r) {
             b *= EARLY_GAIN;
         if (li < nl && b > 0 && levels_by[li].bound.step_us >= b) {
             r->bound_pruned++;
-            vec_push(&r->bounds, levels_by[li].bound);
+            if (lv != LEVEL_EARLY)   // (planner_holds' competitors: see fastest_at)
+                vec_push(&r->bounds, levels_by[li].bound);
         } else if (li < nl) {
             for (int pol = REMAT_KEEP; pol <= REMAT_SWAP; pol++) {
                 if (in->remat >= 0 && pol != in->remat)
@@ -640,7 +641,8 @@ int planner_search(const PlannerInput *in, PlannerResult *r) {
         for (int i = 0; i < np; i++) {
             if (jobs[i].pruned) {
                 r->bound_pruned++;
-                vec_push(&r->bounds, jobs[i].bound);
+                if (jobs[i].level != LEVEL_EARLY)
+                    vec_push(&r->bounds, jobs[i].bound);
             }
             merge(r, &jobs[i]);
         }
@@ -759,7 +761,11 @@ int planner_exact(const PlannerInput *in, int64_t micro, int level, RematPolicy 
 
 // The candidate fastest at (adamw, link) among those that fit or may (a candidate not
 // placed because it was slower, a search skipped by its bound: either can be the
-// fastest at other rates); -2 when a skipped search's bound is.
+// fastest at other rates); -2 when a skipped search's bound is. A plan with the updates
+// inside backward competes at its time over EARLY_GAIN, as the search chose; the bounds of
+// the searches of those plans skipped are left out (the level's bound is not scaled
+// so): a plan of theirs could only have won on device time, which no rate here changes
+// but the link's under swapping.
 static int fastest_at(const PlannerResult *r, double adamw, double link) {
     int best = -1;
     double best_us = 0;
@@ -768,6 +774,8 @@ static int fastest_at(const PlannerResult *r, double adamw, double link) {
         if (!(c->fits || c->slower) || c->declined)
             continue;
         double us = cost_step_at(&c->o.cost, adamw, link);
+        if (c->c.early_update)   // (chosen only where EARLY_GAIN faster than the rest)
+            us /= EARLY_GAIN;
         if (best < 0 || us < best_us)
             best = i, best_us = us;
     }

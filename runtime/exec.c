@@ -26,10 +26,10 @@ static void nf4_parts(const Exec *x, int id, int *absmax, int *codes, int *scale
         const PlanBuffer *b = &x->plan->buf[i];
         if (b->kind != PK_QUANT || b->of != id || !b->role)
             continue;
-        int *slot = !strcmp(b->role, "nf4_absmax")          ? absmax
-                    : !strcmp(b->role, "nf4_absmax_codes")  ? codes
-                    : !strcmp(b->role, "nf4_absmax_scales") ? scales
-                    : !strcmp(b->role, "nf4_absmax_mean")   ? mean
+        int *slot = b->role == PR_NF4_ABSMAX          ? absmax
+                    : b->role == PR_NF4_ABSMAX_CODES  ? codes
+                    : b->role == PR_NF4_ABSMAX_SCALES ? scales
+                    : b->role == PR_NF4_ABSMAX_MEAN   ? mean
                                                             : NULL;
         if (slot)
             *slot = i;
@@ -160,7 +160,7 @@ static void poison_dead(Exec *x, const PlanInstr *in) {
         const PlanBuffer *b = &p->buf[id];
         const PlanBuffer *base = b->view >= 0 ? &p->buf[b->view] : b;
         // The runtime reads the loss after the phase; the logits die like any value.
-        bool read_after = base->role && strcmp(base->role, "logits") != 0;
+        bool read_after = base->role && base->role != PR_LOGITS;
         if (base->last != in->id || persistent(base) || read_after)
             continue;
         bool taken = false;
@@ -311,7 +311,7 @@ void rt_exec_skip_update(Exec *x) {
 
 int64_t rt_write_target_count(Exec *x, int64_t n) {
     const Plan *p = x->plan;
-    const PlanBuffer *b = plan_role(p, "target_count"), *tg = plan_role(p, "targets");
+    const PlanBuffer *b = plan_role(p, PR_TARGET_COUNT), *tg = plan_role(p, PR_TARGETS);
     if (n < 0 && tg) {   // the trained targets of the micro-batch in the targets buffer
         int64_t k = plan_elems(tg);
         int32_t *t = malloc(sizeof(int32_t) * (size_t)(k + 1));
@@ -330,7 +330,7 @@ int64_t rt_write_target_count(Exec *x, int64_t n) {
 
 void rt_write_positions(Exec *x, const int32_t *pos) {
     const Plan *p = x->plan;
-    const PlanBuffer *b = plan_role(p, "positions");
+    const PlanBuffer *b = plan_role(p, PR_POSITIONS);
     if (!b)
         return;
     if (pos) {
@@ -346,7 +346,7 @@ void rt_write_positions(Exec *x, const int32_t *pos) {
 }
 
 bool rt_grad_stats(const Exec *x, double *norm, bool *nonfinite) {
-    const PlanBuffer *b = plan_role(x->plan, "grad_stats");
+    const PlanBuffer *b = plan_role(x->plan, PR_GRAD_STATS);
     if (!b)
         return false;
     float st[2];

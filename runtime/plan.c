@@ -332,7 +332,12 @@ static int read_header(Reader *r, Plan *p) {
             ok = ops_parse_i64(w[1], &e) && e >= 0 && e <= 100000000;
             p->events = (int)e;
         } else if (strcmp(w[0], "optimizer") == 0) {
-            free(p->optimizer), p->optimizer = xstrdup(w[1]);
+            p->optimizer = !strcmp(w[1], "adamw")       ? PO_ADAMW
+                           : !strcmp(w[1], "adamw8bit") ? PO_ADAMW8BIT
+                           : !strcmp(w[1], "sgd")       ? PO_SGD
+                                                        : PO_NONE;
+            if (p->optimizer == PO_NONE)
+                return bad(r, "unknown optimizer '%.64s' (adamw, adamw8bit or sgd)", w[1]);
             for (int i = 2; ok && i < n; i++) {
                 char *eq = strchr(w[i], '=');
                 if (!eq)
@@ -416,7 +421,7 @@ static int read_buffer(Reader *r, Plan *p, int i, char *line) {
         } else if (strcmp(key, "layer") == 0) {
             ok = parse_int(v, &b->layer);
         } else if (strcmp(key, "role") == 0) {
-            free(b->role), b->role = xstrdup(v);
+            ok = plan_role_parse(v, &b->role);
         } else if (strcmp(key, "virtual") == 0) {
             b->virt = strcmp(v, "1") == 0;
             ok = b->virt || strcmp(v, "0") == 0;
@@ -613,21 +618,21 @@ static int check_roles(Reader *r, const Plan *p) {
         const PlanBuffer *b = &p->buf[i];
         if (!b->role)
             continue;
-        if (!strcmp(b->role, "tokens") || !strcmp(b->role, "targets") || !strcmp(b->role, "positions")) {
+        if (b->role == PR_TOKENS || b->role == PR_TARGETS || b->role == PR_POSITIONS) {
             if (b->dtype != PDT_I32 || b->virt || plan_elems(b) != p->micro_batch * p->seq)
                 return bad(r, "buffer %s (%s): %lld %s elements, the header's micro_batch x seq is "
-                           "%lld i32", b->name, b->role, (long long)plan_elems(b),
+                           "%lld i32", b->name, plan_role_name(b->role), (long long)plan_elems(b),
                            plan_dtype_name(b->dtype), (long long)(p->micro_batch * p->seq));
-        } else if (!strcmp(b->role, "target_count")) {
+        } else if (b->role == PR_TARGET_COUNT) {
             if (b->dtype != PDT_I32 || b->virt || plan_elems(b) != 1)
                 return bad(r, "buffer %s (target_count): must be one i32", b->name);
-        } else if (!strcmp(b->role, "loss") || !strcmp(b->role, "eval_loss")) {
+        } else if (b->role == PR_LOSS || b->role == PR_EVAL_LOSS) {
             if (b->dtype != PDT_F32 || b->virt || plan_elems(b) != 1)
-                return bad(r, "buffer %s (%s): must be one f32", b->name, b->role);
-        } else if (!strcmp(b->role, "grad_stats") || !strcmp(b->role, "grad_factor")) {
+                return bad(r, "buffer %s (%s): must be one f32", b->name, plan_role_name(b->role));
+        } else if (b->role == PR_GRAD_STATS || b->role == PR_GRAD_FACTOR) {
             if (b->dtype != PDT_F32 || b->virt || b->view >= 0 || plan_elems(b) != 2)
-                return bad(r, "buffer %s (%s): must be two f32", b->name, b->role);
-        } else if (!strcmp(b->role, "logits")) {
+                return bad(r, "buffer %s (%s): must be two f32", b->name, plan_role_name(b->role));
+        } else if (b->role == PR_LOGITS) {
             if (b->ndim < 1 || b->shape[b->ndim - 1] != p->vocab)
                 return bad(r, "buffer %s (logits): last dimension %lld, the header's vocab is %lld",
                            b->name, b->ndim ? (long long)b->shape[b->ndim - 1] : 0LL, (long long)p->vocab);
@@ -657,13 +662,13 @@ static int check_nf4(Reader *r, const Plan *p) {
             const PlanBuffer *q = &p->buf[k];
             if (q->kind != PK_QUANT || q->of != i || !q->role)
                 continue;
-            if (!strcmp(q->role, "nf4_absmax"))
+            if (q->role == PR_NF4_ABSMAX)
                 am = q;
-            else if (!strcmp(q->role, "nf4_absmax_codes"))
+            else if (q->role == PR_NF4_ABSMAX_CODES)
                 codes = q;
-            else if (!strcmp(q->role, "nf4_absmax_scales"))
+            else if (q->role == PR_NF4_ABSMAX_SCALES)
                 scales = q;
-            else if (!strcmp(q->role, "nf4_absmax_mean"))
+            else if (q->role == PR_NF4_ABSMAX_MEAN)
                 mean = q;
         }
         bool single = am && am->dtype == PDT_F32 && plan_elems(am) == blocks;
@@ -837,7 +842,7 @@ int plan_load(Plan **out, const char *path, char *err, size_t errlen) {
     }
     if (read_header(&r, p) != 0)
         goto done;
-    if (!p->model || !p->seq || !p->micro_batch || !p->accum || !p->optimizer || !p->precision) {
+    if (!p->model || !p->seq || !p->micro_batch || !p->accum || p->optimizer == PO_NONE || !p->precision) {
         bad(&r, "the header lacks model, seq, micro_batch, accum, precision or optimizer");
         goto done;
     }
@@ -909,7 +914,7 @@ void plan_free(Plan *p) {
         return;
     for (int i = 0; i < p->nbuf && p->buf; i++) {
         PlanBuffer *b = &p->buf[i];
-        free(b->name), free(b->category), free(b->hf), free(b->role);
+        free(b->name), free(b->category), free(b->hf);
     }
     free(p->buf);
     for (int ph = 0; ph < PHASE_COUNT; ph++) {
@@ -917,14 +922,34 @@ void plan_free(Plan *p) {
             free(p->ins[ph][i].step);
         free(p->ins[ph]);
     }
-    free(p->model), free(p->gpu), free(p->source), free(p->precision), free(p->optimizer), free(p->lora_targets);
+    free(p->model), free(p->gpu), free(p->source), free(p->precision), free(p->lora_targets);
     free(p->link);
     free(p);
 }
 
-const PlanBuffer *plan_role(const Plan *p, const char *role) {
+static const char *const role_names[PR_COUNT] = {
+    [PR_NONE] = "",
+    [PR_TOKENS] = "tokens", [PR_TARGETS] = "targets", [PR_POSITIONS] = "positions",
+    [PR_TARGET_COUNT] = "target_count", [PR_LOSS] = "loss", [PR_EVAL_LOSS] = "eval_loss",
+    [PR_LOGITS] = "logits", [PR_GRAD_STATS] = "grad_stats", [PR_GRAD_FACTOR] = "grad_factor",
+    [PR_NF4_ABSMAX] = "nf4_absmax", [PR_NF4_ABSMAX_CODES] = "nf4_absmax_codes",
+    [PR_NF4_ABSMAX_SCALES] = "nf4_absmax_scales", [PR_NF4_ABSMAX_MEAN] = "nf4_absmax_mean",
+};
+
+const char *plan_role_name(PlanRole role) { return role > PR_NONE && role < PR_COUNT ? role_names[role] : "none"; }
+
+bool plan_role_parse(const char *name, PlanRole *role) {
+    for (int r = PR_NONE + 1; r < PR_COUNT; r++)
+        if (strcmp(name, role_names[r]) == 0) {
+            *role = (PlanRole)r;
+            return true;
+        }
+    return false;
+}
+
+const PlanBuffer *plan_role(const Plan *p, PlanRole role) {
     for (int i = 0; i < p->nbuf; i++)
-        if (p->buf[i].role && strcmp(p->buf[i].role, role) == 0)
+        if (p->buf[i].role == role)
             return &p->buf[i];
     return NULL;
 }

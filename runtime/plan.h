@@ -135,6 +135,21 @@ typedef enum PlanInit { PINIT_NORMAL, PINIT_ONES, PINIT_ZEROS, PINIT_KAIMING_UNI
 typedef enum PlanPhase { PHASE_FWD, PHASE_BWD, PHASE_OPT, PHASE_EVAL, PHASE_COUNT } PlanPhase;
 typedef enum PlanSchedule { SCHED_CONSTANT, SCHED_LINEAR, SCHED_COSINE } PlanSchedule;
 
+// What the runtime and the backends look a buffer up by (role= in the plan, parsed once):
+// the batch the runtime writes, the loss and logits it reads, the gradients' reduction, an
+// NF4 parameter's quantisation buffers.
+// The optimizer line's name, parsed once (PO_NONE: no such line yet).
+typedef enum PlanOptimizer { PO_NONE, PO_ADAMW, PO_ADAMW8BIT, PO_SGD } PlanOptimizer;
+
+typedef enum PlanRole {
+    PR_NONE,
+    PR_TOKENS, PR_TARGETS, PR_POSITIONS, PR_TARGET_COUNT,   // i32: written before a micro-step
+    PR_LOSS, PR_EVAL_LOSS, PR_LOGITS,
+    PR_GRAD_STATS, PR_GRAD_FACTOR,                          // f32 [2] each
+    PR_NF4_ABSMAX, PR_NF4_ABSMAX_CODES, PR_NF4_ABSMAX_SCALES, PR_NF4_ABSMAX_MEAN,
+    PR_COUNT
+} PlanRole;
+
 typedef struct PlanBuffer {
     int id;
     char *name;
@@ -156,7 +171,7 @@ typedef struct PlanBuffer {
     int reuse;              // written in place over buffer `reuse`, which dies as this is
                             // born (same bytes, same offset); else -1
     int layer;              // repeat index of the block that made it, else -1
-    char *role;             // "tokens", "targets", "positions", "loss", "logits", or NULL
+    PlanRole role;          // role=: what the runtime looks it up by (PR_NONE: nothing)
     bool virt;              // an intermediate of a fused instruction: no bytes, no place
     int shard_ndim;         // > 0: this rank's slice of a tensor of shape `shard` (with view:
     int64_t shard[PLAN_MAX_DIMS];   // of the base, in place)
@@ -220,7 +235,7 @@ typedef struct Plan {
     int64_t seq, micro_batch, accum, vocab;
     bool packing;           // records packed into windows: position ids restart per record
     char *precision;
-    char *optimizer;        // "adamw", "adamw8bit" or "sgd"
+    PlanOptimizer optimizer;
     double lr, beta1, beta2, eps, weight_decay;
     PlanSchedule schedule;  // the learning rate over the run
     int64_t warmup_steps;   // of a linear rise from 0
@@ -264,7 +279,10 @@ const char *fmt_bytes(char *buf, size_t cap, int64_t bytes);
 int plan_load(Plan **out, const char *path, char *err, size_t errlen);
 void plan_free(Plan *p);
 // The buffer with role `role`, or NULL.
-const PlanBuffer *plan_role(const Plan *p, const char *role);
+const PlanBuffer *plan_role(const Plan *p, PlanRole role);
+// A role's name in the plan ("tokens"), and back: false for a name that is none.
+const char *plan_role_name(PlanRole role);
+bool plan_role_parse(const char *name, PlanRole *role);
 // Whether the plan updates parameters inside backward (each as soon as its gradient is
 // complete: ftc compile --update backward), not in an optimizer phase after it.
 bool plan_updates_in_backward(const Plan *p);

@@ -22,7 +22,8 @@ typedef struct Comm Comm;   // comm.h: the ranks of a data-parallel job
 
 typedef struct Backend Backend;
 struct Backend {
-    const char *name;
+    const char *name;       // for people: "cpu", "emu", "cuda"
+    bool host_addressable;  // its arenas are host memory (the CPU's backends)
     // Checks that every instruction of `p` this backend will launch has a kernel here
     // (instructions on `stream`, or all when stream < 0); -1 with err if not.
     int (*prepare)(Backend *b, const Plan *p, int stream, char *err, size_t errlen);
@@ -65,6 +66,9 @@ struct Backend {
     // per second, timed now (on up to 64 MiB: before any buffer holds data); 0 when x's
     // arenas are not both planned. NULL where host and device memory are one.
     double (*link_rate)(Backend *b, const Exec *x);
+    // (optional) The device's total and free memory and its name, now; false when it
+    // cannot say. NULL where the arenas are host memory.
+    bool (*memory)(Backend *b, int64_t *total, int64_t *free_bytes, char *name, size_t namelen);
     // (optional) Runs phase ph of x as a graph: the first time (per phase, and per last
     // micro-step or not), what `issue` gives the streams is captured, not run, and the graph
     // made of it launched; after that the graph alone is launched, its nodes that read a
@@ -103,9 +107,6 @@ int rt_cuda_set_comm(Backend *b, Comm *comm, const struct NcclApi *api, char *er
 // 1 when the CUDA driver and cuBLASLt load and the driver sees a GPU; 0 when there is no
 // driver; -1 when there is one but no usable GPU (why says what failed).
 int rt_cuda_probe(char *why, size_t len);
-// What the GPU and the process hold: the device's total and free memory, and the name;
-// false if `b` is not the cuda backend.
-bool rt_cuda_memory(Backend *b, int64_t *total, int64_t *free_bytes, char *name, size_t namelen);
 // The GPU as the driver reports it: its name, compute capability, the driver's version and
 // where the kernels came from (the plan's CUBIN, NVRTC's, PTX); false for other backends.
 bool rt_cuda_describe(Backend *b, char *buf, size_t len);
@@ -376,11 +377,17 @@ void rt_checkpoint_prune(const char *dir, int keep);
 // its step and seed.
 int rt_checkpoint_load(Exec *x, const char *ckpt, int64_t *step, uint64_t *seed, char *err, size_t errlen);
 
+// The backend ftc run asks for (--device), parsed once by the command line.
+typedef enum RunDevice {
+    DEVICE_AUTO,    // cuda when a GPU is there, else cpu
+    DEVICE_CPU, DEVICE_EMU, DEVICE_CUDA
+} RunDevice;
+
 typedef struct RunOptions {
     const char *plan_dir, *data, *weights, *save;
     const char *resume;     // a --save directory or a checkpoint: continue from its state
     int keep;               // checkpoints kept by --save-every (default 2)
-    const char *device;     // "cpu", "emu", "cuda", or NULL: cuda when a GPU is there, else cpu
+    RunDevice device;
     int64_t steps;          // 0: the plan's (the train section's steps), else 10
     int64_t save_every;     // also save after every this many steps (0: only at the end)
     uint64_t seed;

@@ -133,8 +133,8 @@ static int load_batch(Exec *x, Feed *f, uint64_t first, char *err, size_t errlen
             f->positions[b * S + j] = j == 0 || (f->info[j] & DATA_START) ? 0 : f->positions[b * S + j - 1] + 1;
         }
     }
-    rt_write_raw(x, plan_role(p, "tokens")->id, f->tokens);
-    rt_write_raw(x, plan_role(p, "targets")->id, f->targets);
+    rt_write_raw(x, plan_role(p, PR_TOKENS)->id, f->tokens);
+    rt_write_raw(x, plan_role(p, PR_TARGETS)->id, f->targets);
     rt_write_positions(x, p->packing ? f->positions : NULL);
     rt_write_target_count(x, f->count);
     return 0;
@@ -178,13 +178,12 @@ static Backend *with_comm(Backend *be, Comm *comm, char *err, size_t errlen) {
 // The backend --device names; by default cuda where a driver sees a GPU, else cpu. A GPU
 // that is there but cannot take the plan is an error, never a quiet fall back.
 static Backend *pick_backend(const RunOptions *o, const Plan *p, Comm *comm, char *err, size_t errlen) {
-    const char *d = o->device ? o->device : "auto";
     int local_rank = comm->ranks > 1 ? rt_launch_local_rank() : 0;
-    if (strcmp(d, "cpu") == 0)
+    if (o->device == DEVICE_CPU)
         return rt_cpu_backend();
-    if (strcmp(d, "emu") == 0)
+    if (o->device == DEVICE_EMU)
         return rt_emu_backend(o->plan_dir, err, errlen);
-    if (strcmp(d, "cuda") == 0)
+    if (o->device == DEVICE_CUDA)
         return with_comm(rt_cuda_backend(o->plan_dir, p, NULL, local_rank, err, errlen), comm, err, errlen);
     char why[512];
     int gpu = rt_cuda_probe(why, sizeof why);
@@ -200,7 +199,7 @@ static Backend *pick_backend(const RunOptions *o, const Plan *p, Comm *comm, cha
 static int64_t report_memory(Backend *be, const Plan *p, FILE *out, char *what, size_t len) {
     int64_t total, free_b;
     char name[256], a[32], r[32], u[32], t[32], h[32];
-    if (!rt_cuda_memory(be, &total, &free_b, name, sizeof name))
+    if (!be->memory || !be->memory(be, &total, &free_b, name, sizeof name))
         return 0;
     snprintf(what, len, "%.100s device memory in use after step one (every process on it)", name);
     int64_t planned = p->arena_bytes[ARENA_DEVICE] + p->reserve_bytes, used = total - free_b;
@@ -398,8 +397,8 @@ static int load_eval_batch(Exec *x, Feed *f, uint64_t first, int64_t *count, cha
             *count += t;
         }
     }
-    rt_write_raw(x, plan_role(p, "tokens")->id, f->tokens);
-    rt_write_raw(x, plan_role(p, "targets")->id, f->targets);
+    rt_write_raw(x, plan_role(p, PR_TOKENS)->id, f->tokens);
+    rt_write_raw(x, plan_role(p, PR_TARGETS)->id, f->targets);
     rt_write_positions(x, p->packing ? f->positions : NULL);   // as load_batch does
     rt_write_target_count(x, *count);
     return 0;
@@ -412,7 +411,7 @@ static int load_eval_batch(Exec *x, Feed *f, uint64_t first, int64_t *count, cha
 static int evaluate(Exec *x, Feed *f, int64_t batches, double *loss, int64_t *targets, char *err,
                     size_t errlen) {
     const Plan *p = x->plan;
-    int id = plan_role(p, "eval_loss")->id;
+    int id = plan_role(p, PR_EVAL_LOSS)->id;
     double sum = 0;
     *targets = 0;
     for (int64_t b = 0; b < batches; b++) {
@@ -515,7 +514,7 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
               "finite; compile it with --update step to skip such steps", o->plan_dir);
         goto out;
     }
-    if (!plan_role(p, "tokens") || !plan_role(p, "targets") || !plan_role(p, "loss")) {
+    if (!plan_role(p, PR_TOKENS) || !plan_role(p, PR_TARGETS) || !plan_role(p, PR_LOSS)) {
         error("%s/plan: the plan has no tokens, targets or loss buffer", o->plan_dir);
         goto out;
     }
@@ -528,7 +527,7 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
     // eval file (all of its windows by default), every --eval-every steps and at the end.
     int64_t eval_batches = 0, eval_tokens = 0;
     if (o->eval_data) {
-        if (!p->nins[PHASE_EVAL] || !plan_role(p, "eval_loss")) {
+        if (!p->nins[PHASE_EVAL] || !plan_role(p, PR_EVAL_LOSS)) {
             error("--eval-data: %.900s has no eval phase (%s)", o->plan_dir,
                   p->ranks > 1 && p->zero >= 3 ? "a rank of ZeRO 3 holds shards of the parameters: compile "
                                                  "it with --zero 2 or below to evaluate"
@@ -551,7 +550,7 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
     rt_cuda_sync_check(be, o->sync_check);
     // On the CPU every arena is host memory: a plan made for a GPU may not fit the host.
     int64_t need = p->arena_bytes[ARENA_DEVICE] + p->arena_bytes[ARENA_HOST], avail = rt_host_available();
-    if (strcmp(be->name, "cuda") != 0 && avail >= 0 && need > avail) {
+    if (be->host_addressable && avail >= 0 && need > avail) {
         char a[32], b[32];
         error("the plan's arenas take %s of memory on the %s backend, where they are host "
               "memory, but this machine has %s available",
@@ -690,7 +689,7 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
                 (unsigned long long)nwin, o->data);
     char gpu[1024], gpu_name[256];
     int64_t gpu_total, gpu_free;
-    if (rt_cuda_describe(be, gpu, sizeof gpu) && rt_cuda_memory(be, &gpu_total, &gpu_free, gpu_name, sizeof gpu_name)) {
+    if (rt_cuda_describe(be, gpu, sizeof gpu) && be->memory && be->memory(be, &gpu_total, &gpu_free, gpu_name, sizeof gpu_name)) {
         char t[32], f[32], b[32], r[32];
         fprintf(out, "device: %s; after set-up the driver reports %s total, %s free (the plan: %s for %s, "
                 "a %s reserve in it)\n", gpu, fmt_bytes(t, sizeof t, gpu_total), fmt_bytes(f, sizeof f, gpu_free),
@@ -734,8 +733,8 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
         }
         fprintf(out, "report: %s/run.jsonl (a record a step) and %s/run.html\n", report_dir, report_dir);
     }
-    const PlanBuffer *lossb = plan_role(p, "loss");
-    bool counted = plan_role(p, "target_count") != NULL;
+    const PlanBuffer *lossb = plan_role(p, PR_LOSS);
+    bool counted = plan_role(p, PR_TARGET_COUNT) != NULL;
     Feed feed = {.d = d, .order = order, .nwin = nwin, .window = window, .tokens = tokens,
                  .targets = targets, .positions = positions, .info = info};
     Feed efeed = {.d = ed, .nwin = eval_nwin, .window = window, .tokens = tokens, .targets = targets,
@@ -961,7 +960,7 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
     if (prof) {
         char device[256];
         int64_t total_b, free_b;
-        if (!rt_cuda_memory(be, &total_b, &free_b, device, sizeof device))
+        if (!be->memory || !be->memory(be, &total_b, &free_b, device, sizeof device))
             snprintf(device, sizeof device, "the %s backend", be->name);
         if (rt_profile_write(prof, p, o->profile, device, ran - 1, err, sizeof err) != 0) {
             error("%s", err);

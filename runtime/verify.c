@@ -94,14 +94,14 @@ int plan_verify(const Plan *p, FILE *out) {
     int end = p->nins[PHASE_FWD] + p->nins[PHASE_BWD] - 1, eval_end = ni - 1;
     for (int i = 0; i < nbuf; i++) {
         const PlanBuffer *b = &p->buf[i];
-        bool eval = b->role && !strcmp(b->role, "eval_loss");
+        bool eval = b->role && b->role == PR_EVAL_LOSS;
         if (eval && p->nins[PHASE_EVAL] == 0)
             PROBLEM("buffer %s is the eval loss of a plan without an eval phase", b->name);
-        if (b->role && (eval || !strcmp(b->role, "loss"))) {
+        if (b->role && (eval || b->role == PR_LOSS)) {
             const PlanBuffer *base = b->view >= 0 && b->view < nbuf ? &p->buf[b->view] : b;
             if (base->last < (eval ? eval_end : end))
                 PROBLEM("buffer %s (the %s) dies at instruction %d, before the runtime reads it "
-                        "after instruction %d", b->name, b->role, base->last, eval ? eval_end : end);
+                        "after instruction %d", b->name, plan_role_name(b->role), base->last, eval ? eval_end : end);
         }
     }
     // No two buffers live at once share bytes, but for a declared in-place reuse. Each
@@ -125,9 +125,9 @@ int plan_verify(const Plan *p, FILE *out) {
     bool *written = calloc((size_t)nbuf + 1, sizeof(bool));
     for (int i = 0; i < nbuf; i++) {
         const PlanBuffer *b = &p->buf[i];
-        written[i] = whole_step(b) || (b->role && (!strcmp(b->role, "tokens") || !strcmp(b->role, "targets") ||
-                                                    !strcmp(b->role, "positions") ||
-                                                    !strcmp(b->role, "target_count")));
+        written[i] = whole_step(b) || (b->role && (b->role == PR_TOKENS || b->role == PR_TARGETS ||
+                                                    b->role == PR_POSITIONS ||
+                                                    b->role == PR_TARGET_COUNT));
     }
     for (int id = 0; id < ni; id++) {
         const PlanInstr *in = plan_instr(p, id);

@@ -137,7 +137,7 @@ __attribute__((unused)) static bool harness_step(Harness *h) {
 // The loss of the last forward.
 __attribute__((unused)) static float harness_loss(Harness *h) {
     float l;
-    rt_read_f32(&h->x, plan_role(h->plan, "loss")->id, &l);
+    rt_read_f32(&h->x, plan_role(h->plan, PR_LOSS)->id, &l);
     return l;
 }
 

@@ -61,5 +61,20 @@ for room in runtime ir passes codegen; do
     fi
 done
 
+# Meaning that crosses a boundary travels as an enum, parsed once: a buffer's role
+# (PlanRole: plan.c's plan_role_parse), the optimizer (elaborate.c's table, OptimizerKind;
+# plan.c's reader, PlanOptimizer), the backend (RunDevice from --device in main.c;
+# Backend.host_addressable and .memory, never its name). No string comparison of any of
+# them anywhere else.
+strings() {   # what, pattern, the one file allowed
+    local hits
+    hits=$(grep -rnE "$2" runtime codegen frontend passes ir --include=*.c --include=*.h | grep -v "^$3:")
+    if [ -z "$hits" ]; then echo "ok   $1 compared as enums only"; pass=$((pass+1)); else
+        echo "FAIL $1 compared as strings: $hits"; fail=$((fail+1)); fi
+}
+strings roles 'strn?cmp\([^;]*role([^_s]|$)' runtime/plan.c
+strings optimizers 'strn?cmp\([^;]*"(adamw|adamw8bit|sgd)"' runtime/plan.c
+strings backends 'strn?cmp\([^;]*"(cpu|emu|cuda)"|->name, "(cpu|emu|cuda)"' frontend/main.c
+
 echo "layers: $pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -27,8 +27,8 @@ static void test_plan_round_trip(void) {
     CHECK(p->nbuf > 100);
     CHECK(p->nins[PHASE_FWD] > 20 && p->nins[PHASE_BWD] > 20 && p->nins[PHASE_OPT] > 20);
     // (the loss fused with its projection: no logits buffer)
-    CHECK(plan_role(p, "tokens") && plan_role(p, "targets") && plan_role(p, "loss") &&
-          !plan_role(p, "logits"));
+    CHECK(plan_role(p, PR_TOKENS) && plan_role(p, PR_TARGETS) && plan_role(p, PR_LOSS) &&
+          !plan_role(p, PR_LOGITS));
     int params = 0, grads = 0;
     for (int i = 0; i < p->nbuf; i++) {
         const PlanBuffer *b = &p->buf[i];
@@ -104,7 +104,7 @@ static void test_dumps_agree(void) {
 static void test_eval_phase(void) {
     const Plan *p = h.plan;
     CHECK(p->nins[PHASE_EVAL] > 10);
-    const PlanBuffer *el = plan_role(p, "eval_loss");
+    const PlanBuffer *el = plan_role(p, PR_EVAL_LOSS);
     CHECK(el != NULL);
     int lo = p->nins[PHASE_FWD] + p->nins[PHASE_BWD] + p->nins[PHASE_OPT], hi = lo + p->nins[PHASE_EVAL];
     int bad = 0;

@@ -61,15 +61,15 @@ static bool train(const Plan *p, Backend *be, int steps, double *losses, double 
                 tok[i] = (int32_t)((i * 31 + m * 7 + step * 3) % p->vocab);
                 tgt[i] = (int32_t)((i * 17 + m * 5 + 11) % p->vocab);
             }
-            rt_write_raw(&x, plan_role(p, "tokens")->id, tok);
-            rt_write_raw(&x, plan_role(p, "targets")->id, tgt);
+            rt_write_raw(&x, plan_role(p, PR_TOKENS)->id, tok);
+            rt_write_raw(&x, plan_role(p, PR_TARGETS)->id, tgt);
             rt_write_positions(&x, NULL);
             rt_write_target_count(&x, n * p->accum);   // every target of the step trained
             ok = rt_exec_phase(&x, PHASE_FWD, err, sizeof err) == 0 &&
                  rt_exec_phase(&x, PHASE_BWD, err, sizeof err) == 0;
             float l = NAN;
             if (ok)
-                rt_read_f32(&x, plan_role(p, "loss")->id, &l);
+                rt_read_f32(&x, plan_role(p, PR_LOSS)->id, &l);
             losses[step - 1] += l;   // each micro-step's share of the step's mean
         }
         ok = ok && rt_exec_phase(&x, PHASE_OPT, err, sizeof err) == 0;
@@ -87,14 +87,14 @@ static bool train(const Plan *p, Backend *be, int steps, double *losses, double 
             tok[i] = (int32_t)((i * 13 + step * 5) % p->vocab);
             tgt[i] = (int32_t)((i * 7 + 3) % p->vocab);
         }
-        rt_write_raw(&x, plan_role(p, "tokens")->id, tok);
-        rt_write_raw(&x, plan_role(p, "targets")->id, tgt);
+        rt_write_raw(&x, plan_role(p, PR_TOKENS)->id, tok);
+        rt_write_raw(&x, plan_role(p, PR_TARGETS)->id, tgt);
         rt_write_positions(&x, NULL);
         rt_write_target_count(&x, n);
         ok = ok && rt_exec_phase(&x, PHASE_EVAL, err, sizeof err) == 0;
         float e = NAN;
         if (ok)
-            rt_read_f32(&x, plan_role(p, "eval_loss")->id, &e);
+            rt_read_f32(&x, plan_role(p, PR_EVAL_LOSS)->id, &e);
         evals[step - 1] = e;
     }
     if (!ok)

@@ -46,12 +46,12 @@ static bool train(const Plan *p, Backend *be, int steps, double *losses, char *e
                 tok[i] = (int32_t)((i * 31 + x.micro * 7 + step * 3) % p->vocab);
                 tgt[i] = (int32_t)((i * 17 + x.micro * 5 + 11) % p->vocab);
             }
-            rt_write_raw(&x, plan_role(p, "tokens")->id, tok);
-            rt_write_raw(&x, plan_role(p, "targets")->id, tgt);
+            rt_write_raw(&x, plan_role(p, PR_TOKENS)->id, tok);
+            rt_write_raw(&x, plan_role(p, PR_TARGETS)->id, tgt);
             ok = rt_exec_phase(&x, PHASE_FWD, err, errlen) == 0 && rt_exec_phase(&x, PHASE_BWD, err, errlen) == 0;
             float l = NAN;
             if (ok)
-                rt_read_f32(&x, plan_role(p, "loss")->id, &l);
+                rt_read_f32(&x, plan_role(p, PR_LOSS)->id, &l);
             sum += l;
         }
         ok = ok && rt_comm_sum(comm, &sum, 1, err, errlen) == 0 && rt_exec_phase(&x, PHASE_OPT, err, errlen) == 0;

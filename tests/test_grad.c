@@ -69,7 +69,7 @@ static double check_case(const char *name, const char *body) {
     }
     // The batch; refilled before every forward, as the runtime does each micro-step
     // (the plan may reuse its bytes once backward no longer needs them).
-    const char *roles[2] = {"tokens", "targets"};
+    const PlanRole roles[2] = {PR_TOKENS, PR_TARGETS};
     int32_t batch[2][64];
     for (int r = 0; r < 2; r++)
         for (int64_t k = 0; k < plan_elems(plan_role(p, roles[r])); k++)

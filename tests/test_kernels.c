@@ -304,7 +304,7 @@ static void earlier_grads(Exec *x) {
 // and 32-bit moments (v positive) for the tensors below min_8bit_size.
 static void earlier_adam8_state(Exec *x) {
     const Plan *p = x->plan;
-    if (strcmp(p->optimizer, "adamw8bit") != 0)
+    if (p->optimizer != PO_ADAMW8BIT)
         return;
     for (int b = 0; b < p->nbuf; b++) {
         const PlanBuffer *pb = &p->buf[b];
@@ -379,7 +379,7 @@ static void lockstep_choice(const char *name, const char *text, const PlanChoice
             ids[i] = (int32_t)(urand32() % (uint32_t)p->vocab);
         for (int64_t i = 3; r && i < ntok; i += 5)
             ids[i] = -100;
-        rt_write_raw(&h.x, plan_role(p, r ? "targets" : "tokens")->id, ids);
+        rt_write_raw(&h.x, plan_role(p, r ? PR_TARGETS : PR_TOKENS)->id, ids);
     }
     // Packed records: position ids restart at records of 1 to 17 tokens, across the rows.
     int32_t *pos = NULL;
@@ -436,7 +436,7 @@ static void lockstep_choice(const char *name, const char *text, const PlanChoice
         }
     if (expect_skip && ok) {
         float fc[2] = {0, 0};
-        rt_read_raw(&xe, plan_role(p, "grad_factor")->id, fc);
+        rt_read_raw(&xe, plan_role(p, PR_GRAD_FACTOR)->id, fc);
         CHECKF(fc[1] == 1.0f, "%s: the step is not skipped (factor %g, %g)", name, fc[0], fc[1]);
         int same = 0, params = 0;
         for (int b = 0; b < p->nbuf; b++) {

@@ -25,7 +25,7 @@ static void train(Harness *h, int steps, double *first, double *last) {
     static const char text[] = "the planner places every byte of the step before anything runs; "
                                "the runtime executes the plan and the loss falls. ";
     const Plan *p = h->plan;
-    const PlanBuffer *tok = plan_role(p, "tokens"), *tgt = plan_role(p, "targets");
+    const PlanBuffer *tok = plan_role(p, PR_TOKENS), *tgt = plan_role(p, PR_TARGETS);
     int64_t S = p->seq, B = p->micro_batch, len = (int64_t)strlen(text);
     char err[512];
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)(B * S)), *next = malloc(sizeof(int32_t) * (size_t)(B * S));

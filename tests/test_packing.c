@@ -84,8 +84,8 @@ static void copy_weights(Harness *to, Harness *from) {
 // One forward and backward of the tokens and targets from `at` (as many as h's seq), with
 // position ids `pos` (NULL: 0..seq-1) and the step's target count; the loss.
 static float run(Harness *h, int at, const int32_t *pos, int64_t count) {
-    rt_write_raw(&h->x, plan_role(h->plan, "tokens")->id, tokens + at);
-    rt_write_raw(&h->x, plan_role(h->plan, "targets")->id, targets + at);
+    rt_write_raw(&h->x, plan_role(h->plan, PR_TOKENS)->id, tokens + at);
+    rt_write_raw(&h->x, plan_role(h->plan, PR_TARGETS)->id, targets + at);
     rt_write_positions(&h->x, pos);
     rt_write_target_count(&h->x, count);
     CHECK(harness_step(h));

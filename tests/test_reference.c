@@ -106,7 +106,7 @@ static bool setup_full(Run *r, const char *name, const char *precision, const ch
     // the batch
     const char *roles[2] = {"tokens", "targets"};
     for (int k = 0; k < 2; k++) {
-        const PlanBuffer *b = plan_role(r->plan, roles[k]);
+        const PlanBuffer *b = plan_role(r->plan, k ? PR_TARGETS : PR_TOKENS);
         const StTensor *t = st_find(r->expect, roles[k]);
         CHECK(b && t);
         void *ids = b ? malloc((size_t)b->bytes) : NULL;
@@ -229,7 +229,7 @@ static void run_case_keys(const char *name, const char *precision, double tol, c
     // never has them whole: its loss and gradients are what it is checked on.
     char key[512];
     double worst = 0, worst_torch = 0;
-    const PlanBuffer *lg = plan_role(r.plan, "logits");
+    const PlanBuffer *lg = plan_role(r.plan, PR_LOGITS);
     CHECK(lg != NULL || !harness_unfused_loss);   // fused where the logits are a linear's alone
     snprintf(key, sizeof key, "%slogits", pre);
     if (lg && bf16)
@@ -239,7 +239,7 @@ static void run_case_keys(const char *name, const char *precision, double tol, c
     CHECK_EQ(0, rt_exec_phase(&r.x, PHASE_BWD, err, sizeof err));
     int ids[512], n = 0;
     const char *names[512];
-    ids[n] = plan_role(r.plan, "loss")->id, names[n++] = "loss";
+    ids[n] = plan_role(r.plan, PR_LOSS)->id, names[n++] = "loss";
     int grads = 0;
     for (int i = 0; i < r.plan->nbuf && n < 512; i++) {
         const PlanBuffer *b = &r.plan->buf[i];
@@ -411,7 +411,7 @@ static void test_clip10(void) {
     for (int s = 1; s <= 10 && !CASE_FAILED(); s++) {
         const char *roles[2] = {"tokens", "targets"};
         for (int k = 0; k < 2; k++) {
-            const PlanBuffer *b = plan_role(r.plan, roles[k]);
+            const PlanBuffer *b = plan_role(r.plan, k ? PR_TARGETS : PR_TOKENS);
             snprintf(key, sizeof key, "%s.%d", roles[k], s);
             int32_t ids[64];
             CHECK(b->bytes <= (int64_t)sizeof ids &&
@@ -422,7 +422,7 @@ static void test_clip10(void) {
         CHECK_EQ(0, rt_exec_phase(&r.x, PHASE_FWD, err, sizeof err));
         CHECK_EQ(0, rt_exec_phase(&r.x, PHASE_BWD, err, sizeof err));
         float l;
-        rt_read_f32(&r.x, plan_role(r.plan, "loss")->id, &l);
+        rt_read_f32(&r.x, plan_role(r.plan, PR_LOSS)->id, &l);
         r.x.step = s;
         r.x.lr = rt_lr_at(r.plan, s);
         CHECK_EQ(0, rt_exec_phase(&r.x, PHASE_OPT, err, sizeof err));
@@ -506,17 +506,17 @@ static void test_qwen2_masked_accumulated_fp32(void) {
     double loss = 0, worst = 0;
     for (int m = 0; m < 2; m++) {   // rows 2m and 2m + 1
         r.x.micro = m;
-        rt_write_raw(&r.x, plan_role(r.plan, "tokens")->id, tokens + 16 * m);
-        rt_write_raw(&r.x, plan_role(r.plan, "targets")->id, targets + 16 * m);
+        rt_write_raw(&r.x, plan_role(r.plan, PR_TOKENS)->id, tokens + 16 * m);
+        rt_write_raw(&r.x, plan_role(r.plan, PR_TARGETS)->id, targets + 16 * m);
         rt_write_positions(&r.x, NULL);
         CHECK_EQ(count[0], rt_write_target_count(&r.x, count[0]));
         CHECK_EQ(0, rt_exec_phase(&r.x, PHASE_FWD, err, sizeof err));
         CHECK_EQ(0, rt_exec_phase(&r.x, PHASE_BWD, err, sizeof err));
         char key[32];
         snprintf(key, sizeof key, "loss.micro%d", m);
-        expect_close(&r, plan_role(r.plan, "loss")->id, key, 1e-5, &worst);
+        expect_close(&r, plan_role(r.plan, PR_LOSS)->id, key, 1e-5, &worst);
         float l;
-        rt_read_f32(&r.x, plan_role(r.plan, "loss")->id, &l);
+        rt_read_f32(&r.x, plan_role(r.plan, PR_LOSS)->id, &l);
         loss += l;
     }
     const StTensor *t = st_find(r.expect, "loss");
@@ -557,12 +557,12 @@ static void packed_case(void) {
     rt_write_positions(&r.x, pos);
     CHECK_EQ(0, rt_exec_phase(&r.x, PHASE_FWD, err, sizeof err));
     double worst = 0;
-    const PlanBuffer *lg = plan_role(r.plan, "logits");   // (none whole where the loss is fused)
+    const PlanBuffer *lg = plan_role(r.plan, PR_LOGITS);   // (none whole where the loss is fused)
     CHECK(lg != NULL || !harness_unfused_loss);
     if (lg)
         expect_close(&r, lg->id, "logits", 1e-4, &worst);
     CHECK_EQ(0, rt_exec_phase(&r.x, PHASE_BWD, err, sizeof err));
-    expect_close(&r, plan_role(r.plan, "loss")->id, "loss", 1e-5, &worst);
+    expect_close(&r, plan_role(r.plan, PR_LOSS)->id, "loss", 1e-5, &worst);
     int grads = 0;
     for (int i = 0; i < r.plan->nbuf; i++) {
         const PlanBuffer *b = &r.plan->buf[i];
@@ -578,7 +578,7 @@ static void packed_case(void) {
         params += strncmp(st_at(r.expect, i)->name, "grad.", 5) == 0;
     CHECK_EQ(params, grads);
     float loss = 0;
-    rt_read_f32(&r.x, plan_role(r.plan, "loss")->id, &loss);
+    rt_read_f32(&r.x, plan_role(r.plan, PR_LOSS)->id, &loss);
     printf("  qwen2_tiny_packed fp32, records of 3+5 and 2+4+2 tokens, %s: loss %.7f, %s%d gradients: "
            "worst max rel err %.2e against transformers' packed-sequence mask (tolerance 1e-04)\n",
            lg ? "loss unfused" : "fused loss (chunks of 4 rows)", loss, lg ? "logits and " : "", grads, worst);
@@ -620,19 +620,19 @@ static void test_eval_phase(void) {
         // The batch is written before each phase, as the runtime does: the eval phase's
         // values may take the bytes of the inputs after their last reader.
         for (int ph = 0; ph < 2; ph++) {
-            rt_write_raw(&r.x, plan_role(r.plan, "tokens")->id, tokens + 16 * m);
-            rt_write_raw(&r.x, plan_role(r.plan, "targets")->id, targets + 16 * m);
+            rt_write_raw(&r.x, plan_role(r.plan, PR_TOKENS)->id, tokens + 16 * m);
+            rt_write_raw(&r.x, plan_role(r.plan, PR_TARGETS)->id, targets + 16 * m);
             rt_write_positions(&r.x, NULL);
             rt_write_target_count(&r.x, n);
             if (ph == 0) {
                 CHECK_EQ(0, rt_exec_phase(&r.x, PHASE_EVAL, err, sizeof err));
-                rt_read_f32(&r.x, plan_role(r.plan, "eval_loss")->id, &le);
+                rt_read_f32(&r.x, plan_role(r.plan, PR_EVAL_LOSS)->id, &le);
             } else {
                 r.x.micro = 0;
                 CHECK_EQ(0, rt_exec_phase(&r.x, PHASE_FWD, err, sizeof err));
             }
         }
-        rt_read_f32(&r.x, plan_role(r.plan, "loss")->id, &lf);
+        rt_read_f32(&r.x, plan_role(r.plan, PR_LOSS)->id, &lf);
         same += memcmp(&le, &lf, sizeof le) == 0;
         CHECK(memcmp(&le, &lf, sizeof le) == 0);
         sum += (double)le * (double)n;

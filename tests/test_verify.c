@@ -127,7 +127,7 @@ static void test_early_free(void) {
 }
 
 static void test_loss_freed_early(void) {
-    PlanBuffer *loss = (PlanBuffer *)plan_role(h.plan, "loss");
+    PlanBuffer *loss = (PlanBuffer *)plan_role(h.plan, PR_LOSS);
     int keep = loss->last, n;
     loss->last = loss->first;
     char *msg = verify(&n);

@@ -918,7 +918,7 @@ static void cpu_destroy(Backend *be) {
 Backend *rt_cpu_backend(void) {
     Backend *be = calloc(1, sizeof *be);
     CpuState *s = calloc(1, sizeof *s);
-    *be = (Backend){.name = "cpu", .prepare = cpu_prepare, .alloc = cpu_alloc, .free = cpu_free,
+    *be = (Backend){.name = "cpu", .host_addressable = true, .prepare = cpu_prepare, .alloc = cpu_alloc, .free = cpu_free,
                     .set = cpu_move, .get = cpu_move, .fill = cpu_fill, .copy = cpu_copy,
                     .launch = cpu_launch, .sync = cpu_sync, .destroy = cpu_destroy, .state = s};
     return be;

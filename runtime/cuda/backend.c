@@ -87,6 +87,10 @@ typedef struct GraphNode {
     KernelGroupArgs *group;
 } GraphNode;
 
+static void cuda_destroy(Backend *be);
+// Whether `be` is this backend (by its table, not its name).
+static bool is_cuda(const Backend *be) { return be && be->destroy == cuda_destroy; }
+
 typedef struct PhaseGraph {
     CuGraph graph;
     CuGraphExec exec;       // NULL: not captured yet
@@ -340,7 +344,7 @@ static void wait_host_uses(CudaState *s, uintptr_t lo, uintptr_t hi) {
 }
 
 int rt_cuda_fill_waits(Backend *be, int *fills, int *queued) {
-    if (!be || strcmp(be->name, "cuda") != 0)
+    if (!is_cuda(be))
         return -1;
     CudaState *s = be->state;
     *fills = s->pinned_fills, *queued = s->fills_queued;
@@ -1042,7 +1046,7 @@ static bool on_device(const Exec *x, int id) { return id < 0 || rt_buf_kind(x, i
 
 void rt_cuda_tune_gemms(Backend *be, const Exec *x, char *note, size_t len) {
     note[0] = '\0';
-    if (!be || strcmp(be->name, "cuda") != 0 || x->layout != LAYOUT_PLANNED)
+    if (!is_cuda(be) || x->layout != LAYOUT_PLANNED)
         return;
     CudaState *s = be->state;
     const Plan *p = x->plan;
@@ -1168,7 +1172,7 @@ static int cuda_collective(Backend *be, Exec *x, const PlanInstr *in, char *err,
 }
 
 int rt_cuda_set_comm(Backend *be, Comm *comm, const NcclApi *api, char *err, size_t errlen) {
-    if (!be || strcmp(be->name, "cuda") != 0 || !comm || comm->ranks <= 1)
+    if (!is_cuda(be) || !comm || comm->ranks <= 1)
         return 0;
     CudaState *s = be->state;
     if (api)
@@ -1222,7 +1226,7 @@ static int cuda_launch(Backend *be, Exec *x, const PlanInstr *in, char *err, siz
 }
 
 void rt_cuda_sync_check(Backend *be, bool on) {
-    if (be && strcmp(be->name, "cuda") == 0)
+    if (is_cuda(be))
         ((CudaState *)be->state)->sync_check = on;
 }
 
@@ -1711,7 +1715,7 @@ static bool same_product(const Gemm *a, const Gemm *b) {
 }
 
 void rt_cuda_gemm_report(Backend *be, FILE *out) {
-    if (!be || strcmp(be->name, "cuda") != 0)
+    if (!is_cuda(be))
         return;
     CudaState *s = be->state;
     int n = s->ninstr * (1 + LOSS_GEMMS);
@@ -1742,7 +1746,7 @@ void rt_cuda_gemm_report(Backend *be, FILE *out) {
 }
 
 bool rt_cuda_describe(Backend *be, char *buf, size_t len) {
-    if (!be || strcmp(be->name, "cuda") != 0)
+    if (!is_cuda(be))
         return false;
     CudaState *s = be->state;
     snprintf(buf, len, "%s, compute capability %d.%d, driver %d.%d; kernels: %s", s->name, s->cc_major,
@@ -1751,8 +1755,9 @@ bool rt_cuda_describe(Backend *be, char *buf, size_t len) {
     return true;
 }
 
-bool rt_cuda_memory(Backend *be, int64_t *total, int64_t *free_bytes, char *name, size_t namelen) {
-    if (!be || strcmp(be->name, "cuda") != 0)
+// Backend.memory: what the GPU and the process hold.
+static bool cuda_memory(Backend *be, int64_t *total, int64_t *free_bytes, char *name, size_t namelen) {
+    if (!is_cuda(be))
         return false;
     CudaState *s = be->state;
     size_t f = 0, t = 0;
@@ -1832,7 +1837,7 @@ Backend *rt_cuda_backend(const char *plan_dir, const Plan *p, const CudaApi *api
                     .event_record = cuda_event_record, .event_wait = cuda_event_wait,
                     .link_rate = cuda_link_rate, .sync = cuda_sync, .destroy = cuda_destroy,
                     .time_mark = cuda_time_mark, .time_between = cuda_time_between,
-                    .run_phase = cuda_run_phase, .state = s};
+                    .run_phase = cuda_run_phase, .memory = cuda_memory, .state = s};
     s->plan = p;
     s->nccl_bytes = -1;
     snprintf(s->dir, sizeof s->dir, "%s", plan_dir);

@@ -348,7 +348,7 @@ Backend *rt_emu_backend(const char *plan_dir, char *err, size_t errlen) {
     s->cpu = rt_cpu_backend();
     s->k = k;
     snprintf(s->dir, sizeof s->dir, "%s", plan_dir);
-    *be = (Backend){.name = "emu", .prepare = emu_prepare, .alloc = emu_alloc, .free = emu_free,
+    *be = (Backend){.name = "emu", .host_addressable = true, .prepare = emu_prepare, .alloc = emu_alloc, .free = emu_free,
                     .set = emu_set, .get = emu_get, .fill = emu_fill, .copy = emu_copy,
                     .launch = emu_launch, .sync = emu_sync, .destroy = emu_destroy, .state = s};
     return be;

@@ -53,7 +53,7 @@ static void one_step(const Plan *p) {
         rt_weights_init(&x, 1);
         x.step = 1;
         for (int i = 0; i < p->nbuf; i++)
-            if (p->buf[i].role && (!strcmp(p->buf[i].role, "tokens") || !strcmp(p->buf[i].role, "targets")))
+            if (p->buf[i].role == PR_TOKENS || p->buf[i].role == PR_TARGETS)
                 rt_zero(&x, i);
         rt_write_target_count(&x, -1);
         if (rt_exec_phase(&x, PHASE_FWD, err, sizeof err) == 0 &&
