@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's budget table: Qwen2-7B, seq 2048, global batch 32, host memory 256G, at
+# The budget table of passes/README.md: Qwen2-7B, seq 2048, global batch 32, host memory 256G, at
 # budgets 80G (--gpu a100-80g), 40G, 24G and 16G (--gpu a100-40g: a budget is at most the
 # card's memory), for full fine-tuning (bf16 mixed AdamW),
 # LoRA (r = 8 on q_proj, v_proj) and QLoRA (the same on an NF4 base, double quantisation).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's table of data-parallel plans: Qwen2-7B and Qwen2-72B full fine-tuning, seq
+# The table of data-parallel plans in runtime/README.md: Qwen2-7B and Qwen2-72B full fine-tuning, seq
 # 2048, a global batch of 256 sequences (the shipped files' 32 does not split over 64
 # ranks), on H100 80 GB over 1, 8 (one node, NVLink) and 64 ranks (8 nodes, InfiniBand),
 # --host-mem 256G a rank (a DGX H100's 2 TiB over its 8 GPUs). The planner chooses the
