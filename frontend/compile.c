@@ -68,8 +68,12 @@ void usage_compile(FILE *f) {
           "                    up to 8 ranks, one node), pcie, ib (default beyond 8)\n"
           "The planner chooses these; each fixes one:\n"
           "  --micro-batch N   sequences per micro-batch (the rest of the global batch accumulates)\n"
-          "  --remat P         keep, selective, full (recompute from the block's input) or swap\n"
-          "                    (full, with the block's input waiting in host memory) in every block\n"
+          "  --remat P         keep, selective, full (recompute from the block's input), swap\n"
+          "                    (full, with the block's input waiting in host memory) in every block,\n"
+          "                    or tensors:K (every block keeps K of its tensors, the rest recomputed:\n"
+          "                    the first K along the planner's chain, which drops one at a time) or\n"
+          "                    tensors:KxN+J (the first N blocks K, the later ones J): the report's\n"
+          "                    \"tensors (K of M kept a block xN + J xR)\" as it chose them\n"
           "  --offload L       none, optimizer (moments and master weights on the host, CPU AdamW),\n"
           "                    grads (the gradients too; with several ranks, from --zero 2) or\n"
           "                    weights (the weight matrices too: LoRA's frozen bases, else all;\n"
@@ -99,6 +103,30 @@ static const char *precision_name(const TrainSpec *t) {
                     : t->kahan ? "pure bf16, Kahan-compensated updates (kahan = true: 2 bytes a parameter)"
                                : "pure bf16, updates not Kahan-compensated (kahan = false)";
     }
+}
+
+// --remat tensors:K or tensors:KxN+J into kept[] (K, N, J; -1 where absent): whole numbers,
+// N at least 1. Whether it reads so.
+static bool tensors_spec(const char *s, int kept[3]) {
+    char *end;
+    errno = 0;
+    long k = strtol(s, &end, 10), n = -1, j = -1;
+    if (end == s || errno || k < 0 || k > 1 << 20)
+        return false;
+    if (*end == 'x') {
+        const char *at = end + 1;
+        n = strtol(at, &end, 10);
+        if (end == at || *end != '+' || n < 1 || n > 1 << 20)
+            return false;
+        at = end + 1;
+        j = strtol(at, &end, 10);
+        if (end == at || j < 0 || j > 1 << 20)
+            return false;
+    }
+    if (*end)
+        return false;
+    kept[0] = (int)k, kept[1] = (int)n, kept[2] = (int)j;
+    return true;
 }
 
 // Why every gradient of the step must be complete before the first update (so the
@@ -620,7 +648,8 @@ static int plan(FILE *out, FILE *report, const PlanCtx *pc, const PlannerInput *
 int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
     const char *path = NULL, *gpu_name = "a100-40g", *outdir = NULL, *emit = NULL;
     int out_arg = -1;
-    int path_arg = 0, gpu_arg = 0, remat = -1, offload = -1, update = -1, update_arg = -1;
+    int path_arg = 0, gpu_arg = 0, remat = -1, offload = -1, update = -1, update_arg = -1, remat_arg = -1;
+    int kept[3] = {-1, -1, -1};   // --remat tensors:KxN+J: K, N, J (-1: absent)
     int64_t budget = 0, host = 0, micro = 0, reserve = -1;
     HostSpec hs = host_default();
     int zero = -1, ranks_arg = -1, zero_arg = -1, offload_arg = -1, link_arg = -1;
@@ -727,11 +756,16 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
             emit = argv[++i];
         } else if (!strcmp(s, "--remat")) {
             i++;
+            remat_arg = i;
             for (int p = REMAT_KEEP; p <= REMAT_SWAP; p++)
                 if (strcmp(argv[i], remat_policy_name((RematPolicy)p)) == 0)
                     remat = p;
+            if (remat < 0 && !strncmp(argv[i], "tensors:", 8) && tensors_spec(argv[i] + 8, kept))
+                remat = REMAT_TENSORS;
             if (remat < 0) {
-                arg_error(cl, i, "--remat takes keep, selective, full or swap");
+                arg_error(cl, i, "--remat takes keep, selective, full, swap, or tensors:K (every block "
+                          "keeps K of its tensors, along the planner's chain) or tensors:KxN+J (the "
+                          "first N blocks K, the rest J)");
                 return EXIT_USAGE;
             }
         } else if (!strcmp(s, "--offload")) {
@@ -957,6 +991,19 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
     MemBreakdown states = count_naive_memory(naive, 0);
     // What a block may keep tensor by tensor, from most kept to least (the blocks are alike).
     int nkeep = 0, nchain = nlayers ? remat_keep_chain(naive, 0, &chain, &nkeep) : 0;
+    if (remat == REMAT_TENSORS && (!nchain || kept[0] > nkeep || kept[2] > nkeep || kept[1] >= nlayers)) {
+        if (!nchain)
+            arg_error(cl, remat_arg, "--remat tensors: the model has no repeated block whose tensors a "
+                      "plan could keep or recompute");
+        else if (kept[1] >= nlayers)
+            arg_error(cl, remat_arg, "--remat tensors:KxN+J: N blocks of %d must leave one for J", nlayers);
+        else
+            arg_error(cl, remat_arg, "--remat tensors: a block has %d tensors to keep or recompute, "
+                      "not %d", nkeep, kept[0] > nkeep ? kept[0] : kept[2]);
+        ir_graph_free(naive);
+        arena_free(na);
+        goto done;
+    }
     ir_graph_free(naive);
     arena_free(na);
 
@@ -977,6 +1024,8 @@ int cmd_compile(Cmdline *cl, int argc, char **argv, int first) {
                         .early = update == 0 || whole ? 0 : update,
                         .grads_whole = ranks > 1 && m.train.optimizer == OPTIM_ADAMW8BIT,
                         .loss_chunk = loss_chunk, .chain = chain, .nchain = nchain, .nkeep = nkeep,
+                        .tensors_at = kept[0] >= 0 ? nkeep - kept[0] : -1,
+                        .tensors_rest_at = kept[2] >= 0 ? nkeep - kept[2] : -1, .tensors_first = kept[1],
                         .exhaustive = exhaustive};
     PlanChoice best;
     PlanHolds holds;

@@ -79,8 +79,9 @@ typedef struct RematStats {
 
 const char *remat_policy_name(RematPolicy p);
 // Applies policy[layer] to each of the `nlayers` blocks of the training-step graph `g`
-// (after autodiff): backward reads recomputed copies of the tensors not kept. A block whose
-// policy is REMAT_TENSORS keeps candidate j when keep[j] (j < nkeep; the rest are kept).
+// (after autodiff): backward reads recomputed copies of the tensors not kept. Block l, its
+// policy REMAT_TENSORS, keeps candidate j when keep[l·nkeep + j] (a mask per block, nlayers
+// of them; j < nkeep: the rest are kept).
 int remat_apply(IrGraph *g, const RematPolicy *policy, int nlayers, const uint8_t *keep, int nkeep,
                 RematStats *st);
 // The tensors of block `layer` that a keep mask chooses among (the forward values the
@@ -415,6 +416,9 @@ typedef struct PlanChoice {
     const uint8_t *keep;        // REMAT_TENSORS: the keep mask (remat_candidates' order) ...
     int nkeep;                  // ... of this many candidates
     int chain_at;               // its place in the planner's keep chain (for reports)
+    const uint8_t *keep_rest;   // if not NULL, the mask of the blocks after the first n_policy
+    int chain_rest;             // (which then keep by `keep`): the later blocks, whose saved
+                                // tensors wait less of backward, may keep more
     int64_t loss_chunk;         // rows per chunk of the fused loss (0: the default cap's)
     bool early_update;          // each update inside backward (early_update.c): one micro-step,
                                 // offload none, one rank, and a step PipelineSpec allows it for
@@ -473,6 +477,9 @@ typedef struct PlannerInput {
     // to keep tensor by tensor; none when nchain is 0.
     const uint8_t *chain;
     int nchain, nkeep;
+    // remat REMAT_TENSORS (fixed by the user): every block keeps by chain mask tensors_at, or
+    // the first tensors_first blocks by it and the rest by tensors_rest_at (-1: none).
+    int tensors_at, tensors_rest_at, tensors_first;
     // Builds choice c into a fresh graph and plans it, placing it unless `need` says it
     // cannot fit or win; 0, or -1 on failure. Called from several threads at once: it
     // must not touch shared mutable state.

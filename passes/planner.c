@@ -46,10 +46,14 @@ static int level_of(const PlanChoice *c) {
 void planner_choice_str(char *buf, size_t cap, const PlanChoice *c, int nlayers) {
     char remat[96];
     if (c->policy == REMAT_TENSORS && c->keep) {
-        int kept = 0;
+        int kept = 0, rest = 0;
         for (int j = 0; j < c->nkeep; j++)
-            kept += c->keep[j];
-        snprintf(remat, sizeof remat, "tensors (%d of %d kept a block)", kept, c->nkeep);
+            kept += c->keep[j], rest += c->keep_rest ? c->keep_rest[j] : 0;
+        if (c->keep_rest && c->n_policy < nlayers)
+            snprintf(remat, sizeof remat, "tensors (%d of %d kept a block x%d + %d x%d)", kept, c->nkeep,
+                     c->n_policy, rest, nlayers - c->n_policy);
+        else
+            snprintf(remat, sizeof remat, "tensors (%d of %d kept a block)", kept, c->nkeep);
     } else if (c->n_policy >= nlayers || c->policy == c->rest)
         snprintf(remat, sizeof remat, "%s", remat_policy_name(c->policy));
     else
@@ -73,7 +77,7 @@ static bool same_choice(const PlanChoice *a, const PlanChoice *b) {
     return a->micro == b->micro && a->policy == b->policy && a->n_policy == b->n_policy &&
            a->rest == b->rest && a->offload.optimizer == b->offload.optimizer &&
            a->offload.grads == b->offload.grads && a->offload.weights == b->offload.weights &&
-           a->per_layer == b->per_layer && a->keep == b->keep &&
+           a->per_layer == b->per_layer && a->keep == b->keep && a->keep_rest == b->keep_rest &&
            a->loss_chunk == b->loss_chunk && a->zero == b->zero && a->bucket_bytes == b->bucket_bytes &&
            a->early_update == b->early_update;
 }
@@ -83,9 +87,18 @@ static int64_t bucket(const PlannerInput *in) { return in->ranks > 1 ? BUCKET_DE
 
 // Policy `pol` in every block at micro-batch `micro`, offload level `lv`, ZeRO stage `z`.
 static PlanChoice uniform(const PlannerInput *in, int64_t micro, int pol, int lv, int z) {
-    return (PlanChoice){.micro = micro, .policy = (RematPolicy)pol, .n_policy = in->nlayers,
-                        .rest = (RematPolicy)pol, .offload = levels[lv], .zero = z, .bucket_bytes = bucket(in),
-                        .early_update = lv == LEVEL_EARLY};
+    PlanChoice c = {.micro = micro, .policy = (RematPolicy)pol, .n_policy = in->nlayers,
+                    .rest = (RematPolicy)pol, .offload = levels[lv], .zero = z, .bucket_bytes = bucket(in),
+                    .early_update = lv == LEVEL_EARLY};
+    if (pol == REMAT_TENSORS && in->chain && in->tensors_at >= 0) {   // the user's masks
+        c.keep = in->chain + (size_t)in->tensors_at * (size_t)in->nkeep;
+        c.nkeep = in->nkeep, c.chain_at = in->tensors_at;
+        if (in->tensors_rest_at >= 0) {
+            c.keep_rest = in->chain + (size_t)in->tensors_rest_at * (size_t)in->nkeep;
+            c.chain_rest = in->tensors_rest_at, c.n_policy = in->tensors_first;
+        }
+    }
+    return c;
 }
 
 // Plan `base` at micro-batch `micro` keeping every tensor: the first of the keep chain.
@@ -94,7 +107,7 @@ static PlanChoice keep_all(const PlannerInput *in, const PlanChoice *base, int64
     c.micro = micro;
     c.policy = c.rest = REMAT_KEEP;
     c.n_policy = in->nlayers;
-    c.per_layer = NULL, c.keep = NULL, c.nkeep = 0, c.chain_at = 0;
+    c.per_layer = NULL, c.keep = c.keep_rest = NULL, c.nkeep = 0, c.chain_at = c.chain_rest = 0;
     c.loss_chunk = in->loss_chunk;
     return c;
 }
@@ -454,6 +467,48 @@ static void refine_tensors(const PlannerInput *in, PlannerResult *r, const int64
     }
 }
 
+// Per-tensor recompute chosen per block, on the chosen plan when it keeps tensor by tensor
+// (chain position a in every block): the blocks' saved tensors wait for backward longest
+// in the first blocks, and the last block's backward, with its recompute, runs at the
+// peak, so the later blocks may keep more at the same peak. For d = 1, 2, 3 the last
+// blocks keep by the chain's mask a - d and the first k by a, k the fewest that fit (a
+// binary search: fewer is faster and larger), while one fits (or may); chosen where at
+// least 1% faster than the plan before (below that the model cannot tell them apart).
+static void refine_tensor_blocks(const PlannerInput *in, PlannerResult *r) {
+    if (r->best < 0 || in->nchain < 2 || in->remat >= 0 || in->nlayers < 2)
+        return;
+    const Candidate best = r->tried.at[r->best];
+    int a = best.c.chain_at, L = in->nlayers;
+    if (best.c.policy != REMAT_TENSORS || best.c.rest != REMAT_TENSORS || best.c.keep_rest || a <= 0)
+        return;
+    double us = best.o.cost.step_us;
+    for (int d = 1; d <= 3 && a - d >= 0; d++) {   // (at least 1% faster, as the loss chunk's)
+        double b = bar(in, r);
+        Job j = {.in = in, .bar_us = in->exhaustive ? 0 : in->ranks > 1 && b > us * 0.99 ? b : us * 0.99};
+        int lo = 1, hi = L - 1, found = -1;
+        while (lo <= hi) {
+            int k = (lo + hi) / 2;
+            PlanChoice c = best.c;
+            c.n_policy = k;
+            c.keep_rest = in->chain + (size_t)(a - d) * (size_t)in->nkeep;
+            c.chain_rest = a - d;
+            int id = job_try(&j, &c);
+            bool fits = id >= 0 && j.tried.at[id].fits, slower = id >= 0 && j.tried.at[id].slower;
+            if (fits)
+                found = k;
+            if (fits || slower)
+                hi = k - 1;
+            else
+                lo = k + 1;
+        }
+        for (int i = 0; i < j.tried.len; i++)   // (--exhaustive places them all)
+            j.tried.at[i].declined |= j.tried.at[i].o.cost.step_us > us * 0.99;
+        merge(r, &j);
+        if (found < 0)   // (keeping still more in the last blocks fits no better)
+            break;
+    }
+}
+
 // The fused loss's chunk of the chosen plan: the search plans with chunks whose logits
 // take at most the default cap; larger chunks (divisors of the rows, each at least half
 // again the last) are tried while the plan fits and each step is at least 1% faster —
@@ -610,7 +665,7 @@ int planner_search(const PlannerInput *in, PlannerResult *r) {
             if (lv != LEVEL_EARLY)   // (planner_holds' competitors: see fastest_at)
                 vec_push(&r->bounds, levels_by[li].bound);
         } else if (li < nl) {
-            for (int pol = REMAT_KEEP; pol <= REMAT_SWAP; pol++) {
+            for (int pol = REMAT_KEEP; pol <= (in->remat == REMAT_TENSORS ? REMAT_TENSORS : REMAT_SWAP); pol++) {
                 if (in->remat >= 0 && pol != in->remat)
                     continue;
                 Job mj = {.kind = JOB_MICRO, .in = in, .micros = lm, .nm = lnm, .level = lv, .zero = z,
@@ -646,7 +701,7 @@ int planner_search(const PlannerInput *in, PlannerResult *r) {
             }
             merge(r, &jobs[i]);
         }
-        int fit_at[4] = {-1, -1, -1, -1}, first = np;
+        int fit_at[5] = {-1, -1, -1, -1, -1}, first = np;
         for (int i = first; i < nj; i++) {
             fit_at[jobs[i].slow] = jobs[i].fit_at;
             merge(r, &jobs[i]);
@@ -673,6 +728,7 @@ int planner_search(const PlannerInput *in, PlannerResult *r) {
     decline_early(r);
     refine_tensors(in, r, micros, nm, threads);
     refine_loss_chunk(in, r);
+    refine_tensor_blocks(in, r);   // (on the chunk chosen: a larger chunk is worth more)
     // The buckets of the fastest few: other sizes trade the link's latency per call against
     // how soon the first starts and how much is left after the last gradient (and, at
     // stages 2 and 3, the whole gradients and gathered weights a bucket holds). Not of the

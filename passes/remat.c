@@ -31,7 +31,7 @@ typedef struct Remat {
     IrGraph *g;
     const RematPolicy *policy;
     int nlayers;
-    const uint8_t *keep;    // REMAT_TENSORS blocks' keep mask
+    const uint8_t *keep;    // REMAT_TENSORS blocks' keep masks, nkeep a block
     int nkeep;
     int *cand;              // per tensor: its index among its block's candidates, or -1
     int nfwd;               // forward nodes come first
@@ -86,7 +86,8 @@ static void decide(Remat *r) {
         if (t->alias_of >= 0)         // a view is kept when its base is: below
             continue;
         if (r->policy[layer] == REMAT_TENSORS)
-            r->kept[i] = r->cand[i] < 0 || r->cand[i] >= r->nkeep || r->keep[r->cand[i]];
+            r->kept[i] = r->cand[i] < 0 || r->cand[i] >= r->nkeep ||
+                         r->keep[(size_t)layer * (size_t)r->nkeep + (size_t)r->cand[i]];
         else
             r->kept[i] = r->policy[layer] == REMAT_SELECTIVE && costly(p->op);   // full, swap: no
     }

@@ -410,7 +410,10 @@ static void test_keep_chain(void) {
         IrGraph *g = ir_graph_clone(l.g, l.a);
         RematPolicy pol[2] = {REMAT_TENSORS, REMAT_TENSORS};
         RematStats st;
-        CHECK_EQ(0, remat_apply(g, pol, 2, chain + (size_t)k * (size_t)m, m, &st));
+        uint8_t masks[2 * 64];
+        memcpy(masks, chain + (size_t)k * (size_t)m, (size_t)m);
+        memcpy(masks + m, chain + (size_t)k * (size_t)m, (size_t)m);
+        CHECK_EQ(0, remat_apply(g, pol, 2, masks, m, &st));
         CHECK_EQ(0, liveness_apply(g, false));
         int64_t saved = 0;
         for (int i = 0; i < g->tensors.len; i++)
@@ -423,6 +426,23 @@ static void test_keep_chain(void) {
         prev = saved;
         ir_graph_free(g);
     }
+    // A mask per block: block 0 keeps nothing, block 1 everything: only block 0 re-runs
+    // anything, and only block 1 saves more than its output.
+    IrGraph *g = ir_graph_clone(l.g, l.a);
+    RematPolicy pol[2] = {REMAT_TENSORS, REMAT_TENSORS};
+    uint8_t masks[2 * 64];
+    memcpy(masks, chain + (size_t)(n - 1) * (size_t)m, (size_t)m);
+    memcpy(masks + m, chain, (size_t)m);
+    RematStats st;
+    CHECK_EQ(0, remat_apply(g, pol, 2, masks, m, &st));
+    int rerun[2] = {0, 0};
+    for (int i = 0; i < g->nodes.len; i++)
+        if (g->nodes.at[i].recompute && g->nodes.at[i].layer >= 0 && g->nodes.at[i].layer < 2)
+            rerun[g->nodes.at[i].layer]++;
+    CHECK(rerun[0] > 0);
+    CHECK_EQ(0, rerun[1]);
+    CHECK_EQ(0, ir_verify(g, stdout));
+    ir_graph_free(g);
     free(chain);
     unload(&l);
 }
