@@ -25,6 +25,7 @@ bash tests/gpu/run.sh --dry-run --steps 3 --build "$build" --work "$tmp/w" --ker
     > "$tmp/out" 2>"$tmp/err"; rc=$?
 if [ $rc = 0 ]; then ok dry-run; else bad dry-run "rc $rc: $(tail -n 5 "$tmp/out" "$tmp/err")"; fi
 for row in "kernels on sim vs cpu backend" "tiny.ft 20 steps, emu vs cpu losses" \
+           "tiny.ft 4 steps on emu, updates inside backward vs after" \
            "qwen2-0.5b-full: plan for the h200 preset" "qwen2-7b-lora: plan for the h200 preset" \
            "qwen2-0.5b-full (tiny.ft stand-in): ftc step" "qwen2-7b-lora (tiny.ft stand-in): ftc step" \
            "qwen2-7b-lora: transformers (dry run)" \

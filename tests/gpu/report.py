@@ -112,6 +112,18 @@ def main():
     else:
         row(f"tiny.ft 20 steps, {device} vs cpu losses", f"{len(b)} vs {len(a)} steps", "20", "FAIL")
 
+    # tiny.ft with the updates inside backward against after it: the same weights, bitwise.
+    s, e = losses(read(f"{work}/tiny-step.log")), losses(read(f"{work}/tiny-backward.log"))
+    same = None
+    try:
+        same = open(f"{work}/tiny-step/model.safetensors", "rb").read() == \
+            open(f"{work}/tiny-backward/model.safetensors", "rb").read()
+    except OSError:
+        pass
+    row(f"tiny.ft 4 steps on {device}, updates inside backward vs after",
+        f"{len(e)} steps, weights {'bitwise equal' if same else 'differ' if same is False else 'missing'}",
+        "bitwise equal", "ok" if same and len(s) == 4 and s == e else "FAIL")
+
     for w in (read(f"{work}/workloads") or "").split():
         plan = read(f"{work}/{w}.plan/plan")
         if plan is None:

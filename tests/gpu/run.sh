@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/gpu/run.sh — ftc on a GPU, in one table, in a few minutes:
 #   - every kernel on the GPU against the cpu backend on random inputs (test_kernels);
-#   - tiny.ft, 20 steps, on the GPU against the cpu backend (losses);
+#   - tiny.ft, 20 steps, on the GPU against the cpu backend (losses); and with each update
+#     inside backward against the updates after it (the same weights, bitwise);
 #   - Qwen2-0.5B full fine-tuning (seq 2048, global batch 8) and Qwen2-7B LoRA r = 8 on
 #     q, v (micro-batch 1, seq 2048, global batch 4), random weights, planned for the
 #     h200 preset: the device memory measured after step one against the plan's, the
@@ -104,6 +105,15 @@ for d in cpu $dev; do
     name=$([ $d = cpu ] && echo cpu || echo dev)
     timeout "$limit" "$ftc" run "$work/tiny.plan" --data "$work/corpus.bin" --steps 20 --seed 1 \
         --device "$d" > "$work/tiny-$name.log" 2>&1
+done
+
+# tiny.ft with each update inside backward (captured in the backward's CUDA graph, their
+# step scalars set anew each step) against the updates after backward: the same weights.
+for u in step backward; do
+    "$ftc" compile models/tiny.ft --gpu h200 --micro-batch 8 --offload none --update $u \
+        -o "$work/tiny-$u.plan" > "$work/tiny-$u-compile.log" 2>&1
+    timeout "$limit" "$ftc" run "$work/tiny-$u.plan" --data "$work/corpus.bin" --steps 4 --seed 1 \
+        --device "$dev" --save "$work/tiny-$u" > "$work/tiny-$u.log" 2>&1
 done
 
 # --- Qwen2-0.5B full and Qwen2-7B LoRA: ftc and transformers ----------------------------
