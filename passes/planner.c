@@ -483,8 +483,7 @@ static void refine_tensor_blocks(const PlannerInput *in, PlannerResult *r) {
         return;
     double us = best.o.cost.step_us;
     for (int d = 1; d <= 3 && a - d >= 0; d++) {   // (at least 1% faster, as the loss chunk's)
-        double b = bar(in, r);
-        Job j = {.in = in, .bar_us = in->exhaustive ? 0 : in->ranks > 1 && b > us * 0.99 ? b : us * 0.99};
+        Job j = {.in = in, .bar_us = in->exhaustive ? 0 : us * 0.99};
         int lo = 1, hi = L - 1, found = -1;
         while (lo <= hi) {
             int k = (lo + hi) / 2;
@@ -728,7 +727,6 @@ int planner_search(const PlannerInput *in, PlannerResult *r) {
     decline_early(r);
     refine_tensors(in, r, micros, nm, threads);
     refine_loss_chunk(in, r);
-    refine_tensor_blocks(in, r);   // (on the chunk chosen: a larger chunk is worth more)
     // The buckets of the fastest few: other sizes trade the link's latency per call against
     // how soon the first starts and how much is left after the last gradient (and, at
     // stages 2 and 3, the whole gradients and gathered weights a bucket holds). Not of the
@@ -765,6 +763,9 @@ int planner_search(const PlannerInput *in, PlannerResult *r) {
     // step the chunk's time is, and the bucket finalists were chosen at the first chunk.
     if (R > 1)
         refine_loss_chunk(in, r);
+    // Last, on the chunk (and buckets) chosen: a larger chunk is worth more, and with several
+    // ranks its candidates would crowd the bucket finalists with near copies of one plan.
+    refine_tensor_blocks(in, r);
     if (r->smallest < 0 && r->pruned_levels < (LEVELS - 1) * (z1 - z0 + 1)) {   // report the most frugal allowed plan
         RematPolicy pol = in->remat >= 0 ? (RematPolicy)in->remat : REMAT_SWAP;
         int lv = in->early == 1 ? LEVEL_EARLY : in->offload >= 0 ? in->offload : R > 1 ? 2 : LEVEL_EARLY - 1, z = z1;

@@ -237,7 +237,7 @@ sed 's/^  optimizer = .*/&\n  clip      = 1.0/' models/tiny.ft > "$tmp/clip.ft"
 if [ $rc = 1 ] && [ $rc2 = 2 ] && [ ! -e "$tmp/x.plan" ] &&
    grep -q '^<command line>:1:[0-9]*: error: --update backward: clipping (clip) scales every update by the norm of all the gradients$' "$tmp/o" &&
    grep -q "error: --update takes step" "$tmp/o2" &&
-   "$ftc" compile "$tmp/clip.ft" --micro-batch 8 --offload none -o "$tmp/x.plan" | grep -q '^  the gradients (.*) live the whole step: clipping (clip = 1) scales every update'; then
+   "$ftc" compile "$tmp/clip.ft" --micro-batch 8 --offload none -o "$tmp/cl.plan" | grep -q '^  the gradients (.*) live the whole step: clipping (clip = 1) scales every update'; then
     ok update-in-backward-refused-where-clipping
 else
     bad update-in-backward-refused-where-clipping "exit $rc, $rc2: $(head -2 "$tmp/o" "$tmp/o2")"
@@ -256,9 +256,9 @@ if [ -n "$spec" ] &&
 else
     bad recompute-per-block-reproduced "spec '$spec': $(grep '^plan: micro' <<<"$out")"
 fi
-"$ftc" compile models/tiny.ft --remat tensors:99 -o "$tmp/x.plan" > "$tmp/o" 2>&1; rc=$?
-"$ftc" compile models/tiny.ft --remat tensors -o "$tmp/x.plan" > "$tmp/o2" 2>&1; rc2=$?
-[ $rc = 1 ] && [ $rc2 = 2 ] && [ ! -e "$tmp/x.plan" ] &&
+"$ftc" compile models/tiny.ft --remat tensors:99 -o "$tmp/rt.plan" > "$tmp/o" 2>&1; rc=$?
+"$ftc" compile models/tiny.ft --remat tensors -o "$tmp/rt.plan" > "$tmp/o2" 2>&1; rc2=$?
+[ $rc = 1 ] && [ $rc2 = 2 ] && [ ! -e "$tmp/rt.plan" ] &&
     grep -q "error: --remat tensors: a block has 18 tensors to keep or recompute, not 99" "$tmp/o" &&
     grep -q "error: --remat takes keep, selective, full, swap, or tensors:K" "$tmp/o2" &&
     ok remat-tensors-errors || bad remat-tensors-errors "exit $rc, $rc2: $(head -1 "$tmp/o" "$tmp/o2")"
