@@ -842,9 +842,8 @@ static void test_graphs(void) {
         const char *what;
     } cases[] = {
         {true, {.micro = 4, .policy = REMAT_KEEP, .n_policy = 1 << 20, .rest = REMAT_KEEP}, "tiny LoRA, dropout"},
-        {false, {.micro = 8, .policy = REMAT_SWAP, .n_policy = 1 << 20, .rest = REMAT_SWAP}, "tiny, swapped"},
-        {false, {.micro = 8, .policy = REMAT_KEEP, .n_policy = 1 << 20, .rest = REMAT_KEEP, .early_update = true},
-         "tiny, early updates"},
+        {false, {.micro = 8, .policy = REMAT_SWAP, .n_policy = 1 << 20, .rest = REMAT_SWAP, .early_update = true},
+         "tiny, swapped, updates in backward"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         Harness h;
@@ -874,7 +873,7 @@ static void test_graphs(void) {
             st[run].launch_log = NULL;
             CHECKF(st[run].races == 0, "%s: %s", cases[i].what, st[run].first_race);
             fake_cuda_close();
-            printf("  %-20s %-20s %d captures, %d graph launches, %d kernel nodes given new arguments; "
+            printf("  %-34s %-20s %d captures, %d graph launches, %d kernel nodes given new arguments; "
                    "%d launches\n", cases[i].what, run == 0 ? "launch by launch:" : run == 1 ? "graphs:" : "capture refused:",
                    st[run].captures, st[run].graph_launches, st[run].node_updates, st[run].launches);
             CHECK(!memcmp(loss[run], loss[0], sizeof loss[0]) && !memcmp(eval[run], eval[0], sizeof eval[0]));
@@ -885,7 +884,8 @@ static void test_graphs(void) {
         // forward and backward, each on the last micro-step of a step and on the others; eval
         CHECK_EQ(h.plan->accum > 1 ? 5 : 3, st[1].captures);
         CHECK_EQ(2 * micro + 1, st[1].graph_launches);
-        CHECK(cases[i].lora || cases[i].c.early_update ? st[1].node_updates > 0 : st[1].copies > 0);
+        CHECK(st[1].node_updates > 0);   // (dropout's streams; the updates' steps)
+        CHECK(cases[i].lora || st[1].copies > 0);
         if (cases[i].lora)
             CHECK_EQ(0, st[2].captures + st[2].graph_launches);
         harness_free(&h);
