@@ -445,29 +445,30 @@ static bool shape_like1(const IrGraph *g, const IrNode *n, IrTensor *out, IrShap
     return shape_like_in(g, n, out, 1);
 }
 
-// dy [..., N], W [N, K], and the sum it is added into, acc [..., K], when there is one.
-// dy, x, w, stats: x's shape; with acc, the sum dx is added into: acc's dtype.
-static bool shape_norm_dx(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
-    shape_like_in(g, n, out, 1);
-    if (n->nin == 5 && n->in[4] >= 0) {
-        const IrTensor *acc = IN(4);
-        if (!ir_same_shape(acc, out))
-            return fail(err, 4, "rmsnorm_dx: %s is not the input's shape", sh(acc));
-        out->dtype = acc->dtype;
-    }
+// The sum a node adds its result into (OpInfo.acc_in), when it has one: of the result's
+// shape, and the result takes its dtype.
+static bool shape_acc(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
+    int k = op_info(n->op)->acc_in - 1;
+    if (k < 0 || k >= n->nin || n->in[k] < 0)
+        return true;
+    const IrTensor *acc = IN(k);
+    if (!ir_same_shape(acc, out))
+        return fail(err, k, "%s: %s is not the result's shape", op_desc(n->op)->name, sh(acc));
+    out->dtype = acc->dtype;
     return true;
 }
 
+// dy, x, w, stats, acc?: x's shape (acc's dtype).
+static bool shape_norm_dx(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
+    shape_like_in(g, n, out, 1);
+    return shape_acc(g, n, out, err);
+}
+
+// dy [..., N], W [N, K], acc [..., K]?: [..., K].
 static bool shape_linear_dx(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
     same_as(out, IN(0));
     out->shape[out->ndim - 1] = IN(1)->shape[1];
-    if (n->nin == 3 && n->in[2] >= 0) {
-        const IrTensor *acc = IN(2);
-        if (!ir_same_shape(acc, out))
-            return fail(err, 2, "linear_dx: %s is not the product's shape", sh(acc));
-        out->dtype = acc->dtype;
-    }
-    return true;
+    return shape_acc(g, n, out, err);
 }
 
 static bool shape_linear_dw(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {

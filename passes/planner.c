@@ -381,15 +381,17 @@ static void merge(PlannerResult *r, Job *j) {
 
 static double best_us(const PlannerResult *r) { return r->best >= 0 ? r->tried.at[r->best].o.cost.step_us : 0; }
 
-// The updates inside backward are chosen only where they make the step at least 1% faster
-// than every plan that updates after backward (or where no such plan fits): the ordinary
-// step can skip a step whose gradients are not finite, and groups its updates' launches.
-#define EARLY_GAIN 0.99
+// The least gain a refinement must bring to be chosen: 1% (below that the cost model
+// cannot tell two plans apart, and the one chosen before holds less or is simpler). The
+// updates inside backward must bring it too, over every plan that updates after backward
+// (or be all that fits): the ordinary step can skip a step whose gradients are not finite,
+// and groups its updates' launches.
+#define MIN_GAIN 0.99
 
 // A level's place in the search: its bound, the updates inside backward after every other.
 static double level_key(const Job *j) { return j->level == LEVEL_EARLY ? INFINITY : j->bound.step_us; }
 
-// Declines each plan with the updates inside backward that is not EARLY_GAIN faster than
+// Declines each plan with the updates inside backward that is not MIN_GAIN faster than
 // the fastest plan that fits without them; best and smallest again.
 static void decline_early(PlannerResult *r) {
     double us = 0;
@@ -400,7 +402,7 @@ static void decline_early(PlannerResult *r) {
     }
     for (int i = 0; us > 0 && i < r->tried.len; i++) {
         Candidate *c = &r->tried.at[i];
-        if (c->c.early_update && c->fits && c->o.cost.step_us > us * EARLY_GAIN)
+        if (c->c.early_update && c->fits && c->o.cost.step_us > us * MIN_GAIN)
             c->declined = true;
     }
     Job none = {0};
@@ -483,7 +485,7 @@ static void refine_tensor_blocks(const PlannerInput *in, PlannerResult *r) {
         return;
     double us = best.o.cost.step_us;
     for (int d = 1; d <= 3 && a - d >= 0; d++) {   // (at least 1% faster, as the loss chunk's)
-        Job j = {.in = in, .bar_us = in->exhaustive ? 0 : us * 0.99};
+        Job j = {.in = in, .bar_us = in->exhaustive ? 0 : us * MIN_GAIN};
         int lo = 1, hi = L - 1, found = -1;
         while (lo <= hi) {
             int k = (lo + hi) / 2;
@@ -501,7 +503,7 @@ static void refine_tensor_blocks(const PlannerInput *in, PlannerResult *r) {
                 lo = k + 1;
         }
         for (int i = 0; i < j.tried.len; i++)   // (--exhaustive places them all)
-            j.tried.at[i].declined |= j.tried.at[i].o.cost.step_us > us * 0.99;
+            j.tried.at[i].declined |= j.tried.at[i].o.cost.step_us > us * MIN_GAIN;
         merge(r, &j);
         if (found < 0)   // (keeping still more in the last blocks fits no better)
             break;
@@ -524,11 +526,11 @@ static void refine_loss_chunk(const PlannerInput *in, PlannerResult *r) {
         if (rows % d || d < cur + cur / 2)
             continue;
         double b = bar(in, r);   // (several ranks: a declined chunk can still be a finalist)
-        Job j = {.in = in, .bar_us = in->exhaustive ? 0 : in->ranks > 1 && b > us * 0.99 ? b : us * 0.99};
+        Job j = {.in = in, .bar_us = in->exhaustive ? 0 : in->ranks > 1 && b > us * MIN_GAIN ? b : us * MIN_GAIN};
         PlanChoice c = best.c;
         c.loss_chunk = d;
         int id = job_try(&j, &c);
-        bool better = id >= 0 && j.tried.at[id].fits && j.tried.at[id].o.cost.step_us < us * 0.99;
+        bool better = id >= 0 && j.tried.at[id].fits && j.tried.at[id].o.cost.step_us < us * MIN_GAIN;
         if (better)
             us = j.tried.at[id].o.cost.step_us, cur = d;
         if (!better && id >= 0)
@@ -625,7 +627,7 @@ int planner_search(const PlannerInput *in, PlannerResult *r) {
         }
     run_jobs(jobs, nj, threads);
     // The levels in order of their bounds (ties: in the order above); the updates inside
-    // backward last, judged against the best of the others (early_gain).
+    // backward last, judged against the best of the others (MIN_GAIN).
     Job levels_by[4 * LEVELS];
     int nl = nj;
     for (int i = 0; i < nl; i++) {
@@ -658,7 +660,7 @@ int planner_search(const PlannerInput *in, PlannerResult *r) {
         int lnm = li < nl ? levels_by[li].nm : nm;
         double b = bar(in, r);
         if (li < nl && lv == LEVEL_EARLY)
-            b *= EARLY_GAIN;
+            b *= MIN_GAIN;
         if (li < nl && b > 0 && levels_by[li].bound.step_us >= b) {
             r->bound_pruned++;
             if (lv != LEVEL_EARLY)   // (planner_holds' competitors: see fastest_at)
@@ -819,7 +821,7 @@ int planner_exact(const PlannerInput *in, int64_t micro, int level, RematPolicy 
 // The candidate fastest at (adamw, link) among those that fit or may (a candidate not
 // placed because it was slower, a search skipped by its bound: either can be the
 // fastest at other rates); -2 when a skipped search's bound is. A plan with the updates
-// inside backward competes at its time over EARLY_GAIN, as the search chose; the bounds of
+// inside backward competes at its time over MIN_GAIN, as the search chose; the bounds of
 // the searches of those plans skipped are left out (the level's bound is not scaled
 // so): a plan of theirs could only have won on device time, which no rate here changes
 // but the link's under swapping.
@@ -831,8 +833,8 @@ static int fastest_at(const PlannerResult *r, double adamw, double link) {
         if (!(c->fits || c->slower) || c->declined)
             continue;
         double us = cost_step_at(&c->o.cost, adamw, link);
-        if (c->c.early_update)   // (chosen only where EARLY_GAIN faster than the rest)
-            us /= EARLY_GAIN;
+        if (c->c.early_update)   // (chosen only where MIN_GAIN faster than the rest)
+            us /= MIN_GAIN;
         if (best < 0 || us < best_us)
             best = i, best_us = us;
     }

@@ -766,14 +766,12 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
                 error("step %lld: %s", (long long)step, err);
                 goto out;
             }
-            float l;
-            if (early)   // (the loss, before backward updates anything)
-                rt_read_f32(&x, lossb->id, &l);
+            float l;   // (made by the forward; with the updates inside backward, read before it)
+            rt_read_f32(&x, lossb->id, &l);
             if ((!early || isfinite(l)) && rt_exec_phase(&x, PHASE_BWD, err, sizeof err) != 0) {
                 error("step %lld: %s", (long long)step, err);
                 goto out;
             }
-            rt_read_f32(&x, lossb->id, &l);
             if (isfinite(l))
                 loss += l;
             else if (!bad_losses++)
