@@ -13,7 +13,7 @@
 #include <string.h>
 
 // The templates, in the order kernels.cu includes them.
-static const char *const templates[] = {"common.cuh", "norm.cuh", "rope.cuh", "embed.cuh",
+static const char *const templates[] = {"fmath.h", "common.cuh", "norm.cuh", "rope.cuh", "embed.cuh",
                                         "loss.cuh", "optim.cuh", "nf4.cuh", "dropout.cuh",
                                         "movement.cuh", "attention.cuh"};
 

@@ -99,8 +99,17 @@ static void usage_run(FILE *f) {
           f);
 }
 
+// A preset's card memory, for ftc run's memory line: nvidia-smi's total and the driver's.
+static bool preset_card(const char *name, int64_t *nominal, int64_t *driver) {
+    const GpuPreset *g = gpu_preset(name);
+    if (!g)
+        return false;
+    *nominal = g->mem_bytes, *driver = g->driver_bytes;
+    return true;
+}
+
 static int cmd_run(Cmdline *cl, int argc, char **argv, int first) {
-    RunOptions o = {.seed = 1234, .layout = LAYOUT_PLANNED, .out = stdout};
+    RunOptions o = {.seed = 1234, .layout = LAYOUT_PLANNED, .out = stdout, .card = preset_card};
     int64_t v;
     for (int i = first; i < argc; i++) {
         const char *s = argv[i];

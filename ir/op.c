@@ -1138,13 +1138,13 @@ static const OpInfo ops[OP_COUNT] = {
     [OP_SCALE] = {.shape = shape_unary, .flops = flops_elems, .backward = bwd_scale,
                   .device = "y = x0 * c;"},
     [OP_SILU] = {.shape = shape_unary, .flops = flops_4elems, .grad_needs = {I0},
-                 .backward = bwd_unary, .device = "y = x0 / (1.0f + expf(-x0));"},
+                 .backward = bwd_unary, .device = "y = x0 / (1.0f + ftc_expf(-x0));"},
     [OP_GELU] = {.shape = shape_unary, .flops = flops_8elems, .grad_needs = {I0},
                  .backward = bwd_unary,
                  .device = "float inner = 0.7978845608028654f * (x0 + 0.044715f * (x0 * x0 * x0));"
-                           " y = 0.5f * x0 * (1.0f + tanhf(inner));"},
+                           " y = 0.5f * x0 * (1.0f + ftc_tanhf(inner));"},
     [OP_EXP] = {.shape = shape_unary, .flops = flops_elems, .grad_needs = {O},
-                .backward = bwd_unary, .device = "y = expf(x0);"},
+                .backward = bwd_unary, .device = "y = ftc_expf(x0);"},
     [OP_RMSNORM] = {.shape = shape_norm, .flops = flops_4elems, .grad_needs = {I0 | I1 | A, I0 | A},
                     .backward = bwd_norm, .init = {0, INIT_ONES}, .aux = "stats"},
     [OP_LAYERNORM] = {.shape = shape_norm, .flops = flops_8elems,
@@ -1168,12 +1168,12 @@ static const OpInfo ops[OP_COUNT] = {
                   .backward = bwd_slice},
     [OP_CONCAT] = {.shape = shape_concat, .flops = flops_zero, .backward = bwd_concat},
     [OP_TANH] = {.shape = shape_unary, .flops = flops_4elems, .grad_needs = {O},
-                 .backward = bwd_activation, .device = "y = tanhf(x0);"},
+                 .backward = bwd_activation, .device = "y = ftc_tanhf(x0);"},
     [OP_SOFTCAP] = {.shape = shape_softcap, .flops = flops_4elems, .grad_needs = {O},
-                    .backward = bwd_activation, .device = "y = c * tanhf(x0 / c);"},
+                    .backward = bwd_activation, .device = "y = c * ftc_tanhf(x0 / c);"},
     [OP_GELU_EXACT] = {.shape = shape_unary, .flops = flops_8elems, .grad_needs = {I0},
                        .backward = bwd_activation,
-                       .device = "y = 0.5f * x0 * (1.0f + erff(x0 * 0.70710678118654752f));"},
+                       .device = "y = 0.5f * x0 * (1.0f + ftc_erff(x0 * 0.70710678118654752f));"},
     [OP_ROPE_TABLE] = {.shape = shape_rope_table, .flops = flops_8elems},
     // (its gradient is formed in its own pass: backward reads nothing of it)
     [OP_LINEAR_CE] = {.shape = shape_linear_ce, .flops = flops_linear_ce, .gemm_loss = gemm_loss,
@@ -1193,11 +1193,11 @@ static const OpInfo ops[OP_COUNT] = {
     [OP_MATMUL_DB] = {.shape = shape_matmul_db, .flops = flops_matmul_bwd, .gemm = gemm_matmul,
                       .scratch_bytes = scratch_gemm},
     [OP_SILU_BWD] = {.shape = shape_like1, .flops = flops_8elems,
-                     .device = "float s = 1.0f / (1.0f + expf(-x1));"
+                     .device = "float s = 1.0f / (1.0f + ftc_expf(-x1));"
                                " y = x0 * (s * (1.0f + x1 * (1.0f - s)));"},
     [OP_GELU_BWD] = {.shape = shape_like1, .flops = flops_8elems,
                      .device = "float x2 = x1 * x1;"
-                               " float t = tanhf(0.7978845608028654f * (x1 + 0.044715f * x2 * x1));"
+                               " float t = ftc_tanhf(0.7978845608028654f * (x1 + 0.044715f * x2 * x1));"
                                " float di = 0.7978845608028654f * (1.0f + 3.0f * 0.044715f * x2);"
                                " y = x0 * (0.5f * (1.0f + t) + 0.5f * x1 * (1.0f - t * t) * di);"},
     [OP_RMSNORM_DX] = {.shape = shape_norm_dx, .flops = flops_8elems, .inplace_in = 5, .acc_in = 5},
@@ -1217,8 +1217,8 @@ static const OpInfo ops[OP_COUNT] = {
     [OP_SOFTCAP_BWD] = {.shape = shape_like1, .flops = flops_4elems,
                         .device = "float t = x1 / c; y = x0 * (1.0f - t * t);"},
     [OP_GELU_EXACT_BWD] = {.shape = shape_like1, .flops = flops_8elems,
-                           .device = "float cdf = 0.5f * (1.0f + erff(x1 * 0.70710678118654752f));"
-                                     " float pdf = expf(-0.5f * x1 * x1) * 0.39894228040143268f;"
+                           .device = "float cdf = 0.5f * (1.0f + ftc_erff(x1 * 0.70710678118654752f));"
+                                     " float pdf = ftc_expf(-0.5f * x1 * x1) * 0.39894228040143268f;"
                                      " y = x0 * (cdf + x1 * pdf);"},
     // storage
     [OP_COPY] = {.shape = shape_like0, .flops = flops_zero},

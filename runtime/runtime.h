@@ -407,6 +407,10 @@ typedef struct RunOptions {
     int64_t log_every;      // not on a terminal: a progress line every this many steps (0: 1)
     const char *profile;    // where the device work's times go (after a first step untimed)
     FILE *out;              // progress lines
+    // The memory of the plan's preset card (its name): nvidia-smi's total and the driver's,
+    // so that the memory line counts what the driver keeps below the total as the plan's
+    // reserve does; false when unknown. NULL: the driver's figures alone.
+    bool (*card)(const char *gpu, int64_t *nominal, int64_t *driver);
 } RunOptions;
 
 // Trains: returns 0, or 1 after printing an error.

@@ -195,21 +195,32 @@ static Backend *pick_backend(const RunOptions *o, const Plan *p, Comm *comm, cha
 }
 
 // After the first step on a GPU: what the device holds against what the plan promised;
-// the bytes in use (0 when the backend is not a GPU's), and what they are into `what`.
-static int64_t report_memory(Backend *be, const Plan *p, FILE *out, char *what, size_t len) {
-    int64_t total, free_b;
-    char name[256], a[32], r[32], u[32], t[32], h[32];
+// the bytes in use (0 when the backend is not a GPU's), and what they are into `what`. On
+// the plan's preset card the count is nvidia-smi's, the card's total less what is free: the
+// driver's own count (its total less free) leaves out what it keeps below the card's total,
+// which the plan's reserve holds.
+static int64_t report_memory(Backend *be, const Plan *p, const RunOptions *o, char *what, size_t len) {
+    int64_t total, free_b, nominal, driver;
+    char name[256], a[32], r[32], u[32], t[32], h[32], k[32];
     if (!be->memory || !be->memory(be, &total, &free_b, name, sizeof name))
         return 0;
-    snprintf(what, len, "%.100s device memory in use after step one (every process on it)", name);
     int64_t planned = p->arena_bytes[ARENA_DEVICE] + p->reserve_bytes, used = total - free_b;
-    fprintf(out, "memory: planned %s (arena %s + reserve %s); %s shows %s in use of %s (%+.1f%%, "
-                 "every process on it)\n",
+    // the preset's card: its driver total within 1% of the preset's
+    bool card = p->gpu && o->card && o->card(p->gpu, &nominal, &driver) && nominal >= total &&
+                (double)llabs(total - driver) <= 0.01 * (double)driver;
+    int64_t charged = card ? nominal - free_b : used;
+    snprintf(what, len, "%.100s device memory in use after step one (every process on it%s)", name,
+             card ? "; the card's total less free" : "");
+    fprintf(o->out, "memory: planned %s (arena %s + reserve %s); %s shows %s in use of %s (%+.1f%%, ",
             fmt_bytes(a, sizeof a, planned), fmt_bytes(r, sizeof r, p->arena_bytes[ARENA_DEVICE]),
-            fmt_bytes(u, sizeof u, p->reserve_bytes), name, fmt_bytes(t, sizeof t, used),
-            fmt_bytes(h, sizeof h, total),
-            planned ? 100.0 * (double)(used - planned) / (double)planned : 0.0);
-    return used;
+            fmt_bytes(u, sizeof u, p->reserve_bytes), name, fmt_bytes(t, sizeof t, charged),
+            fmt_bytes(h, sizeof h, card ? nominal : total),
+            planned ? 100.0 * (double)(charged - planned) / (double)planned : 0.0);
+    if (card)
+        fprintf(o->out, "as nvidia-smi counts: the driver's %s in use and the %s it keeps below the "
+                        "card's total; ", fmt_bytes(t, sizeof t, used), fmt_bytes(k, sizeof k, nominal - total));
+    fprintf(o->out, "every process on it)\n");
+    return charged;
 }
 
 // The console: on a terminal one progress line rewritten in place each step (with an
@@ -851,7 +862,7 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
             if (prof)   // the first step warms caches and the GPU up: timed from the next
                 rt_profile_on(&x, prof, true);
             console_break(&con);
-            int64_t used = report_memory(be, p, out, what, sizeof what);
+            int64_t used = report_memory(be, p, o, what, sizeof what);
             if (!used) {   // every arena in this process's memory: its peak resident set
                 struct rusage ru;
                 if (getrusage(RUSAGE_SELF, &ru) == 0)

@@ -25,6 +25,15 @@ static float bits_f32(uint32_t u) {
     return f;
 }
 
+// expf, tanhf and erff as the generated kernels compute them (the elementwise ops' bits).
+#define FTC_INLINE static inline
+#define ftc_u2f bits_f32
+#define ftc_f2u f32_bits
+#include "../fmath.h"
+#undef ftc_u2f
+#undef ftc_f2u
+#undef FTC_INLINE
+
 uint16_t cpu_f32_to_bf16(float f) {
     uint32_t u = f32_bits(f);
     if ((u & 0x7fffffffu) > 0x7f800000u)
@@ -266,13 +275,13 @@ void cpu_scale_backward(float *dx, const float *dout, float c, size_t n) {
 
 void cpu_silu_forward(float *out, const float *x, size_t n) {
     for (size_t i = 0; i < n; i++)
-        out[i] = x[i] / (1.0f + expf(-x[i]));
+        out[i] = x[i] / (1.0f + ftc_expf(-x[i]));
 }
 
 void cpu_silu_backward(float *dx, const float *dout, const float *x, size_t n) {
     for (size_t i = 0; i < n; i++) {
         float xi = x[i];
-        float s = 1.0f / (1.0f + expf(-xi));
+        float s = 1.0f / (1.0f + ftc_expf(-xi));
         dx[i] = dout[i] * (s * (1.0f + xi * (1.0f - s)));
     }
 }
@@ -285,7 +294,7 @@ void cpu_gelu_forward(float *out, const float *x, size_t n) {
     for (size_t i = 0; i < n; i++) {
         float xi = x[i];
         float inner = GELU_BETA * (xi + GELU_KAPPA * (xi * xi * xi));
-        out[i] = 0.5f * xi * (1.0f + tanhf(inner));
+        out[i] = 0.5f * xi * (1.0f + ftc_tanhf(inner));
     }
 }
 
@@ -293,7 +302,7 @@ void cpu_gelu_backward(float *dx, const float *dout, const float *x, size_t n) {
     for (size_t i = 0; i < n; i++) {
         float xi = x[i];
         float x2 = xi * xi;
-        float t = tanhf(GELU_BETA * (xi + GELU_KAPPA * x2 * xi));
+        float t = ftc_tanhf(GELU_BETA * (xi + GELU_KAPPA * x2 * xi));
         float dinner = GELU_BETA * (1.0f + 3.0f * GELU_KAPPA * x2);
         float d = 0.5f * (1.0f + t) + 0.5f * xi * (1.0f - t * t) * dinner;
         dx[i] = dout[i] * d;
@@ -302,7 +311,7 @@ void cpu_gelu_backward(float *dx, const float *dout, const float *x, size_t n) {
 
 void cpu_tanh_forward(float *out, const float *x, size_t n) {
     for (size_t i = 0; i < n; i++)
-        out[i] = tanhf(x[i]);
+        out[i] = ftc_tanhf(x[i]);
 }
 
 void cpu_tanh_backward(float *dx, const float *dout, const float *out, size_t n) {
@@ -312,7 +321,7 @@ void cpu_tanh_backward(float *dx, const float *dout, const float *out, size_t n)
 
 void cpu_softcap_forward(float *out, const float *x, float cap, size_t n) {
     for (size_t i = 0; i < n; i++)
-        out[i] = cap * tanhf(x[i] / cap);
+        out[i] = cap * ftc_tanhf(x[i] / cap);
 }
 
 void cpu_softcap_backward(float *dx, const float *dout, const float *out, float cap, size_t n) {
@@ -328,21 +337,21 @@ static const float INV_SQRT_2PI = 0.39894228040143268f;
 
 void cpu_gelu_exact_forward(float *out, const float *x, size_t n) {
     for (size_t i = 0; i < n; i++)
-        out[i] = 0.5f * x[i] * (1.0f + erff(x[i] * SQRT1_2));
+        out[i] = 0.5f * x[i] * (1.0f + ftc_erff(x[i] * SQRT1_2));
 }
 
 void cpu_gelu_exact_backward(float *dx, const float *dout, const float *x, size_t n) {
     for (size_t i = 0; i < n; i++) {
         float xi = x[i];
-        float cdf = 0.5f * (1.0f + erff(xi * SQRT1_2));
-        float pdf = expf(-0.5f * xi * xi) * INV_SQRT_2PI;
+        float cdf = 0.5f * (1.0f + ftc_erff(xi * SQRT1_2));
+        float pdf = ftc_expf(-0.5f * xi * xi) * INV_SQRT_2PI;
         dx[i] = dout[i] * (cdf + xi * pdf);
     }
 }
 
 void cpu_exp_forward(float *out, const float *x, size_t n) {
     for (size_t i = 0; i < n; i++)
-        out[i] = expf(x[i]);
+        out[i] = ftc_expf(x[i]);
 }
 
 void cpu_exp_backward(float *dx, const float *dout, const float *out, size_t n) {

@@ -45,7 +45,7 @@ def losses(log):
 def ftc_run(log):
     """What ftc run printed: the memory line (cuda only) and the steady step."""
     r = {}
-    m = re.search(r"^memory: planned (.+?) \(arena (.+?) \+ reserve (.+?)\); (.+?) shows (.+?) in use of (.+?) \(",
+    m = re.search(r"^memory: planned (.+?) \(arena (.+?) \+ reserve (.+?)\); (.+?) shows (.+?) in use of (?:its )?(.+?) \(",
                   log or "", re.M)
     if m:
         r.update(planned=size(m.group(1)), arena=size(m.group(2)), reserve=size(m.group(3)),
