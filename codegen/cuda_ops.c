@@ -54,9 +54,10 @@ static void warp_geometry(int64_t rows, unsigned *grid, unsigned *block) {
     block[0] = 128;
 }
 
+// codegen/cuda/norm.cuh's FTC_COLSUM: 16 columns a block of 1024 threads.
 static void colsum_geometry(int64_t cols, unsigned *grid, unsigned *block) {
-    grid[0] = (unsigned)((cols + 31) / 32);
-    block[0] = 256;
+    grid[0] = (unsigned)((cols + 15) / 16);
+    block[0] = 1024;
 }
 
 static void one_block(unsigned *grid, unsigned *block, unsigned threads) {
