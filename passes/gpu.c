@@ -28,23 +28,23 @@
 // A preset's nominal memory, the driver's total and the reserve between them, in MiB.
 #define MEMORY(nominal, driver) MiB(nominal), MiB(driver), MiB((nominal) - (driver) + CONTEXT_MIB + MODULE_MIB)
 
-// The attention kernels' efficiency (codegen/cuda/attention.cuh: FlashAttention-2's
-// design on mma.sync, unmeasured until tests/gpu/run.sh runs) is priced below the published
-// FlashAttention-2 figures for its class: on the A100, FlashAttention-2 reaches 50-73% of the
-// bf16 peak forward and about 40-45% backward (Dao, "FlashAttention-2", arXiv 2307.08691,
-// figs. 4-7, head dims 64 and 128); ftc's tiles are smaller (64 query rows, K and V one buffer
-// each) and its backward orders the dq additions, so 0.50 and 0.35. On the H100 mma.sync
-// kernels in that design reach about 30% of the peak forward (PyTorch's FlashAttention-2
-// SDPA: ~290-300 TFLOPs/s at head dim 128, pytorch/benchmark PR 2296; Shah et al.,
-// "FlashAttention-3", arXiv 2407.08608, fig. 5) and less backward: 0.30 and 0.22. Ada (sm_89)
-// as Ampere.
+// The attention kernels' efficiency (codegen/cuda/attention.cuh: FlashAttention-2's design
+// on mma.sync), measured on an H200 (tests/gpu/quick.sh, ftc run --profile against this model's
+// estimate): Qwen2-7B's shapes (head dim 128, 28 heads, 4 KV heads, 2048 tokens) 0.165 of the
+// bf16 peak forward and 0.059 backward, Qwen2-0.5B's (head dim 64, 14 heads, micro-batch 8)
+// 0.152 and 0.048; taken as 0.16 and 0.053 for the H100 and H200 (torch's flash SDPA there:
+// 0.17-0.19 forward, 0.14-0.16 backward). The backward is held back by its ordered dq additions (a
+// key tile hands the query tile's accumulator on after a fence), not by its products. The
+// other cards are unmeasured: their earlier figures (0.50 and 0.35, below FlashAttention-2's
+// published 50-73% forward and 40-45% backward on an A100) scaled by what the H200 measured
+// against its own earlier ones (0.30 and 0.22), 0.27 and 0.084.
 static const GpuPreset presets[] = {
-    {"a100-40g", MEMORY(40960, 40339), 312, 1555, 25, MiB(4), "sm_80", 108, 0.50, 0.35},
-    {"a100-80g", MEMORY(81920, 81050), 312, 2039, 25, MiB(4), "sm_80", 108, 0.50, 0.35},
-    {"h100-80g", MEMORY(81559, 81079), 989, 3350, 50, MiB(32), "sm_90", 132, 0.30, 0.22},
-    {"h200", MEMORY(143771, 143155), 989, 4800, 50, MiB(32), "sm_90", 132, 0.30, 0.22},
-    {"l4", MEMORY(23034, 22702), 121, 300, 25, MiB(4), "sm_89", 58, 0.50, 0.35},
-    {"rtx4090", MEMORY(24564, 24218), 165, 1008, 25, MiB(4), "sm_89", 128, 0.50, 0.35},
+    {"a100-40g", MEMORY(40960, 40339), 312, 1555, 25, MiB(4), "sm_80", 108, 0.27, 0.084},
+    {"a100-80g", MEMORY(81920, 81050), 312, 2039, 25, MiB(4), "sm_80", 108, 0.27, 0.084},
+    {"h100-80g", MEMORY(81559, 81079), 989, 3350, 50, MiB(32), "sm_90", 132, 0.16, 0.053},
+    {"h200", MEMORY(143771, 143155), 989, 4800, 50, MiB(32), "sm_90", 132, 0.16, 0.053},
+    {"l4", MEMORY(23034, 22702), 121, 300, 25, MiB(4), "sm_89", 58, 0.27, 0.084},
+    {"rtx4090", MEMORY(24564, 24218), 165, 1008, 25, MiB(4), "sm_89", 128, 0.27, 0.084},
 };
 
 const GpuPreset *gpu_preset(const char *name) {
