@@ -7,11 +7,12 @@
  * divisions, which round the same everywhere when nothing contracts a*b+c (the cpu backend
  * builds as ISO C, the emu with -ffp-contract=off, NVRTC with --fmad=false). Measured
  * against double-precision libm over every 61st float of their working ranges: expf
- * within 1.03 ulp, tanhf 1.46, erff 3.73 (tests/test_runtime.c's test_fmath checks 2, 2, 4). The attention and loss kernels,
- * which are compared with a tolerance, keep the hardware's exp2f.
+ * within 1.03 ulp, tanhf 1.46, erff 3.73 (tests/test_runtime.c's test_fmath checks 2, 2,
+ * 4). The attention and loss kernels, which are compared with a tolerance, keep the
+ * hardware's exp2f.
  *
- * The includer provides FTC_INLINE and the bit casts ftc_u2f / ftc_f2u (codegen/cuda/
- * prelude.cuh on a GPU and under the emu; runtime/cpu/kernels.c on the cpu backend), and
+ * The includer provides FTC_INLINE and the bit cast ftc_u2f (codegen/cuda/prelude.cuh on a
+ * GPU and under the emu; runtime/cpu/kernels.c on the cpu backend), and
  * <math.h>'s rintf, fabsf and copysignf. */
 
 /* e^x: x = n ln2 + r with |r| <= ln2 / 2 (ln2 in two parts, the first with its low 12 bits

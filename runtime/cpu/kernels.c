@@ -28,10 +28,8 @@ static float bits_f32(uint32_t u) {
 // expf, tanhf and erff as the generated kernels compute them (the elementwise ops' bits).
 #define FTC_INLINE static inline
 #define ftc_u2f bits_f32
-#define ftc_f2u f32_bits
 #include "../fmath.h"
 #undef ftc_u2f
-#undef ftc_f2u
 #undef FTC_INLINE
 
 uint16_t cpu_f32_to_bf16(float f) {
