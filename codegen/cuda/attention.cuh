@@ -248,17 +248,24 @@ FTC_INLINE void attn_bwd_dkv(FtcArgs a, long long B, long long S, long long H, l
  * and with GQA each key head's dK and dV summed over its query heads' fp32 partials in head
  * order.
  *
- * Determinism: a query tile's dq takes one addition from each tile of keys that sees it, in
- * the order of the key tiles. A counter per (b, h, query tile) says how many have added, and
- * a block adds when the count is its turn (its key tile less the first one the query tile
- * sees). Its additions are reductions (atomicAdd with the result unused: red.add, issued
- * without awaiting a reply), which its fence orders before the counter moves; a load and a
- * store an element waited one L2 round trip each, in series along the chain of key tiles (on
- * an H200 the backward took 1.85x as long). A block waits only on blocks of lower index (the
- * key tile is blockIdx.x), which run or have run, since blocks start in the order of their
- * index; the blocks of one (b, h), taking the query tiles from the last, reach each tile
- * about together and add in turn without waiting for each other's products. Under the emu blocks run in that order, and a
- * block that would have to wait is a fault. */
+ * Determinism: a query tile's dq takes one addition from each tile of keys that sees it, in a
+ * fixed order, counted by a counter per (b, h, query tile); a block adds when the count is its
+ * turn. Its additions are reductions (atomicAdd with the result unused: red.add, issued
+ * without awaiting a reply), which its fence orders before the counter moves. The order is
+ * chosen so that each addition's turn has come by the time the block gets there:
+ *   - causal: block x holds key tile n = tiles - 1 - x (the last keys first) and takes the
+ *     query tiles from its own (n, on the diagonal) up; query tile m takes its additions
+ *     from key tile m down, n's turn being m - n. At step j key tile n adds to tile n + j,
+ *     whose previous addition key tile n + 1 made at its step j - 1: one block a tile a step,
+ *     a block waiting on none that is at its own step. (In key order, every block of a
+ *     (b, h) reached the same query tile at the same step and they added one after another,
+ *     a chain of fences 32 long at Qwen2-7B's shapes: 1573 us on an H200, 0.29x torch's
+ *     flash SDPA.)
+ *   - otherwise: block x holds key tile x and takes the query tiles from the last down;
+ *     query tile m takes its additions in key order from the first tile that sees it.
+ * Either way a block waits only on blocks of lower index, which run or have run, since blocks
+ * start in the order of their index. Under the emu blocks run in that order, and a block that
+ * would have to wait is a fault. */
 
 enum { ATT_BR = 64, ATT_WARPS_BWD = 8 };
 #define ATT_LOG2E 1.4426950408889634f
@@ -567,10 +574,14 @@ FTC_INLINE void attn_bwd_main_tiled(FtcArgs a, long long B, long long S, long lo
     const unsigned short *Q = (const unsigned short *)ATT_Q, *K = (const unsigned short *)ATT_K;
     const unsigned short *V = (const unsigned short *)ATT_V, *DY = (const unsigned short *)ATT_DY;
     int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32, g = lane / 4, q = lane % 4;
-    long long n = blockIdx.x, h = blockIdx.y, b = blockIdx.z, hk = h / (H / Hkv), k0 = n * T;
-    long long tiles = (S + T - 1) / T, qfirst, qlast, unused;   /* the queries its keys are seen by */
+    long long tiles = (S + T - 1) / T, h = blockIdx.y, b = blockIdx.z, hk = h / (H / Hkv);
+    long long n = causal ? tiles - 1 - blockIdx.x : blockIdx.x, k0 = n * T;   /* see Determinism */
+    long long qfirst, qlast, unused;   /* the queries its keys are seen by */
     att_queries(k0, S, causal, window, &qfirst, &unused);
     att_queries(k0 + T - 1 < S ? k0 + T - 1 : S - 1, S, causal, window, &unused, &qlast);
+    /* its query tiles, in the order of Determinism: m from `first` by `dir` to before `stop` */
+    long long dir = causal ? 1 : -1, first = causal ? qfirst / T : (qlast - 1) / T;
+    long long stop = causal ? (qlast - 1) / T + 1 : qfirst / T - 1;
     /* The warps' parts: rows in groups of 16 (rg of them), the rest of the warps (cg) over
      * the columns; S, dP: query rows x keys; dV, dK: keys x D; dq: query rows x D. */
     int rg = T / 16, cg = ATT_WARPS_BWD / rg, ri = (warp % rg) * 16, ci = warp / rg;
@@ -584,7 +595,7 @@ FTC_INLINE void attn_bwd_main_tiled(FtcArgs a, long long B, long long S, long lo
         FTC_UNROLL
         for (int e = 0; e < 4; e++)
             dk[t][e] = dv[t][e] = 0.0f;
-    for (long long m = (qlast - 1) / T; m >= qfirst / T; m--) {
+    for (long long m = first; m != stop; m += dir) {
         long long i0 = m * T;
         __syncthreads();   /* every warp done with the last tile's Q, dy, P, dS */
         att_stage(sq, ld, Q, b, S, H, h, i0, T, D);
@@ -628,32 +639,40 @@ FTC_INLINE void attn_bwd_main_tiled(FtcArgs a, long long B, long long S, long lo
         __syncthreads();
         att_product(dv, nd, sp, lp, 1, ri, sdy, ld, 1, dc, T);    /* dV += P^T dy */
         att_product(dk, nd, sds, lp, 1, ri, sq, ld, 1, dc, T);    /* dK += dS^T Q */
-        float dq[8][4];
-        FTC_UNROLL
-        for (int t = 0; t < nd; t++)
-            FTC_UNROLL
-            for (int e = 0; e < 4; e++)
-                dq[t][e] = 0.0f;
-        att_product(dq, nd, sds, lp, 0, ri, sk, ld, 1, dc, T);    /* dq = dS K */
-        long long kfirst;   /* the first key tile query tile m sees: the counter's first turn */
+        long long kfirst;   /* the first key tile query tile m sees */
         att_keys(i0, S, causal, window, &kfirst, &unused);
-        int *count = ATT_COUNT + (b * H + h) * tiles + m;
-        if (threadIdx.x == 0)
-            att_wait_turn(count, (int)(n - kfirst / T));
-        __syncthreads();
+        int *count = ATT_COUNT + (b * H + h) * tiles + m, turn = (int)(causal ? m - n : n - kfirst / T);
+        /* dq = dS K, the warp's columns in two halves (16 accumulators fewer beside dK and dV),
+         * each added by reductions (red.add: no reply awaited) once it is this block's turn */
         FTC_UNROLL
-        for (int t = 0; t < nd; t++)
+        for (int half = 0; half < 2; half++) {
+            int n0 = half ? nd / 2 : 0, nh = half ? nd - nd / 2 : nd / 2;
+            float dq[4][4];
             FTC_UNROLL
-            for (int e = 0; e < 4; e++) {
-                long long row = i0 + ri + g + 8 * (e >> 1);
-                if (row < S)   /* a reduction (red.add: no reply awaited), in turn */
-                    atomicAdd(ATT_DQACC + ((b * S + row) * H + h) * D + dc + 8 * t + 2 * q + (e & 1),
-                              dq[t][e]);
+            for (int t = 0; t < nh; t++)
+                FTC_UNROLL
+                for (int e = 0; e < 4; e++)
+                    dq[t][e] = 0.0f;
+            att_product(dq, nh, sds, lp, 0, ri, sk, ld, 1, dc + 8 * n0, T);
+            if (half == 0) {
+                if (threadIdx.x == 0)
+                    att_wait_turn(count, turn);
+                __syncthreads();
             }
+            FTC_UNROLL
+            for (int t = 0; t < nh; t++)
+                FTC_UNROLL
+                for (int r = 0; r < 2; r++) {
+                    long long row = i0 + ri + g + 8 * r;
+                    if (row < S)
+                        FTC_RED_ADD2(ATT_DQACC + ((b * S + row) * H + h) * D + dc + 8 * (n0 + t) + 2 * q,
+                                     dq[t][2 * r], dq[t][2 * r + 1]);
+                }
+        }
         __threadfence();
         __syncthreads();
         if (threadIdx.x == 0)
-            atomicExch(count, (int)(n - kfirst / T) + 1);
+            atomicExch(count, turn + 1);
     }
     /* This block's keys' dK and dV: bf16 where each key head has one query head, else the
      * query head's fp32 partial, which post sums. */

@@ -218,3 +218,13 @@ FTC_INLINE unsigned int ftc_smem_u32(const void *p) {
 #define FTC_CP_ASYNC_COMMIT() asm volatile("cp.async.commit_group;" ::: "memory")
 #define FTC_CP_ASYNC_WAIT(n) asm volatile("cp.async.wait_group %0;" ::"n"(n) : "memory")
 #endif
+
+/* Two adjacent floats added into global memory, p 8-byte aligned, no value returned: on sm_90
+ * and later one vector reduction (red.global.add.v2.f32), before it two (atomicAdd with the
+ * result unused, which NVRTC makes red.global.add.f32). */
+#if !defined(FTC_EMU) && __CUDA_ARCH__ >= 900
+#define FTC_RED_ADD2(p, x, y)                                                                    \
+    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(p), "f"(x), "f"(y) : "memory")
+#else
+#define FTC_RED_ADD2(p, x, y) (atomicAdd((p), (x)), atomicAdd((p) + 1, (y)))
+#endif
