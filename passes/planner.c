@@ -470,12 +470,27 @@ static void refine_tensors(const PlannerInput *in, PlannerResult *r, const int64
 }
 
 // Per-tensor recompute chosen per block, on the chosen plan when it keeps tensor by tensor
-// (chain position a in every block): the blocks' saved tensors wait for backward longest
-// in the first blocks, and the last block's backward, with its recompute, runs at the
-// peak, so the later blocks may keep more at the same peak. For d = 1, 2, 3 the last
-// blocks keep by the chain's mask a - d and the first k by a, k the fewest that fit (a
-// binary search: fewer is faster and larger), while one fits (or may); chosen where at
-// least 1% faster than the plan before (below that the model cannot tell them apart).
+// (chain position a in every block). The first blocks' saved tensors wait for backward
+// longest; a late block's backward runs with every earlier block's saved tensors live, and
+// there the copies its recompute makes, in bulk at its backward's start, set the peak. So
+// the exact optimum (tests/bench/remat_milp.py: Checkmate's MILP over the liveness peak)
+// keeps nearly everything in the last block and recomputes in the first ones. The last R
+// blocks keep by a chain mask q before a (more kept), the first L - R by the mask p that
+// keeps the most and fits (a binary search from q: masks along the chain hold less and
+// less), for R = 1, 2, 3 (and L / 2 past 8 blocks) and every q; chosen where at least 1%
+// faster than the plan before (below that the model cannot tell them apart). A pair is
+// priced only where the blend of its two masks' uniform prices, block by block, is that
+// much faster (the blocks' work adds up); one no faster than the best so far is not placed.
+static double chain_price(const PlannerInput *in, const PlanChoice *base, int x, double *memo) {
+    if (memo[x] == 0) {
+        Job t = {.in = in};
+        PlanChoice c = *base;
+        c.keep = in->chain + (size_t)x * (size_t)in->nkeep, c.chain_at = x;
+        memo[x] = price(&t, &c);
+    }
+    return memo[x];
+}
+
 static void refine_tensor_blocks(const PlannerInput *in, PlannerResult *r) {
     if (r->best < 0 || in->nchain < 2 || in->remat >= 0 || in->nlayers < 2)
         return;
@@ -484,30 +499,42 @@ static void refine_tensor_blocks(const PlannerInput *in, PlannerResult *r) {
     if (best.c.policy != REMAT_TENSORS || best.c.rest != REMAT_TENSORS || best.c.keep_rest || a <= 0)
         return;
     double us = best.o.cost.step_us;
-    for (int d = 1; d <= 3 && a - d >= 0; d++) {   // (at least 1% faster, as the loss chunk's)
-        Job j = {.in = in, .bar_us = in->exhaustive ? 0 : us * MIN_GAIN};
-        int lo = 1, hi = L - 1, found = -1;
-        while (lo <= hi) {
-            int k = (lo + hi) / 2;
-            PlanChoice c = best.c;
-            c.n_policy = k;
-            c.keep_rest = in->chain + (size_t)(a - d) * (size_t)in->nkeep;
-            c.chain_rest = a - d;
-            int id = job_try(&j, &c);
-            bool fits = id >= 0 && j.tried.at[id].fits, slower = id >= 0 && j.tried.at[id].slower;
-            if (fits)
-                found = k;
-            if (fits || slower)
-                hi = k - 1;
-            else
-                lo = k + 1;
+    int rs[4], nr = 0;
+    for (int R = 1; R <= 3 && R < L; R++)
+        rs[nr++] = R;
+    if (L >= 8)
+        rs[nr++] = L / 2;
+    Job j = {.in = in, .bar_us = in->exhaustive ? 0 : us * MIN_GAIN};
+    double *memo = calloc((size_t)in->nchain, sizeof(double));
+    double need = chain_price(in, &best.c, a, memo) - us * (1 - MIN_GAIN);   // a blend's bar
+    for (int ri = 0; ri < nr; ri++)
+        for (int q = 0; q < a; q++) {
+            int lo = q, hi = in->nchain - 1, R = rs[ri];
+            double tq = chain_price(in, &best.c, q, memo);
+            while (!in->exhaustive && hi >= lo &&   // (the masks along the chain cost more and more)
+                   ((L - R) * chain_price(in, &best.c, hi, memo) + R * tq) / L >= need)
+                hi--;
+            while (lo <= hi) {
+                int p = (lo + hi) / 2;
+                PlanChoice c = best.c;
+                c.n_policy = L - rs[ri];
+                c.keep = in->chain + (size_t)p * (size_t)in->nkeep, c.chain_at = p;
+                c.keep_rest = in->chain + (size_t)q * (size_t)in->nkeep, c.chain_rest = q;
+                int id = job_try(&j, &c);
+                const Candidate *t = id >= 0 ? &j.tried.at[id] : NULL;
+                bool fits = t && t->fits, slower = t && t->slower;
+                if (fits && !in->exhaustive && t->o.cost.step_us < j.bar_us)
+                    j.bar_us = t->o.cost.step_us;   // (what is slower is not placed)
+                if (fits || slower)
+                    hi = p - 1;
+                else
+                    lo = p + 1;
+            }
         }
-        for (int i = 0; i < j.tried.len; i++)   // (--exhaustive places them all)
-            j.tried.at[i].declined |= j.tried.at[i].o.cost.step_us > us * MIN_GAIN;
-        merge(r, &j);
-        if (found < 0)   // (keeping still more in the last blocks fits no better)
-            break;
-    }
+    free(memo);
+    for (int i = 0; i < j.tried.len; i++)   // (--exhaustive places them all)
+        j.tried.at[i].declined |= j.tried.at[i].o.cost.step_us > us * MIN_GAIN;
+    merge(r, &j);
 }
 
 // The fused loss's chunk of the chosen plan: the search plans with chunks whose logits
