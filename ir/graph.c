@@ -324,6 +324,9 @@ void ir_param_decays(const IrGraph *g, bool *decays) {
         decays[i] = true;
     if (g->step.decay_all)
         return;
+    for (int i = 0; i < g->tensors.len; i++)
+        if (g->tensors.at[i].kind == TK_PARAM && g->tensors.at[i].ndim < 2)
+            decays[i] = false;
     for (int i = 0; i < g->nodes.len; i++) {
         const IrNode *n = &g->nodes.at[i];
         const OpInfo *op = op_info(n->op);

@@ -258,9 +258,11 @@ int ir_layers(const IrGraph *g);
 // ones, biases zeros); the rest stay normal(0, 0.02).
 void ir_set_param_init(IrGraph *g);
 // Per tensor id, whether weight decay applies to it: everywhere with step.decay_all,
-// else not where some node reads it in a norm weight's or a bias's place (the inputs
-// the op table initialises to ones or zeros), as Hugging Face's Trainer leaves out
-// biases and LayerNorm weights. `decays` holds g->tensors.len entries.
+// else not on a parameter of one dimension (a bias or a norm weight, however it is read:
+// `matmul(x, W) + b` adds its bias with an add) nor where some node reads a tensor in a
+// norm weight's or a bias's place (the inputs the op table initialises to ones or zeros),
+// as Hugging Face's Trainer leaves out biases and norm weights. `decays` holds
+// g->tensors.len entries.
 void ir_param_decays(const IrGraph *g, bool *decays);
 int ir_shape_str(char *buf, size_t cap, const IrTensor *t);  // "[2, 2048, 3584] bf16"
 

@@ -493,7 +493,33 @@ static void test_missing_derivative_rule(void) {
 
 // Weight decay where Hugging Face's Trainer puts it: on every trainable parameter but the
 // biases and the norm weights (by their checkpoint names here; ftc takes them from the
-// op table's roles), unless decay_all asks for all.
+// op table's roles and the parameters' ranks), unless decay_all asks for all. GPT-2 adds
+// its biases with `+` after a matmul: no op reads them in a bias's place.
+static void test_weight_decay_gpt2(void) {
+    Loaded l;
+    CHECK(load(&l, "models/gpt2.ft", "optimizer = adamw(lr = 1e-4, weight_decay = 0.1)", 1));
+    if (!l.g || autodiff_apply(l.g, 1, false, NULL) != 0) {
+        CHECK(!"autodiff");
+        unload(&l);
+        return;
+    }
+    int decayed = 0, kept = 0;
+    for (int i = 0; i < l.g->nodes.len; i++) {
+        const IrNode *n = &l.g->nodes.at[i];
+        if (n->op != OP_ADAMW)
+            continue;
+        const char *hf = l.g->tensors.at[n->out[0]].hf_name;
+        size_t len = strlen(hf);
+        bool exempt = (len > 5 && !strcmp(hf + len - 5, ".bias")) || strstr(hf, "ln_");
+        CHECKF(n->attr.f == (exempt ? 0.0 : 0.1), "%s: weight decay %g", hf, n->attr.f);
+        decayed += n->attr.f > 0, kept += n->attr.f == 0;
+    }
+    // 12 layers: 4 matrices each, plus wte and wpe; 6 biases and 2 norm weights each, plus ln_f's 2
+    CHECK_EQ(12 * 4 + 2, decayed);
+    CHECK_EQ(12 * 8 + 2, kept);
+    unload(&l);
+}
+
 static void test_weight_decay_roles(void) {
     for (int all = 0; all < 2; all++) {
         Loaded l;
@@ -742,6 +768,7 @@ int main(int argc, char **argv) {
     RUN(test_lora_errors);
     RUN(test_qlora_weights_exact);
     RUN(test_missing_derivative_rule);
+    RUN(test_weight_decay_gpt2);
     RUN(test_weight_decay_roles);
     RUN(test_presets);
     RUN(test_shard_stages);
