@@ -235,6 +235,19 @@ static void put_param(Exec *x, int id, int master, const float *v) {
         write_whole(x, master, v);
 }
 
+// A parameter's tensor in a checkpoint: by its name, else by the name another version of
+// transformers writes it under (GPT-NeoX's head is embed_out.weight, lm_head.weight from
+// transformers 5 on). *as is the name found.
+static const StTensor *find_param(StSet *st, const char *hf, const char **as) {
+    static const char *const alias[][2] = {{"embed_out.weight", "lm_head.weight"}};
+    *as = hf;
+    const StTensor *t = st_find(st, hf);
+    for (size_t i = 0; !t && i < sizeof alias / sizeof alias[0]; i++)
+        if (!strcmp(hf, alias[i][0]) && (t = st_find(st, alias[i][1])) != NULL)
+            *as = alias[i][1];
+    return t;
+}
+
 int rt_weights_load(Exec *x, const char *path, uint64_t seed, char *err, size_t errlen) {
     const Plan *p = x->plan;
     StSet *st;
@@ -245,7 +258,8 @@ int rt_weights_load(Exec *x, const char *path, uint64_t seed, char *err, size_t 
         const PlanBuffer *b = &p->buf[i];
         if (b->kind != PK_PARAM)
             continue;
-        const StTensor *t = st_find(st, b->hf);
+        const char *as;
+        const StTensor *t = find_param(st, b->hf, &as);
         if (!t) {
             // A LoRA adapter is new: its seeded initialisation.
             if (strstr(b->hf, ".lora_A.") || strstr(b->hf, ".lora_B.")) {
@@ -274,7 +288,7 @@ int rt_weights_load(Exec *x, const char *path, uint64_t seed, char *err, size_t 
                 snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "",
                          (long long)t->shape[d]);
             snprintf(err, errlen, "%s: tensor '%s' has shape [%s], the model expects [%s]",
-                     st_file_path(st, t->file), b->hf, got, want);
+                     st_file_path(st, t->file), as, got, want);
             rc = -1;
             break;
         }

@@ -31,6 +31,18 @@ else
     bad save-and-reload "failed"
 fi
 
+# A head named as another version of transformers writes it: GPT-NeoX's embed_out.weight
+# is lm_head.weight in checkpoints from transformers 5 on; either loads (the same losses).
+sed 's/as "lm_head.weight"/as "embed_out.weight"/' models/tiny.ft > "$tmp/neox.ft"
+"$ftc" compile "$tmp/neox.ft" -o "$tmp/neox.plan" >/dev/null
+"$ftc" run "$tmp/neox.plan" --data "$tmp/c.bin" --steps 1 --save "$tmp/nx" >/dev/null
+cp "$tmp/nx/model.safetensors" "$tmp/nx5.safetensors"
+python3 tests/st_meta.py "$tmp/nx5.safetensors" --rename embed_out.weight lm_head.weight
+a=$("$ftc" run "$tmp/neox.plan" --data "$tmp/c.bin" --steps 2 --weights "$tmp/nx/model.safetensors" 2>&1 | grep '^step')
+b=$("$ftc" run "$tmp/neox.plan" --data "$tmp/c.bin" --steps 2 --weights "$tmp/nx5.safetensors" 2>&1 | grep '^step')
+[ -n "$a" ] && [ "$(awk '{print $4}' <<<"$a")" = "$(awk '{print $4}' <<<"$b")" ] &&
+    ok "head-by-either-name ($(awk '{print $4}' <<<"$b" | tr '\n' ' '))" || bad head-by-either-name "$a / $b"
+
 # The fp32 master copies start from the checkpoint's own values: a bf16-mixed run from
 # the fp32 weights another run saved, at a learning rate of 1e-30 (no step moves a
 # weight), saves them back bit for bit, low bits included, not their bf16 rounding.
