@@ -664,6 +664,8 @@ static void read_decoder(Cfg *c, ImportModel *m) {
     read_int(c, "max_position_embeddings", false, 0, &m->max_pos);
     require_no_attn_dropout(c, "attention_dropout");
     // The embedding is built with padding_idx = pad_token_id: that row takes no gradient.
+    // Absent, it is the family's config class's default, as transformers reads it: Gemma's
+    // 0, Phi-3's 32000 (where the vocabulary holds it), the others' none; null is none.
     json_t *pad = top(c, "pad_token_id");
     if (pad && (!json_is_integer(pad) || json_integer_value(pad) < 0 ||
                 json_integer_value(pad) >= m->vocab))
@@ -671,6 +673,12 @@ static void read_decoder(Cfg *c, ImportModel *m) {
                  "below vocab_size, or null");
     else if (pad)
         m->pad = json_integer_value(pad) + 1;
+    else if (!json_object_get(c->root, "pad_token_id")) {
+        bool gemma = m->fam == FAM_GEMMA || m->fam == FAM_GEMMA2 || m->fam == FAM_GEMMA3;
+        int64_t dflt = gemma ? 0 : m->fam == FAM_PHI3 ? 32000 : -1;
+        if (dflt >= 0 && dflt < m->vocab)
+            m->pad = dflt + 1;
+    }
 }
 
 static void read_llama_like(Cfg *c, ImportModel *m) {

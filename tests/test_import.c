@@ -176,6 +176,24 @@ static void check_contains(const char *name, const char *json, const char *const
     run_free(&r);
 }
 
+// Imports `json` and checks that the output does not contain `unwanted`.
+static void check_lacks(const char *name, const char *json, const char *unwanted) {
+    char file[128], why[1024] = "";
+    snprintf(file, sizeof file, "%s.json", name);
+    Run r = run_import(write_tmp(file, json));
+    bool ok = r.rc == 0 && !r.err[0];
+    if (!ok)
+        snprintf(why, sizeof why, "returned %d: %s", r.rc, r.err);
+    r.out = realloc(r.out, r.out_len + 1);
+    r.out[r.out_len] = '\0';
+    if (ok && strstr(r.out, unwanted)) {
+        snprintf(why, sizeof why, "\"%s\" in the output", unwanted);
+        ok = false;
+    }
+    report(name, ok, why);
+    run_free(&r);
+}
+
 // Counts the occurrences of `needle` in `s`.
 static int count(const char *s, const char *needle) {
     int n = 0;
@@ -398,6 +416,18 @@ static void family_tests(void) {
                    (const char *const[]){"decoder(embed(embed, tokens, padding = 0) * 8.0)\n",
                                          "return x + linear(gelu(linear(h, wg)) * linear(h, wu), wd)\n",
                                          "return linear(rmsnorm(x, final_norm, eps, offset = 1.0), embed)\n", NULL});
+    // pad_token_id absent: the config class's default (Gemma's 0, Phi-3's 32000); null: none.
+    check_contains("gemma-pad-default", config_with("gemma", "\"head_dim\": 32, \"hidden_act\": \"gelu\""),
+                   (const char *const[]){"decoder(embed(embed, tokens, padding = 0) * 8.0)\n", NULL});
+    check_contains("gemma3-pad-default", config_with("gemma3_text", "\"head_dim\": 16"),
+                   (const char *const[]){"embed(embed, tokens, padding = 0)", NULL});
+    check_lacks("gemma-pad-null", config_with("gemma", "\"head_dim\": 32, \"pad_token_id\": null, \"hidden_act\": \"gelu\""),
+                "padding =");
+    check_contains("phi3-pad-default", "{\"model_type\": \"phi3\", \"vocab_size\": 32064, \"hidden_size\": 64,\n"
+                   " \"intermediate_size\": 96, \"num_hidden_layers\": 2, \"num_attention_heads\": 4,\n"
+                   " \"num_key_value_heads\": 4}\n",
+                   (const char *const[]){"embed(embed, tokens, padding = 32000)", NULL});
+    check_lacks("qwen2-no-pad", config_with("qwen2", ""), "padding =");
     check_contains("gemma2", config_with("gemma2", "\"head_dim\": 16, \"query_pre_attn_scalar\": 16, \"sliding_window\": 64,\n"
                    " \"attn_logit_softcapping\": 50.0, \"final_logit_softcapping\": 30.0"),
                    (const char *const[]){"    full = [0, 1, 0, 1][layer]\n",
