@@ -176,7 +176,11 @@ void rt_remove_dir(const char *dir, bool (*ours)(const char *name)) {
             continue;
         char p[8300];
         snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        unlink(p);
+        struct stat st;
+        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))   // (a saved set's merged/)
+            rt_remove_dir(p, NULL);
+        else
+            unlink(p);
     }
     closedir(d);
     rmdir(dir);

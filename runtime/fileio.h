@@ -19,8 +19,9 @@ int64_t rt_host_available(void);
 // end): the descriptor, with *st filled; -1 with errno set when it cannot be opened, -2
 // when it is something other than a regular file (closed again).
 int rt_open_regular(const char *path, struct stat *st);
-// Removes the files of dir that `ours` accepts (by name; NULL: all of them), then dir
-// itself if that left it empty. What it holds besides is never touched.
+// Removes the entries of dir that `ours` accepts (by name; NULL: all of them; a directory
+// with everything in it, a link not followed), then dir itself if that left it empty. What
+// it holds besides is never touched.
 void rt_remove_dir(const char *dir, bool (*ours)(const char *name));
 // Removes, through drop(entry path), what processes that are gone left beside path:
 // entries named BASENAME + tag + PID for one of the tags (e.g. ".tmp."), then "." and

@@ -2,7 +2,9 @@
 // the trained weights saved into it as one unit.
 //
 // What a save writes (model.safetensors; with LoRA adapter_model.safetensors and
-// adapter_config.json, and with --merge the merged model.safetensors too) is one set,
+// adapter_config.json, and with --merge the merged weights too, in a directory of their own,
+// merged/model.safetensors: beside the adapter files, a loader that finds both applies the
+// adapter to weights that hold it already) is one set,
 // from one step. The set is written into DIR/.saved-STEP.tmp.PID, renamed to
 // DIR/saved-STEP when complete, and made current by replacing the symbolic link
 // DIR/latest with one naming it: a rename, so a reader always finds a whole set from one
@@ -15,7 +17,7 @@
 //   DIR/.ftc-lock                    who writes DIR (locked while that ftc lives)
 //   DIR/latest -> saved-000300       the current set
 //   DIR/saved-000300/...             its files
-//   DIR/model.safetensors -> latest/model.safetensors, ...
+//   DIR/model.safetensors -> latest/model.safetensors, ...   (DIR/merged -> latest/merged)
 //   DIR/checkpoint-000300/           the training state (checkpoint.c)
 #include "runtime.h"
 #include "fileio.h"
@@ -34,7 +36,7 @@
 // Every name a saved set may hold; a link at DIR/NAME exists exactly for the current
 // set's files.
 static const char *const artefacts[] = {"model.safetensors", "adapter_model.safetensors",
-                                        "adapter_config.json"};
+                                        "adapter_config.json", "merged"};
 enum { NARTEFACT = sizeof artefacts / sizeof *artefacts };
 
 int rt_save_check(const char *flag, const char *dir, char *err, size_t errlen) {
@@ -174,7 +176,7 @@ int rt_save_weights(Exec *x, const char *dir, bool merge, FILE *out, char *err, 
         set[n++] = "adapter_model.safetensors";
         set[n++] = "adapter_config.json";
         if (merge)
-            set[n++] = "model.safetensors";
+            set[n++] = "merged";
     } else {
         set[n++] = "model.safetensors";
     }
@@ -193,7 +195,10 @@ int rt_save_weights(Exec *x, const char *dir, bool merge, FILE *out, char *err, 
     int rc;
     if (p->lora_r > 0) {
         rc = rt_adapters_save(x, tmp, NULL, err, errlen);
-        snprintf(path, sizeof path, "%s/model.safetensors", tmp);
+        snprintf(path, sizeof path, "%s/merged", tmp);
+        if (rc == 0 && merge && mkdir(path, 0777) != 0)
+            rc = rt_fail(err, errlen, "cannot create %s: %s", path, strerror(errno));
+        snprintf(path, sizeof path, "%s/merged/model.safetensors", tmp);
         if (rc == 0 && merge)
             rc = rt_weights_save_merged(x, path, err, errlen);
     } else {
@@ -241,8 +246,7 @@ int rt_save_weights(Exec *x, const char *dir, bool merge, FILE *out, char *err, 
         closedir(d);
     fprintf(out, "saved %s:", dir);
     for (int i = 0; i < n; i++)
-        fprintf(out, "%s %s%s", i ? "," : "", set[i],
-                p->lora_r > 0 && strcmp(set[i], "model.safetensors") == 0 ? " (merged)" : "");
+        fprintf(out, "%s %s", i ? "," : "", strcmp(set[i], "merged") == 0 ? "merged/model.safetensors" : set[i]);
     fprintf(out, " (step %" PRId64 ", %s)\n", x->step, name);
     return 0;
 }

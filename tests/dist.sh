@@ -183,7 +183,7 @@ for z in 0 3; do
         > "$tmp/l$z.out" 2> "$tmp/l$z.err" || bad "run-lora-z$z" "$(tail -3 "$tmp/l$z.err")"
 done
 cmp -s "$tmp/sl0/adapter_model.safetensors" "$tmp/sl3/adapter_model.safetensors" && [ -s "$tmp/sl3/adapter_config.json" ] &&
-    cmp -s "$tmp/sl0/model.safetensors" "$tmp/sl3/model.safetensors" &&
+    cmp -s "$tmp/sl0/merged/model.safetensors" "$tmp/sl3/merged/model.safetensors" &&
     ok lora-zero-3-adapters-and-merged-bitwise || bad lora-zero-3-adapters-and-merged-bitwise "adapters or merged weights differ or are missing"
 
 # The planner's choice is no slower than any plan it could have chosen: Qwen2-72B on 8

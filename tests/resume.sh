@@ -17,7 +17,7 @@ st_step() { head -c 65536 "$1" 2>/dev/null | grep -ao '"step":"[0-9]*"' | head -
 set_whole() {
     local want="" f s
     [ -L "$1/latest" ] && want=$(readlink "$1/latest" | sed 's/^saved-0*//; s/-b$//')
-    for f in "$1"/model.safetensors "$1"/adapter_model.safetensors; do
+    for f in "$1"/model.safetensors "$1"/adapter_model.safetensors "$1"/merged/model.safetensors; do
         [ -L "$f" ] && [ ! -e "$f" ] && return 1
         [ -e "$f" ] || continue
         s=$(st_step "$f")
@@ -76,10 +76,10 @@ for kind in full lora fp16 adamw8bit; do
     [ $torn = 0 ] && ok "$kind-saved-set-whole-after-every-kill" ||
         bad "$kind-saved-set-whole-after-every-kill" "$torn of $kills kills left a torn set"
     outs=(model.safetensors)
-    [ "$kind" = lora ] && outs=(adapter_model.safetensors model.safetensors)
+    [ "$kind" = lora ] && outs=(adapter_model.safetensors merged/model.safetensors)
     for out in "${outs[@]}"; do
-        cmp -s "$tmp/$kind-ref/$out" "$k/$out" && ok "$kind-$out-bitwise" ||
-            bad "$kind-$out-bitwise" "the resumed run's $out differs"
+        cmp -s "$tmp/$kind-ref/$out" "$k/$out" && ok "$kind-${out//\//-}-bitwise" ||
+            bad "$kind-${out//\//-}-bitwise" "the resumed run's $out differs"
     done
     # every loss any run printed is the reference's for that step
     extra=$(LC_ALL=C comm -13 <(losses "$tmp/$kind-ref.out") <(losses "$tmp"/$kind-run*.out))
@@ -164,10 +164,11 @@ d=$tmp/half-saved
   "$ftc" run "$tmp/lora.plan" --data "$tmp/c.bin" --steps 6 --seed 5 --save "$d" --merge ) >/dev/null 2>"$tmp/e"
 rc=$?
 if [ $rc = 1 ] && set_whole "$d" && [ "$(st_step "$d/adapter_model.safetensors")" = 3 ] &&
-   [ "$(st_step "$d/model.safetensors")" = 3 ] && ! ls -A "$d" | grep -q '\.tmp\.'; then
+   [ "$(st_step "$d/merged/model.safetensors")" = 3 ] && [ ! -e "$d/model.safetensors" ] &&
+   ! ls -A "$d" | grep -q '\.tmp\.'; then
     ok failed-save-keeps-set-whole
 else
-    bad failed-save-keeps-set-whole "exit $rc: adapter step $(st_step "$d/adapter_model.safetensors"), model step $(st_step "$d/model.safetensors"); $(ls -a "$d")"
+    bad failed-save-keeps-set-whole "exit $rc: adapter step $(st_step "$d/adapter_model.safetensors"), model step $(st_step "$d/merged/model.safetensors"); $(ls -a "$d")"
 fi
 
 # Errors: nothing to resume from, a checkpoint of another plan, a finished run.

@@ -62,6 +62,14 @@ gn=$(grep '^step 1/' <<<"$out" | awk '{print $10}')
 awk -v g="$gn" 'BEGIN { exit !(g > 0) }' && ok "lora-from-base-checkpoint-trains (gnorm $gn)" ||
     bad lora-from-base-checkpoint-trains "$out"
 
+# --merge writes the merged weights in DIR/merged/, not beside the adapter files: a loader
+# finding model.safetensors and an adapter in one directory applies the adapter again.
+"$ftc" run "$tmp/lora.plan" --data "$tmp/c.bin" --steps 2 --save "$tmp/lm" --merge > "$tmp/o"
+[ -s "$tmp/lm/adapter_model.safetensors" ] && [ -s "$tmp/lm/merged/model.safetensors" ] &&
+    [ ! -e "$tmp/lm/model.safetensors" ] &&
+    grep -q "^saved $tmp/lm: adapter_model.safetensors, adapter_config.json, merged/model.safetensors (step 2" "$tmp/o" &&
+    ok merged-in-its-own-directory || bad merged-in-its-own-directory "$(cat "$tmp/o"; ls "$tmp/lm")"
+
 # fails NAME WANT_TEXT ftc-args...: exits 1, nothing on stdout but the header, WANT_TEXT on stderr.
 fails() {
     local name=$1 want=$2; shift 2
