@@ -250,9 +250,10 @@ void rt_weights_init(Exec *x, uint64_t seed);
 void rt_weights_fill(float *v, int64_t n, PlanInit init, double scale, uint64_t seed, int id, int parts);
 // Loads every parameter by its checkpoint name from a safetensors file or directory, an
 // fp32 master copy from the checkpoint's values as they are (not the weight's rounding);
-// a LoRA adapter the checkpoint lacks gets its initialisation from `seed`. -1 with err
+// a LoRA adapter the checkpoint lacks gets its initialisation from `seed`. The number of
+// parameters read, and of adapters initialised into *fresh (if not NULL); -1 with err
 // naming the file and the tensor.
-int rt_weights_load(Exec *x, const char *path, uint64_t seed, char *err, size_t errlen);
+int rt_weights_load(Exec *x, const char *path, uint64_t seed, int *fresh, char *err, size_t errlen);
 // Saves the parameters (fp32 master copies where there are, else the weights) as
 // safetensors at `path` (atomically); -1 with err.
 int rt_weights_save(Exec *x, const char *path, bool trainable_only, char *err, size_t errlen);

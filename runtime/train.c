@@ -664,11 +664,12 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
     x.data_print = data_print;   // (what this run's checkpoints record)
     x.poison = o->poison;
     x.graphs = !o->no_graphs;
+    int loaded = 0, fresh = 0;   // parameters read from --weights, adapters initialised
     if (o->resume) {
         fprintf(out, "resuming from %s (step %lld, seed %llu)\n", ckpt, (long long)done,
                 (unsigned long long)seed);
-    } else if (o->weights) {
-        if (rt_weights_load(&x, o->weights, seed, err, sizeof err) != 0) {
+    } else if (o->weights) {   // (said after the run's first line)
+        if ((loaded = rt_weights_load(&x, o->weights, seed, &fresh, err, sizeof err)) < 0) {
             error("%s", err);
             goto out;
         }
@@ -698,6 +699,15 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
                 "accumulation x seq), %llu windows in %s\n", p->model, be->name, (long long)steps,
                 (long long)p->micro_batch, (long long)p->accum, (long long)p->seq,
                 (unsigned long long)nwin, o->data);
+    // Where the weights came from, always said: a forgotten --weights trains from noise.
+    if (!o->resume && o->weights && fresh)
+        fprintf(out, "weights: %d tensors from %s; %d LoRA adapter tensors it lacks initialised (seed %llu)\n",
+                loaded, o->weights, fresh, (unsigned long long)seed);
+    else if (!o->resume && o->weights)
+        fprintf(out, "weights: %d tensors from %s\n", loaded, o->weights);
+    else if (!o->resume)
+        fprintf(out, "weights: none given (--weights): every parameter initialised at random (seed %llu)\n",
+                (unsigned long long)seed);
     char gpu[1024], gpu_name[256];
     int64_t gpu_total, gpu_free;
     if (rt_cuda_describe(be, gpu, sizeof gpu) && be->memory && be->memory(be, &gpu_total, &gpu_free, gpu_name, sizeof gpu_name)) {

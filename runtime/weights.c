@@ -248,12 +248,12 @@ static const StTensor *find_param(StSet *st, const char *hf, const char **as) {
     return t;
 }
 
-int rt_weights_load(Exec *x, const char *path, uint64_t seed, char *err, size_t errlen) {
+int rt_weights_load(Exec *x, const char *path, uint64_t seed, int *fresh, char *err, size_t errlen) {
     const Plan *p = x->plan;
     StSet *st;
     if (st_open(&st, path, err, errlen) != 0)
         return -1;
-    int rc = 0, *master = masters(p);
+    int rc = 0, *master = masters(p), read = 0, made = 0;
     for (int i = 0; i < p->nbuf && rc == 0; i++) {
         const PlanBuffer *b = &p->buf[i];
         if (b->kind != PK_PARAM)
@@ -268,6 +268,7 @@ int rt_weights_load(Exec *x, const char *path, uint64_t seed, char *err, size_t 
                 rt_weights_fill(v, n, b->init, b->init_scale, seed, i, 0);
                 put_param(x, i, master[i], v);
                 free(v);
+                made++;
                 continue;
             }
             snprintf(err, errlen, "%s: no tensor '%s' (parameter %s of the plan)", path, b->hf, b->name);
@@ -300,14 +301,18 @@ int rt_weights_load(Exec *x, const char *path, uint64_t seed, char *err, size_t 
             rc = -1;
         } else {
             put_param(x, i, master[i], v);
+            read++;
         }
         free(v);
     }
     st_close(st);
     free(master);
-    if (rc == 0)
-        zero_state(x);
-    return rc;
+    if (rc != 0)
+        return -1;
+    zero_state(x);
+    if (fresh)
+        *fresh = made;
+    return read;
 }
 
 int rt_weights_save(Exec *x, const char *path, bool trainable_only, char *err, size_t errlen) {

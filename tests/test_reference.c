@@ -99,7 +99,7 @@ static bool setup_full(Run *r, const char *name, const char *precision, const ch
     r->plan = r->h.plan;
     r->x = r->h.x;
     snprintf(path, sizeof path, "%s/%s/model.safetensors", refdir, name);
-    if (rt_weights_load(&r->x, path, 0, err, sizeof err) != 0)
+    if (rt_weights_load(&r->x, path, 0, NULL, err, sizeof err) < 0)
         return printf("  %s\n", err), false;
     if (micro != batch)
         return true;

@@ -61,6 +61,14 @@ out=$("$ftc" run "$tmp/lora.plan" --data "$tmp/c.bin" --steps 3 --weights "$tmp/
 gn=$(grep '^step 1/' <<<"$out" | awk '{print $10}')
 awk -v g="$gn" 'BEGIN { exit !(g > 0) }' && ok "lora-from-base-checkpoint-trains (gnorm $gn)" ||
     bad lora-from-base-checkpoint-trains "$out"
+# Where the weights came from is always said: a forgotten --weights would train from noise.
+a=$("$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 1 --seed 3 | grep '^weights:')
+b=$("$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 1 --weights "$tmp/ck" | grep '^weights:')
+c=$(grep '^weights:' <<<"$out")
+[ "$a" = "weights: none given (--weights): every parameter initialised at random (seed 3)" ] &&
+    [ "$b" = "weights: 27 tensors from $tmp/ck" ] &&
+    [ "$c" = "weights: 27 tensors from $tmp/ck/model.safetensors; 8 LoRA adapter tensors it lacks initialised (seed 1234)" ] &&
+    ok weights-origin-said || bad weights-origin-said "$a / $b / $c"
 
 # --merge writes the merged weights in DIR/merged/, not beside the adapter files: a loader
 # finding model.safetensors and an adapter in one directory applies the adapter again.
