@@ -11,6 +11,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -244,6 +245,17 @@ static int cmd_run(Cmdline *cl, int argc, char **argv, int first) {
     return rt_train(&o);
 }
 
+// A Hugging Face model directory given where a file of it is meant: DIR/name, in buf;
+// anything else as it is.
+static const char *in_model_dir(const char *path, const char *name, char *buf, size_t cap) {
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+        return path;
+    size_t n = strlen(path);
+    snprintf(buf, cap, "%s%s%s", path, n && path[n - 1] == '/' ? "" : "/", name);
+    return buf;
+}
+
 static void usage_data(FILE *f) {
     fputs("usage: ftc data (--bytes|--u16|--u32) FILE -o OUT.bin\n"
           "       ftc data --tokenizer tokenizer.json FILE.jsonl -o OUT.bin [--template T]\n"
@@ -252,6 +264,7 @@ static void usage_data(FILE *f) {
           "  --bytes           every byte of FILE is a token (vocab 256)\n"
           "  --u16, --u32      FILE holds little-endian token ids of 2 or 4 bytes\n"
           "  --tokenizer F     encode the records of FILE.jsonl with a Hugging Face tokenizer.json\n"
+          "                    (or a model directory's)\n"
           "                    (byte-level BPE: GPT-2, Qwen2, Llama 3, Mistral-Nemo); one JSON\n"
           "                    object a line: {\"text\"}, {\"prompt\", \"completion\"} (only the\n"
           "                    completion trained) or {\"messages\": [{\"role\", \"content\"}]} (only\n"
@@ -300,8 +313,9 @@ static int cmd_data(Cmdline *cl, int argc, char **argv, int first) {
             }
             mode = s[2] == 'b' ? DATA_BYTES : s[2] == 't' ? 3 : s[3] == '1' ? DATA_U16 : DATA_U32;
             mode_at = i;
-            if (mode == 3)
-                ds.tokenizer = argv[++i];
+            static char tok_path[4096];
+            if (mode == 3)   // (a model directory: its tokenizer.json)
+                ds.tokenizer = in_model_dir(argv[++i], "tokenizer.json", tok_path, sizeof tok_path);
         } else if (strcmp(s, "-o") == 0) {
             out = argv[++i];
         } else if (strcmp(s, "--template") == 0) {
@@ -492,7 +506,7 @@ static int cmd_inspect(Cmdline *cl, int argc, char **argv, int first) {
     return rc;
 }
 
-static void usage_import(FILE *f) { fputs("usage: ftc import CONFIG.json > MODEL.ft\n", f); }
+static void usage_import(FILE *f) { fputs("usage: ftc import CONFIG.json|MODEL_DIR > MODEL.ft\n", f); }
 
 static int cmd_import(Cmdline *cl, int argc, char **argv, int first) {
     if (argc - first != 1 || argv[first][0] == '-') {
@@ -506,13 +520,15 @@ static int cmd_import(Cmdline *cl, int argc, char **argv, int first) {
             usage_import(stderr);
         return EXIT_USAGE;
     }
-    FILE *probe = fopen(argv[first], "rb");
+    char cfg[4096];   // a model directory: its config.json
+    const char *path = in_model_dir(argv[first], "config.json", cfg, sizeof cfg);
+    FILE *probe = fopen(path, "rb");
     if (!probe) {
-        arg_error(cl, first, "cannot open '%s': %s", argv[first], strerror(errno));
+        arg_error(cl, first, "cannot open '%s': %s", path, strerror(errno));
         return EXIT_NOFIT;
     }
     fclose(probe);
-    return fe_import(argv[first], stdout);
+    return fe_import(path, stdout);
 }
 
 int main(int argc, char **argv) {

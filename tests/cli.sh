@@ -52,6 +52,11 @@ for pair in qwen2-7b:7,615,616,512 qwen2-0.5b:494,032,768 llama2-7b:6,738,415,61
         bad "import-$n" "$(cat "$tmp/err")"
     fi
 done
+# A model directory, as Hugging Face saves one, in place of its config.json.
+mkdir -p "$tmp/Qwen2-7B" && cp tests/fixtures/qwen2-7b.config.json "$tmp/Qwen2-7B/config.json"
+"$ftc" import "$tmp/Qwen2-7B" > "$tmp/dir.ft" 2>"$tmp/err" &&
+    diff <(tail -n +2 "$tmp/dir.ft") <(tail -n +2 "$tmp/qwen2-7b.ft") >/dev/null &&
+    ok import-model-directory || bad import-model-directory "$(cat "$tmp/err"; diff "$tmp/dir.ft" "$tmp/qwen2-7b.ft" | head -5)"
 if diff <(tail -n +3 "$tmp/qwen2-7b.ft") <(tail -n +2 models/qwen2.ft) >/dev/null; then
     ok import-qwen2-is-model
 else

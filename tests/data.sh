@@ -41,6 +41,12 @@ for case in qwen2:900:'<|endoftext|>' gpt2:0:'<|endoftext|>' llama3:1001:'<|end_
         bad "ids-$style" "$(diff <(tr ' ' '\n' <<<"$got") <(tr ' ' '\n' <<<"$want") | head -5)"
 done
 
+# A model directory in place of its tokenizer.json (tokenizer_config.json beside it).
+mkdir -p "$tmp/model" && cp "$tok/qwen2.json" "$tmp/model/tokenizer.json"
+"$ftc" data --tokenizer "$tmp/model" "$tok/corpus.jsonl" --eos '<|endoftext|>' -o "$tmp/dir.bin" > "$tmp/dir.out" 2>&1 &&
+    cmp -s "$tmp/dir.bin" "$tmp/qwen2.bin" && ok tokenizer-model-directory ||
+    bad tokenizer-model-directory "$(cat "$tmp/dir.out")"
+
 # 2. The mask of each kind of record, packed for seq 32 (ids from tokenizers, for the
 # pieces fixture, whose ByteLevel puts a space before every piece): a prompt is not
 # trained, its completion and the end token are; a conversation trains only the
