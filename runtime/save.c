@@ -194,7 +194,7 @@ int rt_save_weights(Exec *x, const char *dir, bool merge, FILE *out, char *err, 
         return rt_fail(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
     int rc;
     if (p->lora_r > 0) {
-        rc = rt_adapters_save(x, tmp, NULL, err, errlen);
+        rc = rt_adapters_save(x, tmp, x->base_model[0] ? x->base_model : NULL, err, errlen);
         snprintf(path, sizeof path, "%s/merged", tmp);
         if (rc == 0 && merge && mkdir(path, 0777) != 0)
             rc = rt_fail(err, errlen, "cannot create %s: %s", path, strerror(errno));

@@ -699,6 +699,24 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
                 "accumulation x seq), %llu windows in %s\n", p->model, be->name, (long long)steps,
                 (long long)p->micro_batch, (long long)p->accum, (long long)p->seq,
                 (unsigned long long)nwin, o->data);
+    // A LoRA adapter names the directory of its base weights (absolute), for PEFT's
+    // AutoPeftModelForCausalLM; without --weights, the model's name.
+    if (o->weights) {
+        char dir[4096], *abs;
+        struct stat st;
+        snprintf(dir, sizeof dir, "%s", o->weights);
+        if (stat(dir, &st) == 0 && !S_ISDIR(st.st_mode)) {   // a file: its directory
+            char *slash = strrchr(dir, '/');
+            if (!slash)
+                snprintf(dir, sizeof dir, ".");
+            else
+                slash[slash == dir] = '\0';   // ("/x" is in "/")
+        }
+        if ((abs = realpath(dir, NULL)) != NULL) {
+            snprintf(x.base_model, sizeof x.base_model, "%s", abs);
+            free(abs);
+        }
+    }
     // Where the weights came from, always said: a forgotten --weights trains from noise.
     if (!o->resume && o->weights && fresh)
         fprintf(out, "weights: %d tensors from %s; %d LoRA adapter tensors it lacks initialised (seed %llu)\n",

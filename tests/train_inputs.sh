@@ -77,6 +77,13 @@ c=$(grep '^weights:' <<<"$out")
     [ ! -e "$tmp/lm/model.safetensors" ] &&
     grep -q "^saved $tmp/lm: adapter_model.safetensors, adapter_config.json, merged/model.safetensors (step 2" "$tmp/o" &&
     ok merged-in-its-own-directory || bad merged-in-its-own-directory "$(cat "$tmp/o"; ls "$tmp/lm")"
+# The adapter names its base: the directory of --weights, absolute (PEFT's
+# AutoPeftModelForCausalLM loads it from there); without --weights, the model's name.
+"$ftc" run "$tmp/lora.plan" --data "$tmp/c.bin" --steps 1 --weights "$tmp/ck/model.safetensors" --save "$tmp/lb" >/dev/null
+a=$(grep -o '"base_model_name_or_path": "[^"]*"' "$tmp/lb/adapter_config.json")
+b=$(grep -o '"base_model_name_or_path": "[^"]*"' "$tmp/lm/adapter_config.json")
+[ "$a" = "\"base_model_name_or_path\": \"$(realpath "$tmp/ck")\"" ] && [ "$b" = '"base_model_name_or_path": "tiny"' ] &&
+    ok adapter-names-its-base || bad adapter-names-its-base "$a / $b"
 
 # fails NAME WANT_TEXT ftc-args...: exits 1, nothing on stdout but the header, WANT_TEXT on stderr.
 fails() {
