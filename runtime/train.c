@@ -654,6 +654,11 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
                     "steps %lld to %lld run at lr %g\n", p->schedule == SCHED_LINEAR ? "linear" : "cosine",
                     (long long)p->steps, (long long)done + 1, (long long)steps, rt_lr_at(p, done + 1));
     }
+    // A run asked for more steps than its decaying schedule has: said once, before step one.
+    if (lead && !o->resume && p->schedule != SCHED_CONSTANT && p->steps > 0 && steps > p->steps)
+        fprintf(out, "ftc run: note: the %s schedule ends at step %lld (the train section's steps); "
+                "steps %lld to %lld run at lr %g\n", p->schedule == SCHED_LINEAR ? "linear" : "cosine",
+                (long long)p->steps, (long long)p->steps + 1, (long long)steps, rt_lr_at(p, p->steps + 1));
     // A run killed between a checkpoint and its pruning left one too many; the steps
     // left may save none (the last step never does), so prune before the first (rank 0,
     // which alone renames and prunes checkpoints).

@@ -299,6 +299,11 @@ if [ "$(grep -c '^step ' <<<"$out")" = 7 ] && [ "$lrs" = "0.000e+00 1.500e-03 3.
 else
     bad schedule-from-plan "$out"
 fi
+# --steps past the schedule's end: said before step one, the lr it stays at named.
+out=$("$ftc" run "$tmp/sched.plan" --data "$tmp/c.bin" --steps 9 2>&1)
+grep -q "^ftc run: note: the cosine schedule ends at step 7 (the train section's steps); steps 8 to 9 run at lr 0.0003$" <<<"$out" &&
+    ! "$ftc" run "$tmp/sched.plan" --data "$tmp/c.bin" --steps 7 2>&1 | grep -q 'schedule ends' &&
+    ok steps-past-the-schedule-said || bad steps-past-the-schedule-said "$(grep note <<<"$out")"
 
 # Evaluation: --eval-data runs the plan's eval phase (forward only) every --eval-every
 # steps and after the last, printing the eval loss and its perplexity; it changes nothing
