@@ -534,6 +534,13 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
         error("%s", err);
         goto out;
     }
+    // Records packed several a window, read without the plan's document masks: each attends
+    // to the records before it in its window. Allowed (a pretraining stream does it), said.
+    if (lead && !p->packing && data_packed_window(d))
+        fprintf(out, "ftc run: warning: %s was packed several records a window (ftc data --pack %llu), "
+                "but the plan has no packing: each record attends to those before it in its window; "
+                "packing = true in the train section masks them apart\n", o->data,
+                (unsigned long long)data_packed_window(d));
     // Evaluation: the plan's eval phase over the first --eval-batches micro-batches of the
     // eval file (all of its windows by default), every --eval-every steps and at the end.
     int64_t eval_batches = 0, eval_tokens = 0;
