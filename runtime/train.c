@@ -82,6 +82,24 @@ static void catch_term(const Comm *c) {
     sigaction(SIGINT, &sa, NULL);
 }
 
+// A run of one process asked to stop (Ctrl-C, SIGTERM) finishes the step it is in, saves
+// when --save was given, prints its summary and exits 128 + the signal; a second one
+// ends it at once.
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop(int sig) {
+    if (stop_signal)
+        _exit(128 + sig);
+    stop_signal = sig;
+}
+
+static void catch_stop(void) {
+    struct sigaction sa = {.sa_handler = on_stop};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+}
+
 // A target the loss ignores (PyTorch's ignore_index): every negative target is.
 enum { IGNORED_TARGET = -100 };
 
@@ -469,6 +487,8 @@ int rt_train(const RunOptions *o) {
     if (comm->ranks > 1) {
         snprintf(who, sizeof who, "rank %d of %d: ", comm->rank, comm->ranks);
         catch_term(comm);
+    } else {
+        catch_stop();
     }
     int rc = train(o, p, comm);
     // A rank that fails ends the job: the others would otherwise wait for it until their
@@ -477,7 +497,7 @@ int rt_train(const RunOptions *o) {
         rt_comm_abort(comm, 1);
     rt_comm_close(comm);
     plan_free(p);
-    return rc;
+    return rc == 0 && stop_signal ? 128 + stop_signal : rc;
 }
 
 static int train(const RunOptions *o, Plan *p, Comm *comm) {
@@ -798,6 +818,7 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
     double t0 = now_s(), t1st = 0, first_loss = 0, recent[10] = {0};
     int64_t nrecent = 0, first_step = 0, skipped0 = x.skipped;   // nrecent: steps updated
     int64_t saved_at = 0;   // the step this run's last complete save was after
+    fflush(out);   // what was said before step one shows now, not when a buffer fills
     for (int64_t step = done + 1; step <= steps; step++) {
         double ts = now_s(), loss = 0;
         uint64_t base = (uint64_t)((step - 1) * per_step);   // the step's first window
@@ -971,6 +992,14 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
             }
             fprintf(out, "saved %s/checkpoint-%06lld (the training state%s)\n", o->save, (long long)step,
                     R > 1 ? ", a file a rank" : "");
+        }
+        if (stop_signal && step < steps) {   // (one process: catch_stop)
+            console_break(&con);
+            fprintf(out, "ftc run: stopped by %s after step %lld of %lld%s\n",
+                    stop_signal == SIGINT ? "SIGINT (Ctrl-C)" : "SIGTERM", (long long)step,
+                    (long long)steps, o->save ? "; saving it" : "");
+            steps = step;
+            break;
         }
     }
     console_break(&con);

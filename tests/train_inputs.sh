@@ -260,6 +260,28 @@ mutate other-version '1s/.*/ftc-plan 3/' "plan version 3; this runtime reads ver
 mutate launch-smem-zero '0,/ launch=[^ ]*/s// &:0/' "bad launch"
 mutate launch-smem-huge '0,/ launch=[^ ]*/s// &:232449/' "bad launch"
 mutate launch-smem-junk '0,/ launch=[^ ]*/s// &:12k/' "bad launch"
+# Ctrl-C: the step under way finishes, the weights are saved (--save), the summary printed,
+# exit 130; what was said before step one was out before it, whatever stdout is.
+"$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 100000 --save "$tmp/int" > "$tmp/int.out" 2>&1 &
+job=$!
+for _ in $(seq 300); do grep -q '^step ' "$tmp/int.out" && break; sleep 0.05; done
+kill -INT $job
+for _ in $(seq 300); do kill -0 $job 2>/dev/null || break; sleep 0.1; done
+kill -KILL $job 2>/dev/null   # (still running 30 s later: a failure below)
+wait $job; rc=$?
+n=$(sed -n 's/^ftc run: stopped by SIGINT (Ctrl-C) after step \([0-9]*\) of 100000; saving it$/\1/p' "$tmp/int.out")
+[ $rc = 130 ] && [ -n "$n" ] && grep -q "^done: $n steps" "$tmp/int.out" &&
+    grep -q "^saved $tmp/int: model.safetensors (step $n," "$tmp/int.out" &&
+    ok "ctrl-c-saves-and-summarises (step $n)" || bad ctrl-c-saves-and-summarises "exit $rc: $(tail -4 "$tmp/int.out")"
+sed 's/^  seq       = 64/  seq       = 1024/' models/tiny.ft > "$tmp/slow.ft"   # (a step of seconds)
+"$ftc" compile "$tmp/slow.ft" --micro-batch 8 -o "$tmp/slow.plan" >/dev/null
+"$ftc" run "$tmp/slow.plan" --data "$tmp/c.bin" --steps 100000 > "$tmp/slow.out" 2>&1 &
+job=$!
+for _ in $(seq 100); do [ -s "$tmp/slow.out" ] && break; sleep 0.05; done
+grep -q '^weights: ' "$tmp/slow.out" && ! grep -q '^step ' "$tmp/slow.out" && ok said-before-step-one ||
+    bad said-before-step-one "$(cat "$tmp/slow.out")"
+kill -KILL $job; wait $job 2>/dev/null
+
 # One ftc at a time saves into a directory: a second is refused, naming the first; once
 # the first is gone, the next saves. Temporary files of a killed save are removed by the
 # next save into the directory; a live process's are not.
