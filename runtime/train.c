@@ -818,6 +818,7 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
     double t0 = now_s(), t1st = 0, first_loss = 0, recent[10] = {0};
     int64_t nrecent = 0, first_step = 0, skipped0 = x.skipped;   // nrecent: steps updated
     int64_t saved_at = 0;   // the step this run's last complete save was after
+    int64_t trained = 0;    // the targets the loss counted (not masked: no prompt, no padding)
     fflush(out);   // what was said before step one shows now, not when a buffer fills
     for (int64_t step = done + 1; step <= steps; step++) {
         double ts = now_s(), loss = 0;
@@ -832,8 +833,13 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
         for (int64_t m = 0; m < p->accum && (R > 1 || !bad_losses); m++) {
             x.micro = m * R + me;
             x.last = m == p->accum - 1;
-            if ((m == 0 && step_count(&x, &feed, base, err, sizeof err) != 0) ||
-                load_batch(&x, &feed, base + (uint64_t)(x.micro * p->micro_batch), err, sizeof err) != 0 ||
+            if (m == 0 && step_count(&x, &feed, base, err, sizeof err) == 0)
+                trained += feed.count;
+            else if (m == 0) {
+                error("step %lld: %s", (long long)step, err);
+                goto out;
+            }
+            if (load_batch(&x, &feed, base + (uint64_t)(x.micro * p->micro_batch), err, sizeof err) != 0 ||
                 rt_exec_phase(&x, PHASE_FWD, err, sizeof err) != 0) {
                 error("step %lld: %s", (long long)step, err);
                 goto out;
@@ -1021,11 +1027,11 @@ static int train(const RunOptions *o, Plan *p, Comm *comm) {
     if (x.skipped > skipped0)
         snprintf(skips, sizeof skips, ", %lld skipped (a non-finite loss or gradients; their updates not taken)",
                  (long long)(x.skipped - skipped0));
-    fprintf(out, "done: %lld steps%s, %lld tokens, loss %.4f at step %lld, %.4f over the last %d steps, "
-                 "%.2fs, %.0f tok/s\n",
-            (long long)ran, skips, (long long)(tokens_per_step * ran), first_loss,
+    fprintf(out, "done: %lld steps%s, %lld tokens (%lld trained), loss %.4f at step %lld, %.4f over the "
+                 "last %d steps, %.2fs, %.0f tok/s (%.0f trained)\n",
+            (long long)ran, skips, (long long)(tokens_per_step * ran), (long long)trained, first_loss,
             (long long)first_step, ntail ? tail / ntail : 0.0, ntail, total,
-            total > 0 ? (double)(tokens_per_step * ran) / total : 0.0);
+            total > 0 ? (double)(tokens_per_step * ran) / total : 0.0, total > 0 ? (double)trained / total : 0.0);
     if (ran > 1) {   // the first step also fills caches and warms the GPU up
         double mean = (tend - t1st) / (double)(ran - 1);
         fprintf(out, "steady: %.3fs per step after the first, %.0f tok/s", mean,

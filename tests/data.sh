@@ -160,6 +160,11 @@ sed 's/vocab    = 256/vocab    = 1024/; s/seq       = 64/seq       = 16/' models
 out=$("$ftc" run "$tmp/t.plan" --data "$tmp/p16.bin" --steps 3 2>&1)
 first=$(grep '^step 1/' <<<"$out" | awk '{print $4}')
 awk -v l="$first" 'BEGIN { exit !(l > 6.7 && l < 7.2) }' && ok "train-on-packed (loss $first, ln 1024 = 6.93)" || bad train-on-packed "$out"
+# The summary counts the tokens trained apart (a record's first token, and padding, are not).
+d=$(grep '^done: ' <<<"$out")
+tt=$(sed -n 's/^done: 3 steps, \([0-9]*\) tokens (\([0-9]*\) trained), .* tok\/s ([0-9]* trained)$/\1 \2/p' <<<"$d")
+[ -n "$tt" ] && awk -v t="${tt% *}" -v k="${tt#* }" 'BEGIN { exit !(k > 0 && k < t) }' &&
+    ok "trained-tokens-counted ($tt)" || bad trained-tokens-counted "$d"
 # ... and says that without packing = true the records attend to each other.
 grep -q "^ftc run: warning: $tmp/p16.bin was packed several records a window (ftc data --pack 16), but the plan has no packing: each record attends to those before it in its window; packing = true in the train section masks them apart$" <<<"$out" &&
     ok packed-without-packing-warns || bad packed-without-packing-warns "$(grep -v '^step' <<<"$out")"
