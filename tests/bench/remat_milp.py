@@ -294,7 +294,7 @@ def main():
         keep, full = Plan(pk), Plan(pf)
         m = Model(keep)
         blocks = len({keep.ins[i]["layer"] for i in m.nodes})
-        print(f"{src}: {blocks} blocks, {len(m.cand)} tensors a plan may keep or recompute, "
+        print(f"{MODEL}{f' with {LAYERS} blocks' if LAYERS else ''}: {blocks} blocks, {len(m.cand)} tensors a plan may keep or recompute, "
               f"{len(m.nodes)} instructions it may re-run; keep-everything peak {keep.arena} B, "
               f"full recompute {full.arena} B")
         reserve = int(re.search(r"^reserve (\d+)", open(os.path.join(pk, "plan")).read(), re.M).group(1))
@@ -312,18 +312,18 @@ def main():
                 continue
             seen.add(key)
             rows.append((budget, choice.group(1) if choice else "?", plan, kept, rerun))
-        print(f"{'budget (B)':>10}  {'ftc chose':<34} {'model peak':>10} {'own peak':>9} {'recompute us':>12} "
+        print(f"{'budget (B)':>10}  {'ftc chose':<46} {'model peak':>10} {'own peak':>9} {'recompute us':>12} "
               f"{'optimum us':>10} {'time':>5} {'FLOPs':>5} {'step':>6}")
         worst_t = worst_s = 1.0
         for budget, name, plan, kept, rerun in rows:
             ev = m.solve(fixed=(kept, rerun))
             if ev is None:
-                print(f"{budget:>10}  {name:<34} (not a plan of the model)")
+                print(f"{budget:>10}  {name:<46} (not a plan of the model)")
                 continue
             peak, us, fl = ev[0], ev[1], ev[2]
             opt = m.solve(peak=peak + 0.5)
             if opt is None:
-                print(f"{budget:>10}  {name:<34} {peak:>9.0f} no optimum found")
+                print(f"{budget:>10}  {name:<46} {peak:>9.0f} no optimum found")
                 continue
             ou, of = opt[1], opt[2]
             rt = us / ou if ou > 0 else (1.0 if us == 0 else float("inf"))
@@ -331,7 +331,7 @@ def main():
             step_opt = plan.step_us - plan.accum * (us - ou)
             rs = plan.step_us / step_opt
             worst_t, worst_s = max(worst_t, rt), max(worst_s, rs)
-            print(f"{budget:>10}  {name:<34} {peak:>10.0f} {plan.peak():>9} {us:>12.2f} {ou:>10.2f} "
+            print(f"{budget:>10}  {name:<46} {peak:>10.0f} {plan.peak():>9} {us:>12.2f} {ou:>10.2f} "
                   f"{rt:>4.2f}x {rf:>4.2f}x {rs:>5.3f}x{'' if opt[5] else ' (bracket)'}")
         print(f"ftc's plans: recompute at most {worst_t:.2f}x the optimum's at their peak, "
               f"the whole step at most {worst_s:.3f}x")
