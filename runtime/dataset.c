@@ -198,16 +198,111 @@ static int put_part(Worker *w, Chunk *c, const Part *p, const char *role, size_t
 
 static bool is_str(json_t *v) { return json_is_string(v); }
 
+// One message through the template: its content trained when the role is the assistant's.
+static int put_message(Worker *w, Chunk *c, const char *role, const char *content, size_t ncontent) {
+    const Conv *cv = w->cv;
+    size_t nr = strlen(role);
+    bool train = strcmp(role, "assistant") == 0;
+    if (put_part(w, c, &cv->tmpl.before, role, nr, false) != 0 ||
+        put_text(w, c, content, ncontent, train) != 0 || put_part(w, c, &cv->tmpl.after, role, nr, train) != 0)
+        return -1;
+    return 0;
+}
+
+static int need_template(const Conv *cv, Chunk *c, const char *what) {
+    if (cv->have_tmpl)
+        return 0;
+    snprintf(c->err, sizeof c->err, "a %s record needs --template (chatml, llama3, or a string with {role} "
+             "and {content})", what);
+    return -1;
+}
+
+// Stanford Alpaca's prompts, for its records without --template.
+static const char ALPACA_INPUT[] =
+    "Below is an instruction that describes a task, paired with an input that provides further "
+    "context. Write a response that appropriately completes the request.\n\n### Instruction:\n%s\n\n"
+    "### Input:\n%s\n\n### Response:";
+static const char ALPACA_NO_INPUT[] =
+    "Below is an instruction that describes a task. Write a response that appropriately completes "
+    "the request.\n\n### Instruction:\n%s\n\n### Response:";
+
+// An Alpaca record ("instruction", "input" (may be empty or absent), "output"): with --template
+// a user message (the instruction, then the input after a blank line) and the assistant's
+// output; without, Alpaca's own prompt and the output as its completion.
+static int put_alpaca(Worker *w, Chunk *c, json_t *rec) {
+    json_t *ins = json_object_get(rec, "instruction"), *in = json_object_get(rec, "input");
+    json_t *outp = json_object_get(rec, "output");
+    if (!is_str(ins) || !is_str(outp) || (in && !is_str(in))) {
+        snprintf(c->err, sizeof c->err, "an Alpaca record needs \"instruction\" and \"output\" (and "
+                 "\"input\", if any), strings");
+        return -1;
+    }
+    const char *i = json_string_value(ins), *x = in ? json_string_value(in) : "";
+    size_t n = strlen(ALPACA_INPUT) + json_string_length(ins) + (in ? json_string_length(in) : 0) + 1;
+    char *p = malloc(n);
+    if (!p) {
+        snprintf(c->err, sizeof c->err, "out of memory");
+        return -1;
+    }
+    int rc;
+    if (w->cv->have_tmpl) {
+        snprintf(p, n, *x ? "%s\n\n%s" : "%s", i, x);
+        rc = put_message(w, c, "user", p, strlen(p)) != 0 ||
+             put_message(w, c, "assistant", json_string_value(outp), json_string_length(outp)) != 0 ? -1 : 0;
+    } else {
+        if (*x)
+            snprintf(p, n, ALPACA_INPUT, i, x);
+        else
+            snprintf(p, n, ALPACA_NO_INPUT, i);
+        rc = put_text(w, c, p, strlen(p), false) != 0 ||
+             put_text(w, c, json_string_value(outp), json_string_length(outp), true) != 0 ? -1 : 0;
+    }
+    free(p);
+    return rc;
+}
+
+// A ShareGPT record: "conversations", a list of {"from", "value"}, from human (or user),
+// gpt (or assistant) and system, through the template.
+static int put_sharegpt(Worker *w, Chunk *c, json_t *conv) {
+    if (!json_is_array(conv)) {
+        snprintf(c->err, sizeof c->err, "\"conversations\" is not a list");
+        return -1;
+    }
+    if (need_template(w->cv, c, "\"conversations\"") != 0)
+        return -1;
+    static const char *const from[][2] = {{"human", "user"}, {"user", "user"}, {"gpt", "assistant"},
+                                          {"assistant", "assistant"}, {"system", "system"}};
+    for (size_t i = 0; i < json_array_size(conv); i++) {
+        json_t *m = json_array_get(conv, i), *f = json_object_get(m, "from"), *v = json_object_get(m, "value");
+        const char *role = NULL;
+        for (size_t k = 0; is_str(f) && k < sizeof from / sizeof from[0] && !role; k++)
+            if (!strcmp(json_string_value(f), from[k][0]))
+                role = from[k][1];
+        if (!role || !is_str(v)) {
+            snprintf(c->err, sizeof c->err, "conversations[%zu] needs a \"from\" (human, gpt or system) and "
+                     "a \"value\", a string", i);
+            return -1;
+        }
+        if (put_message(w, c, role, json_string_value(v), json_string_length(v)) != 0)
+            return -1;
+    }
+    return 0;
+}
+
 // The record rec (a JSON object) appended to c as one record; -1 with c->err set.
 static int put_record(Worker *w, Chunk *c, json_t *rec) {
     const Conv *cv = w->cv;
     json_t *text = json_object_get(rec, "text"), *prompt = json_object_get(rec, "prompt");
     json_t *completion = json_object_get(rec, "completion"), *messages = json_object_get(rec, "messages");
-    int kinds = (text != NULL) + (prompt != NULL || completion != NULL) + (messages != NULL);
+    json_t *instruction = json_object_get(rec, "instruction"), *conv = json_object_get(rec, "conversations");
+    int kinds = (text != NULL) + (prompt != NULL || completion != NULL) + (messages != NULL) +
+                (instruction != NULL) + (conv != NULL);
     if (kinds != 1) {
         snprintf(c->err, sizeof c->err, "%s", kinds == 0
-                 ? "a record needs \"text\", \"prompt\" and \"completion\", or \"messages\""
-                 : "a record has one of \"text\", \"prompt\" and \"completion\", or \"messages\", not several");
+                 ? "a record needs \"text\", \"prompt\" and \"completion\", \"messages\", \"instruction\" "
+                   "and \"output\" (Alpaca) or \"conversations\" (ShareGPT)"
+                 : "a record has one of \"text\", \"prompt\" and \"completion\", \"messages\", \"instruction\" "
+                   "or \"conversations\", not several");
         return -1;
     }
     size_t start = c->ids.n, n;
@@ -231,29 +326,27 @@ static int put_record(Worker *w, Chunk *c, json_t *rec) {
         if (put_text(w, c, json_string_value(prompt), json_string_length(prompt), false) != 0 ||
             put_text(w, c, json_string_value(completion), json_string_length(completion), true) != 0)
             return -1;
+    } else if (instruction) {
+        if (put_alpaca(w, c, rec) != 0)
+            return -1;
+    } else if (conv) {
+        if (put_sharegpt(w, c, conv) != 0)
+            return -1;
     } else {
         if (!json_is_array(messages)) {
             snprintf(c->err, sizeof c->err, "\"messages\" is not a list");
             return -1;
         }
-        if (!cv->have_tmpl) {
-            snprintf(c->err, sizeof c->err, "a \"messages\" record needs --template (chatml, llama3, or a "
-                     "string with {role} and {content})");
+        if (need_template(cv, c, "\"messages\"") != 0)
             return -1;
-        }
         for (size_t i = 0; i < json_array_size(messages); i++) {
             json_t *m = json_array_get(messages, i), *role = json_object_get(m, "role");
             json_t *content = json_object_get(m, "content");
-            if (!is_str(role) || !is_str(content)) {
+            if (!is_str(role) || !is_str(content) || strlen(json_string_value(role)) != json_string_length(role)) {
                 snprintf(c->err, sizeof c->err, "messages[%zu] needs a \"role\" and a \"content\", both strings", i);
                 return -1;
             }
-            const char *r = json_string_value(role);
-            size_t nr = json_string_length(role);
-            bool train = nr == 9 && memcmp(r, "assistant", 9) == 0;
-            if (put_part(w, c, &cv->tmpl.before, r, nr, false) != 0 ||
-                put_text(w, c, json_string_value(content), json_string_length(content), train) != 0 ||
-                put_part(w, c, &cv->tmpl.after, r, nr, train) != 0)
+            if (put_message(w, c, json_string_value(role), json_string_value(content), json_string_length(content)) != 0)
                 return -1;
         }
     }

@@ -115,10 +115,10 @@ printf '{"text": "a"}\n[1, 2]\n' > "$tmp/list.jsonl"
 expect not-an-object "ftc data: error: $tmp/list.jsonl:2: a record is a JSON object, this line is a list" \
     --tokenizer "$q" "$tmp/list.jsonl"
 printf '{"txt": "a"}\n' > "$tmp/kind.jsonl"
-expect no-kind "ftc data: error: $tmp/kind.jsonl:1: a record needs \"text\", \"prompt\" and \"completion\", or \"messages\"" \
+expect no-kind "ftc data: error: $tmp/kind.jsonl:1: a record needs \"text\", \"prompt\" and \"completion\", \"messages\", \"instruction\" and \"output\" (Alpaca) or \"conversations\" (ShareGPT)" \
     --tokenizer "$q" "$tmp/kind.jsonl"
 printf '{"text": "a", "prompt": "b", "completion": "c"}\n' > "$tmp/two.jsonl"
-expect two-kinds "ftc data: error: $tmp/two.jsonl:1: a record has one of \"text\", \"prompt\" and \"completion\", or \"messages\", not several" \
+expect two-kinds "ftc data: error: $tmp/two.jsonl:1: a record has one of \"text\", \"prompt\" and \"completion\", \"messages\", \"instruction\" or \"conversations\", not several" \
     --tokenizer "$q" "$tmp/two.jsonl"
 printf '{"prompt": "a"}\n' > "$tmp/half.jsonl"
 expect prompt-alone "ftc data: error: $tmp/half.jsonl:1: a \"prompt\" without a \"completion\"" --tokenizer "$q" "$tmp/half.jsonl"
@@ -127,6 +127,35 @@ expect text-not-string "ftc data: error: $tmp/type.jsonl:1: \"text\" is not a st
 printf '{"messages": [{"role": "user", "content": "a"}]}\n' > "$tmp/msg.jsonl"
 expect no-template "ftc data: error: $tmp/msg.jsonl:1: a \"messages\" record needs --template (chatml, llama3, or a string with {role} and {content})" \
     --tokenizer "$q" "$tmp/msg.jsonl"
+printf '{"conversations": [{"from": "human", "value": "a"}]}\n' > "$tmp/sg.jsonl"
+expect sharegpt-no-template "ftc data: error: $tmp/sg.jsonl:1: a \"conversations\" record needs --template (chatml, llama3, or a string with {role} and {content})" \
+    --tokenizer "$q" "$tmp/sg.jsonl"
+printf '{"conversations": [{"from": "bot", "value": "a"}]}\n' > "$tmp/sg2.jsonl"
+expect sharegpt-from "ftc data: error: $tmp/sg2.jsonl:1: conversations[0] needs a \"from\" (human, gpt or system) and a \"value\", a string" \
+    --tokenizer "$q" "$tmp/sg2.jsonl" --template chatml
+printf '{"instruction": "a"}\n' > "$tmp/al.jsonl"
+expect alpaca-no-output "ftc data: error: $tmp/al.jsonl:1: an Alpaca record needs \"instruction\" and \"output\" (and \"input\", if any), strings" \
+    --tokenizer "$q" "$tmp/al.jsonl"
+# Alpaca and ShareGPT records are the records they stand for, token for token: with a
+# template, the messages (the instruction, a blank line and the input as the user's);
+# Alpaca's without one, its own prompt and the output as the completion.
+printf '%s\n' '{"instruction": "Add 2 and 3.", "input": "", "output": "5"}' \
+    '{"instruction": "Translate.", "input": "chat", "output": "cat"}' > "$tmp/alpaca.jsonl"
+printf '%s\n' '{"messages": [{"role": "user", "content": "Add 2 and 3."}, {"role": "assistant", "content": "5"}]}' \
+    '{"messages": [{"role": "user", "content": "Translate.\n\nchat"}, {"role": "assistant", "content": "cat"}]}' > "$tmp/alpaca-msg.jsonl"
+printf '%s\n' '{"prompt": "Below is an instruction that describes a task. Write a response that appropriately completes the request.\n\n### Instruction:\nAdd 2 and 3.\n\n### Response:", "completion": "5"}' \
+    '{"prompt": "Below is an instruction that describes a task, paired with an input that provides further context. Write a response that appropriately completes the request.\n\n### Instruction:\nTranslate.\n\n### Input:\nchat\n\n### Response:", "completion": "cat"}' > "$tmp/alpaca-pc.jsonl"
+printf '%s\n' '{"conversations": [{"from": "system", "value": "Be brief."}, {"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Hello"}]}' > "$tmp/sharegpt.jsonl"
+printf '%s\n' '{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]}' > "$tmp/sharegpt-msg.jsonl"
+same_bin() {   # name, jsonl a, jsonl b, extra arguments: the two token files alike
+    local name=$1 a=$2 b=$3; shift 3
+    "$ftc" data --tokenizer "$q" "$a" --eos '<|endoftext|>' "$@" -o "$tmp/a.bin" > /dev/null 2>"$tmp/e1" &&
+        "$ftc" data --tokenizer "$q" "$b" --eos '<|endoftext|>' "$@" -o "$tmp/b.bin" > /dev/null 2>"$tmp/e2" &&
+        cmp -s "$tmp/a.bin" "$tmp/b.bin" && ok "$name" || bad "$name" "$(cat "$tmp/e1" "$tmp/e2")"
+}
+same_bin alpaca-as-messages "$tmp/alpaca.jsonl" "$tmp/alpaca-msg.jsonl" --template chatml
+same_bin alpaca-own-prompt "$tmp/alpaca.jsonl" "$tmp/alpaca-pc.jsonl"
+same_bin sharegpt-as-messages "$tmp/sharegpt.jsonl" "$tmp/sharegpt-msg.jsonl" --template chatml
 printf '{"messages": [{"role": "user"}]}\n' > "$tmp/msg2.jsonl"
 expect message-no-content "ftc data: error: $tmp/msg2.jsonl:1: messages[0] needs a \"role\" and a \"content\", both strings" \
     --tokenizer "$q" "$tmp/msg2.jsonl" --template chatml
