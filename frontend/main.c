@@ -259,7 +259,7 @@ static const char *in_model_dir(const char *path, const char *name, char *buf, s
 static void usage_data(FILE *f) {
     fputs("usage: ftc data (--bytes|--u16|--u32) FILE -o OUT.bin\n"
           "       ftc data --tokenizer tokenizer.json FILE.jsonl -o OUT.bin [--template T]\n"
-          "                [--eos TOKEN] [--pack SEQ [--drop-long]] [--threads N]\n"
+          "                [--eos TOKEN] [--pack SEQ [--drop-long]] [--threads N] [--show N]\n"
           "\n"
           "  --bytes           every byte of FILE is a token (vocab 256)\n"
           "  --u16, --u32      FILE holds little-endian token ids of 2 or 4 bytes\n"
@@ -281,6 +281,8 @@ static void usage_data(FILE *f) {
           "                    with seq = SEQ); a longer record is cut to SEQ, or with\n"
           "                    --drop-long dropped\n"
           "  --threads N       encoding threads (default: one per CPU)\n"
+          "  --show N          then print the first N records as the tokenizer renders them\n"
+          "                    back, the trained tokens between \xe2\x9f\xa6 and \xe2\x9f\xa7\n"
           "  -o OUT.bin        the token file to write (format in runtime/data.h)\n",
           f);
 }
@@ -293,7 +295,8 @@ static double now_s(void) {
 
 static int cmd_data(Cmdline *cl, int argc, char **argv, int first) {
     const char *in = NULL, *out = NULL;
-    int mode = -1, mode_at = 0, pack_at = 0, drop_at = 0;
+    int mode = -1, mode_at = 0, pack_at = 0, drop_at = 0, show_at = 0;
+    int64_t show = 0;   // --show N: the first N records rendered back, the trained spans marked
     DsOptions ds = {0};
     for (int i = first; i < argc; i++) {
         const char *s = argv[i];
@@ -339,6 +342,10 @@ static int cmd_data(Cmdline *cl, int argc, char **argv, int first) {
                 return EXIT_USAGE;
             ds.threads = v > 64 ? 64 : (int)v;
             i++;
+        } else if (strcmp(s, "--show") == 0) {
+            if (!arg_count(cl, i + 1, argv[i + 1], &v))
+                return EXIT_USAGE;
+            show = v, show_at = ++i;
         } else if (strcmp(s, "--drop-long") == 0) {
             ds.drop_long = true;
             drop_at = i;
@@ -356,8 +363,8 @@ static int cmd_data(Cmdline *cl, int argc, char **argv, int first) {
         usage_data(stderr);
         return EXIT_USAGE;
     }
-    if (mode != 3 && (ds.template_text || ds.eos || ds.pack || ds.threads)) {
-        arg_error(cl, mode_at, "--template, --eos, --pack and --threads go with --tokenizer");
+    if (mode != 3 && (ds.template_text || ds.eos || ds.pack || ds.threads || show_at)) {
+        arg_error(cl, mode_at, "--template, --eos, --pack, --threads and --show go with --tokenizer");
         return EXIT_USAGE;
     }
     if (drop_at && !pack_at) {
@@ -391,6 +398,13 @@ static int cmd_data(Cmdline *cl, int argc, char **argv, int first) {
                    sm.dropped_untrained == 1 ? "" : "s", sm.dropped_untrained == 1 ? "it" : "theirs");
         printf("%s: %.1f MB in %.2f s, %.1f MB/s\n", in, (double)sm.input_bytes / 1e6, dt,
                dt > 0 ? (double)sm.input_bytes / 1e6 / dt : 0.0);
+        if (show > 0) {
+            putchar('\n');
+            if (ds_show(out, ds.tokenizer, show, stdout, err, sizeof err) != 0) {
+                fprintf(stderr, "ftc data: error: %s\n", err);
+                return EXIT_NOFIT;
+            }
+        }
         return 0;
     }
     uint64_t n = 0;

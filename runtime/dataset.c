@@ -728,3 +728,98 @@ int ds_convert(const char *in_path, const char *out_path, const DsOptions *o, Ds
     tok_free(tok);
     return rc;
 }
+
+// Token i of d and its info byte, through windows of one (seq 1: tokens w and w + 1).
+static int token_at(DataFile *d, uint64_t i, int32_t vocab, int32_t *id, uint8_t *info, char *err,
+                    size_t errlen) {
+    uint64_t w = i + 1 < data_count(d) ? i : i - 1;
+    int32_t ids[2];
+    uint8_t inf[2];
+    if (data_read_window(d, w, 1, ids, inf, vocab, err, errlen) != 0)
+        return -1;
+    *id = ids[i - w], *info = inf[i - w];
+    return 0;
+}
+
+// A record's rendering, grown as its tokens come.
+typedef struct Shown {
+    char *text;
+    size_t n, cap;
+    uint64_t tokens, trained;
+} Shown;
+
+static int shown_put(Shown *s, const char *b, size_t n) {
+    if (s->n + n + 1 > s->cap) {
+        size_t cap = (s->n + n + 1) * 2;
+        char *t = realloc(s->text, cap);
+        if (!t)
+            return -1;
+        s->text = t, s->cap = cap;
+    }
+    memcpy(s->text + s->n, b, n);
+    s->n += n;
+    return 0;
+}
+
+int ds_show(const char *path, const char *tok_path, int64_t n, FILE *out, char *err, size_t errlen) {
+    static const char on[] = "\xe2\x9f\xa6", off[] = "\xe2\x9f\xa7";   // ⟦ ⟧
+    Tokenizer *tok = NULL;
+    DataFile *d = NULL;
+    TokPieces *pieces = NULL;
+    Shown s = {0};
+    int rc = -1;
+    if (tok_load(&tok, tok_path, err, errlen) != 0 || data_open(&d, path, err, errlen) != 0)
+        goto done;
+    if (!(pieces = tok_pieces_new(tok))) {
+        snprintf(err, errlen, "%s: its ids cannot be turned back into text here (out of memory)", tok_path);
+        goto done;
+    }
+    uint64_t total = data_count(d), recs = data_records(d);
+    int32_t vocab = (int32_t)tok_vocab_size(tok);
+    int64_t shown = 0;
+    bool in_span = false;
+    for (uint64_t i = 0; i <= total && shown < n; i++) {
+        int32_t id = 0;
+        uint8_t info = DATA_START;
+        if (i < total && token_at(d, i, vocab, &id, &info, err, errlen) != 0)
+            goto done;
+        if ((info & DATA_START) && s.tokens) {   // the record before ends
+            if (in_span && shown_put(&s, off, sizeof off - 1) != 0)
+                goto oom;
+            in_span = false;
+            shown++;
+            char of[40] = "";
+            if (recs)
+                snprintf(of, sizeof of, " of %llu", (unsigned long long)recs);
+            fprintf(out, "record %lld%s: %llu tokens, %llu trained (between %s and %s)\n", (long long)shown, of,
+                    (unsigned long long)s.tokens, (unsigned long long)s.trained, on, off);
+            fwrite(s.text, 1, s.n, out);
+            fputs("\n\n", out);
+            s.n = 0, s.tokens = s.trained = 0;
+        }
+        if (i == total || shown >= n)
+            break;
+        bool train = info & DATA_TRAIN;
+        if (train != in_span && shown_put(&s, train ? on : off, 3) != 0)
+            goto oom;
+        in_span = train;
+        size_t len = 0;
+        const char *b = tok_piece(pieces, id, &len);
+        char unknown[32];
+        if (!b)
+            len = (size_t)snprintf(unknown, sizeof unknown, "<id %d>", (int)id), b = unknown;
+        if (shown_put(&s, b, len) != 0)
+            goto oom;
+        s.tokens++, s.trained += train;
+    }
+    rc = 0;
+    goto done;
+oom:
+    snprintf(err, errlen, "out of memory");
+done:
+    free(s.text);
+    tok_pieces_free(pieces);
+    tok_free(tok);
+    data_close(d);
+    return rc;
+}

@@ -35,6 +35,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 typedef struct DsOptions {
     const char *tokenizer;     // tokenizer.json
@@ -67,5 +68,10 @@ typedef struct DsSummary {
 // and the tokenizer's, the template's or the output's own errors.
 int ds_convert(const char *in_path, const char *out_path, const DsOptions *o, DsSummary *sum,
                char *err, size_t errlen);
+
+// Prints the first n records of token file `path` to out as the tokenizer at tok_path renders
+// them back, each token's bytes as they are, the trained ones between ⟦ and ⟧ (ftc data
+// --show N): what a user checks a template and its mask by. -1 with err.
+int ds_show(const char *path, const char *tok_path, int64_t n, FILE *out, char *err, size_t errlen);
 
 #endif

@@ -876,6 +876,48 @@ int tok_load(Tokenizer **out, const char *path, char *err, size_t errlen) {
     return 0;
 }
 
+struct TokPieces {
+    const char **at;
+    uint32_t *len;
+    int64_t n;
+};
+
+TokPieces *tok_pieces_new(const Tokenizer *t) {
+    TokPieces *p = calloc(1, sizeof *p);
+    if (!p || t->vocab_size > (int64_t)1 << 26) {   // (ids that sparse: not a table)
+        free(p);
+        return NULL;
+    }
+    p->n = t->vocab_size;
+    p->at = calloc((size_t)p->n + 1, sizeof *p->at);
+    p->len = calloc((size_t)p->n + 1, sizeof *p->len);
+    if (!p->at || !p->len) {
+        tok_pieces_free(p);
+        return NULL;
+    }
+    const StrMap *maps[2] = {&t->vocab, &t->added_by_content};   // an added token's content wins
+    for (int k = 0; k < 2; k++)
+        for (size_t i = 0; i < maps[k]->n; i++) {   // (added_by_content holds indices into added)
+            int32_t id = k ? t->added[maps[k]->val[i]].id : maps[k]->val[i];
+            if (id >= 0 && id < p->n)
+                p->at[id] = maps[k]->pool + maps[k]->key_off[i], p->len[id] = maps[k]->key_len[i];
+        }
+    return p;
+}
+
+const char *tok_piece(const TokPieces *p, int32_t id, size_t *len) {
+    if (id < 0 || id >= p->n || !p->at[id])
+        return NULL;
+    *len = p->len[id];
+    return p->at[id];
+}
+
+void tok_pieces_free(TokPieces *p) {
+    if (p)
+        free(p->at), free(p->len);
+    free(p);
+}
+
 static void trie_free(Trie *tr) { free(tr->node); }
 
 void tok_free(Tokenizer *t) {

@@ -51,6 +51,15 @@ int64_t tok_vocab_size(const Tokenizer *t);
 // whose bytes are s; -1 when there is none.
 int32_t tok_find(const Tokenizer *t, const char *s, size_t len);
 
+// Ids back to the bytes they stand for (an added token's content, a vocabulary entry's
+// bytes): a table over the vocabulary, built on demand (the Tokenizer stays read-only);
+// NULL when out of memory. tok_piece: the bytes of id (*len of them), NULL for an id that
+// names nothing.
+typedef struct TokPieces TokPieces;
+TokPieces *tok_pieces_new(const Tokenizer *t);
+const char *tok_piece(const TokPieces *p, int32_t id, size_t *len);
+void tok_pieces_free(TokPieces *p);
+
 // The ids the post-processor puts before and after one sequence (*n of them).
 const int32_t *tok_prefix(const Tokenizer *t, size_t *n);
 const int32_t *tok_suffix(const Tokenizer *t, size_t *n);

@@ -153,6 +153,17 @@ same_bin() {   # name, jsonl a, jsonl b, extra arguments: the two token files al
         "$ftc" data --tokenizer "$q" "$b" --eos '<|endoftext|>' "$@" -o "$tmp/b.bin" > /dev/null 2>"$tmp/e2" &&
         cmp -s "$tmp/a.bin" "$tmp/b.bin" && ok "$name" || bad "$name" "$(cat "$tmp/e1" "$tmp/e2")"
 }
+# --show N: the first N records rendered back by the tokenizer, the trained tokens marked
+# (a record's first token is never a target; the assistant's turn and the end are).
+printf '%s\n' '{"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello there"}]}' \
+    '{"text": "plain text"}' '{"text": "not shown"}' > "$tmp/show.jsonl"
+"$ftc" data --tokenizer "$q" "$tmp/show.jsonl" --template chatml --eos '<|endoftext|>' -o "$tmp/show.bin" --show 2 \
+    > "$tmp/show.out" 2>&1
+want=$(printf '%s\n' "record 1 of 3: 21 tokens, 8 trained (between ⟦ and ⟧)" '<|im_start|>user' 'Hi<|im_end|>' \
+       '<|im_start|>assistant' '⟦Hello there<|im_end|>' '<|endoftext|>⟧' '' \
+       "record 2 of 3: 6 tokens, 5 trained (between ⟦ and ⟧)" 'pl⟦ain text<|endoftext|>⟧')
+got=$(sed -n '/^record 1 of 3/,$p' "$tmp/show.out")
+[ "$got" = "$want" ] && ok show-records || bad show-records "$(diff <(echo "$got") <(echo "$want"))"
 same_bin alpaca-as-messages "$tmp/alpaca.jsonl" "$tmp/alpaca-msg.jsonl" --template chatml
 same_bin alpaca-own-prompt "$tmp/alpaca.jsonl" "$tmp/alpaca-pc.jsonl"
 same_bin sharegpt-as-messages "$tmp/sharegpt.jsonl" "$tmp/sharegpt-msg.jsonl" --template chatml
