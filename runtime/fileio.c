@@ -224,3 +224,26 @@ char *rt_read_whole(const char *path, size_t *bytes) {
     close(fd);
     return buf;
 }
+
+int rt_copy_file(const char *from, const char *to, char *err, size_t errlen) {
+    struct stat st;
+    int in = rt_open_regular(from, &st);
+    if (in < 0)
+        return rt_fail(err, errlen, "%s: cannot read: %s", from, in == -2 ? "not a regular file" : strerror(errno));
+    int o = open(to, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644), rc = o < 0 ? -1 : 0;
+    if (o < 0)
+        rt_fail(err, errlen, "%s: cannot create: %s", to, strerror(errno));
+    char buf[1 << 16];
+    for (ssize_t k; rc == 0 && (k = read(in, buf, sizeof buf)) != 0;) {
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0)
+            rc = rt_fail(err, errlen, "%s: cannot read: %s", from, strerror(errno));
+        else if (rt_write_full(o, buf, (size_t)k) != 0)
+            rc = rt_fail(err, errlen, "%s: cannot write: %s", to, strerror(errno));
+    }
+    if (o >= 0 && close(o) != 0 && rc == 0)
+        rc = rt_fail(err, errlen, "%s: cannot write: %s", to, strerror(errno));
+    close(in);
+    return rc;
+}

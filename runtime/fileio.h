@@ -35,6 +35,8 @@ void rt_clean_leftovers(const char *path, const char *const *tags, int ntags, bo
 int rt_tmp_create(const char *path, char *tmp, size_t len);
 // Writes exactly n bytes; -1 with errno set.
 int rt_write_full(int fd, const void *src, size_t n);
+// Copies the regular file `from` to `to` (created or truncated, mode 0644); -1 with err.
+int rt_copy_file(const char *from, const char *to, char *err, size_t errlen);
 // A message for the last failed read: strerror(errno), or "the file ended early".
 const char *rt_read_errstr(void);
 // Formats the message fmt, ... into err (errlen bytes, truncated to fit; nothing is written when

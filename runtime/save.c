@@ -36,8 +36,35 @@
 // Every name a saved set may hold; a link at DIR/NAME exists exactly for the current
 // set's files.
 static const char *const artefacts[] = {"model.safetensors", "adapter_model.safetensors",
-                                        "adapter_config.json", "merged"};
+                                        "adapter_config.json", "merged", "config.json",
+                                        "generation_config.json", "tokenizer.json",
+                                        "tokenizer_config.json", "special_tokens_map.json",
+                                        "vocab.json", "merges.txt", "added_tokens.json",
+                                        "chat_template.jinja"};
 enum { NARTEFACT = sizeof artefacts / sizeof *artefacts };
+enum { MODEL_FILES = 4 };   // artefacts[MODEL_FILES..+1]: the model's config; then the tokenizer's
+
+// The files of the model directory the weights came from (--weights DIR) that describe
+// the model and its tokenizer, copied beside what a save writes, so that the save loads as
+// that directory did: into `into` the tokenizer's, and the model's config too where `model`
+// (a full model: the set itself, or merged/; never beside an adapter, whose loader would
+// take the directory for a model). Their names into set[] when `link`.
+static int copy_side_files(const char *base, const char *into, bool model, bool link, const char **set,
+                           int *n, char *err, size_t errlen) {
+    for (int i = model ? MODEL_FILES : MODEL_FILES + 2; i < NARTEFACT; i++) {
+        char from[4400], to[4400];
+        snprintf(from, sizeof from, "%s/%s", base, artefacts[i]);
+        snprintf(to, sizeof to, "%s/%s", into, artefacts[i]);
+        struct stat st;
+        if (stat(from, &st) != 0 || !S_ISREG(st.st_mode))
+            continue;
+        if (rt_copy_file(from, to, err, errlen) != 0)
+            return -1;
+        if (link)
+            set[(*n)++] = artefacts[i];
+    }
+    return 0;
+}
 
 int rt_save_check(const char *flag, const char *dir, char *err, size_t errlen) {
     struct stat st;
@@ -201,9 +228,16 @@ int rt_save_weights(Exec *x, const char *dir, bool merge, FILE *out, char *err, 
         snprintf(path, sizeof path, "%s/merged/model.safetensors", tmp);
         if (rc == 0 && merge)
             rc = rt_weights_save_merged(x, path, err, errlen);
+        snprintf(path, sizeof path, "%s/merged", tmp);
+        if (rc == 0 && x->base_model[0])
+            rc = copy_side_files(x->base_model, tmp, false, true, set, &n, err, errlen);
+        if (rc == 0 && x->base_model[0] && merge)
+            rc = copy_side_files(x->base_model, path, true, false, set, &n, err, errlen);
     } else {
         snprintf(path, sizeof path, "%s/model.safetensors", tmp);
         rc = rt_weights_save(x, path, false, err, errlen);
+        if (rc == 0 && x->base_model[0])
+            rc = copy_side_files(x->base_model, tmp, true, true, set, &n, err, errlen);
     }
     if (rc == 0) {
         rt_remove_dir(final, NULL);

@@ -85,6 +85,22 @@ b=$(grep -o '"base_model_name_or_path": "[^"]*"' "$tmp/lm/adapter_config.json")
 [ "$a" = "\"base_model_name_or_path\": \"$(realpath "$tmp/ck")\"" ] && [ "$b" = '"base_model_name_or_path": "tiny"' ] &&
     ok adapter-names-its-base || bad adapter-names-its-base "$a / $b"
 
+# A save from a model directory carries its config and tokenizer files, so that it loads as
+# that directory did: beside the weights of a full model (and in merged/); beside an adapter
+# the tokenizer's only (a config.json there would make a loader take it for a model).
+mkdir -p "$tmp/hf" && cp "$tmp/ck/model.safetensors" "$tmp/hf/" &&
+    printf '{"model_type": "qwen2"}\n' > "$tmp/hf/config.json" && printf '{"max_new_tokens": 8}\n' > "$tmp/hf/generation_config.json" &&
+    cp tests/fixtures/tok/qwen2.json "$tmp/hf/tokenizer.json"
+"$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 1 --weights "$tmp/hf" --save "$tmp/hfs" >/dev/null
+"$ftc" run "$tmp/lora.plan" --data "$tmp/c.bin" --steps 1 --weights "$tmp/hf" --save "$tmp/hfl" --merge >/dev/null
+side=yes
+for f in config.json generation_config.json tokenizer.json; do
+    cmp -s "$tmp/hf/$f" "$tmp/hfs/$f" && cmp -s "$tmp/hf/$f" "$tmp/hfl/merged/$f" || side="no $f"
+done
+cmp -s "$tmp/hf/tokenizer.json" "$tmp/hfl/tokenizer.json" || side="no adapter tokenizer.json"
+[ -e "$tmp/hfl/config.json" ] && side="a config.json beside the adapter"
+[ "$side" = yes ] && ok save-carries-model-files || bad save-carries-model-files "$side: $(ls "$tmp/hfs" "$tmp/hfl" "$tmp/hfl/merged")"
+
 # fails NAME WANT_TEXT ftc-args...: exits 1, nothing on stdout but the header, WANT_TEXT on stderr.
 fails() {
     local name=$1 want=$2; shift 2
