@@ -120,6 +120,7 @@ void rt_exec_free(Exec *x) {
             x->be->free(x->be, p->arena_kind[a], x->arena[a]);
     free(x->ptr);
     free(x->root);
+    free(x->source_dtype);
     memset(x, 0, sizeof *x);
 }
 

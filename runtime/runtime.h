@@ -181,6 +181,8 @@ struct Exec {
     struct Profile *prof;   // the device work's times (ftc run --profile; profile.c), or NULL
     bool graphs;            // a backend that can may run phases as graphs (Backend.run_phase;
                             // rt_exec_init sets it, ftc run --no-graphs clears it)
+    uint8_t *source_dtype;  // per buffer: 1 + the StDType its --weights tensor had (a save
+                            // writes it so; 0 or NULL: fp32), from rt_weights_load
     char base_model[4096];  // the directory of the weights a LoRA run started from (its
                             // adapter_config.json's base_model_name_or_path), or ""
 };

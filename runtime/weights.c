@@ -302,6 +302,10 @@ int rt_weights_load(Exec *x, const char *path, uint64_t seed, int *fresh, char *
         } else {
             put_param(x, i, master[i], v);
             read++;
+            if (!x->source_dtype)
+                x->source_dtype = calloc((size_t)p->nbuf + 1, 1);
+            if (x->source_dtype)
+                x->source_dtype[i] = (uint8_t)(1 + t->dtype);
         }
         free(v);
     }
@@ -313,6 +317,25 @@ int rt_weights_load(Exec *x, const char *path, uint64_t seed, int *fresh, char *
     if (fresh)
         *fresh = made;
     return read;
+}
+
+// Parameter id's values (fp32, w->data, malloc'd) in the dtype its --weights tensor had:
+// bf16 and fp16 rounded to nearest even into a new array that replaces (and frees) the
+// floats, anything else fp32. The data w holds after.
+static void *as_source_dtype(const Exec *x, int id, StWrite *w) {
+    int d = x->source_dtype ? x->source_dtype[id] - 1 : -1;
+    int64_t n = 1;
+    for (int k = 0; k < w->ndim; k++)
+        n *= w->shape[k];
+    uint16_t *h = d == ST_BF16 || d == ST_F16 ? malloc(sizeof(uint16_t) * (size_t)(n > 0 ? n : 1)) : NULL;
+    if (!h)   // (fp32 kept, also when out of memory)
+        return (void *)w->data;
+    const float *f = w->data;
+    for (int64_t i = 0; i < n; i++)
+        h[i] = d == ST_BF16 ? cpu_f32_to_bf16(f[i]) : cpu_f32_to_f16(f[i]);
+    free((void *)w->data);
+    w->data = h, w->dtype = (StDType)d;
+    return h;
 }
 
 int rt_weights_save(Exec *x, const char *path, bool trainable_only, char *err, size_t errlen) {
@@ -342,6 +365,7 @@ int rt_weights_save(Exec *x, const char *path, bool trainable_only, char *err, s
             gathered = false;
             break;
         }
+        data[n - 1] = as_source_dtype(x, i, &w[n - 1]);
     }
     char step[32];   // which step these weights are from, for every saved file
     snprintf(step, sizeof step, "%lld", (long long)x->step);
@@ -488,7 +512,8 @@ int rt_weights_save_merged(Exec *x, const char *path, char *err, size_t errlen) 
                 }
             free(A), free(B);
         }
-        w[n++] = (StWrite){.name = b->hf, .dtype = ST_F32, .ndim = whole_ndim(b), .shape = shape, .data = v};
+        w[n] = (StWrite){.name = b->hf, .dtype = ST_F32, .ndim = whole_ndim(b), .shape = shape, .data = v};
+        as_source_dtype(x, i, &w[n++]);
     }
     char step[32];   // which step these weights are from, for every saved file
     snprintf(step, sizeof step, "%lld", (long long)x->step);

@@ -101,6 +101,15 @@ cmp -s "$tmp/hf/tokenizer.json" "$tmp/hfl/tokenizer.json" || side="no adapter to
 [ -e "$tmp/hfl/config.json" ] && side="a config.json beside the adapter"
 [ "$side" = yes ] && ok save-carries-model-files || bad save-carries-model-files "$side: $(ls "$tmp/hfs" "$tmp/hfl" "$tmp/hfl/merged")"
 
+# A save keeps the precision of the checkpoint it started from: from bf16 weights, bf16
+# (the fp32 master's rounding), half the bytes of fp32.
+python3 tests/st_bf16.py "$tmp/ck/model.safetensors" "$tmp/bf16.safetensors"
+"$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 1 --weights "$tmp/bf16.safetensors" --save "$tmp/bfs" >/dev/null
+d=$(python3 tests/st_bf16.py --dtypes "$tmp/bfs/model.safetensors" | awk '{print $2}' | sort -u | tr '\n' ' ')
+[ "$d" = "BF16 " ] && [ "$(python3 tests/st_bf16.py --dtypes "$tmp/ck/model.safetensors" | awk '{print $2}' | sort -u)" = F32 ] &&
+    ok "save-in-source-dtype ($(stat -L -c %s "$tmp/bfs/model.safetensors") bytes, fp32 $(stat -L -c %s "$tmp/ck/model.safetensors"))" ||
+    bad save-in-source-dtype "dtypes $d"
+
 # fails NAME WANT_TEXT ftc-args...: exits 1, nothing on stdout but the header, WANT_TEXT on stderr.
 fails() {
     local name=$1 want=$2; shift 2
