@@ -156,36 +156,39 @@ static void check_matches_model(const char *dir) {
     run_free(&r);
 }
 
+// Imports `json` (written to NAME.json) into *r, its output NUL-terminated; whether it
+// succeeded without a message, else why.
+static bool import_ok(const char *name, const char *json, Run *r, char *why, size_t cap) {
+    char file[128];
+    snprintf(file, sizeof file, "%s.json", name);
+    *r = run_import(write_tmp(file, json));
+    r->out = realloc(r->out, r->out_len + 1);
+    r->out[r->out_len] = '\0';
+    bool ok = r->rc == 0 && !r->err[0];
+    if (!ok)
+        snprintf(why, cap, "returned %d: %s", r->rc, r->err);
+    return ok;
+}
+
 // Imports `json` and checks that the output contains each of the NULL-terminated `wants`.
 static void check_contains(const char *name, const char *json, const char *const *wants) {
-    char file[128], why[1024] = "";
-    snprintf(file, sizeof file, "%s.json", name);
-    Run r = run_import(write_tmp(file, json));
-    bool ok = r.rc == 0 && !r.err[0];
-    if (!ok)
-        snprintf(why, sizeof why, "returned %d: %s", r.rc, r.err);
-    for (const char *const *w = wants; ok && *w; w++) {
-        r.out = realloc(r.out, r.out_len + 1);
-        r.out[r.out_len] = '\0';
+    char why[1024] = "";
+    Run r;
+    bool ok = import_ok(name, json, &r, why, sizeof why);
+    for (const char *const *w = wants; ok && *w; w++)
         if (!strstr(r.out, *w)) {
             snprintf(why, sizeof why, "no \"%s\" in the output", *w);
             ok = false;
         }
-    }
     report(name, ok, why);
     run_free(&r);
 }
 
 // Imports `json` and checks that the output does not contain `unwanted`.
 static void check_lacks(const char *name, const char *json, const char *unwanted) {
-    char file[128], why[1024] = "";
-    snprintf(file, sizeof file, "%s.json", name);
-    Run r = run_import(write_tmp(file, json));
-    bool ok = r.rc == 0 && !r.err[0];
-    if (!ok)
-        snprintf(why, sizeof why, "returned %d: %s", r.rc, r.err);
-    r.out = realloc(r.out, r.out_len + 1);
-    r.out[r.out_len] = '\0';
+    char why[1024] = "";
+    Run r;
+    bool ok = import_ok(name, json, &r, why, sizeof why);
     if (ok && strstr(r.out, unwanted)) {
         snprintf(why, sizeof why, "\"%s\" in the output", unwanted);
         ok = false;

@@ -492,12 +492,14 @@ static void test_missing_derivative_rule(void) {
 }
 
 // Weight decay where Hugging Face's Trainer puts it: on every trainable parameter but the
-// biases and the norm weights (by their checkpoint names here; ftc takes them from the
-// op table's roles and the parameters' ranks), unless decay_all asks for all. GPT-2 adds
-// its biases with `+` after a matmul: no op reads them in a bias's place.
-static void test_weight_decay_gpt2(void) {
+// biases and the norm weights (by their checkpoint names here, those holding `norm`; ftc
+// takes them from the op table's roles and the parameters' ranks), unless decay_all asks
+// for all. Model `path` with `optimizer`: each AdamW update's decay checked, the decayed
+// and the spared counted.
+static void check_decays(const char *path, const char *optimizer, const char *norm, bool all, int want_decayed,
+                         int want_kept) {
     Loaded l;
-    CHECK(load(&l, "models/gpt2.ft", "optimizer = adamw(lr = 1e-4, weight_decay = 0.1)", 1));
+    CHECK(load(&l, path, optimizer, 1));
     if (!l.g || autodiff_apply(l.g, 1, false, NULL) != 0) {
         CHECK(!"autodiff");
         unload(&l);
@@ -510,43 +512,29 @@ static void test_weight_decay_gpt2(void) {
             continue;
         const char *hf = l.g->tensors.at[n->out[0]].hf_name;
         size_t len = strlen(hf);
-        bool exempt = (len > 5 && !strcmp(hf + len - 5, ".bias")) || strstr(hf, "ln_");
+        bool exempt = !all && ((len > 5 && !strcmp(hf + len - 5, ".bias")) || strstr(hf, norm));
         CHECKF(n->attr.f == (exempt ? 0.0 : 0.1), "%s: weight decay %g", hf, n->attr.f);
         decayed += n->attr.f > 0, kept += n->attr.f == 0;
     }
-    // 12 layers: 4 matrices each, plus wte and wpe; 6 biases and 2 norm weights each, plus ln_f's 2
-    CHECK_EQ(12 * 4 + 2, decayed);
-    CHECK_EQ(12 * 8 + 2, kept);
+    CHECK_EQ(want_decayed, decayed);
+    CHECK_EQ(want_kept, kept);
     unload(&l);
 }
 
+// GPT-2 adds its biases with `+` after a matmul: no op reads them in a bias's place. 12
+// layers: 4 matrices each, plus wte and wpe; 6 biases and 2 norm weights each, plus ln_f's 2.
+static void test_weight_decay_gpt2(void) {
+    check_decays("models/gpt2.ft", "optimizer = adamw(lr = 1e-4, weight_decay = 0.1)", "ln_", false, 12 * 4 + 2,
+                 12 * 8 + 2);
+}
+
+// Qwen2-7B, 28 layers: 7 matrices each, plus embed and lm_head; 3 biases and 2 norms each,
+// plus the final norm.
 static void test_weight_decay_roles(void) {
-    for (int all = 0; all < 2; all++) {
-        Loaded l;
-        CHECK(load(&l, "models/qwen2.ft",
-                   all ? "optimizer = adamw(lr = 1e-4, weight_decay = 0.1, decay_all = true)"
-                       : "optimizer = adamw(lr = 1e-4, weight_decay = 0.1)", 1));
-        if (!l.g || autodiff_apply(l.g, 1, false, NULL) != 0) {
-            CHECK(!"autodiff");
-            unload(&l);
-            continue;
-        }
-        int decayed = 0, kept = 0;
-        for (int i = 0; i < l.g->nodes.len; i++) {
-            const IrNode *n = &l.g->nodes.at[i];
-            if (n->op != OP_ADAMW)
-                continue;
-            const char *hf = l.g->tensors.at[n->out[0]].hf_name;
-            size_t len = strlen(hf);
-            bool exempt = !all && ((len > 5 && !strcmp(hf + len - 5, ".bias")) || strstr(hf, "norm"));
-            CHECKF(n->attr.f == (exempt ? 0.0 : 0.1), "%s: weight decay %g", hf, n->attr.f);
-            decayed += n->attr.f > 0, kept += n->attr.f == 0;
-        }
-        // 28 layers: 7 matrices each, plus embed and lm_head; 3 biases and 2 norms each, plus the final norm
-        CHECK_EQ(all ? 339 : 28 * 7 + 2, decayed);
-        CHECK_EQ(all ? 0 : 28 * 5 + 1, kept);
-        unload(&l);
-    }
+    check_decays("models/qwen2.ft", "optimizer = adamw(lr = 1e-4, weight_decay = 0.1)", "norm", false, 28 * 7 + 2,
+                 28 * 5 + 1);
+    check_decays("models/qwen2.ft", "optimizer = adamw(lr = 1e-4, weight_decay = 0.1, decay_all = true)", "norm",
+                 true, 339, 0);
 }
 
 // One rank of eight of Qwen2-7B full fine-tuning at each ZeRO stage: the model states a
