@@ -202,7 +202,7 @@ static bool is_str(json_t *v) { return json_is_string(v); }
 static int put_message(Worker *w, Chunk *c, const char *role, const char *content, size_t ncontent) {
     const Conv *cv = w->cv;
     size_t nr = strlen(role);
-    bool train = strcmp(role, "assistant") == 0;
+    bool train = nr == 9 && memcmp(role, "assistant", 9) == 0;   // (a chat message's speaker)
     if (put_part(w, c, &cv->tmpl.before, role, nr, false) != 0 ||
         put_text(w, c, content, ncontent, train) != 0 || put_part(w, c, &cv->tmpl.after, role, nr, train) != 0)
         return -1;
