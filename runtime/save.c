@@ -52,8 +52,9 @@ enum { MODEL_FILES = 4 };   // artefacts[MODEL_FILES..+1]: the model's config; t
 static int copy_side_files(const char *base, const char *into, bool model, bool link, const char **set,
                            int *n, char *err, size_t errlen) {
     for (int i = model ? MODEL_FILES : MODEL_FILES + 2; i < NARTEFACT; i++) {
-        char from[4400], to[4400];
-        snprintf(from, sizeof from, "%s/%s", base, artefacts[i]);
+        char from[4400], to[8800];   // (into is at most 4400, an artefact's name short)
+        if ((size_t)snprintf(from, sizeof from, "%s/%s", base, artefacts[i]) >= sizeof from)
+            continue;   // (a base past 4 KB: its side files not found)
         snprintf(to, sizeof to, "%s/%s", into, artefacts[i]);
         struct stat st;
         if (stat(from, &st) != 0 || !S_ISREG(st.st_mode))
