@@ -134,6 +134,8 @@ static bool setup_opt(Run *r, const char *name, const char *precision, const cha
 static void teardown(Run *r) {
     if (r->expect)
         st_close(r->expect);
+    free(r->x.source_dtype);   // (r->x is a copy of h.x that loaded the weights: its own)
+    r->x.source_dtype = NULL;
     harness_free(&r->h);
 }
 
