@@ -194,7 +194,7 @@ IrGraph *fe_elaborate(FtSource *src, const FtModel *m, int64_t batch, Arena *a);
 // Writes a .ft for the config at `path` to `out`; returns 0, or 1 after an error.
 int fe_import(const char *path, FILE *out);
 
-// The command-line driver (main.c, cmdline.c, compile.c) has its own header, driver.h:
-// it is the one part of frontend/ that reaches the passes, codegen and the runtime.
+// The command-line room, frontend/cli/ (its header cli.h), is the one part of frontend/
+// that reaches the passes, codegen and the runtime.
 
 #endif

@@ -691,4 +691,118 @@ typedef struct WhatIfOptim {
 } WhatIfOptim;
 int whatif_optimizer(const PlannerInput *in, WhatIfOptimChange change, WhatIfOptim *w);
 
+//
+// compile.c — ftc compile's whole computation, once: the options checked against the
+// program, the naive step, the planner's search (or, when nothing fits, what would), the
+// chosen plan built through every pass and every figure the plan's header states. The
+// command line formats the result; nothing here prints but the IR dumps asked for.
+//
+
+// A program as the passes see it: its elaboration (the frontend's) and what its train
+// section asks of the pipeline.
+typedef struct CompileProgram {
+    ElaborateFn elaborate;
+    void *ctx;
+    PipelineSpec spec;
+} CompileProgram;
+
+// What the train section says that planning reads beyond the pipeline's spec.
+typedef struct CompileTrain {
+    int64_t batch, seq;
+    double clip;                // > 0: clipping by the norm of every gradient
+    bool fp16;                  // fp16's loss scale (a step may be skipped)
+    bool adamw8bit;             // 8-bit moments: those tensors stay whole on every rank
+} CompileTrain;
+
+// ftc compile's options; -1 (or 0 for sizes and counts, NULL for names) leaves a choice
+// to the planner or the default.
+typedef struct CompileOptions {
+    CompileProgram program;
+    CompileTrain train;
+    // Each precision regime's program, for the model states per parameter (through lora,
+    // or quantize where the train section quantizes); none when nmodes is 0.
+    const CompileProgram *modes;
+    int nmodes;
+    bool quantize;
+    const char *gpu;            // the preset's name (NULL: a100-40g)
+    const char *link;           // the link preset between ranks (NULL: by the rank count)
+    int64_t budget;             // device bytes (0: the train section's, else the card's)
+    int64_t host;               // host bytes (0: the train section's, else this machine's RAM)
+    int64_t reserve;            // the card's reserve (-1: the preset's)
+    HostSpec hs;
+    int64_t micro;              // 0: the train section's, else the planner's
+    int64_t ranks;              // 1: one process
+    int zero, remat, offload;   // -1: the planner's
+    int kept[3];                // --remat tensors:KxN+J: K, N, J (-1: absent)
+    int update;                 // -1: the planner's, 0 after the step, 1 inside backward
+    int64_t loss_chunk;
+    bool no_fusion, unfused_loss, grad_temporaries, exhaustive, time_passes;
+    bool verify;                // ir_verify between the chosen plan's passes
+    bool emit_graph;            // also the training graph before remat and offload
+    const char *dump_after;     // the IR after this pass of the chosen plan, or "all"
+    FILE *dump_to;
+    PassDiag *diag;             // the program's user errors, at its lines
+} CompileOptions;
+
+// The states one precision regime's model holds (CompileOptions.modes): bytes by category
+// of the naive step, and its parameters.
+typedef struct ModeStates {
+    bool built;
+    int64_t weights, grads, optimizer, master;
+    int64_t params;
+} ModeStates;
+
+typedef enum CompileStatus {
+    COMPILE_OK,
+    COMPILE_USAGE,              // the options contradict each other (bad, why)
+    COMPILE_REFUSED,            // the program cannot take them (bad, why), or its errors
+                                // were reported through diag
+    COMPILE_NOFIT,              // nothing fits: the search and the what-ifs say why
+} CompileStatus;
+
+typedef struct CompileResult {
+    const char *bad;            // the option at fault ("--ranks"; "FILE": the program's
+                                // request), or NULL
+    char why[512];              // what is wrong ("": the program's errors, reported)
+    GpuPreset gpu;              // the preset, with the reserve asked for
+    const LinkPreset *link;     // between ranks, NULL with one
+    int64_t asked, budget;      // the budget asked for, and planned for (at most the card's)
+    int64_t host, reserve;      // host bytes; the device's bytes outside any arena
+    // The step with no technique applied.
+    ParamCount params;
+    MemBreakdown naive;         // its memory, the card's reserve included
+    int64_t naive_micro, naive_seq;
+    int nlayers;
+    ModeStates *modes;          // CompileOptions.nmodes of them
+    // The search.
+    PlanCtx pc;
+    PlannerInput pin;
+    PlannerResult search;
+    double search_ms;
+    PlanHolds holds;
+    WhatIf whatif;              // nothing fits: each change alone ...
+    WhatIfOptim optim[2];       // ... and the optimizer's (WhatIfOptimChange order)
+    int64_t rank_weights;       // the weights a rank holds at the least
+    // The chosen plan.
+    PlanChoice best;
+    int64_t accum;              // micro-steps a step
+    IrGraph *graph;             // through every pass, verified, its instructions costed
+    IrGraph *plain;             // with emit_graph: before remat and offload
+    BuildStats stats;
+    StepCost cost;
+    int eval_nodes;             // the eval phase's instructions, and its device peak
+    int64_t eval_peak;
+    char adapters[1024];        // the modules LoRA's adapters attach to ("q_proj,v_proj")
+    PassTimes times;
+    // (owned)
+    uint8_t *chain;
+    Arena *arena;
+    Pipeline pipe;
+} CompileResult;
+
+// Plans the program of `o` into *r (which must stay where it is until compile_result_free:
+// it points into itself). Returns a CompileStatus.
+CompileStatus compile_plan(const CompileOptions *o, CompileResult *r);
+void compile_result_free(CompileResult *r);
+
 #endif

@@ -5,7 +5,7 @@
 #ifndef FTC_TEST_HARNESS_H
 #define FTC_TEST_HARNESS_H
 
-#include "../frontend/driver.h"
+#include "../frontend/cli/cli.h"
 
 #include <stdlib.h>
 #include <sys/stat.h>

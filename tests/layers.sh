@@ -5,7 +5,9 @@
 # the room itself or in what the room may use. The runtime uses nothing of the compiler;
 # the IR only the op vocabulary it shares with plans; the passes the IR and the
 # vocabulary's library (ftc_ops: ops.def, ops.h, overlap.h); codegen the IR and the
-# runtime (it writes plans, then reads them back and verifies them).
+# runtime (it writes plans, then reads them back and verifies them); the language part of
+# frontend/ (lexer, parser, elaboration, import) the IR and the vocabulary; only the
+# command-line room, frontend/cli, reaches passes, codegen and the runtime.
 # usage: layers.sh SOURCE_DIR
 set -u
 cd "$1" || exit 2
@@ -16,7 +18,10 @@ declare -A may=(
     [ir]="ir/ runtime/ops.h runtime/ops.def"
     [passes]="passes/ ir/ runtime/ops.h runtime/ops.def runtime/overlap.h"
     [codegen]="codegen/ ir/ runtime/"
+    [frontend]="frontend/ ir/ runtime/ops.h runtime/ops.def"
+    [frontend/cli]="frontend/ ir/ passes/ codegen/ runtime/"
 )
+declare -A inner=([frontend]="frontend/cli/*")   # a room inside a room: scanned as its own
 search=(ir passes codegen runtime runtime/cpu frontend)
 
 resolve() {   # includer, name -> the repository path it names, or nothing
@@ -36,7 +41,7 @@ allowed() {   # room, path
     return 1
 }
 
-for room in runtime ir passes codegen; do
+for room in runtime ir passes codegen frontend frontend/cli; do
     bad=0 seen=0
     while IFS= read -r f; do
         while IFS= read -r name; do
@@ -46,12 +51,13 @@ for room in runtime ir passes codegen; do
                 # generated in the build tree (the embedded templates, the lexer): the room's own
                 continue
             fi
-            if ! allowed "$room" "$p"; then
+            if ! allowed "$room" "$p" || { [ "$room" = frontend ] && [[ $p == frontend/cli/* ]]; }; then
                 echo "FAIL $room: $f includes $p"
                 bad=$((bad+1))
             fi
         done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f")
-    done < <(find "$room" -type f \( -name '*.c' -o -name '*.h' -o -name '*.cuh' -o -name '*.def' \))
+    done < <(find "$room" -type f \( -name '*.c' -o -name '*.h' -o -name '*.cuh' -o -name '*.def' -o -name '*.y' -o -name '*.l' \) \
+             -not -path "${inner[$room]:-/none}")
     if [ "$bad" = 0 ] && [ "$seen" -gt 0 ]; then
         echo "ok   $room ($seen includes)"
         pass=$((pass+1))
@@ -63,7 +69,7 @@ done
 
 # Meaning that crosses a boundary travels as an enum, parsed once: a buffer's role
 # (PlanRole: plan.c's plan_role_parse), the optimizer (elaborate.c's table, OptimizerKind;
-# plan.c's reader, PlanOptimizer), the backend (RunDevice from --device in main.c;
+# plan.c's reader, PlanOptimizer), the backend (RunDevice from --device in frontend/cli/run.c;
 # Backend.host_addressable and .memory, never its name). No string comparison of any of
 # them anywhere else.
 strings() {   # what, pattern, the one file allowed
@@ -74,7 +80,7 @@ strings() {   # what, pattern, the one file allowed
 }
 strings roles 'strn?cmp\([^;]*role([^_s]|$)' runtime/plan.c
 strings optimizers 'strn?cmp\([^;]*"(adamw|adamw8bit|sgd)"' runtime/plan.c
-strings backends 'strn?cmp\([^;]*"(cpu|emu|cuda)"|->name, "(cpu|emu|cuda)"' frontend/main.c
+strings backends 'strn?cmp\([^;]*"(cpu|emu|cuda)"|->name, "(cpu|emu|cuda)"' frontend/cli/run.c
 
 echo "layers: $pass passed, $fail failed"
 [ "$fail" = 0 ]

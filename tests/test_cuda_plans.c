@@ -9,7 +9,7 @@
 // (a plan's kernels.cu is its templates and one kernel per specialisation; most repeat
 // across plans) go into one source, compiled once per architecture, and every kernel's
 // ptxas report is checked. Skips (77) where NVRTC cannot be loaded.
-#include "../frontend/driver.h"
+#include "../frontend/cli/cli.h"
 #include "../runtime/nvrtc.h"
 #include "check.h"
 

@@ -1,6 +1,6 @@
 // test_passes.c — parameter counts, the naive memory breakdown, the LoRA pass, the GPU
 // presets and the ZeRO stages of the shard pass, on the shipped models.
-#include "../frontend/driver.h"
+#include "../frontend/cli/cli.h"
 #include "check.h"
 
 static const char *srcdir = ".";

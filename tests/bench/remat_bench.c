@@ -11,7 +11,7 @@
 // ftc's own build (pipeline_plan_choice) and cost model.
 //
 //     build/tests/bench_remat [SOURCE_DIR]
-#include "../../frontend/driver.h"
+#include "../../frontend/cli/cli.h"
 
 
 int main(int argc, char **argv) {

@@ -5,7 +5,7 @@
 // table prints the recompute time of the planner's choice over the optimum's.
 //
 //     build/tests/bench_remat_exact [SOURCE_DIR]
-#include "../../frontend/driver.h"
+#include "../../frontend/cli/cli.h"
 
 #include <time.h>
 

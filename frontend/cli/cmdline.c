@@ -1,6 +1,6 @@
 // cmdline.c — the command line as a source (argument errors point at the argument
 // with a caret, like .ft errors), and the number formats the driver prints.
-#include "driver.h"
+#include "cli.h"
 
 #include <stdarg.h>
 
@@ -52,17 +52,4 @@ const char *commas(char *buf, int64_t v) {
     }
     buf[o] = '\0';
     return buf;
-}
-
-// Reads a non-negative integer option value; reports at argument i.
-bool arg_count(Cmdline *cl, int i, const char *v, int64_t *out) {
-    char *end;
-    errno = 0;
-    long long x = strtoll(v, &end, 10);
-    if (errno || *end || end == v || x < 0) {
-        arg_error(cl, i, "'%s' needs a non-negative integer", cl->argv[i - 1]);
-        return false;
-    }
-    *out = x;
-    return true;
 }

@@ -1,0 +1,151 @@
+// cli.h — the command-line room: ftc's commands, their option tables, and the text they
+// print. The one place in frontend/ that reaches the passes (compile_plan), the code
+// generator (the plan writer) and the runtime (train, inspect); the rest of frontend/
+// (lexer, parser, elaboration, import) sees only ir.h.
+#ifndef FTC_CLI_H
+#define FTC_CLI_H
+
+#include "../frontend.h"
+#include "../../passes/passes.h"
+#include "../../codegen/codegen.h"
+#include "../../runtime/runtime.h"
+
+enum { EXIT_NOFIT = 1, EXIT_USAGE = 2 };
+
+//
+// cmdline.c — the command line as a source, so argument errors get a caret too.
+//
+
+typedef struct Cmdline {
+    FtSource src;
+    int *col;               // 1-based column of each argv[i]
+    int argc;
+    char **argv;
+} Cmdline;
+
+void cmdline_init(Cmdline *c, int argc, char **argv);
+void cmdline_free(Cmdline *c);
+// Reports an error at argument i.
+void arg_error(Cmdline *c, int i, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+// "7,615,616,512"
+const char *commas(char *buf, int64_t v);
+
+//
+// options.c — one table a command: it parses the command's arguments and prints its help.
+//
+
+typedef enum OptKind {
+    OPT_SECTION,            // a heading in the help; parses nothing
+    OPT_FLAG,               // bool true
+    OPT_TEXT,               // const char *: the value as given
+    OPT_COUNT,              // int64_t: a whole number in [lo, hi]
+    OPT_SIZE,               // int64_t: bytes ("40G"), at least lo
+    OPT_CHOICE,             // int: the index of the value among choices (or values[index])
+    OPT_CALL,               // call(): a value unless arg is NULL
+} OptKind;
+
+typedef struct Option {
+    OptKind kind;
+    const char *flag;       // "--budget"
+    const char *arg;        // the value's name in the help ("SIZE"); NULL: none
+    size_t off;             // where the value goes in the command's arguments struct
+    const char *help;       // continued lines begin with '\n' (OPT_SECTION: the heading)
+    int64_t lo, hi;         // OPT_COUNT, OPT_SIZE: the range (hi 0: no upper end)
+    const char *const *choices;     // OPT_CHOICE: the names, NULL-terminated
+    const int *values;      // OPT_CHOICE: what each name stores (NULL: its index)
+    const char *bad;        // what a refused value is told (NULL: the kind's own message)
+    // OPT_CALL: takes the value (NULL when arg is); false after writing why into `why`.
+    bool (*call)(void *args, const char *value, char *why, size_t cap);
+    void (*more)(FILE *f);  // prints the rest of the help's first line (a preset list)
+    bool in_operands;       // shown in the command's operands, not again in the synopsis
+} Option;
+
+// A row of a table: kind, flag, the value's name, its place, the help; then what the kind
+// needs (.lo, .choices, .call ...).
+#define OPT(k, f, a, o, h, ...) {.kind = k, .flag = f, .arg = a, .off = o, .help = h, __VA_ARGS__}
+#define SECTION(h) {.kind = OPT_SECTION, .help = h}
+
+typedef struct Command {
+    const char *name;
+    const char *operands;   // the synopsis before the options: "FILE.ft"
+    const char *summary;    // ftc help's line
+    const char *positional; // the one positional argument's kind: "one .ft file"
+    const Option *opts;
+    int nopts;
+    const char *epilogue;   // after the options in the help, or NULL
+    int (*run)(Cmdline *cl, int first);
+} Command;
+
+// Where parse_options put what it read: the argv index of each option's value (of the
+// flag itself for one without a value; 0: not given) and of the positional argument.
+typedef struct Parsed {
+    int at[64];
+    const char *positional;
+    int positional_at;
+} Parsed;
+
+// Reads argv[first..] by c's table into `args` and *p. Returns 0, -1 after printing the
+// help for --help (the command then succeeds), or EXIT_USAGE after reporting.
+int parse_options(Cmdline *cl, int first, const Command *c, void *args, Parsed *p);
+// The command's help, all from its table.
+void print_usage(FILE *f, const Command *c);
+// The argv index of `flag` as parsed, or 0.
+int parsed_at(const Command *c, const Parsed *p, const char *flag);
+
+//
+// The commands (compile.c, run.c, data.c, inspect.c; import and help in main.c).
+//
+
+extern const Command cmd_compile, cmd_run, cmd_data, cmd_inspect;
+
+// A Hugging Face model directory given where a file of it is meant: DIR/name, in buf;
+// anything else as it is.
+const char *in_model_dir(const char *path, const char *name, char *buf, size_t cap);
+
+//
+// program.c — a checked .ft program as the passes see it.
+//
+
+// What Pipeline.elaborate reads: the source and its checked model, which must outlive
+// the pipeline.
+typedef struct DriverSource {
+    FtSource *src;
+    const FtModel *m;
+} DriverSource;
+
+// The pipeline of `ds`: its elaboration callback and its train section's spec (names in
+// arena `a`); passes report user errors at the source's lines, counted in diag.
+Pipeline driver_pipeline(DriverSource *ds, Arena *a, PassDiag *diag);
+// The program of `ds` for compile_plan.
+CompileProgram driver_program(DriverSource *ds, Arena *a);
+// Whether ir_verify runs between passes: debug builds, and tests (FTC_VERIFY_PASSES=1).
+bool driver_verify(void);
+// A PassDiag printing to stderr against `src`.
+PassDiag driver_diag(FtSource *src);
+// Fills what the plan header says of the train section (precision, optimizer and its
+// hyperparameters, the schedule) into `meta`; strings are static or the spec's.
+void driver_meta_train(PlanMeta *meta, const TrainSpec *t);
+// The precision regimes the compile report compares (the model states of each).
+typedef struct DriverModes {
+    int n;
+    FtModel m[8];
+    DriverSource ds[8];
+    CompileProgram program[8];
+    char name[8][96];
+    bool ours[8];           // the train section's own
+} DriverModes;
+void driver_modes(DriverModes *dm, FtSource *src, const FtModel *m, Arena *a);
+
+//
+// compile_report.c — what ftc compile prints: the counts and the naive step, the model
+// states per precision, the planner's decision and candidates, or why nothing fits and
+// what would.
+//
+
+void report_compile(FILE *out, const char *path, const FtModel *m, const CompileResult *r);
+void report_modes(FILE *out, const FtModel *m, const DriverModes *dm, const CompileResult *r);
+void report_planner(FILE *f, const CompileResult *r, const FtModel *m, const HostSpec *host);
+void report_nofit(FILE *out, const CompileResult *r, const FtModel *m);
+void report_plan_written(FILE *out, const CompileResult *r, const char *dir, bool time_passes);
+
+#endif
