@@ -10,6 +10,13 @@
 #include <math.h>
 #include <string.h>
 
+bool codegen_aligned16(const IrGraph *g, int t) {
+    int64_t at = 0;
+    while (g->tensors.at[t].alias_of >= 0)
+        at += g->tensors.at[t].alias_offset, t = g->tensors.at[t].alias_of;
+    return (g->tensors.at[t].offset + at) % 16 == 0;
+}
+
 #define T(id) (&g->tensors.at[(id)])
 #define IN(k) T(n->in[k])
 #define OUT(k) T(n->out[k])

@@ -96,13 +96,6 @@ static void group_loop(FILE *f, int count) {
     fprintf(f, "        void *const *p = FTC_GA->p[k];\n        long long i = g - $K_start[k];\n");
 }
 
-bool codegen_aligned16(const IrGraph *g, int t) {
-    int64_t at = 0;
-    while (g->tensors.at[t].alias_of >= 0)
-        at += g->tensors.at[t].alias_offset, t = g->tensors.at[t].alias_of;
-    return (g->tensors.at[t].offset + at) % 16 == 0;
-}
-
 // Whether an elementwise kernel over `total` elements of out (tensor ids ins[0..nin), -1 for
 // none) runs eight elements a thread with ld8/st8: each operand aligned, eight elements a
 // step of every one (a broadcast input's size a multiple of eight), 32-bit indices.
