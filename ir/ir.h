@@ -77,6 +77,8 @@ typedef enum MemCategory {
     MEM_COUNT
 } MemCategory;
 
+// tensor.c (with ir_tensor_elems ... ir_same_shape below): dtypes, categories, a tensor's
+// sizes and shape text, apart from any graph's nodes.
 const char *dtype_name(DType t);
 bool dtype_parse(const char *s, DType *out);
 int64_t dtype_bytes(DType t, int64_t elems);   // storage bytes, NF4 packed two per byte
@@ -244,9 +246,6 @@ IrGraph *ir_graph_clone(const IrGraph *g, Arena *a);
 int ir_tensor_add(IrGraph *g, const char *name, TensorKind kind, DType dt, int ndim,
                   const int64_t *shape, SrcLoc loc);
 IrTensor *ir_tensor(IrGraph *g, int id);
-int64_t ir_tensor_elems(const IrTensor *t);
-int64_t ir_tensor_bytes(const IrTensor *t);     // 0 for a view: its base owns the bytes
-int ir_tensor_base(const IrGraph *g, int id);   // follows alias_of to the owner
 // Removes the values no node reads or writes (what a pass that replaced nodes left
 // behind), renumbering every tensor id the graph holds; returns how many went.
 int ir_drop_unused(IrGraph *g);
@@ -264,7 +263,14 @@ void ir_set_param_init(IrGraph *g);
 // as Hugging Face's Trainer leaves out biases and norm weights. `decays` holds
 // g->tensors.len entries.
 void ir_param_decays(const IrGraph *g, bool *decays);
+
+// tensor.c
+int64_t ir_tensor_elems(const IrTensor *t);
+int64_t ir_tensor_bytes(const IrTensor *t);     // 0 for a view: its base owns the bytes
+int ir_tensor_base(const IrGraph *g, int id);   // follows alias_of to the owner
 int ir_shape_str(char *buf, size_t cap, const IrTensor *t);  // "[2, 2048, 3584] bf16"
+bool ir_same_shape(const IrTensor *a, const IrTensor *b);   // the same dims, in order
+int ir_dim_index(int d, int ndim);   // d counted from the end when negative: 0..ndim-1, or -1
 
 // The shape rule of `op` checks the inputs and fills the output; on a mismatch it
 // returns false and writes a message naming both shapes into `err`.
@@ -322,7 +328,8 @@ void ir_nodes_drop(IrGraph *g, const bool *drop);
 //
 // op.c — the compiler's columns of the op table. An op's name, class, arity and
 // attribute schema are its row in runtime/ops.def (op_desc); these are what only the
-// compiler needs: shape rule, FLOPs, bytes, what backward reads, the derivative rule.
+// compiler needs: shape rule, FLOPs, bytes, what backward reads (the derivative rule is
+// derive.c's column).
 //
 
 enum {                      // bits of OpInfo.grad_needs: what a backward reads
@@ -349,9 +356,6 @@ typedef struct OpInfo {
     // An input with requires_grad set makes its row's tensors saved for backward.
     uint8_t grad_needs[IR_MAX_INPUTS];
     int64_t (*scratch_bytes)(const IrGraph *g, const IrNode *n); // NULL: none
-    // Appends the gradient nodes of forward node `n` (the derivative rule); NULL for
-    // ops that are not differentiated (backward and optimizer ops).
-    void (*backward)(Autodiff *ad, const IrNode *n);
     uint8_t init[IR_MAX_INPUTS];    // how a parameter in input k is initialised (IrInit)
     int8_t inplace_in;              // OPF_INPLACE ops: the only input whose bytes the output
                                     // may take, plus 1 (0: any same-sized input)
@@ -366,7 +370,6 @@ typedef struct OpInfo {
 } OpInfo;
 
 const OpInfo *op_info(OpKind op);
-bool ir_same_shape(const IrTensor *a, const IrTensor *b);   // the same dims, in order
 // The op a .ft call names: a user op (OPF_USER) called `name`, or false.
 bool op_lookup_user(const char *name, OpKind *out);
 // An attribute an op takes in .ft after its tensor arguments.
@@ -406,7 +409,7 @@ int64_t op_bytes_read(const IrGraph *g, const IrNode *n);
 int64_t op_bytes_written(const IrGraph *g, const IrNode *n);
 
 //
-// grad.c — what a derivative rule (an op row's `backward`) may call. The autodiff
+// grad.c — what a derivative rule (derive.c) may call. The autodiff
 // pass (passes/autodiff.c) owns the walk; a rule only reads the gradient of its
 // node's outputs and contributes gradients to its inputs.
 //
@@ -443,6 +446,15 @@ void ad_add(Autodiff *ad, const IrNode *n, int t, int contribution);
 // norm weights, sums): writes straight into `t`'s TK_GRAD when `t` is a trainable
 // parameter, else contributes.
 void ad_acc(Autodiff *ad, const IrNode *n, int t, OpKind op, int nin, const int *in, OpAttr attr);
+
+//
+// derive.c — the derivative rules, one an op: the autodiff's column of the op table.
+//
+
+// Appends the gradient nodes of forward node `n` through the ad_* builders above.
+typedef void (*AdRule)(Autodiff *ad, const IrNode *n);
+// Op `op`'s rule; NULL for ops that are not differentiated (backward and optimizer ops).
+AdRule ad_rule(OpKind op);
 
 //
 // print.c, verify.c

@@ -1,6 +1,6 @@
 // op.c — the compiler's columns of the op table: per op, its shape rule, FLOPs, bytes
-// moved, GEMM dimensions, what its backward reads, and its derivative rule. Name,
-// class, arity and attributes are the op's row in runtime/ops.def.
+// moved, GEMM dimensions and what its backward reads (its derivative rule is derive.c's
+// column). Name, class, arity and attributes are the op's row in runtime/ops.def.
 #include "ir.h"
 
 #include <string.h>
@@ -31,15 +31,6 @@ static void same_as(IrTensor *out, const IrTensor *t) {
 }
 
 static bool is_float(DType t) { return t == DT_F32 || t == DT_BF16 || t == DT_F16; }
-
-bool ir_same_shape(const IrTensor *a, const IrTensor *b) {
-    if (a->ndim != b->ndim)
-        return false;
-    for (int i = 0; i < a->ndim; i++)
-        if (a->shape[i] != b->shape[i])
-            return false;
-    return true;
-}
 
 // Formats "bf16[2, 16, 64]" into `buf` (96 bytes); SH gives each use its own buffer.
 static const char *shape_text(char *buf, const IrTensor *t) {
@@ -124,18 +115,11 @@ static bool shape_matmul(const IrGraph *g, const IrNode *n, IrTensor *out, IrSha
     return true;
 }
 
-// A dimension index that may count from the end (-1 the last) into 0..ndim-1, or -1.
-static int dim_index(int d, int ndim) {
-    if (d < 0)
-        d += ndim;
-    return d >= 0 && d < ndim ? d : -1;
-}
-
 // x -> the range [start, start + size) of dim `axis`. Where every dim before the axis is
 // 1 the range is contiguous: the result is a view at its offset in x's bytes.
 static bool shape_slice(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
     const IrTensor *x = IN(0);
-    int ax = dim_index(n->attr.axis, x->ndim);
+    int ax = ir_dim_index(n->attr.axis, x->ndim);
     if (ax < 0)
         return fail(err, 0, "slice: dim %d is not a dimension of %s", n->attr.axis, sh(x));
     int64_t start = n->attr.start, size = n->attr.size;
@@ -157,7 +141,7 @@ static bool shape_slice(const IrGraph *g, const IrNode *n, IrTensor *out, IrShap
 // x0, x1, ... of one dtype and rank, equal but along `axis` -> joined along it.
 static bool shape_concat(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
     const IrTensor *x = IN(0);
-    int ax = dim_index(n->attr.axis, x->ndim);
+    int ax = ir_dim_index(n->attr.axis, x->ndim);
     if (ax < 0)
         return fail(err, 0, "concat: dim %d is not a dimension of %s", n->attr.axis, sh(x));
     if (!is_float(x->dtype))
@@ -798,311 +782,6 @@ static int64_t scratch_rows_f32(const IrGraph *g, const IrNode *n) {
 }
 
 //
-// Derivative rules. Each appends the gradient nodes of forward node n; ad_dy is the
-// gradient reaching output k, ad_add / ad_acc hand gradients to the inputs.
-//
-
-#define T_AD(ad, id) (&(ad)->g->tensors.at[(id)])
-
-// Sums `d` down to input k's shape when k was broadcast (its shape a suffix).
-static int unbroadcast(Autodiff *ad, const IrNode *n, int d, int k) {
-    const IrTensor *t = T_AD(ad, n->in[k]), *dt = T_AD(ad, d);
-    if (ir_same_shape(t, dt))
-        return d;
-    OpAttr a = {.ndim = t->ndim};
-    memcpy(a.shape, t->shape, sizeof a.shape);
-    return ad_op(ad, n, OP_SUM_TO, 1, &d, a, "sum");
-}
-
-// Hands gradient `d` of input k to it, summed down to its shape when it was broadcast: a
-// broadcast parameter's sum adds straight into its gradient (sum_to +=), no sum of its own.
-static void add_unbroadcast(Autodiff *ad, const IrNode *n, int d, int k) {
-    const IrTensor *t = T_AD(ad, n->in[k]), *dt = T_AD(ad, d);
-    if (!ir_same_shape(t, dt) && t->kind == TK_PARAM && t->trainable) {
-        OpAttr a = {.ndim = t->ndim};
-        memcpy(a.shape, t->shape, sizeof a.shape);
-        ad_acc(ad, n, n->in[k], OP_SUM_TO, 1, &d, a);
-        return;
-    }
-    ad_add(ad, n, n->in[k], unbroadcast(ad, n, d, k));
-}
-
-static void bwd_add_sub(Autodiff *ad, const IrNode *n) {
-    int dy = ad_dy(ad, n, 0);
-    if (dy < 0)
-        return;
-    if (ad_needs(ad, n->in[0]))
-        ad_add(ad, n, n->in[0], dy);
-    if (ad_needs(ad, n->in[1])) {
-        int d = dy;
-        if (n->op == OP_SUB)
-            d = ad_op(ad, n, OP_SCALE, 1, &dy, (OpAttr){.f = -1}, "neg");
-        add_unbroadcast(ad, n, d, 1);
-    }
-}
-
-static void bwd_mul(Autodiff *ad, const IrNode *n) {
-    int dy = ad_dy(ad, n, 0);
-    if (dy < 0)
-        return;
-    if (ad_needs(ad, n->in[0])) {
-        int in[2] = {dy, n->in[1]};
-        ad_add(ad, n, n->in[0], ad_op(ad, n, OP_MUL, 2, in, (OpAttr){0}, "da"));
-    }
-    if (ad_needs(ad, n->in[1])) {
-        int in[2] = {dy, n->in[0]};
-        int d = ad_op(ad, n, OP_MUL, 2, in, (OpAttr){0}, "db");
-        add_unbroadcast(ad, n, d, 1);
-    }
-}
-
-// y = a / b: da = dy / b; db = -sum(dy·a / b²).
-static void bwd_div(Autodiff *ad, const IrNode *n) {
-    int dy = ad_dy(ad, n, 0);
-    if (dy < 0)
-        return;
-    int a = n->in[0], b = n->in[1];
-    if (ad_needs(ad, a)) {
-        int in[2] = {dy, b};
-        ad_add(ad, n, a, ad_op(ad, n, OP_DIV, 2, in, (OpAttr){0}, "da"));
-    }
-    if (ad_needs(ad, b)) {
-        int i1[2] = {dy, a}, i2[2] = {b, b};
-        int t = ad_op(ad, n, OP_MUL, 2, i1, (OpAttr){0}, "dya");
-        int bb = ad_op(ad, n, OP_MUL, 2, i2, (OpAttr){0}, "bb");
-        int i3[2] = {t, bb};
-        int q = ad_op(ad, n, OP_DIV, 2, i3, (OpAttr){0}, "q");
-        int d = ad_op(ad, n, OP_SCALE, 1, &q, (OpAttr){.f = -1}, "db");
-        add_unbroadcast(ad, n, d, 1);
-    }
-}
-
-static void bwd_scale(Autodiff *ad, const IrNode *n) {
-    int dy = ad_dy(ad, n, 0);
-    if (dy >= 0 && ad_needs(ad, n->in[0]))
-        ad_add(ad, n, n->in[0], ad_op(ad, n, OP_SCALE, 1, &dy, n->attr, "dx"));
-}
-
-// Unary ops whose backward op reads (dy, x) or (dy, y).
-static void bwd_unary(Autodiff *ad, const IrNode *n) {
-    int dy = ad_dy(ad, n, 0);
-    if (dy < 0 || !ad_needs(ad, n->in[0]))
-        return;
-    int d;
-    if (n->op == OP_EXP) {
-        int in[2] = {dy, n->out[0]};
-        d = ad_op(ad, n, OP_MUL, 2, in, (OpAttr){0}, "dx");
-    } else if (n->op == OP_ROPE) {
-        int in[3] = {dy, n->nin > 1 ? n->in[1] : -1, n->nin > 2 ? n->in[2] : -1};
-        d = ad_op(ad, n, OP_ROPE_BWD, in[2] >= 0 ? 3 : in[1] >= 0 ? 2 : 1, in, n->attr, "dx");
-    } else if (n->op == OP_SOFTMAX) {
-        int in[2] = {dy, n->out[0]};
-        d = ad_op(ad, n, OP_SOFTMAX_BWD, 2, in, n->attr, "dx");
-    } else if (n->op == OP_DROPOUT) {
-        if (n->attr.f == 0) {
-            d = dy;
-        } else {
-            int in[2] = {dy, n->out[1]};
-            d = ad_op(ad, n, OP_DROPOUT_BWD, 2, in, n->attr, "dx");
-        }
-    } else {
-        int in[2] = {dy, n->in[0]};
-        d = ad_op(ad, n, n->op == OP_SILU ? OP_SILU_BWD : OP_GELU_BWD, 2, in, n->attr, "dx");
-    }
-    ad_add(ad, n, n->in[0], d);
-}
-
-// tanh, softcap: their backward reads the output; gelu_exact: the input.
-static void bwd_activation(Autodiff *ad, const IrNode *n) {
-    int dy = ad_dy(ad, n, 0);
-    if (dy < 0 || !ad_needs(ad, n->in[0]))
-        return;
-    OpKind op = n->op == OP_TANH ? OP_TANH_BWD : n->op == OP_SOFTCAP ? OP_SOFTCAP_BWD : OP_GELU_EXACT_BWD;
-    int in[2] = {dy, n->op == OP_GELU_EXACT ? n->in[0] : n->out[0]};
-    ad_add(ad, n, n->in[0], ad_op(ad, n, op, 2, in, n->attr, "dx"));
-}
-
-// The slice's gradient is dy in its range of the input, zero elsewhere; into a parameter's
-// gradient it is added in place.
-static void bwd_slice(Autodiff *ad, const IrNode *n) {
-    int dy = ad_dy(ad, n, 0);
-    if (dy < 0 || !ad_needs(ad, n->in[0]))
-        return;
-    const IrTensor *x = T_AD(ad, n->in[0]);
-    OpAttr a = n->attr;
-    a.axis = dim_index(a.axis, x->ndim);
-    a.ndim = x->ndim;
-    memcpy(a.shape, x->shape, sizeof a.shape);
-    ad_acc(ad, n, n->in[0], OP_SLICE_BWD, 1, &dy, a);
-}
-
-// Each input's gradient is its range of dy.
-static void bwd_concat(Autodiff *ad, const IrNode *n) {
-    int dy = ad_dy(ad, n, 0);
-    if (dy < 0)
-        return;
-    int ax = dim_index(n->attr.axis, T_AD(ad, n->in[0])->ndim);
-    int64_t at = 0;
-    for (int k = 0; k < n->nin; k++) {
-        int64_t size = T_AD(ad, n->in[k])->shape[ax];
-        if (ad_needs(ad, n->in[k])) {
-            OpAttr a = {.axis = ax, .start = at, .size = size};
-            ad_add(ad, n, n->in[k], ad_op(ad, n, OP_SLICE, 1, &dy, a, "dpart"));
-        }
-        at += size;
-    }
-}
-
-static void bwd_embed(Autodiff *ad, const IrNode *n) {
-    int dy = ad_dy(ad, n, 0);
-    if (dy < 0 || !ad_needs(ad, n->in[0]))
-        return;
-    const IrTensor *tab = T_AD(ad, n->in[0]);
-    OpAttr a = {.ndim = 2, .shape = {tab->shape[0], tab->shape[1]}, .pad = n->attr.pad};
-    int in[2] = {dy, n->in[1]};
-    ad_acc(ad, n, n->in[0], OP_EMBED_BWD, 2, in, a);
-}
-
-// x's and W's gradients of x Wᵀ, given the output's gradient dy.
-// x's and W's gradients of x Wᵀ with dy scaled by `scale` (1: not), the scale the GEMMs'
-// alpha (no kernel scales dy first).
-static void linear_dx_dw(Autodiff *ad, const IrNode *n, int dy, double scale) {
-    OpAttr a = {.f = scale == 1.0 ? 0 : scale};
-    if (ad_needs(ad, n->in[0])) {
-        int in[2] = {dy, n->in[1]};
-        ad_add(ad, n, n->in[0], ad_op(ad, n, OP_LINEAR_DX, 2, in, a, "dx"));
-    }
-    if (ad_needs(ad, n->in[1])) {
-        int in[2] = {dy, n->in[0]};
-        ad_acc(ad, n, n->in[1], OP_LINEAR_DW, 2, in, a);
-    }
-}
-
-static void bwd_linear(Autodiff *ad, const IrNode *n) {
-    int dy = ad_dy(ad, n, 0);
-    if (dy < 0)
-        return;
-    linear_dx_dw(ad, n, dy, 1.0);
-    if (n->nin == 3 && n->in[2] >= 0 && ad_needs(ad, n->in[2])) {
-        OpAttr a = {.ndim = 1, .shape = {T_AD(ad, n->in[2])->shape[0]}};
-        ad_acc(ad, n, n->in[2], OP_SUM_TO, 1, &dy, a);
-    }
-}
-
-// y + c·x Wᵀ: y's gradient is dy itself; x's and W's are linear's, of c·dy (c the GEMMs'
-// alpha).
-static void bwd_linear_acc(Autodiff *ad, const IrNode *n) {
-    int dy = ad_dy(ad, n, 0);
-    if (dy < 0)
-        return;
-    if (ad_needs(ad, n->in[2]))
-        ad_add(ad, n, n->in[2], dy);
-    linear_dx_dw(ad, n, dy, n->attr.f);
-}
-
-// b's gradient: added into a parameter's by the GEMM itself (β = 1), else a value of its own.
-static void matmul_db(Autodiff *ad, const IrNode *n, int dy) {
-    int in[2] = {n->in[0], dy};
-    const IrTensor *a = T_AD(ad, n->in[0]), *b = T_AD(ad, n->in[1]);
-    OpAttr at = {0};
-    if (b->ndim == 2 && a->ndim > 2)   // a weight shared by every row: summed over them
-        at = (OpAttr){.ndim = 2, .shape = {b->shape[0], b->shape[1]}};
-    if (b->kind == TK_PARAM)
-        ad_acc(ad, n, n->in[1], OP_MATMUL_DB, 2, in, at);
-    else
-        ad_add(ad, n, n->in[1], ad_op(ad, n, OP_MATMUL_DB, 2, in, at, "db"));
-}
-
-static void bwd_matmul(Autodiff *ad, const IrNode *n) {
-    int dy = ad_dy(ad, n, 0);
-    if (dy < 0)
-        return;
-    // A weight's gradient first: it allocates nothing and may be the last reader of a.
-    bool weight = ad_needs(ad, n->in[1]) && T_AD(ad, n->in[1])->kind == TK_PARAM;
-    if (weight)
-        matmul_db(ad, n, dy);
-    if (ad_needs(ad, n->in[0])) {
-        int in[2] = {dy, n->in[1]};
-        ad_add(ad, n, n->in[0], ad_op(ad, n, OP_MATMUL_DA, 2, in, (OpAttr){0}, "da"));
-    }
-    if (ad_needs(ad, n->in[1]) && !weight)
-        matmul_db(ad, n, dy);
-}
-
-static void bwd_norm(Autodiff *ad, const IrNode *n) {
-    int dy = ad_dy(ad, n, 0);
-    if (dy < 0)
-        return;
-    bool rms = n->op == OP_RMSNORM;
-    if (ad_needs(ad, n->in[0])) {
-        int in[4] = {dy, n->in[0], n->in[1], n->out[1]};
-        ad_add(ad, n, n->in[0],
-               ad_op(ad, n, rms ? OP_RMSNORM_DX : OP_LAYERNORM_DX, 4, in, n->attr, "dx"));
-    }
-    if (ad_needs(ad, n->in[1])) {
-        int in[3] = {dy, n->in[0], n->out[1]};
-        ad_acc(ad, n, n->in[1], rms ? OP_RMSNORM_DW : OP_LAYERNORM_DW, 3, in, n->attr);
-    }
-    if (!rms && ad_needs(ad, n->in[2])) {
-        OpAttr a = {.ndim = 1, .shape = {T_AD(ad, n->in[2])->shape[0]}};
-        ad_acc(ad, n, n->in[2], OP_SUM_TO, 1, &dy, a);
-    }
-}
-
-static void bwd_attention(Autodiff *ad, const IrNode *n) {
-    int dy = ad_dy(ad, n, 0);
-    if (dy < 0)
-        return;
-    bool pos = n->nin > 3 && n->in[3] >= 0;   // document masking: the same keys are masked
-    int in[7] = {dy, n->in[0], n->in[1], n->in[2], n->out[0], n->out[1], pos ? n->in[3] : -1};
-    int id = ad_node(ad, n, OP_ATTENTION_BWD, pos ? 7 : 6, in, n->attr, "d");
-    for (int k = 0; k < 3; k++)
-        if (ad_needs(ad, n->in[k]))
-            ad_add(ad, n, n->in[k], ad->g->nodes.at[id].out[k]);
-}
-
-static void bwd_view(Autodiff *ad, const IrNode *n) {
-    int dy = ad_dy(ad, n, 0);
-    if (dy < 0 || !ad_needs(ad, n->in[0]))
-        return;
-    const IrTensor *x = T_AD(ad, n->in[0]);
-    OpAttr a = n->attr;
-    if (n->op == OP_VIEW) {
-        a.ndim = x->ndim;
-        memcpy(a.shape, x->shape, sizeof a.shape);
-    }
-    ad_add(ad, n, n->in[0], ad_op(ad, n, n->op, 1, &dy, a, "dx"));
-}
-
-// The loss is the root: its gradient is the accumulation scale, folded into the op. A
-// loss over the step's trained targets (a count input) sums over the micro-steps as it
-// is: each is its own share of the step's mean, so the scale is 1.
-static void bwd_cross_entropy(Autodiff *ad, const IrNode *n) {
-    if (!ad_needs(ad, n->in[0]))
-        return;
-    bool counted = n->nin > 2 && n->in[2] >= 0;
-    int in[3] = {n->in[0], n->in[1], counted ? n->in[2] : -1};
-    OpAttr a = n->attr;
-    a.f = counted ? 1.0 : ad->loss_scale;
-    ad_add(ad, n, n->in[0], ad_op(ad, n, OP_CROSS_ENTROPY_BWD, counted ? 3 : 2, in, a, "dlogits"));
-}
-
-// The fused loss is the root, its gradient the accumulation's scale, known before any
-// backward runs: the forward node itself becomes the _grad op, forming in the same pass
-// over each chunk of logits their gradient, the chunk's rows of dx and its part of dW
-// (llm.c's fused classifier does the same). The logits are never formed twice.
-static void bwd_linear_ce(Autodiff *ad, const IrNode *n) {
-    bool dw = ad_needs(ad, n->in[1]);
-    OpAttr a = n->attr;   // (over the step's target count each micro-step is its own share)
-    a.f = n->nin > 3 && n->in[3] >= 0 ? 1.0 : ad->loss_scale;
-    int dx = ad_fold_output(ad, n, OP_LINEAR_CE_GRAD, a, n->in[0], "dx");
-    if (dw)
-        ad_acc_output(ad, n->id, 2, n->in[1]);
-    if (ad_needs(ad, n->in[0]))
-        ad_add(ad, n, n->in[0], dx);
-}
-
-//
 // The table.
 //
 
@@ -1117,67 +796,52 @@ static void bwd_linear_ce(Autodiff *ad, const IrNode *n) {
 static const OpInfo ops[OP_COUNT] = {
     // forward ops, written in .ft
     [OP_EMBED] = {.shape = shape_embed, .flops = flops_zero, .bytes_read = read_embed,
-                  .grad_needs = {I1}, .backward = bwd_embed},
+                  .grad_needs = {I1}},
     [OP_LINEAR] = {.shape = shape_linear, .flops = flops_linear, .gemm = gemm_linear,
-                   .grad_needs = {I1, I0}, .backward = bwd_linear, .init = {0, 0, INIT_ZEROS},
+                   .grad_needs = {I1, I0}, .init = {0, 0, INIT_ZEROS},
                    .scratch_bytes = scratch_gemm},
     [OP_LINEAR_ACC] = {.shape = shape_linear_acc, .flops = flops_linear, .gemm = gemm_linear,
-                       .grad_needs = {I1, I0, 0}, .backward = bwd_linear_acc, .scratch_bytes = scratch_gemm,
+                       .grad_needs = {I1, I0, 0}, .scratch_bytes = scratch_gemm,
                        .inplace_in = 3},
     [OP_MATMUL] = {.shape = shape_matmul, .flops = flops_matmul, .gemm = gemm_matmul,
-                   .grad_needs = {I1, I0}, .backward = bwd_matmul,
+                   .grad_needs = {I1, I0},
                    .scratch_bytes = scratch_gemm},
-    [OP_ADD] = {.shape = shape_binary, .flops = flops_elems, .backward = bwd_add_sub,
+    [OP_ADD] = {.shape = shape_binary, .flops = flops_elems,
                 .device = "y = x0 + x1;"},
-    [OP_SUB] = {.shape = shape_binary, .flops = flops_elems, .backward = bwd_add_sub,
+    [OP_SUB] = {.shape = shape_binary, .flops = flops_elems,
                 .device = "y = x0 - x1;"},
-    [OP_MUL] = {.shape = shape_binary, .flops = flops_elems, .grad_needs = {I1, I0},
-                .backward = bwd_mul, .device = "y = x0 * x1;"},
-    [OP_DIV] = {.shape = shape_binary, .flops = flops_elems, .grad_needs = {I1, I0 | I1},
-                .backward = bwd_div, .device = "y = x0 / x1;"},
-    [OP_SCALE] = {.shape = shape_unary, .flops = flops_elems, .backward = bwd_scale,
+    [OP_MUL] = {.shape = shape_binary, .flops = flops_elems, .grad_needs = {I1, I0}, .device = "y = x0 * x1;"},
+    [OP_DIV] = {.shape = shape_binary, .flops = flops_elems, .grad_needs = {I1, I0 | I1}, .device = "y = x0 / x1;"},
+    [OP_SCALE] = {.shape = shape_unary, .flops = flops_elems,
                   .device = "y = x0 * c;"},
-    [OP_SILU] = {.shape = shape_unary, .flops = flops_4elems, .grad_needs = {I0},
-                 .backward = bwd_unary, .device = "y = x0 / (1.0f + ftc_expf(-x0));"},
+    [OP_SILU] = {.shape = shape_unary, .flops = flops_4elems, .grad_needs = {I0}, .device = "y = x0 / (1.0f + ftc_expf(-x0));"},
     [OP_GELU] = {.shape = shape_unary, .flops = flops_8elems, .grad_needs = {I0},
-                 .backward = bwd_unary,
                  .device = "float inner = 0.7978845608028654f * (x0 + 0.044715f * (x0 * x0 * x0));"
                            " y = 0.5f * x0 * (1.0f + ftc_tanhf(inner));"},
-    [OP_EXP] = {.shape = shape_unary, .flops = flops_elems, .grad_needs = {O},
-                .backward = bwd_unary, .device = "y = ftc_expf(x0);"},
-    [OP_RMSNORM] = {.shape = shape_norm, .flops = flops_4elems, .grad_needs = {I0 | I1 | A, I0 | A},
-                    .backward = bwd_norm, .init = {0, INIT_ONES}, .aux = "stats"},
+    [OP_EXP] = {.shape = shape_unary, .flops = flops_elems, .grad_needs = {O}, .device = "y = ftc_expf(x0);"},
+    [OP_RMSNORM] = {.shape = shape_norm, .flops = flops_4elems, .grad_needs = {I0 | I1 | A, I0 | A}, .init = {0, INIT_ONES}, .aux = "stats"},
     [OP_LAYERNORM] = {.shape = shape_norm, .flops = flops_8elems,
-                      .grad_needs = {I0 | I1 | A, I0 | A, 0}, .backward = bwd_norm,
+                      .grad_needs = {I0 | I1 | A, I0 | A, 0},
                       .init = {0, INIT_ONES, INIT_ZEROS}, .aux = "stats"},
-    [OP_ROPE] = {.shape = shape_rope, .flops = flops_4elems, .grad_needs = {I1 | I2},
-                 .backward = bwd_unary},
-    [OP_SOFTMAX] = {.shape = shape_unary, .flops = flops_4elems, .grad_needs = {O},
-                    .backward = bwd_unary},
+    [OP_ROPE] = {.shape = shape_rope, .flops = flops_4elems, .grad_needs = {I1 | I2}},
+    [OP_SOFTMAX] = {.shape = shape_unary, .flops = flops_4elems, .grad_needs = {O}},
     [OP_ATTENTION] = {.shape = shape_attention, .flops = flops_attention,
-                      .grad_needs = {ALL3 | I3, ALL3 | I3, ALL3 | I3}, .backward = bwd_attention, .aux = "lse"},
-    [OP_VIEW] = {.shape = shape_view, .flops = flops_zero, .bytes_read = read_nothing,
-                 .backward = bwd_view},
-    [OP_TRANSPOSE] = {.shape = shape_transpose, .flops = flops_zero, .backward = bwd_view},
-    [OP_DROPOUT] = {.shape = shape_dropout, .flops = flops_elems, .grad_needs = {A},
-                    .backward = bwd_unary, .aux = "mask"},
+                      .grad_needs = {ALL3 | I3, ALL3 | I3, ALL3 | I3}, .aux = "lse"},
+    [OP_VIEW] = {.shape = shape_view, .flops = flops_zero, .bytes_read = read_nothing},
+    [OP_TRANSPOSE] = {.shape = shape_transpose, .flops = flops_zero},
+    [OP_DROPOUT] = {.shape = shape_dropout, .flops = flops_elems, .grad_needs = {A}, .aux = "mask"},
     [OP_CROSS_ENTROPY] = {.shape = shape_cross_entropy, .flops = flops_cross_entropy,
-                          .grad_needs = {I0 | I1 | I2}, .backward = bwd_cross_entropy,
+                          .grad_needs = {I0 | I1 | I2},
                           .scratch_bytes = scratch_rows_f32},
-    [OP_SLICE] = {.shape = shape_slice, .flops = flops_zero, .bytes_read = read_slice,
-                  .backward = bwd_slice},
-    [OP_CONCAT] = {.shape = shape_concat, .flops = flops_zero, .backward = bwd_concat},
-    [OP_TANH] = {.shape = shape_unary, .flops = flops_4elems, .grad_needs = {O},
-                 .backward = bwd_activation, .device = "y = ftc_tanhf(x0);"},
-    [OP_SOFTCAP] = {.shape = shape_softcap, .flops = flops_4elems, .grad_needs = {O},
-                    .backward = bwd_activation, .device = "y = c * ftc_tanhf(x0 / c);"},
+    [OP_SLICE] = {.shape = shape_slice, .flops = flops_zero, .bytes_read = read_slice},
+    [OP_CONCAT] = {.shape = shape_concat, .flops = flops_zero},
+    [OP_TANH] = {.shape = shape_unary, .flops = flops_4elems, .grad_needs = {O}, .device = "y = ftc_tanhf(x0);"},
+    [OP_SOFTCAP] = {.shape = shape_softcap, .flops = flops_4elems, .grad_needs = {O}, .device = "y = c * ftc_tanhf(x0 / c);"},
     [OP_GELU_EXACT] = {.shape = shape_unary, .flops = flops_8elems, .grad_needs = {I0},
-                       .backward = bwd_activation,
                        .device = "y = 0.5f * x0 * (1.0f + ftc_erff(x0 * 0.70710678118654752f));"},
     [OP_ROPE_TABLE] = {.shape = shape_rope_table, .flops = flops_8elems},
     // (its gradient is formed in its own pass: backward reads nothing of it)
     [OP_LINEAR_CE] = {.shape = shape_linear_ce, .flops = flops_linear_ce, .gemm_loss = gemm_loss,
-                      .backward = bwd_linear_ce,
                       .scratch_bytes = scratch_linear_ce},
     [OP_LINEAR_CE_GRAD] = {.shape = shape_linear_ce, .flops = flops_linear_ce, .gemm_loss = gemm_loss,
                            .scratch_bytes = scratch_linear_ce},

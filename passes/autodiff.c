@@ -74,11 +74,11 @@ int autodiff_apply(IrGraph *g, int accum_steps, bool gemm_temporaries, PassDiag 
     int errors = d ? d->errors : 0;
     for (int i = nfwd - 1; i >= 0; i--) {
         IrNode n = g->nodes.at[i];   // a copy: rules append nodes and may move the array
-        const OpInfo *op = op_info(n.op);
+        AdRule rule = ad_rule(n.op);
         if (n.phase != PHASE_FORWARD)
             continue;
-        if (op->backward) {
-            op->backward(&ad, &n);
+        if (rule) {
+            rule(&ad, &n);
             continue;
         }
         int p = -1;
