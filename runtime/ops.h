@@ -176,6 +176,29 @@ int op_attr_parse(OpKind op, const char *key, const char *value, OpAttr *a);
 // A whole decimal integer (the text form of plans), or false.
 bool ops_parse_i64(const char *s, int64_t *v);
 
+//
+// op_check.c — the contract's shape check over plain operand views.
+//
+
+// The element types operands come in (the IR's DType and a plan's PlanDType, in this order).
+typedef enum OpDType { OPD_F32, OPD_BF16, OPD_F16, OPD_I32, OPD_U8, OPD_NF4, OPD_COUNT } OpDType;
+
+// An operand as the contract sees it; an absent one has no name.
+typedef struct OpOperand {
+    const char *name;
+    OpDType dtype;
+    const char *dtype_name;
+    int ndim;
+    const int64_t *shape;
+    int64_t elems, bytes;       // bytes: its storage (NF4 two elements a byte)
+} OpOperand;
+
+// Whether op `op` with `attr` takes these operands, as every backend's kernel assumes:
+// dtypes of the right kind, shapes that agree (vocab: the fused loss's logits rows;
+// ranks: the collectives'). 0, or -1 with what is wrong in err.
+int op_check(OpKind op, const OpAttr *attr, const OpOperand *in, int nin, const OpOperand *out, int nout,
+             int64_t vocab, int64_t ranks, char *err, size_t errlen);
+
 // Where an arena lives.
 typedef enum MemKind {
     MEMK_DEVICE,        // device memory (the GPU's; plain memory on the cpu backend)
