@@ -303,6 +303,78 @@ static Value eval_binop(Elab *e, Scope *s, const Ast *x, const char *name) {
     return none();
 }
 
+// transpose's pair of dimension indices, [1, 2], into attr->perm; false after an error.
+static bool read_pair_kw(Elab *e, Scope *s, const Ast *v, OpAttr *attr) {
+    bool pair = (v->kind == AST_TUPLE || v->kind == AST_LIST) && ast_count(v->args) == 2;
+    Value a = pair ? eval(e, s, v->args, NULL) : none();
+    Value b = a.kind == V_INT ? eval(e, s, v->args->next, NULL) : none();
+    if (a.kind != V_INT || b.kind != V_INT || a.i < 0 || b.i < 0 || a.i >= IR_MAX_DIMS ||
+        b.i >= IR_MAX_DIMS) {
+        fe_error(e->src, v->loc, "transpose needs two dimension indices, e.g. [1, 2]");
+        return false;
+    }
+    attr->perm[0] = (int)a.i;
+    attr->perm[1] = (int)b.i;
+    return true;
+}
+
+// A rope scaling's name (a bare name, or a string) into attr; false after an error.
+static bool read_word_kw(Elab *e, const OpKeyword *kw, const Ast *v, OpAttr *attr) {
+    const char *w = v->kind == AST_IDENT || v->kind == AST_STR ? v->name : NULL;
+    if (!w || !rope_scaling_find(w, &attr->rope.scaling)) {
+        fe_error(e->src, v->loc, "'%s' must be default, linear, dynamic, llama3 or yarn", kw->word);
+        return false;
+    }
+    return true;
+}
+
+// Whether the value x of number keyword `kw` (written as `v`) is of its kind and range;
+// reports at v otherwise.
+static bool kw_number_ok(Elab *e, const OpKeyword *kw, const Ast *v, Value x) {
+    if (kw->kind == KW_NUMBER ? !is_number(x) : x.kind != V_INT) {
+        fe_error(e->src, v->loc, "'%s' must be %s, but this is %s", kw->word,
+                 kw->kind == KW_NUMBER ? "a number" : "an integer", vkind_name(x.kind));
+        return false;
+    }
+    if (kw->kind == KW_COUNT && x.i < 0) {
+        fe_error(e->src, v->loc, "'%s' must not be negative", kw->word);
+        return false;
+    }
+    if (kw->kind == KW_INT && (x.i < -IR_MAX_DIMS || x.i >= IR_MAX_DIMS)) {
+        fe_error(e->src, v->loc, "'%s' %lld is not a dimension index", kw->word, (long long)x.i);
+        return false;
+    }
+    if (kw->kind == KW_COUNT && x.i > (1LL << 50)) {
+        fe_error(e->src, v->loc, "'%s' %lld is beyond any tensor", kw->word, (long long)x.i);
+        return false;
+    }
+    return true;
+}
+
+// Stores the checked number x into the field of attr that `field` names.
+static void set_kw_field(OpKwField field, Value x, OpAttr *attr) {
+    double f = as_float(x);
+    switch (field) {
+    case KF_F: attr->f = f; break;
+    case KF_AXIS: attr->axis = (int)x.i; break;   // negative: from the end (the shape rule resolves it)
+    case KF_START: attr->start = x.i; break;
+    case KF_SIZE: attr->size = x.i; break;
+    case KF_WINDOW: attr->window = x.i; break;
+    case KF_SOFTCAP: attr->softcap = f; break;
+    case KF_SCALE: attr->scale = f; break;
+    case KF_OFFSET: attr->offset = f; break;
+    case KF_ROTARY: attr->rope.rotary = x.i; break;
+    case KF_FACTOR: attr->rope.factor = f; break;
+    case KF_LOW: attr->rope.low = f; break;
+    case KF_HIGH: attr->rope.high = f; break;
+    case KF_ORIGINAL: attr->rope.original = x.i; break;
+    case KF_LENGTH: attr->rope.length = x.i; break;
+    case KF_ATTN_FACTOR: attr->rope.attn_factor = f; break;
+    case KF_PAD: attr->pad = x.i + 1; break;
+    default: IR_ASSERT(!"a keyword with no field");
+    }
+}
+
 // Reads the value `v` (an argument's expression) of keyword `kw` into its field of
 // `attr`; false after an error.
 static bool read_kw(Elab *e, Scope *s, const OpKeyword *kw, const Ast *v, OpAttr *attr) {
@@ -314,30 +386,9 @@ static bool read_kw(Elab *e, Scope *s, const OpKeyword *kw, const Ast *v, OpAttr
         }
         attr->ndim = eval_dims(e, s, v->args, attr->shape, v->loc);
         return attr->ndim > 0;
-    case KW_PAIR: {
-        bool pair = (v->kind == AST_TUPLE || v->kind == AST_LIST) && ast_count(v->args) == 2;
-        Value a = pair ? eval(e, s, v->args, NULL) : none();
-        Value b = a.kind == V_INT ? eval(e, s, v->args->next, NULL) : none();
-        if (a.kind != V_INT || b.kind != V_INT || a.i < 0 || b.i < 0 || a.i >= IR_MAX_DIMS ||
-            b.i >= IR_MAX_DIMS) {
-            fe_error(e->src, v->loc, "transpose needs two dimension indices, e.g. [1, 2]");
-            return false;
-        }
-        attr->perm[0] = (int)a.i;
-        attr->perm[1] = (int)b.i;
-        return true;
-    }
-    case KW_WORD: {   // a bare name, or a string
-        const char *w = v->kind == AST_IDENT || v->kind == AST_STR ? v->name : NULL;
-        if (!w || !rope_scaling_find(w, &attr->rope.scaling)) {
-            fe_error(e->src, v->loc, "'%s' must be default, linear, dynamic, llama3 or yarn",
-                     kw->word);
-            return false;
-        }
-        return true;
-    }
-    default:
-        break;
+    case KW_PAIR: return read_pair_kw(e, s, v, attr);
+    case KW_WORD: return read_word_kw(e, kw, v, attr);
+    default: break;
     }
     // `causal` alone means causal = true
     if (kw->kind == KW_BOOL && v->kind == AST_IDENT && strcmp(v->name, kw->word) == 0 &&
@@ -359,43 +410,9 @@ static bool read_kw(Elab *e, Scope *s, const OpKeyword *kw, const Ast *v, OpAttr
             attr->rope.no_truncate = x.i == 0;
         return true;
     }
-    if (kw->kind == KW_NUMBER ? !is_number(x) : x.kind != V_INT) {
-        fe_error(e->src, v->loc, "'%s' must be %s, but this is %s", kw->word,
-                 kw->kind == KW_NUMBER ? "a number" : "an integer", vkind_name(x.kind));
+    if (!kw_number_ok(e, kw, v, x))
         return false;
-    }
-    if (kw->kind == KW_COUNT && x.i < 0) {
-        fe_error(e->src, v->loc, "'%s' must not be negative", kw->word);
-        return false;
-    }
-    double f = as_float(x);
-    if (kw->kind == KW_INT && (x.i < -IR_MAX_DIMS || x.i >= IR_MAX_DIMS)) {
-        fe_error(e->src, v->loc, "'%s' %lld is not a dimension index", kw->word, (long long)x.i);
-        return false;
-    }
-    if (kw->kind == KW_COUNT && x.i > (1LL << 50)) {
-        fe_error(e->src, v->loc, "'%s' %lld is beyond any tensor", kw->word, (long long)x.i);
-        return false;
-    }
-    switch (kw->field) {
-    case KF_F: attr->f = f; break;
-    case KF_AXIS: attr->axis = (int)x.i; break;   // negative: from the end (the shape rule resolves it)
-    case KF_START: attr->start = x.i; break;
-    case KF_SIZE: attr->size = x.i; break;
-    case KF_WINDOW: attr->window = x.i; break;
-    case KF_SOFTCAP: attr->softcap = f; break;
-    case KF_SCALE: attr->scale = f; break;
-    case KF_OFFSET: attr->offset = f; break;
-    case KF_ROTARY: attr->rope.rotary = x.i; break;
-    case KF_FACTOR: attr->rope.factor = f; break;
-    case KF_LOW: attr->rope.low = f; break;
-    case KF_HIGH: attr->rope.high = f; break;
-    case KF_ORIGINAL: attr->rope.original = x.i; break;
-    case KF_LENGTH: attr->rope.length = x.i; break;
-    case KF_ATTN_FACTOR: attr->rope.attn_factor = f; break;
-    case KF_PAD: attr->pad = x.i + 1; break;
-    default: IR_ASSERT(!"a keyword with no field");
-    }
+    set_kw_field(kw->field, x, attr);
     return true;
 }
 
@@ -403,172 +420,203 @@ static Value call_block(Elab *e, Scope *s, const Ast *blk, const Ast *args, int 
                         SrcLoc loc);
 static int make_params(Elab *e, Scope *s, const Ast *items);
 
-static Value eval_call(Elab *e, Scope *s, const Ast *x, const char *name) {
-    OpKind op;
-    if (!op_lookup_user(x->name, &op)) {
-        const Ast *blk = find_block(e, x->name);
-        if (blk) {
-            Binding *count = lookup(e->model, arena_printf(e->a, "#calls.%s", blk->name));
-            int layer = count ? (int)count->v.i : 0;
-            bind(e->model, arena_printf(e->a, "#calls.%s", blk->name),
-                 (Value){.kind = V_INT, .i = layer + 1});
-            return call_block(e, s, blk, x->args, layer, x->loc);
-        }
-        if (op_find(x->name, &op))   // an op of the compiler's own, made by its passes
-            fe_error(e->src, x->loc, "'%s' is an internal op; it cannot be written in .ft",
-                     x->name);
-        else
-            fe_error(e->src, x->loc, "unknown function '%s'", x->name);
-        return none();
+// A call of a name that is not a user op: a block's instance (its layer the count of its
+// calls so far), else an error.
+static Value eval_block_call(Elab *e, Scope *s, const Ast *x) {
+    const Ast *blk = find_block(e, x->name);
+    if (blk) {
+        Binding *count = lookup(e->model, arena_printf(e->a, "#calls.%s", blk->name));
+        int layer = count ? (int)count->v.i : 0;
+        bind(e->model, arena_printf(e->a, "#calls.%s", blk->name),
+             (Value){.kind = V_INT, .i = layer + 1});
+        return call_block(e, s, blk, x->args, layer, x->loc);
     }
-    const OpDesc *info = op_desc(op);
+    OpKind op;
+    if (op_find(x->name, &op))   // an op of the compiler's own, made by its passes
+        fe_error(e->src, x->loc, "'%s' is an internal op; it cannot be written in .ft", x->name);
+    else
+        fe_error(e->src, x->loc, "unknown function '%s'", x->name);
+    return none();
+}
+
+// An op call's arguments, as they are matched to the op's tensors and keywords.
+typedef struct CallArgs {
+    const OpDesc *info;
     OpKeyword kws[OP_MAX_KEYWORDS];
-    int nkw = op_user_keywords(op, kws);
-    // Which keywords are given by name (each once, and no field set by two), and how many
-    // positional attributes the rest leaves to fill.
-    bool given[OP_MAX_KEYWORDS] = {0}, ok = true;
+    int nkw;
+    bool given[OP_MAX_KEYWORDS];    // the keywords given, by name or in place
+    OpAttr attr;
+    int in[IR_MAX_INPUTS], nin;     // the tensors (-1: a failed argument)
+} CallArgs;
+
+// Index of keyword `word` in c->kws, or c->nkw.
+static int find_kw(const CallArgs *c, const char *word) {
+    int k = 0;
+    while (k < c->nkw && strcmp(c->kws[k].word, word) != 0)
+        k++;
+    return k;
+}
+
+// Marks the keywords given by name in c->given: each once, and no field set by two;
+// false after an error.
+static bool mark_named_args(Elab *e, const Ast *args, CallArgs *c) {
+    bool ok = true;
     int setter[KF_COUNT];   // per field, the keyword given for it, or -1
     for (int f = 0; f < KF_COUNT; f++)
         setter[f] = -1;
-    int npos = 0, slots = 0;
-    for (const Ast *a = x->args; a; a = a->next) {
-        if (!a->name) {
-            npos++;
+    for (const Ast *a = args; a; a = a->next) {
+        if (!a->name)
             continue;
-        }
-        int k = 0;
-        while (k < nkw && strcmp(kws[k].word, a->name) != 0)
-            k++;
-        if (k == nkw) {
-            fe_error(e->src, a->loc, "%s has no argument named '%s'", info->name, a->name);
+        int k = find_kw(c, a->name);
+        if (k == c->nkw) {
+            fe_error(e->src, a->loc, "%s has no argument named '%s'", c->info->name, a->name);
             ok = false;
-        } else if (given[k]) {
+        } else if (c->given[k]) {
             fe_error(e->src, a->loc, "'%s' is given twice", a->name);
             ok = false;
-        } else if (setter[kws[k].field] >= 0) {
+        } else if (setter[c->kws[k].field] >= 0) {
             fe_error(e->src, a->loc, "'%s' sets what '%s' already set", a->name,
-                     kws[setter[kws[k].field]].word);
+                     c->kws[setter[c->kws[k].field]].word);
             ok = false;
         }
-        if (k < nkw) {
-            given[k] = true;
-            setter[kws[k].field] = k;
+        if (k < c->nkw) {
+            c->given[k] = true;
+            setter[c->kws[k].field] = k;
         }
     }
-    for (int k = 0; k < nkw; k++)
-        slots += kws[k].positional && !given[k];
-    OpAttr attr = {0};
-    int in[IR_MAX_INPUTS], nin = 0, next_kw = 0, k = 0;
-    // Positional arguments: the tensors (min_in of them, then optional ones while more
-    // arguments remain than positional attributes), then the attributes in order.
+    return ok;
+}
+
+// Reads call x's arguments into c: named keywords where named; positional ones are the
+// tensors (min_in of them, then optional ones while more arguments remain than positional
+// attributes), then the attributes in order. False after an error.
+static bool read_call_args(Elab *e, Scope *s, const Ast *x, CallArgs *c) {
+    const OpDesc *info = c->info;
+    int npos = 0, slots = 0, next_kw = 0, k = 0;
+    bool ok = true;
+    for (const Ast *a = x->args; a; a = a->next)
+        npos += !a->name;
+    for (int j = 0; j < c->nkw; j++)
+        slots += c->kws[j].positional && !c->given[j];
     for (const Ast *a = x->args; a; a = a->next) {
         if (a->name) {
-            int j = 0;
-            while (j < nkw && strcmp(kws[j].word, a->name) != 0)
-                j++;
-            if (j < nkw)
-                ok &= read_kw(e, s, &kws[j], a->lhs, &attr);
+            int j = find_kw(c, a->name);
+            if (j < c->nkw)
+                ok &= read_kw(e, s, &c->kws[j], a->lhs, &c->attr);
             continue;
         }
         int left = npos - k++;   // this argument and the positional ones after it
-        if (nin < info->min_in || (nin < info->max_in && left > slots)) {
+        if (c->nin < info->min_in || (c->nin < info->max_in && left > slots)) {
             Value v = eval(e, s, a->lhs, NULL);
             if (v.kind != V_TENSOR && v.kind != V_NONE)
                 fe_error(e->src, a->lhs->loc, "argument %d of %s must be a tensor, but this is %s",
-                         nin + 1, info->name, vkind_name(v.kind));
+                         c->nin + 1, info->name, vkind_name(v.kind));
             ok &= v.kind == V_TENSOR;
-            in[nin++] = v.kind == V_TENSOR ? (int)v.i : -1;   // a failed argument still takes its place
+            // a failed argument still takes its place
+            c->in[c->nin++] = v.kind == V_TENSOR ? (int)v.i : -1;
             continue;
         }
-        while (next_kw < nkw && (!kws[next_kw].positional || given[next_kw]))
+        while (next_kw < c->nkw && (!c->kws[next_kw].positional || c->given[next_kw]))
             next_kw++;
-        if (next_kw == nkw) {
+        if (next_kw == c->nkw) {
             fe_error(e->src, a->loc, "too many arguments to %s (takes %d tensor%s%s)", info->name,
                      info->max_in, info->max_in == 1 ? "" : "s", slots ? " and its attributes" : "");
-            return none();
+            return false;
         }
-        given[next_kw] = true;
-        ok &= read_kw(e, s, &kws[next_kw++], a->lhs, &attr);
+        c->given[next_kw] = true;
+        ok &= read_kw(e, s, &c->kws[next_kw++], a->lhs, &c->attr);
     }
-    if (!ok)
-        return none();
-    if (nin < info->min_in) {
-        fe_error(e->src, x->loc, "%s takes at least %d tensor arguments, got %d", info->name,
-                 info->min_in, nin);
-        return none();
-    }
-    for (int j = 0; j < nkw; j++)
-        if (kws[j].required && !given[j]) {
-            fe_error(e->src, x->loc, "%s needs its '%s' argument", info->name, kws[j].word);
-            return none();
-        }
-    // A dimension counted from the end (-1 the last) is stored as its index.
-    if ((info->attrs & (ATTR_SLICE | ATTR_AXIS)) && attr.axis < 0 && in[0] >= 0)
-        attr.axis += ir_tensor(e->g, in[0])->ndim;
-    // A dynamic rope is computed for a fixed length: the sequence's, unless given.
-    if ((info->attrs & ATTR_ROPE) && attr.rope.scaling == ROPE_DYNAMIC && !attr.rope.length)
-        attr.rope.length = e->g->seq;
-    return add_node(e, s, op, nin, in, attr, value_name(e, s, name, info->name), x->loc, x->args);
+    return ok;
 }
 
-// Instantiates block `blk` for one call: its params get layer `layer`'s names.
-static Value call_block(Elab *e, Scope *s, const Ast *blk, const Ast *args, int layer,
-                        SrcLoc loc) {
+// Whether call x gave the tensors and the keywords its op needs; reports at x otherwise.
+static bool call_args_complete(Elab *e, const Ast *x, const CallArgs *c) {
+    if (c->nin < c->info->min_in) {
+        fe_error(e->src, x->loc, "%s takes at least %d tensor arguments, got %d", c->info->name,
+                 c->info->min_in, c->nin);
+        return false;
+    }
+    for (int j = 0; j < c->nkw; j++)
+        if (c->kws[j].required && !c->given[j]) {
+            fe_error(e->src, x->loc, "%s needs its '%s' argument", c->info->name, c->kws[j].word);
+            return false;
+        }
+    return true;
+}
+
+static Value eval_call(Elab *e, Scope *s, const Ast *x, const char *name) {
+    OpKind op;
+    if (!op_lookup_user(x->name, &op))
+        return eval_block_call(e, s, x);
+    CallArgs c = {.info = op_desc(op)};
+    c.nkw = op_user_keywords(op, c.kws);
+    bool named_ok = mark_named_args(e, x->args, &c);
+    if (!read_call_args(e, s, x, &c) || !named_ok || !call_args_complete(e, x, &c))
+        return none();
+    const OpDesc *info = c.info;
+    // A dimension counted from the end (-1 the last) is stored as its index.
+    if ((info->attrs & (ATTR_SLICE | ATTR_AXIS)) && c.attr.axis < 0 && c.in[0] >= 0)
+        c.attr.axis += ir_tensor(e->g, c.in[0])->ndim;
+    // A dynamic rope is computed for a fixed length: the sequence's, unless given.
+    if ((info->attrs & ATTR_ROPE) && c.attr.rope.scaling == ROPE_DYNAMIC && !c.attr.rope.length)
+        c.attr.rope.length = e->g->seq;
+    return add_node(e, s, op, c.nin, c.in, c.attr, value_name(e, s, name, info->name), x->loc,
+                    x->args);
+}
+
+// Whether block `blk` may be instantiated here with `args`; reports at loc otherwise.
+static bool block_call_ok(Elab *e, const Ast *blk, const Ast *args, SrcLoc loc) {
     if (!e->g) {
         fe_error(e->src, loc, "a block can only be called from forward");
-        return none();
+        return false;
     }
     if (e->depth > 8) {
         fe_error(e->src, loc, "blocks nest too deeply (is '%s' calling itself?)", blk->name);
-        return none();
+        return false;
     }
     if (++e->calls > MAX_CALLS) {
         if (!e->too_big)
             fe_error(e->src, loc, "more than %d block instances", MAX_CALLS);
         e->too_big = true;
-        return none();
+        return false;
     }
     int nin = ast_count(blk->inputs);
     if (ast_count(args) != nin) {
         fe_error(e->src, loc, "block '%s' takes %d argument%s, got %d", blk->name, nin,
                  nin == 1 ? "" : "s", ast_count(args));
-        return none();
+        return false;
     }
-    // Evaluate the arguments in the caller's scope before entering the block.
-    Value vals[IR_MAX_INPUTS * 4];
-    if (nin > (int)(sizeof vals / sizeof vals[0])) {
-        fe_error(e->src, loc, "too many block inputs");
-        return none();
-    }
+    return true;
+}
+
+// Evaluates a block call's arguments `args` into vals[] in the caller's scope; false after
+// an error.
+static bool eval_block_args(Elab *e, Scope *s, const Ast *args, Value *vals) {
     int k = 0;
     bool ok = true;
     for (const Ast *a = args; a; a = a->next, k++) {
         if (a->name) {
             fe_error(e->src, a->loc, "block arguments are positional");
-            return none();
+            return false;
         }
         vals[k] = eval(e, s, a->lhs, NULL);
         ok &= vals[k].kind != V_NONE;
     }
-    if (!ok)
-        return none();
-    // "model.layers.{i}" -> "model.layers.3"
-    const char *pat = blk->str, *brace = strstr(pat, "{i}");
-    const char *hf = brace ? arena_printf(e->a, "%.*s%d%s", (int)(brace - pat), pat, layer, brace + 3)
-                           : pat;
-    Scope in = {.parent = e->model, .prefix = arena_printf(e->a, "%s.%d.", blk->name, layer),
-                .hf_prefix = *hf ? arena_printf(e->a, "%s.", hf) : "", .layer = layer};
-    bind(&in, "layer", (Value){.kind = V_INT, .i = layer});   // what differs by layer: [a, b][layer % 2]
-    Value ret = none();
-    k = 0;
+    return ok;
+}
+
+// Binds block `blk`'s inputs in scope `in` to vals[], each a tensor of its declared shape;
+// false after an error (reported at the call, loc).
+static bool bind_block_inputs(Elab *e, Scope *in, const Ast *blk, const Value *vals, SrcLoc loc) {
+    int k = 0;
     for (const Ast *p = blk->inputs; p; p = p->next, k++) {
         int64_t shape[IR_MAX_DIMS];
-        int nd = eval_dims(e, &in, p->args, shape, p->loc);
+        int nd = eval_dims(e, in, p->args, shape, p->loc);
         if (nd < 0)
-            goto out;
+            return false;
         if (vals[k].kind != V_TENSOR) {
             fe_error(e->src, loc, "argument %d of block '%s' must be a tensor", k + 1, blk->name);
-            goto out;
+            return false;
         }
         IrTensor *t = ir_tensor(e->g, (int)vals[k].i), want = {.dtype = t->dtype, .ndim = nd};
         memcpy(want.shape, shape, sizeof shape);
@@ -582,28 +630,57 @@ static Value call_block(Elab *e, Scope *s, const Ast *blk, const Ast *args, int 
             fe_error(e->src, loc, "block '%s' expects %s as '%s', got %s", blk->name, b, p->name,
                      a);
             fe_note(e->src, p->loc, "'%s' is declared here", p->name);
-            goto out;
+            return false;
         }
-        bind(&in, p->name, vals[k]);
+        bind(in, p->name, vals[k]);
     }
-    if (make_params(e, &in, blk->body) != 0)
-        goto out;
+    return true;
+}
+
+// Runs block `blk`'s body in scope `in` up to its return; the returned value, or none.
+static Value run_block_body(Elab *e, Scope *in, const Ast *blk) {
+    Value ret = none();
     e->depth++;
     for (const Ast *st = blk->body; st; st = st->next) {
         if (st->kind == AST_ASSIGN) {
-            Value v = eval(e, &in, st->lhs, st->name);
+            Value v = eval(e, in, st->lhs, st->name);
             if (v.kind == V_NONE)
                 break;
-            bind(&in, st->name, v);
+            bind(in, st->name, v);
         } else if (st->kind == AST_RETURN) {
-            ret = eval(e, &in, st->lhs, "out");
+            ret = eval(e, in, st->lhs, "out");
             break;
         }
     }
     e->depth--;
     if (ret.kind == V_NONE && e->src->errors == 0)
         fe_error(e->src, blk->loc, "block '%s' does not return a value", blk->name);
-out:
+    return ret;
+}
+
+// Instantiates block `blk` for one call: its params get layer `layer`'s names.
+static Value call_block(Elab *e, Scope *s, const Ast *blk, const Ast *args, int layer,
+                        SrcLoc loc) {
+    if (!block_call_ok(e, blk, args, loc))
+        return none();
+    // Evaluate the arguments in the caller's scope before entering the block.
+    Value vals[IR_MAX_INPUTS * 4];
+    if (ast_count(blk->inputs) > (int)(sizeof vals / sizeof vals[0])) {
+        fe_error(e->src, loc, "too many block inputs");
+        return none();
+    }
+    if (!eval_block_args(e, s, args, vals))
+        return none();
+    // "model.layers.{i}" -> "model.layers.3"
+    const char *pat = blk->str, *brace = strstr(pat, "{i}");
+    const char *hf = brace ? arena_printf(e->a, "%.*s%d%s", (int)(brace - pat), pat, layer, brace + 3)
+                           : pat;
+    Scope in = {.parent = e->model, .prefix = arena_printf(e->a, "%s.%d.", blk->name, layer),
+                .hf_prefix = *hf ? arena_printf(e->a, "%s.", hf) : "", .layer = layer};
+    bind(&in, "layer", (Value){.kind = V_INT, .i = layer});   // what differs by layer: [a, b][layer % 2]
+    Value ret = none();
+    if (bind_block_inputs(e, &in, blk, vals, loc) && make_params(e, &in, blk->body) == 0)
+        ret = run_block_body(e, &in, blk);
     vec_free(&in.vars);
     return ret;
 }
@@ -700,6 +777,71 @@ static int rope_table(Elab *e, const IrTensor *x, OpAttr attr, SrcLoc loc) {
     return e->g->nodes.at[id].out[0];
 }
 
+// A name's value: its binding, or the position ids while building the graph.
+static Value eval_ident(Elab *e, Scope *s, const Ast *x) {
+    Binding *b = lookup(s, x->name);
+    if (!b && e->g && strcmp(x->name, "positions") == 0)
+        return positions(e, x->loc);
+    if (!b) {
+        fe_error(e->src, x->loc, "unknown identifier '%s'", x->name);
+        return none();
+    }
+    return b->v;
+}
+
+// -x: a number negated, or a tensor scaled by -1.
+static Value eval_neg(Elab *e, Scope *s, const Ast *x, const char *name) {
+    Value v = eval(e, s, x->lhs, NULL);
+    if (v.kind == V_INT) {
+        if (v.i == INT64_MIN) {
+            fe_error(e->src, x->loc, "integer overflow");
+            return none();
+        }
+        return (Value){.kind = V_INT, .i = -v.i};
+    }
+    if (v.kind == V_FLOAT)
+        return (Value){.kind = V_FLOAT, .f = -v.f};
+    if (v.kind == V_TENSOR) {
+        int in[1] = {(int)v.i};
+        return add_node(e, s, OP_SCALE, 1, in, (OpAttr){.f = -1}, value_name(e, s, name, "neg"),
+                        x->loc, NULL);
+    }
+    if (v.kind != V_NONE)
+        fe_error(e->src, x->loc, "cannot negate %s", vkind_name(v.kind));
+    return none();
+}
+
+// t[k]: a list's element, or the rows of embedding table t at a tensor of ids.
+static Value eval_index(Elab *e, Scope *s, const Ast *x, const char *name) {
+    Value t = eval(e, s, x->lhs, NULL);
+    if (t.kind == V_NONE)
+        return none();
+    if (t.kind == V_LIST && t.ast->kind == AST_LIST)   // a list's element: [a, b, c][k]
+        return list_element(e, s, t.ast, x, name);
+    if (t.kind != V_TENSOR || ast_count(x->args) != 1 || x->args->name) {
+        fe_error(e->src, x->loc, "indexing needs an embedding table and one index tensor");
+        return none();
+    }
+    Value ids = eval(e, s, x->args->lhs, NULL);
+    if (ids.kind == V_NONE)
+        return none();
+    if (ids.kind != V_TENSOR) {
+        fe_error(e->src, x->args->loc, "an index must be a tensor of token ids");
+        return none();
+    }
+    // Position ids reach S - 1: a table of fewer rows fails on the first batch.
+    const IrTensor *tab = ir_tensor(e->g, (int)t.i);
+    if (ids.i == e->positions && tab->ndim == 2 && tab->shape[0] < e->g->seq) {
+        fe_error(e->src, x->lhs->loc, "positions go up to %lld (seq = %lld), but this table has %lld "
+                 "rows", (long long)e->g->seq - 1, (long long)e->g->seq, (long long)tab->shape[0]);
+        return none();
+    }
+    int in[2] = {(int)t.i, (int)ids.i};
+    Ast args = {.kind = AST_ARG, .loc = x->lhs->loc, .next = x->args};
+    return add_node(e, s, OP_EMBED, 2, in, (OpAttr){0}, value_name(e, s, name, "embed"), x->loc,
+                    &args);
+}
+
 static Value eval(Elab *e, Scope *s, const Ast *x, const char *name) {
     switch (x->kind) {
     case AST_INT: return (Value){.kind = V_INT, .i = x->ival};
@@ -709,36 +851,8 @@ static Value eval(Elab *e, Scope *s, const Ast *x, const char *name) {
     case AST_STR: return (Value){.kind = V_STR, .s = x->name};
     case AST_LIST:
     case AST_TUPLE: return (Value){.kind = V_LIST, .ast = x};
-    case AST_IDENT: {
-        Binding *b = lookup(s, x->name);
-        if (!b && e->g && strcmp(x->name, "positions") == 0)
-            return positions(e, x->loc);
-        if (!b) {
-            fe_error(e->src, x->loc, "unknown identifier '%s'", x->name);
-            return none();
-        }
-        return b->v;
-    }
-    case AST_NEG: {
-        Value v = eval(e, s, x->lhs, NULL);
-        if (v.kind == V_INT) {
-            if (v.i == INT64_MIN) {
-                fe_error(e->src, x->loc, "integer overflow");
-                return none();
-            }
-            return (Value){.kind = V_INT, .i = -v.i};
-        }
-        if (v.kind == V_FLOAT)
-            return (Value){.kind = V_FLOAT, .f = -v.f};
-        if (v.kind == V_TENSOR) {
-            int in[1] = {(int)v.i};
-            return add_node(e, s, OP_SCALE, 1, in, (OpAttr){.f = -1},
-                            value_name(e, s, name, "neg"), x->loc, NULL);
-        }
-        if (v.kind != V_NONE)
-            fe_error(e->src, x->loc, "cannot negate %s", vkind_name(v.kind));
-        return none();
-    }
+    case AST_IDENT: return eval_ident(e, s, x);
+    case AST_NEG: return eval_neg(e, s, x, name);
     case AST_BINOP: return eval_binop(e, s, x, name);
     case AST_CALL:
         if (!e->g) {
@@ -752,35 +866,7 @@ static Value eval(Elab *e, Scope *s, const Ast *x, const char *name) {
             return none();
         }
         return eval_repeat(e, s, x, name);
-    case AST_INDEX: {
-        Value t = eval(e, s, x->lhs, NULL);
-        if (t.kind == V_NONE)
-            return none();
-        if (t.kind == V_LIST && t.ast->kind == AST_LIST)   // a list's element: [a, b, c][k]
-            return list_element(e, s, t.ast, x, name);
-        if (t.kind != V_TENSOR || ast_count(x->args) != 1 || x->args->name) {
-            fe_error(e->src, x->loc, "indexing needs an embedding table and one index tensor");
-            return none();
-        }
-        Value ids = eval(e, s, x->args->lhs, NULL);
-        if (ids.kind == V_NONE)
-            return none();
-        if (ids.kind != V_TENSOR) {
-            fe_error(e->src, x->args->loc, "an index must be a tensor of token ids");
-            return none();
-        }
-        // Position ids reach S - 1: a table of fewer rows fails on the first batch.
-        const IrTensor *tab = ir_tensor(e->g, (int)t.i);
-        if (ids.i == e->positions && tab->ndim == 2 && tab->shape[0] < e->g->seq) {
-            fe_error(e->src, x->lhs->loc, "positions go up to %lld (seq = %lld), but this table has %lld "
-                     "rows", (long long)e->g->seq - 1, (long long)e->g->seq, (long long)tab->shape[0]);
-            return none();
-        }
-        int in[2] = {(int)t.i, (int)ids.i};
-        Ast args = {.kind = AST_ARG, .loc = x->lhs->loc, .next = x->args};
-        return add_node(e, s, OP_EMBED, 2, in, (OpAttr){0}, value_name(e, s, name, "embed"),
-                        x->loc, &args);
-    }
+    case AST_INDEX: return eval_index(e, s, x, name);
     default:
         fe_error(e->src, x->loc, "not an expression");
         return none();
@@ -1105,123 +1191,153 @@ static void read_number(Elab *e, Scope *s, const Ast *it, bool is_int, double lo
         *(double *)dst = x;
 }
 
-static void read_train(Elab *e, Scope *s, const Ast *train, TrainSpec *t) {
-    *t = (TrainSpec){.precision = PREC_BF16, .master_weights = true, .optim_dtype = DT_F32,
-                     .optimizer = OPTIM_ADAMW, .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999,
-                     .min_8bit_size = IR_ADAM8_MIN_ELEMS,
-                     .eps = 1e-8, .weight_decay = 0.01, .scale_init = 65536.0, .scale_growth = 2.0,
-                     .scale_backoff = 0.5, .scale_interval = 2000, .kahan = -1};
-    bool have_seq = false, have_batch = false, have_loss = false;
-    SrcLoc schedule_loc = train->loc, min_lr_loc = train->loc, warmup_loc = train->loc;
-    SrcLoc scaler_loc = train->loc;
-    bool have_scaler = false;
-    t->master_loc = train->loc;
-    for (const Ast *it = train->body; it; it = it->next) {
-        if (it->kind == AST_EXPR_STMT) {
-            const Ast *c = it->lhs;
-            if (strcmp(c->name, "lora") == 0)
-                read_lora(e, s, c, t);
-            else if (strcmp(c->name, "quantize") == 0)
-                read_quantize(e, s, c, t);
-            else if (strcmp(c->name, "grad_scaler") == 0)
-                read_grad_scaler(e, s, c, t), scaler_loc = c->loc, have_scaler = true;
-            else
-                fe_error(e->src, c->loc, "unknown train directive '%s' (lora, quantize, grad_scaler)",
-                         c->name);
-            continue;
-        }
-        const char *k = it->name;
-        if (strcmp(k, "seq") == 0 || strcmp(k, "batch") == 0 || strcmp(k, "micro_batch") == 0) {
-            Value v = want(e, s, it->lhs, V_INT, V_INT, k);
-            if (v.kind == V_INT && (v.i < 1 || v.i > (1 << 24))) {
-                fe_error(e->src, it->lhs->loc, "%s must be between 1 and %d", k, 1 << 24);
-                continue;
-            }
-            if (k[0] == 's')
-                t->seq = v.i, have_seq = v.kind == V_INT;
-            else if (k[0] == 'b')
-                t->batch = v.i, have_batch = v.kind == V_INT;
-            else
-                t->micro_batch = v.i;
-        } else if (strcmp(k, "budget") == 0 || strcmp(k, "host_mem") == 0) {
-            Value v = want(e, s, it->lhs, V_SIZE, V_SIZE, k);
-            if (v.kind == V_SIZE)
-                *(k[0] == 'b' ? &t->budget_bytes : &t->host_mem_bytes) = v.i;
-        } else if (strcmp(k, "loss") == 0) {
-            have_loss = true;
-            t->loss_loc = it->lhs->loc;
-        } else if (strcmp(k, "precision") == 0) {
-            read_precision(e, it->lhs, t);
-        } else if (strcmp(k, "master_weights") == 0 || strcmp(k, "packing") == 0) {
-            Value v = want(e, s, it->lhs, V_BOOL, V_BOOL, k);
-            if (k[0] == 'p') {
-                t->packing = v.kind == V_BOOL && v.i;
-            } else {
-                t->master_weights = v.kind == V_BOOL && v.i;
-                t->master_loc = it->lhs->loc;
-            }
-        } else if (strcmp(k, "optimizer") == 0) {
-            read_optimizer(e, s, it->lhs, t);
-        } else if (strcmp(k, "lr_schedule") == 0) {
-            read_schedule(e, it->lhs, t);
-            schedule_loc = it->lhs->loc;
-        } else if (strcmp(k, "warmup_steps") == 0) {
-            read_number(e, s, it, true, 0, 1e12, &t->warmup_steps);
-            warmup_loc = it->lhs->loc;
-        } else if (strcmp(k, "steps") == 0) {
-            read_number(e, s, it, true, 1, 1e12, &t->steps);
-        } else if (strcmp(k, "min_lr") == 0) {
-            read_number(e, s, it, false, 0, INFINITY, &t->min_lr);
-            min_lr_loc = it->lhs->loc;
-        } else if (strcmp(k, "clip") == 0) {
-            read_number(e, s, it, false, 0, INFINITY, &t->clip);
-        } else {
-            fe_error(e->src, it->loc,
-                     "unknown train setting '%s' (seq, batch, micro_batch, loss, precision, "
-                     "master_weights, packing, optimizer, lr_schedule, warmup_steps, steps, min_lr, clip, "
-                     "budget, host_mem)", k);
-        }
+// What read_train notes beside the spec: which settings were given, and where those that
+// later checks point at are.
+typedef struct TrainSeen {
+    bool seq, batch, loss, scaler;
+    SrcLoc schedule, min_lr, warmup, scaler_at;
+} TrainSeen;
+
+// A train directive `c`: lora(...), quantize(...) or grad_scaler(...).
+static void read_directive(Elab *e, Scope *s, const Ast *c, TrainSpec *t, TrainSeen *seen) {
+    if (strcmp(c->name, "lora") == 0)
+        read_lora(e, s, c, t);
+    else if (strcmp(c->name, "quantize") == 0)
+        read_quantize(e, s, c, t);
+    else if (strcmp(c->name, "grad_scaler") == 0)
+        read_grad_scaler(e, s, c, t), seen->scaler_at = c->loc, seen->scaler = true;
+    else
+        fe_error(e->src, c->loc, "unknown train directive '%s' (lora, quantize, grad_scaler)",
+                 c->name);
+}
+
+// seq, batch or micro_batch = N, from 1 to 2^24.
+static void read_batch_size(Elab *e, Scope *s, const Ast *it, TrainSpec *t, TrainSeen *seen) {
+    const char *k = it->name;
+    Value v = want(e, s, it->lhs, V_INT, V_INT, k);
+    if (v.kind == V_INT && (v.i < 1 || v.i > (1 << 24))) {
+        fe_error(e->src, it->lhs->loc, "%s must be between 1 and %d", k, 1 << 24);
+        return;
     }
+    if (k[0] == 's')
+        t->seq = v.i, seen->seq = v.kind == V_INT;
+    else if (k[0] == 'b')
+        t->batch = v.i, seen->batch = v.kind == V_INT;
+    else
+        t->micro_batch = v.i;
+}
+
+// One train setting, `key = value`.
+static void read_setting(Elab *e, Scope *s, const Ast *it, TrainSpec *t, TrainSeen *seen) {
+    const char *k = it->name;
+    if (strcmp(k, "seq") == 0 || strcmp(k, "batch") == 0 || strcmp(k, "micro_batch") == 0) {
+        read_batch_size(e, s, it, t, seen);
+    } else if (strcmp(k, "budget") == 0 || strcmp(k, "host_mem") == 0) {
+        Value v = want(e, s, it->lhs, V_SIZE, V_SIZE, k);
+        if (v.kind == V_SIZE)
+            *(k[0] == 'b' ? &t->budget_bytes : &t->host_mem_bytes) = v.i;
+    } else if (strcmp(k, "loss") == 0) {
+        seen->loss = true;
+        t->loss_loc = it->lhs->loc;
+    } else if (strcmp(k, "precision") == 0) {
+        read_precision(e, it->lhs, t);
+    } else if (strcmp(k, "master_weights") == 0 || strcmp(k, "packing") == 0) {
+        Value v = want(e, s, it->lhs, V_BOOL, V_BOOL, k);
+        if (k[0] == 'p') {
+            t->packing = v.kind == V_BOOL && v.i;
+        } else {
+            t->master_weights = v.kind == V_BOOL && v.i;
+            t->master_loc = it->lhs->loc;
+        }
+    } else if (strcmp(k, "optimizer") == 0) {
+        read_optimizer(e, s, it->lhs, t);
+    } else if (strcmp(k, "lr_schedule") == 0) {
+        read_schedule(e, it->lhs, t);
+        seen->schedule = it->lhs->loc;
+    } else if (strcmp(k, "warmup_steps") == 0) {
+        read_number(e, s, it, true, 0, 1e12, &t->warmup_steps);
+        seen->warmup = it->lhs->loc;
+    } else if (strcmp(k, "steps") == 0) {
+        read_number(e, s, it, true, 1, 1e12, &t->steps);
+    } else if (strcmp(k, "min_lr") == 0) {
+        read_number(e, s, it, false, 0, INFINITY, &t->min_lr);
+        seen->min_lr = it->lhs->loc;
+    } else if (strcmp(k, "clip") == 0) {
+        read_number(e, s, it, false, 0, INFINITY, &t->clip);
+    } else {
+        fe_error(e->src, it->loc,
+                 "unknown train setting '%s' (seq, batch, micro_batch, loss, precision, "
+                 "master_weights, packing, optimizer, lr_schedule, warmup_steps, steps, min_lr, clip, "
+                 "budget, host_mem)", k);
+    }
+}
+
+// The checks across settings once all are read: the schedule's, and what train needs.
+static void check_train(Elab *e, const Ast *train, const TrainSpec *t, const TrainSeen *seen) {
     if (t->min_lr > t->lr)
-        fe_error(e->src, min_lr_loc, "min_lr %g is above the learning rate %g", t->min_lr, t->lr);
+        fe_error(e->src, seen->min_lr, "min_lr %g is above the learning rate %g", t->min_lr, t->lr);
     if (t->steps && t->warmup_steps > t->steps)
-        fe_error(e->src, warmup_loc, "warmup_steps %lld is more than steps %lld",
+        fe_error(e->src, seen->warmup, "warmup_steps %lld is more than steps %lld",
                  (long long)t->warmup_steps, (long long)t->steps);
     if (t->lr_schedule != LR_CONSTANT && !t->steps)
-        fe_error(e->src, schedule_loc, "lr_schedule = %s decays over the run: it needs steps = N",
+        fe_error(e->src, seen->schedule, "lr_schedule = %s decays over the run: it needs steps = N",
                  t->lr_schedule == LR_LINEAR ? "linear" : "cosine");
-    if (!have_seq)
+    if (!seen->seq)
         fe_error(e->src, train->loc, "train needs seq = N");
-    if (!have_batch)
+    if (!seen->batch)
         fe_error(e->src, train->loc, "train needs batch = N");
-    if (!have_loss)
+    if (!seen->loss)
         fe_error(e->src, train->loc, "train needs loss = cross_entropy(forward(tokens), next(tokens))");
     if (t->quantize && !t->lora)
         fe_error(e->src, train->loc, "quantize(nf4) stores frozen weights: add lora(...) to train "
                                      "adapters on the quantised base");
-    if (have_batch && t->micro_batch && t->batch % t->micro_batch)
+    if (seen->batch && t->micro_batch && t->batch % t->micro_batch)
         fe_error(e->src, train->loc, "micro_batch %lld does not divide batch %lld",
                  (long long)t->micro_batch, (long long)t->batch);
+}
+
+// The precision's consequences: fp32 keeps no master copy; the loss scaler, Kahan and
+// master weights each only where the precision needs them.
+static void check_precision(Elab *e, TrainSpec *t, const TrainSeen *seen) {
     if (t->precision == PREC_FP32)
         t->master_weights = false;
-    if (have_scaler && t->precision != PREC_FP16)
-        fe_error(e->src, scaler_loc, "grad_scaler scales the loss for fp16, whose gradients underflow "
-                 "without it; %s needs none", t->precision == PREC_FP32 ? "fp32" : "bf16 (8 exponent bits, "
-                 "fp32's range)");
-    // fp16 weights updated by AdamW in place: an update below half an fp16 ulp (2^-11 of
-    // the weight) is lost, and the loss scale has nowhere to be undone exactly.
+    if (seen->scaler && t->precision != PREC_FP16)
+        fe_error(e->src, seen->scaler_at, "grad_scaler scales the loss for fp16, whose gradients "
+                 "underflow without it; %s needs none", t->precision == PREC_FP32 ? "fp32"
+                 : "bf16 (8 exponent bits, fp32's range)");
     // Kahan compensates bf16 weights that AdamW updates in place; a master copy needs none.
     if (t->kahan == 1 && !(t->precision == PREC_BF16_PURE && !t->master_weights && fe_adam_like(t->optimizer)))
         fe_error(e->src, t->kahan_loc,
                  "kahan compensates bf16 weights that AdamW updates in place (precision = bf16_pure, "
                  "no master weights); %s", t->master_weights ? "here the fp32 master copy takes every "
                  "update whole" : "this precision has no such weights");
+    // fp16 weights updated by AdamW in place: an update below half an fp16 ulp (2^-11 of
+    // the weight) is lost, and the loss scale has nowhere to be undone exactly.
     if (t->precision == PREC_FP16 && !t->master_weights && fe_adam_like(t->optimizer))
         fe_error(e->src, t->master_loc,
                  "fp16 AdamW needs the fp32 master copy: updated in fp16 itself, a weight loses every "
                  "update below half its ulp (2^-11 of the weight: most of AdamW's at lr 1e-4 and "
                  "below); keep master_weights (the default for fp16), or train in bf16_pure, whose "
                  "updates are Kahan-compensated");
+}
+
+static void read_train(Elab *e, Scope *s, const Ast *train, TrainSpec *t) {
+    *t = (TrainSpec){.precision = PREC_BF16, .master_weights = true, .optim_dtype = DT_F32,
+                     .optimizer = OPTIM_ADAMW, .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999,
+                     .min_8bit_size = IR_ADAM8_MIN_ELEMS,
+                     .eps = 1e-8, .weight_decay = 0.01, .scale_init = 65536.0, .scale_growth = 2.0,
+                     .scale_backoff = 0.5, .scale_interval = 2000, .kahan = -1};
+    TrainSeen seen = {.schedule = train->loc, .min_lr = train->loc, .warmup = train->loc,
+                      .scaler_at = train->loc};
+    t->master_loc = train->loc;
+    for (const Ast *it = train->body; it; it = it->next) {
+        if (it->kind == AST_EXPR_STMT)
+            read_directive(e, s, it->lhs, t, &seen);
+        else
+            read_setting(e, s, it, t, &seen);
+    }
+    check_train(e, train, t, &seen);
+    check_precision(e, t, &seen);
 }
 
 // Folds the model's constants into scope `s` (in order; later ones see earlier).

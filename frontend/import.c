@@ -345,23 +345,14 @@ static void read_act(Cfg *c, const char *key, const char *dflt, bool gelu_is_tan
 // or one layer type's of a nested one), every key of it checked.
 //
 
-// Reads the rope dict `d` found at `path` (n keys deep) into *r; theta and partial rotary
-// come in as their defaults from the top level. -1 after an error.
-static int read_rope_dict(Cfg *c, json_t *d, const char *const *path, int n, const ImportModel *m,
-                          ImportRope *r, double *partial) {
-    const char *p[4];
-    for (int i = 0; i < n; i++)
-        p[i] = path[i];
-    int errors = c->src->errors;
-    if (!json_is_object(d)) {
-        fe_error(c->src, path_loc(c->src, p, n), "\"%s\" must be an object", path[n - 1]);
-        return -1;
-    }
-    const char *type = "default";
+// The rope type of dict `d` (rope_type, or type; "default" when absent) into *type, and its
+// scaling; -1 after an error. `p`: the dict's path (n keys deep), with room for one more.
+static int rope_dict_type(Cfg *c, json_t *d, const char **p, int n, const char **type) {
+    *type = "default";
     json_t *t = get(d, "rope_type");
     if (!t)
         t = get(d, "type");
-    if (t && !(type = json_string_value(t))) {
+    if (t && !(*type = json_string_value(t))) {
         p[n] = get(d, "rope_type") ? "rope_type" : "type";
         fe_error(c->src, path_loc(c->src, p, n + 1), "the rope type must be a string");
         return -1;
@@ -371,17 +362,21 @@ static int read_rope_dict(Cfg *c, json_t *d, const char *const *path, int n, con
         {"llama3", ROPE_LLAMA3}, {"yarn", ROPE_YARN}};
     int scaling = -1;
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
-        if (strcmp(type, types[i].name) == 0)
+        if (strcmp(*type, types[i].name) == 0)
             scaling = types[i].scaling;
     if (scaling < 0) {
         p[n] = get(d, "rope_type") ? "rope_type" : "type";
         fe_error(c->src, path_loc(c->src, p, n + 1),
                  "rope type \"%s\" is not modelled: the .ft's rope scales linear, dynamic, llama3 "
-                 "and yarn", type);
-        return -1;
+                 "and yarn", *type);
     }
-    r->r.scaling = scaling;
-    // Every key, by the types it belongs to (bit k: types[k]).
+    return scaling;
+}
+
+// An error at every non-null key of dict `d` that rope type `type` (`scaling`) does not read.
+static void check_rope_keys(Cfg *c, json_t *d, const char **p, int n, int scaling,
+                            const char *type) {
+    // Every key, by the types it belongs to (bit k: the rope scaling k of ops.h).
     static const struct { const char *key; unsigned types; } keys[] = {
         {"rope_type", 31}, {"type", 31}, {"rope_theta", 31}, {"partial_rotary_factor", 31},
         {"factor", 2 | 4 | 8 | 16}, {"original_max_position_embeddings", 8 | 16},
@@ -402,6 +397,11 @@ static int read_rope_dict(Cfg *c, json_t *d, const char *const *path, int n, con
         fe_error(c->src, path_loc(c->src, p, n + 1), "\"%s\" is not modelled for rope type \"%s\"",
                  key, type);
     }
+}
+
+// The values given in dict `d` into *r and *partial, an error at each one of the wrong kind.
+static void read_rope_values(Cfg *c, json_t *d, const char **p, int n, ImportRope *r,
+                             double *partial) {
     // The numbers, each positive where given.
     struct { const char *key; double *dst; } nums[] = {
         {"rope_theta", &r->theta}, {"partial_rotary_factor", partial}, {"factor", &r->r.factor},
@@ -436,9 +436,10 @@ static int read_rope_dict(Cfg *c, json_t *d, const char *const *path, int n, con
         }
         r->r.no_truncate = json_is_false(tr);
     }
-    if (c->src->errors != errors)
-        return -1;
-    // What transformers derives when a key is absent.
+}
+
+// What transformers derives when a key of dict `d` is absent.
+static void derive_rope(json_t *d, const ImportModel *m, int scaling, ImportRope *r) {
     if (scaling == ROPE_DYNAMIC)
         r->r.original = m->max_pos;   // dynamic grows past max_position_embeddings
     if ((scaling == ROPE_LLAMA3 || scaling == ROPE_YARN) && !r->r.original)
@@ -452,6 +453,11 @@ static int read_rope_dict(Cfg *c, json_t *d, const char *const *path, int n, con
             r->r.attn_factor = (0.1 * json_number_value(ms) * log(f) + 1.0) /
                                (0.1 * json_number_value(ma) * log(f) + 1.0);
     }
+}
+
+// An error at the dict when rope type `type` (`scaling`) lacks a value it needs; -1 then.
+static int check_rope_needs(Cfg *c, const char **p, int n, int scaling, const char *type,
+                            const ImportRope *r) {
     if (scaling != ROPE_PLAIN && !(r->r.factor > 0)) {
         p[n] = "factor";
         fe_error(c->src, path_loc(c->src, p, n), "rope type \"%s\" needs \"factor\"", type);
@@ -468,6 +474,31 @@ static int read_rope_dict(Cfg *c, json_t *d, const char *const *path, int n, con
         return -1;
     }
     return 0;
+}
+
+// Reads the rope dict `d` found at `path` (n keys deep) into *r; theta and partial rotary
+// come in as their defaults from the top level. -1 after an error.
+static int read_rope_dict(Cfg *c, json_t *d, const char *const *path, int n, const ImportModel *m,
+                          ImportRope *r, double *partial) {
+    const char *p[4];
+    for (int i = 0; i < n; i++)
+        p[i] = path[i];
+    int errors = c->src->errors;
+    if (!json_is_object(d)) {
+        fe_error(c->src, path_loc(c->src, p, n), "\"%s\" must be an object", path[n - 1]);
+        return -1;
+    }
+    const char *type;
+    int scaling = rope_dict_type(c, d, p, n, &type);
+    if (scaling < 0)
+        return -1;
+    r->r.scaling = scaling;
+    check_rope_keys(c, d, p, n, scaling, type);
+    read_rope_values(c, d, p, n, r, partial);
+    if (c->src->errors != errors)
+        return -1;
+    derive_rope(d, m, scaling, r);
+    return check_rope_needs(c, p, n, scaling, type, r);
 }
 
 // The rotary dims of a partial rotary factor: int(head_dim * factor), transformers' rounding.

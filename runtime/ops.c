@@ -136,6 +136,60 @@ bool ops_parse_i64(const char *s, int64_t *v) {
     return true;
 }
 
+// "x,y": the two axes a transpose swaps.
+static int parse_perm(const char *v, OpAttr *a) {
+    int64_t x, y;
+    char tmp[64];
+    snprintf(tmp, sizeof tmp, "%s", v);
+    char *comma = strchr(tmp, ',');
+    if (!comma)
+        return -1;
+    *comma = '\0';
+    if (!ops_parse_i64(tmp, &x) || !ops_parse_i64(comma + 1, &y) || x < 0 || y < 0 ||
+        x >= OP_MAX_DIMS || y >= OP_MAX_DIMS)
+        return -1;
+    a->perm[0] = (int)x, a->perm[1] = (int)y;
+    return 1;
+}
+
+// "8x64": a reshape's positive dims.
+static int parse_shape(const char *v, OpAttr *a) {
+    char tmp[256];
+    snprintf(tmp, sizeof tmp, "%s", v);
+    a->ndim = 0;
+    for (char *save, *p = strtok_r(tmp, "x", &save); p; p = strtok_r(NULL, "x", &save)) {
+        if (a->ndim == OP_MAX_DIMS || !ops_parse_i64(p, &a->shape[a->ndim]) || a->shape[a->ndim] <= 0)
+            return -1;
+        a->ndim++;
+    }
+    return a->ndim > 0 ? 1 : -1;
+}
+
+// One key of a rotary embedding's attributes into *r, as op_attr_parse answers.
+static int parse_rope(const char *key, const char *v, OpRope *r) {
+    if (strcmp(key, "rotary") == 0)
+        return ops_parse_i64(v, &r->rotary) && r->rotary >= 0 && r->rotary <= (1 << 20) ? 1 : -1;
+    if (strcmp(key, "scaling") == 0)
+        return rope_scaling_find(v, &r->scaling) ? 1 : -1;
+    double *f = !strcmp(key, "factor")        ? &r->factor
+                : !strcmp(key, "low")         ? &r->low
+                : !strcmp(key, "high")        ? &r->high
+                : !strcmp(key, "attn_factor") ? &r->attn_factor
+                                              : NULL;
+    if (f)
+        return parse_real(v, f) ? 1 : -1;
+    int64_t *n = !strcmp(key, "original") ? &r->original : !strcmp(key, "length") ? &r->length : NULL;
+    if (n)
+        return ops_parse_i64(v, n) && *n >= 0 && *n <= (1LL << 40) ? 1 : -1;
+    if (strcmp(key, "truncate") == 0) {
+        if (strcmp(v, "0") && strcmp(v, "1"))
+            return -1;
+        r->no_truncate = v[0] == '0';
+        return 1;
+    }
+    return 0;
+}
+
 int op_attr_parse(OpKind op, const char *key, const char *v, OpAttr *a) {
     const OpDesc *d = &descs[op];
     if ((d->attrs & ATTR_F) && strcmp(key, d->f_key) == 0) {
@@ -150,31 +204,10 @@ int op_attr_parse(OpKind op, const char *key, const char *v, OpAttr *a) {
         a->causal = v[0] == '1';
         return 1;
     }
-    if ((d->attrs & ATTR_PERM) && strcmp(key, "perm") == 0) {
-        int64_t x, y;
-        char tmp[64];
-        snprintf(tmp, sizeof tmp, "%s", v);
-        char *comma = strchr(tmp, ',');
-        if (!comma)
-            return -1;
-        *comma = '\0';
-        if (!ops_parse_i64(tmp, &x) || !ops_parse_i64(comma + 1, &y) || x < 0 || y < 0 ||
-            x >= OP_MAX_DIMS || y >= OP_MAX_DIMS)
-            return -1;
-        a->perm[0] = (int)x, a->perm[1] = (int)y;
-        return 1;
-    }
-    if ((d->attrs & ATTR_SHAPE) && strcmp(key, "shape") == 0) {
-        char tmp[256];
-        snprintf(tmp, sizeof tmp, "%s", v);
-        a->ndim = 0;
-        for (char *save, *p = strtok_r(tmp, "x", &save); p; p = strtok_r(NULL, "x", &save)) {
-            if (a->ndim == OP_MAX_DIMS || !ops_parse_i64(p, &a->shape[a->ndim]) || a->shape[a->ndim] <= 0)
-                return -1;
-            a->ndim++;
-        }
-        return a->ndim > 0 ? 1 : -1;
-    }
+    if ((d->attrs & ATTR_PERM) && strcmp(key, "perm") == 0)
+        return parse_perm(v, a);
+    if ((d->attrs & ATTR_SHAPE) && strcmp(key, "shape") == 0)
+        return parse_shape(v, a);
     if ((d->attrs & ATTR_CHUNK) && strcmp(key, "chunk") == 0)
         return ops_parse_i64(v, &a->chunk_rows) && a->chunk_rows >= 0 ? 1 : -1;
     if ((d->attrs & ATTR_SEED) && strcmp(key, "seed") == 0)
@@ -204,30 +237,7 @@ int op_attr_parse(OpKind op, const char *key, const char *v, OpAttr *a) {
         a->pad = i + 1;
         return 1;
     }
-    if (d->attrs & ATTR_ROPE) {
-        OpRope *r = &a->rope;
-        if (strcmp(key, "rotary") == 0)
-            return ops_parse_i64(v, &r->rotary) && r->rotary >= 0 && r->rotary <= (1 << 20) ? 1 : -1;
-        if (strcmp(key, "scaling") == 0)
-            return rope_scaling_find(v, &r->scaling) ? 1 : -1;
-        double *f = !strcmp(key, "factor")        ? &r->factor
-                    : !strcmp(key, "low")         ? &r->low
-                    : !strcmp(key, "high")        ? &r->high
-                    : !strcmp(key, "attn_factor") ? &r->attn_factor
-                                                  : NULL;
-        if (f)
-            return parse_real(v, f) ? 1 : -1;
-        int64_t *n = !strcmp(key, "original") ? &r->original : !strcmp(key, "length") ? &r->length : NULL;
-        if (n)
-            return ops_parse_i64(v, n) && *n >= 0 && *n <= (1LL << 40) ? 1 : -1;
-        if (strcmp(key, "truncate") == 0) {
-            if (strcmp(v, "0") && strcmp(v, "1"))
-                return -1;
-            r->no_truncate = v[0] == '0';
-            return 1;
-        }
-    }
-    return 0;
+    return d->attrs & ATTR_ROPE ? parse_rope(key, v, &a->rope) : 0;
 }
 
 static const char *stream_names[STREAM_COUNT] = {"compute", "d2h", "h2d", "host", "comm"};
