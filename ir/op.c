@@ -704,29 +704,23 @@ static int64_t scratch_linear_ce(const IrGraph *g, const IrNode *n) {
            (g->gemm_workspace_bytes + 255) / 256 * 256;
 }
 
-// GEMM dimensions: M x K times K x N.
-static void gemm_linear(const IrGraph *g, const IrNode *n, int64_t *m, int64_t *nn, int64_t *k) {
-    const IrTensor *x = IN(0), *w = IN(1);
-    *m = prod(x->shape, 0, x->ndim - 1), *nn = w->shape[0], *k = w->shape[1];
+// Tensor t as the op contract sees it.
+static OpOperand operand(const IrTensor *t) {
+    return (OpOperand){t->name, (OpDType)t->dtype, dtype_name(t->dtype), t->ndim, t->shape,
+                       ir_tensor_elems(t), dtype_bytes(t->dtype, ir_tensor_elems(t))};
 }
 
-// dx = dy [M, N] · W [N, K]
-static void gemm_linear_dx(const IrGraph *g, const IrNode *n, int64_t *m, int64_t *nn, int64_t *k) {
-    const IrTensor *dy = IN(0), *w = IN(1);
-    *m = prod(dy->shape, 0, dy->ndim - 1), *nn = w->shape[1], *k = dy->shape[dy->ndim - 1];
-}
-
-// dW = dyᵀ [N, M] · x [M, K]
-static void gemm_linear_dw(const IrGraph *g, const IrNode *n, int64_t *m, int64_t *nn, int64_t *k) {
-    const IrTensor *dy = IN(0), *o = T(n->out[0]);
-    *m = o->shape[0], *nn = o->shape[1], *k = prod(dy->shape, 0, dy->ndim - 1);
-}
-
-// Batched products: the output's last two dims, and K from the FLOPs.
-static void gemm_matmul(const IrGraph *g, const IrNode *n, int64_t *m, int64_t *nn, int64_t *k) {
+// GEMM dimensions: the contract's product (op_gemm), M x K times K x N; the cost model
+// prices a batched product per matrix, so a batch a shared 2-D weight folds into M
+// (matmul, its da) stays out of it: M the output's rows per matrix, the batch the FLOPs'.
+static void gemm_dims(const IrGraph *g, const IrNode *n, int64_t *m, int64_t *nn, int64_t *k) {
     const IrTensor *o = T(n->out[0]);
-    *m = o->shape[o->ndim - 2], *nn = o->shape[o->ndim - 1];
-    *k = op_flops(g, n) / (2 * ir_tensor_elems(o));
+    OpOperand a = operand(IN(0)), b = operand(IN(1)), out = operand(o);
+    OpGemm p;
+    op_gemm(n->op, &a, &b, &out, &p);
+    *m = p.M, *nn = p.N, *k = p.K;
+    if (n->op == OP_MATMUL || n->op == OP_MATMUL_DA)
+        *m = o->shape[o->ndim - 2];
 }
 
 // The loss's backward forms the fp32 gradient of each row chunk of logits it works on
@@ -797,13 +791,13 @@ static const OpInfo ops[OP_COUNT] = {
     // forward ops, written in .ft
     [OP_EMBED] = {.shape = shape_embed, .flops = flops_zero, .bytes_read = read_embed,
                   .grad_needs = {I1}},
-    [OP_LINEAR] = {.shape = shape_linear, .flops = flops_linear, .gemm = gemm_linear,
+    [OP_LINEAR] = {.shape = shape_linear, .flops = flops_linear, .gemm = gemm_dims,
                    .grad_needs = {I1, I0}, .init = {0, 0, INIT_ZEROS},
                    .scratch_bytes = scratch_gemm},
-    [OP_LINEAR_ACC] = {.shape = shape_linear_acc, .flops = flops_linear, .gemm = gemm_linear,
+    [OP_LINEAR_ACC] = {.shape = shape_linear_acc, .flops = flops_linear, .gemm = gemm_dims,
                        .grad_needs = {I1, I0, 0}, .scratch_bytes = scratch_gemm,
                        .inplace_in = 3},
-    [OP_MATMUL] = {.shape = shape_matmul, .flops = flops_matmul, .gemm = gemm_matmul,
+    [OP_MATMUL] = {.shape = shape_matmul, .flops = flops_matmul, .gemm = gemm_dims,
                    .grad_needs = {I1, I0},
                    .scratch_bytes = scratch_gemm},
     [OP_ADD] = {.shape = shape_binary, .flops = flops_elems,
@@ -847,14 +841,14 @@ static const OpInfo ops[OP_COUNT] = {
                            .scratch_bytes = scratch_linear_ce},
     // backward ops
     [OP_EMBED_BWD] = {.shape = shape_attr, .flops = flops_elems, .scratch_bytes = scratch_embed_bwd},
-    [OP_LINEAR_DX] = {.shape = shape_linear_dx, .flops = flops_linear_bwd, .gemm = gemm_linear_dx,
+    [OP_LINEAR_DX] = {.shape = shape_linear_dx, .flops = flops_linear_bwd, .gemm = gemm_dims,
                       .scratch_bytes = scratch_gemm, .inplace_in = 3, .acc_in = 3},
-    [OP_LINEAR_DW] = {.shape = shape_linear_dw, .flops = flops_linear_bwd, .gemm = gemm_linear_dw,
+    [OP_LINEAR_DW] = {.shape = shape_linear_dw, .flops = flops_linear_bwd, .gemm = gemm_dims,
                       .scratch_bytes = scratch_gemm},
     [OP_SUM_TO] = {.shape = shape_attr, .flops = flops_elems},
-    [OP_MATMUL_DA] = {.shape = shape_matmul_da, .flops = flops_matmul_bwd, .gemm = gemm_matmul,
+    [OP_MATMUL_DA] = {.shape = shape_matmul_da, .flops = flops_matmul_bwd, .gemm = gemm_dims,
                       .scratch_bytes = scratch_gemm},
-    [OP_MATMUL_DB] = {.shape = shape_matmul_db, .flops = flops_matmul_bwd, .gemm = gemm_matmul,
+    [OP_MATMUL_DB] = {.shape = shape_matmul_db, .flops = flops_matmul_bwd, .gemm = gemm_dims,
                       .scratch_bytes = scratch_gemm},
     [OP_SILU_BWD] = {.shape = shape_like1, .flops = flops_8elems,
                      .device = "float s = 1.0f / (1.0f + ftc_expf(-x1));"

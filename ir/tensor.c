@@ -2,6 +2,9 @@
 // memory categories, a tensor's elements, bytes, base and shape text.
 #include "ir.h"
 
+_Static_assert(DT_F32 == (int)OPD_F32 && DT_NF4 == (int)OPD_NF4 && DT_COUNT == (int)OPD_COUNT,
+               "the IR's dtypes are the op contract's, in its order");
+
 #include <stdio.h>
 #include <string.h>
 

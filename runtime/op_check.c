@@ -126,13 +126,14 @@ static int products(const Check *c, OpKind op, const OpAttr *attr) {
     case OP_MATMUL_DB: {
         ND(a, 2);
         ND(b, 2);
-        // the kernel's M, K, N and batch from the first operand and one dim of the second; a
-        // 2-D weight (b, or db's output) shared by every row folds the batch into M
-        const OpOperand *w = op == OP_MATMUL_DB ? o : b;
-        bool shared = w->ndim == 2 && a->ndim > 2;
-        int64_t m = shared ? R(a) : D(a, -2), k = D(a, -1), n = op == OP_MATMUL_DA ? D(b, -2) : D(b, -1);
+        // the product the kernels run (op_gemm), named as the forward's: a [.., m, k] (m the
+        // rows of a batch folded in where a 2-D weight is shared), b [.., k, n]
+        OpGemm g;
+        op_gemm(op, a, b, o, &g);
+        bool db = op == OP_MATMUL_DB, shared = (db ? o : b)->ndim == 2 && a->ndim > 2;
+        int64_t m = db ? g.K : g.M, k = db ? g.M : g.K, n = g.N;
         NEED(E(a) % (m * k) == 0, "%s is not a batch of matrices", a->name);
-        int64_t batch = E(a) / (m * k);
+        int64_t batch = g.batch;
         int64_t eb = op == OP_MATMUL ? batch * k * n : op == OP_MATMUL_DA ? batch * n * k : batch * m * n;
         int64_t eo = op == OP_MATMUL ? batch * m * n : op == OP_MATMUL_DA ? batch * m * n : batch * k * n;
         NEED(op != OP_MATMUL || D(b, -2) == k, "%s's rows are not %s's columns", b->name, a->name);

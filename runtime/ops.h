@@ -199,6 +199,22 @@ typedef struct OpOperand {
 int op_check(OpKind op, const OpAttr *attr, const OpOperand *in, int nin, const OpOperand *out, int nout,
              int64_t vocab, int64_t ranks, char *err, size_t errlen);
 
+//
+// op_gemm.c — the contract's GEMM dimensions.
+//
+
+// A GEMM op's product: C[M,N] (+)= op(A) op(B), `batch` times, A stored [K,M] when ta
+// (else [M,K]) and B stored [N,K] when tb (else [K,N]); A is the op's first input, B its
+// second. A 2-D weight shared by a batched operand folds the batch into M (K for db).
+typedef struct OpGemm {
+    bool ta, tb;
+    int64_t M, N, K, batch;
+} OpGemm;
+
+// The product of GEMM op `op` over its first two inputs and its output (checked as
+// op_check checks them); false for an op of another class.
+bool op_gemm(OpKind op, const OpOperand *a, const OpOperand *b, const OpOperand *out, OpGemm *g);
+
 // Where an arena lives.
 typedef enum MemKind {
     MEMK_DEVICE,        // device memory (the GPU's; plain memory on the cpu backend)

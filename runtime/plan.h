@@ -310,6 +310,8 @@ int plan_verify(const Plan *p, FILE *out);
 // shapes.c: whether an instruction's operands are what its op's kernels take (dtype kinds,
 // shapes that agree, the outputs it writes); -1 with err saying what is not.
 int plan_check_instr(const Plan *p, const PlanInstr *in, char *err, size_t errlen);
+// Buffer `id` of p as the op contract sees it (ops.h; id < 0: absent).
+OpOperand plan_operand(const Plan *p, int id);
 
 // The fused loss (linear_cross_entropy and its _grad) over x [rows, k], W [vocab, k]:
 // `chunk` rows at a time (a divisor of rows), the chunk's logits in x's dtype at the start

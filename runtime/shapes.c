@@ -3,6 +3,9 @@
 // the fused loss's layout and the workspaces the contract's kernels need.
 #include "plan.h"
 
+_Static_assert(PDT_F32 == (int)OPD_F32 && PDT_NF4 == (int)OPD_NF4 && PDT_COUNT == (int)OPD_COUNT,
+               "a plan's dtypes are the op contract's, in its order");
+
 #include <stdio.h>
 #include <string.h>
 
@@ -10,8 +13,7 @@ static int64_t L(const PlanBuffer *b) { return b->ndim ? b->shape[b->ndim - 1] :
 static int64_t R(const PlanBuffer *b) { return plan_elems(b) / L(b); }
 static int64_t D(const PlanBuffer *b, int k) { return k < 0 ? b->shape[b->ndim + k] : b->shape[k]; }
 
-// Buffer `id` of p as the op contract sees it (id < 0: absent).
-static OpOperand operand(const Plan *p, int id) {
+OpOperand plan_operand(const Plan *p, int id) {
     if (id < 0)
         return (OpOperand){0};
     const PlanBuffer *b = &p->buf[id];
@@ -24,9 +26,9 @@ static int check(const Plan *p, OpKind op, const OpAttr *attr, const int *in, in
                  int nout, char *err, size_t errlen) {
     OpOperand vin[PLAN_MAX_IN], vout[PLAN_MAX_OUT];
     for (int k = 0; k < nin; k++)
-        vin[k] = operand(p, in[k]);
+        vin[k] = plan_operand(p, in[k]);
     for (int k = 0; k < nout; k++)
-        vout[k] = operand(p, out[k]);
+        vout[k] = plan_operand(p, out[k]);
     return op_check(op, attr, vin, nin, vout, nout, p->vocab, p->ranks, err, errlen);
 }
 

@@ -145,33 +145,35 @@ static int k_embed(Call *c) {
     return status(c, cpu_embedding_forward(OUT(0), RAW(1), IN(0), (size_t)N(1), (size_t)V, (size_t)C));
 }
 
+// The product GEMM instruction c runs: the op contract's (op_gemm).
+static OpGemm gemm_of(Call *c) {
+    const Plan *p = c->x->plan;
+    OpOperand a = plan_operand(p, c->in->in[0]), b = plan_operand(p, c->in->in[1]),
+              o = plan_operand(p, c->in->out[0]);
+    OpGemm g;
+    op_gemm(c->in->op, &a, &b, &o, &g);
+    return g;
+}
+
 static int k_linear(Call *c) {
-    int64_t K = last_dim(B(0)), Nn = B(1)->shape[0];
+    OpGemm g = gemm_of(c);
     cpu_linear_forward(OUT(0), IN(0), IN(1), c->in->nin > 2 && c->in->in[2] >= 0 ? IN(2) : NULL,
-                       (size_t)rows(B(0)), (size_t)K, (size_t)Nn);
+                       (size_t)g.M, (size_t)g.K, (size_t)g.N);
     return 0;
 }
 
 // y + scale x W^T: y's values, then the product added in (BLAS's beta = 1, alpha = scale).
 static int k_linear_acc(Call *c) {
-    int64_t K = last_dim(B(0)), Nn = B(1)->shape[0];
+    OpGemm g = gemm_of(c);
     memcpy(OUT(0), IN(2), sizeof(float) * (size_t)ON(0));
-    cpu_gemm_scaled(0, 1, (size_t)rows(B(0)), (size_t)Nn, (size_t)K, (float)c->in->attr.f, IN(0), IN(1), 1.0f,
-                    OUT(0));
+    cpu_gemm_scaled(g.ta, g.tb, (size_t)g.M, (size_t)g.N, (size_t)g.K, (float)c->in->attr.f, IN(0), IN(1),
+                    1.0f, OUT(0));
     return 0;
 }
 
-// A batched product's rows per matrix: a 2-D operand where the other has batch dims is one
-// matrix shared by every row, so the batch folds into M.
-static int64_t rows_per_matrix(const PlanBuffer *a, bool shared) {
-    return shared ? rows(a) : a->shape[a->ndim - 2];
-}
-
 static int k_matmul(Call *c) {
-    const PlanBuffer *a = B(0), *b = B(1);
-    int64_t K = a->shape[a->ndim - 1], Nn = b->shape[b->ndim - 1];
-    int64_t M = rows_per_matrix(a, b->ndim == 2 && a->ndim > 2);
-    cpu_matmul_forward(OUT(0), IN(0), IN(1), (size_t)(N(0) / (M * K)), (size_t)M, (size_t)K, (size_t)Nn);
+    OpGemm g = gemm_of(c);
+    cpu_matmul_forward(OUT(0), IN(0), IN(1), (size_t)g.batch, (size_t)g.M, (size_t)g.K, (size_t)g.N);
     return 0;
 }
 
@@ -333,19 +335,20 @@ static float gemm_scale(const Call *c) { return c->in->attr.f != 0 ? (float)c->i
 
 // dx = scale dy W, added into acc (BLAS's beta = 1) where the instruction has one.
 static int k_linear_dx(Call *c) {
-    int64_t Nn = last_dim(B(0)), K = B(1)->shape[1];
+    OpGemm g = gemm_of(c);
     bool acc = c->in->nin > 2 && c->in->in[2] >= 0;
     if (acc)
         memcpy(OUT(0), IN(2), sizeof(float) * (size_t)ON(0));
-    cpu_gemm_scaled(0, 0, (size_t)rows(B(0)), (size_t)K, (size_t)Nn, gemm_scale(c), IN(0), IN(1),
+    cpu_gemm_scaled(g.ta, g.tb, (size_t)g.M, (size_t)g.N, (size_t)g.K, gemm_scale(c), IN(0), IN(1),
                     acc ? 1.0f : 0.0f, OUT(0));
     return 0;
 }
 
 static int k_linear_dw(Call *c) {   // dW += scale dyT x
     zero_unless_update(c, 0);
-    int64_t Nn = last_dim(B(0)), K = last_dim(B(1));
-    cpu_gemm_scaled(1, 0, (size_t)Nn, (size_t)K, (size_t)rows(B(0)), gemm_scale(c), IN(0), IN(1), 1.0f, OUT(0));
+    OpGemm g = gemm_of(c);
+    cpu_gemm_scaled(g.ta, g.tb, (size_t)g.M, (size_t)g.N, (size_t)g.K, gemm_scale(c), IN(0), IN(1), 1.0f,
+                    OUT(0));
     return 0;
 }
 
@@ -362,22 +365,19 @@ static int k_sum_to(Call *c) {
     return 0;
 }
 
+// (cpu_matmul_backward names the dims as the forward's: a [M, K], b [K, N], dy [M, N].)
 static int k_matmul_da(Call *c) {   // dy [.., M, N], b [.., K, N] or [K, N] -> da [.., M, K]
-    const PlanBuffer *dy = B(0), *b = B(1);
-    int64_t Nn = dy->shape[dy->ndim - 1], K = b->shape[b->ndim - 2];
-    int64_t M = rows_per_matrix(dy, b->ndim == 2 && dy->ndim > 2);
-    cpu_matmul_backward(OUT(0), NULL, IN(0), NULL, IN(1), (size_t)(N(0) / (M * Nn)), (size_t)M,
-                        (size_t)K, (size_t)Nn);
+    OpGemm g = gemm_of(c);   // da[M,K] = dy[M,N] b^T: the product's K the forward's N
+    cpu_matmul_backward(OUT(0), NULL, IN(0), NULL, IN(1), (size_t)g.batch, (size_t)g.M, (size_t)g.N,
+                        (size_t)g.K);
     return 0;
 }
 
 static int k_matmul_db(Call *c) {   // a [.., M, K], dy [.., M, N] -> db [.., K, N] or [K, N] (+=)
     zero_unless_update(c, 0);
-    const PlanBuffer *a = B(0), *dy = B(1);
-    int64_t K = a->shape[a->ndim - 1], Nn = dy->shape[dy->ndim - 1];
-    int64_t M = rows_per_matrix(a, OB(0)->ndim == 2 && a->ndim > 2);
-    cpu_matmul_backward(NULL, OUT(0), IN(1), IN(0), NULL, (size_t)(N(0) / (M * K)), (size_t)M,
-                        (size_t)K, (size_t)Nn);
+    OpGemm g = gemm_of(c);   // db[K,N] = a^T dy: the product's M the forward's K, its K the M
+    cpu_matmul_backward(NULL, OUT(0), IN(1), IN(0), NULL, (size_t)g.batch, (size_t)g.K, (size_t)g.M,
+                        (size_t)g.N);
     return 0;
 }
 
