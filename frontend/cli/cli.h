@@ -29,6 +29,9 @@ void cmdline_free(Cmdline *c);
 void arg_error(Cmdline *c, int i, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 // "7,615,616,512"
 const char *commas(char *buf, int64_t v);
+// A Hugging Face model directory given where a file of it is meant: DIR/name, in buf;
+// anything else as it is.
+const char *in_model_dir(const char *path, const char *name, char *buf, size_t cap);
 
 //
 // options.c — one table a command: it parses the command's arguments and prints its help.
@@ -98,9 +101,6 @@ int parsed_at(const Command *c, const Parsed *p, const char *flag);
 
 extern const Command cmd_compile, cmd_run, cmd_data, cmd_inspect;
 
-// A Hugging Face model directory given where a file of it is meant: DIR/name, in buf;
-// anything else as it is.
-const char *in_model_dir(const char *path, const char *name, char *buf, size_t cap);
 
 //
 // program.c — a checked .ft program as the passes see it.

@@ -1,8 +1,10 @@
 // cmdline.c — the command line as a source (argument errors point at the argument
-// with a caret, like .ft errors), and the number formats the driver prints.
+// with a caret, like .ft errors), the number formats the commands print, and a model
+// directory read where one of its files is meant.
 #include "cli.h"
 
 #include <stdarg.h>
+#include <sys/stat.h>
 
 void cmdline_init(Cmdline *c, int argc, char **argv) {
     size_t len = 4;
@@ -51,5 +53,14 @@ const char *commas(char *buf, int64_t v) {
         buf[o++] = tmp[i];
     }
     buf[o] = '\0';
+    return buf;
+}
+
+const char *in_model_dir(const char *path, const char *name, char *buf, size_t cap) {
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+        return path;
+    size_t n = strlen(path);
+    snprintf(buf, cap, "%s%s%s", path, n && path[n - 1] == '/' ? "" : "/", name);
     return buf;
 }

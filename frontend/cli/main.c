@@ -6,16 +6,6 @@
 
 #include <errno.h>
 #include <malloc.h>
-#include <sys/stat.h>
-
-const char *in_model_dir(const char *path, const char *name, char *buf, size_t cap) {
-    struct stat st;
-    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
-        return path;
-    size_t n = strlen(path);
-    snprintf(buf, cap, "%s%s%s", path, n && path[n - 1] == '/' ? "" : "/", name);
-    return buf;
-}
 
 static int import_main(Cmdline *cl, int first);
 static int help_main(Cmdline *cl, int first);
