@@ -57,27 +57,39 @@ static int by_pos(const void *a, const void *b) {
     return x->pos != y->pos ? (x->pos > y->pos) - (x->pos < y->pos) : (x->i > y->i) - (x->i < y->i);
 }
 
-// One phase's nodes [lo, hi) reordered into order[0 .. hi - lo) (indices into g->nodes).
-static void phase(IrGraph *g, int lo, int hi, int64_t cap, int *order, int *next_bucket,
-                  BucketStats *st) {
-    int n = hi - lo, nt = g->tensors.len;
+// One phase's nodes [lo, lo + n) of g: its collectives, what moves with each reduction,
+// the rest; then the collectives' buckets.
+typedef struct Phase {
+    IrGraph *g;
+    int lo, n;
+    int *mover;             // per node: its reduction, or -1
+    int *rest;              // the nodes neither collective nor moved, in order ...
+    int nrest;              // ... how many
+    Coll *c;                // the collectives ...
+    int nc;                 // ... how many
+    int *fhead, *fnext;     // per reduction: what follows it, in order (a list; -1 ends it)
+    Bucket *b;              // the buckets ...
+    int nb;                 // ... how many
+} Phase;
+
+// The phase's collectives, what moves with each reduction (reads what it wrote, within
+// backward) and the rest.
+static void split_phase(Phase *p) {
+    IrGraph *g = p->g;
+    int n = p->n, nt = g->tensors.len, *mover = p->mover;
     int *owner = malloc(sizeof(int) * (size_t)(nt + 1));   // per root: the reduction it waits for
-    int *mover = malloc(sizeof(int) * (size_t)(n + 1));    // per node: its reduction, or -1
-    int *rest = malloc(sizeof(int) * (size_t)(n + 1));
     for (int t = 0; t < nt; t++)
         owner[t] = -1;
-    Coll *c = malloc(sizeof *c * (size_t)(n + 1));
-    int nc = 0, nrest = 0;
     for (int i = 0; i < n; i++) {
-        const IrNode *nd = &g->nodes.at[lo + i];
+        const IrNode *nd = &g->nodes.at[p->lo + i];
         mover[i] = -1;
         bool coll = op_desc(nd->op)->cls == OPC_COLLECTIVE;
         bool gather = coll && nd->op == OP_ALL_GATHER && nd->phase != PHASE_OPTIMIZER;
         if (coll) {
-            c[nc] = (Coll){.node = i, .early = gather};
+            p->c[p->nc] = (Coll){.node = i, .early = gather};
             const IrTensor *t = &g->tensors.at[gather ? nd->out[0] : nd->in[0]];
-            c[nc].bytes = tensor_bytes(t);
-            nc++;
+            p->c[p->nc].bytes = tensor_bytes(t);
+            p->nc++;
             if (!gather && nd->phase == PHASE_BACKWARD)
                 mover[i] = i;
         } else if (nd->phase == PHASE_BACKWARD) {   // (elsewhere nothing follows a reduction)
@@ -89,17 +101,24 @@ static void phase(IrGraph *g, int lo, int hi, int64_t cap, int *order, int *next
             for (int k = 0; k < IR_MAX_OUTPUTS && nd->out[k] >= 0; k++)
                 owner[ir_tensor_base(g, nd->out[k])] = mover[i];
         if (!coll && mover[i] < 0)
-            rest[nrest++] = i;
+            p->rest[p->nrest++] = i;
     }
-    // Each collective's window in the rest: after the last node before it writing what it
-    // reads (or what it writes in place), before the first node after it reading what it
-    // writes or adding into it (the optimizer's sums of squares of gradients kept whole,
-    // which come after the sum over the ranks). `at`: the rest's nodes before it.
-    int *at = malloc(sizeof(int) * (size_t)(nc + 1));
+    free(owner);
+}
+
+// Each collective's window in the rest: after the last node before it writing what it
+// reads (or what it writes in place), before the first node after it reading what it
+// writes or adding into it (the optimizer's sums of squares of gradients kept whole,
+// which come after the sum over the ranks).
+static void windows(Phase *p) {
+    IrGraph *g = p->g;
+    int n = p->n, nt = g->tensors.len, nc = p->nc, nrest = p->nrest, lo = p->lo;
+    Coll *c = p->c;
+    int *at = malloc(sizeof(int) * (size_t)(nc + 1));   // the rest's nodes before each
     for (int k = 0, r = 0, i = 0; i < n; i++) {
         if (k < nc && c[k].node == i)
             at[k++] = r;
-        else if (mover[i] < 0)
+        else if (p->mover[i] < 0)
             r++;
     }
     int *last_write = calloc((size_t)nt + 1, sizeof(int)), *first_read = malloc(sizeof(int) * (size_t)(nt + 1));
@@ -109,14 +128,14 @@ static void phase(IrGraph *g, int lo, int hi, int64_t cap, int *order, int *next
             int in = ir_tensor_base(g, cn->in[0]), out = ir_tensor_base(g, cn->out[0]);
             c[k].ready = last_write[in] > last_write[out] ? last_write[in] : last_write[out];
         }
-        const IrNode *nd = r < nrest ? &g->nodes.at[lo + rest[r]] : NULL;
+        const IrNode *nd = r < nrest ? &g->nodes.at[lo + p->rest[r]] : NULL;
         for (int o = 0; nd && o < IR_MAX_OUTPUTS && nd->out[o] >= 0; o++)
             last_write[ir_tensor_base(g, nd->out[o])] = r + 1;
     }
     for (int t = 0; t < nt; t++)
         first_read[t] = nrest;
     for (int k = nc - 1, r = nrest; r >= 0; r--) {
-        const IrNode *nd = r < nrest ? &g->nodes.at[lo + rest[r]] : NULL;
+        const IrNode *nd = r < nrest ? &g->nodes.at[lo + p->rest[r]] : NULL;
         for (int j = 0; nd && j < nd->nin; j++)
             if (nd->in[j] >= 0)
                 first_read[ir_tensor_base(g, nd->in[j])] = r;
@@ -130,23 +149,32 @@ static void phase(IrGraph *g, int lo, int hi, int64_t cap, int *order, int *next
         }
     }
     free(at), free(last_write), free(first_read);
-    // What follows each reduction, in order (a list per collective node).
-    int *fhead = malloc(sizeof(int) * (size_t)(n + 1)), *ftail = malloc(sizeof(int) * (size_t)(n + 1)),
-        *fnext = malloc(sizeof(int) * (size_t)(n + 1));
+}
+
+// What follows each reduction, in order (a list per collective node).
+static void followers(Phase *p) {
+    int n = p->n;
+    int *ftail = malloc(sizeof(int) * (size_t)(n + 1));
     for (int i = 0; i < n; i++)
-        fhead[i] = ftail[i] = fnext[i] = -1;
+        p->fhead[i] = ftail[i] = p->fnext[i] = -1;
     for (int j = 0; j < n; j++) {
-        int o = mover[j];
+        int o = p->mover[j];
         if (o < 0 || o == j)
             continue;
         if (ftail[o] < 0)
-            fhead[o] = j;
+            p->fhead[o] = j;
         else
-            fnext[ftail[o]] = j;
+            p->fnext[ftail[o]] = j;
         ftail[o] = j;
     }
-    // Gathers by need, the rest by ready; then buckets of one kind up to cap bytes.
-    int ne = 0;
+    free(ftail);
+}
+
+// Gathers by need, the rest by ready; then buckets of one kind (one op, on the last
+// micro-step or not) up to cap bytes.
+static void make_buckets(Phase *p, int64_t cap) {
+    Coll *c = p->c;
+    int nc = p->nc, ne = 0;
     for (int k = 0; k < nc; k++)
         if (c[k].early) {
             Coll t = c[ne];
@@ -154,28 +182,30 @@ static void phase(IrGraph *g, int lo, int hi, int64_t cap, int *order, int *next
         }
     qsort(c, (size_t)ne, sizeof *c, by_need);
     qsort(c + ne, (size_t)(nc - ne), sizeof *c, by_ready);
-    Bucket *b = malloc(sizeof *b * (size_t)(nc + 1));
-    int nb = 0;
     for (int k = 0; k < nc;) {
-        const IrNode *a = &g->nodes.at[lo + c[k].node];
+        const IrNode *a = &p->g->nodes.at[p->lo + c[k].node];
         int j = k + 1;
         int64_t bytes = c[k].bytes;
         while (j < nc && j - k < BUCKET_MAX_COLLECTIVES && bytes + c[j].bytes <= cap && c[j].early == c[k].early) {
-            const IrNode *m = &g->nodes.at[lo + c[j].node];
+            const IrNode *m = &p->g->nodes.at[p->lo + c[j].node];
             if (m->op != a->op || m->last != a->last)
                 break;
             bytes += c[j].bytes;
             j++;
         }
-        b[nb++] = (Bucket){.first = k, .count = j - k};
+        p->b[p->nb++] = (Bucket){.first = k, .count = j - k};
         k = j;
     }
-    // Places: a reduction bucket once its last member is ready; a gather bucket before its
-    // readers, and one bucket ahead of them (when the one before starts being read).
+}
+
+// Places: a reduction bucket once its last member is ready; a gather bucket before its
+// readers, and one bucket ahead of them (when the one before starts being read).
+static void place_buckets(Phase *p) {
+    const Coll *c = p->c;
     int prev_need = -1;
-    for (int i = 0; i < nb; i++) {
-        Bucket *x = &b[i];
-        int ready = 0, need = nrest;
+    for (int i = 0; i < p->nb; i++) {
+        Bucket *x = &p->b[i];
+        int ready = 0, need = p->nrest;
         for (int k = x->first; k < x->first + x->count; k++) {
             ready = c[k].ready > ready ? c[k].ready : ready;
             need = c[k].need < need ? c[k].need : need;
@@ -189,47 +219,73 @@ static void phase(IrGraph *g, int lo, int hi, int64_t cap, int *order, int *next
             x->pos = ready;
         }
     }
-    // The new order: at each place, the buckets due there (each followed by what reads its
-    // results), then the rest's node.
-    // What reads a bucket's results waits for the bucket: it runs one bucket later (after the
-    // next bucket's collectives, or at the phase's end), so that the reduction overlaps the
-    // compute between the two, at the price of a second bucket of whole gradients alive.
-    int m = 0, nf = 0, *f = malloc(sizeof(int) * (size_t)(n + 1));
-    Due *due = malloc(sizeof *due * (size_t)(nb + 1));
-    for (int i = 0; i < nb; i++)
-        due[i] = (Due){b[i].pos, i};
-    qsort(due, (size_t)nb, sizeof *due, by_pos);
-    for (int r = 0, d = 0; r <= nrest; r++) {
-        for (; d < nb && due[d].pos == r; d++) {
-            int i = due[d].i;
-            int id = (*next_bucket)++;
-            st->buckets++;
-            for (int k = b[i].first; k < b[i].first + b[i].count; k++) {
-                g->nodes.at[lo + c[k].node].bucket = id;
-                order[m++] = lo + c[k].node;
-                st->collectives++;
-            }
-            int nnew = 0;
-            for (int k = b[i].first; k < b[i].first + b[i].count; k++)
-                nnew += fhead[c[k].node] >= 0;
-            if (!nnew)
-                continue;
-            for (int j = 0; j < nf; j++)   // the bucket before's, in their order
-                order[m++] = lo + f[j];
-            nf = 0;
-            for (int k = b[i].first; k < b[i].first + b[i].count; k++)
-                for (int j = fhead[c[k].node]; j >= 0; j = fnext[j])
-                    f[nf++] = j;
-            qsort(f, (size_t)nf, sizeof *f, by_int);
-        }
-        if (r < nrest)
-            order[m++] = lo + rest[r];
+}
+
+// Bucket i's collectives into order at *m, numbered the next bucket; then, where what
+// reads its results is not empty, the bucket before's readers (f, nf of them), which give
+// way to its own.
+static void emit_bucket(Phase *p, int i, int *order, int *m, int *f, int *nf, int *next_bucket, BucketStats *st) {
+    const Bucket *b = &p->b[i];
+    const Coll *c = p->c;
+    int id = (*next_bucket)++;
+    st->buckets++;
+    for (int k = b->first; k < b->first + b->count; k++) {
+        p->g->nodes.at[p->lo + c[k].node].bucket = id;
+        order[(*m)++] = p->lo + c[k].node;
+        st->collectives++;
+    }
+    int nnew = 0;
+    for (int k = b->first; k < b->first + b->count; k++)
+        nnew += p->fhead[c[k].node] >= 0;
+    if (!nnew)
+        return;
+    for (int j = 0; j < *nf; j++)   // the bucket before's, in their order
+        order[(*m)++] = p->lo + f[j];
+    *nf = 0;
+    for (int k = b->first; k < b->first + b->count; k++)
+        for (int j = p->fhead[c[k].node]; j >= 0; j = p->fnext[j])
+            f[(*nf)++] = j;
+    qsort(f, (size_t)*nf, sizeof *f, by_int);
+}
+
+// The new order: at each place, the buckets due there (each followed by what reads its
+// results), then the rest's node.
+// What reads a bucket's results waits for the bucket: it runs one bucket later (after the
+// next bucket's collectives, or at the phase's end), so that the reduction overlaps the
+// compute between the two, at the price of a second bucket of whole gradients alive.
+static void emit_order(Phase *p, int *order, int *next_bucket, BucketStats *st) {
+    int m = 0, nf = 0, *f = malloc(sizeof(int) * (size_t)(p->n + 1));
+    Due *due = malloc(sizeof *due * (size_t)(p->nb + 1));
+    for (int i = 0; i < p->nb; i++)
+        due[i] = (Due){p->b[i].pos, i};
+    qsort(due, (size_t)p->nb, sizeof *due, by_pos);
+    for (int r = 0, d = 0; r <= p->nrest; r++) {
+        for (; d < p->nb && due[d].pos == r; d++)
+            emit_bucket(p, due[d].i, order, &m, f, &nf, next_bucket, st);
+        if (r < p->nrest)
+            order[m++] = p->lo + p->rest[r];
     }
     for (int j = 0; j < nf; j++)   // the last bucket's, at the end
-        order[m++] = lo + f[j];
-    IR_ASSERT(m == n);
+        order[m++] = p->lo + f[j];
+    IR_ASSERT(m == p->n);
     free(due), free(f);
-    free(owner), free(mover), free(rest), free(c), free(b), free(fhead), free(ftail), free(fnext);
+}
+
+// One phase's nodes [lo, hi) reordered into order[0 .. hi - lo) (indices into g->nodes).
+static void phase(IrGraph *g, int lo, int hi, int64_t cap, int *order, int *next_bucket,
+                  BucketStats *st) {
+    int n = hi - lo;
+    size_t sz = sizeof(int) * (size_t)(n + 1);
+    Phase p = {.g = g, .lo = lo, .n = n, .mover = malloc(sz), .rest = malloc(sz),
+               .c = malloc(sizeof(Coll) * (size_t)(n + 1)), .fhead = malloc(sz), .fnext = malloc(sz)};
+    split_phase(&p);
+    windows(&p);
+    followers(&p);
+    p.b = malloc(sizeof(Bucket) * (size_t)(p.nc + 1));
+    make_buckets(&p, cap);
+    place_buckets(&p);
+    emit_order(&p, order, next_bucket, st);
+    free(p.mover), free(p.rest), free(p.c), free(p.b), free(p.fhead), free(p.fnext);
 }
 
 int buckets_apply(IrGraph *g, int64_t bucket_bytes, BucketStats *st) {

@@ -228,10 +228,30 @@ void cost_stamp(IrGraph *g, const CostModel *cm) {
     }
 }
 
-StepCost cost_step(const IrGraph *g, const CostModel *cm, int64_t accum, int64_t tokens_per_step) {
-    StepCost c = {.accum = accum, .tokens = tokens_per_step};
-    double link = link_of(cm);
-    double *dur = calloc((size_t)g->nodes.len + 1, sizeof(double));
+// Device node n's time t (n outside the optimizer phase) into c: recompute, the model's
+// FLOPs, GEMM time (the fused loss's split into what it forms again and its products),
+// the micro-step's device time.
+static void price_micro_node(const IrGraph *g, const IrNode *n, const CostModel *cm, double t, StepCost *c) {
+    OpClass cls = op_desc(n->op)->cls;
+    if (n->recompute)
+        c->recompute_us += t;
+    else if (cls != OPC_OPTIMIZER && n->op != OP_GRAD_SUMSQ)   // (updates inside backward)
+        c->model_flops += op_flops(g, n);
+    if (cls == OPC_LOSS_GEMM) {   // what it forms again, and its products
+        double again, products;
+        loss_us(g, n, cm, &again, &products);
+        c->recompute_us += again;
+        c->gemm_us += products;
+    } else if (cls == OPC_GEMM) {
+        c->gemm_us += t;
+    }
+    c->micro_device_us += t;
+}
+
+// Every node of the step but the eval phase's, priced into c: copies by their bytes,
+// host nodes by their elements, device nodes by time (into dur, per node; collectives
+// are overlap's).
+static void price_nodes(const IrGraph *g, const CostModel *cm, StepCost *c, double *dur) {
     for (int i = 0; i < g->nodes.len; i++) {
         const IrNode *n = &g->nodes.at[i];
         if (n->phase == PHASE_EVALUATION)   // between steps, when asked: not part of one
@@ -239,76 +259,77 @@ StepCost cost_step(const IrGraph *g, const CostModel *cm, int64_t accum, int64_t
         OpClass cls = op_desc(n->op)->cls;
         double bytes_in = n->nin > 0 ? (double)ir_tensor_bytes(&g->tensors.at[n->in[0]]) : 0;
         if (cls == OPC_COPY) {   // a swap, a gradient streamed out, a weight coming in or back
-            *(n->phase == PHASE_OPTIMIZER ? &c.opt_link_bytes : &c.micro_link_bytes) += bytes_in;
+            *(n->phase == PHASE_OPTIMIZER ? &c->opt_link_bytes : &c->micro_link_bytes) += bytes_in;
             continue;
         }
         if (cls == OPC_COLLECTIVE)   // (their time: overlap() below)
             continue;
         if (n->stream == STREAM_HOST) {   // host sums hide behind the backward
             if (n->phase == PHASE_OPTIMIZER && cls == OPC_OPTIMIZER)
-                c.host_params += (double)ir_tensor_elems(&g->tensors.at[n->in[0]]);
+                c->host_params += (double)ir_tensor_elems(&g->tensors.at[n->in[0]]);
             else if (n->op == OP_GRAD_SUMSQ)   // the gradients' norm, before any update
-                c.host_sumsq_elems += (double)ir_tensor_elems(&g->tensors.at[n->in[0]]);
+                c->host_sumsq_elems += (double)ir_tensor_elems(&g->tensors.at[n->in[0]]);
             continue;
         }
         double t = dur[i] = cost_node_us(g, n, cm);
-        if (n->phase == PHASE_OPTIMIZER) {
-            c.opt_device_us += t;
-        } else {
-            if (n->recompute)
-                c.recompute_us += t;
-            else if (cls != OPC_OPTIMIZER && n->op != OP_GRAD_SUMSQ)   // (updates inside backward)
-                c.model_flops += op_flops(g, n);
-            if (cls == OPC_LOSS_GEMM) {   // what it forms again, and its products
-                double again, products;
-                loss_us(g, n, cm, &again, &products);
-                c.recompute_us += again;
-                c.gemm_us += products;
-            } else if (cls == OPC_GEMM) {
-                c.gemm_us += t;
-            }
-            c.micro_device_us += t;
-        }
+        if (n->phase == PHASE_OPTIMIZER)
+            c->opt_device_us += t;
+        else
+            price_micro_node(g, n, cm, t, c);
     }
+}
+
+// With several ranks, the compute again with the collectives beside it: a micro-step
+// without the last one's reductions, the last with them, the optimizer's gathers.
+static void price_collectives(const IrGraph *g, const CostModel *cm, int64_t accum, StepCost *c) {
+    double *ready = calloc((size_t)g->tensors.len + 1, sizeof(double)), comm_f, comm_b, comm_lf, comm_lb, comm_o;
+    double plain = overlap(g, cm, PHASE_FORWARD, false, ready, &comm_f);
+    plain += overlap(g, cm, PHASE_BACKWARD, false, ready, &comm_b);
+    double last = overlap(g, cm, PHASE_FORWARD, true, ready, &comm_lf);
+    last += overlap(g, cm, PHASE_BACKWARD, true, ready, &comm_lb);
+    double opt = overlap(g, cm, PHASE_OPTIMIZER, true, ready, &comm_o);
+    free(ready);
+    c->comm_us = (comm_f + comm_b) * (double)(accum - 1) + comm_lf + comm_lb + comm_o;
+    c->comm_exposed_us = (plain - c->micro_device_us) * (double)(accum - 1) + (last - c->micro_device_us) +
+                         (opt - c->opt_device_us);
+    c->micro_device_us = plain, c->micro_last_extra_us = last - plain, c->opt_device_us = opt;
+}
+
+// The step's totals from its micro-step and optimizer parts: the optimizer's and the
+// copies' times, the step time, the per-step sums, throughput and MFU.
+static void step_totals(const CostModel *cm, double link, int64_t accum, int64_t tokens_per_step, StepCost *c) {
+    double micro_copy = c->micro_link_bytes / link * 1e6;
+    c->sumsq_per_adamw = cm->host_sumsq_per_s / cm->host_adamw_per_s;
+    c->opt_us = c->opt_device_us;
+    if (c->host_sumsq_elems > 0)
+        c->opt_us += c->host_sumsq_elems / cm->host_sumsq_per_s * 1e6;
+    c->copy_us = micro_copy * (double)accum;
+    if (c->host_params > 0) {
+        double wire = c->opt_link_bytes / link * 1e6;
+        c->opt_us += fmax(c->host_params / cm->host_adamw_per_s * 1e6, wire);
+        c->copy_us += wire;
+    }
+    c->step_us = cost_step_at(c, cm->host_adamw_per_s, link);
+    c->recompute_us *= (double)accum;
+    c->gemm_us *= (double)accum;
+    c->device_us = c->micro_device_us * (double)accum + c->opt_device_us;
+    c->model_flops *= accum;
+    c->tokens_per_s = c->step_us > 0 ? (double)tokens_per_step / (c->step_us * 1e-6) : 0;
+    c->mfu = c->step_us > 0 ? (double)c->model_flops / (c->step_us * 1e-6) / (cm->gpu->bf16_tflops * 1e12) : 0;
+}
+
+StepCost cost_step(const IrGraph *g, const CostModel *cm, int64_t accum, int64_t tokens_per_step) {
+    StepCost c = {.accum = accum, .tokens = tokens_per_step};
+    double link = link_of(cm);
+    double *dur = calloc((size_t)g->nodes.len + 1, sizeof(double));
+    price_nodes(g, cm, &c, dur);
     // The streams overlap as far as the order and the data let them: what the micro-step
     // takes beyond its busiest resource is a stall (a copy the compute waits for).
     c.micro_us = simulate_micro(g, cm, dur, link);
     free(dur);
     c.micro_stall_us = c.micro_us - fmax(c.micro_device_us, c.micro_link_bytes / link * 1e6);
-    // With several ranks, the compute again with the collectives beside it: a micro-step
-    // without the last one's reductions, the last with them, the optimizer's gathers.
-    if (g->ranks > 1) {
-        double *ready = calloc((size_t)g->tensors.len + 1, sizeof(double)), comm_f, comm_b, comm_lf,
-               comm_lb, comm_o;
-        double plain = overlap(g, cm, PHASE_FORWARD, false, ready, &comm_f);
-        plain += overlap(g, cm, PHASE_BACKWARD, false, ready, &comm_b);
-        double last = overlap(g, cm, PHASE_FORWARD, true, ready, &comm_lf);
-        last += overlap(g, cm, PHASE_BACKWARD, true, ready, &comm_lb);
-        double opt = overlap(g, cm, PHASE_OPTIMIZER, true, ready, &comm_o);
-        free(ready);
-        c.comm_us = (comm_f + comm_b) * (double)(accum - 1) + comm_lf + comm_lb + comm_o;
-        c.comm_exposed_us = (plain - c.micro_device_us) * (double)(accum - 1) +
-                            (last - c.micro_device_us) + (opt - c.opt_device_us);
-        c.micro_device_us = plain, c.micro_last_extra_us = last - plain, c.opt_device_us = opt;
-    }
-    double micro_copy = c.micro_link_bytes / link * 1e6;
-    c.sumsq_per_adamw = cm->host_sumsq_per_s / cm->host_adamw_per_s;
-    c.opt_us = c.opt_device_us;
-    if (c.host_sumsq_elems > 0)
-        c.opt_us += c.host_sumsq_elems / cm->host_sumsq_per_s * 1e6;
-    c.copy_us = micro_copy * (double)accum;
-    if (c.host_params > 0) {
-        double wire = c.opt_link_bytes / link * 1e6;
-        c.opt_us += fmax(c.host_params / cm->host_adamw_per_s * 1e6, wire);
-        c.copy_us += wire;
-    }
-    c.step_us = cost_step_at(&c, cm->host_adamw_per_s, link);
-    c.recompute_us *= (double)accum;
-    c.gemm_us *= (double)accum;
-    c.device_us = c.micro_device_us * (double)accum + c.opt_device_us;
-    c.model_flops *= accum;
-    c.tokens_per_s = c.step_us > 0 ? (double)tokens_per_step / (c.step_us * 1e-6) : 0;
-    c.mfu = c.step_us > 0 ? (double)c.model_flops / (c.step_us * 1e-6) / (cm->gpu->bf16_tflops * 1e12)
-                          : 0;
+    if (g->ranks > 1)
+        price_collectives(g, cm, accum, &c);
+    step_totals(cm, link, accum, tokens_per_step, &c);
     return c;
 }

@@ -46,6 +46,140 @@ static void place_after(int *after, int *next, int *tail, int slot, int m) {
     tail[slot] = m;
 }
 
+// One application: the phases' bounds and, per base tensor and per node, what the moves need.
+typedef struct Early {
+    IrGraph *g;
+    int bwd, opt, end;      // the first node of backward, of the optimizer phase, after it
+    int factor;             // the grad_factor node
+    int *last;              // per base: the last node before opt touching it
+    int *first;             // per base: the first one writing it
+    int *sumsq;             // per gradient: its grad_sumsq
+    bool *zero;             // per base: zeroed before its first writer
+    int *after;             // per node: the first optimizer node
+    int *next;              // placed after it, and the next, in order
+    int *tail;
+    EarlyUpdateStats *st;
+} Early;
+
+// Per base tensor, the last node before the optimizer phase touching it and the first
+// writing it.
+static void touch_spans(Early *e) {
+    const IrGraph *g = e->g;
+    for (int i = 0; i < e->opt; i++) {
+        const IrNode *nd = &g->nodes.at[i];
+        for (int k = 0; k < nd->nin; k++)
+            if (nd->in[k] >= 0)
+                e->last[ir_tensor_base(g, nd->in[k])] = i;
+        for (int k = 0; k < IR_MAX_OUTPUTS && nd->out[k] >= 0; k++) {
+            int b = ir_tensor_base(g, nd->out[k]);
+            e->last[b] = i;
+            if (e->first[b] < 0)
+                e->first[b] = i;
+        }
+    }
+}
+
+// Each update, with its gradient's sum of squares, goes after the last node touching its
+// gradient or anything it writes (the weight backward reads), and not before backward
+// (the lm_head's gradient, complete in the fused loss: backward's start, after the
+// factor). The zeros go; so does nothing else. Sets e->factor and e->end.
+static void place_updates(Early *e) {
+    const IrGraph *g = e->g;
+    int n = g->nodes.len;
+    e->factor = -1, e->end = e->opt;
+    for (; e->end < n && g->nodes.at[e->end].phase == PHASE_OPTIMIZER; e->end++) {
+        const IrNode *nd = &g->nodes.at[e->end];
+        if (nd->op == OP_GRAD_SUMSQ) {
+            e->sumsq[nd->in[0]] = e->end;
+        } else if (nd->op == OP_GRAD_FACTOR) {
+            e->factor = e->end;
+        } else if (op_desc(nd->op)->cls == OPC_OPTIMIZER) {
+            IR_ASSERT(nd->stream == STREAM_COMPUTE && nd->in[0] >= 0 && e->sumsq[nd->in[0]] >= 0);
+            int at = e->last[ir_tensor_base(g, nd->in[0])];
+            for (int k = 0; k < IR_MAX_OUTPUTS && nd->out[k] >= 0; k++) {
+                int o = e->last[ir_tensor_base(g, nd->out[k])];
+                at = o > at ? o : at;
+            }
+            at = at < e->bwd ? e->bwd - 1 : at;
+            place_after(e->after, e->next, e->tail, at, e->sumsq[nd->in[0]]);
+            place_after(e->after, e->next, e->tail, at, e->end);
+            e->st->moved++;
+        } else {
+            IR_ASSERT(nd->op == OP_ZERO);
+        }
+    }
+    IR_ASSERT(e->factor >= 0);
+}
+
+// The first contribution to each gradient assigns it (or, where it cannot, a zero goes
+// first: e->zero); a gradient is a value.
+static void grads_as_values(Early *e) {
+    IrGraph *g = e->g;
+    for (int t = 0; t < g->tensors.len; t++) {
+        IrTensor *x = &g->tensors.at[t];
+        if (x->kind != TK_GRAD)
+            continue;
+        x->kind = TK_VALUE;   // (its category stays: gradients)
+        if (x->alias_of >= 0 || e->first[t] < 0)
+            continue;
+        e->st->transient_bytes += ir_tensor_bytes(x);
+        IrNode *nd = &g->nodes.at[e->first[t]];
+        for (int k = 0; k < IR_MAX_OUTPUTS && nd->out[k] >= 0; k++)
+            if (ir_tensor_base(g, nd->out[k]) == t && ((nd->update >> k) & 1u)) {
+                if (needs_zero(g, nd, k))
+                    e->zero[t] = true;
+                else
+                    nd->update &= (uint8_t)~(1u << k);
+            }
+    }
+}
+
+// Before node nd (old index i, before the optimizer phase): the zero of each gradient it
+// is the first writer of and that needs one.
+static void zero_before(Early *e, const IrNode *nd, int i) {
+    IrGraph *g = e->g;
+    for (int k = 0; i < e->opt && k < IR_MAX_OUTPUTS && nd->out[k] >= 0; k++) {
+        int b = ir_tensor_base(g, nd->out[k]);
+        if (!e->zero[b] || e->first[b] != i)
+            continue;
+        int z = ir_node_add_update(g, OP_ZERO, 0, NULL, (OpAttr){0}, 1, &b, nd->layer, nd->loc);
+        g->nodes.at[z].phase = nd->phase, g->nodes.at[z].update = 0;   // it makes it
+        ir_claim_outputs(g, &g->nodes.at[z]);
+        e->zero[b] = false;
+        e->st->zeroed++;
+    }
+}
+
+// The new order: the zeros before first writers, the factor as backward starts, the
+// updates (and sums of squares) after the nodes they wait for; the optimizer phase gone.
+static void rewrite(Early *e) {
+    IrRewrite rw;
+    ir_rewrite_begin(&rw, e->g);
+    bool stats_made = false;
+    for (IrNode nd; ir_rewrite_next(&rw, &nd);) {
+        int i = rw.at - 1;
+        if (i >= e->opt && i < e->end)
+            continue;   // (placed in backward, or dropped)
+        zero_before(e, &nd, i);
+        ir_rewrite_keep(&rw, &nd);
+        if (i == e->bwd - 1) {   // backward starts with the factor
+            IrNode f = rw.old[e->factor];
+            f.nin = 0, f.in[0] = -1, f.phase = PHASE_BACKWARD;
+            ir_rewrite_keep(&rw, &f);
+        }
+        for (int m = i < e->opt ? e->after[i] : -1; m >= 0; m = e->next[m]) {
+            IrNode u = rw.old[m];
+            u.phase = PHASE_BACKWARD;
+            if (u.op == OP_GRAD_SUMSQ) {   // the first in the new order assigns
+                u.update = stats_made ? 1 : 0;
+                stats_made = true;
+            }
+            ir_rewrite_keep(&rw, &u);
+        }
+    }
+    ir_rewrite_end(&rw);
+}
+
 int early_update_apply(IrGraph *g, EarlyUpdateStats *st) {
     *st = (EarlyUpdateStats){0};
     int n = g->nodes.len, nt = g->tensors.len;
@@ -57,108 +191,22 @@ int early_update_apply(IrGraph *g, EarlyUpdateStats *st) {
     int opt = bwd;
     while (opt < n && g->nodes.at[opt].phase == PHASE_BACKWARD)
         opt++;
-    int *last = malloc(sizeof(int) * (size_t)(nt + 1));    // per base: the last node before opt touching it
-    int *first = malloc(sizeof(int) * (size_t)(nt + 1));   // per base: the first one writing it
-    int *sumsq = malloc(sizeof(int) * (size_t)(nt + 1));   // per gradient: its grad_sumsq
-    bool *zero = calloc((size_t)nt + 1, sizeof(bool));     // per base: zeroed before its first writer
-    int *after = malloc(sizeof(int) * (size_t)(n + 1));    // per node: the first optimizer node
-    int *next = malloc(sizeof(int) * (size_t)(n + 1));     // placed after it, and the next, in order
-    int *tail = malloc(sizeof(int) * (size_t)(n + 1));
+    Early e = {.g = g, .bwd = bwd, .opt = opt, .st = st};
+    e.last = malloc(sizeof(int) * (size_t)(nt + 1));
+    e.first = malloc(sizeof(int) * (size_t)(nt + 1));
+    e.sumsq = malloc(sizeof(int) * (size_t)(nt + 1));
+    e.zero = calloc((size_t)nt + 1, sizeof(bool));
+    e.after = malloc(sizeof(int) * (size_t)(n + 1));
+    e.next = malloc(sizeof(int) * (size_t)(n + 1));
+    e.tail = malloc(sizeof(int) * (size_t)(n + 1));
     for (int i = 0; i < nt; i++)
-        last[i] = first[i] = sumsq[i] = -1;
+        e.last[i] = e.first[i] = e.sumsq[i] = -1;
     for (int i = 0; i < n; i++)
-        after[i] = next[i] = tail[i] = -1;
-    for (int i = 0; i < opt; i++) {
-        const IrNode *nd = &g->nodes.at[i];
-        for (int k = 0; k < nd->nin; k++)
-            if (nd->in[k] >= 0)
-                last[ir_tensor_base(g, nd->in[k])] = i;
-        for (int k = 0; k < IR_MAX_OUTPUTS && nd->out[k] >= 0; k++) {
-            int b = ir_tensor_base(g, nd->out[k]);
-            last[b] = i;
-            if (first[b] < 0)
-                first[b] = i;
-        }
-    }
-    // Each update, with its gradient's sum of squares, goes after the last node touching
-    // its gradient or anything it writes (the weight backward reads), and not before
-    // backward (the lm_head's gradient, complete in the fused loss: backward's start,
-    // after the factor). The zeros go; so does nothing else.
-    int factor = -1, end = opt;
-    for (; end < n && g->nodes.at[end].phase == PHASE_OPTIMIZER; end++) {
-        const IrNode *nd = &g->nodes.at[end];
-        if (nd->op == OP_GRAD_SUMSQ) {
-            sumsq[nd->in[0]] = end;
-        } else if (nd->op == OP_GRAD_FACTOR) {
-            factor = end;
-        } else if (op_desc(nd->op)->cls == OPC_OPTIMIZER) {
-            IR_ASSERT(nd->stream == STREAM_COMPUTE && nd->in[0] >= 0 && sumsq[nd->in[0]] >= 0);
-            int at = last[ir_tensor_base(g, nd->in[0])];
-            for (int k = 0; k < IR_MAX_OUTPUTS && nd->out[k] >= 0; k++) {
-                int o = last[ir_tensor_base(g, nd->out[k])];
-                at = o > at ? o : at;
-            }
-            at = at < bwd ? bwd - 1 : at;
-            place_after(after, next, tail, at, sumsq[nd->in[0]]);
-            place_after(after, next, tail, at, end);
-            st->moved++;
-        } else {
-            IR_ASSERT(nd->op == OP_ZERO);
-        }
-    }
-    IR_ASSERT(factor >= 0);
-    // The first contribution to each gradient assigns it; a gradient is a value.
-    for (int t = 0; t < nt; t++) {
-        IrTensor *x = &g->tensors.at[t];
-        if (x->kind != TK_GRAD)
-            continue;
-        x->kind = TK_VALUE;   // (its category stays: gradients)
-        if (x->alias_of >= 0 || first[t] < 0)
-            continue;
-        st->transient_bytes += ir_tensor_bytes(x);
-        IrNode *nd = &g->nodes.at[first[t]];
-        for (int k = 0; k < IR_MAX_OUTPUTS && nd->out[k] >= 0; k++)
-            if (ir_tensor_base(g, nd->out[k]) == t && ((nd->update >> k) & 1u)) {
-                if (needs_zero(g, nd, k))
-                    zero[t] = true;
-                else
-                    nd->update &= (uint8_t)~(1u << k);
-            }
-    }
-    IrRewrite rw;
-    ir_rewrite_begin(&rw, g);
-    bool stats_made = false;
-    for (IrNode nd; ir_rewrite_next(&rw, &nd);) {
-        int i = rw.at - 1;
-        if (i >= opt && i < end)
-            continue;   // (placed in backward, or dropped)
-        for (int k = 0; i < opt && k < IR_MAX_OUTPUTS && nd.out[k] >= 0; k++) {
-            int b = ir_tensor_base(g, nd.out[k]);
-            if (!zero[b] || first[b] != i)
-                continue;
-            int z = ir_node_add_update(g, OP_ZERO, 0, NULL, (OpAttr){0}, 1, &b, nd.layer, nd.loc);
-            g->nodes.at[z].phase = nd.phase, g->nodes.at[z].update = 0;   // it makes it
-            ir_claim_outputs(g, &g->nodes.at[z]);
-            zero[b] = false;
-            st->zeroed++;
-        }
-        ir_rewrite_keep(&rw, &nd);
-        if (i == bwd - 1) {   // backward starts with the factor
-            IrNode f = rw.old[factor];
-            f.nin = 0, f.in[0] = -1, f.phase = PHASE_BACKWARD;
-            ir_rewrite_keep(&rw, &f);
-        }
-        for (int m = i < opt ? after[i] : -1; m >= 0; m = next[m]) {
-            IrNode u = rw.old[m];
-            u.phase = PHASE_BACKWARD;
-            if (u.op == OP_GRAD_SUMSQ) {   // the first in the new order assigns
-                u.update = stats_made ? 1 : 0;
-                stats_made = true;
-            }
-            ir_rewrite_keep(&rw, &u);
-        }
-    }
-    ir_rewrite_end(&rw);
-    free(last), free(first), free(sumsq), free(zero), free(after), free(next), free(tail);
+        e.after[i] = e.next[i] = e.tail[i] = -1;
+    touch_spans(&e);
+    place_updates(&e);
+    grads_as_values(&e);
+    rewrite(&e);
+    free(e.last), free(e.first), free(e.sumsq), free(e.zero), free(e.after), free(e.next), free(e.tail);
     return 0;
 }

@@ -35,14 +35,15 @@ static void touch(IrGraph *g, int t, int i) {
         x->last = i;
 }
 
-int liveness_apply(IrGraph *g, bool in_place) {
-    int n = g->nodes.len;
+// Every tensor's first and last node touching it, in the scheduled order (each node's id
+// set to its index); no reuse yet.
+static void spans(IrGraph *g) {
     for (int i = 0; i < g->tensors.len; i++) {
         IrTensor *t = &g->tensors.at[i];
         t->first = t->last = -1;
         t->reuse = -1;
     }
-    for (int i = 0, lead = 0; i < n; i++) {
+    for (int i = 0, lead = 0; i < g->nodes.len; i++) {
         IrNode *nd = &g->nodes.at[i];
         nd->id = i;
         // A bucket of collectives runs as one call at its first node: what each member
@@ -55,10 +56,13 @@ int liveness_apply(IrGraph *g, bool in_place) {
         for (int k = 0; k < IR_MAX_OUTPUTS && nd->out[k] >= 0; k++)
             touch(g, nd->out[k], lead), touch(g, nd->out[k], i);
     }
-    // The loss is read by the runtime after the micro-step's last node, the eval loss
-    // after the eval phase's.
+}
+
+// The loss is read by the runtime after the micro-step's last node, the eval loss after
+// the eval phase's.
+static void loss_ends(IrGraph *g) {
     int end = -1, eval_end = -1;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < g->nodes.len; i++) {
         IrPhase ph = g->nodes.at[i].phase;
         if (ph == PHASE_FORWARD || ph == PHASE_BACKWARD)
             end = i;
@@ -69,6 +73,71 @@ int liveness_apply(IrGraph *g, bool in_place) {
         g->tensors.at[ir_tensor_base(g, g->loss)].last = end;
     if (g->eval_loss >= 0 && eval_end > g->tensors.at[ir_tensor_base(g, g->eval_loss)].last)
         g->tensors.at[ir_tensor_base(g, g->eval_loss)].last = eval_end;
+}
+
+// Tensor t's category from its lifetime. Saved for backward: made in the forward phase,
+// read in the backward phase. (The shard pass's keep their categories: gathered weights,
+// a micro-step's whole gradient.) A streamed weight's device copy is a weight.
+static void categorize(const IrGraph *g, IrTensor *t) {
+    const IrNode *pn = t->producer >= 0 ? &g->nodes.at[t->producer] : NULL;
+    if (pn && pn->op == OP_COPY && pn->stream == STREAM_H2D && pn->in[0] >= 0 &&
+        (g->tensors.at[pn->in[0]].kind == TK_PARAM || g->tensors.at[pn->in[0]].kind == TK_QUANT)) {
+        t->cat = MEM_WEIGHTS;
+    } else if (t->kind == TK_VALUE && t->alias_of < 0 && t->producer >= 0 && t->last >= 0 && !persistent(g, t) &&
+               op_desc(pn->op)->cls != OPC_COLLECTIVE && t->cat != MEM_GRADS) {
+        bool fwd = g->nodes.at[t->producer].phase == PHASE_FORWARD;
+        bool bwd = g->nodes.at[t->last].phase != PHASE_FORWARD;
+        t->cat = g->nodes.at[t->producer].recompute ? MEM_RECOMPUTE
+                 : fwd && bwd                       ? MEM_ACTIVATIONS
+                                                    : MEM_TEMPORARIES;
+    }
+}
+
+// Scratch of node i: a tensor of its own, live only while the node runs (where its op
+// needs some and it has none yet).
+static void add_workspace(IrGraph *g, int i) {
+    const OpInfo *op = op_info(g->nodes.at[i].op);
+    if (!op->scratch_bytes || g->nodes.at[i].ws >= 0)
+        return;
+    int64_t bytes = op->scratch_bytes(g, &g->nodes.at[i]);
+    if (bytes <= 0)
+        return;
+    const char *name = arena_printf(g->arena, "%s.workspace", g->tensors.at[g->nodes.at[i].out[0]].name);
+    int ws = ir_tensor_add(g, name, TK_WORKSPACE, DT_U8, 1, &bytes, g->nodes.at[i].loc);
+    IrTensor *t = ir_tensor(g, ws);
+    t->cat = MEM_WORKSPACE;
+    t->producer = i;
+    t->first = t->last = i;
+    t->layer = g->nodes.at[i].layer;
+    t->arena = g->nodes.at[i].stream == STREAM_HOST;   // where its node runs
+    g->nodes.at[i].ws = ws;
+}
+
+// In place: node i's output takes over the bytes of an input that dies there.
+static void reuse_in_place(IrGraph *g, int i) {
+    IrNode *nd = &g->nodes.at[i];
+    if (!(op_desc(nd->op)->flags & OPF_INPLACE) || nd->update)
+        return;
+    IrTensor *o = &g->tensors.at[nd->out[0]];
+    if (o->kind != TK_VALUE || o->alias_of >= 0 || nd->out[0] == g->loss || nd->out[0] == g->eval_loss)
+        return;
+    int only = op_info(nd->op)->inplace_in - 1;
+    for (int k = 0; k < nd->nin; k++) {
+        if (nd->in[k] < 0 || (only >= 0 && k != only))
+            continue;
+        int b = ir_tensor_base(g, nd->in[k]);
+        const IrTensor *x = &g->tensors.at[b];
+        if (x->kind != TK_VALUE || x->last != i || x->dtype != o->dtype || ir_tensor_bytes(x) != ir_tensor_bytes(o))
+            continue;
+        o->reuse = b;
+        break;
+    }
+}
+
+int liveness_apply(IrGraph *g, bool in_place) {
+    int n = g->nodes.len;
+    spans(g);
+    loss_ends(g);
     for (int i = 0; i < g->tensors.len; i++) {
         IrTensor *t = &g->tensors.at[i];
         if (persistent(g, t))
@@ -79,64 +148,11 @@ int liveness_apply(IrGraph *g, bool in_place) {
             t->first = g->tensors.at[t->alias_of].first;
             t->last = g->tensors.at[t->alias_of].last;
         }
-        // Saved for backward: made in the forward phase, read in the backward phase. (The
-        // shard pass's keep their categories: gathered weights, a micro-step's whole gradient.)
-        // A streamed weight's device copy is a weight.
-        const IrNode *pn = t->producer >= 0 ? &g->nodes.at[t->producer] : NULL;
-        if (pn && pn->op == OP_COPY && pn->stream == STREAM_H2D && pn->in[0] >= 0 &&
-            (g->tensors.at[pn->in[0]].kind == TK_PARAM || g->tensors.at[pn->in[0]].kind == TK_QUANT)) {
-            t->cat = MEM_WEIGHTS;
-        } else if (t->kind == TK_VALUE && t->alias_of < 0 && t->producer >= 0 && t->last >= 0 &&
-                   !persistent(g, t) && op_desc(pn->op)->cls != OPC_COLLECTIVE &&
-                   t->cat != MEM_GRADS) {
-            bool fwd = g->nodes.at[t->producer].phase == PHASE_FORWARD;
-            bool bwd = g->nodes.at[t->last].phase != PHASE_FORWARD;
-            t->cat = g->nodes.at[t->producer].recompute ? MEM_RECOMPUTE
-                     : fwd && bwd                       ? MEM_ACTIVATIONS
-                                                        : MEM_TEMPORARIES;
-        }
+        categorize(g, t);
     }
-    // Scratch of a node: a tensor of its own, live only while the node runs.
-    for (int i = 0; i < n; i++) {
-        const OpInfo *op = op_info(g->nodes.at[i].op);
-        if (!op->scratch_bytes || g->nodes.at[i].ws >= 0)
-            continue;
-        int64_t bytes = op->scratch_bytes(g, &g->nodes.at[i]);
-        if (bytes <= 0)
-            continue;
-        const char *name = arena_printf(g->arena, "%s.workspace",
-                                        g->tensors.at[g->nodes.at[i].out[0]].name);
-        int ws = ir_tensor_add(g, name, TK_WORKSPACE, DT_U8, 1, &bytes, g->nodes.at[i].loc);
-        IrTensor *t = ir_tensor(g, ws);
-        t->cat = MEM_WORKSPACE;
-        t->producer = i;
-        t->first = t->last = i;
-        t->layer = g->nodes.at[i].layer;
-        t->arena = g->nodes.at[i].stream == STREAM_HOST;   // where its node runs
-        g->nodes.at[i].ws = ws;
-    }
-    if (!in_place)
-        return 0;
-    // In place: the output takes over the bytes of an input that dies here.
-    for (int i = 0; i < n; i++) {
-        IrNode *nd = &g->nodes.at[i];
-        if (!(op_desc(nd->op)->flags & OPF_INPLACE) || nd->update)
-            continue;
-        IrTensor *o = &g->tensors.at[nd->out[0]];
-        if (o->kind != TK_VALUE || o->alias_of >= 0 || nd->out[0] == g->loss || nd->out[0] == g->eval_loss)
-            continue;
-        int only = op_info(nd->op)->inplace_in - 1;
-        for (int k = 0; k < nd->nin; k++) {
-            if (nd->in[k] < 0 || (only >= 0 && k != only))
-                continue;
-            int b = ir_tensor_base(g, nd->in[k]);
-            const IrTensor *x = &g->tensors.at[b];
-            if (x->kind != TK_VALUE || x->last != i || x->dtype != o->dtype ||
-                ir_tensor_bytes(x) != ir_tensor_bytes(o))
-                continue;
-            o->reuse = b;
-            break;
-        }
-    }
+    for (int i = 0; i < n; i++)
+        add_workspace(g, i);
+    for (int i = 0; in_place && i < n; i++)
+        reuse_in_place(g, i);
     return 0;
 }

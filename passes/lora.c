@@ -68,23 +68,31 @@ static int add_param(IrGraph *g, const IrTensor *w, const char *which, int64_t d
     return id;
 }
 
-int lora_apply(IrGraph *g, const LoraSpec *spec, PassDiag *d) {
-    int nt = g->tensors.len;
-    // Every target must name at least one linear weight; PEFT's adapter_config.json has one
-    // fan_in_fan_out, so the targets' weights are all [out, in] or all [in, out].
+// The layouts of the weights `target` names among the products LoRA can adapt (bit 1:
+// [out, in], bit 2: [in, out]; 0: none); *param whether it names a parameter at all.
+static int target_kind(const IrGraph *g, const char *target, bool *param) {
+    int kind = 0;
+    *param = false;
+    for (int i = 0; i < g->tensors.len; i++)
+        *param |= matches(&g->tensors.at[i], target);
+    for (int i = 0; i < g->nodes.len; i++) {
+        const IrNode *n = &g->nodes.at[i];
+        bool in_out;
+        if ((n->op == OP_LINEAR || n->op == OP_MATMUL) && adaptable(g, n, &in_out) &&
+            matches(&g->tensors.at[n->in[1]], target))
+            kind |= in_out ? 2 : 1;
+    }
+    return kind;
+}
+
+// Every target must name at least one linear weight; PEFT's adapter_config.json has one
+// fan_in_fan_out, so the targets' weights are all [out, in] or all [in, out]. Errors into
+// d; the layouts found (target_kind's bits).
+static int check_targets(const IrGraph *g, const LoraSpec *spec, PassDiag *d) {
     int kinds = 0, first[3] = {-1, -1, -1};   // per layout (1 [out, in], 2 [in, out]): a target
     for (int k = 0; k < spec->n_targets; k++) {
-        bool param = false;
-        int kind = 0;
-        for (int i = 0; i < nt; i++)
-            param |= matches(&g->tensors.at[i], spec->targets[k]);
-        for (int i = 0; i < g->nodes.len; i++) {
-            const IrNode *n = &g->nodes.at[i];
-            bool in_out;
-            if ((n->op == OP_LINEAR || n->op == OP_MATMUL) && adaptable(g, n, &in_out) &&
-                matches(&g->tensors.at[n->in[1]], spec->targets[k]))
-                kind |= in_out ? 2 : 1;
-        }
+        bool param;
+        int kind = target_kind(g, spec->targets[k], &param);
         if (!param) {
             pass_error(d, spec->target_locs[k],
                        "unknown LoRA target '%s': no parameter or module has that name",
@@ -104,6 +112,35 @@ int lora_apply(IrGraph *g, const LoraSpec *spec, PassDiag *d) {
                 first[kind] = k;
         }
     }
+    return kinds;
+}
+
+// The adapter of the product n (its weight stored [in, out] where in_out): A and B, then
+// the path, its last product added into n's output; the sum's tensor.
+static int add_adapter(IrGraph *g, const LoraSpec *spec, const IrNode *n, bool in_out) {
+    double scale = spec->alpha / (double)spec->r;
+    const IrTensor wc = g->tensors.at[n->in[1]];   // a copy: the vector may move as tensors are added
+    int64_t in_f = wc.shape[in_out ? 0 : 1], out_f = wc.shape[in_out ? 1 : 0];
+    int a = add_param(g, &wc, "A", spec->r, in_f);
+    int b = add_param(g, &wc, "B", out_f, spec->r);
+    // As PEFT: A ~ kaiming_uniform(a = sqrt(5)), i.e. U(-1/sqrt(in), 1/sqrt(in)); B = 0.
+    ir_tensor(g, a)->init = INIT_KAIMING_UNIFORM;
+    ir_tensor(g, a)->init_scale = 1.0 / sqrt((double)in_f);
+    ir_tensor(g, b)->init = INIT_ZEROS;
+    const char *base = g->tensors.at[n->out[0]].name;
+    int x = n->in[0];
+    if (spec->dropout > 0)
+        x = add(g, OP_DROPOUT, 1, &x, (OpAttr){.f = spec->dropout}, arena_printf(g->arena, "%s.lora_drop", base), n);
+    int in1[2] = {x, a};
+    int t = add(g, OP_LINEAR, 2, in1, (OpAttr){0}, arena_printf(g->arena, "%s.lora_a", base), n);
+    // B's product added into the base's output by the GEMM itself (scaled, rounded once)
+    int in2[3] = {t, b, n->out[0]};
+    return add(g, OP_LINEAR_ACC, 3, in2, (OpAttr){.f = scale}, arena_printf(g->arena, "%s.lora", base), n);
+}
+
+int lora_apply(IrGraph *g, const LoraSpec *spec, PassDiag *d) {
+    int nt = g->tensors.len;
+    int kinds = check_targets(g, spec, d);
     if (d->errors)
         return -1;
     g->lora_fan_in_fan_out = kinds == 2;
@@ -112,7 +149,6 @@ int lora_apply(IrGraph *g, const LoraSpec *spec, PassDiag *d) {
     for (int i = 0; i < nt; i++)
         remap[i] = i;
     // Rebuild the node list, emitting each adapter right after its linear.
-    double scale = spec->alpha / (double)spec->r;
     IrRewrite rw;
     ir_rewrite_begin(&rw, g);
     for (IrNode n; ir_rewrite_next(&rw, &n);) {
@@ -123,28 +159,9 @@ int lora_apply(IrGraph *g, const LoraSpec *spec, PassDiag *d) {
             g->tensors.at[n.out[0]].alias_of = ir_tensor_base(g, n.in[0]);
         ir_rewrite_keep(&rw, &n);
         bool in_out;
-        if ((n.op != OP_LINEAR && n.op != OP_MATMUL) || !adaptable(g, &n, &in_out) ||
-            target_of(spec, &g->tensors.at[n.in[1]]) < 0)
-            continue;
-        const IrTensor wc = g->tensors.at[n.in[1]];   // a copy: the vector may move as tensors are added
-        int64_t in_f = wc.shape[in_out ? 0 : 1], out_f = wc.shape[in_out ? 1 : 0];
-        int a = add_param(g, &wc, "A", spec->r, in_f);
-        int b = add_param(g, &wc, "B", out_f, spec->r);
-        // As PEFT: A ~ kaiming_uniform(a = sqrt(5)), i.e. U(-1/sqrt(in), 1/sqrt(in)); B = 0.
-        ir_tensor(g, a)->init = INIT_KAIMING_UNIFORM;
-        ir_tensor(g, a)->init_scale = 1.0 / sqrt((double)in_f);
-        ir_tensor(g, b)->init = INIT_ZEROS;
-        const char *base = g->tensors.at[n.out[0]].name;
-        int x = n.in[0];
-        if (spec->dropout > 0)
-            x = add(g, OP_DROPOUT, 1, &x, (OpAttr){.f = spec->dropout},
-                    arena_printf(g->arena, "%s.lora_drop", base), &n);
-        int in1[2] = {x, a};
-        int t = add(g, OP_LINEAR, 2, in1, (OpAttr){0}, arena_printf(g->arena, "%s.lora_a", base), &n);
-        // B's product added into the base's output by the GEMM itself (scaled, rounded once)
-        int in2[3] = {t, b, n.out[0]};
-        remap[n.out[0]] = add(g, OP_LINEAR_ACC, 3, in2, (OpAttr){.f = scale},
-                              arena_printf(g->arena, "%s.lora", base), &n);
+        if ((n.op == OP_LINEAR || n.op == OP_MATMUL) && adaptable(g, &n, &in_out) &&
+            target_of(spec, &g->tensors.at[n.in[1]]) >= 0)
+            remap[n.out[0]] = add_adapter(g, spec, &n, in_out);
     }
     ir_rewrite_end(&rw);
     if (g->loss >= 0 && g->loss < nt)

@@ -597,67 +597,69 @@ static void settle_smallest(const PlannerInput *in, PlannerResult *r) {
     merge(r, &none);   // (best and smallest again)
 }
 
-int planner_search(const PlannerInput *in, PlannerResult *r) {
-    memset(r, 0, sizeof *r);
-    r->best = r->smallest = -1;
-    int64_t micros[64];
-    int nm = 0, R = in->ranks > 1 ? in->ranks : 1;
-    int64_t per_rank = in->global_batch / R;   // (the driver checked that the ranks divide it)
+// The divisors of a rank's share of the batch (at most 64; only in->micro where the user
+// fixed it), ascending, into micros; how many.
+static int micro_batches(const PlannerInput *in, int64_t per_rank, int64_t *micros) {
+    int nm = 0;
     for (int64_t d = 1; d <= per_rank && nm < 64; d++)
         if (per_rank % d == 0 && (!in->micro || d == in->micro))
             micros[nm++] = d;
-    int threads = in->threads > 0 ? in->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
-    if (threads < 1)
-        threads = 1;
-    // ZeRO stages to try: with one rank none; else the one asked for, or all four.
-    int z0 = R == 1 ? 0 : in->zero >= 0 ? in->zero : 0, z1 = R == 1 ? 0 : in->zero >= 0 ? in->zero : 3;
-    // First, per stage and offload level whose model states alone can fit (a rank's share:
-    // stage 1 shards optimizer state and master weights, 2 the gradients too, 3 the weights
-    // too; streaming keeps little on the device) and whose host part fits the host, and per
-    // policy: the largest micro-batch that fits. With several ranks, gradients on the host
-    // need them sharded first (a reduction runs on the device), and the weights are not
-    // streamed (a rank's weights are its shard and the gathers of the others').
-    // The updates inside backward: where the step allows them (in->early), at one micro-step.
-    bool one_step = micros[nm - 1] == per_rank;
+    return nm;
+}
+
+// The bound job of ZeRO stage z and offload level lv into *j, where the level is allowed and
+// its model states alone can fit (a rank's share: stage 1 shards optimizer state and master
+// weights, 2 the gradients too, 3 the weights too; streaming keeps little on the device) and
+// its host part fits the host; false (the level counted pruned) where not. With several
+// ranks, gradients on the host need them sharded first (a reduction runs on the device), and
+// the weights are not streamed (a rank's weights are its shard and the gathers of the
+// others'). The updates inside backward: where the step allows them (in->early), at one
+// micro-step.
+static bool level_job(const PlannerInput *in, PlannerResult *r, const int64_t *micros, int nm, int z, int lv,
+                      bool one_step, Job *j) {
+    int R = in->ranks > 1 ? in->ranks : 1;
+    bool early = lv == LEVEL_EARLY;
+    if (in->offload >= 0 && lv != in->offload && !(early && in->offload == 0))
+        return false;
+    if (early ? in->early == 0 || R > 1 || !one_step : in->early == 1)
+        return false;
+    if (R > 1 && ((lv == 2 && (z < 2 || in->grads_whole)) || lv == 3))
+        return false;
+    int64_t w = in->weights_bytes / (z >= 3 ? R : 1), gr = in->grads_bytes / (z >= 2 ? R : 1),
+            os = in->states_bytes / (z >= 1 ? R : 1);
+    int64_t fixed[LEVELS] = {w + gr + os, w + gr, w, 0, w + os}, host[LEVELS] = {0, os, os + gr, os + gr + w, 0};
+    if (fixed[lv] + in->reserve_bytes > in->budget_bytes) {
+        r->pruned_levels += !early;   // (level 0's variant)
+        return false;
+    }
+    if (host[lv] > in->host_budget_bytes) {
+        r->pruned_levels++;
+        r->host_pruned++;
+        if (!r->host_need || host[lv] < r->host_need)
+            r->host_need = host[lv];
+        return false;
+    }
+    // Its bound: no recompute (or the policy asked for) at the largest micro-batch.
+    const int64_t *lm = early ? micros + nm - 1 : micros;   // the level's micro-batches
+    int lnm = early ? 1 : nm;
+    *j = (Job){.kind = JOB_BOUND, .in = in, .micros = lm, .nm = lnm, .level = lv, .zero = z,
+               .states_bytes = fixed[lv] + in->reserve_bytes, .slow = in->remat >= 0 ? in->remat : REMAT_KEEP,
+               .m = lnm - 1};
+    return true;
+}
+
+// The bound of every (ZeRO stage z0..z1, offload level) that can fit, priced, into
+// levels_by in order of their bounds (ties: stage, then level); the updates inside
+// backward last, judged against the best of the others (MIN_GAIN). How many.
+static int level_bounds(const PlannerInput *in, PlannerResult *r, const int64_t *micros, int nm, int z0, int z1,
+                        bool one_step, int threads, Job *levels_by) {
     Job jobs[4 * LEVELS];
     int nj = 0;
     for (int z = z0; z <= z1; z++)
-        for (int lv = 0; lv < LEVELS; lv++) {
-            bool early = lv == LEVEL_EARLY;
-            if (in->offload >= 0 && lv != in->offload && !(early && in->offload == 0))
-                continue;
-            if (early ? in->early == 0 || R > 1 || !one_step : in->early == 1)
-                continue;
-            if (R > 1 && ((lv == 2 && (z < 2 || in->grads_whole)) || lv == 3))
-                continue;
-            int64_t w = in->weights_bytes / (z >= 3 ? R : 1), gr = in->grads_bytes / (z >= 2 ? R : 1),
-                    os = in->states_bytes / (z >= 1 ? R : 1);
-            int64_t fixed[LEVELS] = {w + gr + os, w + gr, w, 0, w + os},
-                    host[LEVELS] = {0, os, os + gr, os + gr + w, 0};
-            if (fixed[lv] + in->reserve_bytes > in->budget_bytes) {
-                r->pruned_levels += !early;   // (level 0's variant)
-                continue;
-            }
-            if (host[lv] > in->host_budget_bytes) {
-                r->pruned_levels++;
-                r->host_pruned++;
-                if (!r->host_need || host[lv] < r->host_need)
-                    r->host_need = host[lv];
-                continue;
-            }
-            // Its bound: no recompute (or the policy asked for) at the largest micro-batch.
-            const int64_t *lm = early ? micros + nm - 1 : micros;   // the level's micro-batches
-            int lnm = early ? 1 : nm;
-            jobs[nj++] = (Job){.kind = JOB_BOUND, .in = in, .micros = lm, .nm = lnm, .level = lv, .zero = z,
-                               .states_bytes = fixed[lv] + in->reserve_bytes,
-                               .slow = in->remat >= 0 ? in->remat : REMAT_KEEP, .m = lnm - 1};
-        }
+        for (int lv = 0; lv < LEVELS; lv++)
+            nj += level_job(in, r, micros, nm, z, lv, one_step, &jobs[nj]);
     run_jobs(jobs, nj, threads);
-    // The levels in order of their bounds (ties: in the order above); the updates inside
-    // backward last, judged against the best of the others (MIN_GAIN).
-    Job levels_by[4 * LEVELS];
-    int nl = nj;
-    for (int i = 0; i < nl; i++) {
+    for (int i = 0; i < nj; i++) {
         int at = i;
         while (at > 0 && level_key(&levels_by[at - 1]) > level_key(&jobs[i])) {
             levels_by[at] = levels_by[at - 1];
@@ -665,129 +667,209 @@ int planner_search(const PlannerInput *in, PlannerResult *r) {
         }
         levels_by[at] = jobs[i];
     }
-    // Per level: for each policy the largest micro-batch that fits; then mixed plans: at
-    // the largest micro-batch the more frugal policy reaches, as many blocks as fit keep
-    // the faster one (every pair: recompute costs per block differ, so any pair can be
-    // the best).
+    return nj;
+}
+
+// The micro-batch search of policy pol at level levels_by[li]. What another level's search
+// found over the budget is over here too, give or take the model states the two levels
+// keep on the device: the smallest such micro-batch is where the search stops building.
+static Job micro_job(const PlannerInput *in, const PlannerResult *r, const Job *levels_by, int nl, int li, int pol) {
+    const Job *l = &levels_by[li];
+    int z = l->zero;
+    Job mj = {.kind = JOB_MICRO, .in = in, .micros = l->micros, .nm = l->nm, .level = l->level, .zero = z,
+              .slow = pol, .states_bytes = l->states_bytes};
+    if (pol == l->slow && l->bound_bytes > in->budget_bytes)   // (the bound's plan)
+        mj.over_micro = l->micros[l->nm - 1], mj.over_bytes = l->bound_bytes;
+    for (int i = 0; i < r->tried.len; i++) {
+        const Candidate *c = &r->tried.at[i];
+        const PlanChoice *o = &c->c;
+        if (o->policy != (RematPolicy)pol || o->rest != (RematPolicy)pol || o->n_policy != in->nlayers ||
+            o->per_layer || o->keep || o->zero != z || o->loss_chunk != in->loss_chunk ||
+            o->bucket_bytes != bucket(in) || c->o.device_bytes <= in->budget_bytes)
+            continue;
+        int64_t there = -1;
+        for (int k = 0; k < nl; k++)
+            if (levels_by[k].zero == z && levels_by[k].level == level_of(o))
+                there = levels_by[k].states_bytes;
+        int64_t here = there < 0 ? 0 : c->o.device_bytes - there + l->states_bytes;
+        if (here > in->budget_bytes && (!mj.over_micro || o->micro < mj.over_micro))
+            mj.over_micro = o->micro, mj.over_bytes = here;
+    }
+    return mj;
+}
+
+// Appends to jobs the micro-batch searches of level levels_by[li], one per policy allowed;
+// none where the level's bound is no faster than the bar (the level skipped, its bound
+// kept for planner_holds). The new count.
+static int add_micro_jobs(const PlannerInput *in, PlannerResult *r, const Job *levels_by, int nl, int li, Job *jobs,
+                          int nj) {
+    int lv = levels_by[li].level;
+    double b = bar(in, r);
+    if (lv == LEVEL_EARLY)
+        b *= MIN_GAIN;
+    if (b > 0 && levels_by[li].bound.step_us >= b) {
+        r->bound_pruned++;
+        if (lv != LEVEL_EARLY)   // (planner_holds' competitors: see fastest_at)
+            vec_push(&r->bounds, levels_by[li].bound);
+        return nj;
+    }
+    for (int pol = REMAT_KEEP; pol <= (in->remat == REMAT_TENSORS ? REMAT_TENSORS : REMAT_SWAP); pol++)
+        if (in->remat < 0 || pol == in->remat)
+            jobs[nj++] = micro_job(in, r, levels_by, nl, li, pol);
+    return nj;
+}
+
+// Merges a batch of jobs: first the np pair searches (those skipped by their bound
+// counted, their bounds kept), then the micro-batch searches, noting in fit_at, per
+// policy, the index of the largest micro-batch that fits.
+static void merge_batch(PlannerResult *r, Job *jobs, int np, int nj, int fit_at[5]) {
+    for (int i = 0; i < np; i++) {
+        if (jobs[i].pruned) {
+            r->bound_pruned++;
+            if (jobs[i].level != LEVEL_EARLY)
+                vec_push(&r->bounds, jobs[i].bound);
+        }
+        merge(r, &jobs[i]);
+    }
+    for (int i = np; i < nj; i++) {
+        fit_at[jobs[i].slow] = jobs[i].fit_at;
+        merge(r, &jobs[i]);
+    }
+}
+
+// The mixed searches of a level searched at micro-batches lm[0..lnm): at the largest
+// micro-batch the more frugal policy of a pair reaches (fit_at), as many blocks as fit keep
+// the faster one (every pair: recompute costs per block differ, so any pair can be the
+// best). Into pend, with the ends already tried; how many.
+static int pair_jobs(const PlannerInput *in, const PlannerResult *r, const int64_t *lm, int lnm, int lv, int z,
+                     const int fit_at[5], Job *pend) {
     static const int pairs[5][2] = {{REMAT_KEEP, REMAT_SELECTIVE},
                                     {REMAT_SELECTIVE, REMAT_FULL},
                                     {REMAT_KEEP, REMAT_FULL},
                                     {REMAT_FULL, REMAT_SWAP},
                                     {REMAT_SELECTIVE, REMAT_SWAP}};
-    // A level's mixed searches run beside the next level's micro-batch searches (the
-    // next level judged by the bar before them): one batch of jobs a level.
-    Job pend[5];
+    int np = 0;
+    for (int pi = 0; pi < 5; pi++) {
+        int fast = pairs[pi][0], slow = pairs[pi][1], m = fit_at[slow];
+        if (m < 0 || fit_at[fast] >= m)
+            continue;
+        PlanChoice sc = uniform(in, lm[m], slow, lv, z), fc = uniform(in, lm[m], fast, lv, z);
+        sc.loss_chunk = fc.loss_chunk = in->loss_chunk;
+        Job pj = {.kind = JOB_PAIR, .in = in, .micros = lm, .nm = lnm, .level = lv, .zero = z,
+                  .fast = fast, .slow = slow, .m = m, .bar_us = bar(in, r)};
+        for (int i = 0; i < r->tried.len; i++) {
+            const Candidate *c = &r->tried.at[i];
+            if (same_choice(&c->c, &sc) && c->o.placed)
+                pj.slow_bytes = c->o.device_bytes, pj.slow_end = c->o.cost;
+            if (same_choice(&c->c, &fc) && in->ranks <= 1)   // (several ranks: priced with free collectives)
+                pj.fast_end = c->o.cost, pj.fast_bytes = c->o.device_bytes;
+        }
+        pend[np++] = pj;
+    }
+    return np;
+}
+
+// The levels in the order of levels_by: per level, for each policy the largest
+// micro-batch that fits; then its mixed plans (pair_jobs). A level's mixed searches run
+// beside the next level's micro-batch searches (the next level judged by the bar before
+// them): one batch of jobs a level, and a last batch for the last level's mixed searches.
+static void search_levels(const PlannerInput *in, PlannerResult *r, const Job *levels_by, int nl, int threads) {
+    Job jobs[4 * LEVELS], pend[5];
     int np = 0;
     for (int li = 0; li <= nl; li++) {
-        nj = 0;
+        int nj = 0;
         for (int i = 0; i < np; i++)
             jobs[nj++] = pend[i];
-        int z = li < nl ? levels_by[li].zero : 0, lv = li < nl ? levels_by[li].level : 0;
-        const int64_t *lm = li < nl ? levels_by[li].micros : micros;
-        int lnm = li < nl ? levels_by[li].nm : nm;
-        double b = bar(in, r);
-        if (li < nl && lv == LEVEL_EARLY)
-            b *= MIN_GAIN;
-        if (li < nl && b > 0 && levels_by[li].bound.step_us >= b) {
-            r->bound_pruned++;
-            if (lv != LEVEL_EARLY)   // (planner_holds' competitors: see fastest_at)
-                vec_push(&r->bounds, levels_by[li].bound);
-        } else if (li < nl) {
-            for (int pol = REMAT_KEEP; pol <= (in->remat == REMAT_TENSORS ? REMAT_TENSORS : REMAT_SWAP); pol++) {
-                if (in->remat >= 0 && pol != in->remat)
-                    continue;
-                Job mj = {.kind = JOB_MICRO, .in = in, .micros = lm, .nm = lnm, .level = lv, .zero = z,
-                          .slow = pol, .states_bytes = levels_by[li].states_bytes};
-                if (pol == levels_by[li].slow && levels_by[li].bound_bytes > in->budget_bytes)   // (the bound's plan)
-                    mj.over_micro = lm[lnm - 1], mj.over_bytes = levels_by[li].bound_bytes;
-                // What another level's search found over the budget is over here too, give or
-                // take the model states the two levels keep on the device.
-                for (int i = 0; i < r->tried.len; i++) {
-                    const Candidate *c = &r->tried.at[i];
-                    const PlanChoice *o = &c->c;
-                    if (o->policy != (RematPolicy)pol || o->rest != (RematPolicy)pol || o->n_policy != in->nlayers ||
-                        o->per_layer || o->keep || o->zero != z || o->loss_chunk != in->loss_chunk ||
-                        o->bucket_bytes != bucket(in) || c->o.device_bytes <= in->budget_bytes)
-                        continue;
-                    int64_t there = -1;
-                    for (int k = 0; k < nl; k++)
-                        if (levels_by[k].zero == z && levels_by[k].level == level_of(o))
-                            there = levels_by[k].states_bytes;
-                    int64_t here = there < 0 ? 0 : c->o.device_bytes - there + levels_by[li].states_bytes;
-                    if (here > in->budget_bytes && (!mj.over_micro || o->micro < mj.over_micro))
-                        mj.over_micro = o->micro, mj.over_bytes = here;
-                }
-                jobs[nj++] = mj;
-            }
-        }
+        if (li < nl)
+            nj = add_micro_jobs(in, r, levels_by, nl, li, jobs, nj);
         run_jobs(jobs, nj, threads);
-        for (int i = 0; i < np; i++) {
-            if (jobs[i].pruned) {
-                r->bound_pruned++;
-                if (jobs[i].level != LEVEL_EARLY)
-                    vec_push(&r->bounds, jobs[i].bound);
-            }
-            merge(r, &jobs[i]);
-        }
         int fit_at[5] = {-1, -1, -1, -1, -1}, first = np;
-        for (int i = first; i < nj; i++) {
-            fit_at[jobs[i].slow] = jobs[i].fit_at;
-            merge(r, &jobs[i]);
-        }
+        merge_batch(r, jobs, np, nj, fit_at);
         np = 0;
-        for (int pi = 0; pi < 5 && nj > first && in->remat < 0 && in->nlayers >= 2; pi++) {
-            int fast = pairs[pi][0], slow = pairs[pi][1], m = fit_at[slow];
-            if (m < 0 || fit_at[fast] >= m)
-                continue;
-            PlanChoice sc = uniform(in, lm[m], slow, lv, z), fc = uniform(in, lm[m], fast, lv, z);
-            sc.loss_chunk = fc.loss_chunk = in->loss_chunk;
-            Job pj = {.kind = JOB_PAIR, .in = in, .micros = lm, .nm = lnm, .level = lv, .zero = z,
-                      .fast = fast, .slow = slow, .m = m, .bar_us = bar(in, r)};
-            for (int i = 0; i < r->tried.len; i++) {
-                const Candidate *c = &r->tried.at[i];
-                if (same_choice(&c->c, &sc) && c->o.placed)
-                    pj.slow_bytes = c->o.device_bytes, pj.slow_end = c->o.cost;
-                if (same_choice(&c->c, &fc) && in->ranks <= 1)   // (several ranks: priced with free collectives)
-                    pj.fast_end = c->o.cost, pj.fast_bytes = c->o.device_bytes;
-            }
-            pend[np++] = pj;
-        }
+        if (nj > first && in->remat < 0 && in->nlayers >= 2)
+            np = pair_jobs(in, r, levels_by[li].micros, levels_by[li].nm, levels_by[li].level, levels_by[li].zero,
+                           fit_at, pend);
     }
+}
+
+// Up to FINALISTS indices of the fastest candidates that fit, fastest first (ties: in the
+// order tried), into fin; how many.
+static int finalists(const PlannerResult *r, int fin[FINALISTS]) {
+    int nfin = 0;
+    for (int i = 0; i < r->tried.len; i++) {   // by insertion
+        const Candidate *c = &r->tried.at[i];
+        if (!c->fits)
+            continue;
+        int at = nfin;
+        while (at > 0 && r->tried.at[fin[at - 1]].o.cost.step_us > c->o.cost.step_us)
+            at--;
+        if (at >= FINALISTS)
+            continue;
+        for (int k = (nfin < FINALISTS ? nfin : FINALISTS - 1); k > at; k--)
+            fin[k] = fin[k - 1];
+        fin[at] = i;
+        nfin += nfin < FINALISTS;
+    }
+    return nfin;
+}
+
+// The buckets of the fastest few (several ranks): other sizes trade the link's latency per
+// call against how soon the first starts and how much is left after the last gradient
+// (and, at stages 2 and 3, the whole gradients and gathered weights a bucket holds). Not
+// of the fastest alone: a plan the default size slows can be the fastest at another
+// (Qwen2-72B on 8 ranks: micro-batch 1 with selective recompute is 50.3 s a step at 32 MiB
+// and 44.7 s at 512 MiB, where the fastest at 32 MiB gets no better than 46.7 s).
+static void refine_buckets(const PlannerInput *in, PlannerResult *r) {
+    static const int64_t sizes[] = {4 << 20, 16 << 20, 128 << 20, 512 << 20};
+    int fin[FINALISTS], nfin = finalists(r, fin);
+    Job j = {.in = in, .bar_us = in->exhaustive ? 0 : best_us(r)};
+    for (int f = 0; f < nfin; f++)
+        for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+            PlanChoice c = r->tried.at[fin[f]].c;
+            c.bucket_bytes = sizes[k];
+            job_try(&j, &c);
+        }
+    merge(r, &j);
+}
+
+// Where nothing was tried, the most frugal plan allowed (ZeRO stage z; the smallest
+// micro-batch, or with the updates inside backward the one micro-step): what is reported.
+static void try_frugal(const PlannerInput *in, PlannerResult *r, const int64_t *micros, int nm, int z,
+                       bool one_step) {
+    int R = in->ranks > 1 ? in->ranks : 1;
+    RematPolicy pol = in->remat >= 0 ? (RematPolicy)in->remat : REMAT_SWAP;
+    int lv = in->early == 1 ? LEVEL_EARLY : in->offload >= 0 ? in->offload : R > 1 ? 2 : LEVEL_EARLY - 1;
+    if (R > 1 && lv == 2 && z < 2)
+        lv = 1;
+    if (lv == 0 && in->early != 0 && R == 1 && one_step)   // (the gradients die young)
+        lv = LEVEL_EARLY;
+    Job j = {.in = in};
+    PlanChoice c = uniform(in, lv == LEVEL_EARLY ? micros[nm - 1] : micros[0], pol, lv, z);
+    job_try(&j, &c);
+    merge(r, &j);
+}
+
+int planner_search(const PlannerInput *in, PlannerResult *r) {
+    memset(r, 0, sizeof *r);
+    r->best = r->smallest = -1;
+    int R = in->ranks > 1 ? in->ranks : 1;
+    int64_t per_rank = in->global_batch / R;   // (the driver checked that the ranks divide it)
+    int64_t micros[64];
+    int nm = micro_batches(in, per_rank, micros);
+    int threads = in->threads > 0 ? in->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (threads < 1)
+        threads = 1;
+    // ZeRO stages to try: with one rank none; else the one asked for, or all four.
+    int z0 = R == 1 ? 0 : in->zero >= 0 ? in->zero : 0, z1 = R == 1 ? 0 : in->zero >= 0 ? in->zero : 3;
+    bool one_step = micros[nm - 1] == per_rank;
+    Job levels_by[4 * LEVELS];
+    int nl = level_bounds(in, r, micros, nm, z0, z1, one_step, threads, levels_by);
+    search_levels(in, r, levels_by, nl, threads);
     decline_early(r);
     refine_tensors(in, r, micros, nm, threads);
     refine_loss_chunk(in, r);
-    // The buckets of the fastest few: other sizes trade the link's latency per call against
-    // how soon the first starts and how much is left after the last gradient (and, at
-    // stages 2 and 3, the whole gradients and gathered weights a bucket holds). Not of the
-    // fastest alone: a plan the default size slows can be the fastest at another (Qwen2-72B
-    // on 8 ranks: micro-batch 1 with selective recompute is 50.3 s a step at 32 MiB and
-    // 44.7 s at 512 MiB, where the fastest at 32 MiB gets no better than 46.7 s).
-    if (R > 1 && r->best >= 0) {
-        static const int64_t sizes[] = {4 << 20, 16 << 20, 128 << 20, 512 << 20};
-        int fin[FINALISTS], nfin = 0;
-        for (int i = 0; i < r->tried.len; i++) {   // the fastest fitting, by insertion
-            const Candidate *c = &r->tried.at[i];
-            if (!c->fits)
-                continue;
-            int at = nfin;
-            while (at > 0 && r->tried.at[fin[at - 1]].o.cost.step_us > c->o.cost.step_us)
-                at--;
-            if (at >= FINALISTS)
-                continue;
-            for (int k = (nfin < FINALISTS ? nfin : FINALISTS - 1); k > at; k--)
-                fin[k] = fin[k - 1];
-            fin[at] = i;
-            nfin += nfin < FINALISTS;
-        }
-        Job j = {.in = in, .bar_us = in->exhaustive ? 0 : best_us(r)};
-        for (int f = 0; f < nfin; f++)
-            for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
-                PlanChoice c = r->tried.at[fin[f]].c;
-                c.bucket_bytes = sizes[k];
-                job_try(&j, &c);
-            }
-        merge(r, &j);
-    }
+    if (R > 1 && r->best >= 0)
+        refine_buckets(in, r);
     // And again for the plan the buckets made fastest: their size changes how much of the
     // step the chunk's time is, and the bucket finalists were chosen at the first chunk.
     if (R > 1)
@@ -795,18 +877,8 @@ int planner_search(const PlannerInput *in, PlannerResult *r) {
     // Last, on the chunk (and buckets) chosen: a larger chunk is worth more, and with several
     // ranks its candidates would crowd the bucket finalists with near copies of one plan.
     refine_tensor_blocks(in, r);
-    if (r->smallest < 0 && r->pruned_levels < (LEVELS - 1) * (z1 - z0 + 1)) {   // report the most frugal allowed plan
-        RematPolicy pol = in->remat >= 0 ? (RematPolicy)in->remat : REMAT_SWAP;
-        int lv = in->early == 1 ? LEVEL_EARLY : in->offload >= 0 ? in->offload : R > 1 ? 2 : LEVEL_EARLY - 1, z = z1;
-        if (R > 1 && lv == 2 && z < 2)
-            lv = 1;
-        if (lv == 0 && in->early != 0 && R == 1 && one_step)   // (the gradients die young)
-            lv = LEVEL_EARLY;
-        Job j = {.in = in};
-        PlanChoice c = uniform(in, lv == LEVEL_EARLY ? micros[nm - 1] : micros[0], pol, lv, z);
-        job_try(&j, &c);
-        merge(r, &j);
-    }
+    if (r->smallest < 0 && r->pruned_levels < (LEVELS - 1) * (z1 - z0 + 1))   // report the most frugal allowed plan
+        try_frugal(in, r, micros, nm, z1, one_step);
     if (r->best < 0)
         settle_smallest(in, r);
     else if (!r->tried.at[r->best].o.smallest)   // placed to settle its fit, the first
