@@ -312,91 +312,116 @@ static int meta_u64(json_t *meta, const char *path, const char *key, int base, u
     return 0;
 }
 
+// When the state file path is missing: an error if ckpt holds the state of a job of another
+// number of ranks (else the opening of path reports it).
+static int check_ranks(const char *ckpt, const char *path, int ranks, char *err, size_t errlen) {
+    struct stat fst;
+    if (stat(path, &fst) == 0)
+        return 0;
+    DIR *d = opendir(ckpt);
+    int other = 0;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        if (!strcmp(e->d_name, "state.safetensors"))
+            other = 1;
+        else if (!strncmp(e->d_name, "state-rank", 10) && strstr(e->d_name, "-of-"))
+            other = atoi(strstr(e->d_name, "-of-") + 4);
+    }
+    if (d)
+        closedir(d);
+    if (other > 0 && other != ranks)
+        return rt_fail(err, errlen, "%s: a checkpoint of a job of %d rank%s; this one has %d (resume "
+                       "on as many ranks as saved it)", ckpt, other, other == 1 ? "" : "s", ranks);
+    return 0;
+}
+
+// What a state's metadata records of the run.
+typedef struct StateMeta {
+    uint64_t step, seed, plan;   // plan: the fingerprint of the plan that saved it
+    uint64_t skipped, tracker, data;
+    double scale;                // fp16's loss scale; left as it was where none is recorded
+} StateMeta;
+
+// The metadata of the state file at path into *m, each value checked.
+static int read_meta(const char *path, StateMeta *m, char *err, size_t errlen) {
+    json_t *meta = state_meta(path, err, errlen);
+    // (a state is saved after a step: step 1 at least; at most 2^53, where the schedule's
+    // arithmetic in double is still exact)
+    const uint64_t most = (uint64_t)1 << 53;
+    int bad = !meta || meta_u64(meta, path, "step", 10, 1, most, &m->step, err, errlen) != 0 ||
+              meta_u64(meta, path, "seed", 10, 0, UINT64_MAX, &m->seed, err, errlen) != 0 ||
+              meta_u64(meta, path, "plan", 16, 0, UINT64_MAX, &m->plan, err, errlen) != 0 ||
+              (json_object_get(meta, "skipped") &&   // absent: a state from before skipping
+               meta_u64(meta, path, "skipped", 10, 0, most, &m->skipped, err, errlen) != 0) ||
+              (json_object_get(meta, "data") &&   // absent: a state from before it was recorded
+               meta_u64(meta, path, "data", 16, 1, UINT64_MAX, &m->data, err, errlen) != 0);
+    if (!bad && m->skipped > m->step)
+        bad = rt_fail(err, errlen, "%s: %" PRIu64 " steps skipped of %" PRIu64, path, m->skipped, m->step);
+    // fp16's loss scale and its growth tracker (absent: a state from before loss scaling)
+    const char *ls = meta ? json_string_value(json_object_get(meta, "loss_scale")) : NULL;
+    if (!bad && ls) {
+        char *end;
+        m->scale = strtod(ls, &end);
+        if (end == ls || *end || !(m->scale > 0 && m->scale < 1e38) ||
+            meta_u64(meta, path, "scale_tracker", 10, 0, most, &m->tracker, err, errlen) != 0)
+            bad = rt_fail(err, errlen, "%s: a bad loss scale in its metadata", path);
+    }
+    json_decref(meta);
+    return bad ? -1 : 0;
+}
+
+// Buffer i from the tensor of its name in the state file set (at path), which must have the
+// dtype and shape the buffer is saved with.
+static int load_buffer(Exec *x, StSet *set, const char *path, int i, char *err, size_t errlen) {
+    const PlanBuffer *b = &x->plan->buf[i];
+    const StTensor *t = st_find(set, b->name);
+    size_t bytes = (size_t)plan_dtype_bytes(b->dtype, plan_elems(b));
+    void *v = malloc(bytes + 1);
+    bool whole;
+    StDType want = saved_as(b, &whole);
+    int64_t flat = (int64_t)bytes;
+    const int64_t *shape = whole ? b->shape : &flat;
+    int ndim = whole ? b->ndim : 1;
+    bool same = t && t->dtype == want && t->ndim == ndim;
+    for (int d = 0; same && d < ndim; d++)
+        same = t->shape[d] == shape[d];
+    int rc = 0;
+    if (!t) {
+        rc = rt_fail(err, errlen, "%s: no '%s'", path, b->name);
+    } else if (!same) {
+        char got[160], exp[160];
+        shape_text(got, sizeof got, st_dtype_name(t->dtype), t->shape, t->ndim);
+        shape_text(exp, sizeof exp, st_dtype_name(want), shape, ndim);
+        rc = rt_fail(err, errlen, "%s: '%s' is %s, this plan's buffer %s: not a state of this plan",
+                     path, b->name, got, exp);
+    } else if (!v || st_read_raw(set, t, v, bytes, err, errlen) != 0) {
+        rc = -1;
+    } else {
+        rt_write_raw(x, i, v);
+    }
+    free(v);
+    return rc;
+}
+
 int rt_checkpoint_load(Exec *x, const char *ckpt, int64_t *step, uint64_t *seed, char *err, size_t errlen) {
     const Plan *p = x->plan;
     char path[4400], name[64];
     int rank = x->comm ? x->comm->rank : 0, ranks = x->comm ? x->comm->ranks : 1;
     state_name(name, sizeof name, rank, ranks);
     snprintf(path, sizeof path, "%s/%s", ckpt, name);
-    struct stat fst;
-    if (stat(path, &fst) != 0) {   // a checkpoint of another number of ranks?
-        DIR *d = opendir(ckpt);
-        int other = 0;
-        for (struct dirent *e; d && (e = readdir(d));) {
-            if (!strcmp(e->d_name, "state.safetensors"))
-                other = 1;
-            else if (!strncmp(e->d_name, "state-rank", 10) && strstr(e->d_name, "-of-"))
-                other = atoi(strstr(e->d_name, "-of-") + 4);
-        }
-        if (d)
-            closedir(d);
-        if (other > 0 && other != ranks)
-            return rt_fail(err, errlen, "%s: a checkpoint of a job of %d rank%s; this one has %d (resume "
-                           "on as many ranks as saved it)", ckpt, other, other == 1 ? "" : "s", ranks);
-    }
-    uint64_t s, sd, fp, skipped = 0, tracker = 0, data = 0;
-    double scale = x->loss_scale;
-    json_t *meta = state_meta(path, err, errlen);
-    // (a state is saved after a step: step 1 at least; at most 2^53, where the schedule's
-    // arithmetic in double is still exact)
-    const uint64_t most = (uint64_t)1 << 53;
-    int bad = !meta || meta_u64(meta, path, "step", 10, 1, most, &s, err, errlen) != 0 ||
-              meta_u64(meta, path, "seed", 10, 0, UINT64_MAX, &sd, err, errlen) != 0 ||
-              meta_u64(meta, path, "plan", 16, 0, UINT64_MAX, &fp, err, errlen) != 0 ||
-              (json_object_get(meta, "skipped") &&   // absent: a state from before skipping
-               meta_u64(meta, path, "skipped", 10, 0, most, &skipped, err, errlen) != 0) ||
-              (json_object_get(meta, "data") &&   // absent: a state from before it was recorded
-               meta_u64(meta, path, "data", 16, 1, UINT64_MAX, &data, err, errlen) != 0);
-    if (!bad && skipped > s)
-        bad = rt_fail(err, errlen, "%s: %" PRIu64 " steps skipped of %" PRIu64, path, skipped, s);
-    // fp16's loss scale and its growth tracker (absent: a state from before loss scaling)
-    const char *ls = meta ? json_string_value(json_object_get(meta, "loss_scale")) : NULL;
-    if (!bad && ls) {
-        char *end;
-        scale = strtod(ls, &end);
-        if (end == ls || *end || !(scale > 0 && scale < 1e38) ||
-            meta_u64(meta, path, "scale_tracker", 10, 0, most, &tracker, err, errlen) != 0)
-            bad = rt_fail(err, errlen, "%s: a bad loss scale in its metadata", path);
-    }
-    json_decref(meta);
-    if (bad)
+    if (check_ranks(ckpt, path, ranks, err, errlen) != 0)
         return -1;
-    if (fp != fingerprint(p))
+    StateMeta m = {.scale = x->loss_scale};
+    if (read_meta(path, &m, err, errlen) != 0)
+        return -1;
+    if (m.plan != fingerprint(p))
         return rt_fail(err, errlen, "%s: the state of another plan (its buffers differ from this plan's)", path);
     StSet *set;
     if (st_open(&set, path, err, errlen) != 0)
         return -1;
     int rc = 0;
-    for (int i = 0; i < p->nbuf && rc == 0; i++) {
-        const PlanBuffer *b = &p->buf[i];
-        if (!carried(b))
-            continue;
-        const StTensor *t = st_find(set, b->name);
-        size_t bytes = (size_t)plan_dtype_bytes(b->dtype, plan_elems(b));
-        void *v = malloc(bytes + 1);
-        bool whole;
-        StDType want = saved_as(b, &whole);
-        int64_t flat = (int64_t)bytes;
-        const int64_t *shape = whole ? b->shape : &flat;
-        int ndim = whole ? b->ndim : 1;
-        bool same = t && t->dtype == want && t->ndim == ndim;
-        for (int d = 0; same && d < ndim; d++)
-            same = t->shape[d] == shape[d];
-        if (!t) {
-            rc = rt_fail(err, errlen, "%s: no '%s'", path, b->name);
-        } else if (!same) {
-            char got[160], exp[160];
-            shape_text(got, sizeof got, st_dtype_name(t->dtype), t->shape, t->ndim);
-            shape_text(exp, sizeof exp, st_dtype_name(want), shape, ndim);
-            rc = rt_fail(err, errlen, "%s: '%s' is %s, this plan's buffer %s: not a state of this plan",
-                         path, b->name, got, exp);
-        } else if (!v || st_read_raw(set, t, v, bytes, err, errlen) != 0) {
-            rc = -1;
-        } else {
-            rt_write_raw(x, i, v);
-        }
-        free(v);
-    }
+    for (int i = 0; i < p->nbuf && rc == 0; i++)
+        if (carried(&p->buf[i]))
+            rc = load_buffer(x, set, path, i, err, errlen);
     st_close(set);
     // Gradients are zero between steps, so a checkpoint holds none; the step's first
     // micro-step adds into them (GEMMs with beta = 1), so they start at zero here too.
@@ -404,7 +429,7 @@ int rt_checkpoint_load(Exec *x, const char *ckpt, int64_t *step, uint64_t *seed,
         if (p->buf[i].kind == PK_GRAD && p->buf[i].view < 0)
             rt_zero(x, i);
     if (rc == 0)
-        *step = (int64_t)s, *seed = sd, x->skipped = (int64_t)skipped, x->loss_scale = scale,
-        x->scale_tracker = (int64_t)tracker, x->data_print = data;
+        *step = (int64_t)m.step, *seed = m.seed, x->skipped = (int64_t)m.skipped, x->loss_scale = m.scale,
+        x->scale_tracker = (int64_t)m.tracker, x->data_print = m.data;
     return rc;
 }

@@ -92,7 +92,7 @@ static void template_free(Template *t) {
 // Encoding records
 
 typedef struct Conv {
-    const Tokenizer *tok;
+    Tokenizer *tok;
     const DsOptions *o;
     Template tmpl;
     bool have_tmpl;
@@ -289,70 +289,86 @@ static int put_sharegpt(Worker *w, Chunk *c, json_t *conv) {
     return 0;
 }
 
-// The record rec (a JSON object) appended to c as one record; -1 with c->err set.
-static int put_record(Worker *w, Chunk *c, json_t *rec) {
-    const Conv *cv = w->cv;
+// Whether rec is of exactly one kind; -1 with c->err set when of none or of several.
+static int one_kind(Chunk *c, json_t *rec) {
+    int kinds = (json_object_get(rec, "text") != NULL) +
+                (json_object_get(rec, "prompt") != NULL || json_object_get(rec, "completion") != NULL) +
+                (json_object_get(rec, "messages") != NULL) +
+                (json_object_get(rec, "instruction") != NULL) +
+                (json_object_get(rec, "conversations") != NULL);
+    if (kinds == 1)
+        return 0;
+    snprintf(c->err, sizeof c->err, "%s", kinds == 0
+             ? "a record needs \"text\", \"prompt\" and \"completion\", \"messages\", \"instruction\" "
+               "and \"output\" (Alpaca) or \"conversations\" (ShareGPT)"
+             : "a record has one of \"text\", \"prompt\" and \"completion\", \"messages\", \"instruction\" "
+               "or \"conversations\", not several");
+    return -1;
+}
+
+// A "text" record: all of it trained.
+static int put_plain(Worker *w, Chunk *c, json_t *text) {
+    if (!is_str(text)) {
+        snprintf(c->err, sizeof c->err, "\"text\" is not a string");
+        return -1;
+    }
+    return put_text(w, c, json_string_value(text), json_string_length(text), true);
+}
+
+// A "prompt" and "completion" record: only the completion trained.
+static int put_prompt(Worker *w, Chunk *c, json_t *prompt, json_t *completion) {
+    if (!is_str(prompt) || !is_str(completion)) {
+        snprintf(c->err, sizeof c->err, "%s", !prompt ? "a \"completion\" without a \"prompt\""
+                 : !completion ? "a \"prompt\" without a \"completion\""
+                 : "\"prompt\" and \"completion\" must be strings");
+        return -1;
+    }
+    if (put_text(w, c, json_string_value(prompt), json_string_length(prompt), false) != 0 ||
+        put_text(w, c, json_string_value(completion), json_string_length(completion), true) != 0)
+        return -1;
+    return 0;
+}
+
+// A "messages" record: a list of {"role", "content"}, through the template.
+static int put_messages(Worker *w, Chunk *c, json_t *messages) {
+    if (!json_is_array(messages)) {
+        snprintf(c->err, sizeof c->err, "\"messages\" is not a list");
+        return -1;
+    }
+    if (need_template(w->cv, c, "\"messages\"") != 0)
+        return -1;
+    for (size_t i = 0; i < json_array_size(messages); i++) {
+        json_t *m = json_array_get(messages, i), *role = json_object_get(m, "role");
+        json_t *content = json_object_get(m, "content");
+        if (!is_str(role) || !is_str(content) || strlen(json_string_value(role)) != json_string_length(role)) {
+            snprintf(c->err, sizeof c->err, "messages[%zu] needs a \"role\" and a \"content\", both strings", i);
+            return -1;
+        }
+        if (put_message(w, c, json_string_value(role), json_string_value(content), json_string_length(content)) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+// The tokens of rec (of one kind) between the tokenizer's prefix and suffix.
+static int put_body(Worker *w, Chunk *c, json_t *rec) {
     json_t *text = json_object_get(rec, "text"), *prompt = json_object_get(rec, "prompt");
-    json_t *completion = json_object_get(rec, "completion"), *messages = json_object_get(rec, "messages");
-    json_t *instruction = json_object_get(rec, "instruction"), *conv = json_object_get(rec, "conversations");
-    int kinds = (text != NULL) + (prompt != NULL || completion != NULL) + (messages != NULL) +
-                (instruction != NULL) + (conv != NULL);
-    if (kinds != 1) {
-        snprintf(c->err, sizeof c->err, "%s", kinds == 0
-                 ? "a record needs \"text\", \"prompt\" and \"completion\", \"messages\", \"instruction\" "
-                   "and \"output\" (Alpaca) or \"conversations\" (ShareGPT)"
-                 : "a record has one of \"text\", \"prompt\" and \"completion\", \"messages\", \"instruction\" "
-                   "or \"conversations\", not several");
-        return -1;
-    }
-    size_t start = c->ids.n, n;
-    const int32_t *pre = tok_prefix(cv->tok, &n);
-    if (put_ids(c, pre, n, 0) != 0)
-        return -1;
-    if (text) {
-        if (!is_str(text)) {
-            snprintf(c->err, sizeof c->err, "\"text\" is not a string");
-            return -1;
-        }
-        if (put_text(w, c, json_string_value(text), json_string_length(text), true) != 0)
-            return -1;
-    } else if (prompt || completion) {
-        if (!is_str(prompt) || !is_str(completion)) {
-            snprintf(c->err, sizeof c->err, "%s", !prompt ? "a \"completion\" without a \"prompt\""
-                     : !completion ? "a \"prompt\" without a \"completion\""
-                     : "\"prompt\" and \"completion\" must be strings");
-            return -1;
-        }
-        if (put_text(w, c, json_string_value(prompt), json_string_length(prompt), false) != 0 ||
-            put_text(w, c, json_string_value(completion), json_string_length(completion), true) != 0)
-            return -1;
-    } else if (instruction) {
-        if (put_alpaca(w, c, rec) != 0)
-            return -1;
-    } else if (conv) {
-        if (put_sharegpt(w, c, conv) != 0)
-            return -1;
-    } else {
-        if (!json_is_array(messages)) {
-            snprintf(c->err, sizeof c->err, "\"messages\" is not a list");
-            return -1;
-        }
-        if (need_template(cv, c, "\"messages\"") != 0)
-            return -1;
-        for (size_t i = 0; i < json_array_size(messages); i++) {
-            json_t *m = json_array_get(messages, i), *role = json_object_get(m, "role");
-            json_t *content = json_object_get(m, "content");
-            if (!is_str(role) || !is_str(content) || strlen(json_string_value(role)) != json_string_length(role)) {
-                snprintf(c->err, sizeof c->err, "messages[%zu] needs a \"role\" and a \"content\", both strings", i);
-                return -1;
-            }
-            if (put_message(w, c, json_string_value(role), json_string_value(content), json_string_length(content)) != 0)
-                return -1;
-        }
-    }
-    const int32_t *suf = tok_suffix(cv->tok, &n);
-    if (put_ids(c, suf, n, 0) != 0)
-        return -1;
+    json_t *completion = json_object_get(rec, "completion");
+    json_t *conv = json_object_get(rec, "conversations");
+    if (text)
+        return put_plain(w, c, text);
+    if (prompt || completion)
+        return put_prompt(w, c, prompt, completion);
+    if (json_object_get(rec, "instruction"))
+        return put_alpaca(w, c, rec);
+    if (conv)
+        return put_sharegpt(w, c, conv);
+    return put_messages(w, c, json_object_get(rec, "messages"));
+}
+
+// Ends the record begun at ids[start]: the end-of-sequence token after it unless it ends with
+// one (trained if the token before is), its first token a start, its length noted.
+static int end_record(const Conv *cv, Chunk *c, size_t start) {
     size_t len = c->ids.n - start;
     if (len == 0 || c->ids.id[c->ids.n - 1] != cv->eos) {
         uint8_t last = len ? c->info[c->ids.n - 1] : 0;
@@ -377,6 +393,20 @@ static int put_record(Worker *w, Chunk *c, json_t *rec) {
     }
     c->rec_len[c->nrec++] = (uint32_t)len;
     return 0;
+}
+
+// The record rec (a JSON object) appended to c as one record; -1 with c->err set.
+static int put_record(Worker *w, Chunk *c, json_t *rec) {
+    if (one_kind(c, rec) != 0)
+        return -1;
+    size_t start = c->ids.n, n;
+    const int32_t *pre = tok_prefix(w->cv->tok, &n);
+    if (put_ids(c, pre, n, 0) != 0 || put_body(w, c, rec) != 0)
+        return -1;
+    const int32_t *suf = tok_suffix(w->cv->tok, &n);
+    if (put_ids(c, suf, n, 0) != 0)
+        return -1;
+    return end_record(w->cv, c, start);
 }
 
 // Encodes every line of chunk c; stops at the first bad one.
@@ -556,176 +586,261 @@ static void chunk_free(Chunk *c) {
     free(c->info), free(c->rec_len);
 }
 
+// Loads the tokenizer, reads the template and finds the end-of-sequence token; the token width
+// follows from the vocabulary. Nothing is left to free when it fails.
+static int conv_open(Conv *cv, DsSummary *sum, char *err, size_t errlen) {
+    if (tok_load(&cv->tok, cv->o->tokenizer, err, errlen) != 0)
+        return -1;
+    int rc = 0;
+    if (cv->o->template_text) {
+        rc = template_read(&cv->tmpl, cv->o->template_text, err, errlen);
+        cv->have_tmpl = rc == 0;
+    }
+    if (rc == 0)
+        rc = find_eos(cv, sum, err, errlen);
+    if (rc != 0) {
+        template_free(&cv->tmpl);
+        tok_free(cv->tok);
+        return -1;
+    }
+    sum->vocab = tok_vocab_size(cv->tok);
+    sum->token_bytes = sum->vocab <= 65536 ? 2 : 4;
+    return 0;
+}
+
+// The input, read in batches of whole lines.
+typedef struct Reader {
+    int fd;
+    const char *path;
+    char *buf;
+    size_t cap, have;         // have: the bytes read into buf and not yet used
+    bool eof, first;          // first: no batch read yet (a byte order mark may start it)
+} Reader;
+
+// The worker threads, and the chunks of a batch they share.
+typedef struct Pool {
+    int threads, nchunks;
+    Chunk *chunks;
+    Worker *workers;
+    pthread_t *tids;
+} Pool;
+
+// A pool of `threads` threads (0: one per CPU), each with its tokenizer scratch, and the
+// reader's buffer, a batch for all its chunks; what it got is freed (by pool_free, the buffer
+// by the caller) even when it fails.
+static int pool_new(Pool *p, Reader *r, const Tokenizer *tok, int threads, char *err, size_t errlen) {
+    threads = threads > 0 ? threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    p->threads = threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads;
+    p->nchunks = p->threads * CHUNKS_PER_THREAD;
+    r->cap = (size_t)p->nchunks * CHUNK_BYTES + 1;
+    r->buf = malloc(r->cap);
+    p->chunks = calloc((size_t)p->nchunks, sizeof *p->chunks);
+    p->workers = calloc((size_t)p->threads, sizeof *p->workers);
+    p->tids = calloc((size_t)p->threads, sizeof *p->tids);
+    if (!r->buf || !p->chunks || !p->workers || !p->tids)
+        return rt_fail(err, errlen, "out of memory");
+    for (int k = 0; k < p->threads; k++)
+        if (!(p->workers[k].scratch = tok_scratch_new(tok)))
+            return rt_fail(err, errlen, "out of memory");
+    return 0;
+}
+
+static void pool_free(Pool *p) {
+    for (int k = 0; p->chunks && k < p->nchunks; k++)
+        chunk_free(&p->chunks[k]);
+    for (int k = 0; p->workers && k < p->threads; k++) {
+        tok_scratch_free(p->workers[k].scratch);
+        free(p->workers[k].scratch_text);
+    }
+    free(p->chunks), free(p->workers), free(p->tids);
+}
+
+// Reads until the buffer is full or the input ends.
+static int fill(Reader *r, DsSummary *sum, char *err, size_t errlen) {
+    while (!r->eof && r->have < r->cap - 1) {
+        ssize_t n = read(r->fd, r->buf + r->have, r->cap - 1 - r->have);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return rt_fail(err, errlen, "%s: cannot read: %s", r->path, strerror(errno));
+        r->eof = n == 0;
+        r->have += (size_t)n;
+        sum->input_bytes += (uint64_t)n;
+    }
+    return 0;
+}
+
+// The next batch: *use, the bytes of the buffer up to its last newline (all of them at the
+// end of the input); a line longer than the buffer grows it.
+static int read_batch(Reader *r, size_t *use, DsSummary *sum, char *err, size_t errlen) {
+    for (;;) {
+        if (fill(r, sum, err, errlen) != 0)
+            return -1;
+        // A UTF-8 byte order mark before the first line is not part of it.
+        if (r->first && r->have >= 3 && memcmp(r->buf, "\xef\xbb\xbf", 3) == 0) {
+            memmove(r->buf, r->buf + 3, r->have - 3);
+            r->have -= 3;
+        }
+        r->first = false;
+        if (r->eof) {
+            *use = r->have;
+            return 0;
+        }
+        char *nl = memrchr(r->buf, '\n', r->have);
+        if (nl) {
+            *use = (size_t)(nl - r->buf) + 1;
+            return 0;
+        }
+        // One line longer than the buffer: make room and read on.
+        size_t ncap = r->cap * 2;
+        char *nb = realloc(r->buf, ncap);
+        if (!nb)
+            return rt_fail(err, errlen, "%s: out of memory for a line of more than %zu bytes", r->path,
+                           r->cap);
+        r->buf = nb, r->cap = ncap;
+    }
+}
+
+// Cuts buf[0..use) into chunks of about CHUNK_BYTES each, ending at newlines; how many.
+static int cut_chunks(Pool *p, char *buf, size_t use) {
+    int n = 0;
+    size_t per = use / (size_t)p->nchunks + 1;
+    per = per < CHUNK_BYTES ? CHUNK_BYTES : per;
+    for (size_t at = 0; at < use && n < p->nchunks; n++) {
+        size_t endp = at + per >= use || n == p->nchunks - 1 ? use : at + per;
+        if (endp < use) {
+            char *nl = memchr(buf + endp, '\n', use - endp);
+            endp = nl ? (size_t)(nl - buf) + 1 : use;
+        }
+        chunk_reset(&p->chunks[n]);
+        p->chunks[n].text = buf + at;
+        p->chunks[n].len = endp - at;
+        at = endp;
+    }
+    return n;
+}
+
+// Encodes the first n chunks on the pool's threads, the calling one among them.
+static void encode_chunks(Pool *p, Conv *cv, int n) {
+    int next = 0;
+    int nt = p->threads < n ? p->threads : n;
+    Worker *ws = p->workers;
+    for (int k = 0; k < nt; k++) {
+        ws[k] = (Worker){cv, ws[k].scratch, p->chunks, n, &next, ws[k].scratch_text, ws[k].scratch_cap};
+        if (k > 0 && pthread_create(&p->tids[k], NULL, worker_main, &ws[k]) != 0)
+            p->tids[k] = 0, worker_main(&ws[k]);
+    }
+    if (nt > 0)
+        worker_main(&ws[0]);
+    for (int k = 1; k < nt; k++)
+        if (p->tids[k])
+            pthread_join(p->tids[k], NULL);
+}
+
+// Writes the records of chunks[0..n) in file order, up to the first bad line, whose error
+// it reports at its line in the file (*line0: the lines before the batch, advanced).
+static int write_chunks(Out *out, const Chunk *chunks, int n, uint64_t *line0, const char *in_path,
+                        char *err, size_t errlen) {
+    int rc = 0;
+    for (int k = 0; rc == 0 && k < n; k++) {
+        const Chunk *c = &chunks[k];
+        size_t at = 0;
+        for (size_t r = 0; rc == 0 && r < c->nrec; r++) {
+            rc = put_out(out, c->ids.id + at, c->info + at, c->rec_len[r], err, errlen);
+            at += c->rec_len[r];
+        }
+        if (rc == 0 && c->err_line) {
+            uint64_t line = *line0 + c->err_line;
+            if (c->err_col)
+                rc = rt_fail(err, errlen, "%s:%llu:%d: %s", in_path, (unsigned long long)line, c->err_col,
+                             c->err);
+            else
+                rc = rt_fail(err, errlen, "%s:%llu: %s", in_path, (unsigned long long)line, c->err);
+        }
+        *line0 += c->lines;
+        out->sum->lines += c->lines;
+        out->sum->records += c->records;
+    }
+    return rc;
+}
+
+// Every batch of the input encoded and written.
+static int convert_batches(Conv *cv, Reader *r, Pool *p, Out *out, char *err, size_t errlen) {
+    uint64_t line0 = 0;   // lines before the batch
+    int rc = 0;
+    while (rc == 0 && !(r->eof && r->have == 0)) {
+        size_t use = 0;
+        if ((rc = read_batch(r, &use, out->sum, err, errlen)) != 0)
+            break;
+        int n = cut_chunks(p, r->buf, use);
+        encode_chunks(p, cv, n);
+        rc = write_chunks(out, p->chunks, n, &line0, r->path, err, errlen);
+        memmove(r->buf, r->buf + use, r->have - use);
+        r->have -= use;
+    }
+    return rc;
+}
+
+// The file finished: an error if no record was read or none written, else the last window
+// padded and the token after it (when packing), and the file closed (out->w then NULL).
+static int finish(Out *out, const char *in_path, char *err, size_t errlen) {
+    DsSummary *sum = out->sum;
+    if (sum->records == 0)
+        return sum->input_bytes == 0 ? rt_fail(err, errlen, "%s: is empty, there are no records", in_path)
+                                     : rt_fail(err, errlen, "%s: has no records (%llu blank lines)", in_path,
+                                               (unsigned long long)sum->lines);
+    if (sum->written == 0)
+        return rt_fail(err, errlen, "%s: no record has a trained token left (%llu without any%s)", in_path,
+                       (unsigned long long)sum->dropped_untrained,
+                       sum->dropped_long ? ", the others longer than --pack" : "");
+    int rc = 0;
+    if (out->o->pack > 0) {
+        int32_t one = out->eos;
+        uint8_t info = DATA_START;
+        rc = pad_window(out, err, errlen);
+        if (rc == 0)
+            rc = data_writer_put(out->w, &one, &info, 1, err, errlen);
+        sum->padding += rc == 0;
+    }
+    if (rc == 0) {
+        sum->tokens = data_writer_count(out->w);
+        uint64_t seq = (uint64_t)(out->o->pack > 0 ? out->o->pack : 0);
+        rc = data_writer_close(out->w, seq, sum->written, err, errlen);
+        out->w = NULL;
+    }
+    return rc;
+}
+
 int ds_convert(const char *in_path, const char *out_path, const DsOptions *o, DsSummary *sum, char *err,
                size_t errlen) {
     memset(sum, 0, sizeof *sum);
     Conv cv = {.o = o, .in_path = in_path};
-    Tokenizer *tok = NULL;
-    if (tok_load(&tok, o->tokenizer, err, errlen) != 0)
+    if (conv_open(&cv, sum, err, errlen) != 0)
         return -1;
-    cv.tok = tok;
-    int rc = 0;
-    if (o->template_text) {
-        rc = template_read(&cv.tmpl, o->template_text, err, errlen);
-        cv.have_tmpl = rc == 0;
-    }
-    if (rc == 0)
-        rc = find_eos(&cv, sum, err, errlen);
-    if (rc != 0) {
-        template_free(&cv.tmpl);
-        tok_free(tok);
-        return -1;
-    }
-    sum->vocab = tok_vocab_size(tok);
-    sum->token_bytes = sum->vocab <= 65536 ? 2 : 4;
-
     struct stat st;
-    int fd = rt_open_regular(in_path, &st);
-    if (fd < 0) {
+    Reader r = {.fd = rt_open_regular(in_path, &st), .path = in_path, .first = true};
+    if (r.fd < 0) {
         int e = errno;
         template_free(&cv.tmpl);
-        tok_free(tok);
-        return fd == -2 ? rt_fail(err, errlen, "%s: not a regular file", in_path)
-                        : rt_fail(err, errlen, "%s: cannot open: %s", in_path, strerror(e));
+        tok_free(cv.tok);
+        return r.fd == -2 ? rt_fail(err, errlen, "%s: not a regular file", in_path)
+                          : rt_fail(err, errlen, "%s: cannot open: %s", in_path, strerror(e));
     }
-    int threads = o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
-    threads = threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads;
-    int nchunks = threads * CHUNKS_PER_THREAD;
-    size_t cap = (size_t)nchunks * CHUNK_BYTES + 1;
-    char *buf = malloc(cap);
-    Chunk *chunks = calloc((size_t)nchunks, sizeof *chunks);
-    Worker *workers = calloc((size_t)threads, sizeof *workers);
-    pthread_t *tids = calloc((size_t)threads, sizeof *tids);
-    DataWriter *w = NULL;
-    if (!buf || !chunks || !workers || !tids)
-        rc = rt_fail(err, errlen, "out of memory");
-    for (int k = 0; rc == 0 && k < threads; k++)
-        if (!(workers[k].scratch = tok_scratch_new(tok)))
-            rc = rt_fail(err, errlen, "out of memory");
+    Pool pool = {0};
+    Out out = {.o = o, .sum = sum, .eos = cv.eos};
+    int rc = pool_new(&pool, &r, cv.tok, o->threads, err, errlen);
     if (rc == 0)
-        rc = data_writer_open(&w, out_path, sum->token_bytes, true, err, errlen);
-    Out out = {.w = w, .o = o, .sum = sum, .eos = cv.eos};
-    size_t have = 0;
-    bool eof = false, first = true;
-    uint64_t line0 = 0;   // lines before the batch
-    while (rc == 0 && !(eof && have == 0)) {
-        // Fill the buffer, then cut it after its last newline (all of it at the end).
-        while (!eof && have < cap - 1) {
-            ssize_t r = read(fd, buf + have, cap - 1 - have);
-            if (r < 0 && errno == EINTR)
-                continue;
-            if (r < 0) {
-                rc = rt_fail(err, errlen, "%s: cannot read: %s", in_path, strerror(errno));
-                break;
-            }
-            eof = r == 0;
-            have += (size_t)r;
-            sum->input_bytes += (uint64_t)r;
-        }
-        if (rc)
-            break;
-        if (first && have >= 3 && memcmp(buf, "\xef\xbb\xbf", 3) == 0) {   // a UTF-8 byte order mark
-            memmove(buf, buf + 3, have - 3);
-            have -= 3;
-        }
-        first = false;
-        size_t use = have, skip = 0;
-        if (!eof) {
-            char *nl = memrchr(buf, '\n', have);
-            if (!nl) {   // one line longer than the buffer: make room and read on
-                size_t ncap = cap * 2;
-                char *nb = realloc(buf, ncap);
-                if (!nb) {
-                    rc = rt_fail(err, errlen, "%s: out of memory for a line of more than %zu bytes", in_path, cap);
-                    break;
-                }
-                buf = nb, cap = ncap;
-                continue;
-            }
-            use = (size_t)(nl - buf) + 1;
-        }
-        // Chunks of about CHUNK_BYTES each, ending at newlines.
-        int n = 0;
-        size_t per = (use - skip) / (size_t)nchunks + 1;
-        per = per < CHUNK_BYTES ? CHUNK_BYTES : per;
-        for (size_t at = skip; at < use && n < nchunks; n++) {
-            size_t endp = at + per >= use || n == nchunks - 1 ? use : at + per;
-            if (endp < use) {
-                char *nl = memchr(buf + endp, '\n', use - endp);
-                endp = nl ? (size_t)(nl - buf) + 1 : use;
-            }
-            chunk_reset(&chunks[n]);
-            chunks[n].text = buf + at;
-            chunks[n].len = endp - at;
-            at = endp;
-        }
-        int next = 0;
-        int nt = threads < n ? threads : n;
-        for (int k = 0; k < nt; k++) {
-            workers[k] = (Worker){&cv, workers[k].scratch, chunks, n, &next, workers[k].scratch_text,
-                                  workers[k].scratch_cap};
-            if (k > 0 && pthread_create(&tids[k], NULL, worker_main, &workers[k]) != 0)
-                tids[k] = 0, worker_main(&workers[k]);
-        }
-        if (nt > 0)
-            worker_main(&workers[0]);
-        for (int k = 1; k < nt; k++)
-            if (tids[k])
-                pthread_join(tids[k], NULL);
-        for (int k = 0; rc == 0 && k < n; k++) {
-            Chunk *c = &chunks[k];
-            size_t at = 0;
-            for (size_t r = 0; rc == 0 && r < c->nrec; r++) {
-                rc = put_out(&out, c->ids.id + at, c->info + at, c->rec_len[r], err, errlen);
-                at += c->rec_len[r];
-            }
-            if (rc == 0 && c->err_line) {
-                uint64_t line = line0 + c->err_line;
-                if (c->err_col)
-                    rc = rt_fail(err, errlen, "%s:%llu:%d: %s", in_path, (unsigned long long)line, c->err_col,
-                                 c->err);
-                else
-                    rc = rt_fail(err, errlen, "%s:%llu: %s", in_path, (unsigned long long)line, c->err);
-            }
-            line0 += c->lines;
-            sum->lines += c->lines;
-            sum->records += c->records;
-        }
-        memmove(buf, buf + use, have - use);
-        have -= use;
-    }
-    close(fd);
-    if (rc == 0 && sum->records == 0)
-        rc = sum->input_bytes == 0 ? rt_fail(err, errlen, "%s: is empty, there are no records", in_path)
-                                   : rt_fail(err, errlen, "%s: has no records (%llu blank lines)", in_path,
-                                             (unsigned long long)sum->lines);
-    if (rc == 0 && sum->written == 0)
-        rc = rt_fail(err, errlen, "%s: no record has a trained token left (%llu without any%s)", in_path,
-                     (unsigned long long)sum->dropped_untrained,
-                     sum->dropped_long ? ", the others longer than --pack" : "");
-    if (rc == 0 && o->pack > 0) {   // the last window padded, and the token after it
-        int32_t one = cv.eos;
-        uint8_t info = DATA_START;
-        rc = pad_window(&out, err, errlen);
-        if (rc == 0)
-            rc = data_writer_put(w, &one, &info, 1, err, errlen);
-        sum->padding += rc == 0;
-    }
-    if (rc == 0) {
-        sum->tokens = data_writer_count(w);
-        rc = data_writer_close(w, (uint64_t)(o->pack > 0 ? o->pack : 0), sum->written, err, errlen);
-        w = NULL;
-    }
-    data_writer_drop(w);
-    for (int k = 0; chunks && k < nchunks; k++)
-        chunk_free(&chunks[k]);
-    for (int k = 0; workers && k < threads; k++) {
-        tok_scratch_free(workers[k].scratch);
-        free(workers[k].scratch_text);
-    }
-    free(chunks), free(workers), free(tids), free(buf);
+        rc = data_writer_open(&out.w, out_path, sum->token_bytes, true, err, errlen);
+    if (rc == 0)
+        rc = convert_batches(&cv, &r, &pool, &out, err, errlen);
+    close(r.fd);
+    if (rc == 0)
+        rc = finish(&out, in_path, err, errlen);
+    data_writer_drop(out.w);
+    pool_free(&pool);
+    free(r.buf);
     template_free(&cv.tmpl);
-    tok_free(tok);
+    tok_free(cv.tok);
     return rc;
 }
 

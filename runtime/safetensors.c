@@ -381,9 +381,8 @@ static int shard_name_ok(const char *name) {
     return name[0] && !strchr(name, '/') && strcmp(name, ".") != 0 && strcmp(name, "..") != 0;
 }
 
-// Opens every shard the index at index_path names (relative to dir) and cross-checks them.
-static int open_index(StSet *s, const char *index_path, const char *dir, char *err,
-                      size_t errlen) {
+// The index file at index_path, parsed into *root.
+static int read_index(const char *index_path, json_t **root, char *err, size_t errlen) {
     json_error_t je;
     struct stat st;
     int fd = rt_open_regular(index_path, &st);
@@ -404,62 +403,59 @@ static int open_index(StSet *s, const char *index_path, const char *dir, char *e
         free(text);
         return -1;
     }
-    json_t *root = json_loadb(text, (size_t)st.st_size, JSON_REJECT_DUPLICATES, &je);
+    *root = json_loadb(text, (size_t)st.st_size, JSON_REJECT_DUPLICATES, &je);
     free(text);
-    if (!root)
+    if (!*root)
         return rt_fail(err, errlen, "%s: not valid JSON: %s (line %d, column %d)", index_path,
                        je.text, je.line, je.column);
-    int rc = 0;
-    json_t *map = json_is_object(root) ? json_object_get(root, "weight_map") : NULL;
-    if (!json_is_object(map) || json_object_size(map) == 0)
-        rc = rt_fail(err, errlen, "%s: no \"weight_map\" object naming at least one tensor",
-                     index_path);
+    return 0;
+}
 
-    // Open each shard once, in order of first mention; s->files[i] is shard i.
+// Whether path resolves to a place outside dir (false when either cannot be resolved).
+static bool leads_outside(const char *path, const char *dir) {
+    char *real = realpath(path, NULL), *home = real ? realpath(dir, NULL) : NULL;
+    size_t hl = home ? strlen(home) : 0;
+    bool outside = real && home && !(strncmp(real, home, hl) == 0 && (real[hl] == '/' || hl == 1));
+    free(real), free(home);
+    return outside;
+}
+
+// The shard v that the index maps tensor name to, opened and parsed unless it already is.
+static int open_shard(StSet *s, const char *index_path, const char *dir, const char *name, json_t *v,
+                      char *err, size_t errlen) {
+    if (!json_is_string(v) || !shard_name_ok(json_string_value(v)))
+        return rt_fail(err, errlen,
+                       "%s: tensor '%s': weight_map value is not a shard file name in this "
+                       "directory",
+                       index_path, name);
+    char *path = path_join(dir, json_string_value(v));
+    if (!path)
+        return rt_fail(err, errlen, "%s: out of memory", index_path);
+    int rc = 0, seen = 0;
+    for (int i = 0; i < s->n_files && !seen; i++)
+        seen = strcmp(s->files[i].path, path) == 0;
+    // A shard is a file of this checkpoint: a link that leads out of the directory is
+    // refused (the index names files, and only its own).
+    // (One that cannot be resolved is reported by its opening below.)
+    if (leads_outside(path, dir)) {
+        rc = rt_fail(err, errlen, "%s: tensor '%s': shard %s leads outside the checkpoint directory",
+                     index_path, name, path);
+    } else if (!seen) {
+        rc = add_file(s, path, err, errlen);
+        if (rc == 0)
+            rc = parse_file(s, s->n_files - 1, err, errlen);
+    }
+    free(path);
+    return rc;
+}
+
+// Every tensor the weight_map names is in the shard it is mapped to, and every tensor of the
+// shards is mapped.
+static int check_map(const StSet *s, json_t *map, const char *index_path, const char *dir, char *err,
+                     size_t errlen) {
     const char *name;
     json_t *v;
-    json_object_foreach(map, name, v) {
-        if (rc)
-            break;
-        if (!json_is_string(v) || !shard_name_ok(json_string_value(v))) {
-            rc = rt_fail(err, errlen,
-                         "%s: tensor '%s': weight_map value is not a shard file name in this "
-                         "directory",
-                         index_path, name);
-            break;
-        }
-        char *path = path_join(dir, json_string_value(v));
-        if (!path) {
-            rc = rt_fail(err, errlen, "%s: out of memory", index_path);
-            break;
-        }
-        // A shard is a file of this checkpoint: a link that leads out of the directory is
-        // refused (the index names files, and only its own).
-        // (One that cannot be resolved is reported by its opening below.)
-        char *real = realpath(path, NULL), *home = real ? realpath(dir, NULL) : NULL;
-        size_t hl = home ? strlen(home) : 0;
-        int outside = real && home && !(strncmp(real, home, hl) == 0 && (real[hl] == '/' || hl == 1));
-        free(real), free(home);
-        if (outside) {
-            rc = rt_fail(err, errlen, "%s: tensor '%s': shard %s leads outside the checkpoint directory",
-                         index_path, name, path);
-            free(path);
-            break;
-        }
-        int seen = 0;
-        for (int i = 0; i < s->n_files && !seen; i++)
-            seen = strcmp(s->files[i].path, path) == 0;
-        if (!seen) {
-            rc = add_file(s, path, err, errlen);
-            if (rc == 0)
-                rc = parse_file(s, s->n_files - 1, err, errlen);
-        }
-        free(path);
-    }
-    if (rc == 0)
-        rc = sort_tensors(s, err, errlen);
-
-    // Every mapped tensor is in the shard it is mapped to, and every tensor is mapped.
+    int rc = 0;
     json_object_foreach(map, name, v) {
         if (rc)
             break;
@@ -481,6 +477,32 @@ static int open_index(StSet *s, const char *index_path, const char *dir, char *e
         if (!json_object_get(map, s->tensors[i].name))
             rc = rt_fail(err, errlen, "%s: tensor '%s': not listed in the weight_map of %s",
                          s->files[s->tensors[i].file].path, s->tensors[i].name, index_path);
+    return rc;
+}
+
+// Opens every shard the index at index_path names (relative to dir) and cross-checks them.
+static int open_index(StSet *s, const char *index_path, const char *dir, char *err,
+                      size_t errlen) {
+    json_t *root;
+    if (read_index(index_path, &root, err, errlen) != 0)
+        return -1;
+    int rc = 0;
+    json_t *map = json_is_object(root) ? json_object_get(root, "weight_map") : NULL;
+    if (!json_is_object(map) || json_object_size(map) == 0)
+        rc = rt_fail(err, errlen, "%s: no \"weight_map\" object naming at least one tensor",
+                     index_path);
+    // Open each shard once, in order of first mention; s->files[i] is shard i.
+    const char *name;
+    json_t *v;
+    json_object_foreach(map, name, v) {
+        if (rc)
+            break;
+        rc = open_shard(s, index_path, dir, name, v, err, errlen);
+    }
+    if (rc == 0)
+        rc = sort_tensors(s, err, errlen);
+    if (rc == 0)
+        rc = check_map(s, map, index_path, dir, err, errlen);
     json_decref(root);
     return rc;
 }

@@ -196,9 +196,9 @@ static bool in_set(const char *name, const char *const *set, int n) {
     return false;
 }
 
-int rt_save_weights(Exec *x, const char *dir, bool merge, FILE *out, char *err, size_t errlen) {
-    const Plan *p = x->plan;
-    const char *set[NARTEFACT];
+// The names of the set a save of plan p writes into set[] (the side files join them later);
+// how many.
+static int set_names(const Plan *p, bool merge, const char **set) {
     int n = 0;
     if (p->lora_r > 0) {
         set[n++] = "adapter_model.safetensors";
@@ -208,20 +208,17 @@ int rt_save_weights(Exec *x, const char *dir, bool merge, FILE *out, char *err, 
     } else {
         set[n++] = "model.safetensors";
     }
-    // The set's directory: saved-STEP, or saved-STEP-b when saved-STEP is the current one
-    // (the same step saved again, by a resumed run or another run into DIR).
-    char cur[256], name[64], tmp[4300], final[4300], path[4400];
-    current(dir, cur, sizeof cur);
-    snprintf(name, sizeof name, "saved-%06" PRId64, x->step);
-    if (strcmp(cur, name) == 0)
-        snprintf(name, sizeof name, "saved-%06" PRId64 "-b", x->step);
-    snprintf(final, sizeof final, "%s/%s", dir, name);
-    snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%d", dir, name, (int)getpid());
-    rt_remove_dir(tmp, NULL);
-    if (mkdir(tmp, 0777) != 0)
-        return rt_fail(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
+    return n;
+}
+
+// The set's files written into the directory tmp: the weights (with LoRA the adapter, and
+// the merged weights in merged/ where merge), then the side files of --weights DIR, their
+// names added to set[].
+static int write_set(Exec *x, const char *tmp, bool merge, const char **set, int *n, char *err,
+                     size_t errlen) {
+    char path[4400];
     int rc;
-    if (p->lora_r > 0) {
+    if (x->plan->lora_r > 0) {
         rc = rt_adapters_save(x, tmp, x->base_model[0] ? x->base_model : NULL, err, errlen);
         snprintf(path, sizeof path, "%s/merged", tmp);
         if (rc == 0 && merge && mkdir(path, 0777) != 0)
@@ -231,36 +228,36 @@ int rt_save_weights(Exec *x, const char *dir, bool merge, FILE *out, char *err, 
             rc = rt_weights_save_merged(x, path, err, errlen);
         snprintf(path, sizeof path, "%s/merged", tmp);
         if (rc == 0 && x->base_model[0])
-            rc = copy_side_files(x->base_model, tmp, false, true, set, &n, err, errlen);
+            rc = copy_side_files(x->base_model, tmp, false, true, set, n, err, errlen);
         if (rc == 0 && x->base_model[0] && merge)
-            rc = copy_side_files(x->base_model, path, true, false, set, &n, err, errlen);
+            rc = copy_side_files(x->base_model, path, true, false, set, n, err, errlen);
     } else {
         snprintf(path, sizeof path, "%s/model.safetensors", tmp);
         rc = rt_weights_save(x, path, false, err, errlen);
         if (rc == 0 && x->base_model[0])
-            rc = copy_side_files(x->base_model, tmp, true, true, set, &n, err, errlen);
+            rc = copy_side_files(x->base_model, tmp, true, true, set, n, err, errlen);
     }
-    if (rc == 0) {
-        rt_remove_dir(final, NULL);
-        if (rename(tmp, final) != 0)
-            rc = rt_fail(err, errlen, "cannot create %s: %s", final, strerror(errno));
-    }
-    if (rc != 0) {
-        rt_remove_dir(tmp, NULL);
-        return -1;
-    }
-    // Links at the names people load, through latest; then latest swung to the new set.
-    // Until it is, each link reads the set before (or nothing, the first time).
+    return rc;
+}
+
+// Links at the names people load, through latest; then latest swung to the new set `name`.
+// Until it is, each link reads the set before (or nothing, the first time).
+static int link_set(const char *dir, const char *name, const char **set, int n, char *err,
+                    size_t errlen) {
     char link[4300], target[300];
-    for (int i = 0; i < n && rc == 0; i++) {
+    for (int i = 0; i < n; i++) {
         snprintf(link, sizeof link, "%s/%s", dir, set[i]);
         snprintf(target, sizeof target, "latest/%s", set[i]);
-        rc = link_to(dir, link, set[i], target, err, errlen);
+        if (link_to(dir, link, set[i], target, err, errlen) != 0)
+            return -1;
     }
     snprintf(link, sizeof link, "%s/latest", dir);
-    if (rc != 0 || link_to(dir, link, "latest", name, err, errlen) != 0)
-        return -1;
-    // What the new set does not hold: links of an earlier set's names, and earlier sets.
+    return link_to(dir, link, "latest", name, err, errlen);
+}
+
+// What the new set `name` does not hold: links of an earlier set's names, and earlier sets.
+static void prune(const char *dir, const char *name, const char **set, int n) {
+    char link[4300], target[300], path[4400];
     for (int i = 0; i < NARTEFACT; i++) {
         snprintf(link, sizeof link, "%s/%s", dir, artefacts[i]);
         snprintf(target, sizeof target, "latest/%s", artefacts[i]);
@@ -279,6 +276,36 @@ int rt_save_weights(Exec *x, const char *dir, bool merge, FILE *out, char *err, 
     }
     if (d)
         closedir(d);
+}
+
+int rt_save_weights(Exec *x, const char *dir, bool merge, FILE *out, char *err, size_t errlen) {
+    const char *set[NARTEFACT];
+    int n = set_names(x->plan, merge, set);
+    // The set's directory: saved-STEP, or saved-STEP-b when saved-STEP is the current one
+    // (the same step saved again, by a resumed run or another run into DIR).
+    char cur[256], name[64], tmp[4300], final[4300];
+    current(dir, cur, sizeof cur);
+    snprintf(name, sizeof name, "saved-%06" PRId64, x->step);
+    if (strcmp(cur, name) == 0)
+        snprintf(name, sizeof name, "saved-%06" PRId64 "-b", x->step);
+    snprintf(final, sizeof final, "%s/%s", dir, name);
+    snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%d", dir, name, (int)getpid());
+    rt_remove_dir(tmp, NULL);
+    if (mkdir(tmp, 0777) != 0)
+        return rt_fail(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
+    int rc = write_set(x, tmp, merge, set, &n, err, errlen);
+    if (rc == 0) {
+        rt_remove_dir(final, NULL);
+        if (rename(tmp, final) != 0)
+            rc = rt_fail(err, errlen, "cannot create %s: %s", final, strerror(errno));
+    }
+    if (rc != 0) {
+        rt_remove_dir(tmp, NULL);
+        return -1;
+    }
+    if (link_set(dir, name, set, n, err, errlen) != 0)
+        return -1;
+    prune(dir, name, set, n);
     fprintf(out, "saved %s:", dir);
     for (int i = 0; i < n; i++)
         fprintf(out, "%s %s", i ? "," : "", strcmp(set[i], "merged") == 0 ? "merged/model.safetensors" : set[i]);

@@ -633,7 +633,8 @@ static int merge_halves(json_t *m, const char **a, size_t *na, const char **b, s
     return 0;
 }
 
-static int load_model(Load *l, Tokenizer *t, json_t *model) {
+// The model's type and options: a BPE model that encodes the same every time.
+static int check_model(Load *l, Tokenizer *t, json_t *model) {
     const char *type = type_of(model);
     if (!json_is_object(model))
         return lfail(l, "no \"model\" object");
@@ -653,12 +654,14 @@ static int load_model(Load *l, Tokenizer *t, json_t *model) {
         get_bool(l, model, "byte_fallback", "model", false, &t->byte_fallback) != 0 ||
         get_bool(l, model, "ignore_merges", "model", false, &t->ignore_merges) != 0)
         return -1;
-    json_t *vocab = json_object_get(model, "vocab");
+    return 0;
+}
+
+// model.vocab: entries by the bytes their characters stand for; an entry with a character
+// outside the alphabet cannot come out of a merge and is kept for tok_find by its own text.
+static int load_vocab(Load *l, Tokenizer *t, json_t *vocab) {
     if (!json_is_object(vocab))
         return lfail(l, "model.vocab is not an object of token -> id");
-    // Vocabulary entries by the bytes their characters stand for; an entry with a
-    // character outside the alphabet cannot come out of a merge and is kept for tok_find
-    // by its own text.
     size_t nv = json_object_size(vocab);
     const char *key;
     json_t *val;
@@ -693,6 +696,11 @@ static int load_model(Load *l, Tokenizer *t, json_t *model) {
         return rc;
     if (nv == 0)
         return lfail(l, "model.vocab is empty");
+    return 0;
+}
+
+// Each byte's own token, and the <0xXX> tokens byte_fallback uses for it.
+static void map_bytes(Tokenizer *t) {
     for (int b = 0; b < 256; b++) {
         unsigned char c = (unsigned char)b;
         t->byte_id[b] = strmap_get(&t->vocab, &c, 1);
@@ -705,20 +713,27 @@ static int load_model(Load *l, Tokenizer *t, json_t *model) {
             t->fallback[b][k] = k < nu ? strmap_get(&t->vocab, name, strlen(name)) : -2;
         }
     }
-    v = json_object_get(model, "unk_token");
+}
+
+// model.unk_token, if any: a token of the vocabulary.
+static int load_unk(Load *l, Tokenizer *t, json_t *v) {
     t->unk = -1;
-    if (json_is_string(v)) {
-        size_t n = json_string_length(v);
-        unsigned char *raw = malloc(n + 1);
-        if (!raw)
-            return lfail(l, "out of memory");
-        long k = unmap_bytes(json_string_value(v), n, raw);
-        t->unk = k >= 0 ? strmap_get(&t->vocab, raw, (size_t)k) : strmap_get(&t->vocab, json_string_value(v), n);
-        free(raw);
-        if (t->unk < 0)
-            return lfail(l, "model.unk_token \"%.40s\" is not in the vocabulary", json_string_value(v));
-    }
-    json_t *merges = json_object_get(model, "merges");
+    if (!json_is_string(v))
+        return 0;
+    size_t n = json_string_length(v);
+    unsigned char *raw = malloc(n + 1);
+    if (!raw)
+        return lfail(l, "out of memory");
+    long k = unmap_bytes(json_string_value(v), n, raw);
+    t->unk = k >= 0 ? strmap_get(&t->vocab, raw, (size_t)k) : strmap_get(&t->vocab, json_string_value(v), n);
+    free(raw);
+    if (t->unk < 0)
+        return lfail(l, "model.unk_token \"%.40s\" is not in the vocabulary", json_string_value(v));
+    return 0;
+}
+
+// model.merges: each pair of tokens and the token it makes, ranked by its place in the list.
+static int load_merges(Load *l, Tokenizer *t, json_t *merges) {
     if (!json_is_array(merges))
         return lfail(l, "model.merges is not a list");
     size_t nm = json_array_size(merges);
@@ -726,6 +741,7 @@ static int load_model(Load *l, Tokenizer *t, json_t *model) {
         return lfail(l, "out of memory");
     unsigned char *joined = NULL;
     size_t joined_cap = 0;
+    int rc = 0;
     for (size_t i = 0; i < nm && rc == 0; i++) {
         const char *a, *b;
         size_t na, nb;
@@ -753,6 +769,16 @@ static int load_model(Load *l, Tokenizer *t, json_t *model) {
     }
     free(joined);
     return rc;
+}
+
+// model: a byte-level BPE model's vocabulary, unknown token and merges.
+static int load_model(Load *l, Tokenizer *t, json_t *model) {
+    if (check_model(l, t, model) != 0 || load_vocab(l, t, json_object_get(model, "vocab")) != 0)
+        return -1;
+    map_bytes(t);
+    if (load_unk(l, t, json_object_get(model, "unk_token")) != 0)
+        return -1;
+    return load_merges(l, t, json_object_get(model, "merges"));
 }
 
 // The post-processor's ids before and after a sequence; a Sequence nests them.

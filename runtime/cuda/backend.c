@@ -1824,6 +1824,63 @@ int rt_cuda_ordinal(int local_rank, int count, char *err, size_t errlen) {
     return -1;
 }
 
+// The GPU of this rank (local_rank among those the process sees) opened, its context current;
+// its name, architecture and driver noted, and an error where its kernels cannot run.
+static int open_device(CudaState *s, const Plan *p, int local_rank, char *err, size_t errlen) {
+    int count = 0, major = 0, minor = 0, device = -1;
+    CuResult r = s->api.cu.Init(0);
+    if (r == CUX_SUCCESS)
+        r = s->api.cu.DeviceGetCount(&count);
+    if (r != CUX_SUCCESS || count == 0) {
+        char text[160];
+        return rt_fail(err, errlen, "no GPU (%s)",
+                       r != CUX_SUCCESS ? cuda_result_text(&s->api, r, text, sizeof text) : "the driver sees none");
+    }
+    if ((device = rt_cuda_ordinal(local_rank, count, err, errlen)) < 0)
+        return -1;
+    if ((r = s->api.cu.DeviceGet(&s->dev, device)) != CUX_SUCCESS ||
+        (r = s->api.cu.DeviceGetName(s->name, sizeof s->name, s->dev)) != CUX_SUCCESS ||
+        (r = s->api.cu.DeviceGetAttribute(&major, CUX_ATTR_CC_MAJOR, s->dev)) != CUX_SUCCESS ||
+        (r = s->api.cu.DeviceGetAttribute(&minor, CUX_ATTR_CC_MINOR, s->dev)) != CUX_SUCCESS ||
+        (r = set_scheduling(s, p)) != CUX_SUCCESS ||
+        (r = s->api.cu.DevicePrimaryCtxRetain(&s->ctx, s->dev)) != CUX_SUCCESS ||
+        (r = s->api.cu.CtxSetCurrent(s->ctx)) != CUX_SUCCESS) {
+        fail_cu(s, r, "opening the GPU", err, errlen);
+        return -1;
+    }
+    snprintf(s->arch, sizeof s->arch, "sm_%d%d", major, minor);
+    s->cc_major = major, s->cc_minor = minor;
+    if ((r = s->api.cu.DriverGetVersion(&s->driver_version)) != CUX_SUCCESS) {
+        fail_cu(s, r, "cuDriverGetVersion", err, errlen);
+        return -1;
+    }
+    rt_nvrtc_prefer(s->driver_version / 1000);   // (before NVRTC's first use: load_module)
+    if (major < 8)   // bf16 tensor cores (mma.sync m16n8k16), cp.async: Ampere and later
+        return rt_fail(err, errlen, "%s is compute capability %d.%d; ftc's kernels need 8.0 or later (A100, "
+                       "A10, L4, RTX 30 and 40 series, H100, H200 and newer)", s->name, major, minor);
+    return 0;
+}
+
+// A stream for each of the plan's device streams (the host's runs on a thread).
+static int make_streams(CudaState *s, char *err, size_t errlen) {
+    for (int k = 0; k < STREAM_COUNT; k++) {
+        if (k == STREAM_HOST)
+            continue;
+        // The collectives' stream first in line: a step waits on its reductions, which share
+        // the SMs with the backward's kernels they overlap.
+        int least = 0, greatest = 0;
+        if (k == STREAM_COMM && s->api.cu.CtxGetStreamPriorityRange(&least, &greatest) != CUX_SUCCESS)
+            greatest = 0;
+        CuResult r = s->api.cu.StreamCreateWithPriority(&s->stream[k], CUX_STREAM_NON_BLOCKING,
+                                                        k == STREAM_COMM ? greatest : 0);
+        if (r != CUX_SUCCESS) {
+            fail_cu(s, r, stream_tag[k], err, errlen);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 Backend *rt_cuda_backend(const char *plan_dir, const Plan *p, const CudaApi *api, int local_rank,
                          char *err, size_t errlen) {
     CudaState *s = calloc(1, sizeof *s);
@@ -1845,56 +1902,9 @@ Backend *rt_cuda_backend(const char *plan_dir, const Plan *p, const CudaApi *api
         s->api = *api;
     else if (cuda_api_load(&s->api, err, errlen) != 0)
         goto fail;
-    int count = 0, major = 0, minor = 0, device = -1;
-    CuResult r = s->api.cu.Init(0);
-    if (r == CUX_SUCCESS)
-        r = s->api.cu.DeviceGetCount(&count);
-    if (r != CUX_SUCCESS || count == 0) {
-        char text[160];
-        rt_fail(err, errlen, "no GPU (%s)", r != CUX_SUCCESS ? cuda_result_text(&s->api, r, text, sizeof text)
-                                                              : "the driver sees none");
+    if (open_device(s, p, local_rank, err, errlen) != 0 || preflight(s, p, err, errlen) != 0 ||
+        make_streams(s, err, errlen) != 0)
         goto fail;
-    }
-    if ((device = rt_cuda_ordinal(local_rank, count, err, errlen)) < 0)
-        goto fail;
-    if ((r = s->api.cu.DeviceGet(&s->dev, device)) != CUX_SUCCESS ||
-        (r = s->api.cu.DeviceGetName(s->name, sizeof s->name, s->dev)) != CUX_SUCCESS ||
-        (r = s->api.cu.DeviceGetAttribute(&major, CUX_ATTR_CC_MAJOR, s->dev)) != CUX_SUCCESS ||
-        (r = s->api.cu.DeviceGetAttribute(&minor, CUX_ATTR_CC_MINOR, s->dev)) != CUX_SUCCESS ||
-        (r = set_scheduling(s, p)) != CUX_SUCCESS ||
-        (r = s->api.cu.DevicePrimaryCtxRetain(&s->ctx, s->dev)) != CUX_SUCCESS ||
-        (r = s->api.cu.CtxSetCurrent(s->ctx)) != CUX_SUCCESS) {
-        fail_cu(s, r, "opening the GPU", err, errlen);
-        goto fail;
-    }
-    snprintf(s->arch, sizeof s->arch, "sm_%d%d", major, minor);
-    s->cc_major = major, s->cc_minor = minor;
-    if ((r = s->api.cu.DriverGetVersion(&s->driver_version)) != CUX_SUCCESS) {
-        fail_cu(s, r, "cuDriverGetVersion", err, errlen);
-        goto fail;
-    }
-    rt_nvrtc_prefer(s->driver_version / 1000);   // (before NVRTC's first use: load_module)
-    if (major < 8) {   // bf16 tensor cores (mma.sync m16n8k16), cp.async: Ampere and later
-        rt_fail(err, errlen, "%s is compute capability %d.%d; ftc's kernels need 8.0 or later (A100, "
-                "A10, L4, RTX 30 and 40 series, H100, H200 and newer)", s->name, major, minor);
-        goto fail;
-    }
-    if (preflight(s, p, err, errlen) != 0)
-        goto fail;
-    for (int k = 0; k < STREAM_COUNT; k++) {
-        if (k == STREAM_HOST)
-            continue;
-        // The collectives' stream first in line: a step waits on its reductions, which share
-        // the SMs with the backward's kernels they overlap.
-        int least = 0, greatest = 0;
-        if (k == STREAM_COMM && s->api.cu.CtxGetStreamPriorityRange(&least, &greatest) != CUX_SUCCESS)
-            greatest = 0;
-        if ((r = s->api.cu.StreamCreateWithPriority(&s->stream[k], CUX_STREAM_NON_BLOCKING,
-                                                    k == STREAM_COMM ? greatest : 0)) != CUX_SUCCESS) {
-            fail_cu(s, r, stream_tag[k], err, errlen);
-            goto fail;
-        }
-    }
     LtStatus st = s->api.lt.Create(&s->lt);
     if (st != LTX_SUCCESS) {
         rt_fail(err, errlen, "cublasLtCreate failed (status %d)", st);
