@@ -634,12 +634,9 @@ static int lt_type(PlanDType t) {
     return t == PDT_BF16 ? LTX_R_16BF : t == PDT_F16 ? LTX_R_16F : t == PDT_F32 ? LTX_R_32F : -1;
 }
 
-static int64_t last_dim(const PlanBuffer *b) { return b->ndim ? b->shape[b->ndim - 1] : 1; }
-static int64_t dim_from_end(const PlanBuffer *b, int k) { return b->ndim > k ? b->shape[b->ndim - 1 - k] : 1; }
-
 // The plan's product for a GEMM instruction: C[M,N] (+)= op(A) op(B), `batch` times, with
-// A stored [K,M] when ta (else [M,K]) and B stored [N,K] when tb (else [K,N]). The same
-// shapes as the cpu backend's column (cpu/backend.c).
+// A stored [K,M] when ta (else [M,K]) and B stored [N,K] when tb (else [K,N]): the op
+// contract's (op_gemm), as the cpu backend's column runs it too.
 typedef struct GemmShape {
     int a, b;
     int ta, tb;
@@ -647,41 +644,12 @@ typedef struct GemmShape {
 } GemmShape;
 
 static bool gemm_shape(const Plan *p, const PlanInstr *in, GemmShape *g) {
-    const PlanBuffer *x = &p->buf[in->in[0]], *y = &p->buf[in->in[1]];
-    *g = (GemmShape){.a = in->in[0], .b = in->in[1], .batch = 1};
-    switch (in->op) {
-    case OP_LINEAR:     // y[M,N] = x[M,K] W[N,K]^T
-    case OP_LINEAR_ACC: // (+ y, the product scaled)
-        g->tb = 1, g->K = last_dim(x), g->M = plan_elems(x) / g->K, g->N = y->shape[0];
-        return true;
-    case OP_LINEAR_DX:  // dx[M,K] = dy[M,N'] W[N',K]
-        g->K = last_dim(x), g->M = plan_elems(x) / g->K, g->N = last_dim(y);
-        return true;
-    case OP_LINEAR_DW:  // dW[N',K'] += dy[R,N']^T x[R,K']
-        g->ta = 1, g->M = last_dim(x), g->K = plan_elems(x) / g->M, g->N = last_dim(y);
-        return true;
-    case OP_MATMUL:     // out[..,M,N] = a[..,M,K] b[..,K,N]
-        g->M = dim_from_end(x, 1), g->K = last_dim(x), g->N = last_dim(y);
-        break;
-    case OP_MATMUL_DA:  // da[..,M,K'] = dy[..,M,N'] b[..,K',N']^T
-        g->tb = 1, g->M = dim_from_end(x, 1), g->K = last_dim(x), g->N = dim_from_end(y, 1);
-        break;
-    case OP_MATMUL_DB:  // db[..,K',N'] = a[..,M',K']^T dy[..,M',N']
-        g->ta = 1, g->M = last_dim(x), g->K = dim_from_end(x, 1), g->N = last_dim(y);
-        break;
-    default:
+    OpOperand a = plan_operand(p, in->in[0]), b = plan_operand(p, in->in[1]), o = plan_operand(p, in->out[0]);
+    OpGemm og;
+    if (!op_gemm(in->op, &a, &b, &o, &og))
         return false;
-    }
-    // A 2-D weight (b, or db's output) shared by every row of a batched operand: one product
-    // over all the rows.
-    const PlanBuffer *w = in->op == OP_MATMUL_DB ? &p->buf[in->out[0]] : y;
-    if (w->ndim == 2 && x->ndim > 2) {
-        if (in->op == OP_MATMUL_DB)
-            g->K = plan_elems(x) / g->M;
-        else
-            g->M = plan_elems(x) / g->K;
-    }
-    g->batch = g->M > 0 && g->K > 0 ? plan_elems(x) / (g->M * g->K) : 1;
+    *g = (GemmShape){.a = in->in[0], .b = in->in[1], .ta = og.ta, .tb = og.tb, .M = og.M, .N = og.N,
+                     .K = og.K, .batch = og.batch};
     return true;
 }
 
