@@ -458,75 +458,81 @@ static void emit_tables(FILE *f) {
     fprintf(f, "};\n\n");
 }
 
-int codegen_kernels(const IrGraph *g, const KernelHyper *h, KernelSet *ks, char *err, size_t errlen) {
-    memset(ks, 0, sizeof *ks);
-    Emitter e = {.g = g};
-    ks->node = calloc((size_t)g->nodes.len + 1, sizeof(NodeKernels));
-    ks->nnodes = g->nodes.len;
-    find_groups(g, h, ks->node);
-    for (int i = 0; i < g->nodes.len; i++) {
-        const IrNode *n = &g->nodes.at[i];
-        NodeKernels *nk = &ks->node[i];
-        if (library_or_nothing(g, n) || nk->by >= 0)
-            continue;
-        if (nk->group) {
-            group_kernel(&e, g, h, i, nk->group, &nk->at[0]);
-            nk->n = 1;
-            ks->nlaunch_nodes++;
-            continue;
-        }
-        const char *device = op_info(n->op)->device;
-        const CudaOp *c = cuda_op(n->op);
-        if (n->op == OP_DROPOUT && ir_node_nout(n) == 1)
-            device = "y = x0;";   // p = 0: no mask, the identity
-        if (n->op == OP_FUSED) {
-            int k = intern(&e, fused_body(g, n), "fused", 0);
-            nk->n = 1;
-            memcpy(nk->at[0].name, e.kernels.at[k].name, sizeof nk->at[0].name);
-            elementwise_geometry(g, n, nk->at[0].grid, nk->at[0].block);
-        } else if (device) {
-            int k = intern(&e, elementwise_body(g, n, device, 0), op_desc(n->op)->name, 0);
-            nk->n = 1;
-            memcpy(nk->at[0].name, e.kernels.at[k].name, sizeof nk->at[0].name);
-            elementwise_geometry(g, n, nk->at[0].grid, nk->at[0].block);
-        } else if (c) {
-            nk->main = c->main_launch;
-            for (int l = 0; l < KERNEL_MAX_LAUNCHES && c->fn[l]; l++) {
-                CudaCtx x = {g, n, l, h};
-                int k = intern_text(&e, template_body(c, &x), c->prefix ? prefix_text(c, &x) : NULL,
-                                    c->fn[l], c->syncs[l], false);
-                KernelLaunch *kl = &nk->at[nk->n++];
-                memcpy(kl->name, e.kernels.at[k].name, sizeof kl->name);
-                kl->grid[1] = kl->grid[2] = kl->block[1] = kl->block[2] = 1;
-                c->geometry(&x, kl->grid, kl->block);
-                kl->smem = c->smem ? c->smem(&x) : 0;
-            }
-        } else {
-            snprintf(err, errlen, "node %d (%s, .ft line %d): no CUDA kernel for this op", i,
-                     op_desc(n->op)->name, n->loc.line);
-            for (int k = 0; k < e.kernels.len; k++)
-                free(e.kernels.at[k].body), free(e.kernels.at[k].prefix);
-            vec_free(&e.kernels);
-            free(ks->node);
-            ks->node = NULL;
-            return -1;
-        }
-        for (int l = 0; l < nk->n; l++)
-            for (int d = 0; d < 3; d++) {
-                if (!nk->at[l].grid[d])
-                    nk->at[l].grid[d] = 1;
-                if (!nk->at[l].block[d])
-                    nk->at[l].block[d] = 1;
-            }
-        ks->nlaunch_nodes += nk->n > 0;
+// Node n's one launch of elementwise kernel k: a thread an element, or eight (vector8).
+static void elementwise_launch(const Emitter *e, const IrNode *n, int k, NodeKernels *nk) {
+    nk->n = 1;
+    memcpy(nk->at[0].name, e->kernels.at[k].name, sizeof nk->at[0].name);
+    elementwise_geometry(e->g, n, nk->at[0].grid, nk->at[0].block);
+}
+
+// Node n's launches of its op's templates, one a template function of the CUDA column.
+static void template_launches(Emitter *e, const IrNode *n, const CudaOp *c, const KernelHyper *h,
+                              NodeKernels *nk) {
+    nk->main = c->main_launch;
+    for (int l = 0; l < KERNEL_MAX_LAUNCHES && c->fn[l]; l++) {
+        CudaCtx x = {e->g, n, l, h};
+        int k = intern_text(e, template_body(c, &x), c->prefix ? prefix_text(c, &x) : NULL,
+                            c->fn[l], c->syncs[l], false);
+        KernelLaunch *kl = &nk->at[nk->n++];
+        memcpy(kl->name, e->kernels.at[k].name, sizeof kl->name);
+        kl->grid[1] = kl->grid[2] = kl->block[1] = kl->block[2] = 1;
+        c->geometry(&x, kl->grid, kl->block);
+        kl->smem = c->smem ? c->smem(&x) : 0;
     }
+}
+
+// The launches of node i: none for a library call, a view or a group's member, one for
+// a group's first or an elementwise op, the template's for the others. -1 with err for
+// an op without a CUDA kernel.
+static int node_launches(Emitter *e, const KernelHyper *h, int i, KernelSet *ks, char *err,
+                         size_t errlen) {
+    const IrGraph *g = e->g;
+    const IrNode *n = &g->nodes.at[i];
+    NodeKernels *nk = &ks->node[i];
+    if (library_or_nothing(g, n) || nk->by >= 0)
+        return 0;
+    if (nk->group) {
+        group_kernel(e, g, h, i, nk->group, &nk->at[0]);
+        nk->n = 1;
+        ks->nlaunch_nodes++;
+        return 0;
+    }
+    const char *device = op_info(n->op)->device;
+    const CudaOp *c = cuda_op(n->op);
+    if (n->op == OP_DROPOUT && ir_node_nout(n) == 1)
+        device = "y = x0;";   // p = 0: no mask, the identity
+    if (n->op == OP_FUSED)
+        elementwise_launch(e, n, intern(e, fused_body(g, n), "fused", 0), nk);
+    else if (device)
+        elementwise_launch(e, n, intern(e, elementwise_body(g, n, device, 0), op_desc(n->op)->name, 0), nk);
+    else if (c)
+        template_launches(e, n, c, h, nk);
+    else {
+        snprintf(err, errlen, "node %d (%s, .ft line %d): no CUDA kernel for this op", i,
+                 op_desc(n->op)->name, n->loc.line);
+        return -1;
+    }
+    for (int l = 0; l < nk->n; l++)
+        for (int d = 0; d < 3; d++) {
+            if (!nk->at[l].grid[d])
+                nk->at[l].grid[d] = 1;
+            if (!nk->at[l].block[d])
+                nk->at[l].block[d] = 1;
+        }
+    ks->nlaunch_nodes += nk->n > 0;
+    return 0;
+}
+
+// kernels.cu: the prelude, the templates (the tables before optim.cuh), every kernel
+// of this plan, and the table the CPU emulation looks them up in.
+static char *kernels_source(const Emitter *e) {
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     fprintf(f, "/* kernels.cu — generated by ftc compile: %d kernels for a graph of %d nodes.\n"
                " * Compiled by NVRTC for a GPU, and by the host C compiler with -DFTC_EMU for\n"
                " * `ftc run --device emu`. */\n",
-            e.kernels.len, g->nodes.len);
+            e->kernels.len, e->g->nodes.len);
     fputs(codegen_cuda_file("prelude.cuh"), f);
     for (size_t t = 0; t < sizeof templates / sizeof templates[0]; t++) {
         if (strcmp(templates[t], "optim.cuh") == 0)
@@ -535,8 +541,8 @@ int codegen_kernels(const IrGraph *g, const KernelHyper *h, KernelSet *ks, char 
         fputs(codegen_cuda_file(templates[t]), f);
     }
     fprintf(f, "\n/* The kernels of this plan. */\n");
-    for (int k = 0; k < e.kernels.len; k++) {
-        const Kernel *kn = &e.kernels.at[k];
+    for (int k = 0; k < e->kernels.len; k++) {
+        const Kernel *kn = &e->kernels.at[k];
         fputc('\n', f);
         if (kn->prefix)
             put_named(f, kn->prefix, kn->name);
@@ -548,15 +554,36 @@ int codegen_kernels(const IrGraph *g, const KernelHyper *h, KernelSet *ks, char 
         fprintf(f, "}\n");
     }
     fprintf(f, "\n#ifdef FTC_EMU\nFTC_EMU_TABLE(\n");
-    for (int k = 0; k < e.kernels.len; k++)
-        fprintf(f, "    FTC_EMU_%sENTRY(%s, %d)\n", e.kernels.at[k].group ? "GROUP_" : "",
-                e.kernels.at[k].name, e.kernels.at[k].syncs);
+    for (int k = 0; k < e->kernels.len; k++)
+        fprintf(f, "    FTC_EMU_%sENTRY(%s, %d)\n", e->kernels.at[k].group ? "GROUP_" : "",
+                e->kernels.at[k].name, e->kernels.at[k].syncs);
     fprintf(f, ")\n#endif\n");
-    ks->source = text_of(f, &buf, &len);
+    return text_of(f, &buf, &len);
+}
+
+// Frees the emitter's kernels.
+static void free_kernels(Emitter *e) {
+    for (int k = 0; k < e->kernels.len; k++)
+        free(e->kernels.at[k].body), free(e->kernels.at[k].prefix);
+    vec_free(&e->kernels);
+}
+
+int codegen_kernels(const IrGraph *g, const KernelHyper *h, KernelSet *ks, char *err, size_t errlen) {
+    memset(ks, 0, sizeof *ks);
+    Emitter e = {.g = g};
+    ks->node = calloc((size_t)g->nodes.len + 1, sizeof(NodeKernels));
+    ks->nnodes = g->nodes.len;
+    find_groups(g, h, ks->node);
+    for (int i = 0; i < g->nodes.len; i++)
+        if (node_launches(&e, h, i, ks, err, errlen) != 0) {
+            free_kernels(&e);
+            free(ks->node);
+            ks->node = NULL;
+            return -1;
+        }
+    ks->source = kernels_source(&e);
     ks->nkernels = e.kernels.len;
-    for (int k = 0; k < e.kernels.len; k++)
-        free(e.kernels.at[k].body), free(e.kernels.at[k].prefix);
-    vec_free(&e.kernels);
+    free_kernels(&e);
     return 0;
 }
 

@@ -36,25 +36,20 @@ static void list(FILE *f, const char *key, const int *v, int n) {
         fprintf(f, "%s%d", i ? "," : "", v[i]);
 }
 
-int codegen_plan_write(FILE *f, const IrGraph *g, const PlanMeta *meta, const KernelSet *ks) {
-    int nt = g->tensors.len, nn = g->nodes.len;
-    int64_t arena = meta->arena_bytes;
-    // The vocabulary: the logits' last dim, or with the loss fused the rows of its W.
+// The vocabulary: the logits' last dim, or with the loss fused the rows of its W.
+static int64_t plan_vocab(const IrGraph *g) {
     int64_t vocab = 0;
     if (g->logits >= 0)
         vocab = g->tensors.at[g->logits].shape[g->tensors.at[g->logits].ndim - 1];
-    for (int j = 0; j < nn && !vocab; j++)
+    for (int j = 0; j < g->nodes.len && !vocab; j++)
         if (op_desc(g->nodes.at[j].op)->cls == OPC_LOSS_GEMM)
             vocab = g->tensors.at[g->nodes.at[j].in[1]].shape[0];
-    fprintf(f, "ftc-plan %d\n", PLAN_VERSION);
-    fprintf(f, "# written by ftc compile from %s\n", meta->source);
-    fprintf(f, "model %s\nsource %s\ngpu %s\nbudget %lld\nreserve %lld\n", meta->model, meta->source,
-            meta->gpu, (long long)meta->budget_bytes, (long long)meta->reserve_bytes);
-    fprintf(f, "seq %lld\nmicro_batch %lld\naccum %lld\nvocab %lld\nprecision %s\n",
-            (long long)g->seq, (long long)g->batch, (long long)meta->accum, (long long)vocab,
-            meta->precision);
-    if (g->packing)
-        fprintf(f, "packing 1\n");
+    return vocab;
+}
+
+// The header's training settings: optimizer, schedule, loss scaling, the estimate, the
+// host model, LoRA and the ranks.
+static void write_settings(FILE *f, const IrGraph *g, const PlanMeta *meta) {
     fprintf(f, "optimizer %s lr=%.17g beta1=%.17g beta2=%.17g eps=%.17g weight_decay=%.17g\n",
             meta->optimizer, meta->lr, meta->beta1, meta->beta2, meta->eps, meta->weight_decay);
     fprintf(f, "schedule %s warmup=%lld steps=%lld min_lr=%.17g\n",
@@ -78,56 +73,145 @@ int codegen_plan_write(FILE *f, const IrGraph *g, const PlanMeta *meta, const Ke
         fprintf(f, " zero=%d", meta->zero);
     if (meta->link && g->ranks > 1)
         fprintf(f, " link=%s", meta->link);
+}
+
+// The header, up to and including "buffers N".
+static void write_header(FILE *f, const IrGraph *g, const PlanMeta *meta) {
+    fprintf(f, "ftc-plan %d\n", PLAN_VERSION);
+    fprintf(f, "# written by ftc compile from %s\n", meta->source);
+    fprintf(f, "model %s\nsource %s\ngpu %s\nbudget %lld\nreserve %lld\n", meta->model, meta->source,
+            meta->gpu, (long long)meta->budget_bytes, (long long)meta->reserve_bytes);
+    fprintf(f, "seq %lld\nmicro_batch %lld\naccum %lld\nvocab %lld\nprecision %s\n",
+            (long long)g->seq, (long long)g->batch, (long long)meta->accum, (long long)plan_vocab(g),
+            meta->precision);
+    if (g->packing)
+        fprintf(f, "packing 1\n");
+    write_settings(f, g, meta);
     fprintf(f, "\narena device %lld device\narena host %lld pinned\nevents %d\nbuffers %d\n",
-            (long long)arena, (long long)meta->host_bytes, g->events, nt);
-    for (int i = 0; i < nt; i++) {
-        const IrTensor *t = &g->tensors.at[i];
-        int base = ir_tensor_base(g, i);
-        const IrTensor *b = &g->tensors.at[base];
-        IR_ASSERT(b->offset >= 0 || t->virt);
-        fprintf(f, "buffer %d %s %s %s %lld %lld %s ", i, t->name, mem_category_name(t->cat),
-                b->arena ? "host" : "device",
-                (long long)(t->virt ? 0 : b->offset + (t->alias_of >= 0 ? t->alias_offset : 0)),
-                (long long)ir_tensor_bytes(t), dtype_name(t->dtype));
-        shape_str(f, t);
-        int first = b->first < 0 ? 0 : b->first, last = b->last < 0 ? 0 : b->last;
-        if (t->virt)   // live inside the fused instruction that makes it
-            first = last = t->producer;
-        fprintf(f, " %d %d kind=%s", first, last, kind_name(t->kind));
-        if (t->virt)
-            fprintf(f, " virtual=1");
-        if (t->alias_of >= 0)
-            fprintf(f, " view=%d", t->alias_of);
-        if (t->alias_of >= 0 && t->alias_offset)
-            fprintf(f, " at=%lld", (long long)t->alias_offset);
-        if (t->reuse >= 0)
-            fprintf(f, " reuse=%d", t->reuse);
-        if (t->shard_of >= 0) {   // this rank's slice of a tensor of that shape
-            fprintf(f, " shard=");
-            shape_str(f, &g->tensors.at[t->shard_of]);
-        }
-        if (t->kind == TK_PARAM)
-            fprintf(f, " hf=%s init=%s scale=%.17g train=%d", t->hf_name, init_name(t->init),
-                    t->init_scale, t->trainable ? 1 : 0);
-        if (t->of >= 0)
-            fprintf(f, " of=%d", t->of);
-        if (t->kind == TK_QUANT)
-            fprintf(f, " role=%s", t->decl);
-        if (t->layer >= 0)
-            fprintf(f, " layer=%d", t->layer);
-        PlanRole role = i == g->loss          ? PR_LOSS
-                        : i == g->eval_loss   ? PR_EVAL_LOSS
-                        : i == g->logits      ? PR_LOGITS
-                        : i == g->grad_stats  ? PR_GRAD_STATS
-                        : i == g->grad_factor ? PR_GRAD_FACTOR
-                                              : PR_NONE;
-        if (t->kind == TK_INPUT && !plan_role_parse(t->name, &role))   // (the batch's inputs by name)
-            role = PR_TOKENS;
-        if (role != PR_NONE)
-            fprintf(f, " role=%s", plan_role_name(role));
-        fputc('\n', f);
+            (long long)meta->arena_bytes, (long long)meta->host_bytes, g->events, g->tensors.len);
+}
+
+// The role the training loop knows tensor i by, or PR_NONE.
+static PlanRole buffer_role(const IrGraph *g, int i) {
+    PlanRole role = i == g->loss          ? PR_LOSS
+                    : i == g->eval_loss   ? PR_EVAL_LOSS
+                    : i == g->logits      ? PR_LOGITS
+                    : i == g->grad_stats  ? PR_GRAD_STATS
+                    : i == g->grad_factor ? PR_GRAD_FACTOR
+                                          : PR_NONE;
+    if (g->tensors.at[i].kind == TK_INPUT && !plan_role_parse(g->tensors.at[i].name, &role))
+        role = PR_TOKENS;   // (the batch's inputs by name)
+    return role;
+}
+
+// "buffer I NAME CATEGORY ARENA OFFSET BYTES DTYPE SHAPE FIRST LAST KEY=VALUE ...".
+static void write_buffer(FILE *f, const IrGraph *g, int i) {
+    const IrTensor *t = &g->tensors.at[i];
+    int base = ir_tensor_base(g, i);
+    const IrTensor *b = &g->tensors.at[base];
+    IR_ASSERT(b->offset >= 0 || t->virt);
+    fprintf(f, "buffer %d %s %s %s %lld %lld %s ", i, t->name, mem_category_name(t->cat),
+            b->arena ? "host" : "device",
+            (long long)(t->virt ? 0 : b->offset + (t->alias_of >= 0 ? t->alias_offset : 0)),
+            (long long)ir_tensor_bytes(t), dtype_name(t->dtype));
+    shape_str(f, t);
+    int first = b->first < 0 ? 0 : b->first, last = b->last < 0 ? 0 : b->last;
+    if (t->virt)   // live inside the fused instruction that makes it
+        first = last = t->producer;
+    fprintf(f, " %d %d kind=%s", first, last, kind_name(t->kind));
+    if (t->virt)
+        fprintf(f, " virtual=1");
+    if (t->alias_of >= 0)
+        fprintf(f, " view=%d", t->alias_of);
+    if (t->alias_of >= 0 && t->alias_offset)
+        fprintf(f, " at=%lld", (long long)t->alias_offset);
+    if (t->reuse >= 0)
+        fprintf(f, " reuse=%d", t->reuse);
+    if (t->shard_of >= 0) {   // this rank's slice of a tensor of that shape
+        fprintf(f, " shard=");
+        shape_str(f, &g->tensors.at[t->shard_of]);
     }
+    if (t->kind == TK_PARAM)
+        fprintf(f, " hf=%s init=%s scale=%.17g train=%d", t->hf_name, init_name(t->init),
+                t->init_scale, t->trainable ? 1 : 0);
+    if (t->of >= 0)
+        fprintf(f, " of=%d", t->of);
+    if (t->kind == TK_QUANT)
+        fprintf(f, " role=%s", t->decl);
+    if (t->layer >= 0)
+        fprintf(f, " layer=%d", t->layer);
+    PlanRole role = buffer_role(g, i);
+    if (role != PR_NONE)
+        fprintf(f, " role=%s", plan_role_name(role));
+    fputc('\n', f);
+}
+
+// Node j's kernel launches and its place in a grouped launch (instr: node -> instruction).
+static void write_launches(FILE *f, const KernelSet *ks, int j, const int *instr) {
+    if (!ks || !ks->node)
+        return;
+    for (int l = 0; l < ks->node[j].n; l++) {
+        const KernelLaunch *k = &ks->node[j].at[l];
+        fprintf(f, " launch=%s:%u,%u,%u:%u,%u,%u", k->name, k->grid[0], k->grid[1],
+                k->grid[2], k->block[0], k->block[1], k->block[2]);
+        if (k->smem)
+            fprintf(f, ":%u", k->smem);
+    }
+    if (ks->node[j].group)
+        fprintf(f, " group=%d", ks->node[j].group);
+    if (ks->node[j].by >= 0)
+        fprintf(f, " by=%d", instr[ks->node[j].by]);
+}
+
+// Node j as instruction `id`, and the step lines of a fused one.
+static void write_instr(FILE *f, const IrGraph *g, const KernelSet *ks, int j, int id, const int *instr) {
+    const IrNode *n = &g->nodes.at[j];
+    fprintf(f, "%d %s", id, op_desc(n->op)->name);
+    const IrFused *fz = n->fused >= 0 ? &g->fused.at[n->fused] : NULL;
+    if (fz)
+        fprintf(f, " steps=%d", fz->n);
+    list(f, "out", n->out, ir_node_nout(n));
+    list(f, "in", n->in, n->nin);
+    if (n->update)
+        fprintf(f, " update=%u", n->update);
+    char attrs[256];
+    op_attr_format(attrs, sizeof attrs, n->op, &n->attr, true);
+    fputs(attrs, f);
+    if (n->stream != STREAM_COMPUTE)
+        fprintf(f, " stream=%s", stream_name((Stream)n->stream));
+    if (n->nwait > 0)
+        list(f, "wait", n->wait, n->nwait);
+    if (n->record >= 0)
+        fprintf(f, " record=%d", n->record);
+    if (n->ws >= 0)
+        fprintf(f, " ws=%d", n->ws);
+    write_launches(f, ks, j, instr);
+    if (n->recompute)
+        fprintf(f, " recompute=1");
+    if (n->last)
+        fprintf(f, " last=1");
+    fprintf(f, " flops=%lld bytes=%lld", (long long)op_flops(g, n),
+            (long long)(op_bytes_read(g, n) + op_bytes_written(g, n)));
+    if (n->est_us > 0)
+        fprintf(f, " us=%.2f", n->est_us);
+    if (n->layer >= 0)
+        fprintf(f, " layer=%d", n->layer);
+    if (n->loc.line)
+        fprintf(f, " loc=%d:%d", n->loc.line, n->loc.col);
+    fputc('\n', f);
+    for (int s = 0; fz && s < fz->n; s++) {
+        const IrNode *st = &fz->step[s];
+        fprintf(f, "  step %s out=%d", op_desc(st->op)->name, st->out[0]);
+        list(f, "in", st->in, st->nin);
+        op_attr_format(attrs, sizeof attrs, st->op, &st->attr, true);
+        fprintf(f, "%s\n", attrs);
+    }
+}
+
+// The phases: "phase NAME N" and the nodes of each in order (an empty eval phase left out).
+static void write_phases(FILE *f, const IrGraph *g, const KernelSet *ks) {
     static const char *phases[] = {"forward", "backward", "optimizer", "eval"};
+    int nn = g->nodes.len;
     int *instr = malloc(sizeof(int) * (size_t)(nn + 1));   // node -> instruction id
     for (int ph = PHASE_FORWARD, i = 0; ph <= PHASE_EVALUATION; ph++)
         for (int j = 0; j < nn; j++)
@@ -141,63 +225,18 @@ int codegen_plan_write(FILE *f, const IrGraph *g, const PlanMeta *meta, const Ke
         if (ph == PHASE_EVALUATION && count == 0)   // (the phase is optional)
             continue;
         fprintf(f, "phase %s %d\n", phases[ph], count);
-        for (int j = 0; j < nn; j++) {
-            const IrNode *n = &g->nodes.at[j];
-            if (n->phase != (IrPhase)ph)
-                continue;
-            fprintf(f, "%d %s", i++, op_desc(n->op)->name);
-            const IrFused *fz = n->fused >= 0 ? &g->fused.at[n->fused] : NULL;
-            if (fz)
-                fprintf(f, " steps=%d", fz->n);
-            list(f, "out", n->out, ir_node_nout(n));
-            list(f, "in", n->in, n->nin);
-            if (n->update)
-                fprintf(f, " update=%u", n->update);
-            char attrs[256];
-            op_attr_format(attrs, sizeof attrs, n->op, &n->attr, true);
-            fputs(attrs, f);
-            if (n->stream != STREAM_COMPUTE)
-                fprintf(f, " stream=%s", stream_name((Stream)n->stream));
-            if (n->nwait > 0)
-                list(f, "wait", n->wait, n->nwait);
-            if (n->record >= 0)
-                fprintf(f, " record=%d", n->record);
-            if (n->ws >= 0)
-                fprintf(f, " ws=%d", n->ws);
-            for (int l = 0; ks && ks->node && l < ks->node[j].n; l++) {
-                const KernelLaunch *k = &ks->node[j].at[l];
-                fprintf(f, " launch=%s:%u,%u,%u:%u,%u,%u", k->name, k->grid[0], k->grid[1],
-                        k->grid[2], k->block[0], k->block[1], k->block[2]);
-                if (k->smem)
-                    fprintf(f, ":%u", k->smem);
-            }
-            if (ks && ks->node && ks->node[j].group)
-                fprintf(f, " group=%d", ks->node[j].group);
-            if (ks && ks->node && ks->node[j].by >= 0)
-                fprintf(f, " by=%d", instr[ks->node[j].by]);
-            if (n->recompute)
-                fprintf(f, " recompute=1");
-            if (n->last)
-                fprintf(f, " last=1");
-            fprintf(f, " flops=%lld bytes=%lld", (long long)op_flops(g, n),
-                    (long long)(op_bytes_read(g, n) + op_bytes_written(g, n)));
-            if (n->est_us > 0)
-                fprintf(f, " us=%.2f", n->est_us);
-            if (n->layer >= 0)
-                fprintf(f, " layer=%d", n->layer);
-            if (n->loc.line)
-                fprintf(f, " loc=%d:%d", n->loc.line, n->loc.col);
-            fputc('\n', f);
-            for (int s = 0; fz && s < fz->n; s++) {
-                const IrNode *st = &fz->step[s];
-                fprintf(f, "  step %s out=%d", op_desc(st->op)->name, st->out[0]);
-                list(f, "in", st->in, st->nin);
-                op_attr_format(attrs, sizeof attrs, st->op, &st->attr, true);
-                fprintf(f, "%s\n", attrs);
-            }
-        }
+        for (int j = 0; j < nn; j++)
+            if (g->nodes.at[j].phase == (IrPhase)ph)
+                write_instr(f, g, ks, j, i++, instr);
     }
     free(instr);
+}
+
+int codegen_plan_write(FILE *f, const IrGraph *g, const PlanMeta *meta, const KernelSet *ks) {
+    write_header(f, g, meta);
+    for (int i = 0; i < g->tensors.len; i++)
+        write_buffer(f, g, i);
+    write_phases(f, g, ks);
     fprintf(f, "end\n");
     return 0;
 }
@@ -485,9 +524,96 @@ static int swap_in(const char *dir, const char *tmp, const char *old, char *err,
     return 0;
 }
 
+// tmp/plan, the plan that launches the kernels of ks; -1 with err.
+static int write_plan(const char *tmp, const IrGraph *g, const PlanMeta *meta, const KernelSet *ks,
+                      char *err, size_t errlen) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/plan", tmp);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+        return -1;
+    }
+    codegen_plan_write(f, g, meta, ks);
+    if (ferror(f) | fclose(f)) {
+        snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+// The kernels in tmp: kernels.cu, the header that compiles it on the CPU (--device emu),
+// its CUBIN and report where meta->arch asks; then the plan that launches them. -1 with err.
+static int write_kernels_and_plan(const char *tmp, const IrGraph *g, const PlanMeta *meta, char *err,
+                                  size_t errlen) {
+    KernelSet ks;
+    KernelHyper hyper = {meta->beta1, meta->beta2, meta->eps};
+    if (codegen_kernels(g, &hyper, &ks, err, errlen) != 0)
+        return -1;
+    const char *emu = codegen_cuda_file("ftc_emu.h");
+    int rc = 0;
+    if (write_text(tmp, "kernels.cu", ks.source, err, errlen) != 0 ||
+        (emu && write_text(tmp, "ftc_emu.h", emu, err, errlen) != 0) ||
+        (meta->arch && compile_kernels(tmp, &ks, g, meta->accum, meta->arch, err, errlen) != 0) ||
+        write_plan(tmp, g, meta, &ks, err, errlen) != 0)
+        rc = -1;
+    codegen_kernels_free(&ks);
+    return rc;
+}
+
+// tmp/report.txt: the compile's report, where there is one; -1 with err.
+static int write_report(const char *tmp, const char *report, char *err, size_t errlen) {
+    if (!report)
+        return 0;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/report.txt", tmp);
+    FILE *r = fopen(path, "w");
+    if (!r || fputs(report, r) < 0 || fclose(r) != 0) {
+        snprintf(err, errlen, "cannot write %s", path);
+        return -1;
+    }
+    return 0;
+}
+
+// Reads tmp/plan back as the runtime will and verifies it independently of the
+// allocator; then the report and the memory dumps beside it. -1 with err.
+static int check_and_describe(const char *tmp, const PlanMeta *meta, char *err, size_t errlen) {
+    char path[4200], why[1024];
+    snprintf(path, sizeof path, "%s/plan", tmp);
+    Plan *p = NULL;
+    if (plan_load(&p, path, why, sizeof why) != 0) {
+        snprintf(err, errlen, "internal error: the plan does not read back: %s", why);
+        return -1;
+    }
+    int problems = plan_verify(p, stderr), rc = -1;
+    MemMeta mm = {meta->budget_bytes, meta->reserve_bytes, meta->flops_per_s, meta->bytes_per_s,
+                  meta->link_bytes_per_s, meta->comm_bytes_per_s, meta->comm_latency_us};
+    if (problems)
+        snprintf(err, errlen, "internal error: the plan failed verification (%d problems)", problems);
+    else if (write_report(tmp, meta->report, err, errlen) == 0)
+        rc = codegen_dumps(tmp, p, &mm, err, errlen) != 0 ? -1 : 0;
+    plan_free(p);
+    return rc;
+}
+
+// Two compiles into one DIR take turns at the swap (a lock on the directory that
+// holds it), so neither sees the other's rename half done.
+static int swap_in_locked(const char *dir, const char *tmp, const char *old, char *err, size_t errlen) {
+    char parent[4096];
+    const char *slash = strrchr(dir, '/');
+    snprintf(parent, sizeof parent, "%.*s", slash ? (int)(slash - dir) + (slash == dir) : 1, slash ? dir : ".");
+    int lk = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (lk >= 0)
+        flock(lk, LOCK_EX);
+    int rc = swap_in(dir, tmp, old, err, errlen);
+    if (lk >= 0)
+        close(lk);
+    return rc;
+}
+
 int codegen_plan_dir(const char *dir, const IrGraph *g, const PlanMeta *meta, char *err,
                      size_t errlen) {
-    char tmp[4096], old[4096], path[4200];
+    char tmp[4096], old[4096];
     if (codegen_plan_dir_check(dir, err, errlen) != 0)
         return -1;
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", dir, (int)getpid());
@@ -497,81 +623,12 @@ int codegen_plan_dir(const char *dir, const IrGraph *g, const PlanMeta *meta, ch
         snprintf(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
         return -1;
     }
-    // The kernels: kernels.cu, and the header that compiles it on the CPU (--device emu).
-    KernelSet ks;
-    KernelHyper hyper = {meta->beta1, meta->beta2, meta->eps};
-    if (codegen_kernels(g, &hyper, &ks, err, errlen) != 0) {
+    if (write_kernels_and_plan(tmp, g, meta, err, errlen) != 0 ||
+        check_and_describe(tmp, meta, err, errlen) != 0) {
         remove_dir(tmp);
         return -1;
     }
-    const char *emu = codegen_cuda_file("ftc_emu.h");
-    if (write_text(tmp, "kernels.cu", ks.source, err, errlen) != 0 ||
-        (emu && write_text(tmp, "ftc_emu.h", emu, err, errlen) != 0) ||
-        (meta->arch && compile_kernels(tmp, &ks, g, meta->accum, meta->arch, err, errlen) != 0)) {
-        codegen_kernels_free(&ks);
-        remove_dir(tmp);
-        return -1;
-    }
-    snprintf(path, sizeof path, "%s/plan", tmp);
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
-        codegen_kernels_free(&ks);
-        remove_dir(tmp);
-        return -1;
-    }
-    codegen_plan_write(f, g, meta, &ks);
-    codegen_kernels_free(&ks);
-    if (ferror(f) | fclose(f)) {
-        snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
-        remove_dir(tmp);
-        return -1;
-    }
-    // Read it back as the runtime will, and verify it independently of the allocator.
-    Plan *p = NULL;
-    char why[1024];
-    if (plan_load(&p, path, why, sizeof why) != 0) {
-        snprintf(err, errlen, "internal error: the plan does not read back: %s", why);
-        remove_dir(tmp);
-        return -1;
-    }
-    int problems = plan_verify(p, stderr);
-    if (problems) {
-        plan_free(p);
-        snprintf(err, errlen, "internal error: the plan failed verification (%d problems)", problems);
-        remove_dir(tmp);
-        return -1;
-    }
-    if (meta->report) {
-        snprintf(path, sizeof path, "%s/report.txt", tmp);
-        FILE *r = fopen(path, "w");
-        if (!r || fputs(meta->report, r) < 0 || fclose(r) != 0) {
-            plan_free(p);
-            snprintf(err, errlen, "cannot write %s", path);
-            remove_dir(tmp);
-            return -1;
-        }
-    }
-    MemMeta mm = {meta->budget_bytes, meta->reserve_bytes, meta->flops_per_s, meta->bytes_per_s,
-                  meta->link_bytes_per_s, meta->comm_bytes_per_s, meta->comm_latency_us};
-    int rc = codegen_dumps(tmp, p, &mm, err, errlen);
-    plan_free(p);
-    if (rc != 0) {
-        remove_dir(tmp);
-        return -1;
-    }
-    // Two compiles into one DIR take turns at the swap (a lock on the directory that
-    // holds it), so neither sees the other's rename half done.
-    char parent[4096];
-    const char *slash = strrchr(dir, '/');
-    snprintf(parent, sizeof parent, "%.*s", slash ? (int)(slash - dir) + (slash == dir) : 1, slash ? dir : ".");
-    int lk = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (lk >= 0)
-        flock(lk, LOCK_EX);
-    rc = swap_in(dir, tmp, old, err, errlen);
-    if (lk >= 0)
-        close(lk);
-    if (rc != 0)
+    if (swap_in_locked(dir, tmp, old, err, errlen) != 0)
         return -1;
     clean_leftovers(dir);
     return 0;

@@ -162,6 +162,236 @@ static bool parse_dtype(const char *s, PlanDType *t) {
     return false;
 }
 
+// A header setting's outcome: 1 fine, 0 a bad value (reported as such by read_header),
+// -1 an error already reported.
+typedef int SettingFn(Reader *r, Plan *p, char *key, char *v);
+
+// The key=value settings w[from..n) of header line `w[0]`, each given to fn.
+static int read_settings(Reader *r, Plan *p, char **w, int from, int n, SettingFn *fn) {
+    int ok = 1;
+    for (int i = from; ok > 0 && i < n; i++) {
+        char *eq = strchr(w[i], '=');
+        if (!eq)
+            return bad(r, "%s settings are key=value", w[0]);
+        *eq = '\0';
+        ok = fn(r, p, w[i], eq + 1);
+    }
+    return ok;
+}
+
+// estimate model_flops=N step_us=X
+static int estimate_setting(Reader *r, Plan *p, char *key, char *v) {
+    if (!strcmp(key, "model_flops"))
+        return ops_parse_i64(v, &p->model_flops) && p->model_flops >= 0;
+    if (!strcmp(key, "step_us"))
+        return parse_f64(v, &p->est_step_us) && isfinite(p->est_step_us) && p->est_step_us >= 0;
+    return bad(r, "unknown estimate setting '%s'", key);
+}
+
+// "LO,HI": a range of the host model's holds, 0 <= LO <= HI.
+static bool parse_holds(char *v, double *lo, double *hi) {
+    char *comma = strchr(v, ',');
+    if (!comma)
+        return false;
+    *comma = '\0';
+    return parse_f64(v, lo) && parse_f64(comma + 1, hi) && *lo >= 0 && *hi >= *lo && !isnan(*lo) &&
+           !isnan(*hi);
+}
+
+// host cores=N adamw_per_core=X link=X adamw_holds=LO,HI link_holds=LO,HI
+static int host_setting(Reader *r, Plan *p, char *key, char *v) {
+    if (!strcmp(key, "cores"))
+        return parse_int(v, &p->host_cores) && p->host_cores > 0;
+    if (!strcmp(key, "adamw_per_core"))
+        return parse_f64(v, &p->host_adamw_per_core) && isfinite(p->host_adamw_per_core) &&
+               p->host_adamw_per_core > 0;
+    if (!strcmp(key, "link"))
+        return parse_f64(v, &p->host_link) && isfinite(p->host_link) && p->host_link > 0;
+    if (!strcmp(key, "adamw_holds"))
+        return parse_holds(v, &p->adamw_lo, &p->adamw_hi);
+    if (!strcmp(key, "link_holds"))
+        return parse_holds(v, &p->link_lo, &p->link_hi);
+    return bad(r, "unknown host setting '%s'", key);
+}
+
+// lora r=N alpha=X dropout=X targets=A,B fan_in_fan_out=0|1 (other keys are skipped)
+static int lora_setting(Reader *r, Plan *p, char *key, char *v) {
+    (void)r;
+    if (!strcmp(key, "r"))
+        return ops_parse_i64(v, &p->lora_r) && p->lora_r > 0;
+    if (!strcmp(key, "alpha"))
+        return parse_f64(v, &p->lora_alpha);
+    if (!strcmp(key, "dropout"))
+        return parse_f64(v, &p->lora_dropout);
+    if (!strcmp(key, "targets"))
+        free(p->lora_targets), p->lora_targets = xstrdup(v);
+    else if (!strcmp(key, "fan_in_fan_out")) {
+        if (strcmp(v, "0") && strcmp(v, "1"))
+            return 0;
+        p->lora_fan_in_fan_out = v[0] == '1';
+    }
+    return 1;
+}
+
+// schedule KIND warmup=N steps=N min_lr=X
+static int schedule_setting(Reader *r, Plan *p, char *key, char *v) {
+    if (!strcmp(key, "warmup"))
+        return ops_parse_i64(v, &p->warmup_steps) && p->warmup_steps >= 0;
+    if (!strcmp(key, "steps"))
+        return ops_parse_i64(v, &p->steps) && p->steps >= 0;
+    if (!strcmp(key, "min_lr"))
+        return parse_f64(v, &p->min_lr) && isfinite(p->min_lr) && p->min_lr >= 0;
+    return bad(r, "unknown schedule setting '%s'", key);
+}
+
+// loss_scale init=X growth=X backoff=X interval=N
+static int loss_scale_setting(Reader *r, Plan *p, char *key, char *v) {
+    if (!strcmp(key, "interval"))
+        return ops_parse_i64(v, &p->scale_interval) && p->scale_interval >= 1;
+    if (strcmp(key, "init") && strcmp(key, "growth") && strcmp(key, "backoff"))
+        return bad(r, "unknown loss_scale setting '%s'", key);
+    double *dst = key[0] == 'i' ? &p->scale_init : key[0] == 'g' ? &p->scale_growth : &p->scale_backoff;
+    return parse_f64(v, dst) && isfinite(*dst) && *dst > 0;
+}
+
+// ranks N zero=Z link=NAME
+static int ranks_setting(Reader *r, Plan *p, char *key, char *v) {
+    if (!strcmp(key, "zero"))
+        return parse_int(v, &p->zero) && p->zero >= 0 && p->zero <= 3;
+    if (!strcmp(key, "link")) {
+        free(p->link), p->link = xstrdup(v);
+        return 1;
+    }
+    return bad(r, "unknown ranks setting '%s'", key);
+}
+
+// optimizer NAME lr=X beta1=X beta2=X eps=X weight_decay=X (an unknown key is a bad value)
+static int optimizer_setting(Reader *r, Plan *p, char *key, char *v) {
+    (void)r;
+    double *dst = strcmp(key, "lr") == 0             ? &p->lr
+                  : strcmp(key, "beta1") == 0        ? &p->beta1
+                  : strcmp(key, "beta2") == 0        ? &p->beta2
+                  : strcmp(key, "eps") == 0          ? &p->eps
+                  : strcmp(key, "weight_decay") == 0 ? &p->weight_decay
+                                                     : NULL;
+    return dst && parse_f64(v, dst);
+}
+
+// schedule constant|linear|cosine SETTINGS: a decaying schedule needs its steps.
+static int read_schedule(Reader *r, Plan *p, char **w, int n) {
+    static const char *const kinds[] = {"constant", "linear", "cosine"};
+    int ok = 0;
+    for (int k = 0; k < 3; k++)
+        if (!strcmp(w[1], kinds[k]))
+            p->schedule = (PlanSchedule)k, ok = 1;
+    if (ok)
+        ok = read_settings(r, p, w, 2, n, schedule_setting);
+    return ok < 0 ? -1 : ok && (p->schedule == SCHED_CONSTANT || p->steps > 0);
+}
+
+// loss_scale SETTINGS, in their ranges together.
+static int read_loss_scale(Reader *r, Plan *p, char **w, int n) {
+    int ok = read_settings(r, p, w, 1, n, loss_scale_setting);
+    return ok < 0 ? -1
+                  : ok && p->scale_init > 0 && p->scale_growth >= 1 && p->scale_backoff > 0 &&
+                        p->scale_backoff < 1 && p->scale_interval >= 1 && p->scale_init < 1e38;
+}
+
+// ranks N SETTINGS, or the form before data parallelism: "rank 0 ranks 1".
+static int read_ranks(Reader *r, Plan *p, char **w, int n) {
+    if (strcmp(w[0], "rank") == 0) {
+        int rank = 0;
+        return n == 4 && parse_int(w[1], &rank) && rank == 0 && strcmp(w[2], "ranks") == 0 &&
+               parse_int(w[3], &p->ranks) && p->ranks == 1;
+    }
+    if (!parse_int(w[1], &p->ranks) || p->ranks < 1 || p->ranks > 65536)
+        return 0;
+    return read_settings(r, p, w, 2, n, ranks_setting);
+}
+
+// arena NAME BYTES KIND: device memory, or pinned host memory
+static int read_arena(Plan *p, char **w, int n) {
+    PlanArena a = strcmp(w[1], "device") == 0 ? ARENA_DEVICE : ARENA_HOST;
+    if (n != 4 || (a != ARENA_DEVICE && strcmp(w[1], "host") != 0) ||
+        !ops_parse_i64(w[2], &p->arena_bytes[a]) || p->arena_bytes[a] < 0)
+        return 0;
+    if (strcmp(w[3], "device") == 0)
+        p->arena_kind[a] = MEMK_DEVICE;
+    else if (strcmp(w[3], "pinned") == 0)
+        p->arena_kind[a] = MEMK_PINNED;
+    else
+        return 0;
+    return 1;
+}
+
+// optimizer adamw|adamw8bit|sgd SETTINGS
+static int read_optimizer(Reader *r, Plan *p, char **w, int n) {
+    p->optimizer = !strcmp(w[1], "adamw")       ? PO_ADAMW
+                   : !strcmp(w[1], "adamw8bit") ? PO_ADAMW8BIT
+                   : !strcmp(w[1], "sgd")       ? PO_SGD
+                                                : PO_NONE;
+    if (p->optimizer == PO_NONE)
+        return bad(r, "unknown optimizer '%.64s' (adamw, adamw8bit or sgd)", w[1]);
+    return read_settings(r, p, w, 2, n, optimizer_setting);
+}
+
+// A header line of one value (n >= 2); other keys are for people: skipped.
+static int read_value(Plan *p, char **w, int n) {
+    const char *k = w[0], *v = w[1];
+    if (strcmp(k, "model") == 0)
+        free(p->model), p->model = xstrdup(v);
+    else if (strcmp(k, "gpu") == 0)
+        free(p->gpu), p->gpu = xstrdup(v);
+    else if (strcmp(k, "source") == 0)
+        free(p->source), p->source = xstrdup(v);
+    else if (strcmp(k, "precision") == 0)
+        free(p->precision), p->precision = xstrdup(v);
+    else if (strcmp(k, "budget") == 0)
+        return ops_parse_i64(v, &p->budget_bytes) && p->budget_bytes >= 0;
+    else if (strcmp(k, "reserve") == 0)
+        return ops_parse_i64(v, &p->reserve_bytes) && p->reserve_bytes >= 0;
+    else if (strcmp(k, "seq") == 0)
+        return ops_parse_i64(v, &p->seq) && p->seq > 0;
+    else if (strcmp(k, "micro_batch") == 0)
+        return ops_parse_i64(v, &p->micro_batch) && p->micro_batch > 0;
+    else if (strcmp(k, "accum") == 0)
+        return ops_parse_i64(v, &p->accum) && p->accum > 0;
+    else if (strcmp(k, "vocab") == 0)
+        return ops_parse_i64(v, &p->vocab) && p->vocab > 0;
+    else if (strcmp(k, "packing") == 0) {
+        p->packing = v[0] == '1';
+        return n == 2 && (strcmp(v, "0") == 0 || strcmp(v, "1") == 0);
+    } else if (strcmp(k, "events") == 0) {
+        int64_t e = 0;
+        bool ok = ops_parse_i64(v, &e) && e >= 0 && e <= 100000000;
+        p->events = (int)e;
+        return ok;
+    }
+    return 1;
+}
+
+// One header line before 'buffers' (n >= 2).
+static int read_setting(Reader *r, Plan *p, char **w, int n) {
+    if (strcmp(w[0], "estimate") == 0)
+        return read_settings(r, p, w, 1, n, estimate_setting);
+    if (strcmp(w[0], "host") == 0)
+        return read_settings(r, p, w, 1, n, host_setting);
+    if (strcmp(w[0], "lora") == 0)
+        return read_settings(r, p, w, 1, n, lora_setting);
+    if (strcmp(w[0], "schedule") == 0)
+        return read_schedule(r, p, w, n);
+    if (strcmp(w[0], "loss_scale") == 0)
+        return read_loss_scale(r, p, w, n);
+    if (strcmp(w[0], "rank") == 0 || strcmp(w[0], "ranks") == 0)
+        return read_ranks(r, p, w, n);
+    if (strcmp(w[0], "arena") == 0)
+        return read_arena(p, w, n);
+    if (strcmp(w[0], "optimizer") == 0)
+        return read_optimizer(r, p, w, n);
+    return read_value(p, w, n);
+}
+
+// The header: settings up to and including the 'buffers N' line.
 static int read_header(Reader *r, Plan *p) {
     char *line;
     while ((line = next_line(r))) {
@@ -176,183 +406,9 @@ static int read_header(Reader *r, Plan *p) {
         }
         if (n < 2)
             return bad(r, "'%s' needs a value", w[0]);
-        bool ok = true;
-        if (strcmp(w[0], "model") == 0)
-            free(p->model), p->model = xstrdup(w[1]);
-        else if (strcmp(w[0], "gpu") == 0)
-            free(p->gpu), p->gpu = xstrdup(w[1]);
-        else if (strcmp(w[0], "source") == 0)
-            free(p->source), p->source = xstrdup(w[1]);
-        else if (strcmp(w[0], "budget") == 0)
-            ok = ops_parse_i64(w[1], &p->budget_bytes) && p->budget_bytes >= 0;
-        else if (strcmp(w[0], "reserve") == 0)
-            ok = ops_parse_i64(w[1], &p->reserve_bytes) && p->reserve_bytes >= 0;
-        else if (strcmp(w[0], "seq") == 0)
-            ok = ops_parse_i64(w[1], &p->seq) && p->seq > 0;
-        else if (strcmp(w[0], "micro_batch") == 0)
-            ok = ops_parse_i64(w[1], &p->micro_batch) && p->micro_batch > 0;
-        else if (strcmp(w[0], "accum") == 0)
-            ok = ops_parse_i64(w[1], &p->accum) && p->accum > 0;
-        else if (strcmp(w[0], "packing") == 0)
-            ok = n == 2 && (strcmp(w[1], "0") == 0 || strcmp(w[1], "1") == 0), p->packing = w[1][0] == '1';
-        else if (strcmp(w[0], "vocab") == 0)
-            ok = ops_parse_i64(w[1], &p->vocab) && p->vocab > 0;
-        else if (strcmp(w[0], "precision") == 0)
-            free(p->precision), p->precision = xstrdup(w[1]);
-        else if (strcmp(w[0], "estimate") == 0) {
-            for (int i = 1; ok && i < n; i++) {
-                char *eq = strchr(w[i], '=');
-                if (!eq)
-                    return bad(r, "estimate settings are key=value");
-                *eq = '\0';
-                if (!strcmp(w[i], "model_flops"))
-                    ok = ops_parse_i64(eq + 1, &p->model_flops) && p->model_flops >= 0;
-                else if (!strcmp(w[i], "step_us"))
-                    ok = parse_f64(eq + 1, &p->est_step_us) && isfinite(p->est_step_us) && p->est_step_us >= 0;
-                else
-                    return bad(r, "unknown estimate setting '%s'", w[i]);
-            }
-        } else if (strcmp(w[0], "host") == 0) {
-            for (int i = 1; ok && i < n; i++) {
-                char *eq = strchr(w[i], '=');
-                if (!eq)
-                    return bad(r, "host settings are key=value");
-                *eq = '\0';
-                double lo, hi;
-                if (!strcmp(w[i], "cores"))
-                    ok = parse_int(eq + 1, &p->host_cores) && p->host_cores > 0;
-                else if (!strcmp(w[i], "adamw_per_core"))
-                    ok = parse_f64(eq + 1, &p->host_adamw_per_core) && isfinite(p->host_adamw_per_core) &&
-                         p->host_adamw_per_core > 0;
-                else if (!strcmp(w[i], "link"))
-                    ok = parse_f64(eq + 1, &p->host_link) && isfinite(p->host_link) && p->host_link > 0;
-                else if (!strcmp(w[i], "adamw_holds") || !strcmp(w[i], "link_holds")) {
-                    char *comma = strchr(eq + 1, ',');
-                    ok = comma != NULL;
-                    if (ok) {
-                        *comma = '\0';
-                        ok = parse_f64(eq + 1, &lo) && parse_f64(comma + 1, &hi) && lo >= 0 && hi >= lo &&
-                             !isnan(lo) && !isnan(hi);
-                    }
-                    if (ok && w[i][0] == 'a')
-                        p->adamw_lo = lo, p->adamw_hi = hi;
-                    else if (ok)
-                        p->link_lo = lo, p->link_hi = hi;
-                } else
-                    return bad(r, "unknown host setting '%s'", w[i]);
-            }
-        } else if (strcmp(w[0], "lora") == 0) {
-            for (int i = 1; ok && i < n; i++) {
-                char *eq = strchr(w[i], '=');
-                if (!eq)
-                    return bad(r, "lora settings are key=value");
-                *eq = '\0';
-                if (!strcmp(w[i], "r"))
-                    ok = ops_parse_i64(eq + 1, &p->lora_r) && p->lora_r > 0;
-                else if (!strcmp(w[i], "alpha"))
-                    ok = parse_f64(eq + 1, &p->lora_alpha);
-                else if (!strcmp(w[i], "dropout"))
-                    ok = parse_f64(eq + 1, &p->lora_dropout);
-                else if (!strcmp(w[i], "targets"))
-                    free(p->lora_targets), p->lora_targets = xstrdup(eq + 1);
-                else if (!strcmp(w[i], "fan_in_fan_out"))
-                    ok = (!strcmp(eq + 1, "0") || !strcmp(eq + 1, "1")) &&
-                         ((p->lora_fan_in_fan_out = eq[1] == '1'), true);
-            }
-        } else if (strcmp(w[0], "schedule") == 0) {
-            static const char *const kinds[] = {"constant", "linear", "cosine"};
-            ok = false;
-            for (int k = 0; k < 3; k++)
-                if (!strcmp(w[1], kinds[k]))
-                    p->schedule = (PlanSchedule)k, ok = true;
-            for (int i = 2; ok && i < n; i++) {
-                char *eq = strchr(w[i], '=');
-                if (!eq)
-                    return bad(r, "schedule settings are key=value");
-                *eq = '\0';
-                if (!strcmp(w[i], "warmup"))
-                    ok = ops_parse_i64(eq + 1, &p->warmup_steps) && p->warmup_steps >= 0;
-                else if (!strcmp(w[i], "steps"))
-                    ok = ops_parse_i64(eq + 1, &p->steps) && p->steps >= 0;
-                else if (!strcmp(w[i], "min_lr"))
-                    ok = parse_f64(eq + 1, &p->min_lr) && isfinite(p->min_lr) && p->min_lr >= 0;
-                else
-                    return bad(r, "unknown schedule setting '%s'", w[i]);
-            }
-            ok = ok && (p->schedule == SCHED_CONSTANT || p->steps > 0);
-        } else if (strcmp(w[0], "loss_scale") == 0) {
-            for (int i = 1; ok && i < n; i++) {
-                char *eq = strchr(w[i], '=');
-                if (!eq)
-                    return bad(r, "loss_scale settings are key=value");
-                *eq = '\0';
-                if (!strcmp(w[i], "interval"))
-                    ok = ops_parse_i64(eq + 1, &p->scale_interval) && p->scale_interval >= 1;
-                else if (!strcmp(w[i], "init") || !strcmp(w[i], "growth") || !strcmp(w[i], "backoff")) {
-                    double *dst = w[i][0] == 'i' ? &p->scale_init : w[i][0] == 'g' ? &p->scale_growth
-                                                                                  : &p->scale_backoff;
-                    ok = parse_f64(eq + 1, dst) && isfinite(*dst) && *dst > 0;
-                } else
-                    return bad(r, "unknown loss_scale setting '%s'", w[i]);
-            }
-            ok = ok && p->scale_init > 0 && p->scale_growth >= 1 && p->scale_backoff > 0 &&
-                 p->scale_backoff < 1 && p->scale_interval >= 1 && p->scale_init < 1e38;
-        } else if (strcmp(w[0], "rank") == 0) {   // the form before data parallelism: "rank 0 ranks 1"
-            int rank = 0;
-            ok = n == 4 && parse_int(w[1], &rank) && rank == 0 && strcmp(w[2], "ranks") == 0 &&
-                 parse_int(w[3], &p->ranks) && p->ranks == 1;
-        } else if (strcmp(w[0], "ranks") == 0) {
-            ok = parse_int(w[1], &p->ranks) && p->ranks >= 1 && p->ranks <= 65536;
-            for (int i = 2; ok && i < n; i++) {
-                char *eq = strchr(w[i], '=');
-                if (!eq)
-                    return bad(r, "ranks settings are key=value");
-                *eq = '\0';
-                if (!strcmp(w[i], "zero"))
-                    ok = parse_int(eq + 1, &p->zero) && p->zero >= 0 && p->zero <= 3;
-                else if (!strcmp(w[i], "link"))
-                    free(p->link), p->link = xstrdup(eq + 1);
-                else
-                    return bad(r, "unknown ranks setting '%s'", w[i]);
-            }
-        }
-        else if (strcmp(w[0], "arena") == 0) {
-            // arena NAME BYTES KIND: device memory, or pinned host memory
-            PlanArena a = strcmp(w[1], "device") == 0 ? ARENA_DEVICE : ARENA_HOST;
-            ok = n == 4 && (a == ARENA_DEVICE || strcmp(w[1], "host") == 0) &&
-                 ops_parse_i64(w[2], &p->arena_bytes[a]) && p->arena_bytes[a] >= 0;
-            if (ok && strcmp(w[3], "device") == 0)
-                p->arena_kind[a] = MEMK_DEVICE;
-            else if (ok && strcmp(w[3], "pinned") == 0)
-                p->arena_kind[a] = MEMK_PINNED;
-            else
-                ok = false;
-        } else if (strcmp(w[0], "events") == 0) {
-            int64_t e = 0;
-            ok = ops_parse_i64(w[1], &e) && e >= 0 && e <= 100000000;
-            p->events = (int)e;
-        } else if (strcmp(w[0], "optimizer") == 0) {
-            p->optimizer = !strcmp(w[1], "adamw")       ? PO_ADAMW
-                           : !strcmp(w[1], "adamw8bit") ? PO_ADAMW8BIT
-                           : !strcmp(w[1], "sgd")       ? PO_SGD
-                                                        : PO_NONE;
-            if (p->optimizer == PO_NONE)
-                return bad(r, "unknown optimizer '%.64s' (adamw, adamw8bit or sgd)", w[1]);
-            for (int i = 2; ok && i < n; i++) {
-                char *eq = strchr(w[i], '=');
-                if (!eq)
-                    return bad(r, "optimizer settings are key=value");
-                *eq = '\0';
-                double *dst = strcmp(w[i], "lr") == 0             ? &p->lr
-                              : strcmp(w[i], "beta1") == 0        ? &p->beta1
-                              : strcmp(w[i], "beta2") == 0        ? &p->beta2
-                              : strcmp(w[i], "eps") == 0          ? &p->eps
-                              : strcmp(w[i], "weight_decay") == 0 ? &p->weight_decay
-                                                                  : NULL;
-                ok = dst && parse_f64(eq + 1, dst);
-            }
-        }
-        // other header keys (source, ...) are for people; skip them
+        int ok = read_setting(r, p, w, n);
+        if (ok < 0)
+            return -1;
         if (!ok)
             return bad(r, "bad value for '%s'", w[0]);
     }
@@ -465,6 +521,80 @@ static bool parse_launch(const char *s, PlanLaunch *l) {
     return (uint64_t)l->block[0] * l->block[1] * l->block[2] <= 1024;
 }
 
+// One key=value of instruction `in` that is not its op's attribute: 1 fine, 0 a bad
+// value, -1 an unknown key (reported).
+static int instr_setting(Reader *r, Plan *p, PlanInstr *in, const char *key, const char *v) {
+    int tmp;
+    if (strcmp(key, "out") == 0)
+        return (in->nout = parse_list(v, in->out, PLAN_MAX_OUT)) > 0;
+    if (strcmp(key, "in") == 0)
+        return (in->nin = parse_list(v, in->in, PLAN_MAX_IN)) >= 0;
+    if (strcmp(key, "update") == 0)
+        return parse_int(v, &tmp) && tmp >= 0 && (in->update = (unsigned)tmp, true);
+    if (strcmp(key, "stream") == 0)
+        return stream_find(v, &in->stream);
+    if (strcmp(key, "wait") == 0)
+        return (in->nwait = parse_list(v, in->wait, PLAN_MAX_WAITS)) > 0;
+    if (strcmp(key, "record") == 0)
+        return parse_int(v, &in->record) && in->record >= 0;
+    if (strcmp(key, "layer") == 0)
+        return parse_int(v, &in->layer);
+    if (strcmp(key, "steps") == 0)
+        return parse_int(v, &in->nstep) && in->nstep >= 2 && in->nstep <= 64;
+    if (strcmp(key, "launch") == 0)
+        return in->nlaunch < PLAN_MAX_LAUNCHES && parse_launch(v, &in->launch[in->nlaunch++]);
+    if (strcmp(key, "group") == 0)
+        return parse_int(v, &in->group) && in->group >= 2 && in->group <= PLAN_GROUP_MAX;
+    if (strcmp(key, "by") == 0)
+        return parse_int(v, &in->by) && in->by >= 0 && in->by < in->id;
+    if (strcmp(key, "ws") == 0)
+        return parse_int(v, &in->ws) && in->ws >= 0 && in->ws < p->nbuf;
+    if (strcmp(key, "us") == 0)
+        return parse_f64(v, &in->est_us) && in->est_us >= 0 && in->est_us < 1e12;
+    if (strcmp(key, "flops") == 0)
+        return ops_parse_i64(v, &in->flops);
+    if (strcmp(key, "recompute") == 0) {
+        in->recompute = strcmp(v, "1") == 0;
+        return 1;
+    }
+    if (strcmp(key, "last") == 0)
+        return (in->last = strcmp(v, "1") == 0) || strcmp(v, "0") == 0;
+    if (strcmp(key, "bytes") == 0)
+        return ops_parse_i64(v, &in->bytes);
+    if (strcmp(key, "loc") == 0)
+        return sscanf(v, "%d:%d", &in->line, &in->col) == 2;
+    return bad(r, "instruction %d (%s): unknown key '%s'", in->id, op_desc(in->op)->name, key);
+}
+
+// The instruction's operand counts fit its op, and every buffer and event it names exists.
+static int check_operands(Reader *r, const Plan *p, const PlanInstr *in) {
+    const OpDesc *d = op_desc(in->op);
+    int id = in->id;
+    const char *opname = d->name;
+    if (in->nout == 0)
+        return bad(r, "instruction %d (%s) has no outputs", id, opname);
+    if (in->nin < d->min_in || in->nin > d->max_in)
+        return bad(r, "instruction %d (%s) has %d inputs; the op takes %d to %d", id, opname,
+                   in->nin, d->min_in, d->max_in);
+    for (int k = 0; k < in->nin; k++)
+        if (in->in[k] >= p->nbuf || (in->in[k] < 0 && k < d->min_in))
+            return bad(r, "instruction %d (%s): input %d names buffer %d of %d", id, opname, k,
+                       in->in[k], p->nbuf);
+    for (int k = 0; k < in->nout; k++)
+        if (in->out[k] < 0 || in->out[k] >= p->nbuf)
+            return bad(r, "instruction %d (%s): output %d names buffer %d of %d", id, opname, k,
+                       in->out[k], p->nbuf);
+    for (int k = 0; k < in->nwait; k++)
+        if (in->wait[k] < 0 || in->wait[k] >= p->events)
+            return bad(r, "instruction %d (%s): waits for event %d of %d", id, opname,
+                       in->wait[k], p->events);
+    if (in->record >= p->events)
+        return bad(r, "instruction %d (%s): records event %d of %d", id, opname, in->record,
+                   p->events);
+    return 0;
+}
+
+// "ID OP KEY=VALUE ...": instruction want_id, its attributes and operands.
 static int read_instr(Reader *r, Plan *p, PlanInstr *in, int want_id, char *line) {
     char *w[40] = {0};
     int n = words(line, w, 40);
@@ -487,71 +617,13 @@ static int read_instr(Reader *r, Plan *p, PlanInstr *in, int want_id, char *line
             return bad(r, "instruction %d (%s): bad %s", id, opname, key);
         if (attr > 0)
             continue;
-        bool ok = true;
-        int tmp;
-        if (strcmp(key, "out") == 0)
-            ok = (in->nout = parse_list(v, in->out, PLAN_MAX_OUT)) > 0;
-        else if (strcmp(key, "in") == 0)
-            ok = (in->nin = parse_list(v, in->in, PLAN_MAX_IN)) >= 0;
-        else if (strcmp(key, "update") == 0)
-            ok = parse_int(v, &tmp) && tmp >= 0 && (in->update = (unsigned)tmp, true);
-        else if (strcmp(key, "stream") == 0)
-            ok = stream_find(v, &in->stream);
-        else if (strcmp(key, "wait") == 0)
-            ok = (in->nwait = parse_list(v, in->wait, PLAN_MAX_WAITS)) > 0;
-        else if (strcmp(key, "record") == 0)
-            ok = parse_int(v, &in->record) && in->record >= 0;
-        else if (strcmp(key, "layer") == 0)
-            ok = parse_int(v, &in->layer);
-        else if (strcmp(key, "steps") == 0)
-            ok = parse_int(v, &in->nstep) && in->nstep >= 2 && in->nstep <= 64;
-        else if (strcmp(key, "launch") == 0)
-            ok = in->nlaunch < PLAN_MAX_LAUNCHES && parse_launch(v, &in->launch[in->nlaunch++]);
-        else if (strcmp(key, "group") == 0)
-            ok = parse_int(v, &in->group) && in->group >= 2 && in->group <= PLAN_GROUP_MAX;
-        else if (strcmp(key, "by") == 0)
-            ok = parse_int(v, &in->by) && in->by >= 0 && in->by < id;
-        else if (strcmp(key, "ws") == 0)
-            ok = parse_int(v, &in->ws) && in->ws >= 0 && in->ws < p->nbuf;
-        else if (strcmp(key, "us") == 0)
-            ok = parse_f64(v, &in->est_us) && in->est_us >= 0 && in->est_us < 1e12;
-        else if (strcmp(key, "flops") == 0)
-            ok = ops_parse_i64(v, &in->flops);
-        else if (strcmp(key, "recompute") == 0)
-            in->recompute = strcmp(v, "1") == 0;
-        else if (strcmp(key, "last") == 0)
-            ok = (in->last = strcmp(v, "1") == 0) || strcmp(v, "0") == 0;
-        else if (strcmp(key, "bytes") == 0)
-            ok = ops_parse_i64(v, &in->bytes);
-        else if (strcmp(key, "loc") == 0)
-            ok = sscanf(v, "%d:%d", &in->line, &in->col) == 2;
-        else
-            return bad(r, "instruction %d (%s): unknown key '%s'", id, opname, key);
+        int ok = instr_setting(r, p, in, key, v);
+        if (ok < 0)
+            return -1;
         if (!ok)
             return bad(r, "instruction %d (%s): bad %s", id, opname, key);
     }
-    const OpDesc *d = op_desc(in->op);
-    if (in->nout == 0)
-        return bad(r, "instruction %d (%s) has no outputs", id, opname);
-    if (in->nin < d->min_in || in->nin > d->max_in)
-        return bad(r, "instruction %d (%s) has %d inputs; the op takes %d to %d", id, opname,
-                   in->nin, d->min_in, d->max_in);
-    for (int k = 0; k < in->nin; k++)
-        if (in->in[k] >= p->nbuf || (in->in[k] < 0 && k < d->min_in))
-            return bad(r, "instruction %d (%s): input %d names buffer %d of %d", id, opname, k,
-                       in->in[k], p->nbuf);
-    for (int k = 0; k < in->nout; k++)
-        if (in->out[k] < 0 || in->out[k] >= p->nbuf)
-            return bad(r, "instruction %d (%s): output %d names buffer %d of %d", id, opname, k,
-                       in->out[k], p->nbuf);
-    for (int k = 0; k < in->nwait; k++)
-        if (in->wait[k] < 0 || in->wait[k] >= p->events)
-            return bad(r, "instruction %d (%s): waits for event %d of %d", id, opname,
-                       in->wait[k], p->events);
-    if (in->record >= p->events)
-        return bad(r, "instruction %d (%s): records event %d of %d", id, opname, in->record,
-                   p->events);
-    return 0;
+    return check_operands(r, p, in);
 }
 
 // The step lines of a fused instruction: "step OP out=V in=A,B [ATTR=VALUE ...]".
@@ -713,9 +785,9 @@ static int check_groups(Reader *r, Plan *p) {
     return 0;
 }
 
-static int check_buffers(Reader *r, Plan *p) {
-    // View and reuse links end at a base buffer: follow each link once (0 unvisited,
-    // 1 on the current path, 2 known to end well).
+// View and reuse links end at a base buffer: follow each link once (0 unvisited,
+// 1 on the current path, 2 known to end well).
+static int check_links(Reader *r, const Plan *p) {
     char *state = calloc((size_t)p->nbuf + 1, 1);
     int *path = malloc(sizeof(int) * (size_t)(p->nbuf + 1));
     for (int i = 0; i < p->nbuf; i++) {
@@ -746,7 +818,12 @@ static int check_buffers(Reader *r, Plan *p) {
             state[path[--n]] = 2;
     }
     free(state), free(path);
-    for (int i = 0; i < p->nbuf; i++) {   // a shard: ranks slices of its tensor
+    return 0;
+}
+
+// A shard: ranks slices of its tensor, on bytes of its own or a view of that tensor.
+static int check_shards(Reader *r, const Plan *p) {
+    for (int i = 0; i < p->nbuf; i++) {
         const PlanBuffer *b = &p->buf[i];
         if (!b->shard_ndim)
             continue;
@@ -768,8 +845,13 @@ static int check_buffers(Reader *r, Plan *p) {
                            base->name, plan_dtype_name(b->dtype));
         }
     }
+    return 0;
+}
+
+// Every buffer's bytes hold its elements inside its arena (a view's inside its base).
+static int check_placement(Reader *r, const Plan *p) {
     for (int i = 0; i < p->nbuf; i++) {
-        PlanBuffer *b = &p->buf[i];
+        const PlanBuffer *b = &p->buf[i];
         if (b->view >= 0) {
             if (b->view >= p->nbuf || p->buf[b->view].view >= 0)
                 return bad(r, "buffer %s: view of %d, which is not a base buffer", b->name, b->view);
@@ -799,107 +881,120 @@ static int check_buffers(Reader *r, Plan *p) {
         if (b->of >= p->nbuf)
             return bad(r, "buffer %s: of=%d out of range", b->name, b->of);
     }
+    return 0;
+}
+
+// The buffer table as a whole: links, shards, placement, roles and NF4 scales.
+static int check_buffers(Reader *r, Plan *p) {
+    if (check_links(r, p) != 0 || check_shards(r, p) != 0 || check_placement(r, p) != 0)
+        return -1;
     return check_roles(r, p) != 0 || check_nf4(r, p) != 0 ? -1 : 0;
 }
 
-int plan_load(Plan **out, const char *path, char *err, size_t errlen) {
-    *out = NULL;
-    Reader r = {.path = path, .err = err, .errlen = errlen};
+// path opened for reading when it is a regular file of a plan's size; NULL with err.
+static FILE *open_plan(const char *path, char *err, size_t errlen) {
     struct stat st;
     int fd = rt_open_regular(path, &st);
     if (fd == -2) {
         snprintf(err, errlen, "%s: not a regular file", path);
-        return -1;
+        return NULL;
     }
     if (fd >= 0 && st.st_size > PLAN_MAX_BYTES) {
         close(fd);
         snprintf(err, errlen, "%s: %lld bytes, more than any plan (at most %d MiB)", path,
                  (long long)st.st_size, PLAN_MAX_BYTES >> 20);
-        return -1;
+        return NULL;
     }
-    r.f = fd >= 0 ? fdopen(fd, "r") : NULL;
-    if (!r.f) {
+    FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
+    if (!f) {
         snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
         if (fd >= 0)
             close(fd);
-        return -1;
     }
+    return f;
+}
+
+// The buffer list: nbuf lines, then the checks of the table as a whole.
+static int read_buffers(Reader *r, Plan *p) {
+    p->buf = calloc((size_t)p->nbuf + 1, sizeof *p->buf);
+    for (int i = 0; i < p->nbuf; i++) {
+        char *line = next_line(r);
+        if (!line)
+            return bad(r, "unexpected end of file in the buffer list");
+        if (read_buffer(r, p, i, line) != 0)
+            return -1;
+    }
+    return check_buffers(r, p);
+}
+
+// Instruction i of phase ph (its id `id`) with its steps, checked against its op.
+static int read_phase_instr(Reader *r, Plan *p, int ph, int i, int id) {
+    char *line = next_line(r);
+    if (!line)
+        return bad(r, "unexpected end of file in phase %s", phase_names[ph]);
+    if (read_instr(r, p, &p->ins[ph][i], id, line) != 0 || read_steps(r, p, &p->ins[ph][i]) != 0)
+        return -1;
+    char why[512];   // its operands as its kernels take them (shapes.c)
+    const PlanInstr *in = &p->ins[ph][i];
+    if (in->last && ph == PHASE_OPT)
+        return bad(r, "instruction %d (%s): last=1 (the last micro-step only) in the optimizer "
+                   "phase, which runs once a step", in->id, op_desc(in->op)->name);
+    if (plan_check_instr(p, in, why, sizeof why) != 0)
+        return bad(r, "instruction %d (%s): %s", in->id, op_desc(in->op)->name, why);
+    return 0;
+}
+
+// The phases, each "phase NAME N" and its N instructions (the eval phase optional), then "end".
+static int read_phases(Reader *r, Plan *p) {
+    int next_id = 0;
+    char *line = next_line(r), *w[4] = {0};
+    for (int ph = 0; ph < PHASE_COUNT; ph++, line = next_line(r)) {
+        int64_t n;
+        if (ph == PHASE_EVAL && line && strcmp(line, "end") == 0)
+            break;   // (the eval phase is optional)
+        if (!line || words(line, w, 4) != 3 || strcmp(w[0], "phase") != 0 ||
+            strcmp(w[1], phase_names[ph]) != 0 || !ops_parse_i64(w[2], &n) || n < 0 || n > 100000000)
+            return bad(r, ph == PHASE_EVAL ? "expected 'phase eval N' or 'end'" : "expected 'phase %s N'",
+                       phase_names[ph]);
+        p->nins[ph] = (int)n;
+        p->ins[ph] = calloc((size_t)n + 1, sizeof(PlanInstr));
+        for (int i = 0; i < n; i++)
+            if (read_phase_instr(r, p, ph, i, next_id++) != 0)
+                return -1;
+    }
+    if (!line || strcmp(line, "end") != 0)
+        return bad(r, "expected 'end'");
+    return 0;
+}
+
+// The plan after its open: the version line, header, buffers, phases and groups.
+static int read_plan(Reader *r, Plan *p) {
+    char *line = next_line(r), *w[4] = {0};
+    if (!line || words(line, w, 4) != 2 || strcmp(w[0], "ftc-plan") != 0)
+        return bad(r, "not an ftc plan (no 'ftc-plan VERSION' line)");
+    p->version = atoi(w[1]);
+    if (p->version != PLAN_VERSION)
+        return bad(r, "plan version %s; this runtime reads version %d", w[1], PLAN_VERSION);
+    if (read_header(r, p) != 0)
+        return -1;
+    if (!p->model || !p->seq || !p->micro_batch || !p->accum || p->optimizer == PO_NONE || !p->precision)
+        return bad(r, "the header lacks model, seq, micro_batch, accum, precision or optimizer");
+    if (read_buffers(r, p) != 0 || read_phases(r, p) != 0)
+        return -1;
+    return check_groups(r, p);
+}
+
+int plan_load(Plan **out, const char *path, char *err, size_t errlen) {
+    *out = NULL;
+    Reader r = {.path = path, .err = err, .errlen = errlen};
+    if (!(r.f = open_plan(path, err, errlen)))
+        return -1;
     Plan *p = calloc(1, sizeof *p);
     p->ranks = 1;
     p->zero = -1;
     p->arena_kind[ARENA_DEVICE] = MEMK_DEVICE;
     p->arena_kind[ARENA_HOST] = MEMK_PINNED;
-    int rc = -1;
-    char *line = next_line(&r), *w[4] = {0};
-    if (!line || words(line, w, 4) != 2 || strcmp(w[0], "ftc-plan") != 0) {
-        bad(&r, "not an ftc plan (no 'ftc-plan VERSION' line)");
-        goto done;
-    }
-    p->version = atoi(w[1]);
-    if (p->version != PLAN_VERSION) {
-        bad(&r, "plan version %s; this runtime reads version %d", w[1], PLAN_VERSION);
-        goto done;
-    }
-    if (read_header(&r, p) != 0)
-        goto done;
-    if (!p->model || !p->seq || !p->micro_batch || !p->accum || p->optimizer == PO_NONE || !p->precision) {
-        bad(&r, "the header lacks model, seq, micro_batch, accum, precision or optimizer");
-        goto done;
-    }
-    p->buf = calloc((size_t)p->nbuf + 1, sizeof *p->buf);
-    for (int i = 0; i < p->nbuf; i++) {
-        if (!(line = next_line(&r))) {
-            bad(&r, "unexpected end of file in the buffer list");
-            goto done;
-        }
-        if (read_buffer(&r, p, i, line) != 0)
-            goto done;
-    }
-    if (check_buffers(&r, p) != 0)
-        goto done;
-    int next_id = 0;
-    line = next_line(&r);
-    for (int ph = 0; ph < PHASE_COUNT; ph++, line = next_line(&r)) {
-        int64_t n;
-        if (ph == PHASE_EVAL && line && strcmp(line, "end") == 0)
-            break;   // (the eval phase is optional)
-        if (!line || words(line, w, 4) != 3 || strcmp(w[0], "phase") != 0 ||
-            strcmp(w[1], phase_names[ph]) != 0 || !ops_parse_i64(w[2], &n) || n < 0 || n > 100000000) {
-            bad(&r, ph == PHASE_EVAL ? "expected 'phase eval N' or 'end'" : "expected 'phase %s N'",
-                phase_names[ph]);
-            goto done;
-        }
-        p->nins[ph] = (int)n;
-        p->ins[ph] = calloc((size_t)n + 1, sizeof(PlanInstr));
-        for (int i = 0; i < n; i++) {
-            if (!(line = next_line(&r))) {
-                bad(&r, "unexpected end of file in phase %s", phase_names[ph]);
-                goto done;
-            }
-            if (read_instr(&r, p, &p->ins[ph][i], next_id++, line) != 0 ||
-                read_steps(&r, p, &p->ins[ph][i]) != 0)
-                goto done;
-            char why[512];   // its operands as its kernels take them (shapes.c)
-            const PlanInstr *in = &p->ins[ph][i];
-            if (in->last && ph == PHASE_OPT) {
-                bad(&r, "instruction %d (%s): last=1 (the last micro-step only) in the optimizer "
-                    "phase, which runs once a step", in->id, op_desc(in->op)->name);
-                goto done;
-            }
-            if (plan_check_instr(p, in, why, sizeof why) != 0) {
-                bad(&r, "instruction %d (%s): %s", in->id, op_desc(in->op)->name, why);
-                goto done;
-            }
-        }
-    }
-    if (!line || strcmp(line, "end") != 0) {
-        bad(&r, "expected 'end'");
-        goto done;
-    }
-    if (check_groups(&r, p) != 0)
-        goto done;
-    rc = 0;
-done:
+    int rc = read_plan(&r, p) != 0 ? -1 : 0;
     free(r.buf);
     fclose(r.f);
     if (rc == 0)

@@ -63,13 +63,14 @@ static void clash(int x, int y, void *ctx) {
     c->bad += bad;
 }
 
-int plan_verify(const Plan *p, FILE *out) {
+// The budget holds the device arena and the context reserve; every buffer lies inside
+// its arena, with a sane lifetime.
+static int check_placement(const Plan *p, FILE *out) {
     int bad = 0, nbuf = p->nbuf, ni = plan_instr_count(p);
     if (p->budget_bytes > 0 && p->arena_bytes[ARENA_DEVICE] + p->reserve_bytes > p->budget_bytes)
         PROBLEM("the device arena (%lld bytes) and the context reserve (%lld) exceed the budget "
                 "(%lld)", (long long)p->arena_bytes[ARENA_DEVICE], (long long)p->reserve_bytes,
                 (long long)p->budget_bytes);
-    // Every buffer inside its arena, with a sane lifetime.
     for (int i = 0; i < nbuf; i++) {
         const PlanBuffer *b = &p->buf[i];
         if (b->view >= nbuf || b->reuse >= nbuf || b->of >= nbuf) {
@@ -89,9 +90,14 @@ int plan_verify(const Plan *p, FILE *out) {
             PROBLEM("buffer %s (%s) must live for the whole step, not [%d, %d]", b->name,
                     b->category, b->first, b->last);
     }
-    // The runtime reads the loss after the micro-step's last instruction (nothing reads
-    // the logits after their last reader), the eval loss after the eval phase's.
-    int end = p->nins[PHASE_FWD] + p->nins[PHASE_BWD] - 1, eval_end = ni - 1;
+    return bad;
+}
+
+// The runtime reads the loss after the micro-step's last instruction (nothing reads
+// the logits after their last reader), the eval loss after the eval phase's.
+static int check_loss_reads(const Plan *p, FILE *out) {
+    int bad = 0, nbuf = p->nbuf;
+    int end = p->nins[PHASE_FWD] + p->nins[PHASE_BWD] - 1, eval_end = plan_instr_count(p) - 1;
     for (int i = 0; i < nbuf; i++) {
         const PlanBuffer *b = &p->buf[i];
         bool eval = b->role && b->role == PR_EVAL_LOSS;
@@ -104,13 +110,16 @@ int plan_verify(const Plan *p, FILE *out) {
                         "after instruction %d", b->name, plan_role_name(b->role), base->last, eval ? eval_end : end);
         }
     }
-    // No two buffers live at once share bytes, but for a declared in-place reuse. Each
-    // buffer is born on bytes others held last; if those are dead by then, every
-    // earlier holder is (their lifetimes were apart too), so successions find any clash.
-    int *root = plan_roots(p);
-    ByteSpan *own = malloc(sizeof *own * (size_t)(nbuf + 1));
+    return bad;
+}
+
+// No two buffers live at once share bytes, but for a declared in-place reuse. Each
+// buffer is born on bytes others held last; if those are dead by then, every
+// earlier holder is (their lifetimes were apart too), so successions find any clash.
+static int check_clashes(const Plan *p, const int *root, FILE *out) {
+    ByteSpan *own = malloc(sizeof *own * (size_t)(p->nbuf + 1));
     int nown = 0;
-    for (int i = 0; i < nbuf; i++) {
+    for (int i = 0; i < p->nbuf; i++) {
         const PlanBuffer *b = &p->buf[i];
         if (owns_bytes(b) && b->first >= 0 && b->last >= b->first)
             own[nown++] = (ByteSpan){i, b->arena, b->offset, b->bytes, b->first};
@@ -118,10 +127,40 @@ int plan_verify(const Plan *p, FILE *out) {
     Clash cl = {.p = p, .root = root, .out = out};
     byte_successions(own, nown, clash, &cl);
     free(own);
-    bad += cl.bad;
-    bad += check_streams(p, root, out) + check_groups(p, root, out) + check_last(p, root, out);
-    free(root);
-    // Replay: operands exist, reads follow writes, touches fall inside lifetimes.
+    return cl.bad;
+}
+
+// Instruction id's operands at its place in the replay: each exists, is written before
+// it is read, and is touched inside its lifetime.
+static int replay_operands(const Plan *p, int id, const bool *written, FILE *out) {
+    int bad = 0, nbuf = p->nbuf;
+    const PlanInstr *in = plan_instr(p, id);
+    for (int k = 0; k < in->nin + in->nout + 1; k++) {
+        bool is_in = k < in->nin, is_ws = k == in->nin + in->nout;
+        int bid = is_in ? in->in[k] : is_ws ? in->ws : in->out[k - in->nin];
+        if (bid < 0)
+            continue;   // an absent optional input, or no workspace
+        if (bid >= nbuf) {
+            PROBLEM("instruction %d (%s) names buffer %d, which does not exist", id, OPNAME(in), bid);
+            continue;
+        }
+        const PlanBuffer *b = &p->buf[bid];
+        const PlanBuffer *base = b->view >= 0 && b->view < nbuf ? &p->buf[b->view] : b;
+        bool update = !is_in && !is_ws && ((in->update >> (k - in->nin)) & 1u);
+        if ((is_in || update) && !written[base->id] && !written[bid])
+            PROBLEM("instruction %d (%s) reads %s before any instruction writes it", id,
+                    OPNAME(in), b->name);
+        if (id < base->first || id > base->last)
+            PROBLEM("instruction %d (%s) touches %s outside its lifetime [%d, %d]%s", id,
+                    OPNAME(in), b->name, base->first, base->last,
+                    id > base->last ? ": it was freed too early" : "");
+    }
+    return bad;
+}
+
+// Replay: operands exist, reads follow writes, touches fall inside lifetimes.
+static int check_replay(const Plan *p, FILE *out) {
+    int bad = 0, nbuf = p->nbuf, ni = plan_instr_count(p);
     bool *written = calloc((size_t)nbuf + 1, sizeof(bool));
     for (int i = 0; i < nbuf; i++) {
         const PlanBuffer *b = &p->buf[i];
@@ -131,26 +170,7 @@ int plan_verify(const Plan *p, FILE *out) {
     }
     for (int id = 0; id < ni; id++) {
         const PlanInstr *in = plan_instr(p, id);
-        for (int k = 0; k < in->nin + in->nout + 1; k++) {
-            bool is_in = k < in->nin, is_ws = k == in->nin + in->nout;
-            int bid = is_in ? in->in[k] : is_ws ? in->ws : in->out[k - in->nin];
-            if (bid < 0)
-                continue;   // an absent optional input, or no workspace
-            if (bid >= nbuf) {
-                PROBLEM("instruction %d (%s) names buffer %d, which does not exist", id, OPNAME(in), bid);
-                continue;
-            }
-            const PlanBuffer *b = &p->buf[bid];
-            const PlanBuffer *base = b->view >= 0 && b->view < nbuf ? &p->buf[b->view] : b;
-            bool update = !is_in && !is_ws && ((in->update >> (k - in->nin)) & 1u);
-            if ((is_in || update) && !written[base->id] && !written[bid])
-                PROBLEM("instruction %d (%s) reads %s before any instruction writes it", id,
-                        OPNAME(in), b->name);
-            if (id < base->first || id > base->last)
-                PROBLEM("instruction %d (%s) touches %s outside its lifetime [%d, %d]%s", id,
-                        OPNAME(in), b->name, base->first, base->last,
-                        id > base->last ? ": it was freed too early" : "");
-        }
+        bad += replay_operands(p, id, written, out);
         for (int k = 0; k < in->nout; k++)
             if (in->out[k] >= 0 && in->out[k] < nbuf) {
                 written[in->out[k]] = true;
@@ -160,7 +180,12 @@ int plan_verify(const Plan *p, FILE *out) {
             }
     }
     free(written);
-    // Virtual buffers: made by one step of one fused instruction and living in it alone.
+    return bad;
+}
+
+// Virtual buffers: made by one step of one fused instruction and living in it alone.
+static int check_virtual(const Plan *p, FILE *out) {
+    int bad = 0, nbuf = p->nbuf, ni = plan_instr_count(p);
     int *maker = malloc(sizeof(int) * (size_t)(nbuf + 1));
     for (int i = 0; i < nbuf; i++)
         maker[i] = -1;
@@ -191,6 +216,18 @@ int plan_verify(const Plan *p, FILE *out) {
             PROBLEM("virtual buffer %s is %s", p->buf[i].name,
                     maker[i] < 0 ? "made by no fused step" : "given bytes, a view or a reuse");
     free(maker);
+    return bad;
+}
+
+int plan_verify(const Plan *p, FILE *out) {
+    int bad = check_placement(p, out);
+    bad += check_loss_reads(p, out);
+    int *root = plan_roots(p);
+    bad += check_clashes(p, root, out);
+    bad += check_streams(p, root, out) + check_groups(p, root, out) + check_last(p, root, out);
+    free(root);
+    bad += check_replay(p, out);
+    bad += check_virtual(p, out);
     return bad;
 }
 
@@ -396,6 +433,134 @@ static void shared_pair(int a, int b, void *ctx) {
     s->n++;
 }
 
+// Per root: the span [first, last] of instructions touching it or anything sharing its
+// bytes through views and reuse, and whether a stream other than compute touches it;
+// each instruction's stream checked against the arenas it touches on the way.
+static void root_spans(Replay *r, int *first, int *last, bool *cross) {
+    const Plan *p = r->p;
+    int ni = plan_instr_count(p);
+    for (int i = 0; i < p->nbuf; i++)
+        first[i] = ni, last[i] = -1;
+    for (int id = 0; id < ni; id++) {
+        const PlanInstr *in = plan_instr(p, id);
+        check_arenas(r, in);
+        for (int k = 0; k < in->nin + in->nout + 1; k++) {
+            int b = k < in->nin ? in->in[k] : k < in->nin + in->nout ? in->out[k - in->nin] : in->ws;
+            if (b < 0 || b >= p->nbuf)
+                continue;
+            int rt = r->root[b];
+            first[rt] = id < first[rt] ? id : first[rt];
+            last[rt] = id > last[rt] ? id : last[rt];
+            cross[rt] |= in->stream != STREAM_COMPUTE;
+        }
+    }
+}
+
+// Roots born on bytes another root held last, one of the two touched off the
+// compute stream (a succession of holders orders them all when each pair is).
+static void shared_roots(const Plan *p, const int *root, const int *first, const int *last,
+                         Shared *sh) {
+    ByteSpan *br = malloc(sizeof *br * (size_t)(p->nbuf + 1));
+    int nbr = 0;
+    for (int i = 0; i < p->nbuf; i++) {
+        const PlanBuffer *b = &p->buf[i];
+        if (root[i] == i && owns_bytes(b) && !lifelong(b) && last[i] >= 0)
+            br[nbr++] = (ByteSpan){i, b->arena, b->offset, b->bytes, first[i]};
+    }
+    byte_successions(br, nbr, shared_pair, sh);
+    free(br);
+}
+
+// Instruction j's clock on starting: the previous one of its stream's, advanced by
+// the clocks of the instructions recording the events it waits for (of this phase).
+static void start_clock(Replay *r, int j, int ph, int base, const int *last_on, const int *recorder) {
+    const PlanInstr *in = plan_instr(r->p, j);
+    int *c = &r->clock[(size_t)j * S];
+    if (last_on[in->stream] >= 0)
+        memcpy(c, &r->clock[(size_t)last_on[in->stream] * S], sizeof(int) * S);
+    else
+        for (int s = 0; s < S; s++)
+            c[s] = -1;
+    for (int k = 0; k < in->nwait; k++) {
+        int e = in->wait[k], w = recorder[e];
+        if (w < base) {
+            RPROBLEM("instruction %d (%s) waits for event %d, which no earlier "
+                     "instruction of the %s phase records", j, OPNAME(in), e,
+                     plan_phase_name((PlanPhase)ph));
+            continue;
+        }
+        for (int s = 0; s < S; s++)
+            if (r->clock[(size_t)w * S + s] > c[s])
+                c[s] = r->clock[(size_t)w * S + s];
+    }
+}
+
+// Instruction j's touches: reads first, then writes (an update is both); the workspace
+// is written. A group's members do their work in its first's launch or call: at its place.
+static void touch_operands(Replay *r, int j, int base) {
+    const PlanInstr *in = plan_instr(r->p, j);
+    const int *root = r->root;
+    int at = in->by >= 0 && in->by >= base && in->by < j ? in->by : j;
+    for (int k = 0; k < in->nin; k++)
+        if (in->in[k] >= 0)
+            touch(r, at, root[in->in[k]], false);
+    for (int k = 0; k < in->nout; k++)
+        if ((in->update >> k) & 1u)
+            touch(r, at, root[in->out[k]], false);
+    for (int k = 0; k < in->nout; k++)
+        touch(r, at, root[in->out[k]], true);
+    if (in->ws >= 0)
+        touch(r, at, root[in->ws], true);
+}
+
+// Replays phase ph (instructions [base, base + n)) on fresh histories: clocks, events
+// recorded (once each), and every touch ordered after the last conflicting one.
+static void replay_phase(Replay *r, int ph, int base, int *recorder) {
+    int n = r->p->nins[ph], count[S] = {0}, last_on[S];
+    for (int i = 0; i < r->p->nbuf; i++) {
+        r->hist[i].write = -1;
+        for (int s = 0; s < S; s++)
+            r->hist[i].read[s] = -1;
+    }
+    for (int s = 0; s < S; s++)
+        last_on[s] = -1;
+    for (int j = base; j < base + n; j++) {
+        const PlanInstr *in = plan_instr(r->p, j);
+        start_clock(r, j, ph, base, last_on, recorder);
+        r->pos[j] = count[in->stream]++;
+        r->clock[(size_t)j * S + in->stream] = r->pos[j];
+        last_on[in->stream] = j;
+        if (in->record >= 0) {
+            if (recorder[in->record] >= 0)
+                RPROBLEM("event %d is recorded by instructions %d and %d", in->record,
+                         recorder[in->record], j);
+            recorder[in->record] = j;
+        }
+        touch_operands(r, j, base);
+    }
+}
+
+// Buffers whose bytes another takes over later in this phase: everything the first did
+// must be done before the second's first touch. Only pairs with a stream other than
+// compute can be out of order.
+static void check_takeovers(Replay *r, const Shared *sh, const int *first, const int *last, int base,
+                            int n) {
+    for (int k = 0; k < sh->n; k++) {
+        int x = sh->pair[k].a, y = sh->pair[k].b;
+        int e = last[x] < first[y] ? x : y, l = e == x ? y : x;
+        if (last[e] >= first[l] || last[e] < base || first[l] >= base + n)
+            continue;   // live at once (checked above), or in different phases
+        const Hist *h = &r->hist[e];
+        int j = first[l];
+        if (h->write >= 0 && !before(r, h->write, j))
+            unordered(r, h->write, j, e, "write (and reuse the bytes of)");
+        for (int s = 0; s < S; s++)
+            if (h->read[s] >= 0 && !before(r, h->read[s], j))
+                unordered(r, h->read[s], j, e, "read (and reuse the bytes of)");
+    }
+}
+
+// Replays the plan phase by phase on its streams; the number of problems found.
 static int check_streams(const Plan *p, const int *root, FILE *out) {
     int ni = plan_instr_count(p), nbuf = p->nbuf;
     Replay rr = {.p = p, .root = root, .out = out}, *r = &rr;
@@ -405,108 +570,16 @@ static int check_streams(const Plan *p, const int *root, FILE *out) {
     int *recorder = malloc(sizeof(int) * (size_t)(p->events + 1));
     for (int e = 0; e < p->events; e++)
         recorder[e] = -1;
-    // Per root: the span of instructions touching it or anything sharing its bytes
-    // through views and reuse; and whether a stream other than compute touches it.
     int *first = malloc(sizeof(int) * (size_t)(nbuf + 1)), *last = malloc(sizeof(int) * (size_t)(nbuf + 1));
     bool *cross = calloc((size_t)nbuf + 1, sizeof(bool));
-    for (int i = 0; i < nbuf; i++)
-        first[i] = ni, last[i] = -1;
-    for (int id = 0; id < ni; id++) {
-        const PlanInstr *in = plan_instr(p, id);
-        check_arenas(r, in);
-        for (int k = 0; k < in->nin + in->nout + 1; k++) {
-            int b = k < in->nin ? in->in[k] : k < in->nin + in->nout ? in->out[k - in->nin] : in->ws;
-            if (b < 0 || b >= nbuf)
-                continue;
-            int rt = root[b];
-            first[rt] = id < first[rt] ? id : first[rt];
-            last[rt] = id > last[rt] ? id : last[rt];
-            cross[rt] |= in->stream != STREAM_COMPUTE;
-        }
-    }
-    // Roots born on bytes another root held last, one of the two touched off the
-    // compute stream (a succession of holders orders them all when each pair is).
-    ByteSpan *br = malloc(sizeof *br * (size_t)(nbuf + 1));
-    int nbr = 0;
-    for (int i = 0; i < nbuf; i++) {
-        const PlanBuffer *b = &p->buf[i];
-        if (root[i] == i && owns_bytes(b) && !lifelong(b) && last[i] >= 0)
-            br[nbr++] = (ByteSpan){i, b->arena, b->offset, b->bytes, first[i]};
-    }
+    root_spans(r, first, last, cross);
     Shared sh = {.cross = cross};
-    byte_successions(br, nbr, shared_pair, &sh);
-    free(br);
+    shared_roots(p, root, first, last, &sh);
     int base = 0;
     for (int ph = 0; ph < PHASE_COUNT; ph++) {
-        int n = p->nins[ph], count[S] = {0};
-        for (int i = 0; i < nbuf; i++) {
-            r->hist[i].write = -1;
-            for (int s = 0; s < S; s++)
-                r->hist[i].read[s] = -1;
-        }
-        int last_on[S];
-        for (int s = 0; s < S; s++)
-            last_on[s] = -1;
-        for (int j = base; j < base + n; j++) {
-            const PlanInstr *in = plan_instr(p, j);
-            int *c = &r->clock[(size_t)j * S];
-            if (last_on[in->stream] >= 0)
-                memcpy(c, &r->clock[(size_t)last_on[in->stream] * S], sizeof(int) * S);
-            else
-                for (int s = 0; s < S; s++)
-                    c[s] = -1;
-            for (int k = 0; k < in->nwait; k++) {
-                int e = in->wait[k], w = recorder[e];
-                if (w < base) {
-                    RPROBLEM("instruction %d (%s) waits for event %d, which no earlier "
-                             "instruction of the %s phase records", j, OPNAME(in), e,
-                             plan_phase_name((PlanPhase)ph));
-                    continue;
-                }
-                for (int s = 0; s < S; s++)
-                    if (r->clock[(size_t)w * S + s] > c[s])
-                        c[s] = r->clock[(size_t)w * S + s];
-            }
-            r->pos[j] = count[in->stream]++;
-            c[in->stream] = r->pos[j];
-            last_on[in->stream] = j;
-            if (in->record >= 0) {
-                if (recorder[in->record] >= 0)
-                    RPROBLEM("event %d is recorded by instructions %d and %d", in->record,
-                             recorder[in->record], j);
-                recorder[in->record] = j;
-            }
-            // Reads first, then writes (an update is both); the workspace is written. A
-            // group's members do their work in its first's launch or call: at its place.
-            int at = in->by >= 0 && in->by >= base && in->by < j ? in->by : j;
-            for (int k = 0; k < in->nin; k++)
-                if (in->in[k] >= 0)
-                    touch(r, at, root[in->in[k]], false);
-            for (int k = 0; k < in->nout; k++)
-                if ((in->update >> k) & 1u)
-                    touch(r, at, root[in->out[k]], false);
-            for (int k = 0; k < in->nout; k++)
-                touch(r, at, root[in->out[k]], true);
-            if (in->ws >= 0)
-                touch(r, at, root[in->ws], true);
-        }
-        // Buffers whose bytes another takes over later in this phase: everything the
-        // first did must be done before the second's first touch. Only pairs with a
-        // stream other than compute can be out of order.
-        for (int k = 0; k < sh.n; k++) {
-            int x = sh.pair[k].a, y = sh.pair[k].b;
-            int e = last[x] < first[y] ? x : y, l = e == x ? y : x;
-            if (last[e] >= first[l] || last[e] < base || first[l] >= base + n)
-                continue;   // live at once (checked above), or in different phases
-            const Hist *h = &r->hist[e];
-            int j = first[l];
-            if (h->write >= 0 && !before(r, h->write, j))
-                unordered(r, h->write, j, e, "write (and reuse the bytes of)");
-            for (int s = 0; s < S; s++)
-                if (h->read[s] >= 0 && !before(r, h->read[s], j))
-                    unordered(r, h->read[s], j, e, "read (and reuse the bytes of)");
-        }
-        base += n;
+        replay_phase(r, ph, base, recorder);
+        check_takeovers(r, &sh, first, last, base, p->nins[ph]);
+        base += p->nins[ph];
     }
     free(r->pos), free(r->clock), free(r->hist), free(recorder), free(first), free(last), free(cross);
     free(sh.pair);
