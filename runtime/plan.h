@@ -307,7 +307,7 @@ int plan_instr_count(const Plan *p);
 // Returns the number of problems; each is written to `out` (if not NULL) naming the
 // buffers and instructions.
 int plan_verify(const Plan *p, FILE *out);
-// shapes.c: whether an instruction's operands are what its op's kernels take (dtype kinds,
+// Whether an instruction's operands are what its op's kernels take (op_check: dtype kinds,
 // shapes that agree, the outputs it writes); -1 with err saying what is not.
 int plan_check_instr(const Plan *p, const PlanInstr *in, char *err, size_t errlen);
 // Buffer `id` of p as the op contract sees it (ops.h; id < 0: absent).
