@@ -36,7 +36,7 @@ static int count_from(const PlanBuffer *b) { return b->first + (b->reuse >= 0 ? 
 // Live bytes per instruction and category of the buffers in arena `a`; the peak.
 static void live_of(const Plan *p, int n, PlanArena a, int64_t *live, int64_t *total, int64_t *peak,
                     int *peak_at) {
-    int64_t *delta = calloc((size_t)(n + 1) * MV_CATS, sizeof(int64_t));
+    int64_t *delta = xcalloc((size_t)(n + 1) * MV_CATS, sizeof(int64_t));
     for (int i = 0; i < p->nbuf; i++) {
         const PlanBuffer *b = &p->buf[i];
         if (!owns(b) || b->arena != a || count_from(b) > b->last)
@@ -64,10 +64,10 @@ int mv_init(MemView *v, const Plan *p) {
     v->p = p;
     v->n = plan_instr_count(p);
     int n = v->n > 0 ? v->n : 1;
-    v->live = calloc((size_t)n * MV_CATS, sizeof(int64_t));
-    v->total = calloc((size_t)n, sizeof(int64_t));
-    v->hlive = calloc((size_t)n * MV_CATS, sizeof(int64_t));
-    v->htotal = calloc((size_t)n, sizeof(int64_t));
+    v->live = xcalloc((size_t)n * MV_CATS, sizeof(int64_t));
+    v->total = xcalloc((size_t)n, sizeof(int64_t));
+    v->hlive = xcalloc((size_t)n * MV_CATS, sizeof(int64_t));
+    v->htotal = xcalloc((size_t)n, sizeof(int64_t));
     live_of(p, v->n, ARENA_DEVICE, v->live, v->total, &v->peak, &v->peak_at);
     live_of(p, v->n, ARENA_HOST, v->hlive, v->htotal, &v->hpeak, &v->hpeak_at);
     for (int ph = 0, base = 0; ph < PHASE_COUNT; base += p->nins[ph], ph++) {
@@ -117,7 +117,7 @@ static int by_bytes_desc(const void *x, const void *y, void *ctx) {
 
 // Buffers sorted by bytes, largest first (ids into p->buf).
 static int *largest(const Plan *p, int *count) {
-    int *ids = malloc(sizeof(int) * (size_t)(p->nbuf + 1)), n = 0;
+    int *ids = xmalloc(sizeof(int) * (size_t)(p->nbuf + 1)), n = 0;
     for (int i = 0; i < p->nbuf; i++)
         if (owns(&p->buf[i]))
             ids[n++] = i;
@@ -659,7 +659,7 @@ void mv_write_trace(FILE *f, const MemView *v, const MemMeta *m) {
     // Each stream runs in order; an instruction also waits for the events it names
     // (the end of the instruction recording each). Copies take the link, host work a
     // few GFLOP/s of CPU. Phases end with every stream drained.
-    double ts[STREAM_COUNT] = {0}, *done_at = calloc((size_t)p->events + 1, sizeof(double));
+    double ts[STREAM_COUNT] = {0}, *done_at = xcalloc((size_t)p->events + 1, sizeof(double));
     double link = m->link_bytes_per_s > 0 ? m->link_bytes_per_s : 25e9;
     PlanPhase phase = PHASE_FWD;
     for (int id = 0; id < v->n; id++) {

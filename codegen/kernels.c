@@ -571,7 +571,7 @@ static void free_kernels(Emitter *e) {
 int codegen_kernels(const IrGraph *g, const KernelHyper *h, KernelSet *ks, char *err, size_t errlen) {
     memset(ks, 0, sizeof *ks);
     Emitter e = {.g = g};
-    ks->node = calloc((size_t)g->nodes.len + 1, sizeof(NodeKernels));
+    ks->node = xcalloc((size_t)g->nodes.len + 1, sizeof(NodeKernels));
     ks->nnodes = g->nodes.len;
     find_groups(g, h, ks->node);
     for (int i = 0; i < g->nodes.len; i++)

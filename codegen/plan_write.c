@@ -212,7 +212,7 @@ static void write_instr(FILE *f, const IrGraph *g, const KernelSet *ks, int j, i
 static void write_phases(FILE *f, const IrGraph *g, const KernelSet *ks) {
     static const char *phases[] = {"forward", "backward", "optimizer", "eval"};
     int nn = g->nodes.len;
-    int *instr = malloc(sizeof(int) * (size_t)(nn + 1));   // node -> instruction id
+    int *instr = xmalloc(sizeof(int) * (size_t)(nn + 1));   // node -> instruction id
     for (int ph = PHASE_FORWARD, i = 0; ph <= PHASE_EVALUATION; ph++)
         for (int j = 0; j < nn; j++)
             if (g->nodes.at[j].phase == (IrPhase)ph)

@@ -10,7 +10,7 @@ int fe_source_read(FtSource *src, const char *path) {
     if (!f)
         return -1;
     size_t cap = 4096, len = 0;
-    char *buf = malloc(cap);
+    char *buf = xmalloc(cap);
     for (size_t n; buf && (n = fread(buf + len, 1, cap - len - 1, f)) > 0;) {
         len += n;
         if (cap - len < 2) {

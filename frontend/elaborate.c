@@ -1517,7 +1517,7 @@ static int by_hf_name(const void *a, const void *b) {
 static void check_checkpoint_names(Elab *e) {
     IrGraph *g = e->g;
     int n = 0;
-    const IrTensor **t = malloc(sizeof *t * (size_t)(g->tensors.len + 1));
+    const IrTensor **t = xmalloc(sizeof *t * (size_t)(g->tensors.len + 1));
     for (int i = 0; i < g->tensors.len; i++)
         if (g->tensors.at[i].kind == TK_PARAM && g->tensors.at[i].hf_name)
             t[n++] = &g->tensors.at[i];

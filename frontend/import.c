@@ -898,7 +898,7 @@ int fe_import(const char *path, FILE *out) {
     }
     json_error_t jerr;
     json_t *root = json_loadb(src.text, src.len, JSON_REJECT_DUPLICATES, &jerr);
-    ImportModel *m = calloc(1, sizeof *m);
+    ImportModel *m = xcalloc(1, sizeof *m);
     Cfg c = {.src = &src, .root = root};
     char *text = NULL;
     size_t len = 0;

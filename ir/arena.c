@@ -16,15 +16,6 @@ struct Arena {
 
 enum { CHUNK_BYTES = 1 << 20 };
 
-static void *xmalloc(size_t n) {
-    void *p = malloc(n);
-    if (!p) {
-        fprintf(stderr, "ftc: out of memory (%zu bytes)\n", n);
-        abort();
-    }
-    return p;
-}
-
 Arena *arena_new(void) {
     Arena *a = xmalloc(sizeof *a);
     a->head = NULL;
@@ -86,12 +77,7 @@ char *arena_printf(Arena *a, const char *fmt, ...) {
 
 void vec_grow_(void **at, int *cap, size_t elem) {
     int ncap = *cap ? *cap * 2 : 16;
-    void *p = realloc(*at, (size_t)ncap * elem);
-    if (!p) {
-        fprintf(stderr, "ftc: out of memory\n");
-        abort();
-    }
-    *at = p;
+    *at = xrealloc(*at, (size_t)ncap * elem);
     *cap = ncap;
 }
 

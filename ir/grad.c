@@ -11,7 +11,7 @@ static void ensure(Autodiff *ad) {
     if (n <= ad->cap)
         return;
     int cap = n * 2;
-    ad->grad = realloc(ad->grad, sizeof(int) * (size_t)cap);
+    ad->grad = xrealloc(ad->grad, sizeof(int) * (size_t)cap);
     IR_ASSERT(ad->grad);
     for (int i = ad->cap; i < cap; i++)
         ad->grad[i] = -1;

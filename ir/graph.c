@@ -27,8 +27,8 @@ IrGraph *ir_graph_clone(const IrGraph *g, Arena *a) {
     // (room to grow: the passes after a clone add tensors and nodes)
     c->tensors.cap = g->tensors.len + g->tensors.len / 2 + 16;
     c->nodes.cap = g->nodes.len + g->nodes.len / 2 + 16;
-    c->tensors.at = malloc(sizeof(IrTensor) * (size_t)c->tensors.cap);
-    c->nodes.at = malloc(sizeof(IrNode) * (size_t)c->nodes.cap);
+    c->tensors.at = xmalloc(sizeof(IrTensor) * (size_t)c->tensors.cap);
+    c->nodes.at = xmalloc(sizeof(IrNode) * (size_t)c->nodes.cap);
     IR_ASSERT(c->tensors.at && c->nodes.at);
     memcpy(c->tensors.at, g->tensors.at, sizeof(IrTensor) * (size_t)g->tensors.len);
     memcpy(c->nodes.at, g->nodes.at, sizeof(IrNode) * (size_t)g->nodes.len);
@@ -162,8 +162,8 @@ int ir_node_add_update(IrGraph *g, OpKind op, int nin, const int *in, OpAttr att
 
 int ir_drop_unused(IrGraph *g) {
     int nt = g->tensors.len;
-    bool *used = calloc((size_t)nt + 1, 1);
-    int *to = malloc(sizeof(int) * ((size_t)nt + 1));
+    bool *used = xcalloc((size_t)nt + 1, 1);
+    int *to = xmalloc(sizeof(int) * ((size_t)nt + 1));
     for (int i = 0; i < g->nodes.len; i++) {
         const IrNode *n = &g->nodes.at[i];
         for (int k = 0; k < n->nin; k++)
@@ -293,7 +293,7 @@ void ir_rewrite_begin(IrRewrite *rw, IrGraph *g) {
     *rw = (IrRewrite){.g = g, .old = g->nodes.at, .nold = g->nodes.len};
     g->nodes.len = 0;   // room for the nodes kept and a quarter more: a rewrite mostly adds few
     g->nodes.cap = rw->nold + rw->nold / 4 + 16;
-    g->nodes.at = malloc(sizeof(IrNode) * (size_t)g->nodes.cap);
+    g->nodes.at = xmalloc(sizeof(IrNode) * (size_t)g->nodes.cap);
     IR_ASSERT(g->nodes.at);
 }
 

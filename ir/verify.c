@@ -115,7 +115,7 @@ static int verify_outputs(const IrGraph *g, int i, signed char *made, FILE *f) {
 
 int ir_verify(const IrGraph *g, FILE *f) {
     int bad = 0, nt = g->tensors.len;
-    signed char *made = calloc((size_t)nt, 1);   // 1 once the tensor exists in order
+    signed char *made = xcalloc((size_t)nt, 1);   // 1 once the tensor exists in order
     for (int i = 0; i < nt; i++)
         bad += verify_tensor(g, i, made, f);
     for (int i = 0; i < g->nodes.len; i++) {

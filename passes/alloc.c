@@ -29,10 +29,10 @@ static int64_t place_by_start(Block *blocks, int n, int64_t base);
 // liveness_root of every tensor, each link followed once (in-place chains can be long).
 static int *roots(const IrGraph *g) {
     int nt = g->tensors.len;
-    int *r = malloc(sizeof(int) * (size_t)(nt + 1));
+    int *r = xmalloc(sizeof(int) * (size_t)(nt + 1));
     for (int i = 0; i < nt; i++)
         r[i] = -1;
-    int *stack = malloc(sizeof(int) * (size_t)(nt + 1));
+    int *stack = xmalloc(sizeof(int) * (size_t)(nt + 1));
     for (int i = 0; i < nt; i++) {
         int n = 0, t = i;
         while (r[t] < 0) {
@@ -100,8 +100,8 @@ static int64_t best_fit(const Placed *p, int64_t base, const Block *b) {
 
 // Places blocks[] (already ordered) best-fit above `base`; returns the arena top.
 static int64_t place(Block *blocks, int n, int64_t base) {
-    Placed p = {malloc(sizeof(int64_t) * (size_t)(n + 1)), malloc(sizeof(int64_t) * (size_t)(n + 1)),
-                malloc(sizeof(int) * (size_t)(n + 1)), malloc(sizeof(int) * (size_t)(n + 1)), 0};
+    Placed p = {xmalloc(sizeof(int64_t) * (size_t)(n + 1)), xmalloc(sizeof(int64_t) * (size_t)(n + 1)),
+                xmalloc(sizeof(int) * (size_t)(n + 1)), xmalloc(sizeof(int) * (size_t)(n + 1)), 0};
     int64_t top = base;
     for (int i = 0; i < n; i++) {
         Block *b = &blocks[i];
@@ -127,7 +127,7 @@ static int64_t place(Block *blocks, int n, int64_t base) {
 // is one block), from liveness_root of every tensor.
 static int *chain_last(const IrGraph *g, const int *root) {
     int nt = g->tensors.len;
-    int *last = malloc(sizeof(int) * (size_t)(nt + 1));
+    int *last = xmalloc(sizeof(int) * (size_t)(nt + 1));
     for (int i = 0; i < nt; i++)
         last[i] = g->tensors.at[i].last;
     for (int i = 0; i < nt; i++) {
@@ -143,7 +143,7 @@ static int *chain_last(const IrGraph *g, const int *root) {
 // (their offsets are set when `place` is true). `last`: chain_last's.
 static int blocks_of(const IrGraph *g, int a, bool place, const int *last, Block **out, int64_t *fixed) {
     int nt = g->tensors.len, n = g->nodes.len;
-    Block *blocks = malloc(sizeof(Block) * (size_t)(nt + 1));
+    Block *blocks = xmalloc(sizeof(Block) * (size_t)(nt + 1));
     int nb = 0;
     *fixed = 0;
     for (int i = 0; i < nt; i++) {
@@ -167,7 +167,7 @@ static int blocks_of(const IrGraph *g, int a, bool place, const int *last, Block
 
 // The lower bound: the most bytes live at one node (the stack included), and that node.
 static int64_t bound_of(const Block *blocks, int nb, int64_t fixed, int n, int *at) {
-    int64_t *delta = calloc((size_t)n + 2, sizeof(int64_t));
+    int64_t *delta = xcalloc((size_t)n + 2, sizeof(int64_t));
     for (int k = 0; k < nb; k++) {
         delta[blocks[k].first] += blocks[k].size;
         delta[blocks[k].last + 1] -= blocks[k].size;
@@ -205,7 +205,7 @@ static int64_t alloc_arena(IrGraph *g, int a, const int *last, int64_t enough, A
     *lb = bound_of(blocks, nb, fixed, g->nodes.len, lb_at);
     // Best of the orders: by start first (near-linear: when it reaches the bound, as it
     // mostly does, the quadratic orders never run); very large graphs get only that one.
-    Block *best = malloc(sizeof(Block) * (size_t)(nb + 1));
+    Block *best = xmalloc(sizeof(Block) * (size_t)(nb + 1));
     int64_t arena = -1;
     static const int orders[3] = {2, 0, 1};
     for (int k = 0; k < (nb > LARGE ? 1 : 3); k++) {
@@ -363,9 +363,9 @@ static int heap_pop(int *h, int *n, const Block *blocks) {
 // as a scan from the bottom would pick), and the blocks that die first a heap:
 // O(n log n).
 static int64_t place_by_start(Block *blocks, int n, int64_t base) {
-    Treap gaps = {.n = malloc(sizeof(TNode) * (size_t)(2 * n + 2)), .root = -1, .free_list = -1, .seed = 7};
-    int *prev = malloc(sizeof(int) * (size_t)(n + 1)), *next = malloc(sizeof(int) * (size_t)(n + 1));
-    int *heap = malloc(sizeof(int) * (size_t)(n + 1)), nheap = 0, head = -1, top_block = -1;   // the lowest and highest live
+    Treap gaps = {.n = xmalloc(sizeof(TNode) * (size_t)(2 * n + 2)), .root = -1, .free_list = -1, .seed = 7};
+    int *prev = xmalloc(sizeof(int) * (size_t)(n + 1)), *next = xmalloc(sizeof(int) * (size_t)(n + 1));
+    int *heap = xmalloc(sizeof(int) * (size_t)(n + 1)), nheap = 0, head = -1, top_block = -1;   // the lowest and highest live
     int64_t top = base;
     for (int i = 0; i < n; i++) {
         Block *b = &blocks[i];

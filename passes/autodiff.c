@@ -142,7 +142,7 @@ static void add_update(IrGraph *g, int i, int grad, bool decay) {
 // The optimizer: one update per trainable parameter (grads[i] >= 0); then the gradients
 // are zeroed (updates side by side can share one launch: codegen's grouped kernels).
 static void optimizer(IrGraph *g, const int *grads, int nparams) {
-    bool *decays = malloc(sizeof(bool) * (size_t)(g->tensors.len + 1));
+    bool *decays = xmalloc(sizeof(bool) * (size_t)(g->tensors.len + 1));
     ir_param_decays(g, decays);
     for (int i = 0; i < nparams; i++)
         if (grads[i] >= 0)
@@ -163,11 +163,11 @@ int autodiff_apply(IrGraph *g, int accum_steps, bool gemm_temporaries, PassDiag 
     int nparams = g->tensors.len, nfwd = g->nodes.len;
     Autodiff ad = {.g = g, .loss_scale = 1.0 / accum_steps, .gemm_temporaries = gemm_temporaries};
     ad.cap = g->tensors.len * 2;
-    ad.grad = malloc(sizeof(int) * (size_t)ad.cap);
+    ad.grad = xmalloc(sizeof(int) * (size_t)ad.cap);
     for (int i = 0; i < ad.cap; i++)
         ad.grad[i] = -1;
     // Gradient tensors first, so rules can accumulate into them.
-    int *grads = malloc(sizeof(int) * (size_t)nparams);
+    int *grads = xmalloc(sizeof(int) * (size_t)nparams);
     for (int i = 0; i < nparams; i++) {
         grads[i] = -1;
         if (g->tensors.at[i].kind == TK_PARAM && g->tensors.at[i].trainable)

@@ -77,7 +77,7 @@ typedef struct Phase {
 static void split_phase(Phase *p) {
     IrGraph *g = p->g;
     int n = p->n, nt = g->tensors.len, *mover = p->mover;
-    int *owner = malloc(sizeof(int) * (size_t)(nt + 1));   // per root: the reduction it waits for
+    int *owner = xmalloc(sizeof(int) * (size_t)(nt + 1));   // per root: the reduction it waits for
     for (int t = 0; t < nt; t++)
         owner[t] = -1;
     for (int i = 0; i < n; i++) {
@@ -114,14 +114,14 @@ static void windows(Phase *p) {
     IrGraph *g = p->g;
     int n = p->n, nt = g->tensors.len, nc = p->nc, nrest = p->nrest, lo = p->lo;
     Coll *c = p->c;
-    int *at = malloc(sizeof(int) * (size_t)(nc + 1));   // the rest's nodes before each
+    int *at = xmalloc(sizeof(int) * (size_t)(nc + 1));   // the rest's nodes before each
     for (int k = 0, r = 0, i = 0; i < n; i++) {
         if (k < nc && c[k].node == i)
             at[k++] = r;
         else if (p->mover[i] < 0)
             r++;
     }
-    int *last_write = calloc((size_t)nt + 1, sizeof(int)), *first_read = malloc(sizeof(int) * (size_t)(nt + 1));
+    int *last_write = xcalloc((size_t)nt + 1, sizeof(int)), *first_read = xmalloc(sizeof(int) * (size_t)(nt + 1));
     for (int k = 0, r = 0; r <= nrest; r++) {
         for (; k < nc && at[k] == r; k++) {
             const IrNode *cn = &g->nodes.at[lo + c[k].node];
@@ -154,7 +154,7 @@ static void windows(Phase *p) {
 // What follows each reduction, in order (a list per collective node).
 static void followers(Phase *p) {
     int n = p->n;
-    int *ftail = malloc(sizeof(int) * (size_t)(n + 1));
+    int *ftail = xmalloc(sizeof(int) * (size_t)(n + 1));
     for (int i = 0; i < n; i++)
         p->fhead[i] = ftail[i] = p->fnext[i] = -1;
     for (int j = 0; j < n; j++) {
@@ -254,8 +254,8 @@ static void emit_bucket(Phase *p, int i, int *order, int *m, int *f, int *nf, in
 // next bucket's collectives, or at the phase's end), so that the reduction overlaps the
 // compute between the two, at the price of a second bucket of whole gradients alive.
 static void emit_order(Phase *p, int *order, int *next_bucket, BucketStats *st) {
-    int m = 0, nf = 0, *f = malloc(sizeof(int) * (size_t)(p->n + 1));
-    Due *due = malloc(sizeof *due * (size_t)(p->nb + 1));
+    int m = 0, nf = 0, *f = xmalloc(sizeof(int) * (size_t)(p->n + 1));
+    Due *due = xmalloc(sizeof *due * (size_t)(p->nb + 1));
     for (int i = 0; i < p->nb; i++)
         due[i] = (Due){p->b[i].pos, i};
     qsort(due, (size_t)p->nb, sizeof *due, by_pos);
@@ -276,12 +276,12 @@ static void phase(IrGraph *g, int lo, int hi, int64_t cap, int *order, int *next
                   BucketStats *st) {
     int n = hi - lo;
     size_t sz = sizeof(int) * (size_t)(n + 1);
-    Phase p = {.g = g, .lo = lo, .n = n, .mover = malloc(sz), .rest = malloc(sz),
-               .c = malloc(sizeof(Coll) * (size_t)(n + 1)), .fhead = malloc(sz), .fnext = malloc(sz)};
+    Phase p = {.g = g, .lo = lo, .n = n, .mover = xmalloc(sz), .rest = xmalloc(sz),
+               .c = xmalloc(sizeof(Coll) * (size_t)(n + 1)), .fhead = xmalloc(sz), .fnext = xmalloc(sz)};
     split_phase(&p);
     windows(&p);
     followers(&p);
-    p.b = malloc(sizeof(Bucket) * (size_t)(p.nc + 1));
+    p.b = xmalloc(sizeof(Bucket) * (size_t)(p.nc + 1));
     make_buckets(&p, cap);
     place_buckets(&p);
     emit_order(&p, order, next_bucket, st);
@@ -293,7 +293,7 @@ int buckets_apply(IrGraph *g, int64_t bucket_bytes, BucketStats *st) {
     if (g->ranks <= 1)
         return 0;
     int n = g->nodes.len, next = 0;
-    int *order = malloc(sizeof(int) * (size_t)(n + 1));
+    int *order = xmalloc(sizeof(int) * (size_t)(n + 1));
     for (int lo = 0; lo < n;) {
         int hi = lo;
         while (hi < n && g->nodes.at[hi].phase == g->nodes.at[lo].phase)
@@ -301,7 +301,7 @@ int buckets_apply(IrGraph *g, int64_t bucket_bytes, BucketStats *st) {
         phase(g, lo, hi, bucket_bytes > 0 ? bucket_bytes : 1, order + lo, &next, st);
         lo = hi;
     }
-    IrNode *old = malloc(sizeof(IrNode) * (size_t)(n + 1));
+    IrNode *old = xmalloc(sizeof(IrNode) * (size_t)(n + 1));
     memcpy(old, g->nodes.at, sizeof(IrNode) * (size_t)n);
     for (int i = 0; i < n; i++) {
         g->nodes.at[i] = old[order[i]];

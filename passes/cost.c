@@ -178,7 +178,7 @@ double cost_step_at(const StepCost *c, double adamw_per_s, double link_bytes_per
 // link (each direction its own), host sums the host's rate, device nodes `dur`.
 static double simulate_micro(const IrGraph *g, const CostModel *cm, const double *dur, double link) {
     int nt = g->tensors.len;
-    double *ready = calloc((size_t)nt + 1, sizeof(double));
+    double *ready = xcalloc((size_t)nt + 1, sizeof(double));
     double clock[STREAM_COUNT] = {0}, phase_start = 0, prev_start = 0;
     IrPhase phase = PHASE_FORWARD;
     for (int i = 0; i < g->nodes.len; i++) {
@@ -282,7 +282,7 @@ static void price_nodes(const IrGraph *g, const CostModel *cm, StepCost *c, doub
 // With several ranks, the compute again with the collectives beside it: a micro-step
 // without the last one's reductions, the last with them, the optimizer's gathers.
 static void price_collectives(const IrGraph *g, const CostModel *cm, int64_t accum, StepCost *c) {
-    double *ready = calloc((size_t)g->tensors.len + 1, sizeof(double)), comm_f, comm_b, comm_lf, comm_lb, comm_o;
+    double *ready = xcalloc((size_t)g->tensors.len + 1, sizeof(double)), comm_f, comm_b, comm_lf, comm_lb, comm_o;
     double plain = overlap(g, cm, PHASE_FORWARD, false, ready, &comm_f);
     plain += overlap(g, cm, PHASE_BACKWARD, false, ready, &comm_b);
     double last = overlap(g, cm, PHASE_FORWARD, true, ready, &comm_lf);
@@ -321,7 +321,7 @@ static void step_totals(const CostModel *cm, double link, int64_t accum, int64_t
 StepCost cost_step(const IrGraph *g, const CostModel *cm, int64_t accum, int64_t tokens_per_step) {
     StepCost c = {.accum = accum, .tokens = tokens_per_step};
     double link = link_of(cm);
-    double *dur = calloc((size_t)g->nodes.len + 1, sizeof(double));
+    double *dur = xcalloc((size_t)g->nodes.len + 1, sizeof(double));
     price_nodes(g, cm, &c, dur);
     // The streams overlap as far as the order and the data let them: what the micro-step
     // takes beyond its busiest resource is a stall (a copy the compute waits for).

@@ -44,7 +44,7 @@ MemBreakdown count_naive_memory(const IrGraph *g, int64_t reserve_bytes) {
         }
     }
     // Saved for backward: every tensor some backward reads, counted once, by its base.
-    char *saved = calloc((size_t)g->tensors.len, 1);
+    char *saved = xcalloc((size_t)g->tensors.len, 1);
     for (int i = 0; i < g->nodes.len; i++) {
         const IrNode *n = &g->nodes.at[i];
         const OpInfo *op = op_info(n->op);

@@ -192,13 +192,13 @@ int early_update_apply(IrGraph *g, EarlyUpdateStats *st) {
     while (opt < n && g->nodes.at[opt].phase == PHASE_BACKWARD)
         opt++;
     Early e = {.g = g, .bwd = bwd, .opt = opt, .st = st};
-    e.last = malloc(sizeof(int) * (size_t)(nt + 1));
-    e.first = malloc(sizeof(int) * (size_t)(nt + 1));
-    e.sumsq = malloc(sizeof(int) * (size_t)(nt + 1));
-    e.zero = calloc((size_t)nt + 1, sizeof(bool));
-    e.after = malloc(sizeof(int) * (size_t)(n + 1));
-    e.next = malloc(sizeof(int) * (size_t)(n + 1));
-    e.tail = malloc(sizeof(int) * (size_t)(n + 1));
+    e.last = xmalloc(sizeof(int) * (size_t)(nt + 1));
+    e.first = xmalloc(sizeof(int) * (size_t)(nt + 1));
+    e.sumsq = xmalloc(sizeof(int) * (size_t)(nt + 1));
+    e.zero = xcalloc((size_t)nt + 1, sizeof(bool));
+    e.after = xmalloc(sizeof(int) * (size_t)(n + 1));
+    e.next = xmalloc(sizeof(int) * (size_t)(n + 1));
+    e.tail = xmalloc(sizeof(int) * (size_t)(n + 1));
     for (int i = 0; i < nt; i++)
         e.last[i] = e.first[i] = e.sumsq[i] = -1;
     for (int i = 0; i < n; i++)

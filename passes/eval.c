@@ -21,7 +21,7 @@ int eval_apply(IrGraph *g, EvalStats *st) {
     if (g->loss < 0)
         return 0;
     int nt = g->tensors.len, nforward = 0;
-    int *map = malloc(sizeof(int) * (size_t)(nt + 1));   // training tensor -> eval tensor
+    int *map = xmalloc(sizeof(int) * (size_t)(nt + 1));   // training tensor -> eval tensor
     for (int t = 0; t < nt; t++)
         map[t] = t;
     while (nforward < g->nodes.len && g->nodes.at[nforward].phase == PHASE_FORWARD)

@@ -126,8 +126,8 @@ static bool recompute_in_readers(const IrGraph *g, const IrNode *e, const Reader
 // Gives each backward reader of a recomputable forward value a copy of its producer.
 static void recompute_cheap(IrGraph *g, FuseStats *st) {
     int nt = g->tensors.len, n = g->nodes.len;
-    Readers r = {calloc((size_t)nt + 1, sizeof(int)), calloc((size_t)nt + 1, sizeof(int)),
-                 calloc((size_t)nt + 1, sizeof(int))};
+    Readers r = {xcalloc((size_t)nt + 1, sizeof(int)), xcalloc((size_t)nt + 1, sizeof(int)),
+                 xcalloc((size_t)nt + 1, sizeof(int))};
     for (int i = 0; i < n; i++) {
         const IrNode *nd = &g->nodes.at[i];
         for (int k = 0; k < nd->nin; k++) {
@@ -143,7 +143,7 @@ static void recompute_cheap(IrGraph *g, FuseStats *st) {
             }
         }
     }
-    bool *recompute = calloc((size_t)nt + 1, sizeof(bool));
+    bool *recompute = xcalloc((size_t)nt + 1, sizeof(bool));
     int any = 0;
     for (int i = 0; i < n; i++) {
         const IrNode *nd = &g->nodes.at[i];
@@ -188,8 +188,8 @@ static void recompute_cheap(IrGraph *g, FuseStats *st) {
 // both nodes run in one phase on the compute stream, and nothing between them reads s.
 static void fuse_add_norm(IrGraph *g, FuseStats *st) {
     int n = g->nodes.len;
-    int *merge = malloc(sizeof(int) * (size_t)(n + 1));   // norm node -> the add it takes, or -1
-    bool *gone = calloc((size_t)n + 1, sizeof(bool));      // an add taken by a norm
+    int *merge = xmalloc(sizeof(int) * (size_t)(n + 1));   // norm node -> the add it takes, or -1
+    bool *gone = xcalloc((size_t)n + 1, sizeof(bool));      // an add taken by a norm
     for (int i = 0; i < n; i++) {
         merge[i] = -1;
         const IrNode *nd = &g->nodes.at[i];
@@ -235,8 +235,8 @@ int fuse_apply(IrGraph *g, FuseStats *st) {
     recompute_cheap(g, st);
     int nt = g->tensors.len, n = g->nodes.len;
     Fuse f = {.g = g, .st = st};
-    f.readers = calloc((size_t)nt + 1, sizeof(int));
-    f.group = malloc(sizeof(int) * (size_t)(n + 1));
+    f.readers = xcalloc((size_t)nt + 1, sizeof(int));
+    f.group = xmalloc(sizeof(int) * (size_t)(n + 1));
     for (int i = 0; i < n; i++) {
         f.group[i] = -1;
         const IrNode *nd = &g->nodes.at[i];
@@ -252,7 +252,7 @@ int fuse_apply(IrGraph *g, FuseStats *st) {
     }
     // Roots from the last node back: a node not yet in a group, fusible, with at least
     // one producer to absorb.
-    int *fused_of = malloc(sizeof(int) * (size_t)(n + 1));   // root node -> g->fused index
+    int *fused_of = xmalloc(sizeof(int) * (size_t)(n + 1));   // root node -> g->fused index
     for (int i = 0; i < n; i++)
         fused_of[i] = -1;
     int steps[IR_MAX_FUSED], inputs[IR_MAX_INPUTS + 1];
@@ -295,7 +295,7 @@ int fuse_apply(IrGraph *g, FuseStats *st) {
         root->fused = g->fused.len - 1;
     }
     // Drop the absorbed steps from the node list; the fused node stands at its root's place.
-    bool *absorbed = malloc(sizeof(bool) * (size_t)(n + 1));
+    bool *absorbed = xmalloc(sizeof(bool) * (size_t)(n + 1));
     for (int i = 0; i < n; i++)
         absorbed[i] = f.group[i] >= 0 && f.group[i] != i;
     ir_nodes_drop(g, absorbed);   // the virtual intermediates are made inside it now

@@ -145,7 +145,7 @@ int lora_apply(IrGraph *g, const LoraSpec *spec, PassDiag *d) {
         return -1;
     g->lora_fan_in_fan_out = kinds == 2;
 
-    int *remap = malloc(sizeof(int) * (size_t)nt);
+    int *remap = xmalloc(sizeof(int) * (size_t)nt);
     for (int i = 0; i < nt; i++)
         remap[i] = i;
     // Rebuild the node list, emitting each adapter right after its linear.

@@ -179,7 +179,7 @@ static void plan_copies(Streaming *s, int t, const int *uses, int nuses, Offload
             g->tensors.at[copy].cat = MEM_WEIGHTS;
             if (s->ncopies == s->cap) {
                 s->cap = s->cap ? 2 * s->cap : 64;
-                s->copies = realloc(s->copies, sizeof(Copy) * (size_t)s->cap);
+                s->copies = xrealloc(s->copies, sizeof(Copy) * (size_t)s->cap);
             }
             s->copies[s->ncopies++] = (Copy){prefetch_at(s, r), t, copy};
             st->stream_bytes += ir_tensor_bytes(&g->tensors.at[t]);
@@ -204,8 +204,8 @@ static void stream_weights(IrGraph *g, Streaming *s, OffloadStats *st) {
         any_frozen |= g->tensors.at[i].kind == TK_PARAM && g->tensors.at[i].ndim == 2 &&
                       !g->tensors.at[i].trainable;
     *s = (Streaming){.g = g};
-    s->runs = malloc(sizeof(Run) * (size_t)(n + 1));
-    s->run_of = malloc(sizeof(int) * (size_t)(n + 1));
+    s->runs = xmalloc(sizeof(Run) * (size_t)(n + 1));
+    s->run_of = xmalloc(sizeof(int) * (size_t)(n + 1));
     for (int i = 0; i < n; i++) {
         const IrNode *nd = &g->nodes.at[i];
         s->run_of[i] = -1;
@@ -215,12 +215,12 @@ static void stream_weights(IrGraph *g, Streaming *s, OffloadStats *st) {
             s->runs[s->nruns++] = (Run){nd->phase, nd->layer, i};
         s->run_of[i] = s->nruns - 1;
     }
-    s->use_to = malloc(sizeof(int) * (size_t)(n + 1) * IR_MAX_INPUTS);
+    s->use_to = xmalloc(sizeof(int) * (size_t)(n + 1) * IR_MAX_INPUTS);
     for (int i = 0; i < (n + 1) * IR_MAX_INPUTS; i++)
         s->use_to[i] = -1;
     // Which tensors stream, and each one's uses (node x IR_MAX_INPUTS + input), in order.
-    bool *go = calloc((size_t)nt0 + 1, sizeof(bool));
-    int *count = calloc((size_t)nt0 + 2, sizeof(int));
+    bool *go = xcalloc((size_t)nt0 + 1, sizeof(bool));
+    int *count = xcalloc((size_t)nt0 + 2, sizeof(int));
     for (int t = 0; t < nt0; t++) {
         const IrTensor *x = &g->tensors.at[t];
         go[t] = streamed(x, any_frozen) || (x->kind == TK_QUANT && streamed(&g->tensors.at[x->of], any_frozen));
@@ -233,7 +233,7 @@ static void stream_weights(IrGraph *g, Streaming *s, OffloadStats *st) {
         }
     for (int t = 0; t < nt0; t++)
         count[t + 1] += count[t];
-    int *uses = malloc(sizeof(int) * (size_t)(count[nt0] + 1)), *fill = calloc((size_t)nt0 + 1, sizeof(int));
+    int *uses = xmalloc(sizeof(int) * (size_t)(count[nt0] + 1)), *fill = xcalloc((size_t)nt0 + 1, sizeof(int));
     for (int i = 0; i < n; i++)
         for (int k = 0; g->nodes.at[i].phase != PHASE_OPTIMIZER && k < g->nodes.at[i].nin; k++) {
             int t = g->nodes.at[i].in[k];

@@ -239,7 +239,7 @@ struct PipelineCache {
 };
 
 PipelineCache *pipeline_cache_new(void) {
-    PipelineCache *c = calloc(1, sizeof *c);
+    PipelineCache *c = xcalloc(1, sizeof *c);
     pthread_mutex_init(&c->lock, NULL);
     return c;
 }

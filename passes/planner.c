@@ -505,7 +505,7 @@ static void refine_tensor_blocks(const PlannerInput *in, PlannerResult *r) {
     if (L >= 8)
         rs[nr++] = L / 2;
     Job j = {.in = in, .bar_us = in->exhaustive ? 0 : us * MIN_GAIN};
-    double *memo = calloc((size_t)in->nchain, sizeof(double));
+    double *memo = xcalloc((size_t)in->nchain, sizeof(double));
     double need = chain_price(in, &best.c, a, memo) - us * (1 - MIN_GAIN);   // a blend's bar
     for (int ri = 0; ri < nr; ri++)
         for (int q = 0; q < a; q++) {
@@ -894,7 +894,7 @@ int planner_exact(const PlannerInput *in, int64_t micro, int level, RematPolicy 
     int total = 1, fits = 0;
     for (int l = 0; l < L; l++)
         total *= 3;
-    RematPolicy *trial = malloc(sizeof(RematPolicy) * (size_t)L);
+    RematPolicy *trial = xmalloc(sizeof(RematPolicy) * (size_t)L);
     best->fits = false;
     for (int code = 0; code < total; code++) {
         for (int l = 0, c = code; l < L; l++, c /= 3)

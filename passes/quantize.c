@@ -27,7 +27,7 @@ int quantize_apply(IrGraph *g, bool double_quant, QuantStats *st) {
     *st = (QuantStats){0};
     int nt = g->tensors.len;
     // The weights to quantise, and their companions: deq[w] = {nin, inputs...}.
-    int (*deq)[5] = malloc(sizeof(int[5]) * (size_t)nt);
+    int (*deq)[5] = xmalloc(sizeof(int[5]) * (size_t)nt);
     for (int i = 0; i < nt; i++)
         deq[i][0] = 0;
     for (int i = 0; i < g->nodes.len; i++) {

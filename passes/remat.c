@@ -188,7 +188,7 @@ static int consumers(const IrGraph *g, int *consumer_layer) {
 static int number_candidates(const IrGraph *g, const int *consumer_layer, int nfwd, int *cand, int layer) {
     for (int i = 0; i < g->tensors.len; i++)
         cand[i] = -1;
-    int *next = calloc((size_t)ir_layers(g) + 1, sizeof(int)), count = 0;
+    int *next = xcalloc((size_t)ir_layers(g) + 1, sizeof(int)), count = 0;
     for (int i = 0; i < nfwd; i++) {
         const IrNode *n = &g->nodes.at[i];
         if (n->layer < 0)
@@ -215,7 +215,7 @@ static double rerun_us(const IrGraph *g, const IrNode *n) {
 }
 
 int remat_candidates(const IrGraph *g, int layer, int64_t *bytes, double *cost, int cap) {
-    int *cl = malloc(sizeof(int) * (size_t)(g->tensors.len + 1)), *cand = malloc(sizeof(int) * (size_t)(g->tensors.len + 1));
+    int *cl = xmalloc(sizeof(int) * (size_t)(g->tensors.len + 1)), *cand = xmalloc(sizeof(int) * (size_t)(g->tensors.len + 1));
     int nfwd = consumers(g, cl), count = number_candidates(g, cl, nfwd, cand, layer);
     for (int i = 0; i < g->tensors.len; i++) {
         const IrTensor *x = &g->tensors.at[i];
@@ -237,7 +237,7 @@ static double mask_cost(const IrGraph *g, int nfwd, const int *cand, int layer, 
                         const bool *needed, bool *rerun, double *bytes_rerun) {
     int n = g->nodes.len;
     memset(rerun, 0, sizeof(bool) * (size_t)n);
-    int *stack = malloc(sizeof(int) * (size_t)(g->tensors.len + 1)), top = 0;
+    int *stack = xmalloc(sizeof(int) * (size_t)(g->tensors.len + 1)), top = 0;
     for (int t = 0; t < g->tensors.len; t++)
         if (cand[t] >= 0 && g->tensors.at[t].layer == layer && needed[t] && !keep[cand[t]])
             stack[top++] = t;
@@ -263,7 +263,7 @@ static double mask_cost(const IrGraph *g, int nfwd, const int *cand, int layer, 
 
 int remat_keep_chain(const IrGraph *g, int layer, uint8_t **masks, int *ncand) {
     int nt = g->tensors.len, n = g->nodes.len;
-    int *cl = malloc(sizeof(int) * (size_t)(nt + 1)), *cand = malloc(sizeof(int) * (size_t)(nt + 1));
+    int *cl = xmalloc(sizeof(int) * (size_t)(nt + 1)), *cand = xmalloc(sizeof(int) * (size_t)(nt + 1));
     int nfwd = consumers(g, cl), m = number_candidates(g, cl, nfwd, cand, layer);
     *ncand = m;
     *masks = NULL;
@@ -272,17 +272,17 @@ int remat_keep_chain(const IrGraph *g, int layer, uint8_t **masks, int *ncand) {
         return 0;
     }
     // What backward reads (the tensors a mask must keep or have recomputed).
-    bool *needed = calloc((size_t)nt + 1, sizeof(bool));
+    bool *needed = xcalloc((size_t)nt + 1, sizeof(bool));
     for (int i = nfwd; i < n; i++) {
         const IrNode *nd = &g->nodes.at[i];
         for (int k = 0; k < nd->nin; k++)
             if (nd->in[k] >= 0)
                 needed[ir_tensor_base(g, nd->in[k])] = true;
     }
-    int64_t *bytes = calloc((size_t)m + 1, sizeof(int64_t));
+    int64_t *bytes = xcalloc((size_t)m + 1, sizeof(int64_t));
     remat_candidates(g, layer, bytes, NULL, m);
-    uint8_t *chain = malloc((size_t)(m + 1) * (size_t)m), *cur = malloc((size_t)m);
-    bool *rerun = malloc(sizeof(bool) * (size_t)(n + 1));
+    uint8_t *chain = xmalloc((size_t)(m + 1) * (size_t)m), *cur = xmalloc((size_t)m);
+    bool *rerun = xmalloc(sizeof(bool) * (size_t)(n + 1));
     memset(cur, 1, (size_t)m);
     memcpy(chain, cur, (size_t)m);
     double bytes_rerun, cost = mask_cost(g, nfwd, cand, layer, cur, needed, rerun, &bytes_rerun);
@@ -316,14 +316,14 @@ int remat_apply(IrGraph *g, const RematPolicy *policy, int nlayers, const uint8_
     while (r.nfwd < n && g->nodes.at[r.nfwd].phase == PHASE_FORWARD)
         r.nfwd++;
     r.nt0 = nt0;
-    r.kept = malloc(sizeof(bool) * (size_t)nt0);
-    r.consumer_layer = malloc(sizeof(int) * (size_t)nt0);
-    r.swap_layer = malloc(sizeof(int) * (size_t)nt0);
-    r.host = malloc(sizeof(int) * (size_t)nt0);
-    r.back = malloc(sizeof(int) * (size_t)nt0);
-    r.last_fwd = malloc(sizeof(int) * (size_t)nt0);
-    r.cand = malloc(sizeof(int) * (size_t)(nt0 + 1));
-    int *cl = malloc(sizeof(int) * (size_t)(nt0 + 1));
+    r.kept = xmalloc(sizeof(bool) * (size_t)nt0);
+    r.consumer_layer = xmalloc(sizeof(int) * (size_t)nt0);
+    r.swap_layer = xmalloc(sizeof(int) * (size_t)nt0);
+    r.host = xmalloc(sizeof(int) * (size_t)nt0);
+    r.back = xmalloc(sizeof(int) * (size_t)nt0);
+    r.last_fwd = xmalloc(sizeof(int) * (size_t)nt0);
+    r.cand = xmalloc(sizeof(int) * (size_t)(nt0 + 1));
+    int *cl = xmalloc(sizeof(int) * (size_t)(nt0 + 1));
     consumers(g, cl);
     number_candidates(g, cl, r.nfwd, r.cand, -1);
     free(cl);
@@ -345,7 +345,7 @@ int remat_apply(IrGraph *g, const RematPolicy *policy, int nlayers, const uint8_
                 r.last_fwd[ir_tensor_base(g, nd->in[k])] = i;
     }
     // Copies can be made of tensors created during the rebuild too; size generously.
-    r.copy = malloc(sizeof(int) * (size_t)nt0);
+    r.copy = xmalloc(sizeof(int) * (size_t)nt0);
     for (int i = 0; i < nt0; i++)
         r.copy[i] = -1;
     // Rebuild the node list: forward untouched; before each backward node, the

@@ -41,7 +41,7 @@ static bool repeated(const int *base, const IrNode *n, int k) {
 // The peak of transient bytes over an order (node indices into g->nodes).
 static int64_t order_peak(const IrGraph *g, const int *base, const int64_t *bytes, const int *order, int n) {
     int nt = g->tensors.len;
-    int *last = malloc(sizeof(int) * (size_t)(nt + 1));
+    int *last = xmalloc(sizeof(int) * (size_t)(nt + 1));
     for (int i = 0; i < nt; i++)
         last[i] = -1;
     for (int i = 0; i < n; i++) {
@@ -56,7 +56,7 @@ static int64_t order_peak(const IrGraph *g, const int *base, const int64_t *byte
         }
     }
     int64_t live = 0, peak = 0;
-    int64_t *freed = calloc((size_t)n + 1, sizeof(int64_t));
+    int64_t *freed = xcalloc((size_t)n + 1, sizeof(int64_t));
     for (int i = 0; i < n; i++) {
         const IrNode *nd = &g->nodes.at[order[i]];
         for (int k = 0; k < IR_MAX_OUTPUTS && nd->out[k] >= 0; k++) {
@@ -110,7 +110,7 @@ static bool better(Entry a, Entry b) { return a.score > b.score || (a.score == b
 static void heap_push(Heap *h, Entry e) {
     if (h->len == h->cap) {
         h->cap = h->cap ? 2 * h->cap : 256;
-        h->at = realloc(h->at, sizeof(Entry) * (size_t)h->cap);
+        h->at = xrealloc(h->at, sizeof(Entry) * (size_t)h->cap);
     }
     int i = h->len++;
     while (i > 0 && better(e, h->at[(i - 1) / 2])) {
@@ -206,7 +206,7 @@ static void add_pred(int **pred, int *cap, int *npred, int start, int p) {
         if ((*pred)[c] == p)
             return;
     if (*npred == *cap)
-        *pred = realloc(*pred, sizeof(int) * (size_t)(*cap *= 2));
+        *pred = xrealloc(*pred, sizeof(int) * (size_t)(*cap *= 2));
     (*pred)[(*npred)++] = p;
 }
 
@@ -218,14 +218,14 @@ static void add_pred(int **pred, int *cap, int *npred, int start, int p) {
 static void edges(Sched *s) {
     const IrGraph *g = s->g;
     int n = s->n, nt = g->tensors.len;
-    int *writer = malloc(sizeof(int) * (size_t)(nt + 1));   // last node writing each base
-    int *rd = malloc(sizeof(int) * (size_t)(nt + 1));       // its readers since, a list through
+    int *writer = xmalloc(sizeof(int) * (size_t)(nt + 1));   // last node writing each base
+    int *rd = xmalloc(sizeof(int) * (size_t)(nt + 1));       // its readers since, a list through
     int rcap = 4 * n + 16, nr = 0;                          // rnode[]/rnext[]
-    int *rnode = malloc(sizeof(int) * (size_t)rcap), *rnext = malloc(sizeof(int) * (size_t)rcap);
+    int *rnode = xmalloc(sizeof(int) * (size_t)rcap), *rnext = xmalloc(sizeof(int) * (size_t)rcap);
     for (int i = 0; i < nt; i++)
         writer[i] = rd[i] = -1;
-    int *pred_start = malloc(sizeof(int) * (size_t)(n + 1)), npred = 0, cap = 4 * n + 16;
-    int *pred = malloc(sizeof(int) * (size_t)cap);
+    int *pred_start = xmalloc(sizeof(int) * (size_t)(n + 1)), npred = 0, cap = 4 * n + 16;
+    int *pred = xmalloc(sizeof(int) * (size_t)cap);
     for (int i = 0; i < n; i++) {
         const IrNode *nd = &g->nodes.at[i];
         pred_start[i] = npred;
@@ -246,8 +246,8 @@ static void edges(Sched *s) {
             if (b < 0 || writer[b] == i || (rd[b] >= 0 && rnode[rd[b]] == i))
                 continue;
             if (nr == rcap) {
-                rnode = realloc(rnode, sizeof(int) * (size_t)(rcap *= 2));
-                rnext = realloc(rnext, sizeof(int) * (size_t)rcap);
+                rnode = xrealloc(rnode, sizeof(int) * (size_t)(rcap *= 2));
+                rnext = xrealloc(rnext, sizeof(int) * (size_t)rcap);
             }
             rnode[nr] = i, rnext[nr] = rd[b], rd[b] = nr++;
         }
@@ -256,12 +256,12 @@ static void edges(Sched *s) {
         s->indeg[i] = npred - pred_start[i];
     }
     pred_start[n] = npred;
-    s->succ_start = calloc((size_t)n + 2, sizeof(int));
+    s->succ_start = xcalloc((size_t)n + 2, sizeof(int));
     for (int c = 0; c < npred; c++)
         s->succ_start[pred[c] + 2]++;
     for (int i = 0; i < n; i++)
         s->succ_start[i + 2] += s->succ_start[i + 1];
-    s->succ = malloc(sizeof(int) * (size_t)(npred + 1));
+    s->succ = xmalloc(sizeof(int) * (size_t)(npred + 1));
     for (int i = 0; i < n; i++)
         for (int c = pred_start[i]; c < pred_start[i + 1]; c++)
             s->succ[s->succ_start[pred[c] + 1]++] = i;
@@ -270,29 +270,29 @@ static void edges(Sched *s) {
 
 int schedule_apply(IrGraph *g, ScheduleStats *st) {
     int n = g->nodes.len, nt = g->tensors.len;
-    int *base = malloc(sizeof(int) * (size_t)(nt + 1));
-    int64_t *bytes = malloc(sizeof(int64_t) * (size_t)(nt + 1));
+    int *base = xmalloc(sizeof(int) * (size_t)(nt + 1));
+    int64_t *bytes = xmalloc(sizeof(int64_t) * (size_t)(nt + 1));
     for (int i = 0; i < nt; i++) {
         const IrTensor *t = &g->tensors.at[i];
         base[i] = ir_tensor_base(g, i);
         bytes[i] = transient(t) ? ir_tensor_bytes(t) : 0;
     }
     Sched s = {.g = g, .n = n, .base = base, .bytes = bytes};
-    s.indeg = calloc((size_t)n + 1, sizeof(int));
+    s.indeg = xcalloc((size_t)n + 1, sizeof(int));
     edges(&s);
     // Who reads each base tensor (CSR), for refreshing scores.
-    s.readers = calloc((size_t)nt + 1, sizeof(int));
+    s.readers = xcalloc((size_t)nt + 1, sizeof(int));
     for (int i = 0; i < n; i++) {
         const IrNode *nd = &g->nodes.at[i];
         for (int k = 0; k < nd->nin; k++)
             if (nd->in[k] >= 0 && !repeated(base, nd, k))
                 s.readers[base[nd->in[k]]]++;
     }
-    s.rd_start = calloc((size_t)nt + 2, sizeof(int));
+    s.rd_start = xcalloc((size_t)nt + 2, sizeof(int));
     for (int i = 0; i < nt; i++)
         s.rd_start[i + 1] = s.rd_start[i] + s.readers[i];
-    s.rd_list = malloc(sizeof(int) * (size_t)(s.rd_start[nt] + 1));
-    int *fill = calloc((size_t)nt + 1, sizeof(int));
+    s.rd_list = xmalloc(sizeof(int) * (size_t)(s.rd_start[nt] + 1));
+    int *fill = xcalloc((size_t)nt + 1, sizeof(int));
     for (int i = 0; i < n; i++) {
         const IrNode *nd = &g->nodes.at[i];
         for (int k = 0; k < nd->nin; k++)
@@ -302,11 +302,11 @@ int schedule_apply(IrGraph *g, ScheduleStats *st) {
             }
     }
     free(fill);
-    s.score = calloc((size_t)n + 1, sizeof(int64_t));
-    s.ready_at = malloc(sizeof(int) * (size_t)(n + 1));
+    s.score = xcalloc((size_t)n + 1, sizeof(int64_t));
+    s.ready_at = xmalloc(sizeof(int) * (size_t)(n + 1));
     for (int i = 0; i < n; i++)
         s.ready_at[i] = -1;
-    int *order = calloc((size_t)n + 1, sizeof(int)), *emitted = calloc((size_t)n + 1, sizeof(int));
+    int *order = xcalloc((size_t)n + 1, sizeof(int)), *emitted = xcalloc((size_t)n + 1, sizeof(int));
     for (int i = 0; i < n; i++)
         emitted[i] = i;
     int lo = 0;
@@ -330,7 +330,7 @@ int schedule_apply(IrGraph *g, ScheduleStats *st) {
     st->greedy = after < before;
     if (st->greedy) {
         // Permute the nodes; producers follow.
-        IrNode *old = malloc(sizeof(IrNode) * (size_t)n);
+        IrNode *old = xmalloc(sizeof(IrNode) * (size_t)n);
         memcpy(old, g->nodes.at, sizeof(IrNode) * (size_t)n);
         for (int i = 0; i < n; i++) {
             g->nodes.at[i] = old[order[i]];

@@ -270,7 +270,7 @@ static void write_whole(IrGraph *g, Param *pm, IrNode *nd) {
 // gathered after them (stages 1 and 2).
 static void rewrite_nodes(IrGraph *g, Param *pm, const int *first, int nt, ShardStats *st) {
     int n = g->nodes.len;
-    GradStats gs = {.whole_sumsq = malloc(sizeof(IrNode) * (size_t)(n + 1))};
+    GradStats gs = {.whole_sumsq = xmalloc(sizeof(IrNode) * (size_t)(n + 1))};
     for (int i = 0; i < nt; i++)
         gs.sharded |= g->tensors.at[i].kind == TK_PARAM && pm[i].grad >= 0 && pm[i].stage >= 1;
     IrRewrite rw;
@@ -322,11 +322,11 @@ int shard_apply(IrGraph *g, const ShardSpec *spec, ShardStats *st) {
         return 0;
     g->ranks = R;
     int nt = g->tensors.len, n = g->nodes.len;
-    Param *pm = calloc((size_t)nt + 1, sizeof *pm);
-    int *first = malloc(sizeof(int) * (size_t)(n + 1));   // per node: params reduced after it
+    Param *pm = xcalloc((size_t)nt + 1, sizeof *pm);
+    int *first = xmalloc(sizeof(int) * (size_t)(n + 1));   // per node: params reduced after it
     for (int i = 0; i < n; i++)
         first[i] = -1;
-    int *last_writer = malloc(sizeof(int) * (size_t)(nt + 1));
+    int *last_writer = xmalloc(sizeof(int) * (size_t)(nt + 1));
     for (int i = 0; i < nt; i++) {
         pm[i] = (Param){.stage = -1, .grad = -1, .whole = -1, .mine = -1, .gmine = -1,
                         .gathered = {-1, -1}, .next = -1};

@@ -117,7 +117,7 @@ static void successor(int e, int l, void *ctx) {
         return;
     if (c->n == c->cap) {
         c->cap = c->cap ? 2 * c->cap : 1024;
-        c->pair = realloc(c->pair, sizeof *c->pair * (size_t)c->cap);
+        c->pair = xrealloc(c->pair, sizeof *c->pair * (size_t)c->cap);
     }
     c->pair[c->n].early = e, c->pair[c->n].late = l;
     c->n++;
@@ -150,7 +150,7 @@ static void spans(Sync *y) {
 static void byte_preds(Sync *y) {
     const IrGraph *g = y->g;
     int nt = g->tensors.len;
-    ByteSpan *br = malloc(sizeof *br * (size_t)(nt + 1));
+    ByteSpan *br = xmalloc(sizeof *br * (size_t)(nt + 1));
     int nbr = 0;
     for (int x = 0; x < nt; x++) {
         const IrTensor *tx = &g->tensors.at[x];
@@ -160,12 +160,12 @@ static void byte_preds(Sync *y) {
     Succ sc = {.g = g, .first = y->first, .last = y->last, .cross = y->cross};
     byte_successions(br, nbr, successor, &sc);
     free(br);
-    int *npred = calloc((size_t)nt + 2, sizeof(int));
+    int *npred = xcalloc((size_t)nt + 2, sizeof(int));
     for (int k = 0; k < sc.n; k++)
         npred[sc.pair[k].late + 1]++;
     for (int i = 0; i < nt; i++)
         npred[i + 1] += npred[i];
-    int *pred = malloc(sizeof(int) * (size_t)(npred[nt] + 1)), *fill = malloc(sizeof(int) * (size_t)(nt + 1));
+    int *pred = xmalloc(sizeof(int) * (size_t)(npred[nt] + 1)), *fill = xmalloc(sizeof(int) * (size_t)(nt + 1));
     memcpy(fill, npred, sizeof(int) * (size_t)nt);
     for (int k = 0; k < sc.n; k++)
         pred[fill[sc.pair[k].late]++] = sc.pair[k].early;
@@ -283,19 +283,19 @@ int streams_apply(IrGraph *g, StreamStats *st) {
     memset(st, 0, sizeof *st);
     int nt = g->tensors.len, n = g->nodes.len;
     Sync y = {.g = g, .st = st};
-    y.root = malloc(sizeof(int) * (size_t)(nt + 1));
+    y.root = xmalloc(sizeof(int) * (size_t)(nt + 1));
     for (int i = 0; i < nt; i++)
         y.root[i] = liveness_root(g, i);
-    y.first = malloc(sizeof(int) * (size_t)(nt + 1)), y.last = malloc(sizeof(int) * (size_t)(nt + 1));
-    y.cross = calloc((size_t)nt + 1, sizeof(bool));
+    y.first = xmalloc(sizeof(int) * (size_t)(nt + 1)), y.last = xmalloc(sizeof(int) * (size_t)(nt + 1));
+    y.cross = xcalloc((size_t)nt + 1, sizeof(bool));
     enum { TOUCHES = IR_MAX_INPUTS + 2 * IR_MAX_OUTPUTS + 1 };
-    y.ids = malloc(sizeof(int) * TOUCHES * BUCKET_MAX_COLLECTIVES);   // a node's, or a bucket's
-    y.wr = malloc(sizeof(bool) * TOUCHES * BUCKET_MAX_COLLECTIVES);
+    y.ids = xmalloc(sizeof(int) * TOUCHES * BUCKET_MAX_COLLECTIVES);   // a node's, or a bucket's
+    y.wr = xmalloc(sizeof(bool) * TOUCHES * BUCKET_MAX_COLLECTIVES);
     spans(&y);
     byte_preds(&y);
-    y.pos = malloc(sizeof(int) * (size_t)(n + 1));
-    y.clock = malloc(sizeof(int) * S * (size_t)(n + 1));
-    y.hist = malloc(sizeof(Hist) * (size_t)(nt + 1));
+    y.pos = xmalloc(sizeof(int) * (size_t)(n + 1));
+    y.clock = xmalloc(sizeof(int) * S * (size_t)(n + 1));
+    y.hist = xmalloc(sizeof(Hist) * (size_t)(nt + 1));
     int need[S];
     y.need = need;
     for (int lo = 0; lo < n;) {

@@ -85,7 +85,7 @@ void rt_checkpoint_prune(const char *dir, int keep) {
     for (struct dirent *e; (e = readdir(d));) {
         int64_t s = step_of(e->d_name);
         if (s > 0) {
-            steps = realloc(steps, sizeof *steps * (size_t)(n + 1));
+            steps = xrealloc(steps, sizeof *steps * (size_t)(n + 1));
             steps[n++] = s;
         }
     }
@@ -170,16 +170,16 @@ int rt_checkpoint_save(Exec *x, const char *dir, int64_t step, uint64_t seed, in
 static int write_state(Exec *x, const char *tmp, int64_t step, uint64_t seed, char *err, size_t errlen) {
     const Plan *p = x->plan;
     char path[4400], name[64];
-    StWrite *w = calloc((size_t)p->nbuf + 1, sizeof *w);
-    void **data = calloc((size_t)p->nbuf + 1, sizeof *data);
-    int64_t *len = calloc((size_t)p->nbuf + 1, sizeof *len);
+    StWrite *w = xcalloc((size_t)p->nbuf + 1, sizeof *w);
+    void **data = xcalloc((size_t)p->nbuf + 1, sizeof *data);
+    int64_t *len = xcalloc((size_t)p->nbuf + 1, sizeof *len);
     int n = 0, rc = 0;
     for (int i = 0; i < p->nbuf && rc == 0; i++) {
         const PlanBuffer *b = &p->buf[i];
         if (!carried(b))
             continue;
         len[n] = plan_dtype_bytes(b->dtype, plan_elems(b));
-        data[n] = malloc((size_t)len[n] + 1);
+        data[n] = xmalloc((size_t)len[n] + 1);
         if (!data[n]) {
             rc = rt_fail(err, errlen, "out of memory saving %s", b->name);
             break;
@@ -275,7 +275,7 @@ static json_t *state_meta(const char *path, char *err, size_t errlen) {
     if (rt_pread_full(fd, b, 8, 0) == 0) {
         for (int i = 7; i >= 0; i--)
             hlen = hlen << 8 | b[i];
-        if (hlen <= (uint64_t)st.st_size - 8 && hlen < 100000000 && (text = malloc((size_t)hlen + 1)) &&
+        if (hlen <= (uint64_t)st.st_size - 8 && hlen < 100000000 && (text = xmalloc((size_t)hlen + 1)) &&
             rt_pread_full(fd, text, (size_t)hlen, 8) != 0) {
             free(text);
             text = NULL;
@@ -375,7 +375,7 @@ static int load_buffer(Exec *x, StSet *set, const char *path, int i, char *err, 
     const PlanBuffer *b = &x->plan->buf[i];
     const StTensor *t = st_find(set, b->name);
     size_t bytes = (size_t)plan_dtype_bytes(b->dtype, plan_elems(b));
-    void *v = malloc(bytes + 1);
+    void *v = xmalloc(bytes + 1);
     bool whole;
     StDType want = saved_as(b, &whole);
     int64_t flat = (int64_t)bytes;

@@ -87,7 +87,7 @@ static void *open_lib(char *why, size_t len) {
 }
 
 Comm *rt_comm_open(int ranks, double timeout_s, char *err, size_t errlen) {
-    Comm *c = calloc(1, sizeof *c);
+    Comm *c = xcalloc(1, sizeof *c);
     int rank, size;
     rt_launch_env(&rank, &size, &c->launcher);
     c->timeout_s = timeout_s > 0 ? timeout_s : COMM_DEFAULT_TIMEOUT_S;
@@ -253,7 +253,7 @@ static int64_t staging(const PlanInstr *in, int ranks, int64_t part) {
 
 int rt_comm_prepare(Comm *c, const Plan *p, char *err, size_t errlen) {
     int64_t most = 0;
-    Member *m = malloc(sizeof *m * PLAN_GROUP_MAX);
+    Member *m = xmalloc(sizeof *m * PLAN_GROUP_MAX);
     for (int id = 0; id < plan_instr_count(p); id++) {
         const PlanInstr *in = plan_instr(p, id);
         if (op_desc(in->op)->cls != OPC_COLLECTIVE || in->by >= 0)
@@ -295,7 +295,7 @@ int rt_comm_collective(Comm *c, Exec *x, const PlanInstr *in, char *err, size_t 
         return rt_fail(err, errlen, "the collectives' staging was sized for another plan");
     // Prepared: the staging made before step one; else (a test's executor) one for the call.
     bool own = !c || !c->scratch;
-    unsigned char *s = own ? malloc((size_t)staging(in, R, part) + 1) : c->scratch;
+    unsigned char *s = own ? xmalloc((size_t)staging(in, R, part) + 1) : c->scratch;
     if (!s)
         return rt_fail(err, errlen, "out of memory for a collective");
     char why[512], what[160];

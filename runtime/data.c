@@ -7,6 +7,7 @@
 
 #include "data.h"
 #include "fileio.h"
+#include "xalloc.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -348,7 +349,7 @@ int data_writer_open(DataWriter **out, const char *path, int token_bytes, bool i
     w->width = token_bytes;
     w->path = strdup(path);
     w->buf = malloc(WRITE_BUF);
-    w->ibuf = info ? malloc(WRITE_BUF) : NULL;
+    w->ibuf = info ? xmalloc(WRITE_BUF) : NULL;
     if (!w->path || !w->buf || (info && !w->ibuf)) {
         writer_free(w);
         return rt_fail(err, errlen, "%s: out of memory", path);

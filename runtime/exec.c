@@ -66,7 +66,7 @@ int rt_exec_init(Exec *x, const Plan *p, Backend *be, Backend *host, ExecLayout 
     if (be->prepare(be, p, STREAM_COMPUTE, err, errlen) != 0 ||
         host->prepare(host, p, STREAM_HOST, err, errlen) != 0)
         return -1;
-    x->ptr = calloc((size_t)p->nbuf + 1, sizeof(void *));
+    x->ptr = xcalloc((size_t)p->nbuf + 1, sizeof(void *));
     x->root = plan_roots(p);
     if (layout == LAYOUT_PLANNED) {
         for (int a = 0; a < ARENA_COUNT; a++) {
@@ -297,7 +297,7 @@ void rt_write_raw(Exec *x, int id, const void *src) {
 
 void rt_zero(Exec *x, int id) {
     const PlanBuffer *b = &x->plan->buf[id];
-    void *zeros = calloc((size_t)b->bytes + 1, 1);
+    void *zeros = xcalloc((size_t)b->bytes + 1, 1);
     x->be->set(x->be, rt_buf_kind(x, id), x->ptr[id], zeros, b->bytes);
     free(zeros);
 }
@@ -315,7 +315,7 @@ int64_t rt_write_target_count(Exec *x, int64_t n) {
     const PlanBuffer *b = plan_role(p, PR_TARGET_COUNT), *tg = plan_role(p, PR_TARGETS);
     if (n < 0 && tg) {   // the trained targets of the micro-batch in the targets buffer
         int64_t k = plan_elems(tg);
-        int32_t *t = malloc(sizeof(int32_t) * (size_t)(k + 1));
+        int32_t *t = xmalloc(sizeof(int32_t) * (size_t)(k + 1));
         rt_read_raw(x, tg->id, t);
         n = 0;
         for (int64_t i = 0; i < k; i++)
@@ -339,7 +339,7 @@ void rt_write_positions(Exec *x, const int32_t *pos) {
         return;
     }
     int64_t n = p->micro_batch * p->seq;
-    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(n + 1));
+    int32_t *ids = xmalloc(sizeof(int32_t) * (size_t)(n + 1));
     for (int64_t i = 0; i < n; i++)
         ids[i] = (int32_t)(i % p->seq);
     rt_write_raw(x, b->id, ids);
@@ -360,7 +360,7 @@ bool rt_grad_stats(const Exec *x, double *norm, bool *nonfinite) {
 // The raw bytes of buffer `id` in host memory (malloc'd).
 static void *fetch(const Exec *x, int id) {
     const PlanBuffer *b = &x->plan->buf[id];
-    void *h = malloc((size_t)plan_dtype_bytes(b->dtype, plan_elems(b)) + 1);
+    void *h = xmalloc((size_t)plan_dtype_bytes(b->dtype, plan_elems(b)) + 1);
     rt_read_raw(x, id, h);
     return h;
 }
@@ -379,7 +379,7 @@ void rt_read_f32(const Exec *x, int id, float *dst) {
             return;
         }
         size_t blocks = cpu_nf4_blocks((size_t)n);
-        float *absmax = am >= 0 ? fetch(x, am) : malloc(sizeof(float) * blocks);
+        float *absmax = am >= 0 ? fetch(x, am) : xmalloc(sizeof(float) * blocks);
         if (am < 0) {
             uint8_t *c = fetch(x, codes);
             float *sc = fetch(x, scales), *mu = fetch(x, mean);
@@ -403,18 +403,18 @@ void rt_read_f32(const Exec *x, int id, float *dst) {
 void rt_write_f32(Exec *x, int id, const float *src) {
     const PlanBuffer *b = &x->plan->buf[id];
     int64_t n = plan_elems(b);
-    void *p = malloc((size_t)plan_dtype_bytes(b->dtype, n) + 1);
+    void *p = xmalloc((size_t)plan_dtype_bytes(b->dtype, n) + 1);
     if (b->dtype == PDT_NF4) {   // quantise, as bitsandbytes does on load
         int am, codes, scales, mean;
         nf4_parts(x, id, &am, &codes, &scales, &mean);
         size_t blocks = cpu_nf4_blocks((size_t)n);
-        float *absmax = malloc(sizeof(float) * blocks);
+        float *absmax = xmalloc(sizeof(float) * blocks);
         cpu_nf4_quantize(p, absmax, src, (size_t)n);
         if (am >= 0) {
             rt_write_raw(x, am, absmax);
         } else {
-            uint8_t *c = malloc(blocks + 1);
-            float *sc = malloc(sizeof(float) * (blocks / 256 + 2)), mu;
+            uint8_t *c = xmalloc(blocks + 1);
+            float *sc = xmalloc(sizeof(float) * (blocks / 256 + 2)), mu;
             cpu_nf4_quantize_absmax(c, sc, &mu, absmax, blocks);
             rt_write_raw(x, codes, c);
             rt_write_raw(x, scales, sc);

@@ -1,6 +1,7 @@
 // fileio.c — whole reads and writes, retried on EINTR, in chunks of at most 1 GiB
 // (what one read or write call moves on Linux), and rt_fail for error messages.
 #include "fileio.h"
+#include "xalloc.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -212,7 +213,7 @@ char *rt_read_whole(const char *path, size_t *bytes) {
         return NULL;
     }
     char *buf = NULL;
-    if ((buf = malloc((size_t)st.st_size + 1))) {
+    if ((buf = xmalloc((size_t)st.st_size + 1))) {
         if (rt_pread_full(fd, buf, (size_t)st.st_size, 0) == 0) {
             buf[st.st_size] = '\0';
             *bytes = (size_t)st.st_size;

@@ -7,6 +7,7 @@
 #include "nvrtc.h"
 
 #include "fileio.h"
+#include "xalloc.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -402,7 +403,7 @@ static void first_lines(const char *log, int max_lines, char *dst, size_t dst_le
 static int read_ptx_facts(NvrtcProgram prog, NvrtcResult *out) {
     size_t bytes = 0;
     char *ptx = NULL;
-    if (nv.ptx_size(prog, &bytes) != NVRTC_OK || !(ptx = malloc(bytes + 1)) || nv.ptx(prog, ptx) != NVRTC_OK) {
+    if (nv.ptx_size(prog, &bytes) != NVRTC_OK || !(ptx = xmalloc(bytes + 1)) || nv.ptx(prog, ptx) != NVRTC_OK) {
         free(ptx);
         return -1;
     }
@@ -501,7 +502,7 @@ char *rt_nvrtc_ptx(const char *source, const char *name, int sm, const char *con
     }
     if (check_args(source, real, extra_opts, nextra, err, errlen) != 0)
         return NULL;
-    const char **opts = malloc((size_t)(MAX_FIXED_OPTS + nextra) * sizeof *opts);
+    const char **opts = xmalloc((size_t)(MAX_FIXED_OPTS + nextra) * sizeof *opts);
     char arch_opt[64], inc_opt[sizeof nv.info.include + 2], virt[24];
     snprintf(virt, sizeof virt, "compute_%d", sm);
     // (every fixed option but the last, ptxas' report: no ptxas runs)
@@ -516,7 +517,7 @@ char *rt_nvrtc_ptx(const char *source, const char *name, int sm, const char *con
         rt_fail(err, errlen, "nvrtc: %s: nvrtcCreateProgram failed: %s", name, nv.error_string(r));
     else if ((r = nv.compile(prog, nopts, opts)) != NVRTC_OK)
         rt_fail(err, errlen, "nvrtc: %s: compiling for %s failed (%s)", name, virt, nv.error_string(r));
-    else if ((r = nv.ptx_size(prog, &bytes)) != NVRTC_OK || !(ptx = malloc(bytes + 1)) ||
+    else if ((r = nv.ptx_size(prog, &bytes)) != NVRTC_OK || !(ptx = xmalloc(bytes + 1)) ||
              (r = nv.ptx(prog, ptx)) != NVRTC_OK) {
         rt_fail(err, errlen, "nvrtc: %s: cannot read the PTX for %s", name, virt);
         free(ptx);
@@ -738,7 +739,7 @@ static bool cache_read(const char *dir, uint64_t key, const char *arch, NvrtcRes
         dst->stack_total_bytes = v[3], dst->spill_store_bytes = v[4], dst->spill_load_bytes = v[5];
     }
     if (!next_line(&p, end, line, sizeof line) || sscanf(line, "log %llu", &log_bytes) != 1 ||
-        log_bytes != (unsigned long long)(end - p) || !(out->log = strndup(p, log_bytes)))
+        log_bytes != (unsigned long long)(end - p) || !(out->log = xstrndup(p, log_bytes)))
         goto done;
 
     if (snprintf(path, sizeof path, "%s/%016" PRIx64 ".cubin", dir, key) < (int)sizeof path)

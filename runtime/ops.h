@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "xalloc.h"   // the allocation helper every room uses (ftc_ops is the library all link)
 
 enum { OP_MAX_DIMS = 6 };
 

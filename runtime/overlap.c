@@ -2,6 +2,7 @@
 // as a sorted list of disjoint intervals; a span taking [lo, hi) reports the holders of
 // the intervals it covers and replaces them with itself (keeping the parts outside).
 #include "overlap.h"
+#include "xalloc.h"
 
 #include <stdbool.h>
 #include <stdlib.h>
@@ -68,7 +69,7 @@ static void take(Map *m, const ByteSpan *s, void (*fn)(int, int, void *), void *
     int grow = nput - (j - i);
     if (m->n + grow > m->cap) {
         m->cap = 2 * (m->n + grow) + 16;
-        m->at = realloc(m->at, sizeof *m->at * (size_t)m->cap);
+        m->at = xrealloc(m->at, sizeof *m->at * (size_t)m->cap);
     }
     memmove(&m->at[i + nput], &m->at[j], sizeof *m->at * (size_t)(m->n - j));
     memcpy(&m->at[i], put, sizeof *put * (size_t)nput);
@@ -84,7 +85,7 @@ void byte_successions(ByteSpan *r, int n, void (*fn)(int prev, int next, void *c
         while (k < nmaps && maps[k].arena != r[i].arena)
             k++;
         if (k == nmaps) {
-            maps = realloc(maps, sizeof *maps * (size_t)(nmaps + 1));
+            maps = xrealloc(maps, sizeof *maps * (size_t)(nmaps + 1));
             maps[nmaps++] = (Map){.arena = r[i].arena};
         }
         take(&maps[k], &r[i], fn, ctx);

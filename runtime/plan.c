@@ -89,15 +89,6 @@ static char *next_line(Reader *r) {
     }
 }
 
-static char *xstrdup(const char *s) {
-    char *p = strdup(s);
-    if (!p) {
-        fprintf(stderr, "ftc: out of memory\n");
-        abort();
-    }
-    return p;
-}
-
 // Splits `s` at spaces into at most `max` words (in place).
 static int words(char *s, char **w, int max) {
     int n = 0;
@@ -632,7 +623,7 @@ static int read_steps(Reader *r, Plan *p, PlanInstr *in) {
         return bad(r, "instruction %d: a fused instruction, and only one, has steps=N", in->id);
     if (!in->nstep)
         return 0;
-    in->step = calloc((size_t)in->nstep, sizeof(PlanStep));
+    in->step = xcalloc((size_t)in->nstep, sizeof(PlanStep));
     for (int s = 0; s < in->nstep; s++) {
         char *line = next_line(r), *w[24] = {0};
         if (!line)
@@ -788,8 +779,8 @@ static int check_groups(Reader *r, Plan *p) {
 // View and reuse links end at a base buffer: follow each link once (0 unvisited,
 // 1 on the current path, 2 known to end well).
 static int check_links(Reader *r, const Plan *p) {
-    char *state = calloc((size_t)p->nbuf + 1, 1);
-    int *path = malloc(sizeof(int) * (size_t)(p->nbuf + 1));
+    char *state = xcalloc((size_t)p->nbuf + 1, 1);
+    int *path = xmalloc(sizeof(int) * (size_t)(p->nbuf + 1));
     for (int i = 0; i < p->nbuf; i++) {
         int n = 0, id = i;
         while (state[id] == 0) {
@@ -916,7 +907,7 @@ static FILE *open_plan(const char *path, char *err, size_t errlen) {
 
 // The buffer list: nbuf lines, then the checks of the table as a whole.
 static int read_buffers(Reader *r, Plan *p) {
-    p->buf = calloc((size_t)p->nbuf + 1, sizeof *p->buf);
+    p->buf = xcalloc((size_t)p->nbuf + 1, sizeof *p->buf);
     for (int i = 0; i < p->nbuf; i++) {
         char *line = next_line(r);
         if (!line)
@@ -957,7 +948,7 @@ static int read_phases(Reader *r, Plan *p) {
             return bad(r, ph == PHASE_EVAL ? "expected 'phase eval N' or 'end'" : "expected 'phase %s N'",
                        phase_names[ph]);
         p->nins[ph] = (int)n;
-        p->ins[ph] = calloc((size_t)n + 1, sizeof(PlanInstr));
+        p->ins[ph] = xcalloc((size_t)n + 1, sizeof(PlanInstr));
         for (int i = 0; i < n; i++)
             if (read_phase_instr(r, p, ph, i, next_id++) != 0)
                 return -1;
@@ -989,7 +980,7 @@ int plan_load(Plan **out, const char *path, char *err, size_t errlen) {
     Reader r = {.path = path, .err = err, .errlen = errlen};
     if (!(r.f = open_plan(path, err, errlen)))
         return -1;
-    Plan *p = calloc(1, sizeof *p);
+    Plan *p = xcalloc(1, sizeof *p);
     p->ranks = 1;
     p->zero = -1;
     p->arena_kind[ARENA_DEVICE] = MEMK_DEVICE;
@@ -1091,7 +1082,7 @@ const PlanInstr *plan_instr(const Plan *p, int id) {
 
 int *plan_roots(const Plan *p) {
     int n = p->nbuf;
-    int *r = malloc(sizeof(int) * (size_t)(n + 1)), *stack = malloc(sizeof(int) * (size_t)(n + 1));
+    int *r = xmalloc(sizeof(int) * (size_t)(n + 1)), *stack = xmalloc(sizeof(int) * (size_t)(n + 1));
     for (int i = 0; i < n; i++)
         r[i] = -1;
     for (int i = 0; i < n; i++) {

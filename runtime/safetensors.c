@@ -211,7 +211,7 @@ static int parse_entry(StSet *s, int file, const char *name, json_t *v, uint64_t
                        (unsigned long long)data_bytes);
 
     StTensor *t = add_tensor(s);
-    char *copy = t ? strdup(name) : NULL;
+    char *copy = t ? xstrdup(name) : NULL;
     if (!copy)
         return rt_fail(err, errlen, "%s: out of memory", path);
     t->name = copy;
@@ -766,8 +766,8 @@ int st_write(const char *path, const StWrite *t, int n, const char *const *metad
              char *err, size_t errlen) {
     if (n < 0 || (n > 0 && !t))
         return rt_fail(err, errlen, "%s: invalid tensor list (n = %d)", path, n);
-    int *order = malloc((size_t)(n ? n : 1) * sizeof *order);
-    uint64_t *bytes = malloc((size_t)(n ? n : 1) * sizeof *bytes);
+    int *order = xmalloc((size_t)(n ? n : 1) * sizeof *order);
+    uint64_t *bytes = xmalloc((size_t)(n ? n : 1) * sizeof *bytes);
     size_t tmplen = strlen(path) + 40;
     char *tmp = malloc(tmplen);
     char *header = NULL;

@@ -12,6 +12,7 @@
 
 #include "tokenizer.h"
 #include "fileio.h"
+#include "xalloc.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -102,13 +103,13 @@ static int strmap_set(StrMap *m, const void *key, size_t n, int32_t val) {
         return -1;
     if (m->n == m->cap) {
         size_t cap = m->cap ? m->cap * 2 : 256;
-        uint64_t *hh = realloc(m->hash, cap * sizeof *hh);
+        uint64_t *hh = xrealloc(m->hash, cap * sizeof *hh);
         if (hh)
             m->hash = hh;
-        uint32_t *ko = realloc(m->key_off, cap * sizeof *ko);
+        uint32_t *ko = xrealloc(m->key_off, cap * sizeof *ko);
         if (ko)
             m->key_off = ko;
-        uint32_t *kl = realloc(m->key_len, cap * sizeof *kl);
+        uint32_t *kl = xrealloc(m->key_len, cap * sizeof *kl);
         if (kl)
             m->key_len = kl;
         int32_t *v = realloc(m->val, cap * sizeof *v);
@@ -1024,13 +1025,13 @@ static int reserve_bpe(TokScratch *s, size_t n) {
     size_t cap = s->sym_cap ? s->sym_cap : 64;
     while (cap < n)
         cap *= 2;
-    int32_t *a = realloc(s->sym, cap * sizeof *a);
+    int32_t *a = xrealloc(s->sym, cap * sizeof *a);
     if (a)
         s->sym = a;
-    int32_t *b = realloc(s->prev, cap * sizeof *b);
+    int32_t *b = xrealloc(s->prev, cap * sizeof *b);
     if (b)
         s->prev = b;
-    int32_t *c = realloc(s->next, cap * sizeof *c);
+    int32_t *c = xrealloc(s->next, cap * sizeof *c);
     if (c)
         s->next = c;
     uint64_t *h = realloc(s->heap, 2 * cap * sizeof *h);

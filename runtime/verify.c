@@ -117,7 +117,7 @@ static int check_loss_reads(const Plan *p, FILE *out) {
 // buffer is born on bytes others held last; if those are dead by then, every
 // earlier holder is (their lifetimes were apart too), so successions find any clash.
 static int check_clashes(const Plan *p, const int *root, FILE *out) {
-    ByteSpan *own = malloc(sizeof *own * (size_t)(p->nbuf + 1));
+    ByteSpan *own = xmalloc(sizeof *own * (size_t)(p->nbuf + 1));
     int nown = 0;
     for (int i = 0; i < p->nbuf; i++) {
         const PlanBuffer *b = &p->buf[i];
@@ -161,7 +161,7 @@ static int replay_operands(const Plan *p, int id, const bool *written, FILE *out
 // Replay: operands exist, reads follow writes, touches fall inside lifetimes.
 static int check_replay(const Plan *p, FILE *out) {
     int bad = 0, nbuf = p->nbuf, ni = plan_instr_count(p);
-    bool *written = calloc((size_t)nbuf + 1, sizeof(bool));
+    bool *written = xcalloc((size_t)nbuf + 1, sizeof(bool));
     for (int i = 0; i < nbuf; i++) {
         const PlanBuffer *b = &p->buf[i];
         written[i] = whole_step(b) || (b->role && (b->role == PR_TOKENS || b->role == PR_TARGETS ||
@@ -186,7 +186,7 @@ static int check_replay(const Plan *p, FILE *out) {
 // Virtual buffers: made by one step of one fused instruction and living in it alone.
 static int check_virtual(const Plan *p, FILE *out) {
     int bad = 0, nbuf = p->nbuf, ni = plan_instr_count(p);
-    int *maker = malloc(sizeof(int) * (size_t)(nbuf + 1));
+    int *maker = xmalloc(sizeof(int) * (size_t)(nbuf + 1));
     for (int i = 0; i < nbuf; i++)
         maker[i] = -1;
     for (int id = 0; id < ni; id++) {
@@ -236,7 +236,7 @@ int plan_verify(const Plan *p, FILE *out) {
 // of the last micro-step: only the optimizer phase reads it.
 static int check_last(const Plan *p, const int *root, FILE *out) {
     int bad = 0, micro = p->nins[PHASE_FWD] + p->nins[PHASE_BWD];
-    int *by = malloc(sizeof(int) * (size_t)(p->nbuf + 1));   // per root: the last-only writer
+    int *by = xmalloc(sizeof(int) * (size_t)(p->nbuf + 1));   // per root: the last-only writer
     for (int i = 0; i < p->nbuf; i++)
         by[i] = -1;
     for (int id = 0; id < micro; id++) {
@@ -427,7 +427,7 @@ static void shared_pair(int a, int b, void *ctx) {
         return;
     if (s->n == s->cap) {
         s->cap = s->cap ? 2 * s->cap : 1024;
-        s->pair = realloc(s->pair, sizeof *s->pair * (size_t)s->cap);
+        s->pair = xrealloc(s->pair, sizeof *s->pair * (size_t)s->cap);
     }
     s->pair[s->n].a = a, s->pair[s->n].b = b;
     s->n++;
@@ -460,7 +460,7 @@ static void root_spans(Replay *r, int *first, int *last, bool *cross) {
 // compute stream (a succession of holders orders them all when each pair is).
 static void shared_roots(const Plan *p, const int *root, const int *first, const int *last,
                          Shared *sh) {
-    ByteSpan *br = malloc(sizeof *br * (size_t)(p->nbuf + 1));
+    ByteSpan *br = xmalloc(sizeof *br * (size_t)(p->nbuf + 1));
     int nbr = 0;
     for (int i = 0; i < p->nbuf; i++) {
         const PlanBuffer *b = &p->buf[i];
@@ -564,14 +564,14 @@ static void check_takeovers(Replay *r, const Shared *sh, const int *first, const
 static int check_streams(const Plan *p, const int *root, FILE *out) {
     int ni = plan_instr_count(p), nbuf = p->nbuf;
     Replay rr = {.p = p, .root = root, .out = out}, *r = &rr;
-    r->pos = malloc(sizeof(int) * (size_t)(ni + 1));
-    r->clock = malloc(sizeof(int) * S * (size_t)(ni + 1));
-    r->hist = malloc(sizeof(Hist) * (size_t)(nbuf + 1));
-    int *recorder = malloc(sizeof(int) * (size_t)(p->events + 1));
+    r->pos = xmalloc(sizeof(int) * (size_t)(ni + 1));
+    r->clock = xmalloc(sizeof(int) * S * (size_t)(ni + 1));
+    r->hist = xmalloc(sizeof(Hist) * (size_t)(nbuf + 1));
+    int *recorder = xmalloc(sizeof(int) * (size_t)(p->events + 1));
     for (int e = 0; e < p->events; e++)
         recorder[e] = -1;
-    int *first = malloc(sizeof(int) * (size_t)(nbuf + 1)), *last = malloc(sizeof(int) * (size_t)(nbuf + 1));
-    bool *cross = calloc((size_t)nbuf + 1, sizeof(bool));
+    int *first = xmalloc(sizeof(int) * (size_t)(nbuf + 1)), *last = xmalloc(sizeof(int) * (size_t)(nbuf + 1));
+    bool *cross = xcalloc((size_t)nbuf + 1, sizeof(bool));
     root_spans(r, first, last, cross);
     Shared sh = {.cross = cross};
     shared_roots(p, root, first, last, &sh);

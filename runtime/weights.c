@@ -111,7 +111,7 @@ static void sync_masters(Exec *x) {
             continue;
         const PlanBuffer *w = &p->buf[b->of];
         bool slice = b->shard_ndim && !w->shard_ndim;
-        float *tmp = malloc(sizeof(float) * (size_t)plan_elems(w));
+        float *tmp = xmalloc(sizeof(float) * (size_t)plan_elems(w));
         rt_read_f32(x, b->of, tmp);
         rt_write_f32(x, i, tmp + (slice ? (int64_t)x->rank * plan_elems(b) : 0));
         free(tmp);
@@ -206,7 +206,7 @@ void rt_weights_init(Exec *x, uint64_t seed) {
         if (b->kind != PK_PARAM)
             continue;
         int64_t n = whole_elems(b);   // a shard: the whole tensor's stream, this rank's slice
-        float *v = malloc(sizeof(float) * (size_t)n);
+        float *v = xmalloc(sizeof(float) * (size_t)n);
         rt_weights_fill(v, n, b->init, b->init_scale, seed, i, 0);
         write_whole(x, i, v);
         free(v);
@@ -217,7 +217,7 @@ void rt_weights_init(Exec *x, uint64_t seed) {
 
 // Per buffer: the id of its fp32 master copy, or -1 (malloc'd).
 static int *masters(const Plan *p) {
-    int *m = malloc(sizeof(int) * (size_t)(p->nbuf + 1));
+    int *m = xmalloc(sizeof(int) * (size_t)(p->nbuf + 1));
     for (int i = 0; i < p->nbuf; i++)
         m[i] = -1;
     for (int i = 0; i < p->nbuf; i++)
@@ -264,7 +264,7 @@ int rt_weights_load(Exec *x, const char *path, uint64_t seed, int *fresh, char *
             // A LoRA adapter is new: its seeded initialisation.
             if (strstr(b->hf, ".lora_A.") || strstr(b->hf, ".lora_B.")) {
                 int64_t n = whole_elems(b);
-                float *v = malloc(sizeof(float) * (size_t)n);
+                float *v = xmalloc(sizeof(float) * (size_t)n);
                 rt_weights_fill(v, n, b->init, b->init_scale, seed, i, 0);
                 put_param(x, i, master[i], v);
                 free(v);
@@ -294,7 +294,7 @@ int rt_weights_load(Exec *x, const char *path, uint64_t seed, int *fresh, char *
             break;
         }
         int64_t n = whole_elems(b);
-        float *v = malloc(sizeof(float) * (size_t)n);
+        float *v = xmalloc(sizeof(float) * (size_t)n);
         char why[512];
         if (st_read_f32(st, t, v, n, why, sizeof why) != 0) {
             snprintf(err, errlen, "%s", why);
@@ -303,7 +303,7 @@ int rt_weights_load(Exec *x, const char *path, uint64_t seed, int *fresh, char *
             put_param(x, i, master[i], v);
             read++;
             if (!x->source_dtype)
-                x->source_dtype = calloc((size_t)p->nbuf + 1, 1);
+                x->source_dtype = xcalloc((size_t)p->nbuf + 1, 1);
             if (x->source_dtype)
                 x->source_dtype[i] = (uint8_t)(1 + t->dtype);
         }
@@ -327,7 +327,7 @@ static void *as_source_dtype(const Exec *x, int id, StWrite *w) {
     int64_t n = 1;
     for (int k = 0; k < w->ndim; k++)
         n *= w->shape[k];
-    uint16_t *h = d == ST_BF16 || d == ST_F16 ? malloc(sizeof(uint16_t) * (size_t)(n > 0 ? n : 1)) : NULL;
+    uint16_t *h = d == ST_BF16 || d == ST_F16 ? xmalloc(sizeof(uint16_t) * (size_t)(n > 0 ? n : 1)) : NULL;
     if (!h)   // (fp32 kept, also when out of memory)
         return (void *)w->data;
     const float *f = w->data;
@@ -342,10 +342,10 @@ int rt_weights_save(Exec *x, const char *path, bool trainable_only, char *err, s
     const Plan *p = x->plan;
     int n = 0;
     bool gathered = true;
-    StWrite *w = calloc((size_t)p->nbuf + 1, sizeof *w);
-    void **data = calloc((size_t)p->nbuf + 1, sizeof(void *));
+    StWrite *w = xcalloc((size_t)p->nbuf + 1, sizeof *w);
+    void **data = xcalloc((size_t)p->nbuf + 1, sizeof(void *));
     // The fp32 master copy where the plan keeps one: the most exact value trained.
-    int *master = malloc(sizeof(int) * (size_t)p->nbuf);
+    int *master = xmalloc(sizeof(int) * (size_t)p->nbuf);
     for (int i = 0; i < p->nbuf; i++)
         master[i] = -1;
     for (int i = 0; i < p->nbuf; i++)
@@ -356,7 +356,7 @@ int rt_weights_save(Exec *x, const char *path, bool trainable_only, char *err, s
         if (b->kind != PK_PARAM || (trainable_only && !b->trainable))
             continue;
         int src = master[i] >= 0 ? master[i] : i;
-        float *v = malloc(sizeof(float) * (size_t)whole_elems(b));
+        float *v = xmalloc(sizeof(float) * (size_t)whole_elems(b));
         data[n] = v;
         w[n] = (StWrite){.name = b->hf, .dtype = ST_F32, .ndim = whole_ndim(b), .shape = whole_shape(b),
                          .data = v};
@@ -408,7 +408,7 @@ static float *param_values(Exec *x, int id, char *err, size_t errlen) {
     for (int i = 0; i < p->nbuf; i++)
         if (p->buf[i].kind == PK_STATE && p->buf[i].of == id && !strcmp(p->buf[i].category, "master"))
             src = i;
-    float *v = malloc(sizeof(float) * (size_t)whole_elems(&p->buf[id]));
+    float *v = xmalloc(sizeof(float) * (size_t)whole_elems(&p->buf[id]));
     if (v && read_whole(x, src, v, err, errlen) != 0) {
         free(v);
         return NULL;
@@ -419,15 +419,15 @@ static float *param_values(Exec *x, int id, char *err, size_t errlen) {
 int rt_adapters_save(Exec *x, const char *dir, const char *base_model, char *err, size_t errlen) {
     const Plan *p = x->plan;
     int n = 0;
-    StWrite *w = calloc((size_t)p->nbuf + 1, sizeof *w);
-    char **names = calloc((size_t)p->nbuf + 1, sizeof(char *));
+    StWrite *w = xcalloc((size_t)p->nbuf + 1, sizeof *w);
+    char **names = xcalloc((size_t)p->nbuf + 1, sizeof(char *));
     for (int i = 0; i < p->nbuf; i++) {
         const PlanBuffer *b = &p->buf[i];
         if (b->kind != PK_PARAM || !is_adapter(b))
             continue;
         // PEFT's names: base_model.model.<module>.lora_A.weight
         size_t len = strlen(b->hf) + 32;
-        names[n] = malloc(len);
+        names[n] = xmalloc(len);
         snprintf(names[n], len, "base_model.model.%s", b->hf);
         w[n] = (StWrite){.name = names[n], .dtype = ST_F32, .ndim = whole_ndim(b), .shape = whole_shape(b),
                          .data = param_values(x, i, err, errlen)};
@@ -447,7 +447,7 @@ int rt_adapters_save(Exec *x, const char *dir, const char *base_model, char *err
         return rc;
     // adapter_config.json, as PEFT's LoraConfig writes it
     json_t *cfg = json_object(), *targets = json_array();
-    char *list = strdup(p->lora_targets ? p->lora_targets : "");
+    char *list = xstrdup(p->lora_targets ? p->lora_targets : "");
     for (char *save, *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save))
         json_array_append_new(targets, json_string(t));
     free(list);
@@ -484,7 +484,7 @@ int rt_weights_save_merged(Exec *x, const char *path, char *err, size_t errlen) 
     double scale = p->lora_r > 0 ? p->lora_alpha / (double)p->lora_r : 0;
     int n = 0;
     bool gathered = true;
-    StWrite *w = calloc((size_t)p->nbuf + 1, sizeof *w);
+    StWrite *w = xcalloc((size_t)p->nbuf + 1, sizeof *w);
     for (int i = 0; i < p->nbuf; i++) {
         const PlanBuffer *b = &p->buf[i];
         if (b->kind != PK_PARAM || is_adapter(b))

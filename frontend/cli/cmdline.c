@@ -10,8 +10,8 @@ void cmdline_init(Cmdline *c, int argc, char **argv) {
     size_t len = 4;
     for (int i = 1; i < argc; i++)
         len += strlen(argv[i]) + 1;
-    char *text = malloc(len + 1), *p = text;
-    c->col = malloc(sizeof(int) * (size_t)(argc + 1));
+    char *text = xmalloc(len + 1), *p = text;
+    c->col = xmalloc(sizeof(int) * (size_t)(argc + 1));
     for (int i = 0; i < argc; i++) {
         // argv[0] shows as "ftc" so messages read the same however ftc was started
         const char *arg = i ? argv[i] : "ftc";

@@ -397,7 +397,7 @@ static void round_to(float *v, int64_t n, PlanDType t) {
 // (The output may be acc's own bytes: dx is formed apart first.)
 static int k_rmsnorm_dx(Call *c) {
     bool acc = c->in->nin > 4 && c->in->in[4] >= 0;
-    float *dx = acc ? malloc(sizeof(float) * (size_t)(ON(0) + 1)) : OUT(0);
+    float *dx = acc ? xmalloc(sizeof(float) * (size_t)(ON(0) + 1)) : OUT(0);
     if (!dx)
         return fail(c, "out of memory");
     cpu_rmsnorm_backward(dx, NULL, IN(0), IN(1), IN(2), IN(3), (size_t)rows(B(1)), (size_t)last_dim(B(1)),
@@ -807,7 +807,7 @@ static int run_fused(Backend *be, Exec *x, const PlanInstr *in, char *err, size_
     for (; s < in->nstep && rc == 0; s++) {
         const PlanStep *st = &in->step[s];
         const PlanBuffer *o = &p->buf[st->out];
-        if (o->virt && !(x->ptr[st->out] = malloc((size_t)plan_dtype_bytes(o->dtype, plan_elems(o)) + 16)))
+        if (o->virt && !(x->ptr[st->out] = xmalloc((size_t)plan_dtype_bytes(o->dtype, plan_elems(o)) + 16)))
             return fail(&(Call){.err = err, .errlen = errlen}, "out of memory (a fused step)");
         PlanInstr one = {.id = in->id, .op = st->op, .nin = st->nin, .nout = 1, .out = {st->out},
                          .attr = st->attr, .stream = in->stream, .ws = -1, .record = -1,
@@ -916,8 +916,8 @@ static void cpu_destroy(Backend *be) {
 }
 
 Backend *rt_cpu_backend(void) {
-    Backend *be = calloc(1, sizeof *be);
-    CpuState *s = calloc(1, sizeof *s);
+    Backend *be = xcalloc(1, sizeof *be);
+    CpuState *s = xcalloc(1, sizeof *s);
     *be = (Backend){.name = "cpu", .host_addressable = true, .prepare = cpu_prepare, .alloc = cpu_alloc, .free = cpu_free,
                     .set = cpu_move, .get = cpu_move, .fill = cpu_fill, .copy = cpu_copy,
                     .launch = cpu_launch, .sync = cpu_sync, .destroy = cpu_destroy, .state = s};

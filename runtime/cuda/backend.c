@@ -279,7 +279,7 @@ static void enqueue(CudaState *s, const HostItem *it) {
         s->qhead = s->qtail = 0;
     if (s->qtail == s->qcap) {
         s->qcap = s->qcap ? 2 * s->qcap : 256;
-        s->q = realloc(s->q, sizeof *s->q * (size_t)s->qcap);
+        s->q = xrealloc(s->q, sizeof *s->q * (size_t)s->qcap);
     }
     s->q[s->qtail++] = *it;
     s->queued++;
@@ -318,7 +318,7 @@ static void note_host_uses(CudaState *s, Exec *x, const PlanInstr *in) {
             continue;
         if (s->nuses == s->uses_cap) {
             s->uses_cap = s->uses_cap ? 2 * s->uses_cap : 64;
-            s->uses = realloc(s->uses, sizeof *s->uses * (size_t)s->uses_cap);
+            s->uses = xrealloc(s->uses, sizeof *s->uses * (size_t)s->uses_cap);
         }
         uintptr_t lo = (uintptr_t)x->ptr[ids[i]];
         s->uses[s->nuses++] = (struct HostUse){lo, lo + (uintptr_t)x->plan->buf[ids[i]].bytes, s->queued};
@@ -851,11 +851,11 @@ static CuResult launch_kernel(CudaState *s, const PlanInstr *in, int l, void *ar
     PhaseGraph *t = &s->taking;
     if (t->nnode == t->cap) {
         t->cap = t->cap ? 2 * t->cap : 64;
-        t->node = realloc(t->node, sizeof *t->node * (size_t)t->cap);
+        t->node = xrealloc(t->node, sizeof *t->node * (size_t)t->cap);
     }
     GraphNode gn = {.node = deps[0], .in = in, .fn = fn, .pl = pl};
     if (in->group) {
-        gn.group = malloc(sizeof *gn.group);
+        gn.group = xmalloc(sizeof *gn.group);
         memcpy(gn.group, args, sizeof *gn.group);
     } else {
         gn.args = *(KernelArgs *)args;
@@ -995,7 +995,7 @@ static void tune_product(CudaState *s, Tuning *t, Gemm *g, const void *a, const 
         if (!choose_timed(s, t, g, key, align, a, b, c, ws, wsb))
             return;
         Gemm *met = realloc(t->met, (size_t)(m + 1) * sizeof *met);
-        uint64_t *keys = met ? realloc(t->key, (size_t)(m + 1) * sizeof *keys) : NULL;
+        uint64_t *keys = met ? xrealloc(t->key, (size_t)(m + 1) * sizeof *keys) : NULL;
         if (met)
             t->met = met;
         if (keys) {
@@ -1220,7 +1220,7 @@ static int launch(CudaState *s, Exec *x, const PlanInstr *in, char *err, size_t 
     KernelGroupArgs *ga = NULL;
     void *args = &a;
     if (in->group) {
-        ga = malloc(sizeof *ga);
+        ga = xmalloc(sizeof *ga);
         rt_kernel_group_args(x, in, ga);
         args = ga;
     } else {
@@ -1328,7 +1328,7 @@ static int cuda_run_phase(Backend *be, Exec *x, PlanPhase ph,
         void *now = &a, *was = &n->args;
         size_t bytes = sizeof a;
         if (n->group) {
-            ga = ga ? ga : malloc(sizeof *ga);
+            ga = ga ? ga : xmalloc(sizeof *ga);
             *ga = *n->group;
             rt_group_args_update(x, n->in, ga);
             now = ga, was = n->group, bytes = sizeof *ga;
@@ -1477,9 +1477,9 @@ static int cuda_prepare(Backend *be, const Plan *p, int stream, char *err, size_
     if (load_module(s, err, errlen) != 0 || arena_fits(s, p, err, errlen) != 0)
         return -1;
     s->ninstr = plan_instr_count(p);
-    s->fn = calloc((size_t)s->ninstr * PLAN_MAX_LAUNCHES + 1, sizeof *s->fn);
-    s->gemm = calloc((size_t)s->ninstr + 1, sizeof *s->gemm);
-    s->loss = calloc((size_t)s->ninstr * LOSS_GEMMS + 1, sizeof *s->loss);
+    s->fn = xcalloc((size_t)s->ninstr * PLAN_MAX_LAUNCHES + 1, sizeof *s->fn);
+    s->gemm = xcalloc((size_t)s->ninstr + 1, sizeof *s->gemm);
+    s->loss = xcalloc((size_t)s->ninstr * LOSS_GEMMS + 1, sizeof *s->loss);
     for (int id = 0; id < s->ninstr; id++) {
         const PlanInstr *in = plan_instr(p, id);
         if (in->stream == STREAM_HOST || op_desc(in->op)->cls == OPC_COPY || in->by >= 0 ||
@@ -1507,11 +1507,11 @@ static int cuda_prepare(Backend *be, const Plan *p, int stream, char *err, size_
         }
     }
     s->nevents = p->events;
-    s->event = calloc((size_t)s->nevents + 1, sizeof *s->event);
-    s->on_host = calloc((size_t)s->nevents + 1, sizeof *s->on_host);
-    s->recorded_in = calloc((size_t)s->nevents + 1, sizeof *s->recorded_in);
-    s->expected = calloc((size_t)s->nevents + 1, sizeof *s->expected);
-    s->done = calloc((size_t)s->nevents + 1, sizeof *s->done);
+    s->event = xcalloc((size_t)s->nevents + 1, sizeof *s->event);
+    s->on_host = xcalloc((size_t)s->nevents + 1, sizeof *s->on_host);
+    s->recorded_in = xcalloc((size_t)s->nevents + 1, sizeof *s->recorded_in);
+    s->expected = xcalloc((size_t)s->nevents + 1, sizeof *s->expected);
+    s->done = xcalloc((size_t)s->nevents + 1, sizeof *s->done);
     for (int e = 0; e < s->nevents; e++) {
         CuResult r = s->api.cu.EventCreate(&s->event[e], CUX_EVENT_DISABLE_TIMING);
         if (r != CUX_SUCCESS)
@@ -1851,8 +1851,8 @@ static int make_streams(CudaState *s, char *err, size_t errlen) {
 
 Backend *rt_cuda_backend(const char *plan_dir, const Plan *p, const CudaApi *api, int local_rank,
                          char *err, size_t errlen) {
-    CudaState *s = calloc(1, sizeof *s);
-    Backend *be = calloc(1, sizeof *be);
+    CudaState *s = xcalloc(1, sizeof *s);
+    Backend *be = xcalloc(1, sizeof *be);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->more, NULL);
     pthread_cond_init(&s->progress, NULL);

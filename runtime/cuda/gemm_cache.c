@@ -1,6 +1,7 @@
 // gemm_cache.c — the timed cuBLASLt algorithms on disk (gemm_cache.h).
 #include "gemm_cache.h"
 #include "../fileio.h"
+#include "../xalloc.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -140,7 +141,7 @@ int gemm_cache_save(GemmCache *c, char *err, size_t errlen) {
     if (fd < 0)
         return rt_fail(err, errlen, "%s: cannot write it: %s", c->path, strerror(errno));
     size_t cap = 32 + (size_t)c->n * (16 + 1 + 128 + 1 + 32);
-    char *text = malloc(cap);
+    char *text = xmalloc(cap);
     size_t n = 0;
     if (text) {
         n += (size_t)snprintf(text, cap, "%s\n", GEMM_CACHE_MAGIC);

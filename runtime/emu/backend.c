@@ -320,7 +320,7 @@ EmuKernels *rt_emu_kernels_open(const char *plan_dir, char *err, size_t errlen) 
         dlclose(h);
         return NULL;
     }
-    EmuKernels *k = calloc(1, sizeof *k);
+    EmuKernels *k = xcalloc(1, sizeof *k);
     *k = (EmuKernels){h, launch, launch_group, dynamic_smem, table};
     return k;
 }
@@ -343,8 +343,8 @@ Backend *rt_emu_backend(const char *plan_dir, char *err, size_t errlen) {
     EmuKernels *k = rt_emu_kernels_open(plan_dir, err, errlen);
     if (!k)
         return NULL;
-    Backend *be = calloc(1, sizeof *be);
-    EmuState *s = calloc(1, sizeof *s);
+    Backend *be = xcalloc(1, sizeof *be);
+    EmuState *s = xcalloc(1, sizeof *s);
     s->cpu = rt_cpu_backend();
     s->k = k;
     snprintf(s->dir, sizeof s->dir, "%s", plan_dir);
