@@ -4,8 +4,9 @@
 // nothing fetched) with the loss and eval curves, throughput, learning rate, gradient
 // norm, loss scale and the plan's memory against the measured; written aside and renamed
 // into place, so it is always a whole page. A resumed run keeps the records up to its
-// checkpoint's step and goes on after them.
-#include "runtime.h"
+// checkpoint's step and goes on after them. As a listener of a training session's events
+// (session.h) it opens before step one and writes a record as each step ends.
+#include "session.h"
 #include "fileio.h"
 
 #include <errno.h>
@@ -195,7 +196,7 @@ void rt_report_failed(RunReport *r, const char *why) {
 
 void rt_report_measured(RunReport *r, int64_t bytes, const char *what) {
     r->measured_bytes = bytes;
-    snprintf(r->measured_what, sizeof r->measured_what, "%s", what);
+    snprintf(r->measured_what, sizeof r->measured_what, "%.*s", (int)sizeof r->measured_what - 1, what);
 }
 
 static void xml_text(FILE *f, const char *s) {
@@ -385,4 +386,69 @@ void rt_report_close(RunReport *r) {
     free(r->rec);
     free(r->failed);
     free(r);
+}
+
+//
+// The report as a listener of a training session (session.h).
+//
+
+// Opens the report in the session's directory before step one (a resumed run's records
+// kept up to its checkpoint), and says where it goes.
+static int report_open(RunReport **r, const TrainSession *s, char *err, size_t errlen) {
+    const Plan *p = s->p;
+    RunReportInfo ri = {.model = p->model, .device = s->be->name, .plan_dir = s->o->plan_dir, .data = s->o->data,
+                        .eval_data = s->o->eval_data, .gpu = p->gpu, .steps = s->steps,
+                        .tokens_per_step = s->tokens_per_step, .planned_device = p->arena_bytes[ARENA_DEVICE],
+                        .planned_host = p->arena_bytes[ARENA_HOST], .reserve = p->reserve_bytes,
+                        .budget = p->budget_bytes};
+    if (rt_report_open(r, s->report_dir, &ri, s->done, err, errlen) != 0)
+        return -1;
+    fprintf(s->out, "report: %s/run.jsonl (a record a step) and %s/run.html\n", s->report_dir, s->report_dir);
+    return 0;
+}
+
+// The step's record; run.html again after an evaluation and every --save-every steps.
+static int report_step(RunReport *r, const TrainSession *s, char *err, size_t errlen) {
+    const StepResult *x = &s->last;
+    const RunOptions *o = s->o;
+    RunRecord rr = {.step = x->step, .loss = x->loss, .eval_loss = x->eval_loss,
+                    .grad_norm = x->skipped ? NAN : x->grad_norm, .lr = x->lr,
+                    .tokens_per_s = (double)s->tokens_per_step / x->step_s,
+                    .loss_scale = x->scaled ? x->scale : 0, .elapsed_s = x->elapsed_s, .skipped = x->skipped,
+                    .skipped_total = s->x.skipped, .tokens = s->tokens_per_step * x->step};
+    bool page = !isnan(x->eval_loss) || (o->save_every > 0 && x->step % o->save_every == 0);
+    if (rt_report_step(r, &rr, err, errlen) != 0 || (page && rt_report_html(r, err, errlen) != 0))
+        return -1;
+    return 0;
+}
+
+// The run's end: run.html; after an error, the errors that ended it too (best effort: the
+// run is failing already).
+static int report_end(RunReport **r, const TrainEvent *e, char *err, size_t errlen) {
+    char ignored[1024];
+    if (e->kind == EV_DONE && rt_report_html(*r, err, errlen) != 0)
+        return -1;   // (EV_FAILED follows)
+    if (e->kind == EV_FAILED) {
+        rt_report_failed(*r, e->why);
+        rt_report_html(*r, ignored, sizeof ignored);
+    }
+    rt_report_close(*r);
+    *r = NULL;
+    return 0;
+}
+
+int rt_report_on_event(void *ctx, const TrainEvent *e, char *err, size_t errlen) {
+    RunReport **r = ctx;
+    const TrainSession *s = e->s;
+    if (e->kind == EV_OPEN && s->report_dir)
+        return report_open(r, s, err, errlen);
+    if (!*r)
+        return 0;
+    if (e->kind == EV_MEASURED)
+        rt_report_measured(*r, s->mem.used, s->mem.what);
+    if (e->kind == EV_STEP_END)
+        return report_step(*r, s, err, errlen);
+    if (e->kind == EV_DONE || e->kind == EV_FAILED)
+        return report_end(r, e, err, errlen);
+    return 0;
 }
