@@ -28,7 +28,7 @@ struct RunReport {
     char *failed;           // why the run ended with an error (rt_report_failed), or NULL
 };
 
-static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
+static char *dup_or_null(const char *s) { return s ? xstrdup(s) : NULL; }
 
 static void put_num(char *buf, size_t cap, size_t *at, const char *key, double v, const char *fmt) {
     if (*at >= cap)
@@ -185,7 +185,7 @@ static void json_text(char *buf, size_t cap, const char *s) {
 
 void rt_report_failed(RunReport *r, const char *why) {
     free(r->failed);
-    r->failed = strdup(why);
+    r->failed = xstrdup(why);
     char text[4096], line[4200];
     json_text(text, sizeof text, why);
     int n = snprintf(line, sizeof line, "{\"error\": \"%s\"}\n", text);

@@ -200,13 +200,17 @@ int rt_console_on_event(void *ctx, const TrainEvent *e, char *err, size_t errlen
 int rt_report_on_event(void *ctx, const TrainEvent *e, char *err, size_t errlen);
 
 //
-// train.c — the job's errors.
+// run_errors.c — the job's errors.
 //
 
+// A run starts with no errors; on a job of several ranks its lines name this one.
+void rt_run_errors_begin(int rank, int ranks);
 // "ftc run: error: " (the rank, on a job of several), the message, on standard error in
 // one write; kept for the run report. Returns 1.
 int rt_run_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 // Every error of the run so far, in order ("" when none).
 const char *rt_run_errors(void);
+// "rank 1 of 4: " on a job of several ranks, else "".
+const char *rt_run_who(void);
 
 #endif

@@ -1,5 +1,5 @@
 // train.c — `ftc run`: the job (this process alone, or one rank of what mpirun or srun
-// started), its error lines and its signals, and the run: a training session (session.c)
+// started), its signals, and the run: a training session (session.c)
 // stepped to its last step, the console (progress.c) and the run report (report.c)
 // listening to its events.
 #include "session.h"
@@ -7,37 +7,8 @@
 
 #include <errno.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <string.h>
 #include <unistd.h>
-
-// Which rank an error comes from, on a job of several ("rank 1 of 4: "); empty otherwise.
-static char who[64];
-static char errors[4096];   // the run's errors so far, for its report
-
-// One write, so that the lines of ranks sharing a terminal do not interleave.
-int rt_run_error(const char *fmt, ...) {
-    char line[4096];
-    int n = snprintf(line, sizeof line, "ftc run: error: %s", who);
-    va_list ap;
-    va_start(ap, fmt);
-    if (n >= 0 && (size_t)n < sizeof line - 1)
-        n += vsnprintf(line + n, sizeof line - 1 - (size_t)n, fmt, ap);
-    va_end(ap);
-    if (n < 0 || (size_t)n > sizeof line - 2)
-        n = (int)sizeof line - 2;
-    line[n++] = '\n';
-    // (kept for the run's report: every error of the run, in order)
-    size_t k = strlen(errors), m = (size_t)n - 1 - strlen("ftc run: error: ");
-    if (k + m + 2 < sizeof errors)
-        snprintf(errors + k, sizeof errors - k, "%s%.*s", k ? " " : "", (int)m, line + strlen("ftc run: error: "));
-    fflush(stderr);
-    ssize_t w = write(2, line, (size_t)n);
-    (void)w;
-    return 1;
-}
-
-const char *rt_run_errors(void) { return errors; }
 
 // A rank ended by a signal says which and from whom. A rank cannot tell why: its launcher
 // (mpirun, srun) signals every rank when one fails, and when the job itself is stopped from
@@ -56,7 +27,7 @@ static void catch_term(const Comm *c) {
     const char *from = c->launcher ? c->launcher : "the launcher";
     for (int k = 0; k < 2; k++)
         snprintf(term_msg[k], sizeof term_msg[k], "ftc run: %sstopped by %s from %s: the job was ended, from "
-                 "outside or after another rank failed (whose error would come first)\n", who,
+                 "outside or after another rank failed (whose error would come first)\n", rt_run_who(),
                  k ? "SIGINT" : "SIGTERM", from);
     struct sigaction sa = {.sa_handler = on_term};
     sigemptyset(&sa.sa_mask);
@@ -110,7 +81,7 @@ static int train(const RunOptions *o, const Plan *p, Comm *comm) {
 
 int rt_train(const RunOptions *o) {
     char err[1024], path[4096];
-    who[0] = errors[0] = '\0';
+    rt_run_errors_begin(0, 1);
     snprintf(path, sizeof path, "%s/plan", o->plan_dir);
     Plan *p = NULL;
     if (plan_load(&p, path, err, sizeof err) != 0)
@@ -127,7 +98,7 @@ int rt_train(const RunOptions *o) {
         return rt_run_error("%s", err);
     }
     if (comm->ranks > 1) {
-        snprintf(who, sizeof who, "rank %d of %d: ", comm->rank, comm->ranks);
+        rt_run_errors_begin(comm->rank, comm->ranks);
         catch_term(comm);
     } else {
         catch_stop();
