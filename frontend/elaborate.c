@@ -1570,3 +1570,11 @@ IrGraph *fe_elaborate(FtSource *src, const FtModel *m, int64_t batch, Arena *a) 
     ir_set_param_init(g);
     return g;
 }
+
+IrGraph *fe_elaborate_at(void *ctx, int64_t micro, int64_t seq, Arena *a) {
+    const FtProgram *pr = ctx;
+    FtSource src = *pr->src;
+    FtModel m = *pr->m;
+    m.train.seq = seq;
+    return fe_elaborate(&src, &m, micro, a);
+}

@@ -187,6 +187,18 @@ int fe_check(FtSource *src, Ast *program, FtModel *m, Arena *a);
 // Builds the forward graph and loss for micro-batch `batch`; NULL after errors.
 IrGraph *fe_elaborate(FtSource *src, const FtModel *m, int64_t batch, Arena *a);
 
+// A checked program, which the passes elaborate at any micro-batch and sequence length
+// (fe_elaborate_at); the source and the model must outlive them.
+typedef struct FtProgram {
+    FtSource *src;
+    const FtModel *m;
+} FtProgram;
+
+// The program `ctx` (an FtProgram) at micro-batch `micro` and sequence length `seq`: the
+// passes' elaboration callback. Planner threads call it at once: each call counts errors
+// in a source of its own.
+IrGraph *fe_elaborate_at(void *ctx, int64_t micro, int64_t seq, Arena *a);
+
 //
 // import.c — Hugging Face config.json to .ft.
 //

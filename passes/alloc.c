@@ -26,29 +26,14 @@ typedef struct Block {
 static int64_t align(int64_t b) { return (b + ALIGN - 1) / ALIGN * ALIGN; }
 static int64_t place_by_start(Block *blocks, int n, int64_t base);
 
-// liveness_root of every tensor, each link followed once (in-place chains can be long).
+// liveness_root of every tensor (op_roots: its base, then along reuse links).
 static int *roots(const IrGraph *g) {
-    int nt = g->tensors.len;
+    int nt = g->tensors.len, *next = xmalloc(sizeof(int) * (size_t)(nt + 1));
     int *r = xmalloc(sizeof(int) * (size_t)(nt + 1));
     for (int i = 0; i < nt; i++)
-        r[i] = -1;
-    int *stack = xmalloc(sizeof(int) * (size_t)(nt + 1));
-    for (int i = 0; i < nt; i++) {
-        int n = 0, t = i;
-        while (r[t] < 0) {
-            const IrTensor *x = &g->tensors.at[t];
-            int next = x->alias_of >= 0 ? x->alias_of : x->reuse;
-            if (next < 0) {
-                r[t] = t;
-                break;
-            }
-            stack[n++] = t;
-            t = next;
-        }
-        while (n > 0)
-            r[stack[--n]] = r[t];
-    }
-    free(stack);
+        next[i] = g->tensors.at[i].alias_of >= 0 ? g->tensors.at[i].alias_of : g->tensors.at[i].reuse;
+    op_roots(nt, next, r);
+    free(next);
     return r;
 }
 

@@ -216,6 +216,14 @@ typedef struct OpGemm {
 // op_check checks them); false for an op of another class.
 bool op_gemm(OpKind op, const OpOperand *a, const OpOperand *b, const OpOperand *out, OpGemm *g);
 
+//
+// op_roots.c — the owners of bytes.
+//
+
+// root[i] for each of n holders: follows next[] (the holder it is a view of, else the one
+// whose bytes it takes; -1: none) to the holder that owns the bytes.
+void op_roots(int n, const int *next, int *root);
+
 // Where an arena lives.
 typedef enum MemKind {
     MEMK_DEVICE,        // device memory (the GPU's; plain memory on the cpu backend)

@@ -1081,26 +1081,11 @@ const PlanInstr *plan_instr(const Plan *p, int id) {
 }
 
 int *plan_roots(const Plan *p) {
-    int n = p->nbuf;
-    int *r = xmalloc(sizeof(int) * (size_t)(n + 1)), *stack = xmalloc(sizeof(int) * (size_t)(n + 1));
+    int n = p->nbuf, *next = xmalloc(sizeof(int) * (size_t)(n + 1)), *r = xmalloc(sizeof(int) * (size_t)(n + 1));
     for (int i = 0; i < n; i++)
-        r[i] = -1;
-    for (int i = 0; i < n; i++) {
-        int k = 0, t = i;
-        while (r[t] < 0) {
-            const PlanBuffer *b = &p->buf[t];
-            int next = b->view >= 0 ? b->view : b->reuse;
-            if (next < 0) {
-                r[t] = t;
-                break;
-            }
-            stack[k++] = t;
-            t = next;
-        }
-        while (k > 0)
-            r[stack[--k]] = r[t];
-    }
-    free(stack);
+        next[i] = p->buf[i].view >= 0 ? p->buf[i].view : p->buf[i].reuse;
+    op_roots(n, next, r);
+    free(next);
     return r;
 }
 

@@ -106,12 +106,9 @@ extern const Command cmd_compile, cmd_run, cmd_data, cmd_inspect;
 // program.c — a checked .ft program as the passes see it.
 //
 
-// What Pipeline.elaborate reads: the source and its checked model, which must outlive
-// the pipeline.
-typedef struct DriverSource {
-    FtSource *src;
-    const FtModel *m;
-} DriverSource;
+// What Pipeline.elaborate reads (fe_elaborate_at): the source and its checked model,
+// which must outlive the pipeline.
+typedef FtProgram DriverSource;
 
 // The pipeline of `ds`: its elaboration callback and its train section's spec (names in
 // arena `a`); passes report user errors at the source's lines, counted in diag.

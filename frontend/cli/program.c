@@ -1,21 +1,11 @@
-// program.c — a checked .ft program as the passes see it: its elaboration at any
-// micro-batch and sequence length, what its train section asks of the pipeline, the
-// precision regimes the report compares, and the train section's lines of a plan header.
+// program.c — a checked .ft program as the passes see it: its elaboration (the language
+// part's fe_elaborate_at), what its train section asks of the pipeline, the precision
+// regimes the report compares, and the train section's lines of a plan header.
 #include "cli.h"
 
 // The loss's chunks of logits take this many bytes at most, unless the planner finds a
 // larger chunk faster (or --loss-chunk fixes one).
 enum { LOSS_CHUNK_BYTES = 64 << 20 };
-
-// Pipeline.elaborate: the program at another micro-batch or sequence length. Planner
-// threads call it at once: each call counts errors in a source of its own.
-static IrGraph *elaborate(void *ctx, int64_t micro, int64_t seq, Arena *a) {
-    const DriverSource *s = ctx;
-    FtSource src = *s->src;
-    FtModel m = *s->m;
-    m.train.seq = seq;
-    return fe_elaborate(&src, &m, micro, a);
-}
 
 static void pass_to_fe(void *ctx, SrcLoc loc, const char *msg) { fe_error(ctx, loc, "%s", msg); }
 
@@ -48,12 +38,12 @@ static PipelineSpec spec_of(const FtModel *m, Arena *a) {
 bool driver_verify(void) { return VERIFY_PASSES; }
 
 Pipeline driver_pipeline(DriverSource *ds, Arena *a, PassDiag *diag) {
-    return (Pipeline){.elaborate = elaborate, .ctx = ds, .spec = spec_of(ds->m, a), .diag = diag,
+    return (Pipeline){.elaborate = fe_elaborate_at, .ctx = ds, .spec = spec_of(ds->m, a), .diag = diag,
                       .verify = VERIFY_PASSES};
 }
 
 CompileProgram driver_program(DriverSource *ds, Arena *a) {
-    return (CompileProgram){elaborate, ds, spec_of(ds->m, a)};
+    return (CompileProgram){fe_elaborate_at, ds, spec_of(ds->m, a)};
 }
 
 void driver_meta_train(PlanMeta *meta, const TrainSpec *t) {

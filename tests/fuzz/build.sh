@@ -63,7 +63,7 @@ if ! "$CC" -fsanitize=fuzzer,address,undefined "$probe/p.c" -o "$probe/p" 2>"$pr
 fi
 
 srcs=(frontend/*.c ir/*.c passes/*.c)   # (the language part of frontend/: not its cli/ room)
-srcs+=(runtime/ops.c runtime/op_check.c runtime/op_gemm.c runtime/overlap.c "$BUILD_DIR/lexer.c" "$BUILD_DIR/parser.c")
+srcs+=(runtime/ops.c runtime/op_check.c runtime/op_gemm.c runtime/op_roots.c runtime/overlap.c "$BUILD_DIR/lexer.c" "$BUILD_DIR/parser.c")
 
 jansson_cflags=$(pkg-config --cflags jansson 2>/dev/null || true)
 jansson_libs="$(pkg-config --libs jansson 2>/dev/null || echo -ljansson) $(pkg-config --libs libpcre2-8 libutf8proc 2>/dev/null || echo -lpcre2-8 -lutf8proc)"
