@@ -53,15 +53,15 @@ typedef struct SrcLoc {
 // Dtypes and memory categories.
 //
 
-typedef enum DType {
-    DT_F32,
-    DT_BF16,
-    DT_F16,
-    DT_I32,
-    DT_U8,
-    DT_NF4,      // 4-bit NormalFloat, two per byte; scales are separate tensors
-    DT_COUNT
-} DType;
+// The IR's dtypes are the op contract's (runtime/ops.h: their names and sizes too).
+typedef OpDType DType;
+#define DT_F32 OPD_F32
+#define DT_BF16 OPD_BF16
+#define DT_F16 OPD_F16
+#define DT_I32 OPD_I32
+#define DT_U8 OPD_U8
+#define DT_NF4 OPD_NF4
+#define DT_COUNT OPD_COUNT
 
 typedef enum MemCategory {
     MEM_WEIGHTS,      // parameters in their compute/storage dtype
@@ -79,9 +79,9 @@ typedef enum MemCategory {
 
 // tensor.c (with ir_tensor_elems ... ir_same_shape below): dtypes, categories, a tensor's
 // sizes and shape text, apart from any graph's nodes.
-const char *dtype_name(DType t);
-bool dtype_parse(const char *s, DType *out);
-int64_t dtype_bytes(DType t, int64_t elems);   // storage bytes, NF4 packed two per byte
+static inline const char *dtype_name(DType t) { return op_dtype_name(t); }
+static inline bool dtype_parse(const char *s, DType *out) { return op_dtype_parse(s, out); }
+static inline int64_t dtype_bytes(DType t, int64_t elems) { return op_dtype_bytes(t, elems); }
 const char *mem_category_name(MemCategory c);
 
 //

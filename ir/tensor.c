@@ -1,17 +1,10 @@
-// tensor.c — what a tensor is, apart from any graph's nodes: dtypes and their sizes,
-// memory categories, a tensor's elements, bytes, base and shape text.
+// tensor.c — what a tensor is, apart from any graph's nodes (its dtype the op
+// contract's): memory categories, a tensor's elements, bytes, base and shape text.
 #include "ir.h"
 
-_Static_assert(DT_F32 == (int)OPD_F32 && DT_NF4 == (int)OPD_NF4 && DT_COUNT == (int)OPD_COUNT,
-               "the IR's dtypes are the op contract's, in its order");
 
 #include <stdio.h>
 #include <string.h>
-
-static const struct { const char *name; int bits; } dtypes[DT_COUNT] = {
-    [DT_F32] = {"f32", 32}, [DT_BF16] = {"bf16", 16}, [DT_F16] = {"f16", 16},
-    [DT_I32] = {"i32", 32}, [DT_U8] = {"u8", 8},      [DT_NF4] = {"nf4", 4},
-};
 
 static const char *categories[MEM_COUNT] = {
     [MEM_WEIGHTS] = "weights",         [MEM_GRADS] = "grads",
@@ -20,19 +13,6 @@ static const char *categories[MEM_COUNT] = {
     [MEM_TEMPORARIES] = "temporaries", [MEM_WORKSPACE] = "workspace",
     [MEM_IO] = "io",                   [MEM_RESERVE] = "reserve",
 };
-
-const char *dtype_name(DType t) { return t < DT_COUNT ? dtypes[t].name : "?"; }
-
-bool dtype_parse(const char *s, DType *out) {
-    for (int i = 0; i < DT_COUNT; i++)
-        if (strcmp(s, dtypes[i].name) == 0) {
-            *out = (DType)i;
-            return true;
-        }
-    return false;
-}
-
-int64_t dtype_bytes(DType t, int64_t elems) { return (elems * dtypes[t].bits + 7) / 8; }
 
 const char *mem_category_name(MemCategory c) { return c < MEM_COUNT ? categories[c] : "?"; }
 

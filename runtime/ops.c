@@ -126,6 +126,24 @@ static bool parse_real(const char *v, double *out) {
     return true;
 }
 
+static const struct { const char *name; int bits; } dtypes[OPD_COUNT] = {
+    [OPD_F32] = {"f32", 32}, [OPD_BF16] = {"bf16", 16}, [OPD_F16] = {"f16", 16},
+    [OPD_I32] = {"i32", 32}, [OPD_U8] = {"u8", 8},      [OPD_NF4] = {"nf4", 4},
+};
+
+const char *op_dtype_name(OpDType t) { return t < OPD_COUNT ? dtypes[t].name : "?"; }
+
+bool op_dtype_parse(const char *s, OpDType *out) {
+    for (int i = 0; i < OPD_COUNT; i++)
+        if (strcmp(s, dtypes[i].name) == 0) {
+            *out = (OpDType)i;
+            return true;
+        }
+    return false;
+}
+
+int64_t op_dtype_bytes(OpDType t, int64_t elems) { return (elems * dtypes[t].bits + 7) / 8; }
+
 bool ops_parse_i64(const char *s, int64_t *v) {
     char *end;
     errno = 0;

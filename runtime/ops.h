@@ -177,12 +177,21 @@ int op_attr_parse(OpKind op, const char *key, const char *value, OpAttr *a);
 // A whole decimal integer (the text form of plans), or false.
 bool ops_parse_i64(const char *s, int64_t *v);
 
+// The element types operands come in: the IR's DType and a plan's PlanDType are these.
+typedef enum OpDType {
+    OPD_F32, OPD_BF16, OPD_F16, OPD_I32, OPD_U8,
+    OPD_NF4,     // 4-bit NormalFloat, two per byte; scales are separate tensors
+    OPD_COUNT
+} OpDType;
+
+const char *op_dtype_name(OpDType t);                // "bf16"; "?" for none
+bool op_dtype_parse(const char *s, OpDType *out);
+int64_t op_dtype_bytes(OpDType t, int64_t elems);   // storage bytes, NF4 packed two per byte
+
 //
 // op_check.c — the contract's shape check over plain operand views.
 //
 
-// The element types operands come in (the IR's DType and a plan's PlanDType, in this order).
-typedef enum OpDType { OPD_F32, OPD_BF16, OPD_F16, OPD_I32, OPD_U8, OPD_NF4, OPD_COUNT } OpDType;
 
 // An operand as the contract sees it; an absent one has no name.
 typedef struct OpOperand {

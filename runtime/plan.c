@@ -15,12 +15,8 @@
 // models; a file far larger than that is not a plan.
 #define PLAN_MAX_BYTES (1 << 30)
 
-static const char *dtype_names[PDT_COUNT] = {"f32", "bf16", "f16", "i32", "u8", "nf4"};
-static const int dtype_bits[PDT_COUNT] = {32, 16, 16, 32, 8, 4};
 static const char *phase_names[PHASE_COUNT] = {"forward", "backward", "optimizer", "eval"};
 
-const char *plan_dtype_name(PlanDType t) { return t < PDT_COUNT ? dtype_names[t] : "?"; }
-int64_t plan_dtype_bytes(PlanDType t, int64_t elems) { return (elems * dtype_bits[t] + 7) / 8; }
 const char *plan_phase_name(PlanPhase p) { return phase_names[p]; }
 
 PlanPhase plan_instr_phase(const Plan *p, int id) {
@@ -142,15 +138,6 @@ static int parse_list(const char *s, int *v, int max) {
         n++;
     }
     return n;
-}
-
-static bool parse_dtype(const char *s, PlanDType *t) {
-    for (int i = 0; i < PDT_COUNT; i++)
-        if (strcmp(s, dtype_names[i]) == 0) {
-            *t = (PlanDType)i;
-            return true;
-        }
-    return false;
 }
 
 // A header setting's outcome: 1 fine, 0 a bad value (reported as such by read_header),
@@ -425,7 +412,7 @@ static int read_buffer(Reader *r, Plan *p, int i, char *line) {
         return bad(r, "buffer %s: unknown arena '%s'", b->name, w[4]);
     if (!ops_parse_i64(w[5], &b->offset) || !ops_parse_i64(w[6], &b->bytes) || b->offset < 0 || b->bytes < 0)
         return bad(r, "buffer %s: bad offset or size", b->name);
-    if (!parse_dtype(w[7], &b->dtype))
+    if (!op_dtype_parse(w[7], &b->dtype))
         return bad(r, "buffer %s: unknown dtype '%s'", b->name, w[7]);
     if (!parse_shape(w[8], &b->ndim, b->shape))
         return bad(r, "buffer %s: bad shape '%s'", b->name, w[8]);
@@ -1094,9 +1081,6 @@ int *plan_roots(const Plan *p) {
 // that agree), as each is read, however the file was edited; the fused loss's layout and
 // the workspaces the contract's kernels need.
 //
-
-_Static_assert(PDT_F32 == (int)OPD_F32 && PDT_NF4 == (int)OPD_NF4 && PDT_COUNT == (int)OPD_COUNT,
-               "a plan's dtypes are the op contract's, in its order");
 
 static int64_t last_dim(const PlanBuffer *b) { return b->ndim ? b->shape[b->ndim - 1] : 1; }
 static int64_t rows_of(const PlanBuffer *b) { return plan_elems(b) / last_dim(b); }

@@ -126,7 +126,15 @@ enum { PLAN_VERSION = 2, PLAN_MAX_DIMS = OP_MAX_DIMS, PLAN_MAX_IN = 7, PLAN_MAX_
        PLAN_MAX_WAITS = STREAM_COUNT - 1, PLAN_MAX_LAUNCHES = 3,
        PLAN_GROUP_MAX = 64, PLAN_GROUP_OPERANDS = 6 };   // prelude.cuh's FTC_GROUP_*
 
-typedef enum PlanDType { PDT_F32, PDT_BF16, PDT_F16, PDT_I32, PDT_U8, PDT_NF4, PDT_COUNT } PlanDType;
+// A plan's dtypes are the op contract's (ops.h: their names and sizes too).
+typedef OpDType PlanDType;
+#define PDT_F32 OPD_F32
+#define PDT_BF16 OPD_BF16
+#define PDT_F16 OPD_F16
+#define PDT_I32 OPD_I32
+#define PDT_U8 OPD_U8
+#define PDT_NF4 OPD_NF4
+#define PDT_COUNT OPD_COUNT
 typedef enum PlanArena { ARENA_DEVICE, ARENA_HOST, ARENA_COUNT } PlanArena;
 typedef enum PlanKind { PK_PARAM, PK_GRAD, PK_STATE, PK_INPUT, PK_VALUE, PK_WORKSPACE, PK_QUANT } PlanKind;
 typedef enum PlanInit { PINIT_NORMAL, PINIT_ONES, PINIT_ZEROS, PINIT_KAIMING_UNIFORM } PlanInit;
@@ -266,8 +274,8 @@ typedef struct Plan {
     int nins[PHASE_COUNT];
 } Plan;
 
-const char *plan_dtype_name(PlanDType t);
-int64_t plan_dtype_bytes(PlanDType t, int64_t elems);
+static inline const char *plan_dtype_name(PlanDType t) { return op_dtype_name(t); }
+static inline int64_t plan_dtype_bytes(PlanDType t, int64_t elems) { return op_dtype_bytes(t, elems); }
 int64_t plan_elems(const PlanBuffer *b);
 const char *plan_phase_name(PlanPhase p);
 // The phase instruction `id` belongs to.
