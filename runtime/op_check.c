@@ -545,5 +545,9 @@ int op_check(OpKind op, const OpAttr *attr, const OpOperand *in, int nin, const 
         if (op_desc(op)->min_in != 0)
             return fail(&c, "its first input is absent");
     }
-    return rules[op] ? rules[op](&c, op, attr) : 0;
+    if (op == OP_FUSED)   // its steps are checked one by one
+        return 0;
+    if (!rules[op])       // every op has a rule: one without would pass unchecked
+        return fail(&c, "internal error: the op contract has no shape rule for %s", op_desc(op)->name);
+    return rules[op](&c, op, attr);
 }
