@@ -166,6 +166,19 @@ int rt_checkpoint_save(Exec *x, const char *dir, int64_t step, uint64_t seed, in
     return all_ok(c, rc, "completing the checkpoint", err, errlen);
 }
 
+// The StDType each buffer's --weights tensor had, one hex digit a buffer (0: none; else 1 +
+// the dtype), for a checkpoint's metadata; NULL when the weights were not loaded from one.
+static char *source_dtypes(const Exec *x) {
+    if (!x->source_dtype)
+        return NULL;
+    int n = x->plan->nbuf;
+    char *s = xmalloc((size_t)n + 1);
+    for (int i = 0; i < n; i++)
+        s[i] = "0123456789abcdef"[x->source_dtype[i] & 15];
+    s[n] = '\0';
+    return s;
+}
+
 // This rank's state file into directory tmp.
 static int write_state(Exec *x, const char *tmp, int64_t step, uint64_t seed, char *err, size_t errlen) {
     const Plan *p = x->plan;
@@ -204,9 +217,12 @@ static int write_state(Exec *x, const char *tmp, int64_t step, uint64_t seed, ch
     snprintf(sranks, sizeof sranks, "%d", ranks);
     char sdata[32];
     snprintf(sdata, sizeof sdata, "%016" PRIx64, x->data_print);
+    char *sources = source_dtypes(x);
+    // (where the weights came from, so that a resumed run saves as the first would have)
     const char *meta[] = {"producer", "ftc", "kind", "training state", "step", sstep,
                           "seed", sseed, "skipped", sskip, "plan", sfp, "loss_scale", sscale,
                           "scale_tracker", strack, "rank", srank, "ranks", sranks,
+                          "base_model", x->base_model, "source_dtypes", sources ? sources : "",
                           x->data_print ? "data" : NULL, sdata, NULL};
     state_name(name, sizeof name, rank, ranks);
     snprintf(path, sizeof path, "%s/%s", tmp, name);
@@ -214,7 +230,7 @@ static int write_state(Exec *x, const char *tmp, int64_t step, uint64_t seed, ch
         rc = st_write(path, w, n, meta, err, errlen);
     for (int i = 0; i < n; i++)
         free(data[i]);
-    free(data), free(w), free(len);
+    free(data), free(w), free(len), free(sources);
     return rc;
 }
 
@@ -369,6 +385,33 @@ static int read_meta(const char *path, StateMeta *m, char *err, size_t errlen) {
     return bad ? -1 : 0;
 }
 
+// A resumed run takes where its weights came from as the checkpoint recorded it: the
+// model's directory (its saves copy its config and tokenizer files, its adapter names it)
+// and each tensor's dtype there (its saves are in it); absent from a state of before.
+static int read_origin(Exec *x, const char *path, char *err, size_t errlen) {
+    json_t *meta = state_meta(path, err, errlen);
+    if (!meta)
+        return -1;
+    const char *base = json_string_value(json_object_get(meta, "base_model"));
+    const char *src = json_string_value(json_object_get(meta, "source_dtypes"));
+    int n = x->plan->nbuf, bad = 0;
+    if (base && (strlen(base) >= sizeof x->base_model || (base[0] && base[0] != '/')))
+        bad = rt_fail(err, errlen, "%s: a bad base_model in its metadata", path);
+    for (int i = 0; !bad && src && src[0] && i <= n; i++)
+        if (i == n ? src[i] != '\0' : !src[i] || !strchr("0123456", src[i]))
+            bad = rt_fail(err, errlen, "%s: a bad source_dtypes in its metadata (one of 0 to 6 a buffer)", path);
+    if (!bad && base && base[0])
+        snprintf(x->base_model, sizeof x->base_model, "%s", base);
+    if (!bad && src && src[0]) {
+        free(x->source_dtype);
+        x->source_dtype = xcalloc((size_t)n + 1, 1);
+        for (int i = 0; i < n; i++)
+            x->source_dtype[i] = (uint8_t)(src[i] - '0');
+    }
+    json_decref(meta);
+    return bad ? -1 : 0;
+}
+
 // Buffer i from the tensor of its name in the state file set (at path), which must have the
 // dtype and shape the buffer is saved with.
 static int load_buffer(Exec *x, StSet *set, const char *path, int i, char *err, size_t errlen) {
@@ -411,7 +454,7 @@ int rt_checkpoint_load(Exec *x, const char *ckpt, int64_t *step, uint64_t *seed,
     if (check_ranks(ckpt, path, ranks, err, errlen) != 0)
         return -1;
     StateMeta m = {.scale = x->loss_scale};
-    if (read_meta(path, &m, err, errlen) != 0)
+    if (read_meta(path, &m, err, errlen) != 0 || read_origin(x, path, err, errlen) != 0)
         return -1;
     if (m.plan != fingerprint(p))
         return rt_fail(err, errlen, "%s: the state of another plan (its buffers differ from this plan's)", path);

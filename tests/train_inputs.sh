@@ -110,6 +110,18 @@ d=$(python3 tests/st_bf16.py --dtypes "$tmp/bfs/model.safetensors" | awk '{print
     ok "save-in-source-dtype ($(stat -L -c %s "$tmp/bfs/model.safetensors") bytes, fp32 $(stat -L -c %s "$tmp/ck/model.safetensors"))" ||
     bad save-in-source-dtype "dtypes $d"
 
+# A resumed run saves as the run it continues would have: the checkpoint records the model
+# directory and the weights' dtypes, so without --weights again the save still carries the
+# config and tokenizer files and keeps bf16.
+mkdir -p "$tmp/hfb" && cp "$tmp/bf16.safetensors" "$tmp/hfb/model.safetensors" &&
+    cp "$tmp/hf/config.json" "$tmp/hf/tokenizer.json" "$tmp/hfb/"
+"$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 1 --weights "$tmp/hfb" --save "$tmp/rb" --save-every 1 >/dev/null
+"$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 2 --resume "$tmp/rb" --save "$tmp/rb2" >/dev/null
+d=$(python3 tests/st_bf16.py --dtypes "$tmp/rb2/model.safetensors" | awk '{print $2}' | sort -u | tr '\n' ' ')
+[ "$d" = "BF16 " ] && cmp -s "$tmp/hfb/config.json" "$tmp/rb2/config.json" &&
+    cmp -s "$tmp/hfb/tokenizer.json" "$tmp/rb2/tokenizer.json" && ok resume-saves-as-its-start ||
+    bad resume-saves-as-its-start "dtypes $d; $(ls "$tmp/rb2")"
+
 # fails NAME WANT_TEXT ftc-args...: exits 1, nothing on stdout but the header, WANT_TEXT on stderr.
 fails() {
     local name=$1 want=$2; shift 2
