@@ -130,6 +130,47 @@ static int all_ok(Comm *c, int rc, const char *what, char *err, size_t errlen) {
                    v[0] == 1 ? v[1] : 0, v[0] == 1 ? "" : " among them");
 }
 
+// Directory `from`'s files into `to` (made), as hard links where they can be (no bytes
+// written twice), else copies; its directories (merged/) alike.
+static int link_tree(const char *from, const char *to, char *err, size_t errlen) {
+    char a[4400], b[4400];
+    DIR *d = opendir(from);
+    if (!d)
+        return rt_fail(err, errlen, "cannot read %s: %s", from, strerror(errno));
+    int rc = 0;
+    for (struct dirent *e; rc == 0 && (e = readdir(d));) {
+        struct stat st;
+        snprintf(a, sizeof a, "%s/%s", from, e->d_name);
+        snprintf(b, sizeof b, "%s/%s", to, e->d_name);
+        if (e->d_name[0] == '.' || stat(a, &st) != 0)
+            continue;
+        if (S_ISDIR(st.st_mode))
+            rc = mkdir(b, 0777) != 0 ? rt_fail(err, errlen, "cannot create %s: %s", b, strerror(errno))
+                                     : link_tree(a, b, err, errlen);
+        else if (S_ISREG(st.st_mode) && link(a, b) != 0)
+            rc = rt_copy_file(a, b, err, errlen);
+    }
+    closedir(d);
+    return rc;
+}
+
+// The weights saved at this step (save.c's set, which DIR/latest names) into the
+// checkpoint too, so that checkpoint-N loads in transformers as DIR does; none when no
+// set of this step is there.
+static int link_weights(const char *dir, const char *tmp, int64_t step, char *err, size_t errlen) {
+    char latest[4300], name[256], want[64], set[4600];
+    snprintf(latest, sizeof latest, "%s/latest", dir);
+    ssize_t k = readlink(latest, name, sizeof name - 1);
+    snprintf(want, sizeof want, "saved-%06" PRId64, step);
+    if (k < 0)
+        return 0;
+    name[k] = '\0';
+    if (strncmp(name, want, strlen(want)) != 0 || (name[strlen(want)] && strcmp(name + strlen(want), "-b")))
+        return 0;
+    snprintf(set, sizeof set, "%s/%s", dir, name);
+    return link_tree(set, tmp, err, errlen);
+}
+
 int rt_checkpoint_save(Exec *x, const char *dir, int64_t step, uint64_t seed, int keep, char *err,
                        size_t errlen) {
     Comm *c = x->comm;
@@ -153,6 +194,8 @@ int rt_checkpoint_save(Exec *x, const char *dir, int64_t step, uint64_t seed, in
     if (all_ok(c, rc, "making the checkpoint's directory", err, errlen) != 0)
         return -1;
     rc = write_state(x, tmp, step, seed, err, errlen);
+    if (lead && rc == 0)
+        rc = link_weights(dir, tmp, step, err, errlen);
     rc = all_ok(c, rc, "writing the checkpoint's state", err, errlen);
     if (lead && rc == 0) {   // the same step twice (a run resumed and saved again): replace it
         remove_tree(final);

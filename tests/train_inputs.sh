@@ -121,6 +121,12 @@ d=$(python3 tests/st_bf16.py --dtypes "$tmp/rb2/model.safetensors" | awk '{print
 [ "$d" = "BF16 " ] && cmp -s "$tmp/hfb/config.json" "$tmp/rb2/config.json" &&
     cmp -s "$tmp/hfb/tokenizer.json" "$tmp/rb2/tokenizer.json" && ok resume-saves-as-its-start ||
     bad resume-saves-as-its-start "dtypes $d; $(ls "$tmp/rb2")"
+# A checkpoint is a model directory too: the weights saved at its step (hard links, no bytes
+# twice) and the side files beside its training state, so checkpoint-N loads in transformers.
+c1="$tmp/rb/checkpoint-000001"
+cmp -s "$c1/model.safetensors" "$tmp/rb/model.safetensors" && cmp -s "$c1/config.json" "$tmp/hfb/config.json" &&
+    [ -f "$c1/state.safetensors" ] && [ "$(stat -c %i "$c1/model.safetensors")" = "$(stat -L -c %i "$tmp/rb/model.safetensors")" ] &&
+    ok checkpoint-is-a-model-dir || bad checkpoint-is-a-model-dir "$(ls -l "$c1")"
 
 # fails NAME WANT_TEXT ftc-args...: exits 1, nothing on stdout but the header, WANT_TEXT on stderr.
 fails() {
