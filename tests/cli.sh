@@ -374,6 +374,10 @@ for c in compile run inspect data import; do
     out=$("$ftc" help $c) && grep -q "^usage: ftc $c" <<<"$out" && ok "help-$c" || bad "help-$c" "exit $?: $out"
     out=$("$ftc" $c --help) && grep -q "^usage: ftc $c" <<<"$out" && ok "$c-help" || bad "$c-help" "exit $?: $out"
 done
+# ftc help ft: the train section's reference as frontend/README.md has it (fences dropped).
+out=$("$ftc" help ft) && grep -q "^  lora(r = " <<<"$out" && grep -q "^  optimizer = adamw(" <<<"$out" &&
+    grep -q "^  quantize(nf4" <<<"$out" && grep -q "^  lr_schedule = " <<<"$out" && ! grep -q '```' <<<"$out" &&
+    ok help-ft || bad help-ft "exit $?: $(head -5 <<<"$out")"
 "$ftc" >/dev/null 2>&1; [ $? = 2 ] && ok no-command || bad no-command "exit not 2"
 "$ftc" compile models/tiny.ft --micro-batch 3 -o "$tmp/out.plan" >"$tmp/o" 2>"$tmp/e"; rc=$?
 [ $rc = 1 ] && [ ! -s "$tmp/o" ] && grep -q "does not divide the global batch 8" "$tmp/e" \

@@ -100,6 +100,8 @@ int parsed_at(const Command *c, const Parsed *p, const char *flag);
 //
 
 extern const Command cmd_compile, cmd_run, cmd_data, cmd_inspect;
+// The .ft train section's reference, frontend/README.md's (help_topic.cmake): `ftc help ft`.
+extern const char *const cli_help_ft;
 
 
 //

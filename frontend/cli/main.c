@@ -14,7 +14,7 @@ static const Command cmd_import = {
     "import", "CONFIG.json|MODEL_DIR", "write a .ft for a Hugging Face config on stdout (> MODEL.ft)",
     "one config.json or model directory", NULL, 0, NULL, import_main};
 static const Command cmd_help = {
-    "help", "[COMMAND]", "this text, or one command's", "one command", NULL, 0, NULL, help_main};
+    "help", "[COMMAND|ft]", "this text, one command's, or the .ft train section's", "one command", NULL, 0, NULL, help_main};
 
 static const Command *const commands[] = {&cmd_compile, &cmd_run, &cmd_inspect, &cmd_data, &cmd_import,
                                           &cmd_help};
@@ -35,7 +35,8 @@ static void usage(FILE *f) {
         fprintf(f, strlen(left) < 30 ? "  %-30s%s\n" : "  %s\n  %30s%s\n", left,
                 strlen(left) < 30 ? commands[i]->summary : "", commands[i]->summary);
     }
-    fputs("\nftc help COMMAND (or ftc COMMAND --help) lists a command's options.\n"
+    fputs("\nftc help COMMAND (or ftc COMMAND --help) lists a command's options; ftc help ft the .ft\n"
+          "train section: precision, optimizer, schedule, LoRA and quantisation.\n"
           "sizes: 40G and 40GiB are 40*2^30 bytes, 40GB is 40*10^9 (K, M, G, T alike)\n",
           f);
 }
@@ -45,13 +46,18 @@ static int help_main(Cmdline *cl, int first) {
         usage(stdout);
         return 0;
     }
+    if (strcmp(cl->argv[first], "ft") == 0) {   // the train section (frontend/README.md's)
+        fputs(cli_help_ft, stdout);
+        return 0;
+    }
     const Command *c = find_command(cl->argv[first]);
     if (c == &cmd_help) {
         usage(stdout);
         return 0;
     }
     if (!c) {
-        arg_error(cl, first, "no such command '%s' (compile, run, inspect, data, import, help)", cl->argv[first]);
+        arg_error(cl, first, "no such command or topic '%s' (compile, run, inspect, data, import, help; ft)",
+                  cl->argv[first]);
         return EXIT_USAGE;
     }
     print_usage(stdout, c);
