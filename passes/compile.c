@@ -123,7 +123,7 @@ static void count_modes(const CompileOptions *o, CompileResult *r) {
     for (int i = 0; i < o->nmodes; i++) {
         Arena *a = arena_new();
         Pipeline pipe = {.elaborate = o->modes[i].elaborate, .ctx = o->modes[i].ctx, .spec = o->modes[i].spec,
-                         .stop_after = o->quantize ? "quantize" : "lora"};
+                         .stop_after = o->program.spec.quantize ? "quantize" : "lora"};
         PlanChoice one = {.micro = 1, .policy = REMAT_KEEP, .rest = REMAT_KEEP};
         BuildStats bs;
         IrGraph *g = pipeline_build(&pipe, &one, a, &bs);

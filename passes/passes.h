@@ -723,7 +723,6 @@ typedef struct CompileOptions {
     // or quantize where the train section quantizes); none when nmodes is 0.
     const CompileProgram *modes;
     int nmodes;
-    bool quantize;
     const char *gpu;            // the preset's name (NULL: a100-40g)
     const char *link;           // the link preset between ranks (NULL: by the rank count)
     int64_t budget;             // device bytes (0: the train section's, else the card's)

@@ -154,21 +154,11 @@ static int link_tree(const char *from, const char *to, char *err, size_t errlen)
     return rc;
 }
 
-// The weights saved at this step (save.c's set, which DIR/latest names) into the
-// checkpoint too, so that checkpoint-N loads in transformers as DIR does; none when no
-// set of this step is there.
+// The weights saved at this step (save.c's set) into the checkpoint too, so that
+// checkpoint-N loads in transformers as DIR does; none when no set of this step is there.
 static int link_weights(const char *dir, const char *tmp, int64_t step, char *err, size_t errlen) {
-    char latest[4300], name[256], want[64], set[4600];
-    snprintf(latest, sizeof latest, "%s/latest", dir);
-    ssize_t k = readlink(latest, name, sizeof name - 1);
-    snprintf(want, sizeof want, "saved-%06" PRId64, step);
-    if (k < 0)
-        return 0;
-    name[k] = '\0';
-    if (strncmp(name, want, strlen(want)) != 0 || (name[strlen(want)] && strcmp(name + strlen(want), "-b")))
-        return 0;
-    snprintf(set, sizeof set, "%s/%s", dir, name);
-    return link_tree(set, tmp, err, errlen);
+    char set[4400];
+    return rt_saved_set(dir, step, set, sizeof set) ? link_tree(set, tmp, err, errlen) : 0;
 }
 
 int rt_checkpoint_save(Exec *x, const char *dir, int64_t step, uint64_t seed, int keep, char *err,
@@ -400,9 +390,9 @@ typedef struct StateMeta {
     double scale;                // fp16's loss scale; left as it was where none is recorded
 } StateMeta;
 
-// The metadata of the state file at path into *m, each value checked.
-static int read_meta(const char *path, StateMeta *m, char *err, size_t errlen) {
-    json_t *meta = state_meta(path, err, errlen);
+// The metadata of the state file at path (meta, NULL when it did not read) into *m, each
+// value checked.
+static int read_meta(json_t *meta, const char *path, StateMeta *m, char *err, size_t errlen) {
     // (a state is saved after a step: step 1 at least; at most 2^53, where the schedule's
     // arithmetic in double is still exact)
     const uint64_t most = (uint64_t)1 << 53;
@@ -424,17 +414,13 @@ static int read_meta(const char *path, StateMeta *m, char *err, size_t errlen) {
             meta_u64(meta, path, "scale_tracker", 10, 0, most, &m->tracker, err, errlen) != 0)
             bad = rt_fail(err, errlen, "%s: a bad loss scale in its metadata", path);
     }
-    json_decref(meta);
     return bad ? -1 : 0;
 }
 
 // A resumed run takes where its weights came from as the checkpoint recorded it: the
 // model's directory (its saves copy its config and tokenizer files, its adapter names it)
 // and each tensor's dtype there (its saves are in it); absent from a state of before.
-static int read_origin(Exec *x, const char *path, char *err, size_t errlen) {
-    json_t *meta = state_meta(path, err, errlen);
-    if (!meta)
-        return -1;
+static int read_origin(Exec *x, json_t *meta, const char *path, char *err, size_t errlen) {
     const char *base = json_string_value(json_object_get(meta, "base_model"));
     const char *src = json_string_value(json_object_get(meta, "source_dtypes"));
     int n = x->plan->nbuf, bad = 0;
@@ -451,7 +437,6 @@ static int read_origin(Exec *x, const char *path, char *err, size_t errlen) {
         for (int i = 0; i < n; i++)
             x->source_dtype[i] = (uint8_t)(src[i] - '0');
     }
-    json_decref(meta);
     return bad ? -1 : 0;
 }
 
@@ -497,18 +482,21 @@ int rt_checkpoint_load(Exec *x, const char *ckpt, int64_t *step, uint64_t *seed,
     if (check_ranks(ckpt, path, ranks, err, errlen) != 0)
         return -1;
     StateMeta m = {.scale = x->loss_scale};
-    if (read_meta(path, &m, err, errlen) != 0 || read_origin(x, path, err, errlen) != 0)
-        return -1;
-    if (m.plan != fingerprint(p))
-        return rt_fail(err, errlen, "%s: the state of another plan (its buffers differ from this plan's)", path);
-    StSet *set;
-    if (st_open(&set, path, err, errlen) != 0)
-        return -1;
-    int rc = 0;
+    json_t *meta = state_meta(path, err, errlen);   // (read once: its values, then its origin)
+    int rc = read_meta(meta, path, &m, err, errlen);
+    if (rc == 0 && m.plan != fingerprint(p))
+        rc = rt_fail(err, errlen, "%s: the state of another plan (its buffers differ from this plan's)", path);
+    StSet *set = NULL;
+    if (rc == 0)
+        rc = st_open(&set, path, err, errlen);
     for (int i = 0; i < p->nbuf && rc == 0; i++)
         if (carried(&p->buf[i]))
             rc = load_buffer(x, set, path, i, err, errlen);
-    st_close(set);
+    if (set)
+        st_close(set);
+    if (rc == 0)
+        rc = read_origin(x, meta, path, err, errlen);
+    json_decref(meta);
     // Gradients are zero between steps, so a checkpoint holds none; the step's first
     // micro-step adds into them (GEMMs with beta = 1), so they start at zero here too.
     for (int i = 0; i < p->nbuf && rc == 0; i++)

@@ -327,6 +327,8 @@ int rt_save_lock(const char *flag, const char *dir, int *fd, char *err, size_t e
 // DIR as one set from this step: written aside, then made current at once (DIR/latest),
 // the names people load linked through it; one line to `out`. -1 with err.
 int rt_save_weights(Exec *x, const char *dir, bool merge, FILE *out, char *err, size_t errlen);
+// Whether DIR's current set of weights is the one saved at `step`; its directory in path.
+bool rt_saved_set(const char *dir, int64_t step, char *path, size_t cap);
 // schedule.c — what changes from step to step.
 //
 

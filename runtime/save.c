@@ -278,6 +278,17 @@ static void prune(const char *dir, const char *name, const char **set, int n) {
         closedir(d);
 }
 
+bool rt_saved_set(const char *dir, int64_t step, char *path, size_t cap) {
+    char cur[256], name[64], again[64];
+    current(dir, cur, sizeof cur);
+    snprintf(name, sizeof name, "saved-%06" PRId64, step);
+    snprintf(again, sizeof again, "saved-%06" PRId64 "-b", step);
+    if (strcmp(cur, name) != 0 && strcmp(cur, again) != 0)
+        return false;
+    snprintf(path, cap, "%s/%s", dir, cur);
+    return true;
+}
+
 int rt_save_weights(Exec *x, const char *dir, bool merge, FILE *out, char *err, size_t errlen) {
     const char *set[NARTEFACT];
     int n = set_names(x->plan, merge, set);

@@ -700,7 +700,7 @@ static int load_vocab(Load *l, Tokenizer *t, json_t *vocab) {
     return 0;
 }
 
-// Each byte's own token, and the <0xXX> tokens byte_fallback uses for it.
+// Each byte's own token, and the byte tokens ("<0x41>" for 'A') byte_fallback uses for it.
 static void map_bytes(Tokenizer *t) {
     for (int b = 0; b < 256; b++) {
         unsigned char c = (unsigned char)b;

@@ -73,6 +73,7 @@ typedef struct Command {
     const char *operands;   // the synopsis before the options: "FILE.ft"
     const char *summary;    // ftc help's line
     const char *positional; // the one positional argument's kind: "one .ft file"
+    bool needs_positional;  // without it, the help on stderr and a usage error
     const Option *opts;
     int nopts;
     const char *epilogue;   // after the options in the help, or NULL
@@ -81,14 +82,17 @@ typedef struct Command {
 
 // Where parse_options put what it read: the argv index of each option's value (of the
 // flag itself for one without a value; 0: not given) and of the positional argument.
+enum { OPT_MAX = 64 };   // options a command's table may have
+
 typedef struct Parsed {
-    int at[64];
+    int at[OPT_MAX];
     const char *positional;
     int positional_at;
 } Parsed;
 
 // Reads argv[first..] by c's table into `args` and *p. Returns 0, -1 after printing the
-// help for --help (the command then succeeds), or EXIT_USAGE after reporting.
+// help for --help (the command then succeeds), or EXIT_USAGE after reporting (the help on
+// stderr when a positional argument the command needs is missing).
 int parse_options(Cmdline *cl, int first, const Command *c, void *args, Parsed *p);
 // The command's help, all from its table.
 void print_usage(FILE *f, const Command *c);

@@ -209,7 +209,7 @@ static void from_program(CompileOptions *o, const FtModel *m, DriverSource *ds, 
     o->program = driver_program(ds, a);
     o->train = (CompileTrain){t->batch, t->seq, t->clip, t->precision == PREC_FP16,
                               t->optimizer == OPTIM_ADAMW8BIT};
-    o->modes = dm->program, o->nmodes = dm->n, o->quantize = t->quantize;
+    o->modes = dm->program, o->nmodes = dm->n;
     if (!o->budget)
         o->budget = t->budget_bytes;
     if (!o->host)
@@ -351,10 +351,6 @@ static int compile_main(Cmdline *cl, int first) {
     int rc = parse_options(cl, first, &cmd_compile, &a, &p);
     if (rc)
         return rc < 0 ? 0 : rc;
-    if (!p.positional) {
-        print_usage(stderr, &cmd_compile);
-        return EXIT_USAGE;
-    }
     char dir[4096];
     if ((rc = plan_dir(cl, &p, a.outdir, p.positional, dir, sizeof dir)) != 0)
         return rc;
@@ -374,6 +370,6 @@ static int compile_main(Cmdline *cl, int first) {
 }
 
 const Command cmd_compile = {
-    "compile", "FILE.ft", "counts, the memory of one training step, and the plan", "one .ft file",
+    "compile", "FILE.ft", "counts, the memory of one training step, and the plan", "one .ft file", true,
     compile_opts, (int)(sizeof compile_opts / sizeof compile_opts[0]),
     "Exit status 1 when nothing fits: the smallest plan and what would fit are printed.\n", compile_main};

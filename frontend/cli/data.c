@@ -144,5 +144,5 @@ static int data_main(Cmdline *cl, int first) {
 }
 
 const Command cmd_data = {
-    "data", "(--bytes|--u16|--u32|--tokenizer F) FILE -o OUT.bin", "make a token file", "one input file",
+    "data", "(--bytes|--u16|--u32|--tokenizer F) FILE -o OUT.bin", "make a token file", "one input file", false,
     data_opts, (int)(sizeof data_opts / sizeof data_opts[0]), NULL, data_main};

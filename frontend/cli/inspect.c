@@ -89,13 +89,9 @@ static int inspect_main(Cmdline *cl, int first) {
     int rc = parse_options(cl, first, &cmd_inspect, &a, &p);
     if (rc)
         return rc < 0 ? 0 : rc;
-    if (!p.positional) {
-        print_usage(stderr, &cmd_inspect);
-        return EXIT_USAGE;
-    }
     return a.kernels ? print_kernels(p.positional) : print_view(&a, p.positional);
 }
 
 const Command cmd_inspect = {
-    "inspect", "DIR", "the memory schedule of a plan", "one plan directory",
+    "inspect", "DIR", "the memory schedule of a plan", "one plan directory", true,
     inspect_opts, (int)(sizeof inspect_opts / sizeof inspect_opts[0]), NULL, inspect_main};

@@ -12,9 +12,10 @@ static int help_main(Cmdline *cl, int first);
 
 static const Command cmd_import = {
     "import", "CONFIG.json|MODEL_DIR", "write a .ft for a Hugging Face config on stdout (> MODEL.ft)",
-    "one config.json or model directory", NULL, 0, NULL, import_main};
+    "one config.json or model directory", true, NULL, 0, NULL, import_main};
 static const Command cmd_help = {
-    "help", "[COMMAND|ft]", "this text, one command's, or the .ft train section's", "one command", NULL, 0, NULL, help_main};
+    "help", "[COMMAND|ft]", "this text, one command's, or the .ft train section's", "one command", false,
+    NULL, 0, NULL, help_main};
 
 static const Command *const commands[] = {&cmd_compile, &cmd_run, &cmd_inspect, &cmd_data, &cmd_import,
                                           &cmd_help};
@@ -69,10 +70,6 @@ static int import_main(Cmdline *cl, int first) {
     int rc = parse_options(cl, first, &cmd_import, NULL, &p);
     if (rc)
         return rc < 0 ? 0 : rc;
-    if (!p.positional) {
-        print_usage(stderr, &cmd_import);
-        return EXIT_USAGE;
-    }
     char cfg[4096];   // a model directory: its config.json
     const char *path = in_model_dir(p.positional, "config.json", cfg, sizeof cfg);
     FILE *probe = fopen(path, "rb");

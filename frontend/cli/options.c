@@ -65,6 +65,10 @@ static bool read_value(Cmdline *cl, int i, const Option *o, const char *v, void 
 
 int parse_options(Cmdline *cl, int first, const Command *c, void *args, Parsed *p) {
     *p = (Parsed){0};
+    if (c->nopts > OPT_MAX) {
+        fprintf(stderr, "ftc %s: internal error: %d options, more than %d\n", c->name, c->nopts, OPT_MAX);
+        return EXIT_USAGE;
+    }
     for (int i = first; i < cl->argc; i++) {
         const char *s = cl->argv[i];
         if (strcmp(s, "--help") == 0 || strcmp(s, "-h") == 0) {
@@ -93,6 +97,10 @@ int parse_options(Cmdline *cl, int first, const Command *c, void *args, Parsed *
         if (!read_value(cl, i, o, takes ? cl->argv[i] : NULL, args))
             return EXIT_USAGE;
         p->at[o - c->opts] = i;
+    }
+    if (c->needs_positional && !p->positional) {
+        print_usage(stderr, c);
+        return EXIT_USAGE;
     }
     return 0;
 }

@@ -109,7 +109,7 @@ static int run_main(Cmdline *cl, int first) {
 }
 
 const Command cmd_run = {
-    "run", "DIR --data FILE", "train: execute the plan in DIR (on the GPU where one is)", "one plan directory",
+    "run", "DIR --data FILE", "train: execute the plan in DIR (on the GPU where one is)", "one plan directory", false,
     run_opts, (int)(sizeof run_opts / sizeof run_opts[0]),
     "\nA plan compiled with --ranks N runs as N processes: mpirun -np N ftc run DIR ...\n(or srun -n N); each "
     "is one rank, rank 0 prints, saves and writes the report; each\nevaluates the same windows (no eval phase "
