@@ -4,17 +4,26 @@
 // output shares its input's, so a reuse chain is one block over the union of the
 // lifetimes). Tensors live for the whole step (parameters, gradients, optimizer state)
 // are stacked first; the rest are placed best-fit among the blocks they overlap in time,
-// under three orders — by start, by size, by size x lifetime — keeping the smallest
-// arena, as XLA's heap simulator keeps the best of several (stopping early when one
-// reaches the lower bound). The bound alone (alloc_bound) is what the planner asks of a
-// candidate first. The liveness lower bound (the
-// most bytes live at any node) is reported beside the arena.
+// under four orders — by start, by size, by size x lifetime, by lifetime — keeping the
+// smallest arena, as XLA's heap simulator keeps the best of several (stopping early when
+// one reaches the lower bound). The last order is also repaired (squeaky-wheel
+// optimisation): while its arena is above the bound, the block that sets its top goes
+// first and the order is placed again — a small block living across several large
+// single-instruction ones (GEMM workspaces) finds no gap when placed late, and one when
+// placed early. The bound alone (alloc_bounds) is what the planner asks of a candidate
+// first. The liveness lower bound (the most bytes live at any node) is reported beside
+// the arena.
 #include "passes.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-enum { ALIGN = 256, LARGE = 4000 };   // blocks beyond which only the linear order runs
+enum {
+    ALIGN = 256,
+    LARGE = 4000,           // blocks beyond which only the linear order runs
+    REPAIRS = 48,           // re-placements of the lifetime order, at most, ...
+    REPAIR_WORK = 10000000, // ... and while (placements x blocks^2) stays below this (~10 ms)
+};
 
 typedef struct Block {
     int root;               // the tensor owning the bytes
@@ -37,9 +46,9 @@ static int *roots(const IrGraph *g) {
     return r;
 }
 
-static const char *order_name[] = {"size", "area", "start"};
+static const char *order_name[] = {"size", "area", "start", "life"};
 
-// Orders blocks for placement; `ctx` points at the order (0 size, 1 area, 2 start).
+// Orders blocks for placement; `ctx` points at the order (0 size, 1 area, 2 start, 3 life).
 static int cmp_blocks(const void *pa, const void *pb, void *ctx) {
     const Block *a = pa, *b = pb;
     int64_t ka = 0, kb = 0;
@@ -49,6 +58,13 @@ static int cmp_blocks(const void *pa, const void *pb, void *ctx) {
         ka = a->size * (a->last - a->first + 1), kb = b->size * (b->last - b->first + 1);
         break;
     case 2:   // earliest first, larger first among equals
+        if (a->first != b->first)
+            return a->first < b->first ? -1 : 1;
+        ka = a->size, kb = b->size;
+        break;
+    case 3:   // longest lived first, then earliest, then larger
+        if (a->last - a->first != b->last - b->first)
+            return a->last - a->first > b->last - b->first ? -1 : 1;
         if (a->first != b->first)
             return a->first < b->first ? -1 : 1;
         ka = a->size, kb = b->size;
@@ -106,6 +122,32 @@ static int64_t place(Block *blocks, int n, int64_t base) {
     }
     free(p.at), free(p.end), free(p.first), free(p.last);
     return top;
+}
+
+// place, repaired (squeaky-wheel optimisation): while the arena is above `lb`, the first
+// block (in order) that sets its top is moved to the front and the order placed again,
+// `repairs` times at most; blocks[] ends in the order and places of the smallest arena
+// found, which is returned.
+static int64_t place_repaired(Block *blocks, int n, int64_t base, int64_t lb, int repairs) {
+    int64_t top = place(blocks, n, base), best_top = top;
+    Block *best = xmalloc(sizeof(Block) * (size_t)(n + 1));
+    memcpy(best, blocks, sizeof(Block) * (size_t)n);
+    for (int r = 0; r < repairs && top > lb; r++) {
+        int k = 0;
+        while (blocks[k].offset + blocks[k].size != top)
+            k++;
+        Block b = blocks[k];
+        memmove(blocks + 1, blocks, sizeof(Block) * (size_t)k);
+        blocks[0] = b;
+        top = place(blocks, n, base);
+        if (top < best_top) {
+            best_top = top;
+            memcpy(best, blocks, sizeof(Block) * (size_t)n);
+        }
+    }
+    memcpy(blocks, best, sizeof(Block) * (size_t)n);
+    free(best);
+    return best_top;
 }
 
 // Each tensor's last use, a reuse chain's root's extended to the chain's last (the chain
@@ -192,11 +234,18 @@ static int64_t alloc_arena(IrGraph *g, int a, const int *last, int64_t enough, A
     // mostly does, the quadratic orders never run); very large graphs get only that one.
     Block *best = xmalloc(sizeof(Block) * (size_t)(nb + 1));
     int64_t arena = -1;
-    static const int orders[3] = {2, 0, 1};
-    for (int k = 0; k < (nb > LARGE ? 1 : 3); k++) {
+    static const int orders[4] = {2, 0, 1, 3};
+    double work = (double)nb * (double)nb;   // (the quadratic orders' work a placement)
+    int repairs = (int)(REPAIR_WORK / (work + 1)) - 1;
+    int norders = nb > LARGE ? 1 : repairs < 0 ? 3 : 4;
+    if (repairs > REPAIRS)
+        repairs = REPAIRS;
+    for (int k = 0; k < norders; k++) {
         int o = orders[k];
         qsort_r(blocks, (size_t)nb, sizeof(Block), cmp_blocks, &o);
-        int64_t top = o == 2 ? place_by_start(blocks, nb, fixed) : place(blocks, nb, fixed);
+        int64_t top = o == 2   ? place_by_start(blocks, nb, fixed)
+                      : o == 3 ? place_repaired(blocks, nb, fixed, *lb, repairs)
+                               : place(blocks, nb, fixed);
         if (a == 0)
             st->tried[o] = top;
         if (arena < 0 || top < arena) {
@@ -208,7 +257,7 @@ static int64_t alloc_arena(IrGraph *g, int a, const int *last, int64_t enough, A
         if (arena == *lb)
             break;   // at the lower bound: no order can do better
         if (arena <= enough) {   // small enough
-            st->cut |= k + 1 < (nb > LARGE ? 1 : 3);
+            st->cut |= k + 1 < norders;
             break;
         }
     }

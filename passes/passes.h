@@ -249,7 +249,7 @@ typedef struct AllocStats {
     int lower_bound_at;         // that node
     int64_t fixed_bytes;        // of which live for the whole step
     const char *strategy;       // the order that won
-    int64_t tried[3];           // arena under each order: size, area, start
+    int64_t tried[4];           // arena under each order: size, area, start, life (repaired)
     bool cut;                   // alloc_within stopped at an order within its limit before
                                 // trying the rest: a placement that fits, maybe not the smallest
 } AllocStats;

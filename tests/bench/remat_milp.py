@@ -332,8 +332,8 @@ def main():
             rs = plan.step_us / step_opt
             worst_t, worst_s = max(worst_t, rt), max(worst_s, rs)
             print(f"{budget:>10}  {name:<46} {peak:>10.0f} {plan.peak():>9} {us:>12.2f} {ou:>10.2f} "
-                  f"{rt:>4.2f}x {rf:>4.2f}x {rs:>5.3f}x{'' if opt[5] else ' (bracket)'}")
-        print(f"ftc's plans: recompute at most {worst_t:.2f}x the optimum's at their peak, "
+                  f"{rt:>5.3f}x {rf:>4.2f}x {rs:>5.3f}x{'' if opt[5] else ' (bracket)'}")
+        print(f"ftc's plans: recompute at most {worst_t:.3f}x the optimum's at their peak, "
               f"the whole step at most {worst_s:.3f}x")
 
 
