@@ -23,13 +23,10 @@ static CompileStatus refuse(CompileResult *r, CompileStatus st, const char *bad,
     return st;
 }
 
-// "a, b, c": the names of n presets of `size` bytes each, the name their first field.
-static void names(char *list, size_t cap, const void *presets, int n, size_t size) {
-    list[0] = '\0';
-    for (int i = 0; i < n; i++) {
-        const char *name = *(const char *const *)((const char *)presets + (size_t)i * size);
-        snprintf(list + strlen(list), cap - strlen(list), "%s%s", i ? ", " : "", name);
-    }
+// Appends ", name" (or "name" first) to the list a refusal names the presets by.
+static void list_add(char *list, size_t cap, const char *name) {
+    size_t at = strlen(list);
+    snprintf(list + at, cap - at, "%s%s", at ? ", " : "", name);
 }
 
 // The options against each other, and the presets they name.
@@ -50,7 +47,9 @@ static CompileStatus check_options(const CompileOptions *o, CompileResult *r) {
         r->link = link_preset(o->link ? o->link : o->ranks <= 8 ? "nvlink" : "ib");
         if (!r->link) {
             const LinkPreset *l = link_presets(&n);
-            names(list, sizeof list, l, n, sizeof *l);
+            list[0] = '\0';
+            for (int i = 0; i < n; i++)
+                list_add(list, sizeof list, l[i].name);
             return refuse(r, COMPILE_USAGE, "--link", "unknown link preset '%s' (one of: %s)", o->link, list);
         }
     }
@@ -58,7 +57,9 @@ static CompileStatus check_options(const CompileOptions *o, CompileResult *r) {
     const GpuPreset *gpu = gpu_preset(name);
     if (!gpu) {
         const GpuPreset *p = gpu_presets(&n);
-        names(list, sizeof list, p, n, sizeof *p);
+        list[0] = '\0';
+        for (int i = 0; i < n; i++)
+            list_add(list, sizeof list, p[i].name);
         return refuse(r, COMPILE_USAGE, "--gpu", "unknown GPU preset '%s' (one of: %s)", name, list);
     }
     r->gpu = *gpu;

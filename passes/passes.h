@@ -445,6 +445,8 @@ typedef struct PlanOutcome {
     StepCost cost;
     RematStats remat;
     int64_t live[MEM_COUNT];    // device bytes at the peak, by category
+    int64_t backward_start_bytes;   // device bytes live as backward starts, reserve included: a
+                                // floor of the peak, linear in the blocks' keep masks
     int64_t loss_chunk, loss_rows;  // the fused loss's rows per chunk, of how many (0: none)
 } PlanOutcome;
 

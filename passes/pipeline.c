@@ -345,6 +345,21 @@ static void peak_breakdown(const IrGraph *g, int at, int64_t *live) {
     }
 }
 
+// The device bytes live at the first backward node: what the forward left for it (every
+// block's kept tensors, adding up block by block) and the head's, a floor of the peak.
+static int64_t backward_start_bytes(const IrGraph *g) {
+    int at = 0;
+    while (at < g->nodes.len && g->nodes.at[at].phase != PHASE_BACKWARD)
+        at++;
+    if (at == g->nodes.len)
+        return 0;
+    int64_t live[MEM_COUNT], sum = 0;
+    peak_breakdown(g, at, live);
+    for (int k = 0; k < MEM_COUNT; k++)
+        sum += live[k];
+    return sum;
+}
+
 int pipeline_plan_choice(void *vctx, const PlanChoice *c, const BuildNeed *need, PlanOutcome *out) {
     const PlanCtx *x = vctx;
     const Pipeline *p = x->pipeline;
@@ -402,6 +417,7 @@ int pipeline_plan_choice(void *vctx, const PlanChoice *c, const BuildNeed *need,
     out->remat = bs.remat;
     peak_breakdown(g, peak_at, out->live);
     out->live[MEM_RESERVE] = reserve;
+    out->backward_start_bytes = backward_start_bytes(g) + reserve;
     if (bs.fused_loss)
         out->loss_chunk = bs.loss_chunk_rows, out->loss_rows = bs.loss_rows;
     ir_graph_free(g);

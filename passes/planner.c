@@ -481,12 +481,25 @@ static void refine_tensors(const PlannerInput *in, PlannerResult *r, const int64
 // faster than the plan before (below that the model cannot tell them apart). A pair is
 // priced only where the blend of its two masks' uniform prices, block by block, is that
 // much faster (the blocks' work adds up); one no faster than the best so far is not placed.
-static double chain_price(const PlannerInput *in, const PlanChoice *base, int x, double *memo) {
-    if (memo[x] == 0) {
-        Job t = {.in = in};
+typedef struct ChainPrice {
+    double us;          // the step, priced (0: not yet)
+    int64_t floor;      // the device bytes live as backward starts: adds up block by block
+} ChainPrice;
+
+// Chain mask x in every block, priced (memoised in memo[x]).
+static ChainPrice chain_price(const PlannerInput *in, const PlanChoice *base, int x, ChainPrice *memo) {
+    if (memo[x].us == 0) {
         PlanChoice c = *base;
+        c.policy = c.rest = REMAT_TENSORS, c.nkeep = in->nkeep;
         c.keep = in->chain + (size_t)x * (size_t)in->nkeep, c.chain_at = x;
-        memo[x] = price(&t, &c);
+        if (!c.loss_chunk)
+            c.loss_chunk = in->loss_chunk;
+        BuildNeed need = {.bound = true};
+        PlanOutcome o;
+        if (in->build(in->ctx, &c, &need, &o) == 0)
+            memo[x] = (ChainPrice){o.cost.step_us, o.backward_start_bytes};
+        else
+            memo[x] = (ChainPrice){INFINITY, INT64_MAX};
     }
     return memo[x];
 }
@@ -496,7 +509,9 @@ static void refine_tensor_blocks(const PlannerInput *in, PlannerResult *r) {
         return;
     const Candidate best = r->tried.at[r->best];
     int a = best.c.chain_at, L = in->nlayers;
-    if (best.c.policy != REMAT_TENSORS || best.c.rest != REMAT_TENSORS || best.c.keep_rest || a <= 0)
+    if (best.c.policy == REMAT_FULL && best.c.rest == REMAT_FULL && !best.c.per_layer)
+        a = in->nchain - 1;   // full recompute: the chain's last mask (nothing kept) in every block
+    else if (best.c.policy != REMAT_TENSORS || best.c.rest != REMAT_TENSORS || best.c.keep_rest || a <= 0)
         return;
     double us = best.o.cost.step_us;
     int rs[4], nr = 0;
@@ -505,26 +520,39 @@ static void refine_tensor_blocks(const PlannerInput *in, PlannerResult *r) {
     if (L >= 8)
         rs[nr++] = L / 2;
     Job j = {.in = in, .bar_us = in->exhaustive ? 0 : us * MIN_GAIN};
-    double *memo = xcalloc((size_t)in->nchain, sizeof(double));
-    double need = chain_price(in, &best.c, a, memo) - us * (1 - MIN_GAIN);   // a blend's bar
+    ChainPrice *memo = xcalloc((size_t)in->nchain, sizeof(ChainPrice));
+    // A blend's bar: 1% under the uniform plan's price, then the blend of the fastest pair
+    // that fits (a pair whose blend is no faster is taken as slower, and not built). A pair
+    // whose bytes as backward starts (the blend of its masks' uniform ones: the blocks' kept
+    // tensors add up) are over the budget cannot fit, and is not built either.
+    double bar_blend = chain_price(in, &best.c, a, memo).us - us * (1 - MIN_GAIN);
     for (int ri = 0; ri < nr; ri++)
         for (int q = 0; q < a; q++) {
             int lo = q, hi = in->nchain - 1, R = rs[ri];
-            double tq = chain_price(in, &best.c, q, memo);
-            while (!in->exhaustive && hi >= lo &&   // (the masks along the chain cost more and more)
-                   ((L - R) * chain_price(in, &best.c, hi, memo) + R * tq) / L >= need)
-                hi--;
-            while (lo <= hi) {
+            ChainPrice tq = chain_price(in, &best.c, q, memo);
+            while (lo <= hi) {   // (the masks along the chain hold less and less, and cost more)
                 int p = (lo + hi) / 2;
+                ChainPrice tp = chain_price(in, &best.c, p, memo);
+                double blend = ((L - R) * tp.us + R * tq.us) / L;
+                double floor = ((double)(L - R) * (double)tp.floor + (double)R * (double)tq.floor) / L;
+                if (!in->exhaustive && blend >= bar_blend) {
+                    hi = p - 1;
+                    continue;
+                }
+                if (!in->exhaustive && floor > (double)in->budget_bytes) {
+                    lo = p + 1;
+                    continue;
+                }
                 PlanChoice c = best.c;
-                c.n_policy = L - rs[ri];
+                c.policy = c.rest = REMAT_TENSORS, c.nkeep = in->nkeep;
+                c.n_policy = L - R;
                 c.keep = in->chain + (size_t)p * (size_t)in->nkeep, c.chain_at = p;
                 c.keep_rest = in->chain + (size_t)q * (size_t)in->nkeep, c.chain_rest = q;
                 int id = job_try(&j, &c);
                 const Candidate *t = id >= 0 ? &j.tried.at[id] : NULL;
                 bool fits = t && t->fits, slower = t && t->slower;
                 if (fits && !in->exhaustive && t->o.cost.step_us < j.bar_us)
-                    j.bar_us = t->o.cost.step_us;   // (what is slower is not placed)
+                    j.bar_us = t->o.cost.step_us, bar_blend = blend;   // (what is slower is not placed)
                 if (fits || slower)
                     hi = p - 1;
                 else
