@@ -11,40 +11,6 @@
 #include <stdio.h>
 #include <string.h>
 
-enum { CTL_NONE, CTL_BREAK, CTL_CONTINUE };
-
-struct JCtx {
-    JErr err;
-    JArena arena;
-    JDict *vars;              // the variables given, then the globals
-    JStr *loop_name;          // "loop", made once
-    JDict **scope;            // scope[0] the template's; kept for reuse when popped
-    int nscope, scope_cap;
-    JBuf *out;                // where text goes now
-    JBuf top;                 // the render's output (on the heap)
-    JinjaOutput *result;
-    int depth;
-    long steps;
-    int ctl;                  // a break or continue on its way out of the loop body
-};
-
-JArena *jctx_arena(JCtx *c) { return &c->arena; }
-JErr *jctx_err(JCtx *c) { return &c->err; }
-
-void jctx_fail(JCtx *c, const JNode *n, const char *fmt, ...) {
-    char msg[400];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    jerr_fail(&c->err, n ? n->line : 0, n ? n->col : 0, "%s", msg);
-}
-
-void jctx_step(JCtx *c, const JNode *n) {
-    if (++c->steps > JINJA_MAX_STEPS)
-        jctx_fail(c, n, "the template runs more than %d loop iterations and calls", JINJA_MAX_STEPS);
-}
-
 static JVal eval(JCtx *c, const JNode *n);
 static void exec(JCtx *c, const JNodes *body);
 
@@ -92,38 +58,6 @@ static void deeper(JCtx *c, const JNode *n) {
 
 // ---------------------------------------------------------------------------------------------
 // Attributes, items, slices
-
-// jinja2's Undefined for a missing attribute: "'dict object' has no attribute 'x'".
-static JVal no_attr(JCtx *c, JVal obj, const char *name, size_t len) {
-    JBuf b = {.arena = &c->arena, .err = &c->err};
-    if (obj.k == JV_NONE) {
-        jbuf_put(&b, "'None'", 6);
-    } else {
-        jbuf_putc(&b, '\'');
-        jbuf_put(&b, jv_type_name(obj), strlen(jv_type_name(obj)));
-        jbuf_put(&b, obj.k == JV_NS ? "' object" : " object'", 8);
-    }
-    jbuf_put(&b, " has no attribute '", 19), jbuf_put(&b, name, len), jbuf_putc(&b, '\'');
-    return jv_undef(b.p);
-}
-
-JVal jctx_getattr(JCtx *c, const JNode *n, JVal obj, const char *name, size_t len) {
-    if (obj.k == JV_UNDEF)
-        jctx_fail(c, n, "%s", obj.why);
-    if (obj.k == JV_LOOP)
-        return jlib_loop_attr(c, obj.loop, name);
-    if (jlib_has_method(obj, name)) {
-        JMethod *m = jarena_alloc(&c->arena, sizeof *m);
-        m->self = obj, m->name = name;
-        return (JVal){.k = JV_METHOD, .m = m};
-    }
-    if (obj.k == JV_DICT || obj.k == JV_NS) {
-        JVal *v = jdict_get(obj.d, name, len);
-        if (v)
-            return *v;
-    }
-    return no_attr(c, obj, name, len);
-}
 
 // Python's slice bounds for a sequence of n items: start, stop, step (not 0) and the count.
 static size_t slice_bounds(JCtx *c, const JNode *n, JVal lo, JVal hi, JVal st, size_t len, int64_t *start,
@@ -207,10 +141,10 @@ static JVal getitem(JCtx *c, const JNode *n, JVal obj, JVal key) {
                 return obj.d->val[i];
     }
     if (key.k == JV_STR)
-        return obj.k == JV_DICT ? no_attr(c, obj, key.s->s, key.s->n) : jctx_getattr(c, n, obj, key.s->s, key.s->n);
+        return obj.k == JV_DICT ? jlib_no_attr(c, obj, key.s->s, key.s->n) : jlib_getattr(c, n, obj, key.s->s, key.s->n);
     JBuf b = {.arena = &c->arena, .err = &c->err};
     jv_write_repr(&b, key);
-    return no_attr(c, obj, b.p, b.n);
+    return jlib_no_attr(c, obj, b.p, b.n);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -419,7 +353,7 @@ static JVal call_macro(JCtx *c, const JNode *n, const JNode *m, JArgs *a) {
     return jbuf_value(&capture);
 }
 
-JVal jctx_call(JCtx *c, const JNode *n, JVal fn, JArgs *a) {
+static JVal call(JCtx *c, const JNode *n, JVal fn, JArgs *a) {
     jctx_step(c, n);
     switch (fn.k) {
     case JV_FUNC: return jlib_run_global(c, n, fn.fn, a);
@@ -431,10 +365,10 @@ JVal jctx_call(JCtx *c, const JNode *n, JVal fn, JArgs *a) {
 }
 
 static JVal eval_call(JCtx *c, const JNode *n) {
-    JVal fn = n->a->kind == JN_ATTR ? jctx_getattr(c, n->a, eval(c, n->a->a), n->a->name, strlen(n->a->name))
+    JVal fn = n->a->kind == JN_ATTR ? jlib_getattr(c, n->a, eval(c, n->a->a), n->a->name, strlen(n->a->name))
                                     : eval(c, n->a);
     JArgs a = eval_args(c, n, 0);
-    return jctx_call(c, n, fn, &a);
+    return call(c, n, fn, &a);
 }
 
 static JVal eval_items(JCtx *c, const JNode *n) {
@@ -457,7 +391,7 @@ static JVal eval(JCtx *c, const JNode *n) {
     switch (n->kind) {
     case JN_CONST: return n->v;
     case JN_NAME: return lookup(c, n->name);
-    case JN_ATTR: return jctx_getattr(c, n, eval(c, n->a), n->name, strlen(n->name));
+    case JN_ATTR: return jlib_getattr(c, n, eval(c, n->a), n->name, strlen(n->name));
     case JN_ITEM: {
         JVal obj = eval(c, n->a);
         return getitem(c, n, obj, eval(c, n->b));
@@ -636,40 +570,6 @@ static void exec(JCtx *c, const JNodes *body) {
 
 // ---------------------------------------------------------------------------------------------
 // The entry points
-
-// The parse, with the jump its errors take back here (no local of the caller lives across it).
-static int parse_guarded(JinjaTemplate *t, JErr *e, const char *src, size_t len) {
-    if (setjmp(e->jb))
-        return -1;
-    jparse(t, e, src, len);
-    return 0;
-}
-
-JinjaTemplate *jinja_parse(const char *name, const char *src, size_t len, char *err, size_t errlen) {
-    JinjaTemplate *t = xcalloc(1, sizeof *t);
-    JErr *e = xcalloc(1, sizeof *e);
-    snprintf(t->name, sizeof t->name, "%s", name);
-    e->name = t->name;
-    t->arena.err = e;
-    int rc = parse_guarded(t, e, src, len);
-    if (rc != 0) {
-        snprintf(err, errlen, "%s", e->msg);
-        jarena_free(&t->arena);
-        free(t);
-        t = NULL;
-    } else {
-        t->arena.err = NULL;   // the tree is read-only from here; renders allocate in their own arenas
-    }
-    free(e);
-    return t;
-}
-
-void jinja_free(JinjaTemplate *t) {
-    if (!t)
-        return;
-    jarena_free(&t->arena);
-    free(t);
-}
 
 // The variables of a render: the globals (raise_exception, namespace, range, ...), then the
 // given ones over them.

@@ -2,10 +2,12 @@
 // the arena everything of a parse or a render lives in, errors as a jump to the entry point
 // with a located message, values, the syntax tree, and each file's exports.
 //
+//   jinja_value.c  values: from JSON, str()/repr()/tojson, truth, equality, order, UTF-8;
+//                  the arena and failing
+//   jinja_lib.c    attributes, filters, tests, methods and globals, each a row of a table
 //   jinja_parse.c  lexer (whitespace control as jinja2's) and parser: text -> JNode tree
-//   jinja_value.c  values: from JSON, str()/repr()/tojson, truth, equality, order, UTF-8
 //   jinja_eval.c   the renderer: statements, expressions, scopes, loops, macros
-//   jinja_lib.c    filters, tests, methods and globals, each a row of a table
+// each using only those above it.
 #ifndef FTC_RUNTIME_JINJA_INT_H
 #define FTC_RUNTIME_JINJA_INT_H
 
@@ -230,9 +232,6 @@ struct JinjaTemplate {
     char name[256];
 };
 
-// jinja_parse.c
-void jparse(JinjaTemplate *t, JErr *e, const char *src, size_t len);
-
 // jinja_lib.c: the tables, looked up by name when parsing (-1: no such row) and run when
 // rendering. A call's arguments: pos[0..npos), then kw[k] = kwv[k].
 typedef struct JArgs {
@@ -243,24 +242,49 @@ typedef struct JArgs {
     int nkw;
 } JArgs;
 
-struct JCtx;
+typedef struct JCtx JCtx;
 int jlib_filter(const char *name);
 int jlib_test(const char *name);
 int jlib_global(const char *name);
-JVal jlib_run_filter(struct JCtx *c, const JNode *n, int fn, JVal x, JArgs *a);
-bool jlib_run_test(struct JCtx *c, const JNode *n, int fn, JVal x, JArgs *a);
-JVal jlib_run_global(struct JCtx *c, const JNode *n, int fn, JArgs *a);
-JVal jlib_run_method(struct JCtx *c, const JNode *n, JMethod *m, JArgs *a);
+JVal jlib_run_filter(JCtx *c, const JNode *n, int fn, JVal x, JArgs *a);
+bool jlib_run_test(JCtx *c, const JNode *n, int fn, JVal x, JArgs *a);
+JVal jlib_run_global(JCtx *c, const JNode *n, int fn, JArgs *a);
+JVal jlib_run_method(JCtx *c, const JNode *n, JMethod *m, JArgs *a);
 bool jlib_has_method(JVal self, const char *name);
-JVal jlib_loop_attr(struct JCtx *c, JLoop *l, const char *name);
+JVal jlib_loop_attr(JCtx *c, JLoop *l, const char *name);
+// obj.name as jinja2 resolves it: a method, a dict's item, a loop's attribute, else
+// Undefined saying what has no such attribute (jlib_no_attr); taking one of Undefined fails.
+JVal jlib_getattr(JCtx *c, const JNode *n, JVal obj, const char *name, size_t len);
+JVal jlib_no_attr(JCtx *c, JVal obj, const char *name, size_t len);
 
-// jinja_eval.c, for the library: the render's arena and error, and calling a value.
-typedef struct JCtx JCtx;
-JArena *jctx_arena(JCtx *c);
-JErr *jctx_err(JCtx *c);
+// A render's state (jinja_eval.c runs it; the library reaches its arena and error).
+enum { CTL_NONE, CTL_BREAK, CTL_CONTINUE };
+
+struct JCtx {
+    JErr err;
+    JArena arena;
+    JDict *vars;              // the variables given, then the globals
+    JStr *loop_name;          // "loop", made once
+    JDict **scope;            // scope[0] the template's; kept for reuse when popped
+    int nscope, scope_cap;
+    JBuf *out;                // where text goes now
+    JBuf top;                 // the render's output (on the heap)
+    JinjaOutput *result;
+    int depth;
+    long steps;
+    int ctl;                  // a break or continue on its way out of the loop body
+};
+
+// Fails the render at node n (its line and column; none when n is NULL), printf-style.
 _Noreturn void jctx_fail(JCtx *c, const JNode *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-JVal jctx_call(JCtx *c, const JNode *n, JVal fn, JArgs *a);
-void jctx_step(JCtx *c, const JNode *n);                  // counts one step against the bound
-JVal jctx_getattr(JCtx *c, const JNode *n, JVal obj, const char *name, size_t len);
+
+static inline JArena *jctx_arena(JCtx *c) { return &c->arena; }
+static inline JErr *jctx_err(JCtx *c) { return &c->err; }
+
+// Counts one loop iteration or call against the render's bound.
+static inline void jctx_step(JCtx *c, const JNode *n) {
+    if (++c->steps > JINJA_MAX_STEPS)
+        jctx_fail(c, n, "the template runs more than %d loop iterations and calls", JINJA_MAX_STEPS);
+}
 
 #endif

@@ -344,6 +344,41 @@ JVal jlib_loop_attr(JCtx *c, JLoop *l, const char *name) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Attributes
+
+// jinja2's Undefined for a missing attribute: "'dict object' has no attribute 'x'".
+JVal jlib_no_attr(JCtx *c, JVal obj, const char *name, size_t len) {
+    JBuf b = buf(c);
+    if (obj.k == JV_NONE) {
+        jbuf_put(&b, "'None'", 6);
+    } else {
+        jbuf_putc(&b, '\'');
+        jbuf_put(&b, jv_type_name(obj), strlen(jv_type_name(obj)));
+        jbuf_put(&b, obj.k == JV_NS ? "' object" : " object'", 8);
+    }
+    jbuf_put(&b, " has no attribute '", 19), jbuf_put(&b, name, len), jbuf_putc(&b, '\'');
+    return jv_undef(b.p);
+}
+
+JVal jlib_getattr(JCtx *c, const JNode *n, JVal obj, const char *name, size_t len) {
+    if (obj.k == JV_UNDEF)
+        jctx_fail(c, n, "%s", obj.why);
+    if (obj.k == JV_LOOP)
+        return jlib_loop_attr(c, obj.loop, name);
+    if (jlib_has_method(obj, name)) {
+        JMethod *m = jarena_alloc(jctx_arena(c), sizeof *m);
+        m->self = obj, m->name = name;
+        return (JVal){.k = JV_METHOD, .m = m};
+    }
+    if (obj.k == JV_DICT || obj.k == JV_NS) {
+        JVal *v = jdict_get(obj.d, name, len);
+        if (v)
+            return *v;
+    }
+    return jlib_no_attr(c, obj, name, len);
+}
+
+// ---------------------------------------------------------------------------------------------
 // Tests
 
 static bool t_defined(JCtx *c, const JNode *n, JVal x, JArgs *a) { return (void)c, (void)n, (void)a, x.k != JV_UNDEF; }
@@ -533,7 +568,7 @@ static JVal attr_path(JCtx *c, const JNode *n, JVal v, const JStr *path) {
             size_t k = (size_t)strtoull(part, NULL, 10);
             v = k < v.l->n ? v.l->v[k] : jv_undef("no such item");
         } else {
-            v = jctx_getattr(c, n, v, part, end - i);
+            v = jlib_getattr(c, n, v, part, end - i);
         }
         i = end + 1;
     }

@@ -4,9 +4,11 @@
 // white space on its side, `+` keeps it), then a recursive-descent parser with jinja2's
 // operator precedence builds JNodes in the template's arena.
 #include "jinja_int.h"
+#include "xalloc.h"
 
 #include <ctype.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -1013,10 +1015,44 @@ static char *normalize(JArena *a, const char *src, size_t len, size_t *n) {
     return s;
 }
 
-void jparse(JinjaTemplate *t, JErr *e, const char *src, size_t len) {
+static void jparse(JinjaTemplate *t, JErr *e, const char *src, size_t len) {
     Lex L = {.e = e, .a = &t->arena, .line = 1};
     L.src = normalize(&t->arena, src, len, &L.n);
     lex_all(&L);
     Parser P = {.e = e, .a = &t->arena, .t = L.tok};
     parse_body(&P, &t->body, NULL, NULL);
+}
+
+// The parse, with the jump its errors take back here (no local of the caller lives across it).
+static int parse_guarded(JinjaTemplate *t, JErr *e, const char *src, size_t len) {
+    if (setjmp(e->jb))
+        return -1;
+    jparse(t, e, src, len);
+    return 0;
+}
+
+JinjaTemplate *jinja_parse(const char *name, const char *src, size_t len, char *err, size_t errlen) {
+    JinjaTemplate *t = xcalloc(1, sizeof *t);
+    JErr *e = xcalloc(1, sizeof *e);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    e->name = t->name;
+    t->arena.err = e;
+    int rc = parse_guarded(t, e, src, len);
+    if (rc != 0) {
+        snprintf(err, errlen, "%s", e->msg);
+        jarena_free(&t->arena);
+        free(t);
+        t = NULL;
+    } else {
+        t->arena.err = NULL;   // the tree is read-only from here; renders allocate in their own arenas
+    }
+    free(e);
+    return t;
+}
+
+void jinja_free(JinjaTemplate *t) {
+    if (!t)
+        return;
+    jarena_free(&t->arena);
+    free(t);
 }

@@ -20,6 +20,15 @@ void jerr_fail(JErr *e, int line, int col, const char *fmt, ...) {
     longjmp(e->jb, 1);
 }
 
+void jctx_fail(JCtx *c, const JNode *n, const char *fmt, ...) {
+    char msg[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    jerr_fail(&c->err, n ? n->line : 0, n ? n->col : 0, "%s", msg);
+}
+
 // ---------------------------------------------------------------------------------------------
 // The arena
 
