@@ -7,6 +7,7 @@
 // order, packing as it goes. A chunk that meets a bad line stops there, so the first error in
 // file order is the one reported.
 #include "dataset.h"
+#include "chat.h"
 #include "data.h"
 #include "fileio.h"
 #include "tokenizer.h"
@@ -94,8 +95,10 @@ static void template_free(Template *t) {
 typedef struct Conv {
     Tokenizer *tok;
     const DsOptions *o;
-    Template tmpl;
+    Template tmpl;            // a {role}/{content} template
     bool have_tmpl;
+    ChatTemplate chat;        // the model's own (Jinja) template
+    bool have_chat;
     int32_t eos;
     const char *in_path;
 } Conv;
@@ -124,6 +127,7 @@ typedef struct Worker {
     int *next;                // the next chunk to take (shared)
     char *scratch_text;       // rendered template parts
     size_t scratch_cap;
+    ChatRender render;        // conversations through the chat template
 } Worker;
 
 static int info_reserve(Chunk *c, size_t n) {
@@ -210,11 +214,51 @@ static int put_message(Worker *w, Chunk *c, const char *role, const char *conten
 }
 
 static int need_template(const Conv *cv, Chunk *c, const char *what) {
-    if (cv->have_tmpl)
+    if (cv->have_tmpl || cv->have_chat)
         return 0;
-    snprintf(c->err, sizeof c->err, "a %s record needs --template (chatml, llama3, or a string with {role} "
-             "and {content})", what);
+    snprintf(c->err, sizeof c->err, "a %s record needs a chat template: --template (chatml, llama3, a string "
+             "with {role} and {content}, or a .jinja file), or the model's (chat_template in its "
+             "tokenizer_config.json)", what);
     return -1;
+}
+
+// A conversation through the model's template: the tokens of its rendering as transformers
+// tokenizes apply_chat_template's text (added tokens matched in it, no post-processor ids),
+// the assistant's spans (chat.h) trained, each part encoded on its own.
+static int put_chat(Worker *w, Chunk *c, json_t *rec, json_t *messages) {
+    ChatRender *r = &w->render;
+    if (chat_render(&w->cv->chat, rec, messages, r, c->err, sizeof c->err) != 0)
+        return -1;
+    size_t at = 0;
+    for (size_t k = 0; k < r->nspan; k++) {
+        if (put_text(w, c, r->whole.text + at, r->span[k][0] - at, false) != 0 ||
+            put_text(w, c, r->whole.text + r->span[k][0], r->span[k][1] - r->span[k][0], true) != 0)
+            return -1;
+        at = r->span[k][1];
+    }
+    return put_text(w, c, r->whole.text + at, r->whole.len - at, false);
+}
+
+// A list of {"role", "content"} through the template: the model's, else the {role}/{content}
+// one message by message.
+static int put_conversation(Worker *w, Chunk *c, json_t *rec, json_t *messages) {
+    if (w->cv->have_chat)
+        return put_chat(w, c, rec, messages);
+    for (size_t i = 0; i < json_array_size(messages); i++) {
+        json_t *m = json_array_get(messages, i), *role = json_object_get(m, "role");
+        json_t *content = json_object_get(m, "content");
+        if (!is_str(role) || !is_str(content) || strlen(json_string_value(role)) != json_string_length(role)) {
+            snprintf(c->err, sizeof c->err, "messages[%zu] needs a \"role\" and a \"content\", both strings", i);
+            return -1;
+        }
+        if (put_message(w, c, json_string_value(role), json_string_value(content), json_string_length(content)) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+static json_t *message(const char *role, const char *content, size_t n) {
+    return json_pack("{s:s, s:s%}", "role", role, "content", content, n);
 }
 
 // Stanford Alpaca's prompts, for its records without --template.
@@ -245,10 +289,13 @@ static int put_alpaca(Worker *w, Chunk *c, json_t *rec) {
         return -1;
     }
     int rc;
-    if (w->cv->have_tmpl) {
+    if (w->cv->have_tmpl || w->cv->have_chat) {
         snprintf(p, n, *x ? "%s\n\n%s" : "%s", i, x);
-        rc = put_message(w, c, "user", p, strlen(p)) != 0 ||
-             put_message(w, c, "assistant", json_string_value(outp), json_string_length(outp)) != 0 ? -1 : 0;
+        json_t *msgs = json_array();
+        json_array_append_new(msgs, message("user", p, strlen(p)));
+        json_array_append_new(msgs, message("assistant", json_string_value(outp), json_string_length(outp)));
+        rc = put_conversation(w, c, rec, msgs);
+        json_decref(msgs);
     } else {
         if (*x)
             snprintf(p, n, ALPACA_INPUT, i, x);
@@ -262,8 +309,8 @@ static int put_alpaca(Worker *w, Chunk *c, json_t *rec) {
 }
 
 // A ShareGPT record: "conversations", a list of {"from", "value"}, from human (or user),
-// gpt (or assistant) and system, through the template.
-static int put_sharegpt(Worker *w, Chunk *c, json_t *conv) {
+// gpt (or assistant) and system, as the messages they stand for.
+static int put_sharegpt(Worker *w, Chunk *c, json_t *rec, json_t *conv) {
     if (!json_is_array(conv)) {
         snprintf(c->err, sizeof c->err, "\"conversations\" is not a list");
         return -1;
@@ -272,6 +319,7 @@ static int put_sharegpt(Worker *w, Chunk *c, json_t *conv) {
         return -1;
     static const char *const from[][2] = {{"human", "user"}, {"user", "user"}, {"gpt", "assistant"},
                                           {"assistant", "assistant"}, {"system", "system"}};
+    json_t *msgs = json_array();
     for (size_t i = 0; i < json_array_size(conv); i++) {
         json_t *m = json_array_get(conv, i), *f = json_object_get(m, "from"), *v = json_object_get(m, "value");
         const char *role = NULL;
@@ -281,12 +329,14 @@ static int put_sharegpt(Worker *w, Chunk *c, json_t *conv) {
         if (!role || !is_str(v)) {
             snprintf(c->err, sizeof c->err, "conversations[%zu] needs a \"from\" (human, gpt or system) and "
                      "a \"value\", a string", i);
+            json_decref(msgs);
             return -1;
         }
-        if (put_message(w, c, role, json_string_value(v), json_string_length(v)) != 0)
-            return -1;
+        json_array_append_new(msgs, message(role, json_string_value(v), json_string_length(v)));
     }
-    return 0;
+    int rc = put_conversation(w, c, rec, msgs);
+    json_decref(msgs);
+    return rc;
 }
 
 // Whether rec is of exactly one kind; -1 with c->err set when of none or of several.
@@ -330,24 +380,14 @@ static int put_prompt(Worker *w, Chunk *c, json_t *prompt, json_t *completion) {
 }
 
 // A "messages" record: a list of {"role", "content"}, through the template.
-static int put_messages(Worker *w, Chunk *c, json_t *messages) {
+static int put_messages(Worker *w, Chunk *c, json_t *rec, json_t *messages) {
     if (!json_is_array(messages)) {
         snprintf(c->err, sizeof c->err, "\"messages\" is not a list");
         return -1;
     }
     if (need_template(w->cv, c, "\"messages\"") != 0)
         return -1;
-    for (size_t i = 0; i < json_array_size(messages); i++) {
-        json_t *m = json_array_get(messages, i), *role = json_object_get(m, "role");
-        json_t *content = json_object_get(m, "content");
-        if (!is_str(role) || !is_str(content) || strlen(json_string_value(role)) != json_string_length(role)) {
-            snprintf(c->err, sizeof c->err, "messages[%zu] needs a \"role\" and a \"content\", both strings", i);
-            return -1;
-        }
-        if (put_message(w, c, json_string_value(role), json_string_value(content), json_string_length(content)) != 0)
-            return -1;
-    }
-    return 0;
+    return put_conversation(w, c, rec, messages);
 }
 
 // The tokens of rec (of one kind) between the tokenizer's prefix and suffix.
@@ -362,15 +402,15 @@ static int put_body(Worker *w, Chunk *c, json_t *rec) {
     if (json_object_get(rec, "instruction"))
         return put_alpaca(w, c, rec);
     if (conv)
-        return put_sharegpt(w, c, conv);
-    return put_messages(w, c, json_object_get(rec, "messages"));
+        return put_sharegpt(w, c, rec, conv);
+    return put_messages(w, c, rec, json_object_get(rec, "messages"));
 }
 
-// Ends the record begun at ids[start]: the end-of-sequence token after it unless it ends with
-// one (trained if the token before is), its first token a start, its length noted.
-static int end_record(const Conv *cv, Chunk *c, size_t start) {
+// Ends the record begun at ids[start]: with eos, the end-of-sequence token after it unless it
+// ends with one (trained if the token before is); its first token a start, its length noted.
+static int end_record(const Conv *cv, Chunk *c, size_t start, bool eos) {
     size_t len = c->ids.n - start;
-    if (len == 0 || c->ids.id[c->ids.n - 1] != cv->eos) {
+    if (len == 0 || (eos && c->ids.id[c->ids.n - 1] != cv->eos)) {
         uint8_t last = len ? c->info[c->ids.n - 1] : 0;
         if (put_ids(c, &cv->eos, 1, last & DATA_TRAIN) != 0)
             return -1;
@@ -395,18 +435,23 @@ static int end_record(const Conv *cv, Chunk *c, size_t start) {
     return 0;
 }
 
-// The record rec (a JSON object) appended to c as one record; -1 with c->err set.
+// The record rec (a JSON object) appended to c as one record; -1 with c->err set. A
+// conversation through the model's template is its rendering's tokens alone, as
+// apply_chat_template gives them: the template says how a turn and the conversation end.
 static int put_record(Worker *w, Chunk *c, json_t *rec) {
     if (one_kind(c, rec) != 0)
         return -1;
     size_t start = c->ids.n, n;
+    if (w->cv->have_chat && !json_object_get(rec, "text") && !json_object_get(rec, "prompt") &&
+        !json_object_get(rec, "completion"))
+        return put_body(w, c, rec) != 0 ? -1 : end_record(w->cv, c, start, false);
     const int32_t *pre = tok_prefix(w->cv->tok, &n);
     if (put_ids(c, pre, n, 0) != 0 || put_body(w, c, rec) != 0)
         return -1;
     const int32_t *suf = tok_suffix(w->cv->tok, &n);
     if (put_ids(c, suf, n, 0) != 0)
         return -1;
-    return end_record(w->cv, c, start);
+    return end_record(w->cv, c, start, true);
 }
 
 // Encodes every line of chunk c; stops at the first bad one.
@@ -586,20 +631,27 @@ static void chunk_free(Chunk *c) {
     free(c->info), free(c->rec_len);
 }
 
-// Loads the tokenizer, reads the template and finds the end-of-sequence token; the token width
-// follows from the vocabulary. Nothing is left to free when it fails.
+// Loads the tokenizer, finds the end-of-sequence token and reads the template (the model's
+// own, a Jinja file or text, or a {role}/{content} one); the token width follows from the
+// vocabulary. Nothing is left to free when it fails.
 static int conv_open(Conv *cv, DsSummary *sum, char *err, size_t errlen) {
     if (tok_load(&cv->tok, cv->o->tokenizer, err, errlen) != 0)
         return -1;
-    int rc = 0;
-    if (cv->o->template_text) {
+    int rc = find_eos(cv, sum, err, errlen);
+    if (rc == 0) {
+        rc = chat_template_load(&cv->chat, cv->o->template_text, cv->o->tokenizer, sum->eos_text, err, errlen);
+        cv->have_chat = rc == 1;
+        rc = rc < 0 ? -1 : 0;
+    }
+    if (rc == 0 && cv->have_chat)
+        snprintf(sum->template_from, sizeof sum->template_from, "%s", cv->chat.from);
+    if (rc == 0 && !cv->have_chat && cv->o->template_text) {
         rc = template_read(&cv->tmpl, cv->o->template_text, err, errlen);
         cv->have_tmpl = rc == 0;
     }
-    if (rc == 0)
-        rc = find_eos(cv, sum, err, errlen);
     if (rc != 0) {
         template_free(&cv->tmpl);
+        chat_template_free(&cv->chat);
         tok_free(cv->tok);
         return -1;
     }
@@ -651,6 +703,7 @@ static void pool_free(Pool *p) {
     for (int k = 0; p->workers && k < p->threads; k++) {
         tok_scratch_free(p->workers[k].scratch);
         free(p->workers[k].scratch_text);
+        chat_render_free(&p->workers[k].render);
     }
     free(p->chunks), free(p->workers), free(p->tids);
 }
@@ -726,7 +779,8 @@ static void encode_chunks(Pool *p, Conv *cv, int n) {
     int nt = p->threads < n ? p->threads : n;
     Worker *ws = p->workers;
     for (int k = 0; k < nt; k++) {
-        ws[k] = (Worker){cv, ws[k].scratch, p->chunks, n, &next, ws[k].scratch_text, ws[k].scratch_cap};
+        ws[k] = (Worker){cv, ws[k].scratch, p->chunks, n, &next, ws[k].scratch_text, ws[k].scratch_cap,
+                         ws[k].render};
         if (k > 0 && pthread_create(&p->tids[k], NULL, worker_main, &ws[k]) != 0)
             p->tids[k] = 0, worker_main(&ws[k]);
     }
@@ -822,6 +876,7 @@ int ds_convert(const char *in_path, const char *out_path, const DsOptions *o, Ds
     if (r.fd < 0) {
         int e = errno;
         template_free(&cv.tmpl);
+        chat_template_free(&cv.chat);
         tok_free(cv.tok);
         return r.fd == -2 ? rt_fail(err, errlen, "%s: not a regular file", in_path)
                           : rt_fail(err, errlen, "%s: cannot open: %s", in_path, strerror(e));
@@ -840,6 +895,7 @@ int ds_convert(const char *in_path, const char *out_path, const DsOptions *o, Ds
     pool_free(&pool);
     free(r.buf);
     template_free(&cv.tmpl);
+    chat_template_free(&cv.chat);
     tok_free(cv.tok);
     return rc;
 }

@@ -5,14 +5,23 @@
 //   {"prompt": "...", "completion": "..."}  only the completion trained
 //   {"messages": [{"role": "...", "content": "..."}, ...]}
 //                                         rendered by a template (DsOptions.template_text);
-//                                         only the assistant messages' content and what the
-//                                         template puts after it trained
+//                                         only the assistant messages' turns trained
 // Other keys are ignored. A record's tokens are the tokenizer post-processor's ids before it
 // (e.g. Llama 3's BOS), its parts each encoded on their own (so where training starts is a
 // token boundary), the post-processor's ids after it, then the end-of-sequence token unless
 // the record already ends with it; that token is trained when the one before it is. A
 // record's first token is never trained (nothing of the record comes before it). The token
 // file gets one info byte per token (runtime/data.h): trained, and record start.
+//
+// The model's chat template (runtime/chat.h): with template_text NULL or "model", the one
+// beside the tokenizer (chat_template.jinja, else tokenizer_config.json's chat_template), or
+// a file's or a text's (holding {{ or {%). A conversation through it is rendered as
+// transformers' apply_chat_template renders it and its record is the rendering's tokens
+// alone, encoded as transformers encodes that text (no post-processor ids, no end-of-sequence
+// token after it: the template ends the turn); the text of each assistant message's turn
+// (chat.h's rule) is trained, each part encoded on its own. Alpaca and ShareGPT records go
+// through it as the messages they stand for. A template's error (its raise_exception) is the
+// record's, at the template's line and column.
 //
 // Message template: a string holding {content} once and {role} any number of times, rendered
 // for every message in order, with \n, \t and \\ read as the characters they name; `chatml`
@@ -42,8 +51,9 @@ typedef struct DsOptions {
     const char *eos;           // the end-of-sequence token's text, or NULL: tokenizer_config.json
                                // beside the tokenizer names it, else the first of
                                // <|endoftext|>, <|end_of_text|>, </s> the tokenizer has
-    const char *template_text; // the message template, `chatml`, `llama3`, or NULL (then a
-                               // messages record is an error)
+    const char *template_text; // `model`, a .jinja file, a Jinja template's text, `chatml`,
+                               // `llama3`, a {role}/{content} string, or NULL: the model's
+                               // template if it has one (else a messages record is an error)
     int64_t pack;              // seq to pack for, or 0
     bool drop_long;            // with pack: drop a record longer than seq instead of cutting it
     int threads;               // 0: one per online CPU
@@ -59,6 +69,7 @@ typedef struct DsSummary {
     int64_t vocab;
     int32_t eos;
     char eos_text[64];
+    char template_from[4200]; // where the chat template came from, when messages went through one
     int token_bytes;
 } DsSummary;
 

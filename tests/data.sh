@@ -125,10 +125,10 @@ expect prompt-alone "ftc data: error: $tmp/half.jsonl:1: a \"prompt\" without a 
 printf '{"text": ["a"]}\n' > "$tmp/type.jsonl"
 expect text-not-string "ftc data: error: $tmp/type.jsonl:1: \"text\" is not a string" --tokenizer "$q" "$tmp/type.jsonl"
 printf '{"messages": [{"role": "user", "content": "a"}]}\n' > "$tmp/msg.jsonl"
-expect no-template "ftc data: error: $tmp/msg.jsonl:1: a \"messages\" record needs --template (chatml, llama3, or a string with {role} and {content})" \
+expect no-template "ftc data: error: $tmp/msg.jsonl:1: a \"messages\" record needs a chat template: --template (chatml, llama3, a string with {role} and {content}, or a .jinja file), or the model's (chat_template in its tokenizer_config.json)" \
     --tokenizer "$q" "$tmp/msg.jsonl"
 printf '{"conversations": [{"from": "human", "value": "a"}]}\n' > "$tmp/sg.jsonl"
-expect sharegpt-no-template "ftc data: error: $tmp/sg.jsonl:1: a \"conversations\" record needs --template (chatml, llama3, or a string with {role} and {content})" \
+expect sharegpt-no-template "ftc data: error: $tmp/sg.jsonl:1: a \"conversations\" record needs a chat template: --template (chatml, llama3, a string with {role} and {content}, or a .jinja file), or the model's (chat_template in its tokenizer_config.json)" \
     --tokenizer "$q" "$tmp/sg.jsonl"
 printf '{"conversations": [{"from": "bot", "value": "a"}]}\n' > "$tmp/sg2.jsonl"
 expect sharegpt-from "ftc data: error: $tmp/sg2.jsonl:1: conversations[0] needs a \"from\" (human, gpt or system) and a \"value\", a string" \
@@ -164,6 +164,45 @@ want=$(printf '%s\n' "record 1 of 3: 21 tokens, 8 trained (between ⟦ and ⟧)"
        "record 2 of 3: 6 tokens, 5 trained (between ⟦ and ⟧)" 'pl⟦ain text<|endoftext|>⟧')
 got=$(sed -n '/^record 1 of 3/,$p' "$tmp/show.out")
 [ "$got" = "$want" ] && ok show-records || bad show-records "$(diff <(echo "$got") <(echo "$want"))"
+# The model's own chat template (tests/fixtures/chat, made by make_chat.py): by default the
+# one in tokenizer_config.json beside the tokenizer, rendered as apply_chat_template renders
+# it; the ids are transformers' for that text, the trained tokens the assistant's turns
+# (content and end of turn, not the header); the record is the rendering alone, no second
+# <|im_end|> (the eos) after the template's.
+chat=tests/fixtures/chat
+for fam in qwen2.5:qwen2 llama3.1:llama3; do
+    f=${fam%%:*} style=${fam#*:}
+    mkdir -p "$tmp/$f" && cp "$tok/$style.json" "$tmp/$f/tokenizer.json" && cp "$chat/$f.tokenizer_config.json" "$tmp/$f/tokenizer_config.json"
+    "$ftc" data --tokenizer "$tmp/$f" "$chat/$f.records.jsonl" -o "$tmp/$f.bin" > "$tmp/$f.out" 2>&1
+    got=$(dump "$tmp/$f.bin") want=$(tr '\n' ' ' < "$chat/$f.ids" | sed 's/ $//')
+    [ "$got" = "$want" ] && grep -qx "messages through the chat template $tmp/$f/tokenizer_config.json:chat_template" "$tmp/$f.out" &&
+        ok "chat-template-$f ($(wc -w <<<"$got") tokens as transformers')" ||
+        bad "chat-template-$f" "$(cat "$tmp/$f.out"; diff <(tr ' ' '\n' <<<"$got") <(tr ' ' '\n' <<<"$want") | head -5)"
+done
+"$ftc" data --tokenizer "$tmp/qwen2.5" "$chat/qwen2.5.records.jsonl" -o "$tmp/show2.bin" --show 2 > "$tmp/show2.out" 2>&1
+want=$(printf '%s\n' "record 2 of 3: 73 tokens, 10 trained (between ⟦ and ⟧)" '<|im_start|>system' \
+       'You are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>' '<|im_start|>user' \
+       'What is 2 + 3?<|im_end|>' '<|im_start|>assistant' '⟦2 + 3 = 5.<|im_end|>' '⟧')
+got=$(sed -n '/^record 2 of 3/,$p' "$tmp/show2.out")
+[ "$got" = "$want" ] && ok chat-trained-assistant-turns || bad chat-trained-assistant-turns "$(diff <(echo "$got") <(echo "$want"))"
+grep -q 'end of sequence <|im_end|> = 902' "$tmp/show2.out" && [ "$(dump "$tmp/qwen2.5.bin" | grep -c '902:1 198:1 902')" = 0 ] &&
+    [ "$(dump "$tmp/qwen2.5.bin" | tr ' ' '\n' | tail -2 | paste -sd' ')" = "902:1 198:1" ] &&
+    ok chat-no-doubled-eos || bad chat-no-doubled-eos "$(dump "$tmp/qwen2.5.bin" | tr ' ' '\n' | tail -4 | tr '\n' ' ')"
+# A .jinja file is the same template from elsewhere: the same file.
+"$ftc" data --tokenizer "$q" "$chat/qwen2.5.records.jsonl" --template "$chat/qwen2.5.jinja" -o "$tmp/file.bin" > "$tmp/file.out" 2>&1 &&
+    cmp -s "$tmp/file.bin" "$tmp/qwen2.5.bin" && grep -qx "messages through the chat template $chat/qwen2.5.jinja" "$tmp/file.out" &&
+    ok chat-template-file || bad chat-template-file "$(cat "$tmp/file.out")"
+# A template that refuses a conversation: its message at its line and column, after the record's.
+printf '%s\n' '{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}' \
+    '{"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]}' > "$tmp/alt.jsonl"
+expect chat-template-raises "ftc data: error: $tmp/alt.jsonl:2: $chat/gemma2.jinja:1:226: Conversation roles must alternate user/assistant/user/assistant/..." \
+    --tokenizer "$q" "$tmp/alt.jsonl" --template "$chat/gemma2.jinja"
+expect chat-template-syntax "ftc data: error: --template:1:21: expected an expression, not '%}'" \
+    --tokenizer "$q" "$tmp/alt.jsonl" --template '{{ messages }}{% if %}'
+expect chat-template-none "ftc data: error: --template model: no chat template beside the tokenizer ($tok/chat_template.jinja, or chat_template in $tok/tokenizer_config.json)" \
+    --tokenizer "$q" "$tmp/alt.jsonl" --template model
+expect chat-template-missing-file "ftc data: error: --template $tmp/none.jinja: No such file or directory" \
+    --tokenizer "$q" "$tmp/alt.jsonl" --template "$tmp/none.jinja"
 same_bin alpaca-as-messages "$tmp/alpaca.jsonl" "$tmp/alpaca-msg.jsonl" --template chatml
 same_bin alpaca-own-prompt "$tmp/alpaca.jsonl" "$tmp/alpaca-pc.jsonl"
 same_bin sharegpt-as-messages "$tmp/sharegpt.jsonl" "$tmp/sharegpt-msg.jsonl" --template chatml

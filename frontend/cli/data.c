@@ -49,8 +49,10 @@ static const Option data_opts[] = {
      "{\"conversations\":\n[{\"from\", \"value\"}]} (human, gpt, system)", .call = tokenizer, .in_operands = true),
     OPT(OPT_TEXT, "-o", "OUT.bin", ARG(out), "the token file to write (format in runtime/data.h)", .in_operands = true),
     SECTION("With --tokenizer:"),
-    OPT(OPT_TEXT, "--template", "T", ARG(ds.template_text), "how messages are rendered: chatml, llama3, or a string "
-     "holding\n{content} once and {role} (\\n, \\t read as such)"),
+    OPT(OPT_TEXT, "--template", "T", ARG(ds.template_text), "how messages are rendered: by default the model's chat\n"
+     "template (chat_template.jinja or tokenizer_config.json's beside\nthe tokenizer), as transformers' apply_chat_template "
+     "renders\nit; `model` insists on that one; a .jinja file or a Jinja\ntemplate's text; chatml, llama3, or a string "
+     "holding {content}\nonce and {role} (\\n, \\t read as such)"),
     OPT(OPT_TEXT, "--eos", "TOKEN", ARG(ds.eos), "the end-of-sequence token after each record (default: the\n"
      "tokenizer_config.json beside the tokenizer, else <|endoftext|>,\n<|end_of_text|> or </s>)"),
     OPT(OPT_COUNT, "--pack", "SEQ", ARG(pack), "pack records into windows of SEQ tokens that none crosses (train\n"
@@ -82,6 +84,8 @@ static int tokenize(const DataArgs *a, const char *in) {
            "end of sequence %s = %d)\n",
            a->out, commas(c1, (int64_t)sm.tokens), commas(c2, (int64_t)sm.trained), commas(c3, (int64_t)sm.written),
            commas(c5, (int64_t)sm.records), in, commas(c4, sm.vocab), sm.token_bytes, sm.eos_text, (int)sm.eos);
+    if (sm.template_from[0])
+        printf("messages through the chat template %s\n", sm.template_from);
     if (a->ds.pack)
         printf("packed into %s windows of %lld tokens: %s padding tokens (%.1f%%)\n",
                commas(c1, (int64_t)sm.windows), (long long)a->ds.pack, commas(c2, (int64_t)sm.padding),
