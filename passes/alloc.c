@@ -7,7 +7,7 @@
 // under four orders — by start, by size, by size x lifetime, by lifetime — keeping the
 // smallest arena, as XLA's heap simulator keeps the best of several (stopping early when
 // one reaches the lower bound). The last order is also repaired (squeaky-wheel
-// optimisation): while its arena is above the bound, the block that sets its top goes
+// optimisation): while its arena is above the bound, the blocks that reach its top go
 // first and the order is placed again — a small block living across several large
 // single-instruction ones (GEMM workspaces) finds no gap when placed late, and one when
 // placed early. The bound alone (alloc_bounds) is what the planner asks of a candidate
@@ -124,21 +124,23 @@ static int64_t place(Block *blocks, int n, int64_t base) {
     return top;
 }
 
-// place, repaired (squeaky-wheel optimisation): while the arena is above `lb`, the first
-// block (in order) that sets its top is moved to the front and the order placed again,
-// `repairs` times at most; blocks[] ends in the order and places of the smallest arena
-// found, which is returned.
+// place, repaired (squeaky-wheel optimisation): while the arena is above `lb`, the blocks
+// that reach its top move to the front of the order (in their order) and the order is
+// placed again, `repairs` times at most; blocks[] ends in the order and places of the
+// smallest arena found, which is returned.
 static int64_t place_repaired(Block *blocks, int n, int64_t base, int64_t lb, int repairs) {
     int64_t top = place(blocks, n, base), best_top = top;
-    Block *best = xmalloc(sizeof(Block) * (size_t)(n + 1));
+    Block *best = xmalloc(sizeof(Block) * (size_t)(n + 1)), *rest = xmalloc(sizeof(Block) * (size_t)(n + 1));
     memcpy(best, blocks, sizeof(Block) * (size_t)n);
     for (int r = 0; r < repairs && top > lb; r++) {
-        int k = 0;
-        while (blocks[k].offset + blocks[k].size != top)
-            k++;
-        Block b = blocks[k];
-        memmove(blocks + 1, blocks, sizeof(Block) * (size_t)k);
-        blocks[0] = b;
+        int front = 0, back = 0;
+        for (int k = 0; k < n; k++) {
+            if (blocks[k].offset + blocks[k].size == top)
+                blocks[front++] = blocks[k];
+            else
+                rest[back++] = blocks[k];
+        }
+        memcpy(blocks + front, rest, sizeof(Block) * (size_t)back);
         top = place(blocks, n, base);
         if (top < best_top) {
             best_top = top;
@@ -146,7 +148,7 @@ static int64_t place_repaired(Block *blocks, int n, int64_t base, int64_t lb, in
         }
     }
     memcpy(blocks, best, sizeof(Block) * (size_t)n);
-    free(best);
+    free(best), free(rest);
     return best_top;
 }
 
