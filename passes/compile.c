@@ -138,18 +138,30 @@ static void count_modes(const CompileOptions *o, CompileResult *r) {
     }
 }
 
-// --remat tensors against the model's blocks: how many a plan has and what each may keep.
+// --remat tensors against the model's blocks: how many a plan has and what each may keep;
+// each block's mask into r->tensors_masks.
 static CompileStatus check_tensors(const CompileOptions *o, CompileResult *r, int nchain, int nkeep) {
-    const int *k = o->kept;
+    const TensorsSpec *t = &o->tensors;
     if (!nchain)
         return refuse(r, COMPILE_REFUSED, "--remat", "--remat tensors: the model has no repeated block whose "
                       "tensors a plan could keep or recompute");
-    if (k[1] >= r->nlayers)
-        return refuse(r, COMPILE_REFUSED, "--remat", "--remat tensors:KxN+J: N blocks of %d must leave one "
-                      "for J", r->nlayers);
-    if (k[0] > nkeep || k[2] > nkeep)
-        return refuse(r, COMPILE_REFUSED, "--remat", "--remat tensors: a block has %d tensors to keep or "
-                      "recompute, not %d", nkeep, k[0] > nkeep ? k[0] : k[2]);
+    int named = 0;
+    for (int g = 0; g < t->n; g++) {
+        if (t->kept[g] > nkeep)
+            return refuse(r, COMPILE_REFUSED, "--remat", "--remat tensors: a block has %d tensors to keep or "
+                          "recompute, not %d", nkeep, t->kept[g]);
+        named += t->blocks[g] > 0 ? t->blocks[g] : 0;
+    }
+    if (t->n > 1 && named >= r->nlayers)
+        return refuse(r, COMPILE_REFUSED, "--remat", "--remat tensors:KxN+J: the groups' %d blocks of %d must "
+                      "leave one for J", named, r->nlayers);
+    r->tensors_masks = xmalloc((size_t)r->nlayers * (size_t)nkeep + 1);
+    for (int l = 0, g = 0, in_group = 0; l < r->nlayers; l++, in_group++) {
+        if (t->blocks[g] > 0 && in_group == t->blocks[g])
+            g++, in_group = 0;
+        memcpy(r->tensors_masks + (size_t)l * (size_t)nkeep, r->chain + (size_t)(nkeep - t->kept[g]) * (size_t)nkeep,
+               (size_t)nkeep);
+    }
     return COMPILE_OK;
 }
 
@@ -200,9 +212,7 @@ static void planner_input(const CompileOptions *o, CompileResult *r, int64_t mic
     p->early = o->update == 0 || whole ? 0 : o->update;
     p->grads_whole = o->ranks > 1 && o->train.adamw8bit;
     p->loss_chunk = o->loss_chunk, p->chain = r->chain, p->nchain = nchain, p->nkeep = nkeep;
-    p->tensors_at = o->kept[0] >= 0 ? nkeep - o->kept[0] : -1;
-    p->tensors_rest_at = o->kept[2] >= 0 ? nkeep - o->kept[2] : -1;
-    p->tensors_first = o->kept[1];
+    p->tensors_masks = r->tensors_masks;
     p->exhaustive = o->exhaustive;
 }
 
@@ -354,6 +364,7 @@ void compile_result_free(CompileResult *r) {
     if (r->plain)
         ir_graph_free(r->plain);
     free(r->chain);
+    free(r->tensors_masks);
     free(r->modes);
     if (r->arena)
         arena_free(r->arena);

@@ -419,6 +419,8 @@ typedef struct PlanChoice {
     const uint8_t *keep_rest;   // if not NULL, the mask of the blocks after the first n_policy
     int chain_rest;             // (which then keep by `keep`): the later blocks, whose saved
                                 // tensors wait less of backward, may keep more
+    const uint8_t *keep_blocks; // if not NULL, every block's mask (nkeep a block, block by block):
+                                // overrides keep and keep_rest
     int64_t loss_chunk;         // rows per chunk of the fused loss (0: the default cap's)
     bool early_update;          // each update inside backward (early_update.c): one micro-step,
                                 // offload none, one rank, and a step PipelineSpec allows it for
@@ -479,9 +481,9 @@ typedef struct PlannerInput {
     // to keep tensor by tensor; none when nchain is 0.
     const uint8_t *chain;
     int nchain, nkeep;
-    // remat REMAT_TENSORS (fixed by the user): every block keeps by chain mask tensors_at, or
-    // the first tensors_first blocks by it and the rest by tensors_rest_at (-1: none).
-    int tensors_at, tensors_rest_at, tensors_first;
+    // remat REMAT_TENSORS (fixed by the user): each block's keep mask, block by block (NULL:
+    // the planner's).
+    const uint8_t *tensors_masks;
     // Builds choice c into a fresh graph and plans it, placing it unless `need` says it
     // cannot fit or win; 0, or -1 on failure. Called from several threads at once: it
     // must not touch shared mutable state.
@@ -716,6 +718,15 @@ typedef struct CompileTrain {
     bool adamw8bit;             // 8-bit moments: those tensors stay whole on every rank
 } CompileTrain;
 
+// --remat tensors:K1xN1+K2xN2+...+K: the first N1 blocks keep K1 tensors each (the first
+// K1 of the keep chain), the next N2 K2, ..., the blocks left the last K.
+enum { TENSOR_GROUPS = 64 };
+typedef struct TensorsSpec {
+    int n;                      // groups (0: none given)
+    int kept[TENSOR_GROUPS];
+    int blocks[TENSOR_GROUPS];  // the last group's: -1 (the blocks left)
+} TensorsSpec;
+
 // ftc compile's options; -1 (or 0 for sizes and counts, NULL for names) leaves a choice
 // to the planner or the default.
 typedef struct CompileOptions {
@@ -734,7 +745,7 @@ typedef struct CompileOptions {
     int64_t micro;              // 0: the train section's, else the planner's
     int64_t ranks;              // 1: one process
     int zero, remat, offload;   // -1: the planner's
-    int kept[3];                // --remat tensors:KxN+J: K, N, J (-1: absent)
+    TensorsSpec tensors;        // --remat tensors:...
     int update;                 // -1: the planner's, 0 after the step, 1 inside backward
     int64_t loss_chunk;
     bool no_fusion, unfused_loss, grad_temporaries, exhaustive, time_passes;
@@ -797,6 +808,7 @@ typedef struct CompileResult {
     PassTimes times;
     // (owned)
     uint8_t *chain;
+    uint8_t *tensors_masks;     // --remat tensors: each block's mask
     Arena *arena;
     Pipeline pipe;
 } CompileResult;

@@ -64,12 +64,15 @@ static int run_remat(PassCtx *x) {
     RematPolicy *pol = arena_alloc(x->g->arena, sizeof(RematPolicy) * (size_t)layers);
     for (int l = 0; l < layers; l++)
         pol[l] = c->per_layer ? c->per_layer[l] : l < c->n_policy ? c->policy : c->rest;
-    uint8_t *masks = NULL;   // a keep mask a block: the first n_policy blocks' and the rest's
-    if (c->keep && c->nkeep > 0) {
+    uint8_t *masks = NULL;   // a keep mask a block: each block's, or the first n_policy blocks' and the rest's
+    if ((c->keep || c->keep_blocks) && c->nkeep > 0) {
         masks = arena_alloc(x->g->arena, (size_t)layers * (size_t)c->nkeep);
-        for (int l = 0; l < layers; l++)
-            memcpy(masks + (size_t)l * (size_t)c->nkeep, c->keep_rest && l >= c->n_policy ? c->keep_rest : c->keep,
-                   (size_t)c->nkeep);
+        for (int l = 0; l < layers; l++) {
+            const uint8_t *m = c->keep_blocks          ? c->keep_blocks + (size_t)l * (size_t)c->nkeep
+                               : c->keep_rest && l >= c->n_policy ? c->keep_rest
+                                                                  : c->keep;
+            memcpy(masks + (size_t)l * (size_t)c->nkeep, m, (size_t)c->nkeep);
+        }
     }
     return remat_apply(x->g, pol, layers, masks, c->nkeep, &x->bs->remat);
 }

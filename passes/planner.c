@@ -43,18 +43,38 @@ static int level_of(const PlanChoice *c) {
     return lv;
 }
 
-void planner_choice_str(char *buf, size_t cap, const PlanChoice *c, int nlayers) {
-    char remat[96];
-    if (c->policy == REMAT_TENSORS && c->keep) {
-        int kept = 0, rest = 0;
+// Block l's keep mask under choice c (REMAT_TENSORS).
+static const uint8_t *block_mask(const PlanChoice *c, int l) {
+    return c->keep_blocks ? c->keep_blocks + (size_t)l * (size_t)c->nkeep
+           : c->keep_rest && l >= c->n_policy ? c->keep_rest
+                                              : c->keep;
+}
+
+// "tensors (K of M kept a block xN + J xR ...)": each run of blocks keeping as many.
+static void tensors_str(char *buf, size_t cap, const PlanChoice *c, int nlayers) {
+    int n = snprintf(buf, cap, "tensors (");
+    for (int l = 0; l < nlayers && n > 0 && (size_t)n < cap;) {
+        int kept = 0, run = 0;
         for (int j = 0; j < c->nkeep; j++)
-            kept += c->keep[j], rest += c->keep_rest ? c->keep_rest[j] : 0;
-        if (c->keep_rest && c->n_policy < nlayers)
-            snprintf(remat, sizeof remat, "tensors (%d of %d kept a block x%d + %d x%d)", kept, c->nkeep,
-                     c->n_policy, rest, nlayers - c->n_policy);
+            kept += block_mask(c, l)[j];
+        for (; l < nlayers && !memcmp(block_mask(c, l), block_mask(c, l - run), (size_t)c->nkeep); l++)
+            run++;
+        if (run == nlayers)
+            n += snprintf(buf + n, cap - (size_t)n, "%d of %d kept a block", kept, c->nkeep);
+        else if (l - run == 0)
+            n += snprintf(buf + n, cap - (size_t)n, "%d of %d kept a block x%d", kept, c->nkeep, run);
         else
-            snprintf(remat, sizeof remat, "tensors (%d of %d kept a block)", kept, c->nkeep);
-    } else if (c->n_policy >= nlayers || c->policy == c->rest)
+            n += snprintf(buf + n, cap - (size_t)n, " + %d x%d", kept, run);
+    }
+    if (n > 0 && (size_t)n < cap)
+        snprintf(buf + n, cap - (size_t)n, ")");
+}
+
+void planner_choice_str(char *buf, size_t cap, const PlanChoice *c, int nlayers) {
+    char remat[320];
+    if (c->policy == REMAT_TENSORS && (c->keep || c->keep_blocks))
+        tensors_str(remat, sizeof remat, c, nlayers);
+    else if (c->n_policy >= nlayers || c->policy == c->rest)
         snprintf(remat, sizeof remat, "%s", remat_policy_name(c->policy));
     else
         snprintf(remat, sizeof remat, "%s x%d + %s x%d", remat_policy_name(c->policy), c->n_policy,
@@ -78,6 +98,7 @@ static bool same_choice(const PlanChoice *a, const PlanChoice *b) {
            a->rest == b->rest && a->offload.optimizer == b->offload.optimizer &&
            a->offload.grads == b->offload.grads && a->offload.weights == b->offload.weights &&
            a->per_layer == b->per_layer && a->keep == b->keep && a->keep_rest == b->keep_rest &&
+           a->keep_blocks == b->keep_blocks &&
            a->loss_chunk == b->loss_chunk && a->zero == b->zero && a->bucket_bytes == b->bucket_bytes &&
            a->early_update == b->early_update;
 }
@@ -90,14 +111,8 @@ static PlanChoice uniform(const PlannerInput *in, int64_t micro, int pol, int lv
     PlanChoice c = {.micro = micro, .policy = (RematPolicy)pol, .n_policy = in->nlayers,
                     .rest = (RematPolicy)pol, .offload = levels[lv], .zero = z, .bucket_bytes = bucket(in),
                     .early_update = lv == LEVEL_EARLY};
-    if (pol == REMAT_TENSORS && in->chain && in->tensors_at >= 0) {   // the user's masks
-        c.keep = in->chain + (size_t)in->tensors_at * (size_t)in->nkeep;
-        c.nkeep = in->nkeep, c.chain_at = in->tensors_at;
-        if (in->tensors_rest_at >= 0) {
-            c.keep_rest = in->chain + (size_t)in->tensors_rest_at * (size_t)in->nkeep;
-            c.chain_rest = in->tensors_rest_at, c.n_policy = in->tensors_first;
-        }
-    }
+    if (pol == REMAT_TENSORS && in->tensors_masks)   // the user's masks
+        c.keep_blocks = in->tensors_masks, c.nkeep = in->nkeep;
     return c;
 }
 

@@ -285,6 +285,16 @@ if grep -q '^plan: micro-batch 1, recompute tensors (.* x[0-9]* + [0-9]* x[0-9]*
 else
     bad per-block-from-full "budget $budget: $(grep '^plan: micro' <<<"$out")"
 fi
+# A mask per block: groups of blocks, each its count, the last the blocks left.
+out=$("$ftc" compile "$tmp/tiny4.ft" --remat tensors:2x1+1x1+3x1+8 -o "$tmp/g4.plan" 2>&1)
+"$ftc" compile models/tiny.ft --remat tensors:3x1+5x1+2 -o "$tmp/g2.plan" > "$tmp/o" 2>&1; rc=$?
+if grep -q '^plan: micro-batch [0-9]*, recompute tensors (2 of 18 kept a block x1 + 1 x1 + 3 x1 + 8 x1)' <<<"$out" &&
+   [ $rc = 1 ] && [ ! -e "$tmp/g2.plan" ] &&
+   grep -q "error: --remat tensors:KxN+J: the groups' 2 blocks of 2 must leave one for J" "$tmp/o"; then
+    ok remat-tensors-groups
+else
+    bad remat-tensors-groups "$(grep '^plan: micro' <<<"$out"); exit $rc: $(head -1 "$tmp/o")"
+fi
 "$ftc" compile models/tiny.ft --remat tensors:99 -o "$tmp/rt.plan" > "$tmp/o" 2>&1; rc=$?
 "$ftc" compile models/tiny.ft --remat tensors -o "$tmp/rt.plan" > "$tmp/o2" 2>&1; rc2=$?
 [ $rc = 1 ] && [ $rc2 = 2 ] && [ ! -e "$tmp/rt.plan" ] &&

@@ -49,28 +49,27 @@ static bool host_link(void *args, const char *v, char *why, size_t cap) {
     return snprintf(why, cap, "--host-link needs a positive rate in GB/s (25, 12.5)"), false;
 }
 
-// --remat tensors:K or tensors:KxN+J into kept[] (K, N, J; -1 where absent): whole numbers,
-// N at least 1. Whether it reads so.
-static bool tensors_spec(const char *s, int kept[3]) {
-    char *end;
-    errno = 0;
-    long k = strtol(s, &end, 10), n = -1, j = -1;
-    if (end == s || errno || k < 0 || k > 1 << 20)
-        return false;
-    if (*end == 'x') {
-        const char *at = end + 1;
-        n = strtol(at, &end, 10);
-        if (end == at || *end != '+' || n < 1 || n > 1 << 20)
+// --remat tensors:K1xN1+...+K into *t: whole numbers, each N at least 1, at most
+// TENSOR_GROUPS groups, the last without N (the blocks left). Whether it reads so.
+static bool tensors_spec(const char *s, TensorsSpec *t) {
+    t->n = 0;
+    for (;;) {
+        char *end;
+        errno = 0;
+        long k = strtol(s, &end, 10), n = -1;
+        if (end == s || errno || k < 0 || k > 1 << 20 || t->n == TENSOR_GROUPS)
             return false;
-        at = end + 1;
-        j = strtol(at, &end, 10);
-        if (end == at || j < 0 || j > 1 << 20)
-            return false;
+        if (*end == 'x') {
+            s = end + 1;
+            n = strtol(s, &end, 10);
+            if (end == s || errno || *end != '+' || n < 1 || n > 1 << 20)
+                return false;
+        }
+        t->kept[t->n] = (int)k, t->blocks[t->n] = (int)n, t->n++;
+        if (n < 0)
+            return *end == '\0';
+        s = end + 1;
     }
-    if (*end)
-        return false;
-    kept[0] = (int)k, kept[1] = (int)n, kept[2] = (int)j;
-    return true;
 }
 
 static bool remat(void *args, const char *v, char *why, size_t cap) {
@@ -79,13 +78,13 @@ static bool remat(void *args, const char *v, char *why, size_t cap) {
     for (int p = REMAT_KEEP; p <= REMAT_SWAP; p++)
         if (strcmp(v, remat_policy_name((RematPolicy)p)) == 0)
             o->remat = p;
-    if (o->remat < 0 && !strncmp(v, "tensors:", 8) && tensors_spec(v + 8, o->kept))
+    if (o->remat < 0 && !strncmp(v, "tensors:", 8) && tensors_spec(v + 8, &o->tensors))
         o->remat = REMAT_TENSORS;
     if (o->remat >= 0)
         return true;
     return snprintf(why, cap, "--remat takes keep, selective, full, swap, or tensors:K (every block keeps K "
                     "of its tensors, along the planner's chain) or tensors:KxN+J (the first N blocks K, "
-                    "the rest J)"), false;
+                    "the rest J; more groups KxN+ before the last)"), false;
 }
 
 static bool dump_ir(void *args, const char *v, char *why, size_t cap) {
@@ -162,8 +161,8 @@ static const Option compile_opts[] = {
     OPT(OPT_CALL, "--remat", "P", 0, "keep, selective, full (recompute from the block's input), swap\n(full, with "
      "the block's input waiting in host memory) in every block,\nor tensors:K (every block keeps K of its "
      "tensors, the rest recomputed:\nthe first K along the planner's chain, which drops one at a time) or\n"
-     "tensors:KxN+J (the first N blocks K, the later ones J): the report's\n\"tensors (K of M kept a block xN + "
-     "J xR)\" as it chose them", .call = remat),
+     "tensors:KxN+J (the first N blocks K, the later ones J; more groups\nKxN+ before the last, up to 64): the "
+     "report's\n\"tensors (K of M kept a block xN + J xR ...)\" as it chose them", .call = remat),
     OPT(OPT_CHOICE, "--offload", "L", ARG(o.offload), "none, optimizer (moments and master weights on the host, CPU "
      "AdamW),\ngrads (the gradients too; with several ranks, from --zero 2) or\nweights (the weight matrices "
      "too: LoRA's frozen bases, else all;\neach streamed to the device a block ahead of its use; one rank)",
@@ -346,7 +345,7 @@ static int plan_program(Cmdline *cl, const Parsed *p, CompileArgs *a, FtSource *
 
 static int compile_main(Cmdline *cl, int first) {
     CompileArgs a = {.o = {.hs = host_default(), .reserve = -1, .ranks = 1, .zero = -1, .remat = -1,
-                           .offload = -1, .update = -1, .kept = {-1, -1, -1}}};
+                           .offload = -1, .update = -1}};
     Parsed p;
     int rc = parse_options(cl, first, &cmd_compile, &a, &p);
     if (rc)

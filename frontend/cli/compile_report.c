@@ -103,7 +103,7 @@ static void candidates_table(FILE *f, const PlannerResult *r, int nlayers) {
     fprintf(f, "  %-*s %11s %11s %9s %6s %s\n", w, "candidate", "device", "host", "step", "MFU", "fits");
     for (int i = 0; i < r->tried.len; i++) {
         const Candidate *c = &r->tried.at[i];
-        char d[160];
+        char d[512];
         planner_choice_str(d, sizeof d, &c->c, nlayers);
         char dev[40], hst[40];   // not placed: the bounds
         snprintf(dev, sizeof dev, "%s%s", c->o.placed ? "" : ">=", SIZE(c->o.device_bytes));
@@ -127,7 +127,7 @@ static void peak_line(FILE *f, const int64_t *live, bool its) {
 
 static void decision(FILE *f, const Candidate *c, const FtModel *m, const PlanCtx *pc,
                      const PlannerInput *pin) {
-    char d[200];
+    char d[512];
     const GpuPreset *gpu = pc->gpu;
     int64_t budget = pin->budget_bytes, ranks = pin->ranks > 1 ? pin->ranks : 1;
     planner_choice_str(d, sizeof d, &c->c, pin->nlayers);
@@ -213,7 +213,7 @@ static void put_optim(FILE *f, const WhatIfOptim *q8, WhatIfOptimChange change, 
                    "what falls below half a weight's ulp; the optimizer state %s -> %s): ",
                 SIZE(q8->optimizer_bytes[0]), SIZE(q8->optimizer_bytes[1]));
     if (q8->fits) {
-        char d[160];
+        char d[512];
         planner_choice_str(d, sizeof d, &q8->plan.c, nlayers);
         fprintf(f, "the planner's choice is %s, %s on the device and %s on the host (fits)\n", d,
                 SIZE(q8->plan.o.device_bytes), SIZE(q8->plan.o.host_bytes));
@@ -333,7 +333,7 @@ void report_nofit(FILE *out, const CompileResult *r, const FtModel *m) {
     fprintf(out, "\nnothing fits %s", SIZE(pin->budget_bytes));
     if (r->search.smallest >= 0) {
         const Candidate *c = &r->search.tried.at[r->search.smallest];
-        char d[160];
+        char d[512];
         planner_choice_str(d, sizeof d, &c->c, pin->nlayers);
         fprintf(out, ": the smallest plan needs %s on the device (%s)", SIZE(c->o.device_bytes), d);
         if (c->o.device_bytes <= pin->budget_bytes)
