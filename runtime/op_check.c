@@ -444,38 +444,24 @@ static int collectives(const Check *c, OpKind op, const OpAttr *attr) {
 
 typedef int (*Rule)(const Check *c, OpKind op, const OpAttr *attr);
 
+// Each class's rule: an op of the class is checked by it unless `rules` names another.
+static const Rule class_rules[OPC_COUNT] = {
+    [OPC_GEMM] = products,
+    [OPC_ELEMENTWISE] = elementwise,
+    [OPC_ATTENTION] = attention,
+    [OPC_MOVEMENT] = movement,
+    [OPC_OPTIMIZER] = optimizer,
+    [OPC_COLLECTIVE] = collectives,
+    [OPC_LOSS_GEMM] = losses,
+};
+
+// The ops whose class's rule does not fit them (or whose class has none).
 static const Rule rules[OP_COUNT] = {
     [OP_EMBED] = products,
-    [OP_LINEAR_ACC] = products,
-    [OP_LINEAR] = products,
-    [OP_MATMUL] = products,
-    [OP_MATMUL_DA] = products,
-    [OP_MATMUL_DB] = products,
     [OP_EMBED_BWD] = products,
-    [OP_LINEAR_DX] = products,
-    [OP_LINEAR_DW] = products,
-    [OP_ADD] = elementwise,
-    [OP_SUB] = elementwise,
-    [OP_MUL] = elementwise,
-    [OP_DIV] = elementwise,
     [OP_SUM_TO] = elementwise,
-    [OP_SCALE] = elementwise,
-    [OP_SILU] = elementwise,
-    [OP_GELU] = elementwise,
-    [OP_GELU_EXACT] = elementwise,
-    [OP_TANH] = elementwise,
-    [OP_SOFTCAP] = elementwise,
-    [OP_EXP] = elementwise,
     [OP_SOFTMAX] = elementwise,
-    [OP_ACC] = elementwise,
-    [OP_SILU_BWD] = elementwise,
-    [OP_GELU_BWD] = elementwise,
-    [OP_GELU_EXACT_BWD] = elementwise,
-    [OP_TANH_BWD] = elementwise,
-    [OP_SOFTCAP_BWD] = elementwise,
     [OP_SOFTMAX_BWD] = elementwise,
-    [OP_DROPOUT] = elementwise,
-    [OP_DROPOUT_BWD] = elementwise,
     [OP_RMSNORM] = norms,
     [OP_LAYERNORM] = norms,
     [OP_ADD_RMSNORM] = norms,
@@ -485,27 +471,12 @@ static const Rule rules[OP_COUNT] = {
     [OP_LAYERNORM_DW] = norms,
     [OP_ROPE] = attention,
     [OP_ROPE_BWD] = attention,
-    [OP_ATTENTION] = attention,
-    [OP_ATTENTION_BWD] = attention,
-    [OP_VIEW] = movement,
-    [OP_SLICE] = movement,
-    [OP_SLICE_BWD] = movement,
-    [OP_CONCAT] = movement,
-    [OP_TRANSPOSE] = movement,
     [OP_COPY] = movement,
     [OP_DEQUANT] = movement,
     [OP_CROSS_ENTROPY] = losses,
     [OP_CROSS_ENTROPY_BWD] = losses,
-    [OP_LINEAR_CE] = losses,
-    [OP_LINEAR_CE_GRAD] = losses,
-    [OP_ADAMW] = optimizer,
-    [OP_SGD] = optimizer,
-    [OP_ADAMW8BIT] = optimizer,
     [OP_GRAD_SUMSQ] = optimizer,
     [OP_GRAD_FACTOR] = optimizer,
-    [OP_ALL_REDUCE] = collectives,
-    [OP_REDUCE_SCATTER] = collectives,
-    [OP_ALL_GATHER] = collectives,
 };
 
 #undef NEED
@@ -547,7 +518,8 @@ int op_check(OpKind op, const OpAttr *attr, const OpOperand *in, int nin, const 
     }
     if (op == OP_FUSED)   // its steps are checked one by one
         return 0;
-    if (!rules[op])       // every op has a rule: one without would pass unchecked
+    Rule rule = rules[op] ? rules[op] : class_rules[op_desc(op)->cls];
+    if (!rule)   // every op has a rule: one without would pass unchecked
         return fail(&c, "internal error: the op contract has no shape rule for %s", op_desc(op)->name);
-    return rules[op](&c, op, attr);
+    return rule(&c, op, attr);
 }
