@@ -72,7 +72,7 @@ static int eval_main(Cmdline *cl, int first) {
 }
 
 const Command cmd_eval = {
-    "eval", "DIR --data FILE", "the loss and perplexity of weights on a token file, by the plan in DIR",
+    "eval", "DIR --data FILE", "evaluate: the loss and perplexity of weights on a token file",
     "one plan directory", false, eval_opts, (int)(sizeof eval_opts / sizeof eval_opts[0]),
     "\nThe plan's eval phase (its forward and loss, nothing kept for a backward) over the\nfile's windows in "
     "order: the loss is the mean over every trained target, the one\nftc run --eval-data prints at the same "
