@@ -323,8 +323,8 @@ int rt_weights_load(Exec *x, const char *path, uint64_t seed, int *fresh, char *
 }
 
 // An adapter's directory's adapter_config.json, where there is one, against the plan's
-// LoRA: its r and alpha (alpha / r scales every update the adapters make), and no
-// rank-stabilised scaling (alpha / sqrt(r)). -1 with err.
+// LoRA: its r and alpha (alpha / r scales what the adapters add), neither rank-stabilised
+// scaling (alpha / sqrt(r)) nor ranks or alphas of their own for some modules. -1 with err.
 static int check_adapter_config(const Plan *p, const char *dir, char *err, size_t errlen) {
     char path[4200];
     size_t bytes;
@@ -337,17 +337,22 @@ static int check_adapter_config(const Plan *p, const char *dir, char *err, size_
     json_error_t je;
     json_t *cfg = json_loadb(text, bytes, 0, &je);
     free(text);
+    if (!cfg)
+        return rt_fail(err, errlen, "%s:%d:%d: not valid JSON: %s", path, je.line, je.column, je.text);
     if (!json_is_object(cfg)) {
         json_decref(cfg);
-        return rt_fail(err, errlen, "%s:%d:%d: not a JSON object: %s", path, je.line, je.column, je.text);
+        return rt_fail(err, errlen, "%s: not a JSON object", path);
     }
     json_t *r = json_object_get(cfg, "r"), *alpha = json_object_get(cfg, "lora_alpha");
     bool rs = json_is_true(json_object_get(cfg, "use_rslora"));
+    bool own = json_object_size(json_object_get(cfg, "rank_pattern")) ||
+               json_object_size(json_object_get(cfg, "alpha_pattern"));
     int rc = 0;
-    if (json_integer_value(r) != p->lora_r || json_number_value(alpha) != p->lora_alpha || rs)
-        rc = rt_fail(err, errlen, "%s: an adapter of r %lld, lora_alpha %g%s; the plan's LoRA has r %lld, alpha %g",
+    if (json_integer_value(r) != p->lora_r || json_number_value(alpha) != p->lora_alpha || rs || own)
+        rc = rt_fail(err, errlen, "%s: an adapter of r %lld, lora_alpha %g%s%s; the plan's LoRA has r %lld, alpha %g",
                      path, (long long)json_integer_value(r), json_number_value(alpha),
-                     rs ? " and rank-stabilised scaling (use_rslora)" : "", (long long)p->lora_r, p->lora_alpha);
+                     rs ? ", rank-stabilised (use_rslora)" : "", own ? ", other ranks or alphas for some modules "
+                     "(rank_pattern, alpha_pattern)" : "", (long long)p->lora_r, p->lora_alpha);
     json_decref(cfg);
     return rc;
 }
