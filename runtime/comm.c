@@ -5,6 +5,7 @@
 // sums each element over the ranks in rank order in fp32 and rounds it once, and an
 // all-reduce then all-gathers the reduced slices. A bucket travels as one message.
 #include "comm.h"
+#include "session.h"
 #include "fileio.h"
 #include "mpi/ftc_mpi.h"
 #include "cpu/kernels.h"
@@ -97,7 +98,7 @@ Comm *rt_comm_open(int ranks, double timeout_s, char *err, size_t errlen) {
     if (size != ranks) {
         if (size <= 1 && !c->launcher)
             rt_fail(err, errlen, "the plan is for %d ranks: start it with mpirun -np %d (or srun -n %d) "
-                    "ftc run ...", ranks, ranks, ranks);
+                    "%s ...", ranks, ranks, ranks, rt_run_command());
         else if (size <= 1)
             rt_fail(err, errlen, "%s started 1 rank, but the plan is for %d (start %d: mpirun -np %d)",
                     c->launcher, ranks, ranks, ranks);

@@ -52,7 +52,7 @@ int rt_feed_open(const Plan *p, const char *path, DataFile **out, uint64_t *nwin
 
 bool rt_feed_stage(Feed *f, const Plan *p) {
     size_t batch_ids = (size_t)(p->micro_batch * p->seq);
-    f->order = malloc(sizeof(uint64_t) * f->nwin);
+    f->order = malloc(sizeof(uint64_t) * (f->nwin + 1));   // (no training file: none)
     f->window = malloc(sizeof(int32_t) * (size_t)(p->seq + 1));
     f->info = malloc((size_t)(p->seq + 1));
     f->tokens = malloc(sizeof(int32_t) * batch_ids), f->targets = malloc(sizeof(int32_t) * batch_ids);

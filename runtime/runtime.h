@@ -261,6 +261,11 @@ int rt_weights_load(Exec *x, const char *path, uint64_t seed, int *fresh, char *
 // Saves the parameters (fp32 master copies where there are, else the weights) as
 // safetensors at `path` (atomically); -1 with err.
 int rt_weights_save(Exec *x, const char *path, bool trainable_only, char *err, size_t errlen);
+// LoRA: reads the plan's adapters from an adapter_model.safetensors (PEFT's names; `path`
+// the file or its directory), each one and nothing else, after the directory's
+// adapter_config.json (where there is one) is found to be of the plan's r and alpha. The
+// number of tensors read, or -1 with err naming the file and the tensor.
+int rt_adapters_load(Exec *x, const char *path, char *err, size_t errlen);
 // LoRA: writes DIR/adapter_model.safetensors (PEFT's names,
 // base_model.model.<module>.lora_A.weight, fp32) and DIR/adapter_config.json; -1 with err.
 int rt_adapters_save(Exec *x, const char *dir, const char *base_model, char *err, size_t errlen);
@@ -391,7 +396,10 @@ typedef enum RunDevice {
 } RunDevice;
 
 typedef struct RunOptions {
-    const char *plan_dir, *data, *weights, *save;
+    const char *plan_dir;
+    const char *data;       // the training file; NULL: a session that only evaluates (ftc eval)
+    const char *weights, *save;
+    const char *adapter;    // LoRA adapters over the weights: a directory's adapter_model.safetensors, or the file
     const char *resume;     // a --save directory or a checkpoint: continue from its state
     int keep;               // checkpoints kept by --save-every (default 2)
     RunDevice device;
@@ -422,6 +430,26 @@ typedef struct RunOptions {
 
 // Trains: returns 0, or 1 after printing an error.
 int rt_train(const RunOptions *o);
+
+//
+// evaluate.c — ftc eval.
+//
+
+// What an evaluation measured: the mean loss over the trained targets, their number, the
+// tokens and micro-batches evaluated, the eval file's windows, its time. `lead`: rank 0's,
+// the one to print.
+typedef struct EvalSummary {
+    double loss, time_s;
+    int64_t targets, tokens, batches;
+    uint64_t windows;
+    bool lead;
+} EvalSummary;
+
+// Evaluates the weights of o->weights (and o->adapter), or the plan's initialisation from
+// o->seed, on o->eval_data (o->data NULL): the plan's eval phase over its first
+// o->eval_batches micro-batches (0: every window), no optimizer step, no gradient. What it
+// uses said to o->out before; 0 with *r, or 1 after printing an error.
+int rt_eval(const RunOptions *o, EvalSummary *r);
 
 //
 // profile.c — the device work of a run timed instruction by instruction (ftc run --profile):

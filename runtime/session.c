@@ -73,6 +73,9 @@ static int check_options(const TrainSession *s) {
     if (o->merge && p->lora_r <= 0)
         return rt_run_error("--merge: %.900s trains no LoRA adapters, so there is nothing to merge (its "
                             "model.safetensors is the whole model)", o->plan_dir), -1;
+    if (o->adapter && p->lora_r <= 0)
+        return rt_run_error("--adapter: %.900s has no LoRA adapters to load it into (its weights are the "
+                            "whole model: --weights)", o->plan_dir), -1;
     // With the updates inside backward a step cannot be skipped whole: by the time its
     // gradients' norm is known, every update has run.
     if (s->early && o->skip_nonfinite)
@@ -92,7 +95,7 @@ static int open_eval(TrainSession *s) {
     Feed *f = &s->feed;
     char err[1024];
     if (!p->nins[PHASE_EVAL] || !plan_role(p, PR_EVAL_LOSS))
-        return rt_run_error("--eval-data: %.900s has no eval phase (%s)", o->plan_dir,
+        return rt_run_error("%s%.900s has no eval phase (%s)", o->data ? "--eval-data: " : "", o->plan_dir,
                             p->ranks > 1 && p->zero >= 3 ? "a rank of ZeRO 3 holds shards of the parameters: "
                                                            "compile it with --zero 2 or below to evaluate"
                                                          : "a plan compiled before ftc planned one; compile it again"),
@@ -106,10 +109,13 @@ static int open_eval(TrainSession *s) {
     return 0;
 }
 
-// The training file, and the eval file when asked; -1 after saying why.
+// The training file, and the eval file when asked (a session that only evaluates: that
+// alone); -1 after saying why.
 static int open_data(TrainSession *s) {
     const RunOptions *o = s->o;
     char err[1024];
+    if (!o->data)
+        return open_eval(s);
     if (rt_feed_open(s->p, o->data, &s->feed.d, &s->feed.nwin, err, sizeof err) != 0)
         return rt_run_error("%s", err), -1;
     s->data_print = data_fingerprint(s->feed.d);
@@ -199,7 +205,8 @@ static int open_exec(TrainSession *s) {
         return rt_run_error("out of memory for --profile"), -1;
     if (!s->o->gemm_first)
         rt_cuda_tune_gemms(s->be, &s->x, s->tuned, sizeof s->tuned);
-    s->rates = rt_host_measure(&s->x);   // (the link is timed through the arenas)
+    if (s->o->data)   // (the link is timed through the arenas; an evaluation runs no host work)
+        s->rates = rt_host_measure(&s->x);
     rt_exec_set_comm(&s->x, s->comm);
     return 0;
 }
@@ -308,6 +315,8 @@ static int start_weights(TrainSession *s) {
         rt_weights_init(x, s->seed);
     else if (!o->resume && (s->loaded = rt_weights_load(x, o->weights, s->seed, &s->fresh, err, sizeof err)) < 0)
         return rt_run_error("%s", err), -1;
+    if (o->adapter && (s->adapted = rt_adapters_load(x, o->adapter, err, sizeof err)) < 0)
+        return rt_run_error("%s", err), -1;
     if (o->weights)
         base_model(x, o->weights);
     return 0;
@@ -318,7 +327,8 @@ int rt_session_open(TrainSession *s, const RunOptions *o, const Plan *p, Comm *c
     *s = (TrainSession){.o = o, .p = p, .comm = comm, .ranks = comm->ranks, .rank = comm->rank,
                         .lead = comm->rank == 0, .out = out, .listen = listen, .lock = -1, .report_lock = -1,
                         .seed = o->seed, .early = plan_updates_in_backward(p)};
-    s->steps = o->steps ? o->steps : p->steps ? p->steps : 10;   // --steps, the train section's, or 10
+    // --steps, the train section's, or 10; none in a session that only evaluates
+    s->steps = !o->data ? 0 : o->steps ? o->steps : p->steps ? p->steps : 10;
     s->report_dir = !s->lead ? NULL : o->report ? o->report : o->save;
     if (check_options(s) != 0 || open_data(s) != 0 || open_backend(s) != 0 || stage_and_lock(s) != 0 ||
         open_exec(s) != 0 || (o->resume && resume(s) != 0))
@@ -672,7 +682,10 @@ int rt_session_eval(TrainSession *s) {
     double te = now_s();
     if (emit(s, EV_EVALUATING) != 0)
         return -1;
-    if (evaluate(s, err, sizeof err) != 0)
+    int rc = evaluate(s, err, sizeof err);
+    if (rc != 0 && !s->o->data)   // (a session that only evaluates has no step)
+        return rt_run_error("evaluating on %s: %s", s->o->eval_data, err), -1;
+    if (rc != 0)
         return rt_run_error("step %lld, evaluating on %s: %s", (long long)s->step, s->o->eval_data, err), -1;
     s->eval.time_s = now_s() - te;
     s->last.eval_loss = s->eval.loss;

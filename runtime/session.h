@@ -1,6 +1,7 @@
 // session.h — `ftc run` inside the runtime: a training session (session.c), the batches it
 // feeds the plan (feed.c), the events it emits and their consumers, the console
-// (progress.c) and the run report (report.c), and the job's error lines (train.c).
+// (progress.c) and the run report (report.c), the job's error lines (run_errors.c) and
+// the job (train.c); `ftc eval`, a session that only evaluates (evaluate.c).
 //
 // A run is a TrainSession: opened (everything checked and set up before step one), stepped
 // (each step trained, evaluated when due, checkpointed when due), closed (the last step
@@ -138,6 +139,7 @@ struct TrainSession {
     uint64_t data_print;    // the training file's fingerprint (data_fingerprint)
     char ckpt[4400];        // --resume: the checkpoint
     int loaded, fresh;      // parameters read from --weights, LoRA adapters initialised
+    int adapted;            // LoRA adapter tensors read from --adapter
     char tuned[1400];       // what tuning the GEMMs did, or ""
     HostRates rates;
     int64_t eval_batches, eval_tokens;
@@ -203,14 +205,29 @@ int rt_report_on_event(void *ctx, const TrainEvent *e, char *err, size_t errlen)
 // run_errors.c — the job's errors.
 //
 
-// A run starts with no errors; on a job of several ranks its lines name this one.
-void rt_run_errors_begin(int rank, int ranks);
-// "ftc run: error: " (the rank, on a job of several), the message, on standard error in
-// one write; kept for the run report. Returns 1.
+// A run of `command` ("ftc run", "ftc eval") starts with no errors; on a job of several
+// ranks its lines name this one.
+void rt_run_errors_begin(const char *command, int rank, int ranks);
+// "ftc run: error: " (the command's; the rank, on a job of several), the message, on
+// standard error in one write; kept for the run report. Returns 1.
 int rt_run_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 // Every error of the run so far, in order ("" when none).
 const char *rt_run_errors(void);
 // "rank 1 of 4: " on a job of several ranks, else "".
 const char *rt_run_who(void);
+// The command the errors are of: "ftc run".
+const char *rt_run_command(void);
+
+//
+// train.c — the job, and ftc run's.
+//
+
+// What a job does on one rank: 0, or 1 after saying why. `out`: where it prints (o->out
+// on rank 0, /dev/null elsewhere); ctx: the caller's.
+typedef int (*JobBody)(const RunOptions *o, const Plan *p, Comm *comm, FILE *out, void *ctx);
+// Runs `body` as `command`'s job: the plan in o->plan_dir read and verified; this process
+// alone, or one rank of what mpirun or srun started (MPI opened only then), a rank that
+// fails ending the job. 0, or 1 after saying why.
+int rt_run_job(const char *command, const RunOptions *o, JobBody body, void *ctx);
 
 #endif

@@ -11,6 +11,7 @@
 
 #include <jansson.h>
 
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -248,6 +249,43 @@ static const StTensor *find_param(StSet *st, const char *hf, const char **as) {
     return t;
 }
 
+// Tensor t of st, found under name `as`, into parameter id (and its master copy `master`):
+// of the parameter's whole shape; its dtype kept for saving alike. -1 with err.
+static int load_param(Exec *x, StSet *st, const StTensor *t, const char *as, int id, int master, char *err,
+                      size_t errlen) {
+    const Plan *p = x->plan;
+    const PlanBuffer *b = &p->buf[id];
+    int nd = whole_ndim(b);
+    const int64_t *shape = whole_shape(b);
+    bool same = t->ndim == nd;
+    for (int d = 0; same && d < nd; d++)
+        same = t->shape[d] == shape[d];
+    if (!same) {
+        char want[128] = "", got[128] = "";
+        for (int d = 0; d < nd; d++)
+            snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", d ? ", " : "", (long long)shape[d]);
+        for (int d = 0; d < t->ndim; d++)
+            snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+        return rt_fail(err, errlen, "%s: tensor '%s' has shape [%s], the model expects [%s]",
+                       st_file_path(st, t->file), as, got, want);
+    }
+    int64_t n = whole_elems(b);
+    float *v = xmalloc(sizeof(float) * (size_t)n);
+    int rc = st_read_f32(st, t, v, n, err, errlen);
+    if (rc == 0) {
+        put_param(x, id, master, v);
+        if (!x->source_dtype)
+            x->source_dtype = xcalloc((size_t)p->nbuf + 1, 1);
+        x->source_dtype[id] = (uint8_t)(1 + t->dtype);
+    }
+    free(v);
+    return rc;
+}
+
+static bool is_adapter(const PlanBuffer *b) {
+    return b->hf && (strstr(b->hf, ".lora_A.weight") || strstr(b->hf, ".lora_B.weight"));
+}
+
 int rt_weights_load(Exec *x, const char *path, uint64_t seed, int *fresh, char *err, size_t errlen) {
     const Plan *p = x->plan;
     StSet *st;
@@ -260,54 +298,19 @@ int rt_weights_load(Exec *x, const char *path, uint64_t seed, int *fresh, char *
             continue;
         const char *as;
         const StTensor *t = find_param(st, b->hf, &as);
-        if (!t) {
-            // A LoRA adapter is new: its seeded initialisation.
-            if (strstr(b->hf, ".lora_A.") || strstr(b->hf, ".lora_B.")) {
-                int64_t n = whole_elems(b);
-                float *v = xmalloc(sizeof(float) * (size_t)n);
-                rt_weights_fill(v, n, b->init, b->init_scale, seed, i, 0);
-                put_param(x, i, master[i], v);
-                free(v);
-                made++;
-                continue;
-            }
-            snprintf(err, errlen, "%s: no tensor '%s' (parameter %s of the plan)", path, b->hf, b->name);
-            rc = -1;
-            break;
-        }
-        int nd = whole_ndim(b);
-        const int64_t *shape = whole_shape(b);
-        bool same = t->ndim == nd;
-        for (int d = 0; same && d < nd; d++)
-            same = t->shape[d] == shape[d];
-        if (!same) {
-            char want[128] = "", got[128] = "";
-            for (int d = 0; d < nd; d++)
-                snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", d ? ", " : "",
-                         (long long)shape[d]);
-            for (int d = 0; d < t->ndim; d++)
-                snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "",
-                         (long long)t->shape[d]);
-            snprintf(err, errlen, "%s: tensor '%s' has shape [%s], the model expects [%s]",
-                     st_file_path(st, t->file), as, got, want);
-            rc = -1;
-            break;
-        }
-        int64_t n = whole_elems(b);
-        float *v = xmalloc(sizeof(float) * (size_t)n);
-        char why[512];
-        if (st_read_f32(st, t, v, n, why, sizeof why) != 0) {
-            snprintf(err, errlen, "%s", why);
-            rc = -1;
-        } else {
-            put_param(x, i, master[i], v);
+        if (t) {
+            rc = load_param(x, st, t, as, i, master[i], err, errlen);
             read++;
-            if (!x->source_dtype)
-                x->source_dtype = xcalloc((size_t)p->nbuf + 1, 1);
-            if (x->source_dtype)
-                x->source_dtype[i] = (uint8_t)(1 + t->dtype);
+        } else if (is_adapter(b)) {   // a LoRA adapter is new: its seeded initialisation
+            int64_t n = whole_elems(b);
+            float *v = xmalloc(sizeof(float) * (size_t)n);
+            rt_weights_fill(v, n, b->init, b->init_scale, seed, i, 0);
+            put_param(x, i, master[i], v);
+            free(v);
+            made++;
+        } else {
+            rc = rt_fail(err, errlen, "%s: no tensor '%s' (parameter %s of the plan)", path, b->hf, b->name);
         }
-        free(v);
     }
     st_close(st);
     free(master);
@@ -317,6 +320,86 @@ int rt_weights_load(Exec *x, const char *path, uint64_t seed, int *fresh, char *
     if (fresh)
         *fresh = made;
     return read;
+}
+
+// An adapter's directory's adapter_config.json, where there is one, against the plan's
+// LoRA: its r and alpha (alpha / r scales what the adapters add), neither rank-stabilised
+// scaling (alpha / sqrt(r)) nor ranks or alphas of their own for some modules. -1 with err.
+static int check_adapter_config(const Plan *p, const char *dir, char *err, size_t errlen) {
+    char path[4200];
+    size_t bytes;
+    snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+    char *text = rt_read_whole(path, &bytes);
+    if (!text && errno == ENOENT)
+        return 0;
+    if (!text)
+        return rt_fail(err, errlen, "%s: %s", path, strerror(errno));
+    json_error_t je;
+    json_t *cfg = json_loadb(text, bytes, 0, &je);
+    free(text);
+    if (!cfg)
+        return rt_fail(err, errlen, "%s:%d:%d: not valid JSON: %s", path, je.line, je.column, je.text);
+    if (!json_is_object(cfg)) {
+        json_decref(cfg);
+        return rt_fail(err, errlen, "%s: not a JSON object", path);
+    }
+    json_t *r = json_object_get(cfg, "r"), *alpha = json_object_get(cfg, "lora_alpha");
+    bool rs = json_is_true(json_object_get(cfg, "use_rslora"));
+    bool own = json_object_size(json_object_get(cfg, "rank_pattern")) ||
+               json_object_size(json_object_get(cfg, "alpha_pattern"));
+    int rc = 0;
+    if (json_integer_value(r) != p->lora_r || json_number_value(alpha) != p->lora_alpha || rs || own)
+        rc = rt_fail(err, errlen, "%s: an adapter of r %lld, lora_alpha %g%s%s; the plan's LoRA has r %lld, alpha %g",
+                     path, (long long)json_integer_value(r), json_number_value(alpha),
+                     rs ? ", rank-stabilised (use_rslora)" : "", own ? ", other ranks or alphas for some modules "
+                     "(rank_pattern, alpha_pattern)" : "", (long long)p->lora_r, p->lora_alpha);
+    json_decref(cfg);
+    return rc;
+}
+
+// Whether `name` is PEFT's name of one of the plan's adapters.
+static bool adapter_of_plan(const Plan *p, const char *name) {
+    size_t n = strlen("base_model.model.");
+    for (int i = 0; i < p->nbuf && !strncmp(name, "base_model.model.", n); i++)
+        if (p->buf[i].kind == PK_PARAM && is_adapter(&p->buf[i]) && !strcmp(p->buf[i].hf, name + n))
+            return true;
+    return false;
+}
+
+int rt_adapters_load(Exec *x, const char *path, char *err, size_t errlen) {
+    const Plan *p = x->plan;
+    char dir[4096], file[4200];
+    struct stat sb;
+    bool is_dir = stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!is_dir && slash)   // the file: its directory's config ("/x" is in "/")
+        slash[slash == dir] = '\0';
+    else if (!is_dir)
+        snprintf(dir, sizeof dir, ".");
+    snprintf(file, sizeof file, is_dir ? "%s/adapter_model.safetensors" : "%s", path);
+    StSet *st;
+    if (check_adapter_config(p, dir, err, errlen) != 0 || st_open(&st, file, err, errlen) != 0)
+        return -1;
+    int rc = 0, *master = masters(p), read = 0;
+    for (int i = 0; i < p->nbuf && rc == 0; i++) {
+        if (p->buf[i].kind != PK_PARAM || !is_adapter(&p->buf[i]))
+            continue;
+        char name[1024];   // PEFT's: base_model.model.<module>.lora_A.weight
+        snprintf(name, sizeof name, "base_model.model.%s", p->buf[i].hf);
+        const StTensor *t = st_find(st, name);
+        rc = t ? load_param(x, st, t, name, i, master[i], err, errlen)
+               : rt_fail(err, errlen, "%s: no tensor '%s' (the adapter of %s; the plan's targets: %s)", file, name,
+                         p->buf[i].name, p->lora_targets ? p->lora_targets : "none");
+        read++;
+    }
+    for (int k = 0; rc == 0 && k < st_count(st) && read < st_count(st); k++)
+        if (!adapter_of_plan(p, st_at(st, k)->name))
+            rc = rt_fail(err, errlen, "%s: tensor '%s' adapts nothing of the plan (its targets: %s)", file,
+                         st_at(st, k)->name, p->lora_targets ? p->lora_targets : "none");
+    st_close(st);
+    free(master);
+    return rc != 0 ? -1 : read;
 }
 
 // Parameter id's values (fp32, w->data, malloc'd) in the dtype its --weights tensor had:
@@ -394,10 +477,6 @@ static bool adapters_of(const Plan *p, int id, int *a, int *b) {
             *b = i;
     }
     return *a >= 0 && *b >= 0;
-}
-
-static bool is_adapter(const PlanBuffer *b) {
-    return b->hf && (strstr(b->hf, ".lora_A.weight") || strstr(b->hf, ".lora_B.weight"));
 }
 
 // A parameter's most exact value, whole: its fp32 master copy where the plan keeps one;

@@ -404,10 +404,14 @@ fi
 # Usage: help succeeds for every command, no command is a usage error (2), a bad
 # micro-batch too.
 "$ftc" help >/dev/null && ok help || bad help "exit $?"
-for c in compile run inspect data import; do
+for c in compile run eval inspect data import; do
     out=$("$ftc" help $c) && grep -q "^usage: ftc $c" <<<"$out" && ok "help-$c" || bad "help-$c" "exit $?: $out"
     out=$("$ftc" $c --help) && grep -q "^usage: ftc $c" <<<"$out" && ok "$c-help" || bad "$c-help" "exit $?: $out"
 done
+out=$("$ftc" help)
+grep -q '^  eval DIR --data FILE  *evaluate: the loss and perplexity of weights on a token file$' <<<"$out" &&
+    "$ftc" help eval | grep -q '^  --adapter DIR  *with LoRA: the adapters over the weights' && ok help-lists-eval ||
+    bad help-lists-eval "$out"
 # ftc help ft: the train section's reference as frontend/README.md has it (fences dropped).
 out=$("$ftc" help ft) && grep -q "^  lora(r = " <<<"$out" && grep -q "^  optimizer = adamw(" <<<"$out" &&
     grep -q "^  quantize(nf4" <<<"$out" && grep -q "^  lr_schedule = " <<<"$out" && ! grep -q '```' <<<"$out" &&
@@ -523,8 +527,10 @@ fi
 # so, whichever command wrote it.
 if [ -w /dev/full ]; then
     "$ftc" compile models/tiny.ft -o "$tmp/full.plan" >/dev/null 2>&1
+    "$ftc" data --bytes tests/data/corpus.txt -o "$tmp/full-e.bin" >/dev/null 2>&1
     for args in "import tests/fixtures/qwen2-7b.config.json" "inspect $tmp/full.plan --json" "help" \
-                "compile models/tiny.ft -o $tmp/full2.plan" "data --bytes tests/data/corpus.txt -o $tmp/full.bin"; do
+                "compile models/tiny.ft -o $tmp/full2.plan" "data --bytes tests/data/corpus.txt -o $tmp/full.bin" \
+                "eval $tmp/full.plan --data $tmp/full-e.bin --batches 1"; do
         # shellcheck disable=SC2086
         "$ftc" $args > /dev/full 2> "$tmp/o"; rc=$?
         if [ $rc != 0 ] && grep -q '^ftc: error: cannot write standard output: No space left on device$' "$tmp/o"; then

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ftc run on tiny.ft as a program: what it reads (checkpoints, token files, plans edited by
 # hand, the host's rate), the error for every malformed input, non-finite values stopped or
-# skipped, --save and its lock, the schedule, evaluation, the run report and the console.
+# skipped, --save and its lock, the schedule, evaluation, the run report and the console;
+# ftc eval on the weights a run saved.
 # (Its arithmetic over many steps: train.sh.)
 # usage: train_inputs.sh FTC SOURCE_DIR ST_DIFF
 set -u
@@ -619,6 +620,74 @@ sed 's/^train {/train {\n  lr_schedule = linear\n  steps = 4/' models/tiny.ft > 
 "$ftc" run "$tmp/sched.plan" --data "$tmp/c.bin" --steps 7 --resume "$tmp/sched" > "$tmp/o" 2>&1
 grep -q '^ftc run: note: the linear schedule ended at step 4 (the train section.s steps); steps 7 to 7 run at lr 0$' "$tmp/o" &&
     ok schedule-ended-said || bad schedule-ended-said "$(head -3 "$tmp/o")"
+
+# ftc eval: the plan's eval phase alone on saved weights gives the loss ftc run --eval-data
+# printed at those weights, to the last digit (the same arithmetic on the same values):
+# the console's figure, run.jsonl's (--json prints it to as many digits), a checkpoint's.
+"$ftc" eval "$tmp/tiny.plan" --data "$tmp/e.bin" --weights "$tmp/witheval" > "$tmp/ev.out" 2>&1
+"$ftc" eval "$tmp/tiny.plan" --data "$tmp/e.bin" --weights "$tmp/witheval" --json > "$tmp/evj.out" 2> "$tmp/evj.err"
+a=$(grep '^eval 5/5' "$tmp/we.out" | awk '{print $4, $6}') b=$(grep '^loss ' "$tmp/ev.out" | awk '{print $2, $4}')
+c=$(tail -1 "$tmp/witheval/run.jsonl" | grep -o '"eval_loss": [^,]*' | awk '{print $2}')
+if [ -n "$a" ] && [ "$a" = "$b" ] && [ "$(wc -l < "$tmp/evj.out")" = 1 ] &&
+   grep -q "^{\"loss\": $c, \"ppl\": [0-9.]*, \"targets\": 5952, \"tokens\": 5952, \"batches\": 12, \"windows\": 93, \"time_s\": [0-9.]*}$" "$tmp/evj.out" &&
+   grep -q "^ftc eval: tiny on cpu, 12 batches of 8 x 64 tokens from $tmp/e.bin (93 windows in the file)$" "$tmp/ev.out" &&
+   grep -q "^weights: 27 tensors from $tmp/witheval$" "$tmp/evj.err"; then
+    ok "eval-is-the-runs-eval-loss ($b; $c)"
+else
+    bad eval-is-the-runs-eval-loss "run: $a / $c; eval: $(cat "$tmp/ev.out" "$tmp/evj.out")"
+fi
+a=$(grep '"step": 3,' "$tmp/rep/run.jsonl" | grep -o '"eval_loss": [^,]*' | awk '{print $2}')
+b=$("$ftc" eval "$tmp/tiny.plan" --data "$tmp/e8.bin" --weights "$tmp/rep/checkpoint-000003" --json 2>/dev/null |
+    grep -o '"loss": [^,]*' | awk '{print $2}')
+[ -n "$a" ] && [ "$a" = "$b" ] && ok "eval-a-checkpoint ($b)" || bad eval-a-checkpoint "run $a, eval $b"
+out=$("$ftc" eval "$tmp/tiny.plan" --data "$tmp/e.bin" --weights "$tmp/witheval" --batches 2)
+grep -q "^ftc eval: tiny on cpu, the first 2 batches of 8 x 64 tokens from" <<<"$out" &&
+    grep -q '^loss [0-9.]*  ppl [0-9.]*  over 1024 trained targets (2 batches, 1024 tokens) in ' <<<"$out" &&
+    ok eval-batches-k || bad eval-batches-k "$out"
+# A LoRA plan: its saved adapter over the base gives the run's eval loss; without it the
+# adapters add nothing (B = 0), which is warned of: the loss is the base model's, bitwise
+# the plain plan's on the same base; the merged weights agree with the adapter applied
+# within 1e-3 (merged, W + alpha/r BA is rounded to bf16 once; the adapter adds in fp32).
+"$ftc" run "$tmp/lora.plan" --data "$tmp/c.bin" --steps 2 --save "$tmp/le" --merge --eval-data "$tmp/e8.bin" > "$tmp/le.out"
+a=$(grep '^eval 2/2' "$tmp/le.out" | awk '{print $4}')
+b=$("$ftc" eval "$tmp/lora.plan" --data "$tmp/e8.bin" --adapter "$tmp/le" 2>&1 | tee "$tmp/ea.out" | grep '^loss ' | awk '{print $2}')
+"$ftc" eval "$tmp/lora.plan" --data "$tmp/e8.bin" > "$tmp/en.out" 2>&1
+n=$(grep '^loss ' "$tmp/en.out" | awk '{print $2}')
+c=$("$ftc" eval "$tmp/lora.plan" --data "$tmp/e8.bin" --weights "$tmp/ck" 2>&1 | grep '^loss ' | awk '{print $2}')
+d=$("$ftc" eval "$tmp/tiny.plan" --data "$tmp/e8.bin" --weights "$tmp/ck" | grep '^loss ' | awk '{print $2}')
+m=$("$ftc" eval "$tmp/tiny.plan" --data "$tmp/e8.bin" --weights "$tmp/le/merged" | grep '^loss ' | awk '{print $2}')
+if [ -n "$a" ] && [ "$a" = "$b" ] && [ -n "$n" ] && [ "$n" != "$b" ] && [ -n "$c" ] && [ "$c" = "$d" ] &&
+   grep -q "^adapter: 8 tensors from $tmp/le (LoRA r 4, alpha 8)$" "$tmp/ea.out" && ! grep -q warning "$tmp/ea.out" &&
+   grep -q '^ftc eval: warning: no --adapter: the LoRA adapters are at their initialisation (B = 0, adding nothing), so this is the loss of the base model alone$' "$tmp/en.out" &&
+   awk -v a="$b" -v m="$m" 'BEGIN { d = a - m; exit !(d < 1e-3 && d > -1e-3) }'; then
+    ok "eval-lora-adapter (run $a, adapter $b, merged $m, none $n; on another base none $c, the plain plan $d)"
+else
+    bad eval-lora-adapter "run $a, adapter $b, merged $m, none $n; none $c, the plain plan $d: $(cat "$tmp/ea.out" "$tmp/en.out")"
+fi
+# Its errors: exit 1 (2 for usage), the file and tensor named, nothing on stdout.
+eval_fails() {
+    local name=$1 rc=$2 want=$3; shift 3
+    "$ftc" eval "$@" >"$tmp/o" 2>"$tmp/e"; local got=$?
+    if [ $got = "$rc" ] && [ ! -s "$tmp/o" ] && grep -qF -- "$want" "$tmp/e"; then ok "$name"; else
+        bad "$name" "exit $got, stdout $(head -c 200 "$tmp/o"), stderr: $(cat "$tmp/e")"; fi
+}
+cp "$tmp/ck/model.safetensors" "$tmp/ev-shape.safetensors"
+python3 tests/st_meta.py "$tmp/ev-shape.safetensors" --tensor model.norm.weight shape 64,1
+sed 's/^  optimizer = .*/&\n  lora(r = 8, alpha = 16, targets = [wq, wv])/' models/tiny.ft > "$tmp/lora8.ft"
+"$ftc" compile "$tmp/lora8.ft" -o "$tmp/lora8.plan" >/dev/null
+mkdir -p "$tmp/le-bare" && cp "$tmp/le/adapter_model.safetensors" "$tmp/le-bare/"
+eval_fails eval-needs-data 2 "ftc eval: error: no --data FILE: the token file to evaluate on" "$tmp/tiny.plan" --weights "$tmp/ck"
+eval_fails eval-not-a-plan 1 "ftc eval: error: $tmp/c.bin/plan: cannot open: Not a directory" "$tmp/c.bin" --data "$tmp/e.bin"
+eval_fails eval-weights-of-another-model 1 "ftc eval: error: $tmp/le/adapter_model.safetensors: no tensor 'model.embed_tokens.weight' (parameter embed of the plan)" \
+    "$tmp/tiny.plan" --data "$tmp/e.bin" --weights "$tmp/le/adapter_model.safetensors"
+eval_fails eval-weights-shape 1 "ftc eval: error: $tmp/ev-shape.safetensors: tensor 'model.norm.weight' has shape [64, 1], the model expects [64]" \
+    "$tmp/tiny.plan" --data "$tmp/e.bin" --weights "$tmp/ev-shape.safetensors"
+eval_fails eval-adapter-config 1 "ftc eval: error: $tmp/le/adapter_config.json: an adapter of r 4, lora_alpha 8; the plan's LoRA has r 8, alpha 16" \
+    "$tmp/lora8.plan" --data "$tmp/e.bin" --adapter "$tmp/le"
+eval_fails eval-adapter-shape 1 "tensor 'base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight' has shape [4, 64], the model expects [8, 64]" \
+    "$tmp/lora8.plan" --data "$tmp/e.bin" --adapter "$tmp/le-bare"
+eval_fails eval-adapter-without-lora 1 "ftc eval: error: --adapter: $tmp/tiny.plan has no LoRA adapters to load it into" \
+    "$tmp/tiny.plan" --data "$tmp/e.bin" --adapter "$tmp/le"
 
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

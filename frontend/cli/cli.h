@@ -100,10 +100,13 @@ void print_usage(FILE *f, const Command *c);
 int parsed_at(const Command *c, const Parsed *p, const char *flag);
 
 //
-// The commands (compile.c, run.c, data.c, inspect.c; import and help in main.c).
+// The commands (compile.c, run.c, eval.c, data.c, inspect.c; import and help in main.c).
 //
 
-extern const Command cmd_compile, cmd_run, cmd_data, cmd_inspect;
+extern const Command cmd_compile, cmd_run, cmd_eval, cmd_data, cmd_inspect;
+// --device's names and the RunDevice each stands for (run.c; ftc eval's too).
+extern const char *const cli_devices[];
+extern const int cli_device_kinds[];
 // The .ft train section's reference, frontend/README.md's (help_topic.cmake): `ftc help ft`.
 extern const char *const cli_help_ft;
 

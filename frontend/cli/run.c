@@ -14,8 +14,8 @@ static bool unplanned(void *args, const char *v, char *why, size_t cap) {
     return true;
 }
 
-static const char *const devices[] = {"cpu", "emu", "cuda", NULL};
-static const int device_kinds[] = {DEVICE_CPU, DEVICE_EMU, DEVICE_CUDA};
+const char *const cli_devices[] = {"cpu", "emu", "cuda", NULL};
+const int cli_device_kinds[] = {DEVICE_CPU, DEVICE_EMU, DEVICE_CUDA};
 
 static const Option run_opts[] = {
     OPT(OPT_TEXT, "--data", "FILE", ARG(o.data), "token file (ftc data makes one)", .in_operands = true),
@@ -40,7 +40,7 @@ static const Option run_opts[] = {
     SECTION("Where and how it runs:"),
     OPT(OPT_CHOICE, "--device", "D", ARG(o.device), "cuda (the GPU: the plan's kernels, cuBLASLt), cpu (the "
      "reference\nkernels) or emu (the plan's kernels compiled for and run on the\nCPU); default: cuda where the "
-     "driver sees a GPU, else cpu", .choices = devices, .values = device_kinds,
+     "driver sees a GPU, else cpu", .choices = cli_devices, .values = cli_device_kinds,
      .bad = "--device takes cuda, cpu or emu"),
     OPT(OPT_FLAG, "--poison", NULL, ARG(o.poison), "fill each buffer with NaN when its lifetime ends"),
     OPT(OPT_FLAG, "--sync-check", NULL, ARG(o.sync_check), "on a GPU, wait for each instruction and check it: a "
