@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The planner's recompute against the exact optimum, memory as the liveness peak.
 
-    python3 tests/bench/remat_milp.py [FTC] [MODEL.ft] [--layers N]
+    python3 tests/bench/remat_milp.py [FTC] [MODEL.ft] [--layers N] [--budgets K]
 
 Checkmate's problem on ftc's own order: the instructions of the plan that keeps every
 tensor (micro-batch 1, nothing offloaded, no fusion, so that each op is one instruction)
@@ -40,6 +40,7 @@ ap = argparse.ArgumentParser(description="the planner's recompute against the li
 ap.add_argument("ftc", nargs="?", default="build/ftc")
 ap.add_argument("model", nargs="?", default="models/tiny.ft")
 ap.add_argument("--layers", type=int, default=0, help="a copy of the model with this many blocks")
+ap.add_argument("--budgets", type=int, default=11, help="budgets in the sweep, evenly from full recompute's to keep's")
 ARGS = ap.parse_args()
 FTC, MODEL, LAYERS = ARGS.ftc, ARGS.model, ARGS.layers
 
@@ -299,8 +300,9 @@ def main():
               f"full recompute {full.arena} B")
         reserve = int(re.search(r"^reserve (\d+)", open(os.path.join(pk, "plan")).read(), re.M).group(1))
         rows, seen = [], set()
-        for step in range(11):
-            budget = reserve + full.arena + (keep.arena - full.arena) * step // 10
+        n = max(ARGS.budgets, 2)
+        for step in range(n):
+            budget = reserve + full.arena + (keep.arena - full.arena) * step // (n - 1)
             p, _ = compile_plan(src, os.path.join(tmp, f"b{step}.plan"), "--budget", f"{budget}")
             if not p:
                 continue
