@@ -688,7 +688,8 @@ static int save_weights(TrainSession *s) {
         return rt_run_error("%s", err), -1;
     if (!s->lead)
         return 0;
-    int rc = rt_save_weights(x, s->o->save, s->o->merge, s->out, err, sizeof err);
+    int rc = rt_save_weights(x, s->o->save, s->o->merge, s->o->shard_bytes ? s->o->shard_bytes : RT_SHARD_BYTES,
+                             s->out, err, sizeof err);
     if (rc != 0)
         rt_run_error("%s", err);
     if (rt_weights_serve_end(x, rc == 0, err, sizeof err) != 0 && rc == 0)

@@ -127,6 +127,42 @@ c1="$tmp/rb/checkpoint-000001"
 cmp -s "$c1/model.safetensors" "$tmp/rb/model.safetensors" && cmp -s "$c1/config.json" "$tmp/hfb/config.json" &&
     [ -f "$c1/state.safetensors" ] && [ "$(stat -c %i "$c1/model.safetensors")" = "$(stat -L -c %i "$tmp/rb/model.safetensors")" ] &&
     ok checkpoint-is-a-model-dir || bad checkpoint-is-a-model-dir "$(ls -l "$c1")"
+# Weights over --save-shard-size are saved as save_pretrained shards them: files of at
+# most that size, model-0000K-of-0000N.safetensors, and model.safetensors.index.json (the
+# total and each tensor's file), in the checkpoint too (tests/fixtures/check_sharded.py,
+# by hand: huggingface_hub's splitter makes the same shards). They load as --weights with
+# the unsharded save's losses bit for bit; a later unsharded save leaves no shard behind.
+"$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 2 --save "$tmp/un" >/dev/null
+"$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 2 --save "$tmp/sh" --save-shard-size 40K \
+    --save-every 2 >"$tmp/sh.out"
+index=$(python3 - "$tmp/sh" "$tmp/un/model.safetensors" <<'PY'
+import json, os, struct, sys
+def header(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        return {k: v for k, v in json.loads(f.read(n)).items() if k != "__metadata__"}
+index = json.load(open(os.path.join(sys.argv[1], "model.safetensors.index.json")))
+files = sorted(set(index["weight_map"].values()))
+sizes = [sum(e - b for b, e in (t["data_offsets"] for t in header(os.path.join(sys.argv[1], f)).values()))
+         for f in files]
+good = (files == ["model-%05d-of-%05d.safetensors" % (k, len(files)) for k in range(1, len(files) + 1)] and
+        all(index["weight_map"][n] == f for f in files for n in header(os.path.join(sys.argv[1], f))) and
+        sorted(index["weight_map"]) == sorted(header(sys.argv[2])) and
+        index["metadata"]["total_size"] == sum(sizes) and all(s <= 40960 or len(header(os.path.join(sys.argv[1], f))) == 1
+                                                               for f, s in zip(files, sizes)))
+print(len(files) if good else "bad")
+PY
+)
+a=$("$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 2 --weights "$tmp/un" 2>&1 | losses)
+b=$("$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 2 --weights "$tmp/sh" 2>&1 | losses)
+c=$("$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 2 --weights "$tmp/sh/checkpoint-000002" 2>&1 | losses)
+grep -q "^saved $tmp/sh: model.safetensors.index.json ($index shards) (step 2, saved-000002)" "$tmp/sh.out" &&
+    [ "$index" -gt 2 ] && [ ! -e "$tmp/sh/model.safetensors" ] && [ -n "$a" ] && [ "$a" = "$b" ] && [ "$a" = "$c" ] &&
+    "$st_diff" "$tmp/sh" "$tmp/un/model.safetensors" 0 >/dev/null &&
+    ok "sharded-save ($index shards)" || bad sharded-save "index $index; $(cat "$tmp/sh.out"); $a / $b / $c"
+"$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 1 --save "$tmp/sh" >/dev/null
+[ -f "$tmp/sh/model.safetensors" ] && ! ls "$tmp/sh" | grep -q '^model-\|index' &&
+    ok sharded-then-whole || bad sharded-then-whole "$(ls "$tmp/sh")"
 
 # fails NAME WANT_TEXT ftc-args...: exits 1, nothing on stdout but the header, WANT_TEXT on stderr.
 fails() {
