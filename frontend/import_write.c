@@ -135,6 +135,8 @@ static void put_constants(FILE *f, const ImportModel *m) {
     put_const(f, "ffn", m->ffn);
     if (m->fam == FAM_GPT2)
         put_const(f, "context", m->max_pos);
+    else if (m->max_pos)   // read by no op: the config a save writes carries it
+        put_const(f, "max_pos", m->max_pos);
     put_const_f(f, "eps", m->eps);
     if (m->fam == FAM_GEMMA3 && some_sliding(m) && !mixed_layers(m))   // every layer local
         put_const_f(f, "theta", m->rope_local.theta);

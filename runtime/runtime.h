@@ -183,6 +183,8 @@ struct Exec {
                             // rt_exec_init sets it, ftc run --no-graphs clears it)
     uint8_t *source_dtype;  // per buffer: 1 + the StDType its --weights tensor had (a save
                             // writes it so; 0 or NULL: fp32), from rt_weights_load
+    const char *plan_dir;   // the plan's directory: its config.json (the compiler's) goes
+                            // into a save whose weights came with none
     char base_model[4096];  // the directory of the weights a LoRA run started from (its
                             // adapter_config.json's base_model_name_or_path), or ""
 };
@@ -332,6 +334,10 @@ int rt_save_lock(const char *flag, const char *dir, int *fd, char *err, size_t e
 // Weights over shard_bytes are saved in shards, with an index (st_write_model).
 int rt_save_weights(Exec *x, const char *dir, bool merge, int64_t shard_bytes, FILE *out, char *err,
                     size_t errlen);
+// Whether a save of x carries a config.json beside a model's weights: the one of the model
+// directory the weights came from, else the plan's (the compiler writes one for a model of
+// a family ftc import knows).
+bool rt_save_has_config(const Exec *x);
 // Whether DIR's current set of weights is the one saved at `step`; its directory in path.
 bool rt_saved_set(const char *dir, int64_t step, char *path, size_t cap);
 // schedule.c — what changes from step to step.

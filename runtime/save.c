@@ -25,6 +25,8 @@
 #include "fileio.h"
 #include "safetensors.h"
 
+#include <jansson.h>
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -101,6 +103,85 @@ static int copy_side_files(const char *base, const char *into, bool model, bool 
         if (link)
             add_name(set, artefacts[i]);
     }
+    return 0;
+}
+
+// Whether DIR/NAME is a regular file.
+static bool has_file(const char *dir, const char *name) {
+    char path[4400];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+bool rt_save_has_config(const Exec *x) {
+    return (x->base_model[0] && has_file(x->base_model, "config.json")) ||
+           (x->plan_dir && has_file(x->plan_dir, "config.json"));
+}
+
+// "bfloat16", "float16" or "float32": the dtype a save writes the weights in (the one their
+// --weights checkpoint had), as torch_dtype names it.
+static const char *saved_dtype(const Exec *x) {
+    for (int i = 0; x->source_dtype && i < x->plan->nbuf; i++)
+        if (x->source_dtype[i])
+            return x->source_dtype[i] - 1 == ST_BF16 ? "bfloat16" : x->source_dtype[i] - 1 == ST_F16 ? "float16"
+                                                                                                     : "float32";
+    return "float32";
+}
+
+// The fewest significant digits (15 at least) that write every number of `v` back exactly,
+// as the compiler wrote them (1e-06, not 9.9999999999999995e-07).
+static int real_digits(json_t *v) {
+    int most = 15;
+    char s[40];
+    while (json_is_real(v) && most < 17 &&
+           (snprintf(s, sizeof s, "%.*g", most, json_real_value(v)), strtod(s, NULL) != json_real_value(v)))
+        most++;
+    const char *key;
+    json_t *e;
+    size_t i;
+    json_object_foreach(v, key, e) {
+        int d = real_digits(e);
+        most = d > most ? d : most;
+    }
+    json_array_foreach(v, i, e) {
+        int d = real_digits(e);
+        most = d > most ? d : most;
+    }
+    return most;
+}
+
+// The plan's config.json into directory `into` (a model's: the set, or merged/) where the
+// weights came with none, its torch_dtype the saved weights'; added to the set's names when
+// `set` is not NULL.
+static int plan_config(const Exec *x, const char *into, SetNames *set, char *err, size_t errlen) {
+    char from[4400], to[4400], tmp[4500];
+    if (!x->plan_dir || has_file(into, "config.json") || !has_file(x->plan_dir, "config.json"))
+        return 0;
+    snprintf(from, sizeof from, "%s/config.json", x->plan_dir);
+    snprintf(to, sizeof to, "%s/config.json", into);
+    json_error_t je;
+    json_t *cfg = json_load_file(from, JSON_REJECT_DUPLICATES, &je);
+    if (!json_is_object(cfg)) {
+        json_decref(cfg);
+        return rt_fail(err, errlen, "%s: not a config: %s", from, je.text);
+    }
+    json_object_set_new(cfg, "torch_dtype", json_string(saved_dtype(x)));
+    char *text = json_dumps(cfg, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(real_digits(cfg)));
+    json_decref(cfg);
+    int fd = text ? rt_tmp_create(to, tmp, sizeof tmp) : -1;
+    bool ok = fd >= 0 && rt_write_full(fd, text, strlen(text)) == 0 && rt_write_full(fd, "\n", 1) == 0;
+    if (fd >= 0 && close(fd) != 0)
+        ok = false;
+    if (ok && rename(tmp, to) != 0)
+        ok = false;
+    if (!ok && fd >= 0)
+        unlink(tmp);
+    free(text);
+    if (!ok)
+        return rt_fail(err, errlen, "cannot write %s", to);
+    if (set)
+        add_name(set, "config.json");
     return 0;
 }
 
@@ -251,6 +332,8 @@ static int write_adapter_set(Exec *x, const char *tmp, bool merge, int64_t shard
         rc = copy_side_files(x->base_model, tmp, false, true, set, err, errlen);
     if (rc == 0 && x->base_model[0] && merge)
         rc = copy_side_files(x->base_model, path, true, false, set, err, errlen);
+    if (rc == 0 && merge)
+        rc = plan_config(x, path, NULL, err, errlen);
     return rc;
 }
 
@@ -266,6 +349,8 @@ static int write_set(Exec *x, const char *tmp, bool merge, int64_t shard_bytes, 
         add_weight_names(set, set->shards);
     if (rc == 0 && x->base_model[0])
         rc = copy_side_files(x->base_model, tmp, true, true, set, err, errlen);
+    if (rc == 0)
+        rc = plan_config(x, tmp, set, err, errlen);
     return rc;
 }
 

@@ -110,6 +110,44 @@ d=$(python3 tests/st_bf16.py --dtypes "$tmp/bfs/model.safetensors" | awk '{print
     ok "save-in-source-dtype ($(stat -L -c %s "$tmp/bfs/model.safetensors") bytes, fp32 $(stat -L -c %s "$tmp/ck/model.safetensors"))" ||
     bad save-in-source-dtype "dtypes $d"
 
+# A run from random initialisation, or from a bare .safetensors file, saves a config.json
+# too (the plan's: ftc compile writes it for a family ftc import knows), its torch_dtype the
+# saved weights': each fixture's config shrunk to a few layers of width 64, imported,
+# trained a step and saved; the saved config.json imports back to the same model section.
+# With LoRA the config goes into merged/ only. A model of no known family (tiny) saves its
+# weights alone and says so before step one.
+for f in qwen2-0.5b qwen2-7b llama2-7b mistral-7b; do
+    python3 - "tests/fixtures/$f.config.json" "$tmp/small-$f.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+gqa = c.get("num_key_value_heads", c["num_attention_heads"]) != c["num_attention_heads"]
+c.update(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+         num_key_value_heads=2 if gqa else 4)
+c.update({k: 255 for k in ("bos_token_id", "eos_token_id", "pad_token_id") if isinstance(c.get(k), int)})
+json.dump(c, open(sys.argv[2], "w"), indent=2)
+PY
+    "$ftc" import "$tmp/small-$f.json" | sed 's/^  seq .*/  seq = 32/; s/^  batch .*/  batch = 2/' > "$tmp/small-$f.ft"
+    "$ftc" compile "$tmp/small-$f.ft" -o "$tmp/small-$f.plan" >/dev/null &&
+        "$ftc" run "$tmp/small-$f.plan" --data "$tmp/c.bin" --steps 1 --save "$tmp/sv-$f" >/dev/null
+    "$ftc" import "$tmp/sv-$f/config.json" > "$tmp/back-$f.ft" 2>"$tmp/err"
+    cmp -s <(sed '1d; /^train {/,$d' "$tmp/small-$f.ft") <(sed '1d; /^train {/,$d' "$tmp/back-$f.ft") &&
+        grep -q '"torch_dtype": "float32"' "$tmp/sv-$f/config.json" && ok "saved-config-$f" ||
+        bad "saved-config-$f" "$(cat "$tmp/err"; diff "$tmp/small-$f.ft" "$tmp/back-$f.ft" | head -5)"
+done
+python3 tests/st_bf16.py "$tmp/sv-qwen2-0.5b/model.safetensors" "$tmp/small-bf16.safetensors"
+"$ftc" run "$tmp/small-qwen2-0.5b.plan" --data "$tmp/c.bin" --steps 1 --weights "$tmp/small-bf16.safetensors" \
+    --save "$tmp/sv-bf16" >/dev/null
+sed 's/^  optimizer = .*/&\n  lora(r = 4, alpha = 8, targets = [wq, wv])/' "$tmp/small-qwen2-0.5b.ft" > "$tmp/small-lora.ft"
+"$ftc" compile "$tmp/small-lora.ft" -o "$tmp/small-lora.plan" >/dev/null
+"$ftc" run "$tmp/small-lora.plan" --data "$tmp/c.bin" --steps 1 --save "$tmp/sv-lora" --merge >/dev/null
+grep -q '"torch_dtype": "bfloat16"' "$tmp/sv-bf16/config.json" && [ ! -e "$tmp/sv-lora/config.json" ] &&
+    grep -q '"model_type": "qwen2"' "$tmp/sv-lora/merged/config.json" && ok saved-config-dtype-and-lora ||
+    bad saved-config-dtype-and-lora "$(ls "$tmp/sv-bf16" "$tmp/sv-lora" "$tmp/sv-lora/merged")"
+out=$("$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 1 --save "$tmp/noconf")
+grep -q "^ftc run: warning: --save $tmp/noconf: no config.json to save beside the weights (the weights came with none, and the plan has none: model tiny is of no family ftc import writes); from_pretrained needs one$" <<<"$out" &&
+    [ -f "$tmp/noconf/model.safetensors" ] && [ ! -e "$tmp/noconf/config.json" ] && ok saved-config-unknown-family ||
+    bad saved-config-unknown-family "$out"
+
 # A resumed run saves as the run it continues would have: the checkpoint records the model
 # directory and the weights' dtypes, so without --weights again the save still carries the
 # config and tokenizer files and keeps bf16.
