@@ -53,6 +53,14 @@ print(" ".join(["differ: " + k for k in differ] + ["lacks: " + k for k in lacks]
 PY
 )
     [ -z "$why" ] && ok "$name-config-keys" || bad "$name-config-keys" "$why"
+    # The recipe's LoRA line, uncommented, names modules the family has.
+    sed 's/^  # lora(/  lora(/' "$tmp/$name.ft" > "$tmp/$name.lora.ft"
+    if "$ftc" compile "$tmp/$name.lora.ft" -o "$tmp/lora.plan" --gpu h200 --host-mem 8T --micro-batch 1 \
+         --remat full --offload weights >/dev/null 2>"$tmp/err" && grep -q '^  lora(r = 16' "$tmp/$name.lora.ft"; then
+        ok "$name-recipe-lora"
+    else
+        bad "$name-recipe-lora" "$(cat "$tmp/err")"
+    fi
 }
 
 while read -r name want; do

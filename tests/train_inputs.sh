@@ -126,7 +126,7 @@ c.update(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layer
 c.update({k: 255 for k in ("bos_token_id", "eos_token_id", "pad_token_id") if isinstance(c.get(k), int)})
 json.dump(c, open(sys.argv[2], "w"), indent=2)
 PY
-    "$ftc" import "$tmp/small-$f.json" | sed 's/^  seq .*/  seq = 32/; s/^  batch .*/  batch = 2/' > "$tmp/small-$f.ft"
+    "$ftc" import "$tmp/small-$f.json" | sed 's/^  seq .*/  seq = 32/; s/^  batch .*/  batch = 2/; /^  packing /d' > "$tmp/small-$f.ft"
     "$ftc" compile "$tmp/small-$f.ft" -o "$tmp/small-$f.plan" >/dev/null &&
         "$ftc" run "$tmp/small-$f.plan" --data "$tmp/c.bin" --steps 1 --save "$tmp/sv-$f" >/dev/null
     "$ftc" import "$tmp/sv-$f/config.json" > "$tmp/back-$f.ft" 2>"$tmp/err"
@@ -137,7 +137,7 @@ done
 python3 tests/st_bf16.py "$tmp/sv-qwen2-0.5b/model.safetensors" "$tmp/small-bf16.safetensors"
 "$ftc" run "$tmp/small-qwen2-0.5b.plan" --data "$tmp/c.bin" --steps 1 --weights "$tmp/small-bf16.safetensors" \
     --save "$tmp/sv-bf16" >/dev/null
-sed 's/^  optimizer = .*/&\n  lora(r = 4, alpha = 8, targets = [wq, wv])/' "$tmp/small-qwen2-0.5b.ft" > "$tmp/small-lora.ft"
+sed 's/^  # lora(/  lora(/' "$tmp/small-qwen2-0.5b.ft" > "$tmp/small-lora.ft"   # the recipe's LoRA line
 "$ftc" compile "$tmp/small-lora.ft" -o "$tmp/small-lora.plan" >/dev/null
 "$ftc" run "$tmp/small-lora.plan" --data "$tmp/c.bin" --steps 1 --save "$tmp/sv-lora" --merge >/dev/null
 grep -q '"torch_dtype": "bfloat16"' "$tmp/sv-bf16/config.json" && [ ! -e "$tmp/sv-lora/config.json" ] &&
