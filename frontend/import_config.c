@@ -77,14 +77,14 @@ static void read_attention(const IrGraph *g, const IrNode *n, ImportModel *m, do
 static void read_rope_node(const IrNode *n, ImportModel *m) {
     ImportRope r = {.theta = n->attr.f, .r = n->attr.rope};
     r.r.length = 0;
-    if (m->fam == FAM_GEMMA3 && m->sliding[n->layer])
+    if (m->fam == FAM_GEMMA3 && n->layer >= 0 && n->layer < IMPORT_MAX_LAYERS && m->sliding[n->layer])
         m->rope_local = r;
     else
         m->rope = r;
 }
 
-// The ops of the forward graph, in order (each layer's attention before its ropes' use of
-// the window is read: ropes are read after every attention).
+// The ops of the forward graph; the ropes after every layer's window is known (Gemma 3's
+// sliding layers have a rope of their own).
 static void read_nodes(const IrGraph *g, ImportModel *m, double *scale) {
     int norms = 0, ln_in[2] = {-1, -1};
     for (int i = 0; i < g->nodes.len; i++) {

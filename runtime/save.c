@@ -163,8 +163,9 @@ static int plan_config(const Exec *x, const char *into, SetNames *set, char *err
     json_error_t je;
     json_t *cfg = json_load_file(from, JSON_REJECT_DUPLICATES, &je);
     if (!json_is_object(cfg)) {
+        rt_fail(err, errlen, "%s: not a config: %s", from, cfg ? "not a JSON object" : je.text);
         json_decref(cfg);
-        return rt_fail(err, errlen, "%s: not a config: %s", from, je.text);
+        return -1;
     }
     json_object_set_new(cfg, "torch_dtype", json_string(saved_dtype(x)));
     char *text = json_dumps(cfg, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(real_digits(cfg)));

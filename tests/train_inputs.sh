@@ -198,6 +198,12 @@ grep -q "^saved $tmp/sh: model.safetensors.index.json ($index shards) (step 2, s
     [ "$index" -gt 2 ] && [ ! -e "$tmp/sh/model.safetensors" ] && [ -n "$a" ] && [ "$a" = "$b" ] && [ "$a" = "$c" ] &&
     "$st_diff" "$tmp/sh" "$tmp/un/model.safetensors" 0 >/dev/null &&
     ok "sharded-save ($index shards)" || bad sharded-save "index $index; $(cat "$tmp/sh.out"); $a / $b / $c"
+# merged/ is sharded too, and loads.
+"$ftc" run "$tmp/lora.plan" --data "$tmp/c.bin" --steps 1 --weights "$tmp/un" --save "$tmp/shm" --merge \
+    --save-shard-size 100K >"$tmp/shm.out"
+grep -q "^saved $tmp/shm: adapter_model.safetensors, adapter_config.json, merged/model.safetensors.index.json ([0-9]* shards) (step 1" \
+    "$tmp/shm.out" && [ -n "$("$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 1 --weights "$tmp/shm/merged" | losses)" ] &&
+    ok sharded-merged || bad sharded-merged "$(cat "$tmp/shm.out"; ls "$tmp/shm/merged")"
 "$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 1 --save "$tmp/sh" >/dev/null
 [ -f "$tmp/sh/model.safetensors" ] && ! ls "$tmp/sh" | grep -q '^model-\|index' &&
     ok sharded-then-whole || bad sharded-then-whole "$(ls "$tmp/sh")"

@@ -316,6 +316,8 @@ static char *hf_config(FtSource *src, const FtModel *m, Arena *a) {
     bool ok = f && fe_hf_config(m, g, f, why, sizeof why) == 0;
     if (f)
         ok &= fclose(f) == 0;
+    if (g)
+        ir_graph_free(g);
     if (!ok)
         free(text);
     return ok ? text : NULL;
