@@ -37,6 +37,8 @@ typedef struct PlanMeta {
     double host_adamw_per_core, host_link;
     double adamw_lo, adamw_hi, link_lo, link_hi;
     const char *report;         // report.txt: the planner's decision and candidates, or NULL
+    const char *hf_config;      // config.json: the model's Hugging Face config, which a save
+                                // carries where its weights came with none; or NULL
     // LoRA, for the adapter files the runtime writes (r = 0: none)
     int64_t lora_r;
     double lora_alpha, lora_dropout;

@@ -247,7 +247,7 @@ int codegen_plan_write(FILE *f, const IrGraph *g, const PlanMeta *meta, const Ke
 static bool own_file(const char *name) {
     static const char *const names[] = {"plan",        "kernels.cu",  "ftc_emu.h",  "kernels.txt",
                                         "memory.txt",  "memory.json", "memory.html", "trace.json",
-                                        "report.txt"};
+                                        "report.txt",  "config.json"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (strcmp(name, names[i]) == 0)
             return true;
@@ -561,14 +561,15 @@ static int write_kernels_and_plan(const char *tmp, const IrGraph *g, const PlanM
     return rc;
 }
 
-// tmp/report.txt: the compile's report, where there is one; -1 with err.
-static int write_report(const char *tmp, const char *report, char *err, size_t errlen) {
-    if (!report)
+// tmp/NAME holding `text` (report.txt: the compile's report; config.json: the model's),
+// where there is one; -1 with err.
+static int write_optional(const char *tmp, const char *name, const char *text, char *err, size_t errlen) {
+    if (!text)
         return 0;
     char path[4200];
-    snprintf(path, sizeof path, "%s/report.txt", tmp);
+    snprintf(path, sizeof path, "%s/%s", tmp, name);
     FILE *r = fopen(path, "w");
-    if (!r || fputs(report, r) < 0 || fclose(r) != 0) {
+    if (!r || fputs(text, r) < 0 || fclose(r) != 0) {
         snprintf(err, errlen, "cannot write %s", path);
         return -1;
     }
@@ -590,7 +591,8 @@ static int check_and_describe(const char *tmp, const PlanMeta *meta, char *err, 
                   meta->link_bytes_per_s, meta->comm_bytes_per_s, meta->comm_latency_us};
     if (problems)
         snprintf(err, errlen, "internal error: the plan failed verification (%d problems)", problems);
-    else if (write_report(tmp, meta->report, err, errlen) == 0)
+    else if (write_optional(tmp, "report.txt", meta->report, err, errlen) == 0 &&
+             write_optional(tmp, "config.json", meta->hf_config, err, errlen) == 0)
         rc = codegen_dumps(tmp, p, &mm, err, errlen) != 0 ? -1 : 0;
     plan_free(p);
     return rc;

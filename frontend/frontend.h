@@ -206,6 +206,17 @@ IrGraph *fe_elaborate_at(void *ctx, int64_t micro, int64_t seq, Arena *a);
 // Writes a .ft for the config at `path` to `out`; returns 0, or 1 after an error.
 int fe_import(const char *path, FILE *out);
 
+//
+// import_config.c — the config.json of a .ft: fe_import's inverse.
+//
+
+// Writes the Hugging Face config.json of the checked model `m`, whose forward graph is `g`
+// (fe_elaborate's), to `out`, for the families fe_import writes, so that importing it gives
+// m's model section again. 0, or 1 with the reason in why: a model of another family (its
+// section's name is not one of their model_types), or one whose graph lacks what a config
+// needs.
+int fe_hf_config(const FtModel *m, const IrGraph *g, FILE *out, char *why, size_t whylen);
+
 // The command-line room, frontend/cli/ (its header cli.h), is the one part of frontend/
 // that reaches the passes, codegen and the runtime.
 

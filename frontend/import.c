@@ -12,24 +12,28 @@
 #include <jansson.h>
 #include <math.h>
 
-typedef struct Family {
-    const char *model_type, *class_name;
-    ImportFamily fam;
-} Family;
+typedef ImportFamilyInfo Family;
 
-static const Family families[] = {
-    {"llama", "LlamaForCausalLM", FAM_LLAMA},
-    {"qwen2", "Qwen2ForCausalLM", FAM_QWEN2},
-    {"qwen3", "Qwen3ForCausalLM", FAM_QWEN3},
-    {"mistral", "MistralForCausalLM", FAM_MISTRAL},
-    {"gemma", "GemmaForCausalLM", FAM_GEMMA},
-    {"gemma2", "Gemma2ForCausalLM", FAM_GEMMA2},
-    {"gemma3_text", "Gemma3ForCausalLM", FAM_GEMMA3},
-    {"phi3", "Phi3ForCausalLM", FAM_PHI3},
-    {"gpt2", "GPT2LMHeadModel", FAM_GPT2},
-    {"gpt_neox", "GPTNeoXForCausalLM", FAM_NEOX},
+// The one table between a config.json and a .ft: each family's model_type, class and the
+// keys of its sizes, which ftc import reads and import_config.c writes back.
+const ImportFamilyInfo import_families[FAM_COUNT] = {
+#define LLAMA_KEYS "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", \
+                   "num_key_value_heads", "rms_norm_eps", "max_position_embeddings"
+    {"llama", "LlamaForCausalLM", FAM_LLAMA, LLAMA_KEYS},
+    {"qwen2", "Qwen2ForCausalLM", FAM_QWEN2, LLAMA_KEYS},
+    {"qwen3", "Qwen3ForCausalLM", FAM_QWEN3, LLAMA_KEYS},
+    {"mistral", "MistralForCausalLM", FAM_MISTRAL, LLAMA_KEYS},
+    {"gemma", "GemmaForCausalLM", FAM_GEMMA, LLAMA_KEYS},
+    {"gemma2", "Gemma2ForCausalLM", FAM_GEMMA2, LLAMA_KEYS},
+    {"gemma3_text", "Gemma3ForCausalLM", FAM_GEMMA3, LLAMA_KEYS},
+    {"phi3", "Phi3ForCausalLM", FAM_PHI3, LLAMA_KEYS},
+    {"gpt2", "GPT2LMHeadModel", FAM_GPT2, "n_embd", "n_inner", "n_layer", "n_head", NULL, "layer_norm_epsilon",
+     "n_positions"},
+    {"gpt_neox", "GPTNeoXForCausalLM", FAM_NEOX, "hidden_size", "intermediate_size", "num_hidden_layers",
+     "num_attention_heads", NULL, "layer_norm_eps", "max_position_embeddings"},
+#undef LLAMA_KEYS
 };
-enum { NFAMILIES = sizeof families / sizeof families[0] };
+enum { NFAMILIES = FAM_COUNT };
 
 // Keys that change nothing a training step computes, in every family: names and versions,
 // token ids, inference and output switches, labels of classification heads, the init of
@@ -267,10 +271,10 @@ static const Family *read_family(Cfg *c) {
     }
     const Family *by_type = NULL, *by_class = NULL;
     for (int i = 0; i < NFAMILIES; i++) {
-        if (type && strcmp(type, families[i].model_type) == 0)
-            by_type = &families[i];
-        if (cls && strcmp(cls, families[i].class_name) == 0)
-            by_class = &families[i];
+        if (type && strcmp(type, import_families[i].model_type) == 0)
+            by_type = &import_families[i];
+        if (cls && strcmp(cls, import_families[i].class_name) == 0)
+            by_class = &import_families[i];
     }
     if (type && !by_type) {
         fe_error(c->src, key_loc(c->src, "model_type"),
@@ -685,14 +689,14 @@ static void read_windows(Cfg *c, ImportModel *m, int64_t window_dflt) {
 
 // The common shape of the decoders with rope and RMSNorm (Llama's keys).
 static void read_decoder(Cfg *c, ImportModel *m) {
+    const Family *f = c->fam;
     read_int(c, "vocab_size", true, 0, &m->vocab);
-    bool dim_ok = read_int(c, "hidden_size", true, 0, &m->dim) == 0;
-    read_int(c, "intermediate_size", true, 0, &m->ffn);
-    read_int(c, "num_hidden_layers", true, 0, &m->layers);
-    read_heads(c, m, "num_attention_heads", "num_key_value_heads",
-               m->fam == FAM_PHI3 ? NULL : "head_dim", dim_ok);
-    read_real(c, "rms_norm_eps", true, 1e-6, &m->eps);
-    read_int(c, "max_position_embeddings", false, 0, &m->max_pos);
+    bool dim_ok = read_int(c, f->dim, true, 0, &m->dim) == 0;
+    read_int(c, f->ffn, true, 0, &m->ffn);
+    read_int(c, f->layers, true, 0, &m->layers);
+    read_heads(c, m, f->heads, f->kv_heads, m->fam == FAM_PHI3 ? NULL : "head_dim", dim_ok);
+    read_real(c, f->eps, true, 1e-6, &m->eps);
+    read_int(c, f->max_pos, false, 0, &m->max_pos);
     require_no_attn_dropout(c, "attention_dropout");
     // The embedding is built with padding_idx = pad_token_id: that row takes no gradient.
     // Absent, it is the family's config class's default, as transformers reads it: Gemma's
@@ -760,13 +764,14 @@ static void read_gemma(Cfg *c, ImportModel *m) {
 }
 
 static void read_gpt2(Cfg *c, ImportModel *m) {
+    const Family *f = c->fam;
     read_int(c, "vocab_size", true, 0, &m->vocab);
-    bool dim_ok = read_int(c, "n_embd", true, 0, &m->dim) == 0;
-    read_int(c, "n_layer", true, 0, &m->layers);
-    read_heads(c, m, "n_head", NULL, NULL, dim_ok);
-    read_int(c, "n_inner", false, 4 * m->dim, &m->ffn);
-    read_int(c, "n_positions", true, 0, &m->max_pos);
-    read_real(c, "layer_norm_epsilon", true, 1e-5, &m->eps);
+    bool dim_ok = read_int(c, f->dim, true, 0, &m->dim) == 0;
+    read_int(c, f->layers, true, 0, &m->layers);
+    read_heads(c, m, f->heads, NULL, NULL, dim_ok);
+    read_int(c, f->ffn, false, 4 * m->dim, &m->ffn);
+    read_int(c, f->max_pos, true, 0, &m->max_pos);
+    read_real(c, f->eps, true, 1e-5, &m->eps);
     read_act(c, "activation_function", "gelu_new", false, &m->act);
     if (m->act == ACT_SILU)
         fe_error(c->src, key_loc(c->src, "activation_function"), "\"activation_function\": silu is "
@@ -788,13 +793,14 @@ static void read_gpt2(Cfg *c, ImportModel *m) {
 }
 
 static void read_neox(Cfg *c, ImportModel *m) {
+    const Family *f = c->fam;
     read_int(c, "vocab_size", true, 0, &m->vocab);
-    bool dim_ok = read_int(c, "hidden_size", true, 0, &m->dim) == 0;
-    read_int(c, "intermediate_size", true, 0, &m->ffn);
-    read_int(c, "num_hidden_layers", true, 0, &m->layers);
-    read_heads(c, m, "num_attention_heads", NULL, NULL, dim_ok);
-    read_int(c, "max_position_embeddings", false, 0, &m->max_pos);
-    read_real(c, "layer_norm_eps", true, 1e-5, &m->eps);
+    bool dim_ok = read_int(c, f->dim, true, 0, &m->dim) == 0;
+    read_int(c, f->ffn, true, 0, &m->ffn);
+    read_int(c, f->layers, true, 0, &m->layers);
+    read_heads(c, m, f->heads, NULL, NULL, dim_ok);
+    read_int(c, f->max_pos, false, 0, &m->max_pos);
+    read_real(c, f->eps, true, 1e-5, &m->eps);
     read_act(c, "hidden_act", "gelu", false, &m->act);
     if (m->act == ACT_SILU)
         fe_error(c->src, key_loc(c->src, "hidden_act"), "\"hidden_act\": silu is not modelled in "
@@ -856,7 +862,7 @@ static int read_config(Cfg *c, ImportModel *m) {
     if (c->src->errors)
         return -1;
     if (m->layers > IMPORT_MAX_LAYERS) {
-        fe_error(c->src, key_loc(c->src, m->fam == FAM_GPT2 ? "n_layer" : "num_hidden_layers"),
+        fe_error(c->src, key_loc(c->src, c->fam->layers),
                  "more than %d layers", IMPORT_MAX_LAYERS);
         return -1;
     }

@@ -21,6 +21,16 @@ typedef enum ImportFamily {
     FAM_COUNT
 } ImportFamily;
 
+// A family as its config.json names it: model_type, the class in "architectures", and the
+// keys of its sizes (kv_heads NULL: as many as the query heads).
+typedef struct ImportFamilyInfo {
+    const char *model_type, *class_name;
+    ImportFamily fam;
+    const char *dim, *ffn, *layers, *heads, *kv_heads, *eps, *max_pos;
+} ImportFamilyInfo;
+
+extern const ImportFamilyInfo import_families[FAM_COUNT];   // (import.c)
+
 typedef enum ImportAct { ACT_SILU, ACT_GELU_TANH, ACT_GELU_EXACT } ImportAct;
 
 // One rope: theta and transformers' rope_type with its parameters (OpRope's fields).

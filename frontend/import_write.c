@@ -135,6 +135,8 @@ static void put_constants(FILE *f, const ImportModel *m) {
     put_const(f, "ffn", m->ffn);
     if (m->fam == FAM_GPT2)
         put_const(f, "context", m->max_pos);
+    else if (m->max_pos)   // read by no op: the config a save writes carries it
+        put_const(f, "max_pos", m->max_pos);
     put_const_f(f, "eps", m->eps);
     if (m->fam == FAM_GEMMA3 && some_sliding(m) && !mixed_layers(m))   // every layer local
         put_const_f(f, "theta", m->rope_local.theta);
@@ -587,18 +589,45 @@ static void put_model(FILE *f, const ImportModel *m) {
 
 enum { TRAIN_SEQ = 2048 };
 
+// The modules LoRA adapts in the recipe: every projection of attention and the MLP, by the
+// names the family's checkpoints give them.
+static const char *lora_targets(ImportFamily f) {
+    switch (f) {
+    case FAM_PHI3: return "qkv_proj, o_proj, gate_up_proj, down_proj";
+    case FAM_GPT2: return "c_attn, c_proj, c_fc";
+    case FAM_NEOX: return "query_key_value, dense, dense_h_to_4h, dense_4h_to_h";
+    default: return "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj";
+    }
+}
+
+// The train section: a fine-tuning recipe, said so at its top, with LoRA's line to uncomment.
+static void put_train(FILE *f, const ImportModel *m) {
+    int64_t seq = m->max_pos && m->max_pos < TRAIN_SEQ ? m->max_pos : TRAIN_SEQ;
+    fprintf(f, "train {\n"
+               "  # A fine-tuning recipe to edit: records packed into windows of seq tokens, each\n"
+               "  # attending to itself alone (ftc data --pack %lld); full fine-tuning at lr 2e-5 in\n"
+               "  # bf16, a linear warm-up over the first 3%% of the steps, then a cosine decay;\n"
+               "  # gradients clipped to a norm of 1. Set steps to the run's length: the data's\n"
+               "  # windows over batch, times the epochs.\n"
+               "  seq          = %lld\n"
+               "  batch        = 16\n"
+               "  packing      = true\n"
+               "  loss         = cross_entropy(forward(tokens), next(tokens))\n"
+               "  precision    = bf16\n"
+               "  optimizer    = adamw(lr = 2e-5, betas = (0.9, 0.999), eps = 1e-8, weight_decay = 0.0)\n"
+               "  lr_schedule  = cosine\n"
+               "  warmup_steps = 30\n"
+               "  steps        = 1000\n"
+               "  clip         = 1.0\n"
+               "  # LoRA instead: uncomment the line below and set lr = 2e-4 above\n"
+               "  # lora(r = 16, alpha = 32, dropout = 0.05, targets = [%s])\n"
+               "}\n", (long long)seq, (long long)seq, lora_targets(m->fam));
+}
+
 void import_write(FILE *f, const ImportModel *m, const char *file) {
     put_header(f, m, file);
     fprintf(f, "model %s {\n", m->model_type);
     put_constants(f, m);
     put_model(f, m);
-    int64_t seq = m->max_pos && m->max_pos < TRAIN_SEQ ? m->max_pos : TRAIN_SEQ;
-    fprintf(f, "train {\n"
-               "  seq       = %lld\n"
-               "  batch     = 32\n"
-               "  loss      = cross_entropy(forward(tokens), next(tokens))\n"
-               "  precision = bf16\n"
-               "  optimizer = adamw(lr = 2e-4, betas = (0.9, 0.999), eps = 1e-8, "
-               "weight_decay = 0.0)\n"
-               "}\n", (long long)seq);
+    put_train(f, m);
 }

@@ -183,6 +183,8 @@ struct Exec {
                             // rt_exec_init sets it, ftc run --no-graphs clears it)
     uint8_t *source_dtype;  // per buffer: 1 + the StDType its --weights tensor had (a save
                             // writes it so; 0 or NULL: fp32), from rt_weights_load
+    const char *plan_dir;   // the plan's directory: its config.json (the compiler's) goes
+                            // into a save whose weights came with none
     char base_model[4096];  // the directory of the weights a LoRA run started from (its
                             // adapter_config.json's base_model_name_or_path), or ""
 };
@@ -258,9 +260,11 @@ void rt_weights_fill(float *v, int64_t n, PlanInit init, double scale, uint64_t 
 // parameters read, and of adapters initialised into *fresh (if not NULL); -1 with err
 // naming the file and the tensor.
 int rt_weights_load(Exec *x, const char *path, uint64_t seed, int *fresh, char *err, size_t errlen);
-// Saves the parameters (fp32 master copies where there are, else the weights) as
-// safetensors at `path` (atomically); -1 with err.
-int rt_weights_save(Exec *x, const char *path, bool trainable_only, char *err, size_t errlen);
+// Saves the parameters (fp32 master copies where there are, else the weights) into
+// directory `dir` as a model's safetensors, in shards of at most shard_bytes where they take
+// more (st_write_model; the number of weight files into *shards); -1 with err.
+int rt_weights_save(Exec *x, const char *dir, bool trainable_only, int64_t shard_bytes, int *shards, char *err,
+                    size_t errlen);
 // LoRA: reads the plan's adapters from an adapter_model.safetensors (PEFT's names; `path`
 // the file or its directory), each one and nothing else, after the directory's
 // adapter_config.json (where there is one) is found to be of the plan's r and alpha. The
@@ -270,8 +274,9 @@ int rt_adapters_load(Exec *x, const char *path, char *err, size_t errlen);
 // base_model.model.<module>.lora_A.weight, fp32) and DIR/adapter_config.json; -1 with err.
 int rt_adapters_save(Exec *x, const char *dir, const char *base_model, char *err, size_t errlen);
 // Writes the base parameters with each adapter merged in (W + alpha/r · B A, fp32),
-// under their checkpoint names: a plain model for transformers; -1 with err.
-int rt_weights_save_merged(Exec *x, const char *path, char *err, size_t errlen);
+// under their checkpoint names, into directory `dir` as rt_weights_save does: a plain
+// model for transformers; -1 with err.
+int rt_weights_save_merged(Exec *x, const char *dir, int64_t shard_bytes, int *shards, char *err, size_t errlen);
 
 // Saving sharded weights on a job of several ranks: rank 0 saves, gathering every shard it
 // reads from the ranks, while each other rank serves those gathers here until rank 0 calls
@@ -331,7 +336,13 @@ int rt_save_lock(const char *flag, const char *dir, int *fd, char *err, size_t e
 // Saves the weights (with LoRA the adapters, and the merged weights when `merge`) into
 // DIR as one set from this step: written aside, then made current at once (DIR/latest),
 // the names people load linked through it; one line to `out`. -1 with err.
-int rt_save_weights(Exec *x, const char *dir, bool merge, FILE *out, char *err, size_t errlen);
+// Weights over shard_bytes are saved in shards, with an index (st_write_model).
+int rt_save_weights(Exec *x, const char *dir, bool merge, int64_t shard_bytes, FILE *out, char *err,
+                    size_t errlen);
+// Whether a save of x carries a config.json beside a model's weights: the one of the model
+// directory the weights came from, else the plan's (the compiler writes one for a model of
+// a family ftc import knows).
+bool rt_save_has_config(const Exec *x);
 // Whether DIR's current set of weights is the one saved at `step`; its directory in path.
 bool rt_saved_set(const char *dir, int64_t step, char *path, size_t cap);
 // schedule.c — what changes from step to step.
@@ -395,6 +406,10 @@ typedef enum RunDevice {
     DEVICE_CPU, DEVICE_EMU, DEVICE_CUDA
 } RunDevice;
 
+// The size of a saved model's shards unless --save-shard-size says: transformers'
+// max_shard_size="5GB", 5·10^9 bytes.
+#define RT_SHARD_BYTES 5000000000LL
+
 typedef struct RunOptions {
     const char *plan_dir;
     const char *data;       // the training file; NULL: a session that only evaluates (ftc eval)
@@ -405,6 +420,7 @@ typedef struct RunOptions {
     RunDevice device;
     int64_t steps;          // 0: the plan's (the train section's steps), else 10
     int64_t save_every;     // also save after every this many steps (0: only at the end)
+    int64_t shard_bytes;    // saved weights over this go in shards (0: RT_SHARD_BYTES)
     uint64_t seed;
     bool seed_given;        // --seed was given (a checkpoint's seed overrides it: said)
     bool poison;

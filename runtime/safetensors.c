@@ -29,7 +29,7 @@ enum {
 };
 
 static const char SINGLE_NAME[] = "model.safetensors";
-static const char INDEX_NAME[] = "model.safetensors.index.json";
+const char st_index_name[] = "model.safetensors.index.json";
 
 typedef struct {
     char *path;          // as opened, for messages
@@ -542,7 +542,7 @@ int st_open(StSet **out, const char *path, char *err, size_t errlen) {
         return rt_fail(err, errlen, "%s: out of memory", path);
     int rc;
     if (S_ISDIR(st.st_mode)) {
-        char *single = path_join(path, SINGLE_NAME), *index = path_join(path, INDEX_NAME);
+        char *single = path_join(path, SINGLE_NAME), *index = path_join(path, st_index_name);
         if (!single || !index)
             rc = rt_fail(err, errlen, "%s: out of memory", path);
         else if (is_regular(single))
@@ -551,7 +551,7 @@ int st_open(StSet **out, const char *path, char *err, size_t errlen) {
             rc = open_index(s, index, path, err, errlen);
         else
             rc = rt_fail(err, errlen, "%s: directory holds neither %s nor %s", path, SINGLE_NAME,
-                         INDEX_NAME);
+                         st_index_name);
         free(single);
         free(index);
     } else if (ends_with(path, ".index.json")) {
@@ -836,5 +836,112 @@ done:
     free(order);
     free(bytes);
     free(tmp);
+    return rc;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sharded models
+
+void st_shard_name(char *buf, size_t len, int k, int n) {
+    if (n == 1)
+        snprintf(buf, len, "%s", SINGLE_NAME);
+    else
+        snprintf(buf, len, "model-%05d-of-%05d.safetensors", k, n);
+}
+
+// Each tensor's shard (0-based, in the order the shards are numbered) into shard[]; the
+// number of shards. A shard is numbered when it is closed: the open one when the next
+// tensor would take it past max, or at the end; one tensor over max at once.
+static int assign_shards(const uint64_t *bytes, int n, uint64_t max, int *shard) {
+    int groups = 0, open = -1, shards = 0;
+    int *number = xmalloc(sizeof(int) * (size_t)(n + 1));   // a group's shard, once closed
+    uint64_t filled = 0;
+    for (int i = 0; i < n; i++) {
+        if (bytes[i] > max) {
+            shard[i] = groups, number[groups++] = shards++;
+            continue;
+        }
+        if (open < 0 || filled + bytes[i] > max) {
+            if (open >= 0)
+                number[open] = shards++;
+            open = groups++, filled = 0;
+        }
+        shard[i] = open, filled += bytes[i];
+    }
+    if (open >= 0)
+        number[open] = shards++;
+    for (int i = 0; i < n; i++)
+        shard[i] = number[shard[i]];
+    free(number);
+    return shards;
+}
+
+// dir/model.safetensors.index.json for the n tensors t in shard[] of `shards`, atomically.
+static int write_index(const char *dir, const StWrite *t, int n, const int *shard, int shards,
+                       uint64_t total, char *err, size_t errlen) {
+    json_t *root = json_object(), *meta = json_object(), *map = json_object();
+    json_object_set_new(meta, "total_size", json_integer((json_int_t)total));
+    json_object_set_new(root, "metadata", meta);
+    json_object_set_new(root, "weight_map", map);
+    char name[64], path[4400], tmp[4500];
+    for (int i = 0; i < n; i++) {
+        st_shard_name(name, sizeof name, shard[i] + 1, shards);
+        json_object_set_new(map, t[i].name, json_string(name));
+    }
+    snprintf(path, sizeof path, "%s/%s", dir, st_index_name);
+    char *text = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS);
+    json_decref(root);
+    int fd = text ? rt_tmp_create(path, tmp, sizeof tmp) : -1;
+    bool ok = fd >= 0 && rt_write_full(fd, text, strlen(text)) == 0 && rt_write_full(fd, "\n", 1) == 0 &&
+              fsync(fd) == 0;
+    int saved = errno;
+    if (fd >= 0 && close(fd) != 0 && ok)
+        ok = false, saved = errno;
+    if (ok && rename(tmp, path) != 0)
+        ok = false, saved = errno;
+    if (!ok && fd >= 0)
+        unlink(tmp);
+    free(text);
+    return ok ? 0 : rt_fail(err, errlen, "%s: cannot write: %s", path, text ? strerror(saved) : "out of memory");
+}
+
+// Removes the first `k` weight files of `shards` from dir (the index, written last, is
+// never left by a failure).
+static void unlink_shards(const char *dir, int k, int shards) {
+    char name[64], path[4400];
+    for (int s = 1; s <= k; s++) {
+        st_shard_name(name, sizeof name, s, shards);
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        unlink(path);
+    }
+}
+
+int st_write_model(const char *dir, const StWrite *t, int n, const char *const *metadata_kv,
+                   int64_t max_shard_bytes, int *shards, char *err, size_t errlen) {
+    uint64_t *bytes = xmalloc(sizeof(uint64_t) * (size_t)(n + 1)), total = 0;
+    int *shard = xmalloc(sizeof(int) * (size_t)(n + 1));
+    StWrite *part = xmalloc(sizeof(StWrite) * (size_t)(n + 1));
+    int rc = 0;
+    char path[4400], name[64];
+    for (int i = 0; i < n && rc == 0; i++)
+        rc = check_write(dir, &t[i], &bytes[i], err, errlen), total += bytes[i];
+    *shards = rc == 0 ? assign_shards(bytes, n, (uint64_t)max_shard_bytes, shard) : 0;
+    if (*shards == 0)   // no tensor: one empty file
+        *shards = 1;
+    int done = 0;
+    for (; rc == 0 && done < *shards; done++) {
+        int k = 0;
+        for (int i = 0; i < n; i++)
+            if (shard[i] == done || *shards == 1)
+                part[k++] = t[i];
+        st_shard_name(name, sizeof name, done + 1, *shards);
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        rc = st_write(path, part, k, metadata_kv, err, errlen);
+    }
+    if (rc == 0 && *shards > 1)
+        rc = write_index(dir, t, n, shard, *shards, total, err, errlen);
+    if (rc != 0)
+        unlink_shards(dir, done, *shards);
+    free(bytes), free(shard), free(part);
     return rc;
 }

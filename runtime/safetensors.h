@@ -110,4 +110,24 @@ typedef struct StWrite {
 int st_write(const char *path, const StWrite *t, int n, const char *const *metadata_kv,
              char *err, size_t errlen);
 
+// Writes the n tensors t into directory dir as a model's weights, sharded as transformers'
+// save_pretrained shards them: all into dir/model.safetensors when their bytes are at most
+// max_shard_bytes; else into dir/model-00001-of-0000N.safetensors ... and
+// dir/model.safetensors.index.json ({"metadata": {"total_size": B}, "weight_map": {name:
+// shard}}). Shards are filled greedily in the order given, each tensor whole: a tensor goes
+// into the open shard unless it would take it past max_shard_bytes (then a new one opens),
+// and a tensor larger than max_shard_bytes alone is a shard of its own, numbered when it is
+// met (before the open shard, numbered when it closes), as huggingface_hub numbers them.
+// Every file is written as st_write writes one; after an error none of them is left. The
+// number of weight files into *shards (1: model.safetensors alone, no index).
+int st_write_model(const char *dir, const StWrite *t, int n, const char *const *metadata_kv,
+                   int64_t max_shard_bytes, int *shards, char *err, size_t errlen);
+
+// The name of weight file k (1-based) of n that st_write_model writes:
+// "model-00001-of-00003.safetensors", or "model.safetensors" when n is 1.
+void st_shard_name(char *buf, size_t len, int k, int n);
+
+// The name of a sharded model's index file, "model.safetensors.index.json".
+extern const char st_index_name[];
+
 #endif

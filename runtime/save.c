@@ -18,9 +18,14 @@
 //   DIR/latest -> saved-000300       the current set
 //   DIR/saved-000300/...             its files
 //   DIR/model.safetensors -> latest/model.safetensors, ...   (DIR/merged -> latest/merged)
+//   (weights over the shard size: DIR/model-00001-of-0000N.safetensors, ... and
+//   DIR/model.safetensors.index.json, each a link through latest likewise)
 //   DIR/checkpoint-000300/           the training state (checkpoint.c)
 #include "runtime.h"
 #include "fileio.h"
+#include "safetensors.h"
+
+#include <jansson.h>
 
 #include <dirent.h>
 #include <errno.h>
@@ -44,13 +49,47 @@ static const char *const artefacts[] = {"model.safetensors", "adapter_model.safe
 enum { NARTEFACT = sizeof artefacts / sizeof *artefacts };
 enum { MODEL_FILES = 4 };   // artefacts[MODEL_FILES..+1]: the model's config; then the tokenizer's
 
+// The names of the files and directories a saved set holds at its top, each linked at
+// DIR/NAME, in the order a save reports them; how many weight files the model's weights
+// and merged/'s took (st_write_model's shards).
+typedef struct SetNames {
+    char **name;
+    int n, cap;
+    int shards, merged_shards;
+} SetNames;
+
+static void add_name(SetNames *s, const char *name) {
+    if (s->n == s->cap) {
+        s->cap = s->cap ? 2 * s->cap : 16;
+        s->name = xrealloc(s->name, sizeof(char *) * (size_t)s->cap);
+    }
+    s->name[s->n++] = xstrdup(name);
+}
+
+static void free_names(SetNames *s) {
+    for (int i = 0; i < s->n; i++)
+        free(s->name[i]);
+    free(s->name);
+}
+
+// The model's weight files, and the index where there are several.
+static void add_weight_names(SetNames *s, int shards) {
+    char name[64];
+    for (int k = 1; k <= shards; k++) {
+        st_shard_name(name, sizeof name, k, shards);
+        add_name(s, name);
+    }
+    if (shards > 1)
+        add_name(s, st_index_name);
+}
+
 // The files of the model directory the weights came from (--weights DIR) that describe
 // the model and its tokenizer, copied beside what a save writes, so that the save loads as
 // that directory did: into `into` the tokenizer's, and the model's config too where `model`
 // (a full model: the set itself, or merged/; never beside an adapter, whose loader would
-// take the directory for a model). Their names into set[] when `link`.
-static int copy_side_files(const char *base, const char *into, bool model, bool link, const char **set,
-                           int *n, char *err, size_t errlen) {
+// take the directory for a model). Their names into the set's when `link`.
+static int copy_side_files(const char *base, const char *into, bool model, bool link, SetNames *set, char *err,
+                           size_t errlen) {
     for (int i = model ? MODEL_FILES : MODEL_FILES + 2; i < NARTEFACT; i++) {
         char from[4400], to[8800];   // (into is at most 4400, an artefact's name short)
         if ((size_t)snprintf(from, sizeof from, "%s/%s", base, artefacts[i]) >= sizeof from)
@@ -62,8 +101,88 @@ static int copy_side_files(const char *base, const char *into, bool model, bool 
         if (rt_copy_file(from, to, err, errlen) != 0)
             return -1;
         if (link)
-            set[(*n)++] = artefacts[i];
+            add_name(set, artefacts[i]);
     }
+    return 0;
+}
+
+// Whether DIR/NAME is a regular file.
+static bool has_file(const char *dir, const char *name) {
+    char path[4400];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+bool rt_save_has_config(const Exec *x) {
+    return (x->base_model[0] && has_file(x->base_model, "config.json")) ||
+           (x->plan_dir && has_file(x->plan_dir, "config.json"));
+}
+
+// "bfloat16", "float16" or "float32": the dtype a save writes the weights in (the one their
+// --weights checkpoint had), as torch_dtype names it.
+static const char *saved_dtype(const Exec *x) {
+    for (int i = 0; x->source_dtype && i < x->plan->nbuf; i++)
+        if (x->source_dtype[i])
+            return x->source_dtype[i] - 1 == ST_BF16 ? "bfloat16" : x->source_dtype[i] - 1 == ST_F16 ? "float16"
+                                                                                                     : "float32";
+    return "float32";
+}
+
+// The fewest significant digits (15 at least) that write every number of `v` back exactly,
+// as the compiler wrote them (1e-06, not 9.9999999999999995e-07).
+static int real_digits(json_t *v) {
+    int most = 15;
+    char s[40];
+    while (json_is_real(v) && most < 17 &&
+           (snprintf(s, sizeof s, "%.*g", most, json_real_value(v)), strtod(s, NULL) != json_real_value(v)))
+        most++;
+    const char *key;
+    json_t *e;
+    size_t i;
+    json_object_foreach(v, key, e) {
+        int d = real_digits(e);
+        most = d > most ? d : most;
+    }
+    json_array_foreach(v, i, e) {
+        int d = real_digits(e);
+        most = d > most ? d : most;
+    }
+    return most;
+}
+
+// The plan's config.json into directory `into` (a model's: the set, or merged/) where the
+// weights came with none, its torch_dtype the saved weights'; added to the set's names when
+// `set` is not NULL.
+static int plan_config(const Exec *x, const char *into, SetNames *set, char *err, size_t errlen) {
+    char from[4400], to[4400], tmp[4500];
+    if (!x->plan_dir || has_file(into, "config.json") || !has_file(x->plan_dir, "config.json"))
+        return 0;
+    snprintf(from, sizeof from, "%s/config.json", x->plan_dir);
+    snprintf(to, sizeof to, "%s/config.json", into);
+    json_error_t je;
+    json_t *cfg = json_load_file(from, JSON_REJECT_DUPLICATES, &je);
+    if (!json_is_object(cfg)) {
+        rt_fail(err, errlen, "%s: not a config: %s", from, cfg ? "not a JSON object" : je.text);
+        json_decref(cfg);
+        return -1;
+    }
+    json_object_set_new(cfg, "torch_dtype", json_string(saved_dtype(x)));
+    char *text = json_dumps(cfg, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(real_digits(cfg)));
+    json_decref(cfg);
+    int fd = text ? rt_tmp_create(to, tmp, sizeof tmp) : -1;
+    bool ok = fd >= 0 && rt_write_full(fd, text, strlen(text)) == 0 && rt_write_full(fd, "\n", 1) == 0;
+    if (fd >= 0 && close(fd) != 0)
+        ok = false;
+    if (ok && rename(tmp, to) != 0)
+        ok = false;
+    if (!ok && fd >= 0)
+        unlink(tmp);
+    free(text);
+    if (!ok)
+        return rt_fail(err, errlen, "cannot write %s", to);
+    if (set)
+        add_name(set, "config.json");
     return 0;
 }
 
@@ -108,20 +227,18 @@ static void drop_entry(const char *p) {
 static void clean(const char *dir) {
     char base[4200];
     static const char *const tmp[] = {".tmp."};
-    snprintf(base, sizeof base, "%s/.latest", dir);
-    rt_clean_leftovers(base, tmp, 1, false, drop_entry);
     for (int i = 0; i < NARTEFACT; i++) {
-        snprintf(base, sizeof base, "%s/.%s", dir, artefacts[i]);   // a link being made
-        rt_clean_leftovers(base, tmp, 1, false, drop_entry);
         snprintf(base, sizeof base, "%s/%s", dir, artefacts[i]);    // a file being written
         rt_clean_leftovers(base, tmp, 1, true, drop_entry);
     }
     DIR *d = opendir(dir);
     if (!d)
         return;
-    for (struct dirent *e; (e = readdir(d));) {   // .saved-STEP.tmp.PID, .checkpoint-STEP.tmp.PID
+    // .saved-STEP.tmp.PID, .checkpoint-STEP.tmp.PID, and links being made: .latest.tmp.PID,
+    // .NAME.tmp.PID
+    for (struct dirent *e; (e = readdir(d));) {
         const char *n = e->d_name, *t = strstr(n, ".tmp.");
-        if (t && (strncmp(n, ".saved-", 7) == 0 || strncmp(n, ".checkpoint-", 12) == 0)) {
+        if (t && n[0] == '.') {
             snprintf(base, sizeof base, "%s/%.*s", dir, (int)(t - n), n);
             rt_clean_leftovers(base, tmp, 1, false, drop_entry);
         }
@@ -189,93 +306,106 @@ static int link_to(const char *dir, const char *link, const char *name, const ch
     return 0;
 }
 
-static bool in_set(const char *name, const char *const *set, int n) {
-    for (int i = 0; i < n; i++)
-        if (strcmp(name, set[i]) == 0)
+static bool in_set(const char *name, const SetNames *set) {
+    for (int i = 0; i < set->n; i++)
+        if (strcmp(name, set->name[i]) == 0)
             return true;
     return false;
 }
 
-// The names of the set a save of plan p writes into set[] (the side files join them later);
-// how many.
-static int set_names(const Plan *p, bool merge, const char **set) {
-    int n = 0;
-    if (p->lora_r > 0) {
-        set[n++] = "adapter_model.safetensors";
-        set[n++] = "adapter_config.json";
-        if (merge)
-            set[n++] = "merged";
-    } else {
-        set[n++] = "model.safetensors";
+// With LoRA: the adapter, and the merged weights in merged/ where merge; the side files of
+// --weights DIR beside the adapter and in merged/.
+static int write_adapter_set(Exec *x, const char *tmp, bool merge, int64_t shard_bytes, SetNames *set, char *err,
+                             size_t errlen) {
+    char path[4400];
+    add_name(set, "adapter_model.safetensors");
+    add_name(set, "adapter_config.json");
+    int rc = rt_adapters_save(x, tmp, x->base_model[0] ? x->base_model : NULL, err, errlen);
+    snprintf(path, sizeof path, "%s/merged", tmp);
+    if (merge) {
+        add_name(set, "merged");
+        if (rc == 0 && mkdir(path, 0777) != 0)
+            rc = rt_fail(err, errlen, "cannot create %s: %s", path, strerror(errno));
+        if (rc == 0)
+            rc = rt_weights_save_merged(x, path, shard_bytes, &set->merged_shards, err, errlen);
     }
-    return n;
+    if (rc == 0 && x->base_model[0])
+        rc = copy_side_files(x->base_model, tmp, false, true, set, err, errlen);
+    if (rc == 0 && x->base_model[0] && merge)
+        rc = copy_side_files(x->base_model, path, true, false, set, err, errlen);
+    if (rc == 0 && merge)
+        rc = plan_config(x, path, NULL, err, errlen);
+    return rc;
 }
 
-// The set's files written into the directory tmp: the weights (with LoRA the adapter, and
-// the merged weights in merged/ where merge), then the side files of --weights DIR, their
-// names added to set[].
-static int write_set(Exec *x, const char *tmp, bool merge, const char **set, int *n, char *err,
+// The set's files written into the directory tmp: the weights (in shards of at most
+// shard_bytes where they take more; with LoRA the adapter and merged/), then the side
+// files of --weights DIR; their names into set.
+static int write_set(Exec *x, const char *tmp, bool merge, int64_t shard_bytes, SetNames *set, char *err,
                      size_t errlen) {
-    char path[4400];
-    int rc;
-    if (x->plan->lora_r > 0) {
-        rc = rt_adapters_save(x, tmp, x->base_model[0] ? x->base_model : NULL, err, errlen);
-        snprintf(path, sizeof path, "%s/merged", tmp);
-        if (rc == 0 && merge && mkdir(path, 0777) != 0)
-            rc = rt_fail(err, errlen, "cannot create %s: %s", path, strerror(errno));
-        snprintf(path, sizeof path, "%s/merged/model.safetensors", tmp);
-        if (rc == 0 && merge)
-            rc = rt_weights_save_merged(x, path, err, errlen);
-        snprintf(path, sizeof path, "%s/merged", tmp);
-        if (rc == 0 && x->base_model[0])
-            rc = copy_side_files(x->base_model, tmp, false, true, set, n, err, errlen);
-        if (rc == 0 && x->base_model[0] && merge)
-            rc = copy_side_files(x->base_model, path, true, false, set, n, err, errlen);
-    } else {
-        snprintf(path, sizeof path, "%s/model.safetensors", tmp);
-        rc = rt_weights_save(x, path, false, err, errlen);
-        if (rc == 0 && x->base_model[0])
-            rc = copy_side_files(x->base_model, tmp, true, true, set, n, err, errlen);
-    }
+    if (x->plan->lora_r > 0)
+        return write_adapter_set(x, tmp, merge, shard_bytes, set, err, errlen);
+    int rc = rt_weights_save(x, tmp, false, shard_bytes, &set->shards, err, errlen);
+    if (rc == 0)
+        add_weight_names(set, set->shards);
+    if (rc == 0 && x->base_model[0])
+        rc = copy_side_files(x->base_model, tmp, true, true, set, err, errlen);
+    if (rc == 0)
+        rc = plan_config(x, tmp, set, err, errlen);
     return rc;
 }
 
 // Links at the names people load, through latest; then latest swung to the new set `name`.
 // Until it is, each link reads the set before (or nothing, the first time).
-static int link_set(const char *dir, const char *name, const char **set, int n, char *err,
-                    size_t errlen) {
+static int link_set(const char *dir, const char *name, const SetNames *set, char *err, size_t errlen) {
     char link[4300], target[300];
-    for (int i = 0; i < n; i++) {
-        snprintf(link, sizeof link, "%s/%s", dir, set[i]);
-        snprintf(target, sizeof target, "latest/%s", set[i]);
-        if (link_to(dir, link, set[i], target, err, errlen) != 0)
+    for (int i = 0; i < set->n; i++) {
+        snprintf(link, sizeof link, "%s/%s", dir, set->name[i]);
+        snprintf(target, sizeof target, "latest/%s", set->name[i]);
+        if (link_to(dir, link, set->name[i], target, err, errlen) != 0)
             return -1;
     }
     snprintf(link, sizeof link, "%s/latest", dir);
     return link_to(dir, link, "latest", name, err, errlen);
 }
 
-// What the new set `name` does not hold: links of an earlier set's names, and earlier sets.
-static void prune(const char *dir, const char *name, const char **set, int n) {
-    char link[4300], target[300], path[4400];
-    for (int i = 0; i < NARTEFACT; i++) {
-        snprintf(link, sizeof link, "%s/%s", dir, artefacts[i]);
-        snprintf(target, sizeof target, "latest/%s", artefacts[i]);
-        char have[300];
-        ssize_t k = readlink(link, have, sizeof have - 1);
-        if (!in_set(artefacts[i], set, n) && k >= 0 && (size_t)k == strlen(target) &&
-            memcmp(have, target, (size_t)k) == 0)
-            unlink(link);
-    }
+// What the new set `name` does not hold: links through latest of an earlier set's names
+// (another number of shards, a model.safetensors where there are shards now), and earlier
+// sets.
+static void prune(const char *dir, const char *name, const SetNames *set) {
+    char path[4400], have[300];
     DIR *d = opendir(dir);
     for (struct dirent *e; d && (e = readdir(d));) {
-        if (strncmp(e->d_name, "saved-", 6) == 0 && strcmp(e->d_name, name) != 0) {
-            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        ssize_t k = readlink(path, have, sizeof have - 1);
+        have[k > 0 ? k : 0] = '\0';
+        if (k > 7 && strncmp(have, "latest/", 7) == 0 && strcmp(have + 7, e->d_name) == 0 &&
+            !in_set(e->d_name, set))
+            unlink(path);
+        else if (strncmp(e->d_name, "saved-", 6) == 0 && strcmp(e->d_name, name) != 0)
             rt_remove_dir(path, NULL);
-        }
     }
     if (d)
         closedir(d);
+}
+
+// "saved DIR: model.safetensors, config.json (step 300, saved-000300)": the weights once
+// (a sharded model by its index), then the rest of the set.
+static void say_saved(FILE *out, const char *dir, const SetNames *set, int64_t step, const char *name) {
+    fprintf(out, "saved %s:", dir);
+    const char *sep = "";
+    for (int i = 0; i < set->n; i++) {
+        const char *n = set->name[i];
+        int shards = !strcmp(n, "merged") ? set->merged_shards : !strcmp(n, st_index_name) ? set->shards : 1;
+        if (!strncmp(n, "model-", 6))
+            continue;
+        fprintf(out, "%s %s%s", sep, !strcmp(n, "merged") ? "merged/" : "",
+                !strcmp(n, "merged") ? (shards > 1 ? st_index_name : "model.safetensors") : n);
+        if (shards > 1)
+            fprintf(out, " (%d shards)", shards);
+        sep = ",";
+    }
+    fprintf(out, " (step %" PRId64 ", %s)\n", step, name);
 }
 
 bool rt_saved_set(const char *dir, int64_t step, char *path, size_t cap) {
@@ -289,9 +419,8 @@ bool rt_saved_set(const char *dir, int64_t step, char *path, size_t cap) {
     return true;
 }
 
-int rt_save_weights(Exec *x, const char *dir, bool merge, FILE *out, char *err, size_t errlen) {
-    const char *set[NARTEFACT];
-    int n = set_names(x->plan, merge, set);
+int rt_save_weights(Exec *x, const char *dir, bool merge, int64_t shard_bytes, FILE *out, char *err,
+                    size_t errlen) {
     // The set's directory: saved-STEP, or saved-STEP-b when saved-STEP is the current one
     // (the same step saved again, by a resumed run or another run into DIR).
     char cur[256], name[64], tmp[4300], final[4300];
@@ -304,22 +433,19 @@ int rt_save_weights(Exec *x, const char *dir, bool merge, FILE *out, char *err, 
     rt_remove_dir(tmp, NULL);
     if (mkdir(tmp, 0777) != 0)
         return rt_fail(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
-    int rc = write_set(x, tmp, merge, set, &n, err, errlen);
+    SetNames set = {0};
+    int rc = write_set(x, tmp, merge, shard_bytes, &set, err, errlen);
     if (rc == 0) {
         rt_remove_dir(final, NULL);
         if (rename(tmp, final) != 0)
             rc = rt_fail(err, errlen, "cannot create %s: %s", final, strerror(errno));
     }
-    if (rc != 0) {
+    if (rc != 0)
         rt_remove_dir(tmp, NULL);
-        return -1;
+    if (rc == 0 && (rc = link_set(dir, name, &set, err, errlen)) == 0) {
+        prune(dir, name, &set);
+        say_saved(out, dir, &set, x->step, name);
     }
-    if (link_set(dir, name, set, n, err, errlen) != 0)
-        return -1;
-    prune(dir, name, set, n);
-    fprintf(out, "saved %s:", dir);
-    for (int i = 0; i < n; i++)
-        fprintf(out, "%s %s", i ? "," : "", strcmp(set[i], "merged") == 0 ? "merged/model.safetensors" : set[i]);
-    fprintf(out, " (step %" PRId64 ", %s)\n", x->step, name);
-    return 0;
+    free_names(&set);
+    return rc;
 }

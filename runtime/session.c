@@ -201,6 +201,7 @@ static int open_exec(TrainSession *s) {
     if (rt_exec_init(&s->x, s->p, s->be, s->host, s->o->layout, err, sizeof err) != 0 ||
         (!s->be->collective && rt_comm_prepare(s->comm, s->p, err, sizeof err) != 0))
         return rt_run_error("%s", err), -1;
+    s->x.plan_dir = s->o->plan_dir;
     if (s->o->profile && s->lead && !(s->prof = rt_profile_new(s->p)))
         return rt_run_error("out of memory for --profile"), -1;
     if (!s->o->gemm_first)
@@ -319,6 +320,10 @@ static int start_weights(TrainSession *s) {
         return rt_run_error("%s", err), -1;
     if (o->weights)
         base_model(x, o->weights);
+    if (s->lead && o->save && (s->p->lora_r == 0 || o->merge) && !rt_save_has_config(x))
+        fprintf(s->out, "ftc run: warning: --save %s: no config.json to save beside the weights (the weights "
+                "came with none, and the plan has none: model %s is of no family ftc import writes); "
+                "from_pretrained needs one\n", o->save, s->p->model);
     return 0;
 }
 
@@ -701,7 +706,8 @@ static int save_weights(TrainSession *s) {
         return rt_run_error("%s", err), -1;
     if (!s->lead)
         return 0;
-    int rc = rt_save_weights(x, s->o->save, s->o->merge, s->out, err, sizeof err);
+    int rc = rt_save_weights(x, s->o->save, s->o->merge, s->o->shard_bytes ? s->o->shard_bytes : RT_SHARD_BYTES,
+                             s->out, err, sizeof err);
     if (rc != 0)
         rt_run_error("%s", err);
     if (rt_weights_serve_end(x, rc == 0, err, sizeof err) != 0 && rc == 0)

@@ -421,7 +421,8 @@ static void *as_source_dtype(const Exec *x, int id, StWrite *w) {
     return h;
 }
 
-int rt_weights_save(Exec *x, const char *path, bool trainable_only, char *err, size_t errlen) {
+int rt_weights_save(Exec *x, const char *dir, bool trainable_only, int64_t shard_bytes, int *shards, char *err,
+                    size_t errlen) {
     const Plan *p = x->plan;
     int n = 0;
     bool gathered = true;
@@ -453,7 +454,7 @@ int rt_weights_save(Exec *x, const char *path, bool trainable_only, char *err, s
     char step[32];   // which step these weights are from, for every saved file
     snprintf(step, sizeof step, "%lld", (long long)x->step);
     const char *meta[] = {"format", "pt", "producer", "ftc", "step", step, NULL};
-    int rc = !gathered ? -1 : st_write(path, w, n, meta, err, errlen);
+    int rc = !gathered ? -1 : st_write_model(dir, w, n, meta, shard_bytes, shards, err, errlen);
     for (int i = 0; i < n; i++)
         free(data[i]);
     free(data), free(w), free(master);
@@ -558,7 +559,7 @@ int rt_adapters_save(Exec *x, const char *dir, const char *base_model, char *err
     return rc;
 }
 
-int rt_weights_save_merged(Exec *x, const char *path, char *err, size_t errlen) {
+int rt_weights_save_merged(Exec *x, const char *dir, int64_t shard_bytes, int *shards, char *err, size_t errlen) {
     const Plan *p = x->plan;
     double scale = p->lora_r > 0 ? p->lora_alpha / (double)p->lora_r : 0;
     int n = 0;
@@ -597,7 +598,7 @@ int rt_weights_save_merged(Exec *x, const char *path, char *err, size_t errlen) 
     char step[32];   // which step these weights are from, for every saved file
     snprintf(step, sizeof step, "%lld", (long long)x->step);
     const char *meta[] = {"format", "pt", "producer", "ftc", "step", step, NULL};
-    int rc = !gathered ? -1 : st_write(path, w, n, meta, err, errlen);
+    int rc = !gathered ? -1 : st_write_model(dir, w, n, meta, shard_bytes, shards, err, errlen);
     for (int i = 0; i < n; i++)
         free((void *)w[i].data);
     free(w);

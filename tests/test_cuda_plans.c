@@ -48,6 +48,26 @@ static char *replace(char *t, const char *from, const char *to) {
 }
 enum { NKINDS = sizeof kinds / sizeof kinds[0] };
 
+// t with the train section of ftc import's recipe written as the edits above expect it: one
+// space before each '=' ("  optimizer    = " as "  optimizer = ") and unpacked (the kind
+// "packed" packs), in place.
+static char *as_edited(char *t) {
+    char *w = t, *train = strstr(t, "\ntrain {");
+    for (const char *r = t; *r;) {
+        const char *eq = r;
+        if (train && r > train && r[-1] == '\n' && r[0] == ' ' && r[1] == ' ')
+            eq = r + 2 + strspn(r + 2, "abcdefghijklmnopqrstuvwxyz_");
+        if (eq > r + 2 && eq[0] == ' ' && eq[strspn(eq, " ")] == '=') {
+            memmove(w, r, (size_t)(eq - r));
+            w += eq - r, *w++ = ' ', r = eq + strspn(eq, " ");
+        } else {
+            *w++ = *r++;
+        }
+    }
+    *w = '\0';
+    return replace(t, "  packing = true\n", "");
+}
+
 // LoRA's targets for a model: q and v, or what the test program has.
 static const char *targets_of(const char *model) {
     return strstr(model, "new-ops")  ? "wqkv, o_proj"
@@ -158,11 +178,12 @@ static bool sweep(const char *model, int kind) {
     FtSource src;
     if (fe_source_read(&src, model) != 0)
         return false;
+    src.text = as_edited(src.text);
     char *end = strrchr(src.text, '}');   // the train section's closing brace
     size_t head = (size_t)(end - src.text);
     char add[256];
     snprintf(add, sizeof add, extra[kind], targets_of(model));
-    char *t = malloc(src.len + strlen(add) + 2);
+    char *t = malloc(strlen(src.text) + strlen(add) + 2);
     sprintf(t, "%.*s%s%s", (int)head, src.text, add, end);
     for (int e = 0; e < 3; e++)
         t = replace(t, edits[kind][e][0], edits[kind][e][1]);

@@ -462,6 +462,53 @@ static void test_st_sharded(void) {
     }
 }
 
+// st_write_model shards as huggingface_hub does: a, BIG, b, c at 40 bytes a shard puts BIG
+// alone in shard 1 (numbered when met), a and b in shard 2 (numbered when it closes), c in
+// 3; the index maps each and totals the bytes; the shards read back as one checkpoint.
+// Under the limit one model.safetensors, no index; a failure leaves no file.
+static void test_st_write_model(void) {
+    char err[512] = "";
+    static const int64_t four[] = {4}, sixteen[] = {16};
+    float v[16] = {1, 2, 3, 4};
+    const StWrite w[] = {{"a", ST_F32, 1, four, v}, {"big", ST_F32, 1, sixteen, v},
+                         {"b", ST_F32, 1, four, v}, {"c", ST_F32, 1, four, v}};
+    int shards = 0;
+    CHECK_OK(st_write_model(case_dir, w, 4, META, 40, &shards, err, sizeof err), err);
+    CHECK_EQ(3, shards);
+    size_t len = 0;
+    const char *index = (const char *)read_file(tpath("model.safetensors.index.json"), &len);
+    CHECK(index && strstr(index, "\"total_size\": 112"));
+    CHECK(index && strstr(index, "\"big\": \"model-00001-of-00003.safetensors\""));
+    CHECK(index && strstr(index, "\"a\": \"model-00002-of-00003.safetensors\""));
+    CHECK(index && strstr(index, "\"b\": \"model-00002-of-00003.safetensors\""));
+    CHECK(index && strstr(index, "\"c\": \"model-00003-of-00003.safetensors\""));
+    StSet *set = NULL;
+    CHECK_OK(st_open(&set, case_dir, err, sizeof err), err);
+    float got[4];
+    const StTensor *c = set ? st_find(set, "c") : NULL;
+    CHECK(c && st_read_f32(set, c, got, 4, err, sizeof err) == 0 && got[3] == 4.0f);
+    st_close(set);
+    char one[4200];
+    snprintf(one, sizeof one, "%s/one", case_dir);
+    mkdir(one, 0755);
+    CHECK_OK(st_write_model(one, w, 4, META, 112, &shards, err, sizeof err), err);
+    CHECK(shards == 1 && access(tpath("one/model.safetensors"), F_OK) == 0 &&
+          access(tpath("one/model.safetensors.index.json"), F_OK) != 0);
+    const StWrite broken[] = {w[0], w[1], {"c", ST_F32, 1, four, NULL}};   // no data
+    char none[4200];
+    snprintf(none, sizeof none, "%s/none", case_dir);
+    mkdir(none, 0755);
+    CHECK(st_write_model(none, broken, 3, META, 40, &shards, err, sizeof err) != 0);
+    CHECK(strstr(err, "tensor 'c': data is NULL"));
+    DIR *d = opendir(none);
+    int files = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        files += e->d_name[0] != '.';
+    if (d)
+        closedir(d);
+    CHECK_EQ(0, files);
+}
+
 // A shard linked to a file outside the checkpoint directory is refused; one linked
 // inside it is followed.
 static void test_st_shard_link_outside(void) {
@@ -1286,6 +1333,7 @@ int main(void) {
     run("st_write_layout", test_st_write_layout);
     run("st_overwrite", test_st_overwrite);
     run("st_sharded", test_st_sharded);
+    run("st_write_model", test_st_write_model);
     run("st_directory_single", test_st_directory_single);
     run("st_shard_link_outside", test_st_shard_link_outside);
     run("fifo_inputs", test_fifo_inputs);

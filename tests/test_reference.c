@@ -86,6 +86,11 @@ static bool setup_full(Run *r, const char *name, const char *precision, const ch
     char prec[64];
     snprintf(prec, sizeof prec, "  precision = %s", precision);
     text = set_line(text, "precision ", prec);
+    // The import's recipe (packing, the schedule, clipping) out: the fixtures' windows are
+    // unpacked and each case sets its own optimizer.
+    static const char *const recipe[] = {"packing ", "lr_schedule ", "warmup_steps ", "steps ", "clip "};
+    for (size_t k = 0; k < sizeof recipe / sizeof *recipe; k++)
+        text = set_line(text, recipe[k], "");
     char opt[1024];
     snprintf(opt, sizeof opt, "  optimizer = %s%s%s",
              opt_line ? opt_line

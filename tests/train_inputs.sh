@@ -111,6 +111,44 @@ d=$(python3 tests/st_bf16.py --dtypes "$tmp/bfs/model.safetensors" | awk '{print
     ok "save-in-source-dtype ($(stat -L -c %s "$tmp/bfs/model.safetensors") bytes, fp32 $(stat -L -c %s "$tmp/ck/model.safetensors"))" ||
     bad save-in-source-dtype "dtypes $d"
 
+# A run from random initialisation, or from a bare .safetensors file, saves a config.json
+# too (the plan's: ftc compile writes it for a family ftc import knows), its torch_dtype the
+# saved weights': each fixture's config shrunk to a few layers of width 64, imported,
+# trained a step and saved; the saved config.json imports back to the same model section.
+# With LoRA the config goes into merged/ only. A model of no known family (tiny) saves its
+# weights alone and says so before step one.
+for f in qwen2-0.5b qwen2-7b llama2-7b mistral-7b; do
+    python3 - "tests/fixtures/$f.config.json" "$tmp/small-$f.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+gqa = c.get("num_key_value_heads", c["num_attention_heads"]) != c["num_attention_heads"]
+c.update(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+         num_key_value_heads=2 if gqa else 4)
+c.update({k: 255 for k in ("bos_token_id", "eos_token_id", "pad_token_id") if isinstance(c.get(k), int)})
+json.dump(c, open(sys.argv[2], "w"), indent=2)
+PY
+    "$ftc" import "$tmp/small-$f.json" | sed 's/^  seq .*/  seq = 32/; s/^  batch .*/  batch = 2/; /^  packing /d' > "$tmp/small-$f.ft"
+    "$ftc" compile "$tmp/small-$f.ft" -o "$tmp/small-$f.plan" >/dev/null &&
+        "$ftc" run "$tmp/small-$f.plan" --data "$tmp/c.bin" --steps 1 --save "$tmp/sv-$f" >/dev/null
+    "$ftc" import "$tmp/sv-$f/config.json" > "$tmp/back-$f.ft" 2>"$tmp/err"
+    cmp -s <(sed '1d; /^train {/,$d' "$tmp/small-$f.ft") <(sed '1d; /^train {/,$d' "$tmp/back-$f.ft") &&
+        grep -q '"torch_dtype": "float32"' "$tmp/sv-$f/config.json" && ok "saved-config-$f" ||
+        bad "saved-config-$f" "$(cat "$tmp/err"; diff "$tmp/small-$f.ft" "$tmp/back-$f.ft" | head -5)"
+done
+python3 tests/st_bf16.py "$tmp/sv-qwen2-0.5b/model.safetensors" "$tmp/small-bf16.safetensors"
+"$ftc" run "$tmp/small-qwen2-0.5b.plan" --data "$tmp/c.bin" --steps 1 --weights "$tmp/small-bf16.safetensors" \
+    --save "$tmp/sv-bf16" >/dev/null
+sed 's/^  # lora(/  lora(/' "$tmp/small-qwen2-0.5b.ft" > "$tmp/small-lora.ft"   # the recipe's LoRA line
+"$ftc" compile "$tmp/small-lora.ft" -o "$tmp/small-lora.plan" >/dev/null
+"$ftc" run "$tmp/small-lora.plan" --data "$tmp/c.bin" --steps 1 --save "$tmp/sv-lora" --merge >/dev/null
+grep -q '"torch_dtype": "bfloat16"' "$tmp/sv-bf16/config.json" && [ ! -e "$tmp/sv-lora/config.json" ] &&
+    grep -q '"model_type": "qwen2"' "$tmp/sv-lora/merged/config.json" && ok saved-config-dtype-and-lora ||
+    bad saved-config-dtype-and-lora "$(ls "$tmp/sv-bf16" "$tmp/sv-lora" "$tmp/sv-lora/merged")"
+out=$("$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 1 --save "$tmp/noconf")
+grep -q "^ftc run: warning: --save $tmp/noconf: no config.json to save beside the weights (the weights came with none, and the plan has none: model tiny is of no family ftc import writes); from_pretrained needs one$" <<<"$out" &&
+    [ -f "$tmp/noconf/model.safetensors" ] && [ ! -e "$tmp/noconf/config.json" ] && ok saved-config-unknown-family ||
+    bad saved-config-unknown-family "$out"
+
 # A resumed run saves as the run it continues would have: the checkpoint records the model
 # directory and the weights' dtypes, so without --weights again the save still carries the
 # config and tokenizer files and keeps bf16.
@@ -128,6 +166,48 @@ c1="$tmp/rb/checkpoint-000001"
 cmp -s "$c1/model.safetensors" "$tmp/rb/model.safetensors" && cmp -s "$c1/config.json" "$tmp/hfb/config.json" &&
     [ -f "$c1/state.safetensors" ] && [ "$(stat -c %i "$c1/model.safetensors")" = "$(stat -L -c %i "$tmp/rb/model.safetensors")" ] &&
     ok checkpoint-is-a-model-dir || bad checkpoint-is-a-model-dir "$(ls -l "$c1")"
+# Weights over --save-shard-size are saved as save_pretrained shards them: files of at
+# most that size, model-0000K-of-0000N.safetensors, and model.safetensors.index.json (the
+# total and each tensor's file), in the checkpoint too (tests/fixtures/check_sharded.py,
+# by hand: huggingface_hub's splitter makes the same shards). They load as --weights with
+# the unsharded save's losses bit for bit; a later unsharded save leaves no shard behind.
+"$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 2 --save "$tmp/un" >/dev/null
+"$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 2 --save "$tmp/sh" --save-shard-size 40K \
+    --save-every 2 >"$tmp/sh.out"
+index=$(python3 - "$tmp/sh" "$tmp/un/model.safetensors" <<'PY'
+import json, os, struct, sys
+def header(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        return {k: v for k, v in json.loads(f.read(n)).items() if k != "__metadata__"}
+index = json.load(open(os.path.join(sys.argv[1], "model.safetensors.index.json")))
+files = sorted(set(index["weight_map"].values()))
+sizes = [sum(e - b for b, e in (t["data_offsets"] for t in header(os.path.join(sys.argv[1], f)).values()))
+         for f in files]
+good = (files == ["model-%05d-of-%05d.safetensors" % (k, len(files)) for k in range(1, len(files) + 1)] and
+        all(index["weight_map"][n] == f for f in files for n in header(os.path.join(sys.argv[1], f))) and
+        sorted(index["weight_map"]) == sorted(header(sys.argv[2])) and
+        index["metadata"]["total_size"] == sum(sizes) and all(s <= 40960 or len(header(os.path.join(sys.argv[1], f))) == 1
+                                                               for f, s in zip(files, sizes)))
+print(len(files) if good else "bad")
+PY
+)
+a=$("$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 2 --weights "$tmp/un" 2>&1 | losses)
+b=$("$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 2 --weights "$tmp/sh" 2>&1 | losses)
+c=$("$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 2 --weights "$tmp/sh/checkpoint-000002" 2>&1 | losses)
+grep -q "^saved $tmp/sh: model.safetensors.index.json ($index shards) (step 2, saved-000002)" "$tmp/sh.out" &&
+    [ "$index" -gt 2 ] && [ ! -e "$tmp/sh/model.safetensors" ] && [ -n "$a" ] && [ "$a" = "$b" ] && [ "$a" = "$c" ] &&
+    "$st_diff" "$tmp/sh" "$tmp/un/model.safetensors" 0 >/dev/null &&
+    ok "sharded-save ($index shards)" || bad sharded-save "index $index; $(cat "$tmp/sh.out"); $a / $b / $c"
+# merged/ is sharded too, and loads.
+"$ftc" run "$tmp/lora.plan" --data "$tmp/c.bin" --steps 1 --weights "$tmp/un" --save "$tmp/shm" --merge \
+    --save-shard-size 100K >"$tmp/shm.out"
+grep -q "^saved $tmp/shm: adapter_model.safetensors, adapter_config.json, merged/model.safetensors.index.json ([0-9]* shards) (step 1" \
+    "$tmp/shm.out" && [ -n "$("$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 1 --weights "$tmp/shm/merged" | losses)" ] &&
+    ok sharded-merged || bad sharded-merged "$(cat "$tmp/shm.out"; ls "$tmp/shm/merged")"
+"$ftc" run "$tmp/tiny.plan" --data "$tmp/c.bin" --steps 1 --save "$tmp/sh" >/dev/null
+[ -f "$tmp/sh/model.safetensors" ] && ! ls "$tmp/sh" | grep -q '^model-\|index' &&
+    ok sharded-then-whole || bad sharded-then-whole "$(ls "$tmp/sh")"
 
 # fails NAME WANT_TEXT ftc-args...: exits 1, nothing on stdout but the header, WANT_TEXT on stderr.
 fails() {

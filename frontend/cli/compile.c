@@ -251,7 +251,7 @@ static bool emit_graph(const char *path, const IrGraph *g) {
 
 // The plan's header: the result's figures, the train section's, the host's.
 static PlanMeta plan_meta(const CompileResult *r, const FtModel *m, const CompileOptions *o, const char *path,
-                          const char *report) {
+                          const char *report, const char *hf_config) {
     const LinkPreset *link = r->link;
     PlanMeta meta = {.model = m->name, .source = path, .gpu = r->gpu.name, .arch = r->gpu.arch,
                      .budget_bytes = r->budget, .accum = r->accum,
@@ -264,7 +264,7 @@ static PlanMeta plan_meta(const CompileResult *r, const FtModel *m, const Compil
                      .host_cores = o->hs.cores, .host_adamw_per_core = o->hs.adamw_per_core,
                      .host_link = r->pc.cm.link_bytes_per_s, .adamw_lo = r->holds.adamw_lo,
                      .adamw_hi = r->holds.adamw_hi, .link_lo = r->holds.link_lo, .link_hi = r->holds.link_hi,
-                     .report = report, .model_flops = r->cost.model_flops, .step_us = r->cost.step_us};
+                     .report = report, .hf_config = hf_config, .model_flops = r->cost.model_flops, .step_us = r->cost.step_us};
     driver_meta_train(&meta, &m->train);
     if (m->train.lora) {
         meta.lora_r = m->train.lora_r, meta.lora_alpha = m->train.lora_alpha;
@@ -276,7 +276,8 @@ static PlanMeta plan_meta(const CompileResult *r, const FtModel *m, const Compil
 // What ftc compile prints, into `out`: the report, the planner's text (also into
 // `report`, report.txt's), the IR dumps asked for (`dumps`), and the plan's last lines.
 static int finish(const CompileResult *r, CompileStatus st, const CompileArgs *a, const FtModel *m,
-                  const DriverModes *dm, const char *path, const char *dir, FILE *out, const char *dumps) {
+                  const DriverModes *dm, const char *path, const char *dir, FILE *out, const char *dumps,
+                  const char *hf_config) {
     char *rtext = NULL, err[1024];
     size_t rlen = 0;
     FILE *rep = open_memstream(&rtext, &rlen);
@@ -292,7 +293,7 @@ static int finish(const CompileResult *r, CompileStatus st, const CompileArgs *a
     } else if (a->emit && !emit_graph(a->emit, r->plain)) {
         rc = EXIT_NOFIT;
     } else {
-        PlanMeta meta = plan_meta(r, m, &a->o, path, rtext);
+        PlanMeta meta = plan_meta(r, m, &a->o, path, rtext, hf_config);
         if (codegen_plan_dir(dir, r->graph, &meta, err, sizeof err) != 0) {
             fprintf(stderr, "ftc compile: error: %s\n", err);
             rc = EXIT_NOFIT;
@@ -302,6 +303,23 @@ static int finish(const CompileResult *r, CompileStatus st, const CompileArgs *a
     }
     free(rtext);
     return rc;
+}
+
+// The model's Hugging Face config.json (fe_hf_config), for the plan to carry; NULL for a
+// model of no family ftc import writes (a save from it says so).
+static char *hf_config(FtSource *src, const FtModel *m, Arena *a) {
+    char *text = NULL, why[512];
+    size_t len = 0;
+    IrGraph *g = fe_elaborate(src, m, 1, a);
+    FILE *f = g ? open_memstream(&text, &len) : NULL;
+    bool ok = f && fe_hf_config(m, g, f, why, sizeof why) == 0;
+    if (f)
+        ok &= fclose(f) == 0;
+    if (g)
+        ir_graph_free(g);
+    if (!ok)
+        free(text);
+    return ok ? text : NULL;
 }
 
 // Plans the checked program `m` and writes the plan; the exit status.
@@ -324,7 +342,9 @@ static int plan_program(Cmdline *cl, const Parsed *p, CompileArgs *a, FtSource *
     CompileStatus st = r ? compile_plan(&a->o, r) : COMPILE_REFUSED;
     fclose(dump_to);
     if (r && (st == COMPILE_OK || st == COMPILE_NOFIT)) {
-        rc = finish(r, st, a, m, dm, p->positional, dir, out, dumps);
+        char *config = st == COMPILE_OK ? hf_config(src, m, arena) : NULL;
+        rc = finish(r, st, a, m, dm, p->positional, dir, out, dumps, config);
+        free(config);
         fclose(out);
         if (rc == 0 || st == COMPILE_NOFIT)   // (nothing fits: the analysis is the answer)
             fwrite(text, 1, tlen, stdout);

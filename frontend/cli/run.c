@@ -27,6 +27,9 @@ static const Option run_opts[] = {
      "--save-every N, with the whole training state in\nDIR/checkpoint-STEP, the last step's too, the K latest "
      "kept:\n--keep K, default 2)"),
     OPT(OPT_COUNT, "--save-every", "N", ARG(o.save_every), "a checkpoint every N steps (with --save)"),
+    OPT(OPT_SIZE, "--save-shard-size", "SIZE", ARG(o.shard_bytes), "saved weights over SIZE are written in shards "
+     "of at most SIZE,\nmodel-00001-of-0000N.safetensors ..., with\nmodel.safetensors.index.json (default 5GB, as "
+     "transformers'\nsave_pretrained)", .lo = 1),
     OPT(OPT_COUNT, "--keep", "K", ARG(keep), "the checkpoints kept (default 2)", .lo = 1, .hi = 1000000,
      .bad = "--keep takes 1 to 1000000 checkpoints"),
     OPT(OPT_TEXT, "--resume", "DIR", ARG(o.resume), "continue from the latest checkpoint in DIR (or DIR itself, a\n"
