@@ -447,8 +447,9 @@ typedef struct PlanOutcome {
     StepCost cost;
     RematStats remat;
     int64_t live[MEM_COUNT];    // device bytes at the peak, by category
-    int64_t backward_start_bytes;   // device bytes live as backward starts, reserve included: a
-                                // floor of the peak, linear in the blocks' keep masks
+    int64_t backward_start_bytes;   // priced only (BuildNeed.bound): the device bytes live as
+                                // backward starts, reserve included: a floor of the peak,
+                                // linear in the blocks' keep masks
     int64_t loss_chunk, loss_rows;  // the fused loss's rows per chunk, of how many (0: none)
 } PlanOutcome;
 
@@ -515,6 +516,8 @@ void planner_result_free(PlannerResult *r);
 int planner_exact(const PlannerInput *in, int64_t micro, int level, RematPolicy *policies,
                   Candidate *best);
 void planner_choice_str(char *buf, size_t cap, const PlanChoice *c, int nlayers);
+// Block l's keep mask under choice c (REMAT_TENSORS, with keep or keep_blocks set).
+const uint8_t *plan_choice_mask(const PlanChoice *c, int l);
 
 // Over which host rates the choice holds: the range of CPU AdamW rates (at the link
 // `link`), and of link rates (at the AdamW rate `adamw`), around the assumed ones, in

@@ -67,12 +67,8 @@ static int run_remat(PassCtx *x) {
     uint8_t *masks = NULL;   // a keep mask a block: each block's, or the first n_policy blocks' and the rest's
     if ((c->keep || c->keep_blocks) && c->nkeep > 0) {
         masks = arena_alloc(x->g->arena, (size_t)layers * (size_t)c->nkeep);
-        for (int l = 0; l < layers; l++) {
-            const uint8_t *m = c->keep_blocks          ? c->keep_blocks + (size_t)l * (size_t)c->nkeep
-                               : c->keep_rest && l >= c->n_policy ? c->keep_rest
-                                                                  : c->keep;
-            memcpy(masks + (size_t)l * (size_t)c->nkeep, m, (size_t)c->nkeep);
-        }
+        for (int l = 0; l < layers; l++)
+            memcpy(masks + (size_t)l * (size_t)c->nkeep, plan_choice_mask(c, l), (size_t)c->nkeep);
     }
     return remat_apply(x->g, pol, layers, masks, c->nkeep, &x->bs->remat);
 }
@@ -420,7 +416,8 @@ int pipeline_plan_choice(void *vctx, const PlanChoice *c, const BuildNeed *need,
     out->remat = bs.remat;
     peak_breakdown(g, peak_at, out->live);
     out->live[MEM_RESERVE] = reserve;
-    out->backward_start_bytes = backward_start_bytes(g) + reserve;
+    if (need && need->bound)   // (what the per-block search prices a mask by)
+        out->backward_start_bytes = backward_start_bytes(g) + reserve;
     if (bs.fused_loss)
         out->loss_chunk = bs.loss_chunk_rows, out->loss_rows = bs.loss_rows;
     ir_graph_free(g);

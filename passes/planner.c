@@ -43,8 +43,7 @@ static int level_of(const PlanChoice *c) {
     return lv;
 }
 
-// Block l's keep mask under choice c (REMAT_TENSORS).
-static const uint8_t *block_mask(const PlanChoice *c, int l) {
+const uint8_t *plan_choice_mask(const PlanChoice *c, int l) {
     return c->keep_blocks ? c->keep_blocks + (size_t)l * (size_t)c->nkeep
            : c->keep_rest && l >= c->n_policy ? c->keep_rest
                                               : c->keep;
@@ -56,8 +55,8 @@ static void tensors_str(char *buf, size_t cap, const PlanChoice *c, int nlayers)
     for (int l = 0; l < nlayers && n > 0 && (size_t)n < cap;) {
         int kept = 0, run = 0;
         for (int j = 0; j < c->nkeep; j++)
-            kept += block_mask(c, l)[j];
-        for (; l < nlayers && !memcmp(block_mask(c, l), block_mask(c, l - run), (size_t)c->nkeep); l++)
+            kept += plan_choice_mask(c, l)[j];
+        for (; l < nlayers && !memcmp(plan_choice_mask(c, l), plan_choice_mask(c, l - run), (size_t)c->nkeep); l++)
             run++;
         if (run == nlayers)
             n += snprintf(buf + n, cap - (size_t)n, "%d of %d kept a block", kept, c->nkeep);
@@ -149,7 +148,8 @@ typedef struct Job {
     bool unknown;           // ... JOB_TENSORS: some mask's fit unknown (not placed, slower)
     StepCost bound;         // JOB_BOUND: the level's bound (its most generous plan, priced; a
                             // pair search's too; step_us 0: none) ...
-    int64_t bound_bytes;    // ... and its device bytes (the liveness bound)
+    int64_t bound_bytes;    // ... and its device bytes (the liveness bound) ...
+    int64_t bound_floor;    // ... and those live as backward starts
     StepCost slow_end;      // a pair search: the slower policy's cost at micros[m] ...
     int64_t slow_bytes;     // ... and footprint (0: not tried)
     StepCost fast_end;      // the faster's (JOB_TENSORS: keeping everything) where tried
@@ -204,7 +204,7 @@ static double price(Job *j, const PlanChoice *c) {
     PlanOutcome o;
     if (in->build(in->ctx, &pc, &need, &o) != 0)
         return 0;
-    j->bound = o.cost, j->bound_bytes = o.device_bytes;
+    j->bound = o.cost, j->bound_bytes = o.device_bytes, j->bound_floor = o.backward_start_bytes;
     return o.cost.step_us;
 }
 
@@ -504,17 +504,12 @@ typedef struct ChainPrice {
 // Chain mask x in every block, priced (memoised in memo[x]).
 static ChainPrice chain_price(const PlannerInput *in, const PlanChoice *base, int x, ChainPrice *memo) {
     if (memo[x].us == 0) {
+        Job t = {.in = in};
         PlanChoice c = *base;
         c.policy = c.rest = REMAT_TENSORS, c.nkeep = in->nkeep;
         c.keep = in->chain + (size_t)x * (size_t)in->nkeep, c.chain_at = x;
-        if (!c.loss_chunk)
-            c.loss_chunk = in->loss_chunk;
-        BuildNeed need = {.bound = true};
-        PlanOutcome o;
-        if (in->build(in->ctx, &c, &need, &o) == 0)
-            memo[x] = (ChainPrice){o.cost.step_us, o.backward_start_bytes};
-        else
-            memo[x] = (ChainPrice){INFINITY, INT64_MAX};
+        double us = price(&t, &c);
+        memo[x] = us > 0 ? (ChainPrice){us, t.bound_floor} : (ChainPrice){INFINITY, INT64_MAX};
     }
     return memo[x];
 }

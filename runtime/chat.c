@@ -14,8 +14,8 @@
 // ---------------------------------------------------------------------------------------------
 // Finding the template
 
-// A token named in tokenizer_config.json: a string, or an AddedToken object's content.
-static const char *token_text(json_t *v) {
+const char *chat_config_token(json_t *cfg, const char *key) {
+    json_t *v = json_object_get(cfg, key);
     if (json_is_object(v))
         v = json_object_get(v, "content");
     return json_is_string(v) ? json_string_value(v) : NULL;
@@ -61,7 +61,7 @@ static int model_template(ChatTemplate *ct, const char *dir, json_t *cfg, char *
 // bos_token and eos_token for the template: tokenizer_config.json's, eos else the one given.
 static json_t *special_tokens(json_t *cfg, const char *eos) {
     json_t *s = json_object();
-    const char *bos = token_text(json_object_get(cfg, "bos_token")), *e = token_text(json_object_get(cfg, "eos_token"));
+    const char *bos = chat_config_token(cfg, "bos_token"), *e = chat_config_token(cfg, "eos_token");
     if (bos)
         json_object_set_new(s, "bos_token", json_string(bos));
     if (e || eos)
@@ -99,18 +99,12 @@ static int load_spec(ChatTemplate *ct, const char *spec, const char *dir, json_t
     return parse_into(ct, "--template", spec, len, err, errlen);
 }
 
-int chat_template_load(ChatTemplate *ct, const char *spec, const char *tokenizer_path, const char *eos,
+int chat_template_load(ChatTemplate *ct, const char *spec, const char *dir, json_t *cfg, const char *eos,
                        char *err, size_t errlen) {
     memset(ct, 0, sizeof *ct);
-    char dir[4096], path[4200];
-    const char *slash = strrchr(tokenizer_path, '/');
-    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - tokenizer_path + 1) : 0, tokenizer_path);
-    snprintf(path, sizeof path, "%stokenizer_config.json", dir);
-    json_t *cfg = json_load_file(path, 0, NULL);
     int rc = load_spec(ct, spec, dir, cfg, err, errlen);
     if (rc == 1)
         ct->special = special_tokens(cfg, eos);
-    json_decref(cfg);
     return rc;
 }
 

@@ -33,13 +33,18 @@ typedef struct ChatTemplate {
     char from[4200];          // where it came from, for the summary
 } ChatTemplate;
 
+// A token tokenizer_config.json (cfg, or NULL) names under key: a string, or an
+// AddedToken object's content; NULL when it names none.
+const char *chat_config_token(json_t *cfg, const char *key);
+
 // Reads the template --template names (spec): NULL or "model" for the model's own
-// (chat_template.jinja beside tokenizer_path, else tokenizer_config.json's chat_template,
-// the "default" one of a list), a path to a file, or a template's text (holding {{ or {%).
-// 1 with ct filled; 0 when spec names no Jinja template (chatml, llama3, a {role}/{content}
-// string, or NULL with no template beside the tokenizer); -1 with err. eos: the
-// end-of-sequence token's text for eos_token when tokenizer_config.json names none.
-int chat_template_load(ChatTemplate *ct, const char *spec, const char *tokenizer_path, const char *eos,
+// (chat_template.jinja in the tokenizer's directory dir, "" or ending in '/', else cfg's
+// chat_template — cfg its tokenizer_config.json, or NULL —, the "default" one of a list), a
+// path to a file, or a template's text (holding {{ or {%). 1 with ct filled; 0 when spec
+// names no Jinja template (chatml, llama3, a {role}/{content} string, or NULL with no
+// template beside the tokenizer); -1 with err. eos: the end-of-sequence token's text for
+// eos_token when cfg names none.
+int chat_template_load(ChatTemplate *ct, const char *spec, const char *dir, json_t *cfg, const char *eos,
                        char *err, size_t errlen);
 void chat_template_free(ChatTemplate *ct);
 

@@ -578,25 +578,12 @@ static int put_out(Out *out, const int32_t *ids, const uint8_t *info, size_t n, 
 // ---------------------------------------------------------------------------------------------
 // The conversion
 
-// The end-of-sequence token: given, named by tokenizer_config.json beside the tokenizer, or
-// the first of the usual names.
-static int find_eos(Conv *cv, DsSummary *sum, char *err, size_t errlen) {
-    const char *name = cv->o->eos;
-    char given[64] = "";
-    json_t *cfg = NULL;
-    if (!name) {
-        char path[4096];
-        const char *slash = strrchr(cv->o->tokenizer, '/');
-        snprintf(path, sizeof path, "%.*stokenizer_config.json", slash ? (int)(slash - cv->o->tokenizer + 1) : 0,
-                 cv->o->tokenizer);
-        cfg = json_load_file(path, 0, NULL);
-        json_t *e = json_object_get(cfg, "eos_token");
-        if (json_is_object(e))
-            e = json_object_get(e, "content");
-        if (json_is_string(e))
-            snprintf(given, sizeof given, "%s", json_string_value(e));
-        name = given[0] ? given : NULL;
-    }
+// The end-of-sequence token: given, named by tokenizer_config.json beside the tokenizer (cfg,
+// or NULL), or the first of the usual names.
+static int find_eos(Conv *cv, json_t *cfg, DsSummary *sum, char *err, size_t errlen) {
+    const char *name = cv->o->eos ? cv->o->eos : chat_config_token(cfg, "eos_token");
+    if (name && !cv->o->eos && !*name)
+        name = NULL;
     static const char *const usual[] = {"<|endoftext|>", "<|end_of_text|>", "</s>"};
     int32_t id = name ? tok_find(cv->tok, name, strlen(name)) : -1;
     for (int k = 0; !name && k < 3 && id < 0; k++)
@@ -614,7 +601,6 @@ static int find_eos(Conv *cv, DsSummary *sum, char *err, size_t errlen) {
         sum->eos = id;
         snprintf(sum->eos_text, sizeof sum->eos_text, "%s", name);
     }
-    json_decref(cfg);
     return rc;
 }
 
@@ -637,12 +623,18 @@ static void chunk_free(Chunk *c) {
 static int conv_open(Conv *cv, DsSummary *sum, char *err, size_t errlen) {
     if (tok_load(&cv->tok, cv->o->tokenizer, err, errlen) != 0)
         return -1;
-    int rc = find_eos(cv, sum, err, errlen);
+    char dir[4096], path[4200];   // tokenizer_config.json beside the tokenizer, read once
+    const char *slash = strrchr(cv->o->tokenizer, '/');
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - cv->o->tokenizer + 1) : 0, cv->o->tokenizer);
+    snprintf(path, sizeof path, "%stokenizer_config.json", dir);
+    json_t *cfg = json_load_file(path, 0, NULL);
+    int rc = find_eos(cv, cfg, sum, err, errlen);
     if (rc == 0) {
-        rc = chat_template_load(&cv->chat, cv->o->template_text, cv->o->tokenizer, sum->eos_text, err, errlen);
+        rc = chat_template_load(&cv->chat, cv->o->template_text, dir, cfg, sum->eos_text, err, errlen);
         cv->have_chat = rc == 1;
         rc = rc < 0 ? -1 : 0;
     }
+    json_decref(cfg);
     if (rc == 0 && cv->have_chat)
         snprintf(sum->template_from, sizeof sum->template_from, "%s", cv->chat.from);
     if (rc == 0 && !cv->have_chat && cv->o->template_text) {

@@ -479,7 +479,7 @@ static JVal f_length(JCtx *c, const JNode *n, JVal x, JArgs *a) {
     }
 }
 
-// json.dumps' ensure_ascii: every code point past ASCII as \uXXXX (a surrogate pair past the BMP).
+// json.dumps' ensure_ascii: every code point past ASCII escaped, é as \u00e9 (past the BMP a surrogate pair: \ud83d\ude00).
 static JVal ascii_only(JCtx *c, JVal s) {
     JBuf b = buf(c);
     for (size_t i = 0; i < s.s->n;) {
