@@ -194,21 +194,28 @@ static int blocks_of(const IrGraph *g, int a, bool place, const int *last, Block
     return nb;
 }
 
-// The lower bound: the most bytes live at one node (the stack included), and that node.
-static int64_t bound_of(const Block *blocks, int nb, int64_t fixed, int n, int *at) {
+// The bytes live at each node, the stack included, into live[n].
+static void live_of(const Block *blocks, int nb, int64_t fixed, int n, int64_t *live) {
     int64_t *delta = xcalloc((size_t)n + 2, sizeof(int64_t));
     for (int k = 0; k < nb; k++) {
         delta[blocks[k].first] += blocks[k].size;
         delta[blocks[k].last + 1] -= blocks[k].size;
     }
-    int64_t live = 0, lb = fixed;
-    *at = 0;
-    for (int i = 0; i < n; i++) {
-        live += delta[i];
-        if (fixed + live > lb)
-            lb = fixed + live, *at = i;
-    }
+    int64_t sum = fixed;
+    for (int i = 0; i < n; i++)
+        live[i] = sum += delta[i];
     free(delta);
+}
+
+// The lower bound: the most bytes live at one node (the stack included), and that node.
+static int64_t bound_of(const Block *blocks, int nb, int64_t fixed, int n, int *at) {
+    int64_t *live = xmalloc(sizeof(int64_t) * ((size_t)n + 1)), lb = fixed;
+    live_of(blocks, nb, fixed, n, live);
+    *at = 0;
+    for (int i = 0; i < n; i++)
+        if (live[i] > lb)
+            lb = live[i], *at = i;
+    free(live);
     return lb;
 }
 
@@ -222,6 +229,15 @@ void alloc_bounds(const IrGraph *g, int64_t bound[2], int *at) {
         free(blocks);
     }
     free(root), free(last);
+}
+
+void alloc_live(const IrGraph *g, int64_t *live) {
+    int *root = roots(g), *last = chain_last(g, root);
+    Block *blocks;
+    int64_t fixed;
+    int nb = blocks_of(g, 0, false, last, &blocks, &fixed);
+    live_of(blocks, nb, fixed, g->nodes.len, live);
+    free(blocks), free(root), free(last);
 }
 
 // Places the tensors of arena `a`; returns its size, and the lower bound in *lb. An order

@@ -150,6 +150,10 @@ static CompileStatus check_tensors(const CompileOptions *o, CompileResult *r, in
         if (t->kept[g] > nkeep)
             return refuse(r, COMPILE_REFUSED, "--remat", "--remat tensors: a block has %d tensors to keep or "
                           "recompute, not %d", nkeep, t->kept[g]);
+        for (int f = 0; f < t->nflip[g]; f++)
+            if (t->flip[g][f] >= nkeep)
+                return refuse(r, COMPILE_REFUSED, "--remat", "--remat tensors: ^%d: a block's tensors to keep or "
+                              "recompute are numbered 0 to %d", t->flip[g][f], nkeep - 1);
         named += t->blocks[g] > 0 ? t->blocks[g] : 0;
     }
     if (t->n > 1 && named >= r->nlayers)
@@ -159,8 +163,10 @@ static CompileStatus check_tensors(const CompileOptions *o, CompileResult *r, in
     for (int l = 0, g = 0, in_group = 0; l < r->nlayers; l++, in_group++) {
         if (t->blocks[g] > 0 && in_group == t->blocks[g])
             g++, in_group = 0;
-        memcpy(r->tensors_masks + (size_t)l * (size_t)nkeep, r->chain + (size_t)(nkeep - t->kept[g]) * (size_t)nkeep,
-               (size_t)nkeep);
+        uint8_t *m = r->tensors_masks + (size_t)l * (size_t)nkeep;
+        memcpy(m, r->chain + (size_t)(nkeep - t->kept[g]) * (size_t)nkeep, (size_t)nkeep);
+        for (int f = 0; f < t->nflip[g]; f++)
+            m[t->flip[g][f]] ^= 1;
     }
     return COMPILE_OK;
 }

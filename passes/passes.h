@@ -262,6 +262,8 @@ int alloc_within(IrGraph *g, int64_t device, int64_t host, AllocStats *st);
 // reports; the node where it is reached in *at) and the host's (bound[1]), without
 // placing anything.
 void alloc_bounds(const IrGraph *g, int64_t bound[2], int *at);
+// The device bytes live at each node as the bound counts them, into live[g->nodes.len].
+void alloc_live(const IrGraph *g, int64_t *live);
 
 //
 // streams.c — events between streams, for a placed graph.
@@ -437,7 +439,19 @@ typedef struct BuildNeed {
     bool bound;                 // a bound, never placed: the collectives priced at nothing (a
                                 // bound over bucket sizes), no eval phase (its time is not the
                                 // step's, its values never the peak)
+    struct RegionPeaks *peaks;  // with bound: filled if not NULL
 } BuildNeed;
+
+// The most device bytes live (as the liveness bound counts them, the reserve included) in
+// each region of a step: what the per-block search (keep_masks.c) predicts a plan that
+// keeps differently block by block from. Forward and backward are split at the blocks:
+// `pre` before the first block's forward, `head` from after the last block's forward to
+// before its backward (the loss), `tail` after the first block's backward (and the
+// optimizer); each block's forward and backward apart.
+typedef struct RegionPeaks {
+    int64_t pre, head, tail;
+    int64_t *fwd, *bwd;         // nlayers each (the caller's arrays)
+} RegionPeaks;
 
 typedef struct PlanOutcome {
     int64_t device_bytes;       // arena + context reserve (not placed: the bound + reserve)
@@ -504,7 +518,25 @@ typedef struct PlannerResult {
     VEC(StepCost) bounds;       // ... and those bounds (planner_holds' competitors)
     int host_pruned;            // ... of which on the host
     int64_t host_need;          // the least host memory a level skipped there needs
+    VEC(uint8_t *) masks;       // the per-block masks its candidates point at (keep_blocks)
 } PlannerResult;
+
+//
+// keep_masks.c — a keep mask per block: a DP over the blocks on peaks predicted from
+// uniform plans (its header says how).
+//
+typedef struct KeepTable KeepTable;
+// Prices every candidate mask (the chain's, and each with one tensor flipped), kept in
+// every block of `base` (REMAT_TENSORS at its micro-batch and offload level).
+KeepTable *keep_table_new(const PlannerInput *in, const PlanChoice *base);
+// Adds each of the assignment's masks (nlayers x nkeep) with one candidate flipped.
+void keep_table_extend(KeepTable *t, const PlannerInput *in, const PlanChoice *base, const uint8_t *masks);
+int keep_table_size(const KeepTable *t);
+// The assignment of the table's masks to the blocks predicted fastest whose predicted
+// peaks fit `budget` (device bytes, the reserve included), into masks (nlayers x nkeep),
+// its predicted step into *us; false if none is predicted to fit.
+bool keep_table_assign(const KeepTable *t, int64_t budget, uint8_t *masks, double *us);
+void keep_table_free(KeepTable *t);
 
 // Searches micro-batch sizes, recompute policies (uniform, and mixed across blocks)
 // and offload levels; returns 0.
@@ -516,6 +548,10 @@ void planner_result_free(PlannerResult *r);
 int planner_exact(const PlannerInput *in, int64_t micro, int level, RematPolicy *policies,
                   Candidate *best);
 void planner_choice_str(char *buf, size_t cap, const PlanChoice *c, int nlayers);
+// A per-tensor choice as --remat tensors: takes it (K1[^I,...]xN1+...+K), block masks
+// against the keep chain (nchain masks); false for another choice (or no room).
+bool planner_tensors_spec(char *buf, size_t cap, const PlanChoice *c, int nlayers, const uint8_t *chain,
+                          int nchain);
 // Block l's keep mask under choice c (REMAT_TENSORS, with keep or keep_blocks set).
 const uint8_t *plan_choice_mask(const PlanChoice *c, int l);
 
@@ -722,12 +758,16 @@ typedef struct CompileTrain {
 } CompileTrain;
 
 // --remat tensors:K1xN1+K2xN2+...+K: the first N1 blocks keep K1 tensors each (the first
-// K1 of the keep chain), the next N2 K2, ..., the blocks left the last K.
-enum { TENSOR_GROUPS = 64 };
+// K1 of the keep chain), the next N2 K2, ..., the blocks left the last K. A group's K may
+// be followed by ^I,J,...: candidates (remat_candidates' order) whose keeping is flipped
+// from the chain's mask (what the report prints for a plan keeping off the chain).
+enum { TENSOR_GROUPS = 64, TENSOR_FLIPS = 16 };
 typedef struct TensorsSpec {
     int n;                      // groups (0: none given)
     int kept[TENSOR_GROUPS];
     int blocks[TENSOR_GROUPS];  // the last group's: -1 (the blocks left)
+    int nflip[TENSOR_GROUPS];
+    int flip[TENSOR_GROUPS][TENSOR_FLIPS];
 } TensorsSpec;
 
 // ftc compile's options; -1 (or 0 for sizes and counts, NULL for names) leaves a choice

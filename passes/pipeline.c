@@ -359,6 +359,31 @@ static int64_t backward_start_bytes(const IrGraph *g) {
     return sum;
 }
 
+// The peaks region by region (RegionPeaks), `add` added to each.
+static void region_peaks(const IrGraph *g, int64_t add, RegionPeaks *rp) {
+    int n = g->nodes.len, L = ir_layers(g);
+    int64_t *live = xmalloc(sizeof(int64_t) * ((size_t)n + 1));
+    alloc_live(g, live);
+    rp->pre = rp->head = rp->tail = 0;
+    for (int l = 0; l < L; l++)
+        rp->fwd[l] = rp->bwd[l] = 0;
+    bool blocks_seen[2] = {false, false};   // (forward, backward)
+    for (int i = 0; i < n; i++) {
+        const IrNode *nd = &g->nodes.at[i];
+        if (nd->phase == PHASE_EVALUATION)
+            continue;
+        bool bwd = nd->phase != PHASE_FORWARD;
+        int64_t v = live[i] + add, *at;
+        if (nd->layer >= 0 && nd->layer < L)
+            at = bwd ? &rp->bwd[nd->layer] : &rp->fwd[nd->layer], blocks_seen[bwd] = true;
+        else
+            at = !bwd ? (blocks_seen[0] ? &rp->head : &rp->pre) : blocks_seen[1] ? &rp->tail : &rp->head;
+        if (v > *at)
+            *at = v;
+    }
+    free(live);
+}
+
 int pipeline_plan_choice(void *vctx, const PlanChoice *c, const BuildNeed *need, PlanOutcome *out) {
     const PlanCtx *x = vctx;
     const Pipeline *p = x->pipeline;
@@ -418,6 +443,8 @@ int pipeline_plan_choice(void *vctx, const PlanChoice *c, const BuildNeed *need,
     out->live[MEM_RESERVE] = reserve;
     if (need && need->bound)   // (what the per-block search prices a mask by)
         out->backward_start_bytes = backward_start_bytes(g) + reserve;
+    if (need && need->bound && need->peaks)
+        region_peaks(g, reserve, need->peaks);
     if (bs.fused_loss)
         out->loss_chunk = bs.loss_chunk_rows, out->loss_rows = bs.loss_rows;
     ir_graph_free(g);

@@ -69,6 +69,44 @@ static void tensors_str(char *buf, size_t cap, const PlanChoice *c, int nlayers)
         snprintf(buf + n, cap - (size_t)n, ")");
 }
 
+// One block's mask as K^I,J: the chain mask nearest it (fewest flips; K its kept count),
+// and the candidates flipped from it.
+static int mask_spec(char *buf, size_t cap, const uint8_t *m, const uint8_t *chain, int nchain, int nkeep) {
+    int best = 0, bd = nkeep + 1;
+    for (int k = 0; k < nchain; k++) {
+        int d = 0;
+        for (int j = 0; j < nkeep; j++)
+            d += chain[(size_t)k * (size_t)nkeep + (size_t)j] != m[j];
+        if (d < bd)
+            best = k, bd = d;
+    }
+    int n = snprintf(buf, cap, "%d", nkeep - best);
+    for (int j = 0, f = 0; j < nkeep && n > 0 && (size_t)n < cap; j++)
+        if (chain[(size_t)best * (size_t)nkeep + (size_t)j] != m[j])
+            n += snprintf(buf + n, cap - (size_t)n, "%c%d", f++ ? ',' : '^', j);
+    return n;
+}
+
+bool planner_tensors_spec(char *buf, size_t cap, const PlanChoice *c, int nlayers, const uint8_t *chain,
+                          int nchain) {
+    if (c->policy != REMAT_TENSORS || !(c->keep || c->keep_blocks) || nchain < 1 || cap == 0)
+        return false;
+    int n = 0;
+    buf[0] = '\0';
+    for (int l = 0; l < nlayers && n >= 0 && (size_t)n < cap;) {
+        int run = 0;
+        for (int s = l; l < nlayers && !memcmp(plan_choice_mask(c, l), plan_choice_mask(c, s), (size_t)c->nkeep); l++)
+            run++;
+        if (n > 0)
+            n += snprintf(buf + n, cap - (size_t)n, "+");
+        if ((size_t)n < cap)
+            n += mask_spec(buf + n, cap - (size_t)n, plan_choice_mask(c, l - run), chain, nchain, c->nkeep);
+        if (l < nlayers && (size_t)n < cap)
+            n += snprintf(buf + n, cap - (size_t)n, "x%d", run);
+    }
+    return n > 0 && (size_t)n < cap;
+}
+
 void planner_choice_str(char *buf, size_t cap, const PlanChoice *c, int nlayers) {
     char remat[320];
     if (c->policy == REMAT_TENSORS && (c->keep || c->keep_blocks))
@@ -514,15 +552,25 @@ static ChainPrice chain_price(const PlannerInput *in, const PlanChoice *base, in
     return memo[x];
 }
 
-static void refine_tensor_blocks(const PlannerInput *in, PlannerResult *r) {
+// The chain position of the chosen plan where the per-block searches start from it (a
+// per-tensor plan keeping one chain mask in every block, or full recompute: the chain's
+// last mask), else -1.
+static int blocks_start(const PlannerInput *in, const PlannerResult *r) {
     if (r->best < 0 || in->nchain < 2 || in->remat >= 0 || in->nlayers < 2)
+        return -1;
+    const PlanChoice *c = &r->tried.at[r->best].c;
+    if (c->policy == REMAT_FULL && c->rest == REMAT_FULL && !c->per_layer)
+        return in->nchain - 1;
+    if (c->policy != REMAT_TENSORS || c->rest != REMAT_TENSORS || c->keep_rest || c->keep_blocks || c->chain_at <= 0)
+        return -1;
+    return c->chain_at;
+}
+
+static void refine_tensor_blocks(const PlannerInput *in, PlannerResult *r) {
+    int a = blocks_start(in, r), L = in->nlayers;
+    if (a < 0)
         return;
     const Candidate best = r->tried.at[r->best];
-    int a = best.c.chain_at, L = in->nlayers;
-    if (best.c.policy == REMAT_FULL && best.c.rest == REMAT_FULL && !best.c.per_layer)
-        a = in->nchain - 1;   // full recompute: the chain's last mask (nothing kept) in every block
-    else if (best.c.policy != REMAT_TENSORS || best.c.rest != REMAT_TENSORS || best.c.keep_rest || a <= 0)
-        return;
     double us = best.o.cost.step_us;
     int rs[4], nr = 0;
     for (int R = 1; R <= 3 && R < L; R++)
@@ -575,6 +623,57 @@ static void refine_tensor_blocks(const PlannerInput *in, PlannerResult *r) {
     merge(r, &j);
 }
 
+// A keep mask per block (keep_masks.c), on the plan the searches before chose where it
+// keeps tensor by tensor or recomputes fully, at its micro-batch and offload level:
+// the assignment predicted fastest within the budget is built. One over it is asked
+// again under a budget smaller by its excess (at least 256 B, doubled each time), TRIES
+// times at most; one that fits has its masks' flips priced and the DP asked again,
+// ROUNDS times at most, while it finds faster. Chosen where faster than every plan
+// before (the prediction of the step is the blend the pair search trusts; the build is
+// the judge), by at least 1% (MIN_GAIN, as the pair search). Only on models whose blocks
+// x candidates are at most MASK_WORK (tiny.ft: 36; Qwen2-7B LoRA: 728, where the table's
+// few hundred builds would take seconds): there the pair search alone.
+enum { TRIES = 4, ROUNDS = 3, MASK_WORK = 256 };
+
+static void refine_keep_masks(const PlannerInput *in, PlannerResult *r, int start) {
+    if (start < 0 || r->best < 0 || in->nlayers * in->nkeep > MASK_WORK)
+        return;
+    const Candidate best = r->tried.at[r->best];
+    PlanChoice base = best.c;
+    base.keep = in->chain + (size_t)start * (size_t)in->nkeep, base.keep_rest = NULL, base.keep_blocks = NULL;
+    KeepTable *t = keep_table_new(in, &base);
+    size_t bytes = (size_t)in->nlayers * (size_t)in->nkeep;
+    Job j = {.in = in, .bar_us = in->exhaustive ? 0 : best.o.cost.step_us * MIN_GAIN};
+    double bar = best.o.cost.step_us * MIN_GAIN, us;
+    int64_t budget = in->budget_bytes;
+    for (int tries = 0, rounds = 0; tries < TRIES && rounds < ROUNDS;) {
+        uint8_t *m = xmalloc(bytes + 1);
+        if (!keep_table_assign(t, budget, m, &us) || (!in->exhaustive && us >= bar)) {
+            free(m);
+            break;
+        }
+        vec_push(&r->masks, m);
+        PlanChoice c = base;
+        c.policy = c.rest = REMAT_TENSORS, c.n_policy = in->nlayers, c.per_layer = NULL;
+        c.keep = NULL, c.keep_blocks = m, c.nkeep = in->nkeep, c.chain_at = -1;
+        int id = job_try(&j, &c);
+        const Candidate *x = id >= 0 ? &j.tried.at[id] : NULL;
+        if (x && x->fits) {
+            bar = x->o.cost.step_us, rounds++, budget = in->budget_bytes;   // (then any gain)
+            if (!in->exhaustive)
+                j.bar_us = bar;
+            keep_table_extend(t, in, &base, m);
+        } else if (x && !x->slower && x->o.device_bytes > in->budget_bytes) {
+            int64_t excess = x->o.device_bytes - in->budget_bytes;
+            budget -= (excess > 256 ? excess : 256) << tries++;   // (the prediction is off by more each try)
+        } else {
+            break;
+        }
+    }
+    keep_table_free(t);
+    merge(r, &j);
+}
+
 // The fused loss's chunk of the chosen plan: the search plans with chunks whose logits
 // take at most the default cap; larger chunks (divisors of the rows, each at least half
 // again the last) are tried while the plan fits and each step is at least 1% faster —
@@ -612,6 +711,9 @@ static void refine_loss_chunk(const PlannerInput *in, PlannerResult *r) {
 void planner_result_free(PlannerResult *r) {
     vec_free(&r->tried);
     vec_free(&r->bounds);
+    for (int i = 0; i < r->masks.len; i++)
+        free(r->masks.at[i]);
+    vec_free(&r->masks);
 }
 
 // Nothing fits, and the smallest plan is what the user is shown: its bytes must be
@@ -914,7 +1016,9 @@ int planner_search(const PlannerInput *in, PlannerResult *r) {
         refine_loss_chunk(in, r);
     // Last, on the chunk (and buckets) chosen: a larger chunk is worth more, and with several
     // ranks its candidates would crowd the bucket finalists with near copies of one plan.
+    int start = blocks_start(in, r);
     refine_tensor_blocks(in, r);
+    refine_keep_masks(in, r, start);
     if (r->smallest < 0 && r->pruned_levels < (LEVELS - 1) * (z1 - z0 + 1))   // report the most frugal allowed plan
         try_frugal(in, r, micros, nm, z1, one_step);
     if (r->best < 0)

@@ -92,12 +92,18 @@ static int64_t score_of(const Sched *s, int i) {
     return score;
 }
 
-// The ready nodes, best first: the highest score, then the earliest node. A node whose
-// score changes is pushed again; the entries it leaves behind are stale (their score
-// is no longer the node's, or the node has run) and are skipped when they surface.
+// The ready nodes, best first: the highest score, then the earliest node; a re-run of a
+// forward node (remat) only when nothing else is ready, the earliest first. A re-run
+// frees nothing (what it reads is kept) and makes a copy, so by score alone the small
+// re-runs of an early block would run as soon as backward starts and hold their copies
+// through every later block's backward; last, they run just before their readers, in
+// the order remat put them, at their first reader. A node whose score changes is pushed
+// again; the entries it leaves behind are stale (their score is no longer the node's, or
+// the node has run) and are skipped when they surface.
 typedef struct Entry {
     int64_t score;
     int node;
+    bool rerun;
 } Entry;
 
 typedef struct Heap {
@@ -105,7 +111,13 @@ typedef struct Heap {
     int len, cap;
 } Heap;
 
-static bool better(Entry a, Entry b) { return a.score > b.score || (a.score == b.score && a.node < b.node); }
+static bool better(Entry a, Entry b) {
+    if (a.rerun != b.rerun)
+        return b.rerun;
+    if (a.rerun)
+        return a.node < b.node;
+    return a.score > b.score || (a.score == b.score && a.node < b.node);
+}
 
 static void heap_push(Heap *h, Entry e) {
     if (h->len == h->cap) {
@@ -150,7 +162,7 @@ static void greedy(Sched *s, int lo, int hi, int *order) {
         if (!s->indeg[i]) {
             s->ready_at[i] = 1;
             s->score[i] = score_of(s, i);
-            heap_push(&heap, (Entry){s->score[i], i});
+            heap_push(&heap, (Entry){s->score[i], i, g->nodes.at[i].recompute});
         }
     while (m < hi - lo) {
         IR_ASSERT(heap.len > 0);   // a phase's nodes form a DAG
@@ -174,7 +186,7 @@ static void greedy(Sched *s, int lo, int hi, int *order) {
                 int64_t was = s->score[r];
                 s->score[r] = score_of(s, r);
                 if (s->score[r] != was)
-                    heap_push(&heap, (Entry){s->score[r], r});
+                    heap_push(&heap, (Entry){s->score[r], r, g->nodes.at[r].recompute});
             }
         }
         for (int k = s->succ_start[node]; k < s->succ_start[node + 1]; k++) {
@@ -182,7 +194,7 @@ static void greedy(Sched *s, int lo, int hi, int *order) {
             if (--s->indeg[t] == 0 && t >= lo && t < hi) {
                 s->ready_at[t] = 1;
                 s->score[t] = score_of(s, t);
-                heap_push(&heap, (Entry){s->score[t], t});
+                heap_push(&heap, (Entry){s->score[t], t, g->nodes.at[t].recompute});
             }
         }
     }

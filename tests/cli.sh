@@ -253,8 +253,8 @@ fi
 # it chose is the one --remat tensors:KxN+J asks for (byte for byte, but the range of host
 # rates over which the choice holds, which depends on what else was tried).
 out=$("$ftc" compile models/phi-3-mini-4k.ft --gpu l4 --budget 12G --host-mem 256G -o "$tmp/pb.plan" 2>&1)
-spec=$(sed -n 's/^plan: micro-batch 2, recompute tensors (\([0-9]*\) of [0-9]* kept a block x\([0-9]*\) + \([0-9]*\) x[0-9]*), offload optimizer+master+grads+weights$/\1x\2+\3/p' <<<"$out")
-if [ -n "$spec" ] &&
+spec=$(sed -n 's/^  kept block by block as --remat tensors:\([0-9^,x+]*\) asks .*/\1/p' <<<"$out")
+if [ -n "$spec" ] && grep -q '^plan: micro-batch 2, recompute tensors (.*), offload optimizer+master+grads+weights$' <<<"$out" &&
    "$ftc" compile models/phi-3-mini-4k.ft --gpu l4 --budget 12G --host-mem 256G --micro-batch 2 --offload weights \
        --remat "tensors:$spec" -o "$tmp/pb2.plan" >/dev/null 2>&1 &&
    diff <(grep -v '^host ' "$tmp/pb.plan/plan") <(grep -v '^host ' "$tmp/pb2.plan/plan") >/dev/null; then
@@ -269,17 +269,61 @@ out=$("$ftc" compile models/tiny.ft --micro-batch 1 --offload none --no-fusion -
       -o "$tmp/frag.plan" 2>&1)
 grep -q "^device arena .*(0.00% above it)" <<<"$out" && ok arena-at-the-bound ||
     bad arena-at-the-bound "$(grep '^device arena' <<<"$out")"
+# A block's re-runs run at their readers, in its own backward: not hoisted into a later
+# block's backward, where they frees nothing and only hold their copies (by score alone,
+# the list scheduler ran block 0's norm and v projection again as backward started).
+"$ftc" compile models/tiny.ft --micro-batch 1 --offload none --no-fusion --remat tensors:8x1+11 \
+    -o "$tmp/rr.plan" >/dev/null 2>&1
+read -r first last < <(awk '/^phase backward/ {b = 1} /^phase optimizer/ {b = 0}
+    b && /^[0-9]+ / && / layer=0 / && /recompute=1/ && !f {f = $1}
+    b && /^[0-9]+ / && / layer=1 / {l = $1} END {print f + 0, l + 0}' "$tmp/rr.plan/plan")
+[ "$first" -gt "$last" ] && ok rerun-at-its-block ||
+    bad rerun-at-its-block "block 0's first re-run at instruction $first, block 1's backward ends at $last"
+# A mask per block chosen off the chain (keep_masks.c): on a 3-block copy of tiny.ft at a
+# budget between full recompute's and keep's, the plan keeps a mask no chain position
+# names (a ^ in the spec the report prints), fits, is faster than every plan of two chain
+# masks (the first blocks one, the rest one keeping as much or more; the chain's first
+# five masks are alike: nothing reads the four tensors they differ by), and the spec
+# reproduces it.
+sed -E 's/^( *layers *= *)[0-9]+/\13/' models/tiny.ft > "$tmp/tiny3.ft"
+fixed="--micro-batch 1 --offload none --no-fusion"
+# shellcheck disable=SC2086
+"$ftc" compile "$tmp/tiny3.ft" $fixed --remat full -o "$tmp/full3.plan" >/dev/null 2>&1
+# shellcheck disable=SC2086
+"$ftc" compile "$tmp/tiny3.ft" $fixed --remat keep -o "$tmp/keep3.plan" >/dev/null 2>&1
+arena() { awk '$1 == "arena" && $2 == "device" {print $3}' "$1/plan"; }
+budget=$(awk -v r="$(awk '$1 == "reserve" {print $2}' "$tmp/full3.plan/plan")" -v f="$(arena "$tmp/full3.plan")" \
+    -v k="$(arena "$tmp/keep3.plan")" 'BEGIN {printf "%d", r + f + (k - f) * 0.065}')
+# shellcheck disable=SC2086
+out=$("$ftc" compile "$tmp/tiny3.ft" $fixed --budget "$budget" -o "$tmp/m3.plan" 2>&1)
+spec=$(sed -n 's/^  kept block by block as --remat tensors:\([0-9^,x+]*\) asks .*/\1/p' <<<"$out")
+step() { grep -o 'step_us=[0-9.]*' "$1/plan" | head -1 | cut -d= -f2; }
+best2=""
+for p in $(seq 4 18); do for q in $(seq "$p" 18); do for g in "${p}x2+$q" "${p}x1+$q"; do
+    # shellcheck disable=SC2086
+    "$ftc" compile "$tmp/tiny3.ft" $fixed --budget "$budget" --remat "tensors:$g" -o "$tmp/p3.plan" \
+        >/dev/null 2>&1 && ! grep -q 'DOES NOT FIT' "$tmp/p3.plan/memory.txt" || continue
+    s=$(step "$tmp/p3.plan")
+    [ -z "$best2" ] || awk -v a="$s" -v b="$best2" 'BEGIN {exit !(a < b)}' && best2=$s
+done; done; done
+# shellcheck disable=SC2086
+if [[ "$spec" == *^* ]] && ! grep -q 'DOES NOT FIT' "$tmp/m3.plan/memory.txt" && [ -n "$best2" ] &&
+   awk -v a="$(step "$tmp/m3.plan")" -v b="$best2" 'BEGIN {exit !(a < b)}' &&
+   "$ftc" compile "$tmp/tiny3.ft" $fixed --budget "$budget" --remat "tensors:$spec" -o "$tmp/m3b.plan" >/dev/null 2>&1 &&
+   diff <(grep -v '^budget ' "$tmp/m3.plan/plan") <(grep -v '^budget ' "$tmp/m3b.plan/plan") >/dev/null; then
+    ok "masks-off-the-chain (tensors:$spec, step $(step "$tmp/m3.plan") us, two chain masks at best $best2 us)"
+else
+    bad masks-off-the-chain "budget $budget: spec '$spec', step $(step "$tmp/m3.plan"), two masks $best2"
+fi
 # At the budget full recompute needs, on a 4-block copy of tiny.ft, per-block recompute
 # (the last block keeping more, the first ones less) fits in the same bytes and is faster:
 # the planner's per-block search starts from full recompute too.
 sed -E 's/^( *layers *= *)[0-9]+/\14/' models/tiny.ft > "$tmp/tiny4.ft"
-fixed="--micro-batch 1 --offload none --no-fusion"
 # shellcheck disable=SC2086
 "$ftc" compile "$tmp/tiny4.ft" $fixed --remat full -o "$tmp/full4.plan" >/dev/null 2>&1
 budget=$(awk '$1 == "reserve" {r = $2} $1 == "arena" && $2 == "device" {a = $3} END {print r + a}' "$tmp/full4.plan/plan")
 # shellcheck disable=SC2086
 out=$("$ftc" compile "$tmp/tiny4.ft" $fixed --budget "$budget" -o "$tmp/pb4.plan" 2>&1)
-step() { grep -o 'step_us=[0-9.]*' "$1/plan" | head -1 | cut -d= -f2; }
 if grep -q '^plan: micro-batch 1, recompute tensors (.* x[0-9]* + [0-9]* x[0-9]*)' <<<"$out" &&
    awk -v a="$(step "$tmp/pb4.plan")" -v b="$(step "$tmp/full4.plan")" 'BEGIN {exit !(a < b)}'; then
     ok "per-block-from-full ($(grep '^plan: micro' <<<"$out" | sed 's/^plan: //'))"

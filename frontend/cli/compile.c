@@ -3,6 +3,7 @@
 // result; compile_report.c prints it.
 #include "cli.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <unistd.h>
@@ -50,15 +51,24 @@ static bool host_link(void *args, const char *v, char *why, size_t cap) {
 }
 
 // --remat tensors:K1xN1+...+K into *t: whole numbers, each N at least 1, at most
-// TENSOR_GROUPS groups, the last without N (the blocks left). Whether it reads so.
+// TENSOR_GROUPS groups, the last without N (the blocks left), each K optionally with
+// ^I,J,... (at most TENSOR_FLIPS). Whether it reads so.
 static bool tensors_spec(const char *s, TensorsSpec *t) {
     t->n = 0;
     for (;;) {
         char *end;
         errno = 0;
         long k = strtol(s, &end, 10), n = -1;
-        if (end == s || errno || k < 0 || k > 1 << 20 || t->n == TENSOR_GROUPS)
+        if (end == s || errno || k < 0 || k > 1 << 20 || t->n == TENSOR_GROUPS || !isdigit((unsigned char)*s))
             return false;
+        t->nflip[t->n] = 0;
+        for (char sep = '^'; *end == sep; sep = ',') {
+            s = end + 1;
+            long f = strtol(s, &end, 10);
+            if (end == s || errno || f < 0 || f > 1 << 20 || t->nflip[t->n] == TENSOR_FLIPS || !isdigit((unsigned char)*s))
+                return false;
+            t->flip[t->n][t->nflip[t->n]++] = (int)f;
+        }
         if (*end == 'x') {
             s = end + 1;
             n = strtol(s, &end, 10);
@@ -84,7 +94,7 @@ static bool remat(void *args, const char *v, char *why, size_t cap) {
         return true;
     return snprintf(why, cap, "--remat takes keep, selective, full, swap, or tensors:K (every block keeps K "
                     "of its tensors, along the planner's chain) or tensors:KxN+J (the first N blocks K, "
-                    "the rest J; more groups KxN+ before the last)"), false;
+                    "the rest J; more groups KxN+ before the last; K^I,J,... flips candidates I, J from the chain's mask)"), false;
 }
 
 static bool dump_ir(void *args, const char *v, char *why, size_t cap) {

@@ -155,6 +155,10 @@ static void decision(FILE *f, const Candidate *c, const FtModel *m, const PlanCt
                 SIZE(c->o.device_bytes), SIZE(budget), gpu->name, SIZE(c->o.host_bytes));
     }
     peak_line(f, c->o.live, false);
+    char spec[TENSOR_GROUPS * 24];
+    if (planner_tensors_spec(spec, sizeof spec, &c->c, pin->nlayers, pin->chain, pin->nchain))
+        fprintf(f, "  kept block by block as --remat tensors:%s asks (each block's count along the keep chain, "
+                   "^ the candidates flipped from it)\n", spec);
     if (c->o.loss_chunk > 0)
         fprintf(f, "  the loss: linear and cross entropy fused, logits formed %lld rows at a time "
                    "(%lld chunks of the %lld rows), never whole\n",

@@ -41,6 +41,7 @@ ap.add_argument("ftc", nargs="?", default="build/ftc")
 ap.add_argument("model", nargs="?", default="models/tiny.ft")
 ap.add_argument("--layers", type=int, default=0, help="a copy of the model with this many blocks")
 ap.add_argument("--budgets", type=int, default=11, help="budgets in the sweep, evenly from full recompute's to keep's")
+ap.add_argument("--masks", action="store_true", help="also print each plan's and its optimum's kept tensors, block by block")
 ARGS = ap.parse_args()
 FTC, MODEL, LAYERS = ARGS.ftc, ARGS.model, ARGS.layers
 
@@ -267,6 +268,14 @@ class Model:
         return (x[P], sum(us[i] for i in rerun), sum(p.ins[i]["flops"] for i in rerun), kept, rerun,
                 res.status == 0)
 
+    def masks(self, kept):
+        """The kept tensors block by block, by their names less the block's prefix."""
+        by = {}
+        for t in sorted(kept, key=lambda t: self.cand[t]["node"]):
+            name = self.p.buf[t]["name"]
+            by.setdefault(self.p.ins[self.cand[t]["node"]]["layer"], []).append(name.split(".", 1)[-1])
+        return "; ".join(f"{l}: {' '.join(v)}" for l, v in sorted(by.items()))
+
     def choice_of(self, plan):
         """The kept tensors and re-run instructions of a compiled plan, by their names."""
         kept, rerun = set(), set()
@@ -335,6 +344,8 @@ def main():
             worst_t, worst_s = max(worst_t, rt), max(worst_s, rs)
             print(f"{budget:>10}  {name:<46} {peak:>10.0f} {plan.peak():>9} {us:>12.2f} {ou:>10.2f} "
                   f"{rt:>5.3f}x {rf:>4.2f}x {rs:>5.3f}x{'' if opt[5] else ' (bracket)'}")
+            if ARGS.masks:
+                print(f"{'':>12}ftc keeps: {m.masks(kept)}\n{'':>12}optimum:   {m.masks(opt[3])}")
         print(f"ftc's plans: recompute at most {worst_t:.3f}x the optimum's at their peak, "
               f"the whole step at most {worst_s:.3f}x")
 
