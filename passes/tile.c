@@ -73,24 +73,20 @@ static bool per_token(const IrGraph *g, const IrNode *n) {
     return true;
 }
 
-// The tail of block `layer` that tiles: [*from, *to] of the node list, or false. The
-// block's nodes must be consecutive; its tail is its longest run of per-token nodes
-// ending at its last node, holding at least one GEMM (else nothing is worth tiling).
+// The tail of block `layer` that tiles: [*from, *to] of the node list, or false. The tail
+// is the longest run of the block's per-token nodes ending at its last node (consecutive
+// in the list: what the elaborator shares between blocks, a RoPE table, may sit earlier
+// in the first one), holding at least one GEMM (else nothing is worth tiling).
 static bool block_tail(const IrGraph *g, int layer, int *from, int *to) {
-    int first = -1, last = -1;
+    int last = -1;
     for (int i = 0; i < g->nodes.len; i++)
-        if (g->nodes.at[i].layer == layer) {
-            if (first < 0)
-                first = i;
-            else if (last != i - 1)
-                return false;
+        if (g->nodes.at[i].layer == layer)
             last = i;
-        }
-    if (first < 0)
+    if (last < 0)
         return false;
     int s = last + 1;
     bool gemm = false;
-    while (s > first && per_token(g, &g->nodes.at[s - 1])) {
+    while (s > 0 && g->nodes.at[s - 1].layer == layer && per_token(g, &g->nodes.at[s - 1])) {
         s--;
         gemm |= op_desc(g->nodes.at[s].op)->cls == OPC_GEMM;
     }

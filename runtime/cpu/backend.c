@@ -461,8 +461,11 @@ static int k_dropout_bwd(Call *c) {
 static int k_slice_bwd(Call *c) {
     size_t outer, dim, inner;
     around(OB(0), c->in->attr.axis, &outer, &dim, &inner);
+    bool acc = c->in->nin > 1 && c->in->in[1] >= 0;   // acc + dy's range: the sum so far first
+    if (acc && OUT(0) != IN(1))
+        memmove(OUT(0), IN(1), sizeof(float) * (size_t)N(1));
     cpu_slice_backward(OUT(0), IN(0), outer, dim, inner, (size_t)c->in->attr.start,
-                       (size_t)c->in->attr.size, (int)UPDATE(0));
+                       (size_t)c->in->attr.size, (int)UPDATE(0) || acc);
     return 0;
 }
 
