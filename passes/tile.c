@@ -105,6 +105,7 @@ typedef struct Tiler {
     int ncur;
     int *set;               // the entries of cur set in this tile (nset)
     int nset;
+    const char **name;      // per old tensor: its name before tile 0 took its place
 } Tiler;
 
 // Tensor x's version in the tile being written: cur, grown to the tensors made so far
@@ -135,11 +136,23 @@ static int slice_of(Tiler *z, int x, int t, const IrNode *at) {
     IrGraph *g = z->g;
     OpAttr a = {.axis = 1, .start = t * z->rows, .size = z->rows};
     IrShapeErr err;
-    const char *name = arena_printf(g->arena, "%s.t%d", g->tensors.at[x].name, t);
+    const char *name = arena_printf(g->arena, "%s.s%d", g->tensors.at[x].name, t);
     int id = ir_node_add(g, OP_SLICE, 1, &x, a, name, at->layer, at->loc, &err);
     IR_ASSERT(id >= 0);
     cur_put(z, x, g->nodes.at[id].out[0]);
     return g->nodes.at[id].out[0];
+}
+
+// Tile 0's output k of node `made` takes the id of the tail's tensor `old` (and its
+// place in the tensor list): the tensors before it keep their ids, and so the plan's
+// buffers their order, by which the runtime seeds each parameter's initialisation (a
+// tiled plan starts from the untiled plan's weights). The tensor made for it is left
+// unread (dropped at the end).
+static void keep_id(IrGraph *g, IrNode *made, int k, int old) {
+    IrTensor t = g->tensors.at[made->out[k]];
+    t.id = old;
+    g->tensors.at[old] = t;
+    made->out[k] = old;
 }
 
 // The tail's nodes old[from..to] once for tile t, on the tile's slices of its inputs.
@@ -164,14 +177,17 @@ static void write_tile(Tiler *z, const IrNode *old, int from, int to, int t) {
         if (n->op == OP_VIEW)
             a.shape[1] = z->rows;   // (per_token: the view keeps [B, S, ...])
         IrShapeErr err;
-        const char *name = arena_printf(g->arena, "%s.t%d", g->tensors.at[n->out[0]].name, t);
+        const char *name = arena_printf(g->arena, "%s.t%d", z->name[n->out[0]], t);
         int id = ir_node_add(g, n->op, n->nin, in, a, name, n->layer, n->loc, &err);
         if (id < 0) {
             fprintf(stderr, "tile: %s: %s\n", op_desc(n->op)->name, err.msg);
             IR_ASSERT(id >= 0);
         }
-        for (int k = 0; k < IR_MAX_OUTPUTS && n->out[k] >= 0; k++)
+        for (int k = 0; k < IR_MAX_OUTPUTS && n->out[k] >= 0; k++) {
+            if (t == 0)
+                keep_id(g, &g->nodes.at[id], k, n->out[k]);
             cur_put(z, n->out[k], g->nodes.at[id].out[k]);
+        }
     }
 }
 
@@ -222,10 +238,7 @@ static void tile_tail(Tiler *z, const IrNode *old, int from, int to, const bool 
             parts[(size_t)o * (size_t)z->tiles + (size_t)t] = *cur(z, outs[o]);
     }
     for (int o = 0; o < no; o++) {
-        IrTensor *was = &g->tensors.at[outs[o]];
-        const char *name = was->name;
-        was->name = arena_printf(g->arena, "%s.untiled", name);   // (dropped below)
-        z->remap[outs[o]] = join(g, parts + (size_t)o * (size_t)z->tiles, z->tiles, name, &old[to]);
+        z->remap[outs[o]] = join(g, parts + (size_t)o * (size_t)z->tiles, z->tiles, z->name[outs[o]], &old[to]);
     }
     free(parts), free(outs);
 }
@@ -269,8 +282,9 @@ int tile_apply(IrGraph *g, int64_t tiles, TileStats *st) {
     Tiler z = {.g = g, .tiles = (int)tiles, .rows = g->seq / tiles, .nt0 = nt0};
     z.remap = xmalloc(sizeof(int) * (size_t)nt0);
     z.made_in = xmalloc(sizeof(int) * (size_t)nt0);
+    z.name = xmalloc(sizeof(char *) * (size_t)nt0);
     for (int i = 0; i < nt0; i++)
-        z.remap[i] = i, z.made_in[i] = -1;
+        z.remap[i] = i, z.made_in[i] = -1, z.name[i] = g->tensors.at[i].name;
     IrRewrite rw;
     ir_rewrite_begin(&rw, g);
     for (IrNode nd; ir_rewrite_next(&rw, &nd);) {
@@ -290,7 +304,7 @@ int tile_apply(IrGraph *g, int64_t tiles, TileStats *st) {
         g->loss = z.remap[g->loss];
     if (g->logits >= 0)
         g->logits = z.remap[g->logits];
-    free(tail_end), free(read_after), free(z.remap), free(z.made_in), free(z.cur), free(z.set);
+    free(tail_end), free(read_after), free(z.remap), free(z.made_in), free(z.cur), free(z.set), free(z.name);
     ir_drop_unused(g);
     ir_mark_requires_grad(g);
     return 0;

@@ -859,12 +859,13 @@ static int cpu_launch(Backend *be, Exec *x, const PlanInstr *in, char *err, size
     }
     int rc = kernels[in->op](&c);
     // Results back into their storage: a view's bytes are its base's (an update of this
-    // rank's slice of a parameter); a view op writes nothing.
+    // rank's slice of a parameter); a view op writes nothing, nor does a slice that is a
+    // view of its input's bytes (k_slice: its scratch holds nothing to store).
     if (rc == 0)
         for (int k = 0; k < in->nout; k++) {
             const PlanBuffer *ob = c.o[k].b;
             if (ob->dtype != PDT_F32 && is_float(ob->dtype) &&
-                (ob->bytes || ob->virt || (ob->view >= 0 && in->op != OP_VIEW)))
+                (ob->bytes || ob->virt || (ob->view >= 0 && in->op != OP_VIEW && in->op != OP_SLICE)))
                 narrow(&c.o[k]);
         }
     return rc;
