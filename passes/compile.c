@@ -298,7 +298,7 @@ static void search_tiles(const CompileOptions *o, CompileResult *r) {
     const Candidate *b = search_at(r, 1, true);
     if (b && b->o.remat.recompute_flops == 0 && b->o.remat.swap_bytes == 0)
         return;
-    if (tiled_blocks(r, 2) == 0)
+    if (o->train.seq % 2 || o->train.seq / 2 < TILE_MIN_ROWS || tiled_blocks(r, 2) == 0)
         return;
     double last = b ? b->o.cost.step_us : 0;
     for (int64_t t = 2; o->train.seq % t == 0 && o->train.seq / t >= TILE_MIN_ROWS; t *= 2) {
