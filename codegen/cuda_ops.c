@@ -328,6 +328,19 @@ static void around(const IrTensor *t, int axis, int64_t *outer, int64_t *dim, in
     *dim = t->shape[axis];
 }
 
+// slice_bwd's mode (movement.cuh): 0 writes its output, 1 adds into the output's range (a
+// gradient it updates, or a sum so far whose bytes the output took), 2 adds the range to a
+// sum so far elsewhere.
+static int slice_bwd_mode(const CudaCtx *cx) {
+    CTX(cx);
+    if (upd(n))
+        return 1;
+    if (n->nin < 2 || n->in[1] < 0)
+        return 0;
+    const IrTensor *acc = IN(1), *o = OUT(0);
+    return acc->arena == o->arena && acc->offset == o->offset ? 1 : 2;
+}
+
 // slice: around its input; slice_bwd: around its output (the input's shape).
 static void a_slice(FILE *f, const CudaCtx *cx) {
     CTX(cx);
@@ -336,13 +349,13 @@ static void a_slice(FILE *f, const CudaCtx *cx) {
     fprintf(f, "%lldLL, %lldLL, %lldLL, %lldLL, %lldLL, ", (long long)outer, (long long)dim,
             (long long)inner, (long long)n->attr.start, (long long)n->attr.size);
     if (n->op == OP_SLICE_BWD)
-        fprintf(f, "%d, ", upd(n));
+        fprintf(f, "%d, ", slice_bwd_mode(cx));
     fprintf(f, "%d, %d", DT(n->op == OP_SLICE ? IN(0) : OUT(0)), DT(n->op == OP_SLICE ? OUT(0) : IN(0)));
 }
 // One thread an element written: the range alone when a slice_bwd adds into its output.
 static void g_slice(const CudaCtx *cx, unsigned *grid, unsigned *block) {
     CTX(cx);
-    ew_geometry(n->op == OP_SLICE_BWD && upd(n) ? ir_tensor_elems(IN(0)) : ir_tensor_elems(OUT(0)),
+    ew_geometry(n->op == OP_SLICE_BWD && slice_bwd_mode(cx) == 1 ? ir_tensor_elems(IN(0)) : ir_tensor_elems(OUT(0)),
                 grid, block);
 }
 

@@ -485,9 +485,17 @@ static bool shape_matmul_db(const IrGraph *g, const IrNode *n, IrTensor *out, Ir
     return true;
 }
 
-// dy [.., size along axis, ..] -> dx of the forward input's shape (attr.shape).
+// dy [.., size along axis, ..] -> dx of the forward input's shape (attr.shape); an acc
+// input is of that shape and dtype.
 static bool shape_slice_bwd(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
-    return shape_attr(g, n, out, err);
+    if (!shape_attr(g, n, out, err))
+        return false;
+    if (n->nin > 1 && n->in[1] >= 0 && (!ir_same_shape(IN(1), out) || IN(1)->dtype != out->dtype)) {
+        snprintf(err->msg, sizeof err->msg, "slice_bwd: the sum so far is not of the gradient's shape and dtype");
+        err->arg = 1;
+        return false;
+    }
+    return true;
 }
 
 static bool shape_norm_dw(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
@@ -870,7 +878,7 @@ static const OpInfo ops[OP_COUNT] = {
                         .device = "y = x1 != 0.0f ? x0 * (1.0f / (1.0f - c)) : 0.0f;"},
     [OP_CROSS_ENTROPY_BWD] = {.shape = shape_like0, .flops = flops_cross_entropy,
                               .scratch_bytes = scratch_cross_entropy},
-    [OP_SLICE_BWD] = {.shape = shape_slice_bwd, .flops = flops_zero},
+    [OP_SLICE_BWD] = {.shape = shape_slice_bwd, .flops = flops_zero, .inplace_in = 2, .acc_in = 2},
     [OP_TANH_BWD] = {.shape = shape_like1, .flops = flops_4elems, .device = "y = x0 * (1.0f - x1 * x1);"},
     [OP_SOFTCAP_BWD] = {.shape = shape_like1, .flops = flops_4elems,
                         .device = "float t = x1 / c; y = x0 * (1.0f - t * t);"},

@@ -109,6 +109,13 @@ static CompileStatus check_program(const CompileOptions *o, CompileResult *r, in
         return refuse(r, COMPILE_REFUSED, "--offload", "--offload grads with several ranks needs every "
                       "gradient sharded, and adamw8bit's 8-bit state keeps its tensors whole on every rank "
                       "(their gradients all-reduced on the device): use --offload optimizer or none");
+    if (o->tile > 1 && t->seq % o->tile)
+        return refuse(r, COMPILE_REFUSED, "--tile", "--tile %lld: the sequence of %lld tokens does not split "
+                      "into %lld equal tiles (a tile count must divide it)", (long long)o->tile, (long long)t->seq,
+                      (long long)o->tile);
+    if (o->tile > 1 && o->remat == REMAT_TENSORS)
+        return refuse(r, COMPILE_REFUSED, "--tile", "--tile with --remat tensors: the keep masks name the "
+                      "tensors of an untiled block (use --remat keep, selective, full or swap)");
     const char *whole = whole_step_grads(t, o->ranks, *micro, o->offload);
     if (o->update == 1 && whole)
         return refuse(r, COMPILE_REFUSED, "--update", "--update backward: %s", whole);
@@ -228,14 +235,99 @@ static int64_t rank_weights(const PlannerInput *pin) {
     return shards ? pin->weights_bytes / pin->ranks : pin->weights_bytes;
 }
 
+// The blocks whose per-token tail `tiles` tiles (building the program through the tile pass).
+static int tiled_blocks(CompileResult *r, int64_t tiles) {
+    Arena *a = arena_new();
+    Pipeline front = r->pipe;
+    front.stop_after = "tile";
+    PlanChoice one = {.micro = 1, .policy = REMAT_KEEP, .rest = REMAT_KEEP, .tile = tiles};
+    BuildStats bs;
+    IrGraph *g = pipeline_build(&front, &one, a, &bs);
+    int blocks = g ? bs.tile.blocks : 0;
+    if (g)
+        ir_graph_free(g);
+    arena_free(a);
+    return blocks;
+}
+
+// Appends search `add` (of other tiles) to `r`: its candidates, the fastest that fits and
+// the smallest of both, what each skipped.
+static void merge_search(PlannerResult *r, PlannerResult *add) {
+    int base = r->tried.len;
+    for (int i = 0; i < add->tried.len; i++)
+        vec_push(&r->tried, add->tried.at[i]);
+    for (int i = 0; i < add->bounds.len; i++)
+        vec_push(&r->bounds, add->bounds.at[i]);
+    if (add->best >= 0 && (r->best < 0 || add->tried.at[add->best].o.cost.step_us <
+                                              r->tried.at[r->best].o.cost.step_us))
+        r->best = base + add->best;
+    if (add->smallest >= 0 && (r->smallest < 0 || add->tried.at[add->smallest].o.device_bytes <
+                                                      r->tried.at[r->smallest].o.device_bytes))
+        r->smallest = base + add->smallest;
+    r->pruned_levels += add->pruned_levels, r->bound_pruned += add->bound_pruned;
+    r->host_pruned += add->host_pruned;
+    if (add->host_need > 0 && (r->host_need == 0 || add->host_need < r->host_need))
+        r->host_need = add->host_need;
+    planner_result_free(add);
+}
+
+// The planner's search at `tiles` sequence tiles, into r->search (the first) or merged
+// into it; its fastest plan that fits, or NULL. Per-tensor keep masks are the untiled
+// block's (remat_keep_chain), so a tiled search goes without them.
+static const Candidate *search_at(CompileResult *r, int64_t tiles, bool first) {
+    PlannerResult pr;
+    const uint8_t *chain = r->pin.chain;
+    int nchain = r->pin.nchain;
+    r->pin.tile = tiles;
+    if (tiles > 1)
+        r->pin.chain = NULL, r->pin.nchain = 0;
+    planner_search(&r->pin, first ? &r->search : &pr);
+    r->pin.chain = chain, r->pin.nchain = nchain, r->pin.tile = 0;
+    if (first)
+        return r->search.best >= 0 ? &r->search.tried.at[r->search.best] : NULL;
+    int at = pr.best >= 0 ? r->search.tried.len + pr.best : -1;
+    merge_search(&r->search, &pr);
+    return at >= 0 ? &r->search.tried.at[at] : NULL;
+}
+
+// The sequence tiles searched: --tile's alone; else none, then (where the plan without
+// them fits nothing, or recomputes or swaps: a block's working set is what costs) 2, 4,
+// 8, ... while they divide the sequence and a tile keeps TILE_MIN_ROWS tokens, until a
+// count fits and is not 1% faster than the one before it. Tiles only shrink a block's
+// working set, at some time, so past the first count that fits more pay only where they
+// let the plan recompute less.
+static void search_tiles(const CompileOptions *o, CompileResult *r) {
+    if (o->tile > 0) {
+        search_at(r, o->tile, true);
+        return;
+    }
+    const Candidate *b = search_at(r, 1, true);
+    if (b && b->o.remat.recompute_flops == 0 && b->o.remat.swap_bytes == 0)
+        return;
+    if (o->train.seq % 2 || o->train.seq / 2 < TILE_MIN_ROWS || tiled_blocks(r, 2) == 0)
+        return;
+    double last = b ? b->o.cost.step_us : 0;
+    for (int64_t t = 2; o->train.seq % t == 0 && o->train.seq / t >= TILE_MIN_ROWS; t *= 2) {
+        b = search_at(r, t, false);
+        if (b && last > 0 && b->o.cost.step_us > 0.99 * last)
+            break;
+        if (b && (last == 0 || b->o.cost.step_us < last))
+            last = b->o.cost.step_us;
+    }
+}
+
 // The search, timed; when nothing fits, what each user-side change would need.
 static CompileStatus search(const CompileOptions *o, CompileResult *r) {
     struct timespec t0, t1;
     r->pipe.diag = NULL;   // (user errors were reported by the naive step's build)
     r->pipe.verify = false;
+    if (o->tile > 1 && tiled_blocks(r, o->tile) == 0)
+        return refuse(r, COMPILE_REFUSED, "--tile", "--tile %lld: no block of the model ends in per-token "
+                      "work to tile (after its attention: projections, norms, activations, residual adds, "
+                      "with at least one linear)", (long long)o->tile);
     r->pipe.cache = pipeline_cache_new();
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    planner_search(&r->pin, &r->search);
+    search_tiles(o, r);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     r->search_ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6;
     r->holds = planner_holds(&r->search, r->pc.cm.host_adamw_per_s, r->pc.cm.link_bytes_per_s);

@@ -31,6 +31,29 @@ typedef struct LoraSpec {
 int lora_apply(IrGraph *g, const LoraSpec *spec, PassDiag *d);
 
 //
+// tile.c — sequence tiling: each block's per-token tail over S/T-token slices.
+//
+
+typedef struct TileStats {
+    int64_t tiles;              // T (0: nothing tiled)
+    int64_t rows;               // S / T: a tile's tokens per sequence
+    int blocks;                 // blocks whose tail was tiled
+    int nodes;                  // a tail's nodes (each written T times)
+} TileStats;
+
+// Before autodiff: rewrites the tail of every repeated block that
+// works on each token alone (after its last token-mixing node, attention or RoPE, and
+// holding a GEMM) into `tiles` copies over [B, S/tiles, ...] slices of its inputs, the
+// values it hands on joined along the sequence (concat). `tiles` divides g->seq; 1 (or 0)
+// leaves g as it is. Returns 0.
+int tile_apply(IrGraph *g, int64_t tiles, TileStats *st);
+
+// The planner searches tile counts (powers of two dividing the sequence) only while a tile
+// keeps at least TILE_MIN_ROWS tokens: below that a block's working set is small anyway
+// and the tiles' GEMMs lose efficiency (compile.c). --tile forces any divisor.
+enum { TILE_MIN_ROWS = 4096 };
+
+//
 // autodiff.c — the training step: backward of the loss, then the optimizer.
 //
 
@@ -426,6 +449,7 @@ typedef struct PlanChoice {
     int64_t loss_chunk;         // rows per chunk of the fused loss (0: the default cap's)
     bool early_update;          // each update inside backward (early_update.c): one micro-step,
                                 // offload none, one rank, and a step PipelineSpec allows it for
+    int64_t tile;               // sequence tiles of the blocks' per-token tails (tile.c; 0, 1: none)
 } PlanChoice;
 
 enum { BUCKET_DEFAULT_BYTES = 32 << 20 };
@@ -465,6 +489,7 @@ typedef struct PlanOutcome {
                                 // backward starts, reserve included: a floor of the peak,
                                 // linear in the blocks' keep masks
     int64_t loss_chunk, loss_rows;  // the fused loss's rows per chunk, of how many (0: none)
+    TileStats tile;             // the sequence tiles (tiles 0: none)
 } PlanOutcome;
 
 typedef struct Candidate {
@@ -492,6 +517,7 @@ typedef struct PlannerInput {
                                 // state is not sharded): all-reduced on the device, none
                                 // can live on the host
     int64_t loss_chunk;         // the fused loss's rows per chunk fixed by the user, else 0
+    int64_t tile;               // every choice's sequence tiles (PlanChoice.tile; 0: none)
     // The keep masks of remat_keep_chain (nchain of nkeep bits), for plans that choose what
     // to keep tensor by tensor; none when nchain is 0.
     const uint8_t *chain;
@@ -655,6 +681,7 @@ typedef struct Pipeline {
 } Pipeline;
 
 typedef struct BuildStats {
+    TileStats tile;
     QuantStats quant;
     RematStats remat;
     ShardStats shard;
@@ -791,6 +818,7 @@ typedef struct CompileOptions {
     TensorsSpec tensors;        // --remat tensors:...
     int update;                 // -1: the planner's, 0 after the step, 1 inside backward
     int64_t loss_chunk;
+    int64_t tile;               // --tile: the sequence tiles (0: the planner's; 1: none)
     bool no_fusion, unfused_loss, grad_temporaries, exhaustive, time_passes;
     bool verify;                // ir_verify between the chosen plan's passes
     bool emit_graph;            // also the training graph before remat and offload

@@ -1,7 +1,7 @@
 // pipeline.c — the compile pipeline as one ordered table of named passes with one
 // signature, run for one planner choice:
 //
-//   elaborate (B, S) → lora → fuse_loss → autodiff → quantize → chunk_loss → remat → eval
+//   elaborate (B, S) → lora → tile → fuse_loss → autodiff → quantize → chunk_loss → remat → eval
 //     → shard → offload → fuse → early_update → schedule → buckets → liveness → alloc
 //     → streams
 //
@@ -34,6 +34,8 @@ static int run_lora(PassCtx *x) {
     const PipelineSpec *s = &x->p->spec;
     return s->lora ? lora_apply(x->g, &s->lora_spec, x->d) : 0;
 }
+
+static int run_tile(PassCtx *x) { return tile_apply(x->g, x->c->tile, &x->bs->tile); }
 
 static int run_fuse_loss(PassCtx *x) {
     x->bs->fused_loss = x->p->spec.fused_loss && fuse_loss_apply(x->g);
@@ -102,7 +104,7 @@ static int run_alloc(PassCtx *x) { return alloc_within(x->g, x->enough[0], x->en
 static int run_streams(PassCtx *x) { return streams_apply(x->g, &x->bs->streams); }
 
 // The passes in order: name, entry, what it depends on: PREFIX passes only on the
-// train section and the micro-batch (their result is cached across choices), CHOICE
+// train section, the micro-batch and the tiles (their result is cached across choices), CHOICE
 // passes on the planner's choice, PLACE (the offsets) too but a candidate that cannot
 // fit or win needs only the liveness bound, FINAL passes change nothing the planner
 // measures and run only for a plan to be written.
@@ -110,6 +112,7 @@ enum { PREFIX, CHOICE, PLACE, FINAL };
 
 #define PASSES(X)                                                                        \
     X(lora, run_lora, PREFIX)                                                            \
+    X(tile, run_tile, PREFIX)                                                            \
     X(fuse_loss, run_fuse_loss, PREFIX)                                                  \
     X(autodiff, run_autodiff, PREFIX)                                                    \
     X(quantize, run_quantize, PREFIX)                                                    \
@@ -226,7 +229,7 @@ static IrGraph *build_prefix(const Pipeline *p, const PlanChoice *c, Arena *a, B
 }
 
 typedef struct Prefix {
-    int64_t micro;
+    int64_t micro, tile;
     Arena *arena;
     IrGraph *g;
     BuildStats bs;
@@ -259,11 +262,15 @@ void pipeline_cache_free(PipelineCache *c) {
     free(c);
 }
 
-static const Prefix *lookup(PipelineCache *cache, int64_t micro) {
+static bool same_prefix(const Prefix *e, const PlanChoice *c) {
+    return e->micro == c->micro && (e->tile > 1 ? e->tile : 1) == (c->tile > 1 ? c->tile : 1);
+}
+
+static const Prefix *lookup(PipelineCache *cache, const PlanChoice *c) {
     const Prefix *hit = NULL;
     pthread_mutex_lock(&cache->lock);
     for (int i = 0; i < cache->at.len && !hit; i++)
-        if (cache->at.at[i]->micro == micro)
+        if (same_prefix(cache->at.at[i], c))
             hit = cache->at.at[i];
     pthread_mutex_unlock(&cache->lock);
     return hit;
@@ -272,11 +279,11 @@ static const Prefix *lookup(PipelineCache *cache, int64_t micro) {
 // The cached prefix for c's micro-batch, built (outside the lock) when missing.
 static const Prefix *cached(const Pipeline *p, const PlanChoice *c) {
     PipelineCache *cache = p->cache;
-    const Prefix *hit = lookup(cache, c->micro);
+    const Prefix *hit = lookup(cache, c);
     if (hit)
         return hit;
-    Prefix *e = calloc(1, sizeof *e);
-    e->micro = c->micro;
+    Prefix *e = xcalloc(1, sizeof *e);
+    e->micro = c->micro, e->tile = c->tile;
     e->arena = arena_new();
     bool stopped = false;
     e->g = build_prefix(p, c, e->arena, &e->bs, &stopped);
@@ -287,7 +294,7 @@ static const Prefix *cached(const Pipeline *p, const PlanChoice *c) {
     }
     pthread_mutex_lock(&cache->lock);
     for (int i = 0; i < cache->at.len && !hit; i++)   // another thread may have won
-        if (cache->at.at[i]->micro == c->micro)
+        if (same_prefix(cache->at.at[i], c))
             hit = cache->at.at[i];
     if (!hit)
         vec_push(&cache->at, e);
@@ -447,6 +454,7 @@ int pipeline_plan_choice(void *vctx, const PlanChoice *c, const BuildNeed *need,
         region_peaks(g, reserve, need->peaks);
     if (bs.fused_loss)
         out->loss_chunk = bs.loss_chunk_rows, out->loss_rows = bs.loss_rows;
+    out->tile = bs.tile;
     ir_graph_free(g);
     arena_free(a);
     return 0;

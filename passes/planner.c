@@ -126,6 +126,8 @@ void planner_choice_str(char *buf, size_t cap, const PlanChoice *c, int nlayers)
                       (long long)(c->bucket_bytes >> 20));
     if (c->loss_chunk > 0 && n > 0 && (size_t)n < cap)
         n += snprintf(buf + n, cap - (size_t)n, ", loss chunk %lld", (long long)c->loss_chunk);
+    if (c->tile > 1 && n > 0 && (size_t)n < cap)
+        n += snprintf(buf + n, cap - (size_t)n, ", %lld sequence tiles", (long long)c->tile);
     if (c->early_update && n > 0 && (size_t)n < cap)
         snprintf(buf + n, cap - (size_t)n, ", updates in backward");
 }
@@ -137,7 +139,7 @@ static bool same_choice(const PlanChoice *a, const PlanChoice *b) {
            a->per_layer == b->per_layer && a->keep == b->keep && a->keep_rest == b->keep_rest &&
            a->keep_blocks == b->keep_blocks &&
            a->loss_chunk == b->loss_chunk && a->zero == b->zero && a->bucket_bytes == b->bucket_bytes &&
-           a->early_update == b->early_update;
+           a->early_update == b->early_update && a->tile == b->tile;
 }
 
 // The buckets' size a candidate starts with: none for one rank.
@@ -147,7 +149,7 @@ static int64_t bucket(const PlannerInput *in) { return in->ranks > 1 ? BUCKET_DE
 static PlanChoice uniform(const PlannerInput *in, int64_t micro, int pol, int lv, int z) {
     PlanChoice c = {.micro = micro, .policy = (RematPolicy)pol, .n_policy = in->nlayers,
                     .rest = (RematPolicy)pol, .offload = levels[lv], .zero = z, .bucket_bytes = bucket(in),
-                    .early_update = lv == LEVEL_EARLY};
+                    .early_update = lv == LEVEL_EARLY, .tile = in->tile};
     if (pol == REMAT_TENSORS && in->tensors_masks)   // the user's masks
         c.keep_blocks = in->tensors_masks, c.nkeep = in->nkeep;
     return c;
@@ -1042,7 +1044,7 @@ int planner_exact(const PlannerInput *in, int64_t micro, int level, RematPolicy 
         for (int l = 0, c = code; l < L; l++, c /= 3)
             trial[l] = (RematPolicy)(c % 3);
         PlanChoice ch = {.micro = micro, .policy = REMAT_KEEP, .n_policy = L, .rest = REMAT_KEEP,
-                         .offload = levels[level], .per_layer = trial};
+                         .offload = levels[level], .per_layer = trial, .tile = in->tile};
         PlanOutcome o;
         if (in->build(in->ctx, &ch, NULL, &o) != 0)
             continue;

@@ -300,6 +300,8 @@ static int movement(const Check *c, OpKind op, const OpAttr *attr) {
              "[%lld, %lld) is not inside dimension %d of %s", (long long)attr->start,
              (long long)(attr->start + attr->size), ax, x->name);
         NEED(E(y) == E(x) / D(x, ax) * attr->size, "%s is not %s's range", y->name, x->name);
+        NEED(op != OP_SLICE_BWD || c->nin < 2 || !b || (E(b) == E(o) && b->dtype == o->dtype),
+             "%s (the sum so far) is not of %s's size and dtype", b ? b->name : "", o->name);
         return 0;
     }
     case OP_CONCAT: {     // x0, x1, ... -> joined along axis

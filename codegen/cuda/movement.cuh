@@ -35,17 +35,19 @@ FTC_INLINE void slice_fwd(FtcArgs a, long long outer, long long dim, long long i
     }
 }
 
-/* dx[o, j, i] = dy[o, j - start, i] inside the range, 0 outside; with update, the range
- * alone gets dy added.  a.p: dx, dy. */
+/* dx[o, j, i] = dy[o, j - start, i] inside the range, 0 outside; mode 1 (an update, or a
+ * sum so far in dx's own bytes): the range alone gets dy added; mode 2: dx = acc + that.
+ * a.p: dx, dy, acc (mode 2). */
 FTC_INLINE void slice_bwd(FtcArgs a, long long outer, long long dim, long long inner, long long start,
-                          long long size, int update, int dtdx, int dtdy) {
+                          long long size, int mode, int dtdx, int dtdy) {
+    bool update = mode == 1;
     long long n = outer * (update ? size : dim) * inner, span = update ? size : dim;
     for (long long e = ftc_gid(); e < n; e += ftc_gstride()) {
         long long i = e % inner, j = (e / inner) % span, o = e / (inner * span);
         long long d = update ? start + j : j, at = (o * dim + d) * inner + i;
         bool in = d >= start && d < start + size;
         float g = in ? ldf(a.p[1], (o * size + d - start) * inner + i, dtdy) : 0.0f;
-        stf(a.p[0], at, dtdx, update ? ldf(a.p[0], at, dtdx) + g : g);
+        stf(a.p[0], at, dtdx, update ? ldf(a.p[0], at, dtdx) + g : mode == 2 ? ldf(a.p[2], at, dtdx) + g : g);
     }
 }
 

@@ -145,7 +145,7 @@ static const Option compile_opts[] = {
     OPT(OPT_TEXT, "-o", "DIR", ARG(outdir), "the plan directory to write (default: NAME.plan, NAME the file's stem)"),
     OPT(OPT_CALL, "--dump-ir", NULL, 0, "print the IR after each pass of the chosen plan", .call = dump_ir),
     OPT(OPT_CALL, "--dump-after", "PASS", 0, "print the IR after one pass of the chosen plan: elaborate, lora,\n"
-     "fuse_loss, autodiff, quantize, chunk_loss, remat, eval, shard,\noffload, fuse, early_update, schedule, "
+     "tile, fuse_loss, autodiff, quantize, chunk_loss, remat, eval, shard,\noffload, fuse, early_update, schedule, "
      "buckets, liveness, alloc or\nstreams", .call = dump_after),
     OPT(OPT_TEXT, "--emit-graph", "FILE", ARG(emit), "write the training graph (FLOPs, bytes, edges) as JSON to FILE"),
     OPT(OPT_FLAG, "--time-passes", NULL, ARG(o.time_passes), "print the time spent in each pass, over every "
@@ -187,6 +187,9 @@ static const Option compile_opts[] = {
     OPT(OPT_COUNT, "--loss-chunk", "N", ARG(o.loss_chunk), "rows of logits the fused loss forms at a time (a "
      "divisor of\nmicro-batch x seq; the largest at most N)", .lo = 1,
      .bad = "--loss-chunk needs a positive number of rows"),
+    OPT(OPT_COUNT, "--tile", "N", ARG(o.tile), "sequence tiles: each block's per-token work after its attention\n"
+     "(projections, norms, MLP, LoRA paths, residual adds) runs on N\nslices of seq / N tokens, so a block's "
+     "working set is a tile's\n(N divides seq; 1: none)", .lo = 1, .bad = "--tile needs a positive tile count"),
 };
 
 // Where the plan goes: -o, else NAME.plan in the current directory ("out.plan/" names

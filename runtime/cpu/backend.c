@@ -461,8 +461,11 @@ static int k_dropout_bwd(Call *c) {
 static int k_slice_bwd(Call *c) {
     size_t outer, dim, inner;
     around(OB(0), c->in->attr.axis, &outer, &dim, &inner);
+    bool acc = c->in->nin > 1 && c->in->in[1] >= 0;   // acc + dy's range: the sum so far first
+    if (acc && OUT(0) != IN(1))
+        memmove(OUT(0), IN(1), sizeof(float) * (size_t)N(1));
     cpu_slice_backward(OUT(0), IN(0), outer, dim, inner, (size_t)c->in->attr.start,
-                       (size_t)c->in->attr.size, (int)UPDATE(0));
+                       (size_t)c->in->attr.size, (int)UPDATE(0) || acc);
     return 0;
 }
 
@@ -856,12 +859,13 @@ static int cpu_launch(Backend *be, Exec *x, const PlanInstr *in, char *err, size
     }
     int rc = kernels[in->op](&c);
     // Results back into their storage: a view's bytes are its base's (an update of this
-    // rank's slice of a parameter); a view op writes nothing.
+    // rank's slice of a parameter); a view op writes nothing, nor does a slice that is a
+    // view of its input's bytes (k_slice: its scratch holds nothing to store).
     if (rc == 0)
         for (int k = 0; k < in->nout; k++) {
             const PlanBuffer *ob = c.o[k].b;
             if (ob->dtype != PDT_F32 && is_float(ob->dtype) &&
-                (ob->bytes || ob->virt || (ob->view >= 0 && in->op != OP_VIEW)))
+                (ob->bytes || ob->virt || (ob->view >= 0 && in->op != OP_VIEW && in->op != OP_SLICE)))
                 narrow(&c.o[k]);
         }
     return rc;
