@@ -304,6 +304,23 @@ static unsigned s_attention(const CudaCtx *cx) {
     return (unsigned)(fwd ? (64 + 2 * tile) * ld * 2 : 4 * tile * ld * 2 + 2 * tile * (tile + 8) * 2 + 2 * tile * 4);
 }
 
+// The decode step's attention (decode.cuh): a warp a query head, over the cache's rows.
+static void a_attention_decode(FILE *f, const CudaCtx *cx) {
+    CTX(cx);
+    const IrTensor *q = IN(0), *kc = OUT(1);
+    IR_ASSERT(q->shape[3] <= 32 * 8 && IN(1)->dtype == kc->dtype);   // (decode.cuh: FTC_ATT_LANE a lane)
+    fprintf(f, "%lldLL, %lldLL, %lldLL, %lldLL, %lld, %lldLL, ", (long long)q->shape[0], (long long)kc->shape[1],
+            (long long)q->shape[2], (long long)kc->shape[2], (long long)q->shape[3], (long long)n->attr.window);
+    flit(f, n->attr.softcap);
+    fprintf(f, ", ");
+    flit(f, n->attr.scale > 0 ? n->attr.scale : 1.0 / sqrt((double)q->shape[3]));
+    fprintf(f, ", %d, %d, %d", DT(q), DT(kc), DT(OUT(0)));
+}
+static void g_attention_decode(const CudaCtx *cx, unsigned *grid, unsigned *block) {
+    CTX(cx);
+    warp_geometry(IN(0)->shape[0] * IN(0)->shape[2], grid, block);
+}
+
 static void a_transpose(FILE *f, const CudaCtx *cx) {
     CTX(cx);
     const IrTensor *x = IN(0);
@@ -595,6 +612,7 @@ static const CudaOp column[OP_COUNT] = {
     [OP_SOFTMAX] = {{"softmax_fwd"}, {1}, a_softmax, g_rows_in0},
     [OP_SOFTMAX_BWD] = {{"softmax_bwd"}, {1}, a_softmax, g_rows_in1},
     [OP_ATTENTION] = {{"attention_fwd"}, {1}, a_attention, g_attention, .smem = s_attention},
+    [OP_ATTENTION_DECODE] = {{"attention_decode"}, {1}, a_attention_decode, g_attention_decode},
     [OP_ATTENTION_BWD] = {{"attention_bwd_pre", "attention_bwd_main", "attention_bwd_post"}, {1, 1, 1},
                           a_attention, g_attention, .smem = s_attention, .main_launch = 1},
     [OP_TRANSPOSE] = {{"transpose"}, {0}, a_transpose, g_ew_out0},

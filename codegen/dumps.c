@@ -11,13 +11,13 @@
 
 static const char *cat_names[MV_CATS] = {
     "weights", "grads", "optimizer", "master", "activations", "recompute",
-    "temporaries", "workspace", "io", "reserve", "other"};
+    "temporaries", "workspace", "io", "reserve", "kv_cache", "other"};
 
 static const char *cat_colors[MV_CATS] = {
     "#4e79a7", "#f28e2b", "#e15759", "#b07aa1", "#59a14f", "#9c755f",
-    "#edc948", "#bab0ac", "#76b7b2", "#555555", "#ff9da7"};
+    "#edc948", "#bab0ac", "#76b7b2", "#555555", "#86bcb6", "#ff9da7"};
 
-static const char cat_letters[MV_CATS + 1] = "WGOMARTXIZ?";
+static const char cat_letters[MV_CATS + 1] = "WGOMARTXIZK?";
 
 int mv_category(const char *name) {
     for (int c = 0; c < MV_CATS - 1; c++)
@@ -287,7 +287,9 @@ void mv_write_txt(FILE *f, const MemView *v, const MemMeta *m) {
         if (v->phase_peak_at[ph] >= 0)
             fprintf(f, "  %-10s %12s at instruction %d%s\n", plan_phase_name((PlanPhase)ph),
                     gib(a, v->phase_peak[ph]), v->phase_peak_at[ph],
-                    ph == PHASE_EVAL ? "  (between steps, when asked: forward only, nothing saved)" : "");
+                    ph == PHASE_EVAL     ? "  (between steps, when asked: forward only, nothing saved)"
+                    : ph == PHASE_DECODE ? "  (ftc generate: one token over the KV cache, apart from training)"
+                                         : "");
     fprintf(f, "\nat the peak, by category\n");
     for (int k = 0; k < MV_CATS; k++) {
         int64_t x = v->live[(size_t)v->peak_at * MV_CATS + k];
@@ -587,9 +589,10 @@ void mv_write_html(FILE *f, const MemView *v, const MemMeta *m) {
         if (v->phase_peak_at[ph] >= 0)
             fprintf(f, "%s %s <b>%s</b> at instruction %d", k++ ? ";" : "", plan_phase_name((PlanPhase)ph),
                     gib(a, v->phase_peak[ph]), v->phase_peak_at[ph]);
-    fprintf(f, "%s.</p>\n", v->phase_peak_at[PHASE_EVAL] >= 0
-                                ? " (eval: the forward alone, between steps, nothing saved for a backward)"
-                                : "");
+    fprintf(f, "%s%s.</p>\n", v->phase_peak_at[PHASE_EVAL] >= 0
+                                  ? " (eval: the forward alone, between steps, nothing saved for a backward)"
+                                  : "",
+            v->phase_peak_at[PHASE_DECODE] >= 0 ? " (decode: one token of ftc generate over the KV cache)" : "");
     fprintf(f, "<div class=\"lg\">");
     for (int k = 0; k < MV_CATS - 1; k++)
         fprintf(f, "<span style=\"background:%s\"></span>%s", cat_colors[k], cat_names[k]);

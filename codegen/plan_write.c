@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 static const char *kind_name(TensorKind k) {
-    static const char *n[] = {"param", "input", "value", "grad", "state", "workspace", "quant"};
+    static const char *n[] = {"param", "input", "value", "grad", "state", "workspace", "quant", "cache"};
     return n[k];
 }
 
@@ -95,6 +95,7 @@ static void write_header(FILE *f, const IrGraph *g, const PlanMeta *meta) {
 static PlanRole buffer_role(const IrGraph *g, int i) {
     PlanRole role = i == g->loss          ? PR_LOSS
                     : i == g->eval_loss   ? PR_EVAL_LOSS
+                    : i == g->decode_logits ? PR_DECODE_LOGITS
                     : i == g->logits      ? PR_LOGITS
                     : i == g->grad_stats  ? PR_GRAD_STATS
                     : i == g->grad_factor ? PR_GRAD_FACTOR
@@ -208,21 +209,22 @@ static void write_instr(FILE *f, const IrGraph *g, const KernelSet *ks, int j, i
     }
 }
 
-// The phases: "phase NAME N" and the nodes of each in order (an empty eval phase left out).
+// The phases: "phase NAME N" and the nodes of each in order (an empty eval or decode phase
+// left out).
 static void write_phases(FILE *f, const IrGraph *g, const KernelSet *ks) {
-    static const char *phases[] = {"forward", "backward", "optimizer", "eval"};
+    static const char *phases[] = {"forward", "backward", "optimizer", "eval", "decode"};
     int nn = g->nodes.len;
     int *instr = xmalloc(sizeof(int) * (size_t)(nn + 1));   // node -> instruction id
-    for (int ph = PHASE_FORWARD, i = 0; ph <= PHASE_EVALUATION; ph++)
+    for (int ph = PHASE_FORWARD, i = 0; ph <= PHASE_DECODING; ph++)
         for (int j = 0; j < nn; j++)
             if (g->nodes.at[j].phase == (IrPhase)ph)
                 instr[j] = i++;
     int i = 0;
-    for (int ph = PHASE_FORWARD; ph <= PHASE_EVALUATION; ph++) {
+    for (int ph = PHASE_FORWARD; ph <= PHASE_DECODING; ph++) {
         int count = 0;
         for (int j = 0; j < nn; j++)
             count += g->nodes.at[j].phase == (IrPhase)ph;
-        if (ph == PHASE_EVALUATION && count == 0)   // (the phase is optional)
+        if (ph >= PHASE_EVALUATION && count == 0)   // (the phases are optional)
             continue;
         fprintf(f, "phase %s %d\n", phases[ph], count);
         for (int j = 0; j < nn; j++)
@@ -350,7 +352,7 @@ static const KernelLaunch *launch_of(const KernelSet *ks, const char *name, int 
             if (strcmp(ks->node[i].at[l].name, name) == 0) {
                 first = first ? first : &ks->node[i].at[l];
                 const IrNode *n = &g->nodes.at[i];
-                if (n->phase != PHASE_EVALUATION && l == ks->node[i].main)
+                if (n->phase < PHASE_EVALUATION && l == ks->node[i].main)
                     *us += n->est_us * (n->phase == PHASE_OPTIMIZER ? 1 : (double)accum);
             }
     return first;

@@ -8,6 +8,7 @@ IrGraph *ir_graph_new(Arena *a) {
     IrGraph *g = arena_alloc(a, sizeof *g);
     g->arena = a;
     g->loss = g->logits = g->eval_loss = g->grad_stats = g->grad_factor = -1;
+    g->decode_token = g->decode_pos = g->decode_logits = -1;
     g->ranks = 1;
     return g;
 }
@@ -180,7 +181,8 @@ int ir_drop_unused(IrGraph *g) {
             used[g->fused.at[f].step[s].out[0]] = true;
     for (int i = 0; i < nt; i++) {   // what a kept tensor names is kept too
         const IrTensor *t = &g->tensors.at[i];
-        if (t->kind != TK_VALUE || i == g->loss || i == g->logits || i == g->eval_loss || i == g->grad_stats ||
+        if (t->kind != TK_VALUE || i == g->loss || i == g->logits || i == g->eval_loss || i == g->decode_logits ||
+            i == g->grad_stats ||
             i == g->grad_factor)
             used[i] = true;
         if (used[i] && t->alias_of >= 0)
@@ -222,6 +224,9 @@ int ir_drop_unused(IrGraph *g) {
     MAP(g->loss);
     MAP(g->logits);
     MAP(g->eval_loss);
+    MAP(g->decode_token);
+    MAP(g->decode_pos);
+    MAP(g->decode_logits);
     MAP(g->grad_stats);
     MAP(g->grad_factor);
 #undef MAP

@@ -73,6 +73,7 @@ typedef enum MemCategory {
     MEM_TEMPORARIES,  // everything else with a short life
     MEM_WORKSPACE,    // GEMM workspace, kernel scratch
     MEM_IO,           // token batches
+    MEM_KV_CACHE,     // the decode step's keys and values of the tokens so far
     MEM_RESERVE,      // modeled CUDA context and library handles
     MEM_COUNT
 } MemCategory;
@@ -98,6 +99,8 @@ typedef enum TensorKind {
     TK_STATE,     // optimizer state or fp32 master copy of param `of`; cat says which
     TK_WORKSPACE, // scratch of one node (`producer`), live only while it runs
     TK_QUANT,     // quantisation data of NF4 param `of` (absmax, or its codes/scales/mean)
+    TK_CACHE,     // a decode step's KV cache [B, L, Hkv, D]: lives through the decode phase,
+                  // keeps its rows between the phase's runs (the runtime zeroes it to start)
 } TensorKind;
 
 // How the runtime initialises a parameter that no checkpoint provides.
@@ -145,6 +148,8 @@ typedef enum IrPhase {
     PHASE_OPTIMIZER,        // once per step, after the last micro-step
     PHASE_EVALUATION,       // forward only, on an evaluation batch, between steps: reads
                             // the parameters and the batch inputs, saves nothing
+    PHASE_DECODING,           // one token of generation (passes/decode.c): the forward at one
+                            // position over the KV cache, its logits; run apart from training
 } IrPhase;
 
 typedef struct IrNode {
@@ -223,6 +228,9 @@ typedef struct IrGraph {
     int loss;               // the scalar loss tensor, -1 while there is none
     int logits;             // the tensor fed to the loss, -1 while there is none
     int eval_loss;          // the eval phase's loss (passes/eval.c), -1 while there is none
+    int decode_token;       // the decode phase's (passes/decode.c) inputs, i32 [1, 1]: the
+    int decode_pos;         // token and its position; its logits [1, 1, V]; -1 while there
+    int decode_logits;      // is no decode phase
     int64_t batch, seq;     // B and S the graph was elaborated for
     IrStep step;
     int grad_stats;         // f32[2]: the gradients' sum of squares and non-finite count,

@@ -292,6 +292,10 @@ static bool shape_rope(const IrGraph *g, const IrNode *n, IrTensor *out, IrShape
         OpAttr want = n->attr;
         want.rope.rotary = r->rotary ? r->rotary : x->shape[3];
         want.ndim = 3, want.shape[0] = x->shape[1], want.shape[1] = 2, want.shape[2] = want.rope.rotary / 2;
+        // With position ids, a table of more positions than x's rows (the decode step's)
+        bool has_pos = n->nin > 1 && n->in[1] >= 0;
+        if (tn && has_pos && tn->attr.ndim == 3 && tn->attr.shape[0] >= x->shape[1])
+            want.shape[0] = tn->attr.shape[0];
         if (!tn || tn->op != OP_ROPE_TABLE || !op_attr_equal(OP_ROPE_TABLE, &tn->attr, &want))
             return fail(err, 2, "rope: %s is not the rope_table of this rope's attributes and length",
                         t->name);
@@ -341,6 +345,46 @@ static bool shape_attention(const IrGraph *g, const IrNode *n, IrTensor *out, Ir
     out[1].shape[1] = q->shape[2];
     out[1].shape[2] = q->shape[1];
     return true;
+}
+
+// One new token's attention over the cache: q [B, 1, H, D], k and v [B, 1, Hkv, D], its
+// position i32 [B, 1] -> o [B, 1, H, D]. The caches it updates (out[1], out[2]) are the
+// decode pass's tensors, given after the rule runs.
+static bool shape_attention_decode(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
+    const IrTensor *q = IN(0), *pos = IN(3);
+    if (q->ndim != 4 || q->shape[1] != 1)
+        return fail(err, 0, "attention_decode: q must be one token's [B, 1, heads, head_dim], got %s", sh(q));
+    for (int i = 1; i <= 2; i++) {
+        const IrTensor *t = IN(i);
+        if (t->ndim != 4 || t->shape[0] != q->shape[0] || t->shape[1] != 1 || t->shape[3] != q->shape[3] ||
+            q->shape[2] % t->shape[2] || t->shape[2] != IN(1)->shape[2])
+            return fail(err, i, "attention_decode: %s %s does not fit q %s", i == 1 ? "k" : "v", sh(t), sh(q));
+    }
+    if (pos->dtype != DT_I32 || ir_tensor_elems(pos) != q->shape[0])
+        return fail(err, 3, "attention_decode: the position %s is not i32 [B, 1] of q %s", sh(pos), sh(q));
+    same_as(&out[0], q);
+    return true;
+}
+
+// The cache's rows (L): every one is read at the last position, the bound the cost takes.
+static int64_t cache_rows(const IrGraph *g, const IrNode *n) {
+    return n->out[1] >= 0 ? T(n->out[1])->shape[1] : 1;
+}
+
+static int64_t flops_attention_decode(const IrGraph *g, const IrNode *n) {
+    const IrTensor *q = IN(0);
+    int64_t bh = q->shape[0] * q->shape[2], d = q->shape[3], keys = cache_rows(g, n);
+    return 4 * bh * d * keys + 5 * bh * keys;
+}
+
+// q, k, v and the position, and both caches whole (their rows up to the position, at most).
+static int64_t read_attention_decode(const IrGraph *g, const IrNode *n) {
+    int64_t b = 0;
+    for (int k = 0; k < 4; k++)
+        b += ir_tensor_bytes(IN(k));
+    for (int k = 1; k <= 2 && n->out[k] >= 0; k++)
+        b += ir_tensor_bytes(T(n->out[k]));
+    return b;
 }
 
 static bool shape_view(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
@@ -829,6 +873,8 @@ static const OpInfo ops[OP_COUNT] = {
     [OP_SOFTMAX] = {.shape = shape_unary, .flops = flops_4elems, .grad_needs = {O}},
     [OP_ATTENTION] = {.shape = shape_attention, .flops = flops_attention,
                       .grad_needs = {ALL3 | I3, ALL3 | I3, ALL3 | I3}, .aux = "lse"},
+    [OP_ATTENTION_DECODE] = {.shape = shape_attention_decode, .flops = flops_attention_decode,
+                             .bytes_read = read_attention_decode},
     [OP_VIEW] = {.shape = shape_view, .flops = flops_zero, .bytes_read = read_nothing},
     [OP_TRANSPOSE] = {.shape = shape_transpose, .flops = flops_zero},
     [OP_DROPOUT] = {.shape = shape_dropout, .flops = flops_elems, .grad_needs = {A}, .aux = "mask"},

@@ -355,8 +355,8 @@ static void plain_graph(CompileResult *r) {
     r->plain = pipeline_build(&ep, &plain, r->arena, &bs);
 }
 
-// The eval phase's nodes, and into *peak the most device bytes live at one of them.
-static int eval_phase_peak(const IrGraph *g, int64_t *peak) {
+// Phase ph's nodes, and into *peak the most device bytes live at one of them.
+static int phase_peak(const IrGraph *g, IrPhase ph, int64_t *peak) {
     int n = g->nodes.len, count = 0;
     int64_t *delta = calloc((size_t)n + 2, sizeof(int64_t)), live = 0;
     *peak = 0;
@@ -374,7 +374,7 @@ static int eval_phase_peak(const IrGraph *g, int64_t *peak) {
     }
     for (int i = 0; i < n; i++) {
         live += delta[i];
-        if (g->nodes.at[i].phase != PHASE_EVALUATION)
+        if (g->nodes.at[i].phase != ph)
             continue;
         count++;
         if (live > *peak)
@@ -421,7 +421,8 @@ static CompileStatus final_plan(const CompileOptions *o, CompileResult *r) {
     r->accum = o->train.batch / (r->best.micro * o->ranks);
     r->cost = cost_step(r->graph, &r->pc.cm, r->accum, o->train.batch * o->train.seq);
     cost_stamp(r->graph, &r->pc.cm);
-    r->eval_nodes = eval_phase_peak(r->graph, &r->eval_peak);
+    r->eval_nodes = phase_peak(r->graph, PHASE_EVALUATION, &r->eval_peak);
+    r->decode_nodes = phase_peak(r->graph, PHASE_DECODING, &r->decode_peak);
     if (o->program.spec.lora)
         adapter_modules(r->graph, r->adapters, sizeof r->adapters);
     return COMPILE_OK;
@@ -436,6 +437,7 @@ CompileStatus compile_plan(const CompileOptions *o, CompileResult *r) {
     s->no_fusion = o->no_fusion, s->grad_temporaries = o->grad_temporaries;
     s->fused_loss = !o->unfused_loss;
     s->ranks = (int)o->ranks;
+    s->decode_len = o->max_len < 0 ? o->train.seq : o->max_len;
     if (o->time_passes)
         r->pipe.times = &r->times;
     int64_t micro;

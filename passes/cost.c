@@ -248,13 +248,13 @@ static void price_micro_node(const IrGraph *g, const IrNode *n, const CostModel 
     c->micro_device_us += t;
 }
 
-// Every node of the step but the eval phase's, priced into c: copies by their bytes,
+// Every node of the step but the eval and decode phases', priced into c: copies by their bytes,
 // host nodes by their elements, device nodes by time (into dur, per node; collectives
 // are overlap's).
 static void price_nodes(const IrGraph *g, const CostModel *cm, StepCost *c, double *dur) {
     for (int i = 0; i < g->nodes.len; i++) {
         const IrNode *n = &g->nodes.at[i];
-        if (n->phase == PHASE_EVALUATION)   // between steps, when asked: not part of one
+        if (n->phase >= PHASE_EVALUATION)   // between steps, or apart: not part of one
             continue;
         OpClass cls = op_desc(n->op)->cls;
         double bytes_in = n->nin > 0 ? (double)ir_tensor_bytes(&g->tensors.at[n->in[0]]) : 0;

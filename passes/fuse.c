@@ -46,6 +46,7 @@ static int producer_to_absorb(const Fuse *f, const IrNode *c, int k) {
         return -1;
     const IrTensor *x = &g->tensors.at[t];
     if (x->kind != TK_VALUE || x->alias_of >= 0 || x->producer < 0 || t == g->loss || t == g->eval_loss ||
+        t == g->decode_logits ||
         t == g->logits || f->readers[t] != 1)
         return -1;
     const IrNode *p = &g->nodes.at[x->producer];
@@ -111,6 +112,7 @@ static bool recompute_in_readers(const IrGraph *g, const IrNode *e, const Reader
     int t = e->out[0];
     const IrTensor *x = &g->tensors.at[t];
     if (x->kind != TK_VALUE || x->alias_of >= 0 || t == g->loss || t == g->eval_loss || t == g->logits ||
+        t == g->decode_logits ||
         r->bwd[t] == 0 || r->bwd_other[t] > 0)
         return false;
     for (int k = 0; k < e->nin; k++) {   // its inputs live into backward whatever happens

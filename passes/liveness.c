@@ -59,16 +59,24 @@ static void spans(IrGraph *g) {
 }
 
 // The loss is read by the runtime after the micro-step's last node, the eval loss after
-// the eval phase's.
+// the eval phase's, the decode logits after the decode phase's; a KV cache lives through
+// the decode phase, keeping its rows from one run to the next.
 static void loss_ends(IrGraph *g) {
-    int end = -1, eval_end = -1;
+    int end = -1, eval_end = -1, decode_start = -1, decode_end = -1;
     for (int i = 0; i < g->nodes.len; i++) {
         IrPhase ph = g->nodes.at[i].phase;
         if (ph == PHASE_FORWARD || ph == PHASE_BACKWARD)
             end = i;
         else if (ph == PHASE_EVALUATION)
             eval_end = i;
+        else if (ph == PHASE_DECODING)
+            decode_end = i, decode_start = decode_start < 0 ? i : decode_start;
     }
+    for (int t = 0; t < g->tensors.len && decode_start >= 0; t++)
+        if (g->tensors.at[t].kind == TK_CACHE)
+            g->tensors.at[t].first = decode_start, g->tensors.at[t].last = decode_end;
+    if (g->decode_logits >= 0 && decode_end > g->tensors.at[ir_tensor_base(g, g->decode_logits)].last)
+        g->tensors.at[ir_tensor_base(g, g->decode_logits)].last = decode_end;
     if (g->loss >= 0 && end > g->tensors.at[ir_tensor_base(g, g->loss)].last)
         g->tensors.at[ir_tensor_base(g, g->loss)].last = end;
     if (g->eval_loss >= 0 && eval_end > g->tensors.at[ir_tensor_base(g, g->eval_loss)].last)
@@ -119,7 +127,8 @@ static void reuse_in_place(IrGraph *g, int i) {
     if (!(op_desc(nd->op)->flags & OPF_INPLACE) || nd->update)
         return;
     IrTensor *o = &g->tensors.at[nd->out[0]];
-    if (o->kind != TK_VALUE || o->alias_of >= 0 || nd->out[0] == g->loss || nd->out[0] == g->eval_loss)
+    if (o->kind != TK_VALUE || o->alias_of >= 0 || nd->out[0] == g->loss || nd->out[0] == g->eval_loss ||
+        nd->out[0] == g->decode_logits)
         return;
     int only = op_info(nd->op)->inplace_in - 1;
     for (int k = 0; k < nd->nin; k++) {

@@ -160,6 +160,25 @@ typedef struct EvalStats {
 int eval_apply(IrGraph *g, EvalStats *st);
 
 //
+// decode.c — the decode phase: one token of generation over a planned KV cache.
+//
+
+typedef struct DecodeStats {
+    int nodes;                  // nodes of the decode phase (0: none)
+    int64_t max_len;            // the tokens its caches hold (L)
+    int64_t cache_bytes;        // its KV caches' bytes, every layer's k and v
+    char why[160];              // with no phase where one was asked for: why not
+    int line;                   // and the .ft line of the node it stopped at (0: none)
+} DecodeStats;
+
+// Appends to `g` (after eval, before shard and offload) a PHASE_DECODE copy of the
+// forward for one token of one sequence: g->decode_token and g->decode_pos in, the
+// logits g->decode_logits out, each attention reading and extending its layer's KV cache
+// (TK_CACHE [1, max_len, Hkv, D]). A forward it cannot be derived from leaves g as it
+// was and st->why saying so. Returns 0.
+int decode_apply(IrGraph *g, int64_t max_len, DecodeStats *st);
+
+//
 // shard.c — data parallelism: one rank's step, model states sharded (ZeRO stages 0-3).
 //
 
@@ -641,6 +660,7 @@ typedef struct PipelineSpec {
                                 // min_8bit_size) whatever the train section's AdamW says
                                 // (the what-if analysis)
     bool no_kahan;              // bf16_pure's AdamW without its Kahan buffer (the what-if)
+    int64_t decode_len;         // the decode phase's KV cache length (tokens), 0: no phase
 } PipelineSpec;
 
 // The frontend's part: the forward graph and loss for micro-batch `micro` and sequence
@@ -688,6 +708,7 @@ typedef struct BuildStats {
     BucketStats buckets;
     OffloadStats offload;
     EvalStats eval;
+    DecodeStats decode;
     FuseStats fuse;
     EarlyUpdateStats early;
     ScheduleStats schedule;
@@ -819,6 +840,8 @@ typedef struct CompileOptions {
     int update;                 // -1: the planner's, 0 after the step, 1 inside backward
     int64_t loss_chunk;
     int64_t tile;               // --tile: the sequence tiles (0: the planner's; 1: none)
+    int64_t max_len;            // the decode phase's KV cache, tokens: > 0 that many, < 0 the
+                                // train section's seq, 0 no decode phase
     bool no_fusion, unfused_loss, grad_temporaries, exhaustive, time_passes;
     bool verify;                // ir_verify between the chosen plan's passes
     bool emit_graph;            // also the training graph before remat and offload
@@ -875,6 +898,8 @@ typedef struct CompileResult {
     StepCost cost;
     int eval_nodes;             // the eval phase's instructions, and its device peak
     int64_t eval_peak;
+    int decode_nodes;           // the decode phase's instructions, and its device peak
+    int64_t decode_peak;
     char adapters[1024];        // the modules LoRA's adapters attach to ("q_proj,v_proj")
     PassTimes times;
     // (owned)

@@ -1,7 +1,7 @@
 // pipeline.c — the compile pipeline as one ordered table of named passes with one
 // signature, run for one planner choice:
 //
-//   elaborate (B, S) → lora → tile → fuse_loss → autodiff → quantize → chunk_loss → remat → eval
+//   elaborate (B, S) → lora → tile → fuse_loss → autodiff → quantize → chunk_loss → remat → eval → decode
 //     → shard → offload → fuse → early_update → schedule → buckets → liveness → alloc
 //     → streams
 //
@@ -94,6 +94,12 @@ static int run_eval(PassCtx *x) {
         return 0;
     return eval_apply(x->g, &x->bs->eval);
 }
+// The decode phase, for one process (a rank's plan has none) and not for a bound.
+static int run_decode(PassCtx *x) {
+    if (x->p->spec.ranks > 1 || x->bound)
+        return 0;
+    return decode_apply(x->g, x->p->spec.decode_len, &x->bs->decode);
+}
 static int run_fuse(PassCtx *x) { return x->p->spec.no_fusion ? 0 : fuse_apply(x->g, &x->bs->fuse); }
 static int run_early_update(PassCtx *x) {
     return x->c->early_update ? early_update_apply(x->g, &x->bs->early) : 0;
@@ -119,6 +125,7 @@ enum { PREFIX, CHOICE, PLACE, FINAL };
     X(chunk_loss, run_chunk_loss, CHOICE)                                                \
     X(remat, run_remat, CHOICE)                                                          \
     X(eval, run_eval, CHOICE)                                                            \
+    X(decode, run_decode, CHOICE)                                                        \
     X(shard, run_shard, CHOICE)                                                          \
     X(offload, run_offload, CHOICE)                                                      \
     X(fuse, run_fuse, CHOICE)                                                            \

@@ -271,6 +271,17 @@ int chat_render(const ChatTemplate *ct, json_t *rec, json_t *messages, ChatRende
     return rc;
 }
 
+int chat_prompt(const ChatTemplate *ct, json_t *rec, json_t *messages, JinjaOutput *out, char *err, size_t errlen) {
+    json_t *msgs;
+    json_t *vars = make_vars(ct, rec, messages, &msgs, err, errlen);
+    if (!vars)
+        return -1;
+    int rc = render(ct, vars, msgs, json_array_size(msgs), true, out, err, errlen);
+    json_decref(vars);
+    json_decref(msgs);
+    return rc;
+}
+
 void chat_render_free(ChatRender *r) {
     jinja_output_free(&r->whole), jinja_output_free(&r->before), jinja_output_free(&r->upto);
     free(r->span);

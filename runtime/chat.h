@@ -61,4 +61,9 @@ typedef struct ChatRender {
 int chat_render(const ChatTemplate *ct, json_t *rec, json_t *messages, ChatRender *r, char *err, size_t errlen);
 void chat_render_free(ChatRender *r);
 
+// The conversation `messages` of record rec rendered for a reply (add_generation_prompt,
+// as apply_chat_template(..., add_generation_prompt=True) for generation) into out; -1 with
+// err as chat_render's.
+int chat_prompt(const ChatTemplate *ct, json_t *rec, json_t *messages, JinjaOutput *out, char *err, size_t errlen);
+
 #endif

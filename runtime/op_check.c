@@ -43,7 +43,8 @@ static const char *const kinds[OP_COUNT][2] = {
     [OP_DEQUANT] = {"QF", "F"},         [OP_COPY] = {"*", "*"},
     [OP_VIEW] = {"*", "*"},             [OP_ROPE] = {"FI", "F"},
     [OP_ROPE_BWD] = {"FI", "F"},       [OP_ATTENTION] = {"FFFI", "FF"},
-    [OP_ATTENTION_BWD] = {"FFFFFFI", "FFF"}, [OP_ALL_GATHER] = {"*", "*"},
+    [OP_ATTENTION_BWD] = {"FFFFFFI", "FFF"},
+    [OP_ATTENTION_DECODE] = {"FFFI", "FFF"}, [OP_ALL_GATHER] = {"*", "*"},
     [OP_LINEAR_CE] = {"FFII", "F"},     [OP_LINEAR_CE_GRAD] = {"FFII", "FFF"},
     [OP_ADAMW8BIT] = {"FF", "F*FF"},
 };
@@ -86,7 +87,8 @@ static int dtypes(const Check *c, OpKind op) {
 #define OUTS(n) NEED(c->nout >= (n), "it needs %d outputs, has %d", (n), c->nout)
 #define ND(b, n) NEED((b)->ndim >= (n), "%s needs at least %d dimensions", (b)->name, (n))
 
-// q [B, S, H, D] against k and v [B, S, Hkv, D], H a multiple of Hkv; lse [B, H, S].
+// q [B, S, H, D] against k and v [B, S, Hkv, D], H a multiple of Hkv; lse [B, H, S] (when
+// there is one).
 static int attention_shapes(const Check *c, const OpOperand *q, const OpOperand *k,
                             const OpOperand *v, const OpOperand *lse, const OpOperand *pos) {
     NEED(q->ndim == 4 && k->ndim == 4 && v->ndim == 4, "q, k and v are [B, S, heads, head_dim]");
@@ -96,7 +98,7 @@ static int attention_shapes(const Check *c, const OpOperand *q, const OpOperand 
          "k [%lld, %lld, %lld, %lld] does not go with q [%lld, %lld, %lld, %lld]", (long long)D(k, 0),
          (long long)D(k, 1), (long long)D(k, 2), (long long)D(k, 3), (long long)D(q, 0),
          (long long)D(q, 1), (long long)D(q, 2), (long long)D(q, 3));
-    NEED(E(lse) == D(q, 0) * D(q, 2) * D(q, 1), "%s is not [B, heads, S]", lse->name);
+    NEED(!lse || E(lse) == D(q, 0) * D(q, 2) * D(q, 1), "%s is not [B, heads, S]", lse ? lse->name : "");
     NEED(!pos || E(pos) == D(q, 0) * D(q, 1), "the position ids %s are not [B, S]", pos ? pos->name : "");
     return 0;
 }
@@ -256,14 +258,17 @@ static int attention(const Check *c, OpKind op, const OpAttr *attr) {
     const OpOperand *a = I(c, 0), *b = I(c, 1), *o = O(c, 0);
     switch (op) {
     case OP_ROPE:
-    case OP_ROPE_BWD: {   // x [B, S, H, D], positions [B, S]?, table f32 [S, 2, rotary / 2]?
+    case OP_ROPE_BWD: {   // x [B, S, H, D], positions [B, S]?, table f32 [S or more, 2, rotary / 2]?
         NEED(a->ndim == 4, "%s is not [B, S, heads, head_dim]", a->name);
         NEED(!b || E(b) == D(a, 0) * D(a, 1), "%s is not [%lld, %lld] position ids", b ? b->name : "",
              (long long)D(a, 0), (long long)D(a, 1));
         const OpOperand *t = I(c, 2);
         int64_t d = attr->rope.rotary ? attr->rope.rotary : D(a, 3);
-        NEED(!t || (t->dtype == OPD_F32 && t->ndim == 3 && D(t, 0) == D(a, 1) && D(t, 1) == 2 &&
-                    2 * D(t, 2) == d),
+        // With position ids the table may hold more positions than x has rows (the decode
+        // step's: a row's position is its place in the cache); the runtime keeps each id
+        // below the table's rows.
+        NEED(!t || (t->dtype == OPD_F32 && t->ndim == 3 && (b ? D(t, 0) >= D(a, 1) : D(t, 0) == D(a, 1)) &&
+                    D(t, 1) == 2 && 2 * D(t, 2) == d),
              "%s is not the f32 [%lld, 2, %lld] table of the angles", t ? t->name : "", (long long)D(a, 1),
              (long long)(d / 2));
         SAME(o, a);
@@ -273,6 +278,19 @@ static int attention(const Check *c, OpKind op, const OpAttr *attr) {
         OUTS(2);
         SAME(o, a);
         return attention_shapes(c, a, b, I(c, 2), O(c, 1), c->nin > 3 ? I(c, 3) : NULL);
+    case OP_ATTENTION_DECODE:   // q, k, v [B, 1, .., D], pos [B, 1] -> o; caches [B, L, Hkv, D] (updated)
+        OUTS(3);
+        SAME(o, a);
+        NEED(c->nin > 3 && I(c, 3) && E(I(c, 3)) == D(a, 0), "the positions are not i32 [B, 1]");
+        NEED(a->ndim == 4 && D(a, 1) == 1, "%s is not one token's [B, 1, heads, head_dim]", a->name);
+        for (int k = 1; k <= 2; k++) {
+            const OpOperand *x = O(c, k);
+            NEED(x->ndim == 4 && D(x, 0) == D(a, 0) && D(x, 2) == D(b, 2) && D(x, 3) == D(a, 3) &&
+                     x->dtype == b->dtype, "%s is not a [%lld, L, %lld, %lld] cache of %s's dtype", x->name,
+                 (long long)D(a, 0), (long long)D(b, 2), (long long)D(a, 3), b->name);
+        }
+        SAME(O(c, 1), O(c, 2));
+        return attention_shapes(c, a, b, I(c, 2), NULL, NULL);
     case OP_ATTENTION_BWD:   // dy, q, k, v, o, lse -> dq, dk, dv
         OUTS(3);
         SAME(a, b);

@@ -15,7 +15,7 @@
 // models; a file far larger than that is not a plan.
 #define PLAN_MAX_BYTES (1 << 30)
 
-static const char *phase_names[PHASE_COUNT] = {"forward", "backward", "optimizer", "eval"};
+static const char *phase_names[PHASE_COUNT] = {"forward", "backward", "optimizer", "eval", "decode"};
 
 const char *plan_phase_name(PlanPhase p) { return phase_names[p]; }
 
@@ -427,9 +427,9 @@ static int read_buffer(Reader *r, Plan *p, int i, char *line) {
         bool ok = true;
         if (strcmp(key, "kind") == 0) {
             static const char *kinds[] = {"param", "grad", "state", "input", "value", "workspace",
-                                          "quant"};
+                                          "quant", "cache"};
             ok = false;
-            for (int j = 0; j < 7; j++)
+            for (int j = 0; j < 8; j++)
                 if (strcmp(v, kinds[j]) == 0)
                     b->kind = (PlanKind)j, ok = true;
         } else if (strcmp(key, "hf") == 0) {
@@ -682,10 +682,15 @@ static int check_roles(Reader *r, const Plan *p) {
         } else if (b->role == PR_GRAD_STATS || b->role == PR_GRAD_FACTOR) {
             if (b->dtype != PDT_F32 || b->virt || b->view >= 0 || plan_elems(b) != 2)
                 return bad(r, "buffer %s (%s): must be two f32", b->name, plan_role_name(b->role));
-        } else if (b->role == PR_LOGITS) {
-            if (b->ndim < 1 || b->shape[b->ndim - 1] != p->vocab)
-                return bad(r, "buffer %s (logits): last dimension %lld, the header's vocab is %lld",
-                           b->name, b->ndim ? (long long)b->shape[b->ndim - 1] : 0LL, (long long)p->vocab);
+        } else if (b->role == PR_DECODE_TOKEN || b->role == PR_DECODE_POS) {
+            if (b->dtype != PDT_I32 || b->virt || plan_elems(b) != 1)
+                return bad(r, "buffer %s (%s): must be one i32", b->name, plan_role_name(b->role));
+        } else if (b->role == PR_LOGITS || b->role == PR_DECODE_LOGITS) {
+            if (b->ndim < 1 || b->shape[b->ndim - 1] != p->vocab || (b->role == PR_DECODE_LOGITS &&
+                                                                       plan_elems(b) != p->vocab))
+                return bad(r, "buffer %s (%s): last dimension %lld, the header's vocab is %lld",
+                           b->name, plan_role_name(b->role), b->ndim ? (long long)b->shape[b->ndim - 1] : 0LL,
+                           (long long)p->vocab);
         }
     }
     return 0;
@@ -922,17 +927,22 @@ static int read_phase_instr(Reader *r, Plan *p, int ph, int i, int id) {
     return 0;
 }
 
-// The phases, each "phase NAME N" and its N instructions (the eval phase optional), then "end".
+// The phases, each "phase NAME N" and its N instructions (the eval and decode phases
+// optional, in that order), then "end".
 static int read_phases(Reader *r, Plan *p) {
     int next_id = 0;
     char *line = next_line(r), *w[4] = {0};
     for (int ph = 0; ph < PHASE_COUNT; ph++, line = next_line(r)) {
         int64_t n;
-        if (ph == PHASE_EVAL && line && strcmp(line, "end") == 0)
-            break;   // (the eval phase is optional)
+        if (ph >= PHASE_EVAL && line && strcmp(line, "end") == 0)
+            break;   // (the eval and decode phases are optional)
+        if (ph == PHASE_EVAL && line && strncmp(line, "phase decode ", 13) == 0)
+            ph++;   // no eval phase, a decode phase
         if (!line || words(line, w, 4) != 3 || strcmp(w[0], "phase") != 0 ||
             strcmp(w[1], phase_names[ph]) != 0 || !ops_parse_i64(w[2], &n) || n < 0 || n > 100000000)
-            return bad(r, ph == PHASE_EVAL ? "expected 'phase eval N' or 'end'" : "expected 'phase %s N'",
+            return bad(r, ph == PHASE_EVAL     ? "expected 'phase eval N', 'phase decode N' or 'end'"
+                          : ph == PHASE_DECODE ? "expected 'phase decode N' or 'end'"
+                                               : "expected 'phase %s N'",
                        phase_names[ph]);
         p->nins[ph] = (int)n;
         p->ins[ph] = xcalloc((size_t)n + 1, sizeof(PlanInstr));
@@ -1005,6 +1015,7 @@ static const char *const role_names[PR_COUNT] = {
     [PR_TOKENS] = "tokens", [PR_TARGETS] = "targets", [PR_POSITIONS] = "positions",
     [PR_TARGET_COUNT] = "target_count", [PR_LOSS] = "loss", [PR_EVAL_LOSS] = "eval_loss",
     [PR_LOGITS] = "logits", [PR_GRAD_STATS] = "grad_stats", [PR_GRAD_FACTOR] = "grad_factor",
+    [PR_DECODE_TOKEN] = "decode_token", [PR_DECODE_POS] = "decode_pos", [PR_DECODE_LOGITS] = "decode_logits",
     [PR_NF4_ABSMAX] = "nf4_absmax", [PR_NF4_ABSMAX_CODES] = "nf4_absmax_codes",
     [PR_NF4_ABSMAX_SCALES] = "nf4_absmax_scales", [PR_NF4_ABSMAX_MEAN] = "nf4_absmax_mean",
 };

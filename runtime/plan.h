@@ -36,7 +36,7 @@
 //   buffer ID NAME CATEGORY ARENA OFFSET BYTES DTYPE SHAPE FIRST LAST [key=value ...]
 //   ...
 //   phase forward N          (then N instruction lines; likewise backward, optimizer and,
-//                             optionally, eval)
+//                             optionally, eval and decode)
 //   ID OP out=A,B in=C,D,E [update=MASK] [ATTR=VALUE ...] [stream=S] [wait=E,F] [record=E]
 //      [ws=ID] [launch=NAME:GRID:BLOCK[:SMEM] ...] [group=N | by=ID] [recompute=1] [flops=N]
 //      [bytes=N] [us=T] [layer=L] [loc=LINE:COL]
@@ -47,12 +47,13 @@
 // SHAPE is "8x64x64", or "-" for a scalar. FIRST and LAST are the indices (over all
 // phases in order) of the first and last instruction touching the buffer; a buffer
 // that lives for the whole step has FIRST 0 and LAST the final instruction.
-// Buffer keys: kind=param|grad|state|input|value|workspace|quant, hf=CHECKPOINT_NAME,
+// Buffer keys: kind=param|grad|state|input|value|workspace|quant|cache, hf=CHECKPOINT_NAME,
 // init=normal|ones|zeros|kaiming_uniform, scale=X, train=0|1, of=PARAM_ID, view=BASE_ID
 // (no bytes of its own: it reads its base's), at=BYTES (a view's start in its base's bytes,
 // 0 when absent; its OFFSET is the base's plus that), reuse=ID (written in place over buffer ID,
 // whose last use is this buffer's first write), layer=L, role=tokens|targets|positions|
-// target_count|loss|eval_loss|logits|grad_stats|grad_factor (a quant buffer: nf4_absmax, or
+// target_count|loss|eval_loss|logits|grad_stats|grad_factor|decode_token|decode_pos|
+// decode_logits (a quant buffer: nf4_absmax, or
 // nf4_absmax_codes|nf4_absmax_scales|nf4_absmax_mean for double quantisation, of=the NF4
 // parameter), shard=DIMS (below).
 // grad_stats and grad_factor, two f32 each, live the whole step: the optimizer phase
@@ -68,6 +69,12 @@
 // the kernels tell them apart by the dtype.
 // The eval phase reads the parameters and the batch inputs the runtime wrote for it, and
 // only its own values otherwise; its loss (role=eval_loss) lives to its last instruction.
+// The decode phase (passes/decode.c) reads the parameters, its token and position
+// (decode_token, decode_pos: the runtime writes them before each run) and the KV caches
+// (kind=cache [1, L, Hkv, D], L the longest sequence it can hold: each lives through the
+// phase, and keeps its rows between runs, in which nothing else runs; the runtime zeroes
+// them before a sequence), and its own values; its logits (decode_logits) live to its last
+// instruction.
 //
 // Ranks: one plan serves every rank of a data-parallel job (`ranks N`); the rank itself
 // comes from the launcher when the job starts. A buffer with shard=DIMS holds this rank's
@@ -136,11 +143,13 @@ typedef OpDType PlanDType;
 #define PDT_NF4 OPD_NF4
 #define PDT_COUNT OPD_COUNT
 typedef enum PlanArena { ARENA_DEVICE, ARENA_HOST, ARENA_COUNT } PlanArena;
-typedef enum PlanKind { PK_PARAM, PK_GRAD, PK_STATE, PK_INPUT, PK_VALUE, PK_WORKSPACE, PK_QUANT } PlanKind;
+typedef enum PlanKind { PK_PARAM, PK_GRAD, PK_STATE, PK_INPUT, PK_VALUE, PK_WORKSPACE, PK_QUANT, PK_CACHE } PlanKind;
 typedef enum PlanInit { PINIT_NORMAL, PINIT_ONES, PINIT_ZEROS, PINIT_KAIMING_UNIFORM } PlanInit;
 // PHASE_EVAL (optional in a plan): the forward and its loss on an evaluation batch,
 // run between steps; it saves nothing for a backward and makes no gradient.
-typedef enum PlanPhase { PHASE_FWD, PHASE_BWD, PHASE_OPT, PHASE_EVAL, PHASE_COUNT } PlanPhase;
+// PHASE_DECODE (optional): one token of generation, run apart from training: the forward
+// at one position over the KV cache buffers (kind=cache), into its logits.
+typedef enum PlanPhase { PHASE_FWD, PHASE_BWD, PHASE_OPT, PHASE_EVAL, PHASE_DECODE, PHASE_COUNT } PlanPhase;
 typedef enum PlanSchedule { SCHED_CONSTANT, SCHED_LINEAR, SCHED_COSINE } PlanSchedule;
 
 // What the runtime and the backends look a buffer up by (role= in the plan, parsed once):
@@ -154,6 +163,8 @@ typedef enum PlanRole {
     PR_TOKENS, PR_TARGETS, PR_POSITIONS, PR_TARGET_COUNT,   // i32: written before a micro-step
     PR_LOSS, PR_EVAL_LOSS, PR_LOGITS,
     PR_GRAD_STATS, PR_GRAD_FACTOR,                          // f32 [2] each
+    PR_DECODE_TOKEN, PR_DECODE_POS,                         // i32 [1, 1]: the decode phase's token
+    PR_DECODE_LOGITS,                                       // and position; its logits [1, 1, V]
     PR_NF4_ABSMAX, PR_NF4_ABSMAX_CODES, PR_NF4_ABSMAX_SCALES, PR_NF4_ABSMAX_MEAN,
     PR_COUNT
 } PlanRole;

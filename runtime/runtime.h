@@ -468,6 +468,52 @@ typedef struct EvalSummary {
 int rt_eval(const RunOptions *o, EvalSummary *r);
 
 //
+// generate.c — ftc generate: the plan's decode phase, a token a run.
+//
+
+// How each new token is chosen: temperature 0 greedy (the first largest logit), else
+// softmax(logits / temperature) cut to the most probable tokens whose mass reaches top_p
+// (1: all), drawn from a stream seeded by `seed`.
+typedef struct GenSampling {
+    double temperature, top_p;
+    uint64_t seed;
+} GenSampling;
+
+typedef struct GenRequest {
+    const int32_t *prompt;  // (nprompt) token ids, the first at position 0
+    int64_t nprompt;
+    int64_t max_new;        // tokens generated at most; nprompt + max_new within the cache
+    const int32_t *eos;     // (neos) ids that end the reply (not part of it)
+    int neos;
+    GenSampling sampling;
+    // (optional) Told of each token chosen, with the logits it was chosen from (V floats).
+    void (*on_token)(void *ctx, int32_t id, const float *logits);
+    void *ctx;
+} GenRequest;
+
+typedef struct GenResult {
+    int32_t *ids;           // (n) the reply's tokens (malloc'd)
+    int64_t n;
+    int32_t eos;            // the end-of-sequence id that stopped it, else -1
+    double prefill_s, decode_s;
+} GenResult;
+
+// The tokens the plan's KV caches hold (the decode phase's length), 0 without the phase.
+int64_t rt_decode_len(const Plan *p);
+// Zeroes the KV caches: a new sequence starts at position 0.
+void rt_decode_reset(Exec *x);
+// One run of the decode phase: `token` at `pos` (the caches holding positions 0..pos-1)
+// into the caches, its logits (vocab floats) out; -1 with err.
+int rt_decode_step(Exec *x, int32_t token, int64_t pos, float *logits, char *err, size_t errlen);
+// The prompt fed a token a step from position 0, then tokens chosen and fed back until an
+// end-of-sequence id or q->max_new of them; *r (r->ids to free); -1 with err.
+int rt_generate_ids(Exec *x, const GenRequest *q, GenResult *r, char *err, size_t errlen);
+// The job: o's plan, weights and adapter loaded as ftc eval loads them (o->data and
+// o->eval_data NULL), then rt_generate_ids; what it uses said to o->out. 0, or 1 after
+// printing an error.
+int rt_generate(const RunOptions *o, const GenRequest *q, GenResult *r);
+
+//
 // profile.c — the device work of a run timed instruction by instruction (ftc run --profile):
 // by the backend's timing marks where its work is asynchronous (CUDA events), else by the
 // clock around each launch; summed per kernel (or GEMM shape) and set beside the cost

@@ -110,12 +110,12 @@ static int open_eval(TrainSession *s) {
 }
 
 // The training file, and the eval file when asked (a session that only evaluates: that
-// alone); -1 after saying why.
+// alone; one that generates: neither); -1 after saying why.
 static int open_data(TrainSession *s) {
     const RunOptions *o = s->o;
     char err[1024];
-    if (!o->data)
-        return open_eval(s);
+    if (!o->data)   // (a session that generates reads neither)
+        return o->eval_data ? open_eval(s) : 0;
     if (rt_feed_open(s->p, o->data, &s->feed.d, &s->feed.nwin, err, sizeof err) != 0)
         return rt_run_error("%s", err), -1;
     s->data_print = data_fingerprint(s->feed.d);

@@ -94,21 +94,29 @@ static int check_placement(const Plan *p, FILE *out) {
 }
 
 // The runtime reads the loss after the micro-step's last instruction (nothing reads
-// the logits after their last reader), the eval loss after the eval phase's.
+// the logits after their last reader), the eval loss after the eval phase's, the decode
+// logits after the decode phase's; a KV cache keeps its rows from one run of the decode
+// phase to the next, so it lives through the whole phase.
 static int check_loss_reads(const Plan *p, FILE *out) {
     int bad = 0, nbuf = p->nbuf;
-    int end = p->nins[PHASE_FWD] + p->nins[PHASE_BWD] - 1, eval_end = plan_instr_count(p) - 1;
+    int end = p->nins[PHASE_FWD] + p->nins[PHASE_BWD] - 1;
+    int eval_end = end + p->nins[PHASE_OPT] + p->nins[PHASE_EVAL];
+    int decode_start = eval_end + 1, decode_end = plan_instr_count(p) - 1;
     for (int i = 0; i < nbuf; i++) {
         const PlanBuffer *b = &p->buf[i];
-        bool eval = b->role && b->role == PR_EVAL_LOSS;
-        if (eval && p->nins[PHASE_EVAL] == 0)
-            PROBLEM("buffer %s is the eval loss of a plan without an eval phase", b->name);
-        if (b->role && (eval || b->role == PR_LOSS)) {
-            const PlanBuffer *base = b->view >= 0 && b->view < nbuf ? &p->buf[b->view] : b;
-            if (base->last < (eval ? eval_end : end))
-                PROBLEM("buffer %s (the %s) dies at instruction %d, before the runtime reads it "
-                        "after instruction %d", b->name, plan_role_name(b->role), base->last, eval ? eval_end : end);
-        }
+        bool eval = b->role && b->role == PR_EVAL_LOSS, decode = b->role && b->role == PR_DECODE_LOGITS;
+        if ((eval && p->nins[PHASE_EVAL] == 0) || (decode && p->nins[PHASE_DECODE] == 0))
+            PROBLEM("buffer %s is the %s of a plan without an %s phase", b->name, plan_role_name(b->role),
+                    eval ? "eval" : "decode");
+        const PlanBuffer *base = b->view >= 0 && b->view < nbuf ? &p->buf[b->view] : b;
+        int until = eval ? eval_end : decode ? decode_end : end;
+        if (b->role && (eval || decode || b->role == PR_LOSS) && base->last < until)
+            PROBLEM("buffer %s (the %s) dies at instruction %d, before the runtime reads it "
+                    "after instruction %d", b->name, plan_role_name(b->role), base->last, until);
+        if (b->kind == PK_CACHE && (p->nins[PHASE_DECODE] == 0 || b->view >= 0 || b->first > decode_start ||
+                                    b->last < decode_end))
+            PROBLEM("buffer %s (a KV cache) must live through the decode phase [%d, %d], not [%d, %d]", b->name,
+                    decode_start, decode_end, b->first, b->last);
     }
     return bad;
 }
@@ -164,9 +172,12 @@ static int check_replay(const Plan *p, FILE *out) {
     bool *written = xcalloc((size_t)nbuf + 1, sizeof(bool));
     for (int i = 0; i < nbuf; i++) {
         const PlanBuffer *b = &p->buf[i];
-        written[i] = whole_step(b) || (b->role && (b->role == PR_TOKENS || b->role == PR_TARGETS ||
-                                                    b->role == PR_POSITIONS ||
-                                                    b->role == PR_TARGET_COUNT));
+        // (the runtime writes the batch, the decode phase's token and position, and zeroes the
+        // KV caches before a sequence)
+        written[i] = whole_step(b) || b->kind == PK_CACHE ||
+                     (b->role && (b->role == PR_TOKENS || b->role == PR_TARGETS || b->role == PR_POSITIONS ||
+                                  b->role == PR_TARGET_COUNT || b->role == PR_DECODE_TOKEN ||
+                                  b->role == PR_DECODE_POS));
     }
     for (int id = 0; id < ni; id++) {
         const PlanInstr *in = plan_instr(p, id);

@@ -19,6 +19,8 @@ static int harness_ranks = 1;
 // else the fused loss's rows per chunk when not 0.
 static bool harness_unfused_loss;
 static int64_t harness_loss_chunk;
+// The decode phase's KV cache length (passes/decode.c; 0: no decode phase).
+static int64_t harness_decode_len;
 
 // A file's text (static storage, truncated at 64 KiB): a model to compile.
 __attribute__((unused)) static const char *harness_file(const char *path) {
@@ -62,6 +64,7 @@ static bool harness_compile_choice(Harness *h, const char *name, const char *tex
     pipe.verify = pipe.final = true;
     pipe.spec.ranks = harness_ranks;
     pipe.spec.fused_loss = !harness_unfused_loss;
+    pipe.spec.decode_len = harness_decode_len;
     IrGraph *g = ok ? pipeline_build(&pipe, &c, h->a, &bs) : NULL;
     ok = g != NULL && ir_verify(g, stdout) == 0;
     AllocStats as = bs.alloc;

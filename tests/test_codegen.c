@@ -139,7 +139,9 @@ static void test_eval_phase(void) {
     snprintf(path, sizeof path, "%s/memory.json", h.dir);
     json_error_t je;
     json_t *j = json_load_file(path, 0, &je), *phases = j ? json_object_get(j, "phases") : NULL;
-    CHECK(phases && json_array_size(phases) == 4);
+    CHECK(phases && json_array_size(phases) == 5);   // (forward, backward, optimizer, eval, decode)
+    json_t *dc = phases ? json_array_get(phases, 4) : NULL;
+    CHECK(dc && !strcmp(json_string_value(json_object_get(dc, "name")), "decode"));
     json_t *ev = phases ? json_array_get(phases, 3) : NULL;
     CHECK(ev && !strcmp(json_string_value(json_object_get(ev, "name")), "eval"));
     json_t *pk = ev ? json_object_get(ev, "peak_bytes") : NULL;

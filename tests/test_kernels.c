@@ -199,6 +199,29 @@ static const char *attention_hd =
     "}\n";
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static uint32_t urand32(void);
+
+// The decode phase's token and a position past its caches' first rows, the caches holding
+// earlier tokens' values (random): the kernels then attend to 18 rows each.
+static void decode_inputs(Exec *x) {
+    const Plan *p = x->plan;
+    if (!plan_role(p, PR_DECODE_TOKEN) || !plan_role(p, PR_DECODE_POS))
+        return;
+    int32_t tok = (int32_t)(urand32() % (uint32_t)p->vocab), pos = 17;
+    rt_write_raw(x, plan_role(p, PR_DECODE_TOKEN)->id, &tok);
+    rt_write_raw(x, plan_role(p, PR_DECODE_POS)->id, &pos);
+    for (int b = 0; b < p->nbuf; b++) {
+        if (p->buf[b].kind != PK_CACHE)
+            continue;
+        int64_t n = plan_elems(&p->buf[b]);
+        float *v = malloc(sizeof(float) * (size_t)n);
+        for (int64_t i = 0; i < n; i++)
+            v[i] = (float)(urand32() >> 8) / 16777216.0f - 0.5f;
+        rt_write_f32(x, b, v);
+        free(v);
+    }
+}
+
 static uint32_t urand32(void) {
     rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
     return (uint32_t)(rng >> 32);
@@ -403,6 +426,8 @@ static void lockstep_choice(const char *name, const char *text, const PlanChoice
     for (int ph = 0; ph < PHASE_COUNT && ok; ph++)
         for (int i = 0; i < p->nins[ph] && ok; i++) {
             const PlanInstr *in = &p->ins[ph][i];
+            if (ph == PHASE_DECODE && i == 0)   // (the caches' bytes are the step's temporaries' before)
+                decode_inputs(&h.x);
             for (int b = 0; expect_skip && ph == PHASE_OPT && i == 0 && b < p->nbuf; b++)
                 if (p->buf[b].kind == PK_PARAM) {
                     before[b] = malloc((size_t)p->buf[b].bytes + 1);
@@ -659,6 +684,7 @@ int main(int argc, char **argv) {
         check_only(argv + first_case, argc - first_case);
     on_gpu = strcmp(dev, "cuda") == 0;
     on_sim = strcmp(dev, "sim") == 0;
+    harness_decode_len = 33;   // every plan's decode phase, its caches of an odd length
     if (on_sim && !rt_nvrtc_available(NULL)) {
         printf("skip: the simulated GPU loads a CUBIN, and NVRTC is not found\n");
         return 77;

@@ -9,6 +9,7 @@
 #include "../../passes/passes.h"
 #include "../../codegen/codegen.h"
 #include "../../runtime/runtime.h"
+#include "../../runtime/tokenizer.h"
 
 enum { EXIT_NOFIT = 1, EXIT_USAGE = 2 };
 
@@ -103,7 +104,7 @@ int parsed_at(const Command *c, const Parsed *p, const char *flag);
 // The commands (compile.c, run.c, eval.c, data.c, inspect.c; import and help in main.c).
 //
 
-extern const Command cmd_compile, cmd_run, cmd_eval, cmd_data, cmd_inspect;
+extern const Command cmd_compile, cmd_run, cmd_eval, cmd_generate, cmd_data, cmd_inspect;
 // --device's names and the RunDevice each stands for (run.c; ftc eval's too).
 extern const char *const cli_devices[];
 extern const int cli_device_kinds[];
@@ -153,5 +154,35 @@ void report_modes(FILE *out, const FtModel *m, const DriverModes *dm, const Comp
 void report_planner(FILE *f, const CompileResult *r, const FtModel *m, const HostSpec *host);
 void report_nofit(FILE *out, const CompileResult *r, const FtModel *m);
 void report_plan_written(FILE *out, const CompileResult *r, const char *dir, bool time_passes);
+
+//
+// prompt.c — ftc generate's prompt as token ids, and the reply's ids as text.
+//
+
+enum { GEN_MAX_EOS = 8 };
+
+typedef struct GenPrompt {
+    const char *tokenizer;      // a tokenizer.json (a model directory's); NULL with bytes
+    bool bytes;                 // a byte-level model: each byte a token (vocab 256)
+    const char *prompt;         // the text, or with messages NULL
+    const char *messages;       // a conversation's JSON file, rendered by the chat template
+    const char *template_text;  // --template (NULL: the model's own)
+    const char *eos;            // --eos: the token that ends a reply (NULL: the model's)
+    const char *weights_dir;    // where the model's generation_config.json may be ("" or "DIR/")
+    // what gen_prompt_open finds
+    Tokenizer *tok;
+    char tokenizer_dir[4096];
+    TokIds ids;                 // the prompt's
+    int32_t eos_ids[GEN_MAX_EOS];
+    int neos;
+} GenPrompt;
+
+// Loads the tokenizer (and the chat template for a conversation), finds the ids that end a
+// reply and encodes the prompt into ga->ids; -1 with err (the file, and the JSON error's line
+// and column, or the template's).
+int gen_prompt_open(GenPrompt *ga, char *err, size_t errlen);
+// The text of ids (the tokens' bytes in order) to out.
+void gen_prompt_text(const GenPrompt *ga, const int32_t *ids, int64_t n, FILE *out);
+void gen_prompt_free(GenPrompt *ga);
 
 #endif

@@ -145,7 +145,7 @@ static const Option compile_opts[] = {
     OPT(OPT_TEXT, "-o", "DIR", ARG(outdir), "the plan directory to write (default: NAME.plan, NAME the file's stem)"),
     OPT(OPT_CALL, "--dump-ir", NULL, 0, "print the IR after each pass of the chosen plan", .call = dump_ir),
     OPT(OPT_CALL, "--dump-after", "PASS", 0, "print the IR after one pass of the chosen plan: elaborate, lora,\n"
-     "tile, fuse_loss, autodiff, quantize, chunk_loss, remat, eval, shard,\noffload, fuse, early_update, schedule, "
+     "tile, fuse_loss, autodiff, quantize, chunk_loss, remat, eval, decode,\nshard, offload, fuse, early_update, schedule, "
      "buckets, liveness, alloc or\nstreams", .call = dump_after),
     OPT(OPT_TEXT, "--emit-graph", "FILE", ARG(emit), "write the training graph (FLOPs, bytes, edges) as JSON to FILE"),
     OPT(OPT_FLAG, "--time-passes", NULL, ARG(o.time_passes), "print the time spent in each pass, over every "
@@ -156,6 +156,9 @@ static const Option compile_opts[] = {
      "nothing)"),
     OPT(OPT_FLAG, "--unfused-loss", NULL, ARG(o.unfused_loss), "keep the projection to the logits and the loss two "
      "ops (the full\nlogits exist; the loss's backward still works in row chunks)"),
+    OPT(OPT_COUNT, "--max-len", "N", ARG(o.max_len), "the longest sequence ftc generate runs (prompt and reply): "
+     "the\ndecode phase's KV cache holds N tokens (default: the train section's\nseq; 0: no decode phase)",
+     .lo = 0, .hi = 1 << 24, .bad = "--max-len needs a token count from 0 to 16777216"),
     OPT(OPT_FLAG, "--grad-temporaries", NULL, ARG(o.grad_temporaries), "each weight gradient's GEMM writes a "
      "temporary that an acc adds\ninto the gradient (the plan without beta = 1, for comparison)"),
     SECTION("Several GPUs:"),
@@ -378,7 +381,7 @@ static int plan_program(Cmdline *cl, const Parsed *p, CompileArgs *a, FtSource *
 
 static int compile_main(Cmdline *cl, int first) {
     CompileArgs a = {.o = {.hs = host_default(), .reserve = -1, .ranks = 1, .zero = -1, .remat = -1,
-                           .offload = -1, .update = -1}};
+                           .offload = -1, .update = -1, .max_len = -1}};
     Parsed p;
     int rc = parse_options(cl, first, &cmd_compile, &a, &p);
     if (rc)

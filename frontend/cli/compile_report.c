@@ -369,6 +369,14 @@ void report_plan_written(FILE *out, const CompileResult *r, const char *dir, boo
     if (r->eval_nodes > 0)
         fprintf(out, "eval phase (ftc run --eval-data): %d instructions, forward only, nothing saved; "
                      "device peak %s\n", r->eval_nodes, fmt_bytes(a1, sizeof a1, r->eval_peak));
+    const DecodeStats *ds = &r->stats.decode;
+    if (r->decode_nodes > 0)
+        fprintf(out, "decode phase (ftc generate): %d instructions, one token over a KV cache of %lld tokens "
+                     "(%s); device peak %s\n", r->decode_nodes, (long long)ds->max_len,
+                fmt_bytes(a1, sizeof a1, ds->cache_bytes), fmt_bytes(a2, sizeof a2, r->decode_peak));
+    else if (ds->why[0])
+        fprintf(out, "no decode phase (ftc generate cannot run this plan): %s%s%.0d\n", ds->why,
+                ds->line ? ", line " : "", ds->line);
     fprintf(out, "plan: %s/plan (kernels.cu, memory.txt, memory.html, report.txt beside it)\n", dir);
     if (time_passes)
         print_times(out, &r->times);

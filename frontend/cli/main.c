@@ -1,7 +1,7 @@
 // main.c — the ftc command line: the table of commands, help, import, and the exit
 // status: 0 success, 1 the request cannot be met (bad input, does not fit), 2 usage
 // error. Nothing reaches stdout unless the command succeeds. Each command is a file of
-// this room (compile.c, run.c, eval.c, data.c, inspect.c) with its option table.
+// this room (compile.c, run.c, eval.c, generate.c, data.c, inspect.c) with its option table.
 #include "cli.h"
 
 #include <errno.h>
@@ -17,7 +17,7 @@ static const Command cmd_help = {
     "help", "[COMMAND|ft]", "this text, one command's, or the .ft train section's", "one command", false,
     NULL, 0, NULL, help_main};
 
-static const Command *const commands[] = {&cmd_compile, &cmd_run, &cmd_eval, &cmd_inspect, &cmd_data,
+static const Command *const commands[] = {&cmd_compile, &cmd_run, &cmd_eval, &cmd_generate, &cmd_inspect, &cmd_data,
                                           &cmd_import, &cmd_help};
 enum { NCOMMANDS = sizeof commands / sizeof commands[0] };
 
@@ -57,7 +57,7 @@ static int help_main(Cmdline *cl, int first) {
         return 0;
     }
     if (!c) {
-        arg_error(cl, first, "no such command or topic '%s' (compile, run, eval, inspect, data, import, help; ft)",
+        arg_error(cl, first, "no such command or topic '%s' (compile, run, eval, generate, inspect, data, import, help; ft)",
                   cl->argv[first]);
         return EXIT_USAGE;
     }
@@ -95,7 +95,7 @@ int main(int argc, char **argv) {
         usage(name ? stdout : stderr);
         rc = name ? 0 : EXIT_USAGE;
     } else if (!c) {
-        arg_error(&cl, 1, "unknown command '%s' (compile, run, eval, inspect, data, import, help)", name);
+        arg_error(&cl, 1, "unknown command '%s' (compile, run, eval, generate, inspect, data, import, help)", name);
         rc = EXIT_USAGE;
     } else {
         rc = c->run(&cl, 2);

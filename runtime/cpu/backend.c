@@ -271,6 +271,14 @@ static int k_attention(Call *c) {
                                            (float)c->in->attr.softcap, c->in->attr.scale, pos));
 }
 
+static int k_attention_decode(Call *c) {
+    const int64_t *q = B(0)->shape, L = OB(1)->shape[1];
+    int st = cpu_attention_decode(OUT(0), OUT(1), OUT(2), scratch(c->s, L), IN(0), IN(1), IN(2), RAW(3),
+                                  (size_t)q[0], (size_t)L, (size_t)q[2], (size_t)B(1)->shape[2], (size_t)q[3],
+                                  (size_t)c->in->attr.window, (float)c->in->attr.softcap, c->in->attr.scale);
+    return st == CPU_ERR_INDEX ? fail(c, "the position is outside the KV cache") : status(c, st);
+}
+
 // A view shares its base's bytes: nothing to run.
 static int k_view(Call *c) { (void)c; return 0; }
 
@@ -713,7 +721,7 @@ static const Kernel kernels[OP_COUNT] = {
     [OP_DIV] = k_div,               [OP_SCALE] = k_scale,           [OP_SILU] = k_silu,
     [OP_GELU] = k_gelu,             [OP_EXP] = k_exp,               [OP_RMSNORM] = k_rmsnorm,
     [OP_LAYERNORM] = k_layernorm,   [OP_ROPE] = k_rope,             [OP_SOFTMAX] = k_softmax,
-    [OP_ATTENTION] = k_attention,   [OP_VIEW] = k_view,             [OP_TRANSPOSE] = k_transpose,
+    [OP_ATTENTION] = k_attention,   [OP_ATTENTION_DECODE] = k_attention_decode,   [OP_VIEW] = k_view,             [OP_TRANSPOSE] = k_transpose,
     [OP_DROPOUT] = k_dropout,       [OP_CROSS_ENTROPY] = k_cross_entropy,
     [OP_SLICE] = k_slice,           [OP_CONCAT] = k_concat,         [OP_TANH] = k_tanh,
     [OP_SOFTCAP] = k_softcap,       [OP_GELU_EXACT] = k_gelu_exact,
@@ -782,8 +790,11 @@ static int cpu_prepare(Backend *be, const Plan *p, int stream, char *err, size_t
                          in->id, op_desc(in->op)->name);
                 return -1;
             }
-            // scratch: every operand widened, plus an attention row, or a chunk of logits
+            // scratch: every operand widened, plus an attention row (a decode step's over its
+            // cache), or a chunk of logits
             size_t need = 64 + (size_t)p->seq;
+            if (in->op == OP_ATTENTION_DECODE)
+                need += (size_t)p->buf[in->out[1]].shape[1];
             if (op_desc(in->op)->cls == OPC_LOSS_GEMM) {
                 PlanLoss l = plan_loss(p, in);
                 need += (size_t)(l.chunk * l.vocab) + 16;

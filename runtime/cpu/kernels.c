@@ -763,6 +763,46 @@ int cpu_attention_forward(float *o, float *lse, float *scratch, const float *q, 
     return CPU_OK;
 }
 
+int cpu_attention_decode(float *o, float *kc, float *vc, float *scratch, const float *q, const float *k,
+                         const float *v, const int32_t *pos, size_t B, size_t L, size_t H, size_t Hkv, size_t D,
+                         size_t window, float softcap, double scale) {
+    if (Hkv == 0 || H % Hkv != 0 || softcap < 0 || scale < 0)
+        return CPU_ERR_ARG;
+    size_t group = H / Hkv;
+    if (scale == 0)
+        scale = 1.0 / sqrt((double)D);
+    for (size_t b = 0; b < B; b++) {
+        if (pos[b] < 0 || (size_t)pos[b] >= L)
+            return CPU_ERR_INDEX;
+        size_t p = (size_t)pos[b], t0, t1;
+        memcpy(kc + ((b * L + p) * Hkv) * D, k + b * Hkv * D, Hkv * D * sizeof(float));
+        memcpy(vc + ((b * L + p) * Hkv) * D, v + b * Hkv * D, Hkv * D * sizeof(float));
+        attn_keys(p, L, 1, window, &t0, &t1);   // (the forward's row p: the same arithmetic)
+        for (size_t h = 0; h < H; h++) {
+            const float *qr = q + (b * H + h) * D;
+            float *orow = o + (b * H + h) * D, mx = -INFINITY;
+            size_t hk = h / group;
+            for (size_t t = t0; t < t1; t++) {
+                scratch[t] = attn_score(qr, kc + ((b * L + t) * Hkv + hk) * D, D, scale, softcap);
+                mx = scratch[t] > mx ? scratch[t] : mx;
+            }
+            double sum = 0.0;
+            for (size_t t = t0; t < t1; t++)
+                sum += exp((double)scratch[t] - mx);
+            float l = (float)(mx + log(sum));
+            for (size_t d = 0; d < D; d++)
+                orow[d] = 0.0f;
+            for (size_t t = t0; t < t1; t++) {
+                float w = expf(scratch[t] - l);
+                const float *vr = vc + ((b * L + t) * Hkv + hk) * D;
+                for (size_t d = 0; d < D; d++)
+                    orow[d] += w * vr[d];
+            }
+        }
+    }
+    return CPU_OK;
+}
+
 int cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
                            const float *k, const float *v, const float *o, const float *lse,
                            size_t B, size_t S, size_t H, size_t Hkv, size_t D, int causal,

@@ -297,6 +297,21 @@ int cpu_attention_forward(float *o,          // (B, S, H, D)
                           size_t B, size_t S, size_t H, size_t Hkv, size_t D, int causal,
                           size_t window, float softcap, double scale,
                           const int32_t *pos); // (B, S) or NULL
+// One new token's attention over a KV cache (the decode step): for each batch row b, its
+// k and v (B, 1, Hkv, D) written into the caches at row pos[b], then its query attending to
+// the cache's rows up to pos[b] (causal; the `window` rows ending there with a window), as
+// cpu_attention_forward's row pos[b] does, operation for operation. scratch holds L
+// floats. CPU_ERR_INDEX when a position is outside the cache, CPU_ERR_ARG as above.
+int cpu_attention_decode(float *o,           // (B, 1, H, D)
+                         float *kc,          // (B, L, Hkv, D) updated
+                         float *vc,          // (B, L, Hkv, D) updated
+                         float *scratch,     // (L)
+                         const float *q,     // (B, 1, H, D)
+                         const float *k,     // (B, 1, Hkv, D)
+                         const float *v,     // (B, 1, Hkv, D)
+                         const int32_t *pos, // (B)
+                         size_t B, size_t L, size_t H, size_t Hkv, size_t D, size_t window, float softcap,
+                         double scale);
 // dq, dk, dv (all assigned; dk and dv summed over the H/Hkv query heads of each group) from
 // dout, q, k, v, o and lse, recomputing P = exp(score - lse) flash-attention style. Needs no
 // scratch. CPU_ERR_ARG as the forward.

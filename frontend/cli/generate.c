@@ -1,0 +1,194 @@
+// generate.c — ftc generate: its option table, the prompt checked against the plan's
+// decode phase (the tokens its KV cache holds), the runtime's generation (rt_generate), and
+// the reply: its text (or ids) on stdout, what it took on stderr.
+#include "cli.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+typedef struct GenArgs {
+    RunOptions o;
+    GenPrompt g;
+    char tokenizer[4096];
+    int64_t max_new, seed;
+    double temperature, top_p;
+    bool ids;
+} GenArgs;
+
+#define ARG(f) offsetof(GenArgs, f)
+
+static bool tokenizer(void *args, const char *v, char *why, size_t cap) {
+    GenArgs *a = args;
+    (void)why, (void)cap;
+    a->g.tokenizer = in_model_dir(v, "tokenizer.json", a->tokenizer, sizeof a->tokenizer);
+    return true;
+}
+
+// A number >= 0 (--temperature) or in (0, 1] (--top-p).
+static bool number(const char *v, double *out, bool fraction, char *why, size_t cap) {
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (errno || end == v || *end || !(x >= 0) || x > (fraction ? 1 : 100) || (fraction && x == 0))
+        return snprintf(why, cap, fraction ? "--top-p needs a number in (0, 1]" : "--temperature needs a number "
+                        "from 0 (greedy) to 100"), false;
+    *out = x;
+    return true;
+}
+static bool temperature(void *a, const char *v, char *why, size_t cap) {
+    return number(v, &((GenArgs *)a)->temperature, false, why, cap);
+}
+static bool top_p(void *a, const char *v, char *why, size_t cap) {
+    return number(v, &((GenArgs *)a)->top_p, true, why, cap);
+}
+
+static const Option generate_opts[] = {
+    OPT(OPT_TEXT, "--prompt", "TEXT", ARG(g.prompt), "the text the reply continues", .in_operands = true),
+    OPT(OPT_TEXT, "--messages", "FILE", ARG(g.messages), "a conversation instead: a JSON list of {\"role\", "
+     "\"content\"}\n(or an object with \"messages\"), rendered by the model's chat\ntemplate with the generation "
+     "prompt", .in_operands = true),
+    OPT(OPT_CALL, "--tokenizer", "F", 0, "the model's tokenizer.json, or its directory (tokenizer_config.json\n"
+     "and chat_template.jinja read beside it)", .call = tokenizer),
+    OPT(OPT_FLAG, "--bytes", NULL, ARG(g.bytes), "no tokenizer: each byte a token (a vocab-256 model, as ftc data "
+     "--bytes)"),
+    OPT(OPT_TEXT, "--weights", "PATH", ARG(o.weights), "the weights, as ftc run --weights takes them (a model "
+     "directory,\nsafetensors, a --save directory or its checkpoint-N)"),
+    OPT(OPT_TEXT, "--adapter", "DIR", ARG(o.adapter), "with LoRA: the adapters over the weights (ftc run --save's "
+     "or PEFT's)"),
+    OPT(OPT_TEXT, "--template", "T", ARG(g.template_text), "the chat template for --messages (default: the model's; "
+     "a .jinja\nfile or a template's text)"),
+    OPT(OPT_TEXT, "--eos", "TOKEN", ARG(g.eos), "the token that ends the reply (default: the model's\n"
+     "generation_config.json, config.json or tokenizer_config.json)"),
+    OPT(OPT_COUNT, "--max-new-tokens", "N", ARG(max_new), "at most N tokens of reply (default: 256, or what the "
+     "plan's\nKV cache has room for)", .lo = 1, .hi = 1 << 24,
+     .bad = "--max-new-tokens needs a token count from 1 to 16777216"),
+    OPT(OPT_CALL, "--temperature", "T", 0, "sample at temperature T (default 0: greedy, the likeliest token)",
+     .call = temperature),
+    OPT(OPT_CALL, "--top-p", "P", 0, "with --temperature: from the likeliest tokens whose probability\nreaches P "
+     "(default 1)", .call = top_p),
+    OPT(OPT_COUNT, "--seed", "N", ARG(seed), "the sampling's random stream, and the initialisation of what\n"
+     "--weights does not give (default 1234)"),
+    OPT(OPT_FLAG, "--ids", NULL, ARG(ids), "print the reply's token ids, not its text"),
+    OPT(OPT_CHOICE, "--device", "D", ARG(o.device), "cuda, cpu or emu, as ftc run's (default: cuda where the "
+     "driver\nsees a GPU, else cpu)", .choices = cli_devices, .values = cli_device_kinds,
+     .bad = "--device takes cuda, cpu or emu"),
+};
+
+// The arguments against each other; EXIT_USAGE after saying what is missing.
+static int check_args(Cmdline *cl, const Parsed *p, GenArgs *a) {
+    GenPrompt *g = &a->g;
+    if (!g->prompt == !g->messages) {
+        fprintf(stderr, "ftc generate: error: %s\n", g->prompt ? "--prompt and --messages: give one of them"
+                : "no prompt: give --prompt TEXT or --messages FILE");
+        return EXIT_USAGE;
+    }
+    if (!g->tokenizer && !g->bytes) {
+        fprintf(stderr, "ftc generate: error: no --tokenizer: the model's tokenizer.json (or its directory), or "
+                "--bytes for a model whose tokens are bytes\n");
+        return EXIT_USAGE;
+    }
+    if (g->tokenizer && g->bytes) {
+        arg_error(cl, parsed_at(&cmd_generate, p, "--bytes"), "--bytes and --tokenizer: give one of them");
+        return EXIT_USAGE;
+    }
+    if (g->bytes && g->messages) {
+        arg_error(cl, parsed_at(&cmd_generate, p, "--messages"), "--messages needs --tokenizer (a chat template "
+                  "renders into the tokenizer's text)");
+        return EXIT_USAGE;
+    }
+    if (a->top_p < 1 && a->temperature == 0) {
+        arg_error(cl, parsed_at(&cmd_generate, p, "--top-p"), "--top-p samples: give --temperature too");
+        return EXIT_USAGE;
+    }
+    return 0;
+}
+
+// The prompt and the reply's length against the plan: its vocabulary and the tokens its
+// KV cache holds. EXIT_NOFIT after saying why.
+static int check_plan(Cmdline *cl, const Parsed *p, GenArgs *a) {
+    char err[1024], path[4200];
+    Plan *plan;
+    snprintf(path, sizeof path, "%s/plan", a->o.plan_dir);
+    if (plan_load(&plan, path, err, sizeof err) != 0)
+        return fprintf(stderr, "ftc generate: error: %s\n", err), EXIT_NOFIT;
+    int64_t L = rt_decode_len(plan), n = (int64_t)a->g.ids.n, room = L - n, vocab = plan->vocab;
+    plan_free(plan);
+    for (size_t i = 0; i < a->g.ids.n; i++)
+        if (a->g.ids.id[i] >= vocab)
+            return fprintf(stderr, "ftc generate: error: the prompt's token %zu is id %d, outside the plan's "
+                           "vocabulary of %lld: is the tokenizer this model's?\n", i, (int)a->g.ids.id[i],
+                           (long long)vocab), EXIT_NOFIT;
+    if (L == 0)
+        return 0;   // (the runtime says why there is no decode phase)
+    if (n == 0 || room < 1)
+        return fprintf(stderr, "ftc generate: error: the prompt is %lld tokens; the plan's KV cache holds %lld, "
+                       "leaving no room for a reply (ftc compile --max-len N plans a longer one)\n", (long long)n,
+                       (long long)L), EXIT_NOFIT;
+    if (a->max_new > room) {
+        arg_error(cl, parsed_at(&cmd_generate, p, "--max-new-tokens"), "--max-new-tokens %lld: the prompt's %lld "
+                  "tokens and %lld more pass the %lld the plan's KV cache holds (at most %lld here; ftc compile "
+                  "--max-len N plans a longer one)", (long long)a->max_new, (long long)n, (long long)a->max_new,
+                  (long long)L, (long long)room);
+        return EXIT_NOFIT;
+    }
+    if (a->max_new == 0)
+        a->max_new = room < 256 ? room : 256;
+    return 0;
+}
+
+// The reply on stdout; how it ended and its pace on stderr.
+static void print_reply(const GenArgs *a, const GenResult *r) {
+    if (a->ids)
+        for (int64_t i = 0; i < r->n; i++)
+            printf("%s%d", i ? " " : "", (int)r->ids[i]);
+    else
+        gen_prompt_text(&a->g, r->ids, r->n, stdout);
+    putchar('\n');
+    char why[96];
+    if (r->eos >= 0)
+        snprintf(why, sizeof why, "the end-of-sequence id %d", (int)r->eos);
+    else
+        snprintf(why, sizeof why, "--max-new-tokens %lld", (long long)a->max_new);
+    double t = r->decode_s > 0 ? r->decode_s : 1e-9;
+    fprintf(stderr, "%zu prompt tokens in %.2fs; %lld new, stopped by %s, in %.2fs (%.1f tokens/s)\n", a->g.ids.n,
+            r->prefill_s, (long long)r->n, why, r->decode_s, (double)r->n / t);
+}
+
+static int generate_main(Cmdline *cl, int first) {
+    GenArgs a = {.o = {.seed = 1234, .layout = LAYOUT_PLANNED, .out = stderr}, .top_p = 1};
+    Parsed p;
+    int rc = parse_options(cl, first, &cmd_generate, &a, &p);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    a.o.plan_dir = p.positional;
+    if (parsed_at(&cmd_generate, &p, "--seed"))
+        a.o.seed = (uint64_t)a.seed, a.o.seed_given = true;
+    if ((rc = check_args(cl, &p, &a)) != 0)
+        return rc;
+    char wdir[4200] = "", err[1024];
+    if (a.o.weights)   // (a model directory's generation_config.json)
+        snprintf(wdir, sizeof wdir, "%s/", a.o.weights);
+    a.g.weights_dir = wdir;
+    GenResult r = {0};
+    if (gen_prompt_open(&a.g, err, sizeof err) != 0) {
+        fprintf(stderr, "ftc generate: error: %s\n", err);
+        rc = EXIT_NOFIT;
+    } else if ((rc = check_plan(cl, &p, &a)) == 0) {
+        GenRequest q = {.prompt = a.g.ids.id, .nprompt = (int64_t)a.g.ids.n, .max_new = a.max_new,
+                        .eos = a.g.eos_ids, .neos = a.g.neos,
+                        .sampling = {a.temperature, a.top_p, a.o.seed}};
+        if ((rc = rt_generate(&a.o, &q, &r)) == 0)
+            print_reply(&a, &r);
+    }
+    free(r.ids);
+    gen_prompt_free(&a.g);
+    return rc;
+}
+
+const Command cmd_generate = {
+    "generate", "DIR (--prompt TEXT | --messages FILE)", "a reply from a plan's model: greedy or sampled",
+    "one plan directory", true, generate_opts, (int)(sizeof generate_opts / sizeof generate_opts[0]),
+    "\nThe plan's decode phase (ftc compile plans one, its KV cache --max-len tokens)\nrun a token at a time: the "
+    "prompt, then each token of the reply, until an\nend-of-sequence token or --max-new-tokens. The reply goes to "
+    "stdout, the rest\nto stderr.\n",
+    generate_main};

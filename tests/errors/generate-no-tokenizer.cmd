@@ -1,0 +1,1 @@
+2 generate none.plan --prompt hello
