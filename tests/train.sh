@@ -56,7 +56,7 @@ fi
 # sign(gradient), so where the gradient is tiny (a k_proj bias's is exactly zero: softmax
 # ignores a shift shared by all keys) an element steps by its rounding noise, whose sign
 # depends on the order of the additions, as in any framework.
-"$ftc" compile models/tiny.ft --budget 1230440K --loss-chunk 32 -o "$tmp/tight.plan" > "$tmp/tight.out"
+"$ftc" compile models/tiny.ft --budget 1230360K --loss-chunk 32 -o "$tmp/tight.plan" > "$tmp/tight.out"
 "$ftc" compile models/tiny.ft --micro-batch 8 --remat keep --offload none --unfused-loss -o "$tmp/none.plan" >/dev/null
 if grep -q '^plan: micro-batch [124], recompute tensors ([0-9]* of [0-9]* kept a block[^)]*), offload optimizer+master+grads+weights' "$tmp/tight.out" &&
    grep -q 'logits formed 32 rows at a time ([2-9] chunks' "$tmp/tight.out" && ! grep -q 'role=logits' "$tmp/tight.plan/plan" &&
