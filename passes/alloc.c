@@ -240,16 +240,12 @@ void alloc_live(const IrGraph *g, int64_t *live) {
     free(blocks), free(root), free(last);
 }
 
-// Places the tensors of arena `a`; returns its size, and the lower bound in *lb. An order
-// whose arena is at most `enough` ends the search (as one at the lower bound does).
-static int64_t alloc_arena(IrGraph *g, int a, const int *last, int64_t enough, AllocStats *st, int64_t *lb,
-                           int *lb_at) {
-    Block *blocks;
-    int64_t fixed;
-    int nb = blocks_of(g, a, true, last, &blocks, &fixed);
-    *lb = bound_of(blocks, nb, fixed, g->nodes.len, lb_at);
-    // Best of the orders: by start first (near-linear: when it reaches the bound, as it
-    // mostly does, the quadratic orders never run); very large graphs get only that one.
+// The best of the orders for blocks that no other block outlives into or out of (a
+// segment), placed above `fixed`: their offsets set in place, the top returned. By start
+// first (near-linear: when it reaches the bound, as it mostly does, the quadratic orders
+// never run); very large segments get only that one. `tried` takes each order's top.
+static int64_t place_segment(Block *blocks, int nb, int64_t fixed, int64_t lb, int64_t enough, int64_t tried[4],
+                             const char **strategy, bool *cut) {
     Block *best = xmalloc(sizeof(Block) * (size_t)(nb + 1));
     int64_t arena = -1;
     static const int orders[4] = {2, 0, 1, 3};
@@ -262,28 +258,78 @@ static int64_t alloc_arena(IrGraph *g, int a, const int *last, int64_t enough, A
         int o = orders[k];
         qsort_r(blocks, (size_t)nb, sizeof(Block), cmp_blocks, &o);
         int64_t top = o == 2   ? place_by_start(blocks, nb, fixed)
-                      : o == 3 ? place_repaired(blocks, nb, fixed, *lb, repairs)
+                      : o == 3 ? place_repaired(blocks, nb, fixed, lb, repairs)
                                : place(blocks, nb, fixed);
-        if (a == 0)
-            st->tried[o] = top;
+        tried[o] = top;
         if (arena < 0 || top < arena) {
             arena = top;
-            if (a == 0)
-                st->strategy = order_name[o];
+            *strategy = order_name[o];
             memcpy(best, blocks, sizeof(Block) * (size_t)nb);
         }
-        if (arena == *lb)
+        if (arena == lb)
             break;   // at the lower bound: no order can do better
         if (arena <= enough) {   // small enough
-            st->cut |= k + 1 < norders;
+            *cut |= k + 1 < norders;
             break;
         }
     }
+    memcpy(blocks, best, sizeof(Block) * (size_t)nb);
+    free(best);
+    return arena;
+}
+
+static int by_first(const void *pa, const void *pb) {
+    const Block *a = pa, *b = pb;
+    return a->first != b->first ? (a->first > b->first) - (a->first < b->first) : (a->root > b->root) - (a->root < b->root);
+}
+
+// Places the tensors of arena `a`; returns its size, and the lower bound in *lb. An order
+// whose arena is at most `enough` ends the search (as one at the lower bound does). The
+// blocks split into segments no block's life crosses (the training step; the eval phase;
+// the decode phase: each starts after everything of the one before has died), each placed
+// on its own above the whole-step tensors: a segment's placement cannot touch another's,
+// so the arena is the largest segment's, and each gets the orders its own size allows.
+static int64_t alloc_arena(IrGraph *g, int a, const int *last, int64_t enough, AllocStats *st, int64_t *lb,
+                           int *lb_at) {
+    Block *blocks;
+    int64_t fixed;
+    int nb = blocks_of(g, a, true, last, &blocks, &fixed);
+    *lb = bound_of(blocks, nb, fixed, g->nodes.len, lb_at);
+    qsort(blocks, (size_t)nb, sizeof(Block), by_first);
+    // The batch's inputs, written before the step and read by the eval and decode phases
+    // too, would join every segment into one: they are stacked above the whole-step
+    // tensors (live from the start, they hold their bytes wherever training peaks).
+    int ni = 0;
     for (int k = 0; k < nb; k++)
-        g->tensors.at[best[k].root].offset = best[k].offset;
-    if (a == 0)
-        st->fixed_bytes = fixed;
-    free(blocks), free(best);
+        if (blocks[k].first == 0 && g->tensors.at[blocks[k].root].kind == TK_INPUT) {
+            Block in = blocks[k];
+            memmove(blocks + ni + 1, blocks + ni, sizeof(Block) * (size_t)(k - ni));
+            in.offset = fixed, fixed += in.size, blocks[ni++] = in;
+        }
+    int64_t arena = fixed, tried[4] = {0, 0, 0, 0};
+    const char *strategy = order_name[2];
+    bool cut = false;
+    for (int s = ni; s < nb;) {
+        int e = s + 1, end = blocks[s].last;
+        while (e < nb && blocks[e].first <= end)
+            end = blocks[e].last > end ? blocks[e].last : end, e++;
+        int at;
+        int64_t seg_lb = bound_of(blocks + s, e - s, fixed, g->nodes.len, &at), seg_tried[4] = {0, 0, 0, 0};
+        const char *seg_strategy = order_name[2];
+        int64_t top = place_segment(blocks + s, e - s, fixed, seg_lb, enough, seg_tried, &seg_strategy, &cut);
+        for (int o = 0; o < 4; o++)
+            tried[o] = seg_tried[o] > tried[o] ? seg_tried[o] : tried[o];
+        if (top > arena)
+            arena = top, strategy = seg_strategy;
+        s = e;
+    }
+    for (int k = 0; k < nb; k++)
+        g->tensors.at[blocks[k].root].offset = blocks[k].offset;
+    if (a == 0) {
+        st->fixed_bytes = fixed, st->strategy = strategy, st->cut |= cut;
+        memcpy(st->tried, tried, sizeof tried);
+    }
+    free(blocks);
     return arena;
 }
 
