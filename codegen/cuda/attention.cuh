@@ -49,6 +49,16 @@ FTC_INLINE float att_through(float capped, float cap) {
     return 1.0f - t * t;
 }
 
+/* One more score into a running softmax: its maximum *mx and its sum of exp(s - *mx). */
+FTC_INLINE void att_online(float sc, float *mx, float *sum) {
+    if (sc > *mx) {
+        *sum = *sum * expf(*mx - sc) + 1.0f;
+        *mx = sc;
+    } else {
+        *sum += expf(sc - *mx);
+    }
+}
+
 /* The lane's slice of row `base` (D elements) into r[]: element lane + 32 k. */
 FTC_INLINE void att_load(float *r, const void *p, long long base, int D, int dt) {
     int lane = threadIdx.x % 32;
@@ -87,13 +97,7 @@ FTC_INLINE void attn_fwd(FtcArgs a, long long B, long long S, long long H, long 
     for (long long t = t0; t < t1; t++) {
         if (!att_same(pos, b, S, s, t))   /* the same for every lane of the warp */
             continue;
-        float sc = att_cap(att_dot(q, a.p[3], ((b * S + t) * Hkv + hk) * D, D, dtk) * scale, cap);
-        if (sc > mx) {
-            sum = sum * expf(mx - sc) + 1.0f;
-            mx = sc;
-        } else {
-            sum += expf(sc - mx);
-        }
+        att_online(att_cap(att_dot(q, a.p[3], ((b * S + t) * Hkv + hk) * D, D, dtk) * scale, cap), &mx, &sum);
     }
     float lse = mx + logf(sum);
     for (int k = 0; k < FTC_ATT_LANE; k++)

@@ -32,13 +32,7 @@ FTC_INLINE void attention_decode(FtcArgs a, long long B, long long L, long long 
     for (long long t = t0; t <= p; t++) {
         const void *kp = t == p ? a.p[4] : a.p[1];
         long long at = t == p ? knew : ((b * L + t) * Hkv + hk) * D;
-        float sc = att_cap(att_dot(q, kp, at, D, dtc) * scale, cap);
-        if (sc > mx) {
-            sum = sum * expf(mx - sc) + 1.0f;
-            mx = sc;
-        } else {
-            sum += expf(sc - mx);
-        }
+        att_online(att_cap(att_dot(q, kp, at, D, dtc) * scale, cap), &mx, &sum);
     }
     float lse = mx + logf(sum);
     for (int k = 0; k < FTC_ATT_LANE; k++)
