@@ -160,9 +160,9 @@ static void decision(FILE *f, const Candidate *c, const FtModel *m, const PlanCt
         fprintf(f, "  kept block by block as --remat tensors:%s asks (each block's count along the keep chain, "
                    "^ the candidates flipped from it)\n", spec);
     if (planner_tile_spec(spec, sizeof spec, &c->c, pin->nlayers))
-        fprintf(f, "  sequence tiles: %lld blocks' per-token work after attention in tiles of as few as %lld "
-                   "tokens (--tile %s: each block's count, the first N blocks T for TxN)\n",
-                (long long)c->o.tile.blocks, (long long)c->o.tile.rows, spec);
+        fprintf(f, "  sequence tiles: the per-token work after attention of %d of %d blocks in tiles, the "
+                   "smallest of %lld tokens (--tile %s: TxN the first N blocks' tiles)\n",
+                c->o.tile.blocks, pin->nlayers, (long long)c->o.tile.rows, spec);
     if (c->o.loss_chunk > 0)
         fprintf(f, "  the loss: linear and cross entropy fused, logits formed %lld rows at a time "
                    "(%lld chunks of the %lld rows), never whole\n",
