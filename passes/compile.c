@@ -109,11 +109,15 @@ static CompileStatus check_program(const CompileOptions *o, CompileResult *r, in
         return refuse(r, COMPILE_REFUSED, "--offload", "--offload grads with several ranks needs every "
                       "gradient sharded, and adamw8bit's 8-bit state keeps its tensors whole on every rank "
                       "(their gradients all-reduced on the device): use --offload optimizer or none");
-    if (o->tile > 1 && t->seq % o->tile)
-        return refuse(r, COMPILE_REFUSED, "--tile", "--tile %lld: the sequence of %lld tokens does not split "
-                      "into %lld equal tiles (a tile count must divide it)", (long long)o->tile, (long long)t->seq,
-                      (long long)o->tile);
-    if (o->tile > 1 && o->remat == REMAT_TENSORS)
+    bool tiled = false;
+    for (int k = 0; k < o->tile.n; k++) {
+        if (t->seq % o->tile.tiles[k])
+            return refuse(r, COMPILE_REFUSED, "--tile", "--tile %s: the sequence of %lld tokens does not split "
+                          "into %lld equal tiles (a tile count must divide it)", o->tile.text, (long long)t->seq,
+                          (long long)o->tile.tiles[k]);
+        tiled |= o->tile.tiles[k] > 1;
+    }
+    if (tiled && o->remat == REMAT_TENSORS)
         return refuse(r, COMPILE_REFUSED, "--tile", "--tile with --remat tensors: the keep masks name the "
                       "tensors of an untiled block (use --remat keep, selective, full or swap)");
     const char *whole = whole_step_grads(t, o->ranks, *micro, o->offload);
@@ -178,6 +182,26 @@ static CompileStatus check_tensors(const CompileOptions *o, CompileResult *r, in
     return COMPILE_OK;
 }
 
+// --tile T1xN1+...+T against the model's blocks: each block's count into r->tile_blocks.
+static CompileStatus check_tile_groups(const CompileOptions *o, CompileResult *r) {
+    const TileSpec *t = &o->tile;
+    if (t->n < 2)
+        return COMPILE_OK;
+    int named = 0;
+    for (int k = 0; k < t->n; k++)
+        named += t->blocks[k] > 0 ? t->blocks[k] : 0;
+    if (named >= r->nlayers)
+        return refuse(r, COMPILE_REFUSED, "--tile", "--tile %s: the groups' %d blocks of %d must leave one for "
+                      "the last count", t->text, named, r->nlayers);
+    r->tile_blocks = xmalloc(sizeof(int64_t) * (size_t)r->nlayers);
+    for (int l = 0, k = 0, in_group = 0; l < r->nlayers; l++, in_group++) {
+        if (t->blocks[k] > 0 && in_group == t->blocks[k])
+            k++, in_group = 0;
+        r->tile_blocks[l] = t->tiles[k];
+    }
+    return COMPILE_OK;
+}
+
 // The step with no technique applied: the whole global batch at once, all on the device,
 // built through autodiff and quantize (which report the user's errors); its counts, and
 // what a block may keep tensor by tensor (the blocks are alike), from most kept to least.
@@ -208,7 +232,7 @@ static CompileStatus naive_step(const CompileOptions *o, CompileResult *r, int64
     arena_free(na);
     if (o->remat == REMAT_TENSORS)
         return check_tensors(o, r, *nchain, *nkeep);
-    return COMPILE_OK;
+    return check_tile_groups(o, r);
 }
 
 // The planner's input: the budgets, the model states and what the options fix.
@@ -235,12 +259,13 @@ static int64_t rank_weights(const PlannerInput *pin) {
     return shards ? pin->weights_bytes / pin->ranks : pin->weights_bytes;
 }
 
-// The blocks whose per-token tail `tiles` tiles (building the program through the tile pass).
-static int tiled_blocks(CompileResult *r, int64_t tiles) {
+// The blocks whose per-token tail `tiles` tiles, or per_block's counts where not NULL
+// (building the program through the tile pass).
+static int tiled_blocks(CompileResult *r, int64_t tiles, const int64_t *per_block) {
     Arena *a = arena_new();
     Pipeline front = r->pipe;
     front.stop_after = "tile";
-    PlanChoice one = {.micro = 1, .policy = REMAT_KEEP, .rest = REMAT_KEEP, .tile = tiles};
+    PlanChoice one = {.micro = 1, .policy = REMAT_KEEP, .rest = REMAT_KEEP, .tile = tiles, .tile_blocks = per_block};
     BuildStats bs;
     IrGraph *g = pipeline_build(&front, &one, a, &bs);
     int blocks = g ? bs.tile.blocks : 0;
@@ -271,18 +296,19 @@ static void merge_search(PlannerResult *r, PlannerResult *add) {
     planner_result_free(add);
 }
 
-// The planner's search at `tiles` sequence tiles, into r->search (the first) or merged
-// into it; its fastest plan that fits, or NULL. Per-tensor keep masks are the untiled
-// block's (remat_keep_chain), so a tiled search goes without them.
-static const Candidate *search_at(CompileResult *r, int64_t tiles, bool first) {
+// The planner's search at `tiles` sequence tiles (per_block's where not NULL), into
+// r->search (the first) or merged into it; its fastest plan that fits, or NULL.
+// Per-tensor keep masks are the untiled block's (remat_keep_chain), so a tiled search
+// goes without them.
+static const Candidate *search_at(CompileResult *r, int64_t tiles, const int64_t *per_block, bool first) {
     PlannerResult pr;
     const uint8_t *chain = r->pin.chain;
     int nchain = r->pin.nchain;
-    r->pin.tile = tiles;
-    if (tiles > 1)
+    r->pin.tile = tiles, r->pin.tile_blocks = per_block;
+    if (tiles > 1 || per_block)
         r->pin.chain = NULL, r->pin.nchain = 0;
     planner_search(&r->pin, first ? &r->search : &pr);
-    r->pin.chain = chain, r->pin.nchain = nchain, r->pin.tile = 0;
+    r->pin.chain = chain, r->pin.nchain = nchain, r->pin.tile = 0, r->pin.tile_blocks = NULL;
     if (first)
         return r->search.best >= 0 ? &r->search.tried.at[r->search.best] : NULL;
     int at = pr.best >= 0 ? r->search.tried.len + pr.best : -1;
@@ -292,28 +318,34 @@ static const Candidate *search_at(CompileResult *r, int64_t tiles, bool first) {
 
 // The sequence tiles searched: --tile's alone; else none, then (where the plan without
 // them fits nothing, or recomputes or swaps: a block's working set is what costs) 2, 4,
-// 8, ... while they divide the sequence and a tile keeps TILE_MIN_ROWS tokens, until a
-// count fits and is not 1% faster than the one before it. Tiles only shrink a block's
-// working set, at some time, so past the first count that fits more pay only where they
-// let the plan recompute less.
+// 8, ... in every block while they divide the sequence and a tile keeps TILE_MIN_ROWS
+// tokens, until a count fits and is not 1% faster than the one before it. Tiles only
+// shrink a block's working set, at some time, so past the first count that fits more
+// pay only where they let the plan recompute less. Then the counts block by block
+// (tile_blocks.c): a block whose peaks fit with fewer tiles than its neighbours' runs
+// bigger GEMMs and fewer kernels.
 static void search_tiles(const CompileOptions *o, CompileResult *r) {
-    if (o->tile > 0) {
-        search_at(r, o->tile, true);
+    if (o->tile.n > 0) {
+        search_at(r, o->tile.tiles[0], r->tile_blocks, true);
         return;
     }
-    const Candidate *b = search_at(r, 1, true);
+    const Candidate *b = search_at(r, 1, NULL, true);
     if (b && b->o.remat.recompute_flops == 0 && b->o.remat.swap_bytes == 0)
         return;
-    if (o->train.seq % 2 || o->train.seq / 2 < TILE_MIN_ROWS || tiled_blocks(r, 2) == 0)
+    if (o->train.seq % 2 || o->train.seq / 2 < TILE_MIN_ROWS || tiled_blocks(r, 2, NULL) == 0)
         return;
+    int64_t counts[32] = {1};
+    int ncounts = 1;
     double last = b ? b->o.cost.step_us : 0;
-    for (int64_t t = 2; o->train.seq % t == 0 && o->train.seq / t >= TILE_MIN_ROWS; t *= 2) {
-        b = search_at(r, t, false);
+    for (int64_t t = 2; o->train.seq % t == 0 && o->train.seq / t >= TILE_MIN_ROWS && ncounts < 32; t *= 2) {
+        b = search_at(r, t, NULL, false);
+        counts[ncounts++] = t;
         if (b && last > 0 && b->o.cost.step_us > 0.99 * last)
             break;
         if (b && (last == 0 || b->o.cost.step_us < last))
             last = b->o.cost.step_us;
     }
+    tile_blocks_search(&r->pin, &r->search, counts, ncounts, r->arena);
 }
 
 // The search, timed; when nothing fits, what each user-side change would need.
@@ -321,10 +353,13 @@ static CompileStatus search(const CompileOptions *o, CompileResult *r) {
     struct timespec t0, t1;
     r->pipe.diag = NULL;   // (user errors were reported by the naive step's build)
     r->pipe.verify = false;
-    if (o->tile > 1 && tiled_blocks(r, o->tile) == 0)
-        return refuse(r, COMPILE_REFUSED, "--tile", "--tile %lld: no block of the model ends in per-token "
+    bool tiled = false;
+    for (int k = 0; k < o->tile.n; k++)
+        tiled |= o->tile.tiles[k] > 1;
+    if (tiled && tiled_blocks(r, o->tile.tiles[0], r->tile_blocks) == 0)
+        return refuse(r, COMPILE_REFUSED, "--tile", "--tile %s: no block of the model ends in per-token "
                       "work to tile (after its attention: projections, norms, activations, residual adds, "
-                      "with at least one linear)", (long long)o->tile);
+                      "with at least one linear)", o->tile.text);
     r->pipe.cache = pipeline_cache_new();
     clock_gettime(CLOCK_MONOTONIC, &t0);
     search_tiles(o, r);
@@ -465,6 +500,7 @@ void compile_result_free(CompileResult *r) {
         ir_graph_free(r->plain);
     free(r->chain);
     free(r->tensors_masks);
+    free(r->tile_blocks);
     free(r->modes);
     if (r->arena)
         arena_free(r->arena);

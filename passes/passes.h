@@ -35,18 +35,19 @@ int lora_apply(IrGraph *g, const LoraSpec *spec, PassDiag *d);
 //
 
 typedef struct TileStats {
-    int64_t tiles;              // T (0: nothing tiled)
+    int64_t tiles;              // T, the most tiles of any block (0: nothing tiled)
     int64_t rows;               // S / T: a tile's tokens per sequence
     int blocks;                 // blocks whose tail was tiled
-    int nodes;                  // a tail's nodes (each written T times)
+    int nodes;                  // a tail's nodes (each written as many times as its block's tiles)
 } TileStats;
 
-// Before autodiff: rewrites the tail of every repeated block that
-// works on each token alone (after its last token-mixing node, attention or RoPE, and
-// holding a GEMM) into `tiles` copies over [B, S/tiles, ...] slices of its inputs, the
-// values it hands on joined along the sequence (concat). `tiles` divides g->seq; 1 (or 0)
-// leaves g as it is. Returns 0.
-int tile_apply(IrGraph *g, int64_t tiles, TileStats *st);
+// Before autodiff: rewrites the tail of every repeated block that works on each token
+// alone (after its last token-mixing node, attention or RoPE, and holding a GEMM) into
+// T copies over [B, S/T, ...] slices of its inputs, the values it hands on joined along
+// the sequence (concat). T is `tiles` for every block, or per_block[l] for block l where
+// per_block is not NULL (ir_layers(g) counts); each divides g->seq; 1 (or 0) leaves a
+// block as it is. Returns 0.
+int tile_apply(IrGraph *g, int64_t tiles, const int64_t *per_block, TileStats *st);
 
 // The planner searches tile counts (powers of two dividing the sequence) only while a tile
 // keeps at least TILE_MIN_ROWS tokens: below that a block's working set is small anyway
@@ -468,7 +469,8 @@ typedef struct PlanChoice {
     int64_t loss_chunk;         // rows per chunk of the fused loss (0: the default cap's)
     bool early_update;          // each update inside backward (early_update.c): one micro-step,
                                 // offload none, one rank, and a step PipelineSpec allows it for
-    int64_t tile;               // sequence tiles of the blocks' per-token tails (tile.c; 0, 1: none)
+    int64_t tile;               // sequence tiles of every block's per-token tail (tile.c; 0, 1: none) ...
+    const int64_t *tile_blocks; // ... if not NULL, each block's (nlayers counts): overrides tile
 } PlanChoice;
 
 enum { BUCKET_DEFAULT_BYTES = 32 << 20 };
@@ -536,7 +538,8 @@ typedef struct PlannerInput {
                                 // state is not sharded): all-reduced on the device, none
                                 // can live on the host
     int64_t loss_chunk;         // the fused loss's rows per chunk fixed by the user, else 0
-    int64_t tile;               // every choice's sequence tiles (PlanChoice.tile; 0: none)
+    int64_t tile;               // every choice's sequence tiles (PlanChoice.tile; 0: none) ...
+    const int64_t *tile_blocks; // ... or each block's (PlanChoice.tile_blocks; NULL: tile's)
     // The keep masks of remat_keep_chain (nchain of nkeep bits), for plans that choose what
     // to keep tensor by tensor; none when nchain is 0.
     const uint8_t *chain;
@@ -599,6 +602,23 @@ bool planner_tensors_spec(char *buf, size_t cap, const PlanChoice *c, int nlayer
                           int nchain);
 // Block l's keep mask under choice c (REMAT_TENSORS, with keep or keep_blocks set).
 const uint8_t *plan_choice_mask(const PlanChoice *c, int l);
+// Block l's sequence tiles under choice c (1: none).
+int64_t plan_choice_tile(const PlanChoice *c, int l);
+// Choice c's tiles as --tile takes them (T, or T1xN1+...+T for counts that differ
+// block by block); false where no block is tiled (or no room).
+bool planner_tile_spec(char *buf, size_t cap, const PlanChoice *c, int nlayers);
+
+//
+// tile_blocks.c — the sequence tiles chosen block by block.
+//
+
+// From the plans the tile search tried (r, at the uniform counts counts[0..ncounts)),
+// a plan whose tile count differs block by block: for each seed (the fastest plan that
+// fits, and the fastest ones faster than it that do not), each block takes the fewest
+// tiles whose uniform plan's peaks in that block's forward and backward fit, built and
+// checked. The fastest such plan that fits and beats r's best is appended to r and made
+// its best, its counts allocated in `a`. Returns whether one was.
+bool tile_blocks_search(const PlannerInput *in, PlannerResult *r, const int64_t *counts, int ncounts, Arena *a);
 
 // Over which host rates the choice holds: the range of CPU AdamW rates (at the link
 // `link`), and of link rates (at the AdamW rate `adamw`), around the assumed ones, in
@@ -818,6 +838,16 @@ typedef struct TensorsSpec {
     int flip[TENSOR_GROUPS][TENSOR_FLIPS];
 } TensorsSpec;
 
+// --tile T1xN1+T2xN2+...+T: the first N1 blocks T1 sequence tiles each, the next N2 T2,
+// ..., the blocks left the last T (1: untiled); --tile T alone: every block T.
+enum { TILE_GROUPS = 64 };
+typedef struct TileSpec {
+    int n;                      // groups (0: the planner's choice)
+    int64_t tiles[TILE_GROUPS];
+    int blocks[TILE_GROUPS];    // the last group's: -1 (the blocks left)
+    char text[64];              // as given (for what the refusals quote)
+} TileSpec;
+
 // ftc compile's options; -1 (or 0 for sizes and counts, NULL for names) leaves a choice
 // to the planner or the default.
 typedef struct CompileOptions {
@@ -839,7 +869,7 @@ typedef struct CompileOptions {
     TensorsSpec tensors;        // --remat tensors:...
     int update;                 // -1: the planner's, 0 after the step, 1 inside backward
     int64_t loss_chunk;
-    int64_t tile;               // --tile: the sequence tiles (0: the planner's; 1: none)
+    TileSpec tile;              // --tile: the sequence tiles (n 0: the planner's)
     int64_t max_len;            // the decode phase's KV cache, tokens: > 0 that many, < 0 the
                                 // train section's seq, 0 no decode phase
     bool no_fusion, unfused_loss, grad_temporaries, exhaustive, time_passes;
@@ -905,6 +935,7 @@ typedef struct CompileResult {
     // (owned)
     uint8_t *chain;
     uint8_t *tensors_masks;     // --remat tensors: each block's mask
+    int64_t *tile_blocks;       // --tile TxN+...: each block's tiles
     Arena *arena;
     Pipeline pipe;
 } CompileResult;

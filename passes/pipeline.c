@@ -35,7 +35,7 @@ static int run_lora(PassCtx *x) {
     return s->lora ? lora_apply(x->g, &s->lora_spec, x->d) : 0;
 }
 
-static int run_tile(PassCtx *x) { return tile_apply(x->g, x->c->tile, &x->bs->tile); }
+static int run_tile(PassCtx *x) { return tile_apply(x->g, x->c->tile, x->c->tile_blocks, &x->bs->tile); }
 
 static int run_fuse_loss(PassCtx *x) {
     x->bs->fused_loss = x->p->spec.fused_loss && fuse_loss_apply(x->g);
@@ -236,7 +236,9 @@ static IrGraph *build_prefix(const Pipeline *p, const PlanChoice *c, Arena *a, B
 }
 
 typedef struct Prefix {
-    int64_t micro, tile;
+    int64_t micro;
+    int64_t *tiles;         // each block's tiles (nlayers of them; 1: none)
+    int nlayers;
     Arena *arena;
     IrGraph *g;
     BuildStats bs;
@@ -254,6 +256,7 @@ PipelineCache *pipeline_cache_new(void) {
 }
 
 static void prefix_free(Prefix *e) {
+    free(e->tiles);
     ir_graph_free(e->g);
     arena_free(e->arena);
     free(e);
@@ -270,7 +273,12 @@ void pipeline_cache_free(PipelineCache *c) {
 }
 
 static bool same_prefix(const Prefix *e, const PlanChoice *c) {
-    return e->micro == c->micro && (e->tile > 1 ? e->tile : 1) == (c->tile > 1 ? c->tile : 1);
+    if (e->micro != c->micro)
+        return false;
+    for (int l = 0; l < e->nlayers; l++)
+        if (e->tiles[l] != plan_choice_tile(c, l))
+            return false;
+    return true;
 }
 
 static const Prefix *lookup(PipelineCache *cache, const PlanChoice *c) {
@@ -290,7 +298,7 @@ static const Prefix *cached(const Pipeline *p, const PlanChoice *c) {
     if (hit)
         return hit;
     Prefix *e = xcalloc(1, sizeof *e);
-    e->micro = c->micro, e->tile = c->tile;
+    e->micro = c->micro;
     e->arena = arena_new();
     bool stopped = false;
     e->g = build_prefix(p, c, e->arena, &e->bs, &stopped);
@@ -299,6 +307,10 @@ static const Prefix *cached(const Pipeline *p, const PlanChoice *c) {
         free(e);
         return NULL;
     }
+    e->nlayers = ir_layers(e->g);
+    e->tiles = xmalloc(sizeof(int64_t) * (size_t)(e->nlayers + 1));
+    for (int l = 0; l < e->nlayers; l++)
+        e->tiles[l] = plan_choice_tile(c, l);
     pthread_mutex_lock(&cache->lock);
     for (int i = 0; i < cache->at.len && !hit; i++)   // another thread may have won
         if (same_prefix(cache->at.at[i], c))

@@ -49,6 +49,39 @@ const uint8_t *plan_choice_mask(const PlanChoice *c, int l) {
                                               : c->keep;
 }
 
+int64_t plan_choice_tile(const PlanChoice *c, int l) {
+    int64_t t = c->tile_blocks ? c->tile_blocks[l] : c->tile;
+    return t > 1 ? t : 1;
+}
+
+// Each run of blocks with the same tiles as "T<sep>N", the runs joined by `join`; with
+// `spec`, the last run without its N (the blocks left, as --tile reads it). Returns the
+// characters written.
+static int tile_runs(char *buf, size_t cap, const PlanChoice *c, int nlayers, const char *sep, const char *join,
+                     bool spec) {
+    int n = 0;
+    buf[0] = '\0';
+    for (int l = 0; l < nlayers && n >= 0 && (size_t)n < cap;) {
+        int s = l;
+        while (l < nlayers && plan_choice_tile(c, l) == plan_choice_tile(c, s))
+            l++;
+        n += snprintf(buf + n, cap - (size_t)n, "%s%lld", s ? join : "", (long long)plan_choice_tile(c, s));
+        if ((!spec || l < nlayers) && (size_t)n < cap)
+            n += snprintf(buf + n, cap - (size_t)n, "%s%d", sep, l - s);
+    }
+    return n;
+}
+
+bool planner_tile_spec(char *buf, size_t cap, const PlanChoice *c, int nlayers) {
+    bool tiled = false;
+    for (int l = 0; l < nlayers; l++)
+        tiled |= plan_choice_tile(c, l) > 1;
+    if (!tiled || cap == 0)
+        return false;
+    int n = tile_runs(buf, cap, c, nlayers, "x", "+", true);
+    return n > 0 && (size_t)n < cap;
+}
+
 // "tensors (K of M kept a block xN + J xR ...)": each run of blocks keeping as many.
 static void tensors_str(char *buf, size_t cap, const PlanChoice *c, int nlayers) {
     int n = snprintf(buf, cap, "tensors (");
@@ -126,8 +159,16 @@ void planner_choice_str(char *buf, size_t cap, const PlanChoice *c, int nlayers)
                       (long long)(c->bucket_bytes >> 20));
     if (c->loss_chunk > 0 && n > 0 && (size_t)n < cap)
         n += snprintf(buf + n, cap - (size_t)n, ", loss chunk %lld", (long long)c->loss_chunk);
-    if (c->tile > 1 && n > 0 && (size_t)n < cap)
-        n += snprintf(buf + n, cap - (size_t)n, ", %lld sequence tiles", (long long)c->tile);
+    bool uniform = true;
+    for (int l = 1; l < nlayers; l++)
+        uniform &= plan_choice_tile(c, l) == plan_choice_tile(c, 0);
+    if (uniform && plan_choice_tile(c, 0) > 1 && n > 0 && (size_t)n < cap)
+        n += snprintf(buf + n, cap - (size_t)n, ", %lld sequence tiles", (long long)plan_choice_tile(c, 0));
+    else if (!uniform && n > 0 && (size_t)n < cap) {
+        char runs[256];
+        tile_runs(runs, sizeof runs, c, nlayers, " x", " + ", false);
+        n += snprintf(buf + n, cap - (size_t)n, ", sequence tiles %s", runs);
+    }
     if (c->early_update && n > 0 && (size_t)n < cap)
         snprintf(buf + n, cap - (size_t)n, ", updates in backward");
 }
@@ -139,7 +180,7 @@ static bool same_choice(const PlanChoice *a, const PlanChoice *b) {
            a->per_layer == b->per_layer && a->keep == b->keep && a->keep_rest == b->keep_rest &&
            a->keep_blocks == b->keep_blocks &&
            a->loss_chunk == b->loss_chunk && a->zero == b->zero && a->bucket_bytes == b->bucket_bytes &&
-           a->early_update == b->early_update && a->tile == b->tile;
+           a->early_update == b->early_update && a->tile == b->tile && a->tile_blocks == b->tile_blocks;
 }
 
 // The buckets' size a candidate starts with: none for one rank.
@@ -149,7 +190,7 @@ static int64_t bucket(const PlannerInput *in) { return in->ranks > 1 ? BUCKET_DE
 static PlanChoice uniform(const PlannerInput *in, int64_t micro, int pol, int lv, int z) {
     PlanChoice c = {.micro = micro, .policy = (RematPolicy)pol, .n_policy = in->nlayers,
                     .rest = (RematPolicy)pol, .offload = levels[lv], .zero = z, .bucket_bytes = bucket(in),
-                    .early_update = lv == LEVEL_EARLY, .tile = in->tile};
+                    .early_update = lv == LEVEL_EARLY, .tile = in->tile, .tile_blocks = in->tile_blocks};
     if (pol == REMAT_TENSORS && in->tensors_masks)   // the user's masks
         c.keep_blocks = in->tensors_masks, c.nkeep = in->nkeep;
     return c;
@@ -1047,7 +1088,8 @@ int planner_exact(const PlannerInput *in, int64_t micro, int level, RematPolicy 
         for (int l = 0, c = code; l < L; l++, c /= 3)
             trial[l] = (RematPolicy)(c % 3);
         PlanChoice ch = {.micro = micro, .policy = REMAT_KEEP, .n_policy = L, .rest = REMAT_KEEP,
-                         .offload = levels[level], .per_layer = trial, .tile = in->tile};
+                         .offload = levels[level], .per_layer = trial, .tile = in->tile,
+                         .tile_blocks = in->tile_blocks};
         PlanOutcome o;
         if (in->build(in->ctx, &ch, NULL, &o) != 0)
             continue;

@@ -10,8 +10,8 @@
 // autodiff gives each its own backward (dy's slices in, the inputs' gradients as slices
 // added into the whole), remat recomputes a tile just before the tile's backward needs
 // it, liveness lets each tile's intermediates die before the next tile's are made, and
-// every backend runs it unchanged. The planner chooses T (PlanChoice.tile, 1: none) with
-// the micro-batch, recompute and offload, and prices it: T times as many GEMMs of S/T
+// every backend runs it unchanged. The planner chooses T block by block (PlanChoice.tile
+// or .tile_blocks, 1: none) with the micro-batch, recompute and offload, and prices it: T times as many GEMMs of S/T
 // rows (cost.c's efficiency by shape) and the slices, joins and their gradients' sums.
 //
 // Why the graph and not a runtime loop over row slices (as the fused loss loops over
@@ -96,8 +96,8 @@ static bool block_tail(const IrGraph *g, int layer, int *from, int *to) {
 
 typedef struct Tiler {
     IrGraph *g;
-    int tiles;
-    int64_t rows;           // S / tiles
+    int tiles;              // the tail being written: its block's tiles ...
+    int64_t rows;           // ... and S / tiles
     int nt0;                // tensors before the pass
     int *remap;             // per old tensor: what later nodes read instead (a join), else itself
     int *made_in;           // per old tensor: the node of the tail that makes it, else -1
@@ -243,29 +243,29 @@ static void tile_tail(Tiler *z, const IrNode *old, int from, int to, const bool 
     free(parts), free(outs);
 }
 
-int tile_apply(IrGraph *g, int64_t tiles, TileStats *st) {
+int tile_apply(IrGraph *g, int64_t tiles, const int64_t *per_block, TileStats *st) {
     memset(st, 0, sizeof *st);
-    if (tiles <= 1)
-        return 0;
-    IR_ASSERT(g->seq % tiles == 0);
     int layers = ir_layers(g), n = g->nodes.len, nt0 = g->tensors.len;
     int *tail_end = xmalloc(sizeof(int) * (size_t)(n + 1));   // per node: the end of the tail it starts, or -1
+    int64_t *tail_tiles = xmalloc(sizeof(int64_t) * (size_t)(n + 1));   // ... and its tiles
     for (int i = 0; i < n; i++)
         tail_end[i] = -1;
     for (int l = 0; l < layers; l++) {
+        int64_t t = per_block ? per_block[l] : tiles;
         int from, to;
-        if (!block_tail(g, l, &from, &to))
+        if (t <= 1 || !block_tail(g, l, &from, &to))
             continue;
-        tail_end[from] = to;
+        IR_ASSERT(g->seq % t == 0);
+        tail_end[from] = to, tail_tiles[from] = t;
         st->blocks++;
         st->nodes = to - from + 1;
+        if (t > st->tiles)
+            st->tiles = t, st->rows = g->seq / t;
     }
     if (st->blocks == 0) {
-        free(tail_end);
+        free(tail_end), free(tail_tiles);
         return 0;
     }
-    st->tiles = tiles;
-    st->rows = g->seq / tiles;
     // What the nodes after each tail read of it: every read of a tail's value from outside
     // the tail (tails are disjoint and consecutive, so a reader after `to` is outside).
     bool *read_after = xcalloc((size_t)nt0 + 1, 1);
@@ -279,7 +279,7 @@ int tile_apply(IrGraph *g, int64_t tiles, TileStats *st) {
             if (nd->in[k] >= 0)
                 read_after[nd->in[k]] = true;
     }
-    Tiler z = {.g = g, .tiles = (int)tiles, .rows = g->seq / tiles, .nt0 = nt0};
+    Tiler z = {.g = g, .nt0 = nt0};
     z.remap = xmalloc(sizeof(int) * (size_t)nt0);
     z.made_in = xmalloc(sizeof(int) * (size_t)nt0);
     z.name = xmalloc(sizeof(char *) * (size_t)nt0);
@@ -290,6 +290,7 @@ int tile_apply(IrGraph *g, int64_t tiles, TileStats *st) {
     for (IrNode nd; ir_rewrite_next(&rw, &nd);) {
         int i = rw.at - 1;
         if (tail_end[i] >= 0) {
+            z.tiles = (int)tail_tiles[i], z.rows = g->seq / tail_tiles[i];
             tile_tail(&z, rw.old, i, tail_end[i], read_after);
             rw.at = tail_end[i] + 1;   // (the tail's nodes are replaced by its tiles)
             continue;
@@ -304,7 +305,7 @@ int tile_apply(IrGraph *g, int64_t tiles, TileStats *st) {
         g->loss = z.remap[g->loss];
     if (g->logits >= 0)
         g->logits = z.remap[g->logits];
-    free(tail_end), free(read_after), free(z.remap), free(z.made_in), free(z.cur), free(z.set), free(z.name);
+    free(tail_end), free(tail_tiles), free(read_after), free(z.remap), free(z.made_in), free(z.cur), free(z.set), free(z.name);
     ir_drop_unused(g);
     ir_mark_requires_grad(g);
     return 0;

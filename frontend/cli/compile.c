@@ -82,6 +82,36 @@ static bool tensors_spec(const char *s, TensorsSpec *t) {
     }
 }
 
+// --tile T or T1xN1+...+T into o.tile: whole numbers, each T and N at least 1, at most
+// TILE_GROUPS groups, the last without N (the blocks left).
+static bool tile(void *args, const char *v, char *why, size_t cap) {
+    TileSpec *t = &((CompileArgs *)args)->o.tile;
+    snprintf(t->text, sizeof t->text, "%s", v);
+    t->n = 0;
+    for (const char *s = v;;) {
+        char *end;
+        errno = 0;
+        long long k = strtoll(s, &end, 10), n = -1;
+        if (end == s || errno || k < 1 || k > 1 << 30 || t->n == TILE_GROUPS || !isdigit((unsigned char)*s))
+            break;
+        if (*end == 'x') {
+            s = end + 1;
+            n = strtoll(s, &end, 10);
+            if (end == s || errno || *end != '+' || n < 1 || n > 1 << 20 || !isdigit((unsigned char)*s))
+                break;
+        }
+        t->tiles[t->n] = k, t->blocks[t->n] = (int)n, t->n++;
+        if (n < 0 && *end == '\0')
+            return true;
+        if (n < 0)
+            break;
+        s = end + 1;
+    }
+    t->n = 0;
+    return snprintf(why, cap, "--tile takes a positive tile count N (every block's) or TxN+T2 (the first N "
+                    "blocks T tiles, the rest T2; more groups TxN+ before the last; 1: untiled)"), false;
+}
+
 static bool remat(void *args, const char *v, char *why, size_t cap) {
     CompileOptions *o = &((CompileArgs *)args)->o;
     o->remat = -1;
@@ -190,9 +220,10 @@ static const Option compile_opts[] = {
     OPT(OPT_COUNT, "--loss-chunk", "N", ARG(o.loss_chunk), "rows of logits the fused loss forms at a time (a "
      "divisor of\nmicro-batch x seq; the largest at most N)", .lo = 1,
      .bad = "--loss-chunk needs a positive number of rows"),
-    OPT(OPT_COUNT, "--tile", "N", ARG(o.tile), "sequence tiles: each block's per-token work after its attention\n"
+    OPT(OPT_CALL, "--tile", "SPEC", 0, "sequence tiles: each block's per-token work after its attention\n"
      "(projections, norms, MLP, LoRA paths, residual adds) runs on N\nslices of seq / N tokens, so a block's "
-     "working set is a tile's\n(N divides seq; 1: none)", .lo = 1, .bad = "--tile needs a positive tile count"),
+     "working set is a tile's\n(N divides seq; 1: none); TxN+T2: the first N blocks T, the rest T2\n"
+     "(more groups TxN+ before the last)", .call = tile),
 };
 
 // Where the plan goes: -o, else NAME.plan in the current directory ("out.plan/" names

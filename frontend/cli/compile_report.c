@@ -159,6 +159,10 @@ static void decision(FILE *f, const Candidate *c, const FtModel *m, const PlanCt
     if (planner_tensors_spec(spec, sizeof spec, &c->c, pin->nlayers, pin->chain, pin->nchain))
         fprintf(f, "  kept block by block as --remat tensors:%s asks (each block's count along the keep chain, "
                    "^ the candidates flipped from it)\n", spec);
+    if (planner_tile_spec(spec, sizeof spec, &c->c, pin->nlayers))
+        fprintf(f, "  sequence tiles: the per-token work after attention of %d of %d blocks in tiles, the "
+                   "smallest of %lld tokens (--tile %s: TxN the first N blocks' tiles)\n",
+                c->o.tile.blocks, pin->nlayers, (long long)c->o.tile.rows, spec);
     if (c->o.loss_chunk > 0)
         fprintf(f, "  the loss: linear and cross entropy fused, logits formed %lld rows at a time "
                    "(%lld chunks of the %lld rows), never whole\n",
