@@ -37,9 +37,23 @@ done
     bad train-full "$(tail -3 "$tmp/full.out")"
 "$ftc" run "$tmp/lora.plan" --data "$tmp/train.bin" --weights "$fx" --save "$tmp/lora" >"$tmp/lora.out" 2>&1 ||
     bad train-lora "$(tail -3 "$tmp/lora.out")"
+# A source that names its end token only in tokenizer_config.json: no generation_config.json,
+# no bos or eos id in config.json. The save's config.json and the generation_config.json it
+# gets carry the eos id, so from_pretrained(save).generate stops where ftc generate does.
+mkdir "$tmp/bare-src" && cp "$fx"/model.safetensors "$fx"/tokenizer*.json "$tmp/bare-src/"
+sed '/"bos_token_id"/d; /"eos_token_id"/d' "$fx/config.json" > "$tmp/bare-src/config.json"
+"$ftc" run "$tmp/full.plan" --data "$tmp/train.bin" --weights "$tmp/bare-src" --save "$tmp/bare" >"$tmp/bare.out" 2>&1 ||
+    bad train-bare "$(tail -3 "$tmp/bare.out")"
+eos=$(sed -n 's/^ *"eos_token_id": \([0-9]*\),*$/\1/p' "$fx/config.json")
+grep -Eq "\"eos_token_id\": $eos,?$" "$tmp/bare/config.json" && ! grep -q bos_token_id "$tmp/bare/config.json" &&
+    [ "$(tr -d ' \n' < "$tmp/bare/generation_config.json")" = "{\"eos_token_id\":$eos}" ] &&
+    grep -q 'generation_config.json' "$tmp/bare.out" && ok "save-eos-id ($eos)" ||
+    bad save-eos-id "want eos $eos from tokenizer_config.json: $(cat "$tmp/bare/config.json" "$tmp/bare/generation_config.json")"
+cmp -s "$tmp/full/generation_config.json" "$fx/generation_config.json" && cmp -s "$tmp/full/config.json" "$fx/config.json" &&
+    ok save-configs-kept || bad save-configs-kept "$(diff "$fx/config.json" "$tmp/full/config.json")"
 
 if [ -n "$keep" ]; then   # (for make_hf_roundtrip.py: the saves and token files it reads)
-    cp -rL "$tmp/full" "$tmp/lora" "$tmp/train.bin" "$tmp/eval.bin" "$keep/" && echo $seq > "$keep/seq"
+    cp -rL "$tmp/full" "$tmp/lora" "$tmp/bare" "$tmp/train.bin" "$tmp/eval.bin" "$keep/" && echo $seq > "$keep/seq"
     [ "$fail" = 0 ]; exit
 fi
 
@@ -56,8 +70,9 @@ measure() {
 measure base full "$fx" --weights "$fx"
 measure full full "$tmp/full" --weights "$tmp/full"
 measure lora lora "$fx" --weights "$fx" --adapter "$tmp/lora"
+measure bare full "$tmp/bare" --weights "$tmp/bare"
 
-for name in base full lora; do
+for name in base full lora bare; do
     want=$(sed -n "s/^$name loss //p" "$fx/expected.txt")
     got=$(sed -n 's/.*"loss": \([^,]*\),.*/\1/p' "$tmp/$name.eval")
     if [ -z "$want" ] || [ -z "$got" ]; then bad "$name-loss" "ftc '$got', transformers '$want'"
