@@ -7,7 +7,10 @@
 # (tests/fixtures/hf/expected.txt, made by tests/fixtures/make_hf_roundtrip.py:
 # from_pretrained(save), PeftModel.from_pretrained(base, adapter), generate): the losses
 # within 1e-5 relative (fp32), the replies the same ids, each ending where transformers'
-# ends (an end id of the generation config, or the length).
+# ends (an end id of the generation config, or the length). And the token ids of a save: a
+# source's config files kept as they are; a source whose end token only its
+# tokenizer_config.json names saved with that id in config.json and a generation_config.json
+# made for it, transformers' reply from that save ending where ftc's does.
 # usage: hf_roundtrip.sh FTC SOURCE_DIR [--keep DIR]   (--keep: leave ftc's side in DIR for
 # make_hf_roundtrip.py, compare nothing)
 set -u
