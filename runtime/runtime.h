@@ -345,6 +345,21 @@ int rt_save_weights(Exec *x, const char *dir, bool merge, int64_t shard_bytes, F
 bool rt_save_has_config(const Exec *x);
 // Whether DIR's current set of weights is the one saved at `step`; its directory in path.
 bool rt_saved_set(const char *dir, int64_t step, char *path, size_t cap);
+
+//
+// save_config.c — a saved model's config files.
+//
+
+// Writes the JSON object j to path as transformers writes a config (indented, keys in
+// order, every number back exactly), aside and renamed into place; -1 with err.
+struct json_t;
+int rt_json_save(const char *path, struct json_t *j, char *err, size_t errlen);
+// Completes the token ids of the model directory DIR (a save's set, or its merged/): the
+// bos and eos ids config.json lacks, and those generation_config.json lacks (bos, eos,
+// pad), from generation_config.json, config.json, then tokenizer_config.json's tokens
+// through tokenizer.json; a generation_config.json made where there was none and an id is
+// known (*made_gen). Nothing where DIR has no config.json. -1 with err.
+int rt_save_token_ids(const char *dir, bool *made_gen, char *err, size_t errlen);
 // schedule.c — what changes from step to step.
 //
 

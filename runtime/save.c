@@ -129,33 +129,11 @@ static const char *saved_dtype(const Exec *x) {
     return "float32";
 }
 
-// The fewest significant digits (15 at least) that write every number of `v` back exactly,
-// as the compiler wrote them (1e-06, not 9.9999999999999995e-07).
-static int real_digits(json_t *v) {
-    int most = 15;
-    char s[40];
-    while (json_is_real(v) && most < 17 &&
-           (snprintf(s, sizeof s, "%.*g", most, json_real_value(v)), strtod(s, NULL) != json_real_value(v)))
-        most++;
-    const char *key;
-    json_t *e;
-    size_t i;
-    json_object_foreach(v, key, e) {
-        int d = real_digits(e);
-        most = d > most ? d : most;
-    }
-    json_array_foreach(v, i, e) {
-        int d = real_digits(e);
-        most = d > most ? d : most;
-    }
-    return most;
-}
-
 // The plan's config.json into directory `into` (a model's: the set, or merged/) where the
 // weights came with none, its torch_dtype the saved weights'; added to the set's names when
 // `set` is not NULL.
 static int plan_config(const Exec *x, const char *into, SetNames *set, char *err, size_t errlen) {
-    char from[4400], to[4400], tmp[4500];
+    char from[4400], to[4400];
     if (!x->plan_dir || has_file(into, "config.json") || !has_file(x->plan_dir, "config.json"))
         return 0;
     snprintf(from, sizeof from, "%s/config.json", x->plan_dir);
@@ -168,19 +146,10 @@ static int plan_config(const Exec *x, const char *into, SetNames *set, char *err
         return -1;
     }
     json_object_set_new(cfg, "torch_dtype", json_string(saved_dtype(x)));
-    char *text = json_dumps(cfg, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(real_digits(cfg)));
+    int rc = rt_json_save(to, cfg, err, errlen);
     json_decref(cfg);
-    int fd = text ? rt_tmp_create(to, tmp, sizeof tmp) : -1;
-    bool ok = fd >= 0 && rt_write_full(fd, text, strlen(text)) == 0 && rt_write_full(fd, "\n", 1) == 0;
-    if (fd >= 0 && close(fd) != 0)
-        ok = false;
-    if (ok && rename(tmp, to) != 0)
-        ok = false;
-    if (!ok && fd >= 0)
-        unlink(tmp);
-    free(text);
-    if (!ok)
-        return rt_fail(err, errlen, "cannot write %s", to);
+    if (rc != 0)
+        return -1;
     if (set)
         add_name(set, "config.json");
     return 0;
@@ -335,12 +304,16 @@ static int write_adapter_set(Exec *x, const char *tmp, bool merge, int64_t shard
         rc = copy_side_files(x->base_model, path, true, false, set, err, errlen);
     if (rc == 0 && merge)
         rc = plan_config(x, path, NULL, err, errlen);
+    bool made;   // (merged/ is linked whole)
+    if (rc == 0 && merge)
+        rc = rt_save_token_ids(path, &made, err, errlen);
     return rc;
 }
 
 // The set's files written into the directory tmp: the weights (in shards of at most
 // shard_bytes where they take more; with LoRA the adapter and merged/), then the side
-// files of --weights DIR; their names into set.
+// files of --weights DIR, the config's token ids completed (save_config.c); their names
+// into set.
 static int write_set(Exec *x, const char *tmp, bool merge, int64_t shard_bytes, SetNames *set, char *err,
                      size_t errlen) {
     if (x->plan->lora_r > 0)
@@ -352,6 +325,11 @@ static int write_set(Exec *x, const char *tmp, bool merge, int64_t shard_bytes, 
         rc = copy_side_files(x->base_model, tmp, true, true, set, err, errlen);
     if (rc == 0)
         rc = plan_config(x, tmp, set, err, errlen);
+    bool made = false;
+    if (rc == 0)
+        rc = rt_save_token_ids(tmp, &made, err, errlen);
+    if (made)
+        add_name(set, "generation_config.json");
     return rc;
 }
 
