@@ -148,7 +148,7 @@ typedef enum IrPhase {
     PHASE_OPTIMIZER,        // once per step, after the last micro-step
     PHASE_EVALUATION,       // forward only, on an evaluation batch, between steps: reads
                             // the parameters and the batch inputs, saves nothing
-    PHASE_DECODING,           // one token of generation (passes/decode.c): the forward at one
+    PHASE_DECODING,         // one token of generation (passes/decode.c): the forward at one
                             // position over the KV cache, its logits; run apart from training
 } IrPhase;
 

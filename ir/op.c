@@ -798,6 +798,8 @@ static int64_t scratch_embed_bwd(const IrGraph *g, const IrNode *n) {
 }
 
 bool ir_attention_tiled(const IrGraph *g, const IrNode *n) {
+    if (n->op != OP_ATTENTION && n->op != OP_ATTENTION_BWD)   // (attention_decode: a warp a head)
+        return false;
     bool fwd = n->op == OP_ATTENTION, bf16 = true;
     for (int i = 0; i < (fwd ? 3 : 5); i++)   // q, k, v (and dy, o): not lse, not the positions
         bf16 &= IN(i)->dtype == DT_BF16;

@@ -11,7 +11,7 @@ static void tensor_line(FILE *f, const IrGraph *g, const IrTensor *t) {
     fputc('\n', f);
 }
 
-static const char *phase_name[] = {"forward", "backward", "optimizer", "eval"};
+static const char *phase_name[] = {"forward", "backward", "optimizer", "eval", "decode"};
 
 void ir_print(FILE *f, const IrGraph *g) {
     fprintf(f, "# ir: B=%lld S=%lld, %d tensors, %d nodes\n", (long long)g->batch,
@@ -74,7 +74,6 @@ void ir_json_str(FILE *f, const char *s) {
 }
 
 void ir_write_json(FILE *f, const IrGraph *g) {
-    static const char *phase[] = {"forward", "backward", "optimizer", "eval"};
     fprintf(f, "{\n  \"batch\": %lld, \"seq\": %lld, \"loss\": %d,\n  \"tensors\": [\n",
             (long long)g->batch, (long long)g->seq, g->loss);
     for (int i = 0; i < g->tensors.len; i++) {
@@ -91,7 +90,7 @@ void ir_write_json(FILE *f, const IrGraph *g) {
         const IrNode *n = &g->nodes.at[i];
         fprintf(f, "    {\"id\": %d, \"op\": \"%s\", \"phase\": \"%s\", \"layer\": %d, \"flops\": %lld, "
                    "\"out_bytes\": %lld, \"inputs\": [",
-                i, op_desc(n->op)->name, phase[n->phase], n->layer, (long long)op_flops(g, n),
+                i, op_desc(n->op)->name, phase_name[n->phase], n->layer, (long long)op_flops(g, n),
                 (long long)op_bytes_written(g, n));
         for (int k = 0; k < n->nin; k++)
             fprintf(f, "%s%d", k ? ", " : "", n->in[k]);

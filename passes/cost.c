@@ -64,7 +64,7 @@ static double loss_us(const IrGraph *g, const IrNode *n, const CostModel *cm, do
 static double attention_us(const IrGraph *g, const IrNode *n, const CostModel *cm, double flops,
                            double bytes) {
     const GpuPreset *gpu = cm->gpu;
-    bool fwd = n->op == OP_ATTENTION;
+    bool fwd = n->op != OP_ATTENTION_BWD;   // (attention and attention_decode read q first)
     const IrTensor *q = &g->tensors.at[n->in[fwd ? 0 : 1]];
     double peak = gpu->bf16_tflops * 1e12, hbm = gpu->hbm_gbps * 1e9 * 0.8, eff = 0.05;
     if (ir_attention_tiled(g, n)) {

@@ -94,12 +94,13 @@ static int attention(Decode *d, const IrNode *n, const int *in) {
     IrGraph *g = d->g;
     if (!n->attr.causal)
         return skip(d, n, "attention that is not causal has no decode step");
-    const IrTensor *k = &g->tensors.at[in[1]];
+    const IrTensor *k = &g->tensors.at[in[1]];   // (read before ir_tensor_add moves the list)
     int64_t shape[4] = {1, d->max_len, k->shape[2], k->shape[3]};
+    DType dtype = k->dtype;
     int cache[2];
     for (int c = 0; c < 2; c++) {
         const char *name = arena_printf(g->arena, "%s.cache", g->tensors.at[n->in[1 + c]].name);
-        cache[c] = ir_tensor_add(g, name, TK_CACHE, k->dtype, 4, shape, n->loc);
+        cache[c] = ir_tensor_add(g, name, TK_CACHE, dtype, 4, shape, n->loc);
         IrTensor *t = ir_tensor(g, cache[c]);
         t->cat = MEM_KV_CACHE;
         t->layer = n->layer;
