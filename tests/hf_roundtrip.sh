@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The Hugging Face round trip, ftc's side, for each family's model directory
 # (tests/fixtures/hf/: Qwen2 with Qwen2.5's chat template; tests/fixtures/hf-llama/: Llama 3,
-# GQA and an untied lm_head, with Llama 3.1's): its config, generation config, fp32 weights,
+# GQA and an untied lm_head, with Llama 3.1's; tests/fixtures/hf-gemma2/: Gemma 2, softcaps and
+# a sliding window on alternate layers, with gemma-2-2b-it's): its config, generation config, fp32 weights,
 # a byte-level BPE and the published chat template, imported, its chat records tokenized
 # through its own template, fine-tuned in full and with LoRA (ftc run --save), then ftc
 # eval's loss and ftc generate's greedy reply of the base model, the full save and the
@@ -59,11 +60,14 @@ roundtrip() {
     "$ftc" run "$tmp/full.plan" --data "$tmp/train.bin" --weights "$tmp/bare-src" --save "$tmp/bare" >"$tmp/bare.out" 2>&1 ||
         bad train-bare "$(tail -3 "$tmp/bare.out")"
     # (the bos id too where tokenizer_config.json names a bos token, as Llama 3's does)
-    local eos bos ids
+    local eos bos pad ids
     eos=$(sed -n 's/^ *"eos_token_id": \([0-9]*\),*$/\1/p' "$fx/config.json")
     bos=$(sed -n 's/^ *"bos_token_id": \([0-9]*\),*$/\1/p' "$fx/config.json")
     grep -q '"bos_token": "' "$fx/tokenizer_config.json" && ids="\"bos_token_id\":$bos,\"eos_token_id\":$eos" ||
         bos= ids="\"eos_token_id\":$eos"
+    # (and config.json's pad id, as GenerationConfig.from_model_config carries it: Gemma's 0)
+    pad=$(sed -n 's/^ *"pad_token_id": \([0-9]*\),*$/\1/p' "$fx/config.json")
+    [ -z "$pad" ] || ids="$ids,\"pad_token_id\":$pad"
     grep -Eq "\"eos_token_id\": $eos,?$" "$tmp/bare/config.json" &&
         { [ -n "$bos" ] && grep -Eq "\"bos_token_id\": $bos,?$" "$tmp/bare/config.json" ||
           { [ -z "$bos" ] && ! grep -q bos_token_id "$tmp/bare/config.json"; }; } &&
@@ -111,6 +115,6 @@ if [ -n "$keep" ]; then
     roundtrip "${5:?usage: hf_roundtrip.sh FTC SOURCE_DIR --keep DIR FIXTURE}"
     exit
 fi
-for fx in tests/fixtures/hf tests/fixtures/hf-llama; do roundtrip "$fx"; done
+for fx in tests/fixtures/hf tests/fixtures/hf-llama tests/fixtures/hf-gemma2; do roundtrip "$fx"; done
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]
