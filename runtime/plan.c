@@ -339,6 +339,9 @@ static int read_value(Plan *p, char **w, int n) {
     else if (strcmp(k, "packing") == 0) {
         p->packing = v[0] == '1';
         return n == 2 && (strcmp(v, "0") == 0 || strcmp(v, "1") == 0);
+    } else if (strcmp(k, "pairs") == 0) {
+        p->pairs = v[0] == '1';
+        return n == 2 && (strcmp(v, "0") == 0 || strcmp(v, "1") == 0);
     } else if (strcmp(k, "events") == 0) {
         int64_t e = 0;
         bool ok = ops_parse_i64(v, &e) && e >= 0 && e <= 100000000;

@@ -11,6 +11,11 @@
 //   vocab 256
 //   packing 1                    (only with packing = true: the windows hold packed records,
 //                                 the positions buffer restarts at each one)
+//   pairs 1                      (only with a preference loss: the rows of a micro-batch are
+//                                 pairs, 2j the chosen and 2j+1 the rejected completion of
+//                                 one prompt, read from a paired token file; the target count
+//                                 buffer is i32[2]: the step's pairs, and its chosen rows'
+//                                 trained targets)
 //   precision bf16
 //   optimizer adamw lr=0.003 beta1=0.9 beta2=0.999 eps=1e-08 weight_decay=0
 //   schedule cosine warmup=100 steps=1000 min_lr=0     (constant|linear|cosine: the
@@ -253,6 +258,7 @@ typedef struct Plan {
     int64_t budget_bytes, reserve_bytes;
     int64_t seq, micro_batch, accum, vocab;
     bool packing;           // records packed into windows: position ids restart per record
+    bool pairs;             // rows 2j, 2j+1 the chosen and rejected of a pair (a preference loss)
     char *precision;
     PlanOptimizer optimizer;
     double lr, beta1, beta2, eps, weight_decay;
