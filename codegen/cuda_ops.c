@@ -442,6 +442,40 @@ static void g_ce(const CudaCtx *cx, unsigned *grid, unsigned *block) {
         one_block(grid, block, 256);
 }
 
+// The targets' log-probabilities (pref.cuh): logits [N, V] in[0], or in[1] for the backward.
+static void a_lp(FILE *f, const CudaCtx *cx) {
+    CTX(cx);
+    const IrTensor *lg = IN(n->op == OP_LOGPROBS ? 0 : 1);
+    long long N = (long long)rows_of(lg), V = (long long)last_dim(lg);
+    int v8 = rows_v8(g, n, V);
+    if (n->op == OP_LOGPROBS)
+        fprintf(f, "%lldLL, %lldLL, %d, %d", N, V, DT(lg), v8);
+    else
+        fprintf(f, "%lldLL, %lldLL, %d, %d, %d", N, V, DT(lg), DT(OUT(0)), v8);
+}
+static void g_lp(const CudaCtx *cx, unsigned *grid, unsigned *block) {
+    CTX(cx);
+    const IrTensor *lg = IN(n->op == OP_LOGPROBS ? 0 : 1);
+    row_geometry(rows_of(lg), last_dim(lg), grid, block);
+}
+
+// A preference loss and its gradient (pref.cuh), one block: B rows of S targets, the
+// reference none (0), a log-probability a target (1) or a sum a row (2), the workspace
+// operand, then the loss's form and constants.
+static void a_pref(FILE *f, const CudaCtx *cx) {
+    CTX(cx);
+    const IrTensor *lp = IN(0);
+    long long B = (long long)lp->shape[0], S = (long long)(ir_tensor_elems(lp) / lp->shape[0]);
+    int ref = n->nin > 3 && n->in[3] >= 0 ? (ir_tensor_elems(IN(3)) == ir_tensor_elems(lp) ? 1 : 2) : 0;
+    const OpPref *p = &n->attr.pref;
+    fprintf(f, "%lldLL, %lldLL, %d, %d, %d, %.17g, %.17g, %.17g, %.17g", B, S, ref, ir_node_nout(n) + n->nin,
+            p->kind, n->attr.f, p->smoothing, p->gamma, p->alpha);
+}
+static void g_pref(const CudaCtx *cx, unsigned *grid, unsigned *block) {
+    (void)cx;
+    one_block(grid, block, 256);
+}
+
 // The fused loss: x [rows, K], W [V, K], C rows a chunk; its operands reach a launch as
 // outputs, then x, W, targets, then the workspace (plan.h's plan_loss: the chunk's logits,
 // then the rows' terms, then the count).
@@ -625,6 +659,10 @@ static const CudaOp column[OP_COUNT] = {
     [OP_LINEAR_CE_GRAD] = {{"lce_count", "lce_step", "lce_mean"}, {1, 1, 1}, a_lce, g_lce, .main_launch = 1},
     // (the loss alone: the same kernels, the gradient they form in the workspace unread)
     [OP_LINEAR_CE] = {{"lce_count", "lce_step", "lce_mean"}, {1, 1, 1}, a_lce, g_lce, .main_launch = 1},
+    [OP_LOGPROBS] = {{"lp_rows"}, {1}, a_lp, g_lp},
+    [OP_LOGPROBS_BWD] = {{"lp_grad"}, {1}, a_lp, g_lp},
+    [OP_PREFERENCE] = {{"pref_loss"}, {1}, a_pref, g_pref},
+    [OP_PREFERENCE_BWD] = {{"pref_grad"}, {1}, a_pref, g_pref},
     [OP_SUM_TO] = {{"sum_to"}, {1}, a_sum_to, g_colsum_out0},
     [OP_DEQUANT] = {{"dequant"}, {0}, a_dequant, g_ew_out0},
     [OP_ADAMW] = {{"adamw"}, {0}, a_adamw, g_update, "adamw_group", ga_adamw, .per_thread = pt_update},

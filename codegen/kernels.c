@@ -14,7 +14,7 @@
 
 // The templates, in the order kernels.cu includes them.
 static const char *const templates[] = {"fmath.h", "common.cuh", "norm.cuh", "rope.cuh", "embed.cuh",
-                                        "loss.cuh", "optim.cuh", "nf4.cuh", "dropout.cuh",
+                                        "loss.cuh", "pref.cuh", "optim.cuh", "nf4.cuh", "dropout.cuh",
                                         "movement.cuh", "attention.cuh", "decode.cuh"};
 
 const char *codegen_cuda_file(const char *name) {

@@ -86,6 +86,8 @@ static void write_header(FILE *f, const IrGraph *g, const PlanMeta *meta) {
             meta->precision);
     if (g->packing)
         fprintf(f, "packing 1\n");
+    if (g->pairs)
+        fprintf(f, "pairs 1\n");
     write_settings(f, g, meta);
     fprintf(f, "\narena device %lld device\narena host %lld pinned\nevents %d\nbuffers %d\n",
             (long long)meta->arena_bytes, (long long)meta->host_bytes, g->events, g->tensors.len);
@@ -99,6 +101,7 @@ static PlanRole buffer_role(const IrGraph *g, int i) {
                     : i == g->logits      ? PR_LOGITS
                     : i == g->grad_stats  ? PR_GRAD_STATS
                     : i == g->grad_factor ? PR_GRAD_FACTOR
+                    : i == g->pref_stats  ? PR_PREF_STATS
                                           : PR_NONE;
     if (g->tensors.at[i].kind == TK_INPUT && !plan_role_parse(g->tensors.at[i].name, &role))
         role = PR_TOKENS;   // (the batch's inputs by name)
@@ -137,6 +140,8 @@ static void write_buffer(FILE *f, const IrGraph *g, int i) {
                 t->init_scale, t->trainable ? 1 : 0);
     if (t->of >= 0)
         fprintf(f, " of=%d", t->of);
+    if (t->kind == TK_PARAM && t->copy_of >= 0)
+        fprintf(f, " copy_of=%d", t->copy_of);
     if (t->kind == TK_QUANT)
         fprintf(f, " role=%s", t->decl);
     if (t->layer >= 0)

@@ -47,6 +47,8 @@ typedef struct Elab {
     bool too_big;           // a size limit was reported
     int positions;          // the position ids input, once something reads it; else -1
     VEC(int) rope_tables;   // the rope_table nodes made so far (one a rope's attributes)
+    bool reference;         // making a preference loss's reference model (reference_logprobs)
+    VEC(int) ref_copy;      // reference = copy: per parameter id its frozen copy's, or -1
 } Elab;
 
 static Value none(void) { return (Value){.kind = V_NONE}; }
@@ -173,6 +175,23 @@ enum { MAX_NODES = 1000000, MAX_CALLS = 200000 };   // far beyond any real model
 static Value positions(Elab *e, SrcLoc loc);
 static int rope_table(Elab *e, const IrTensor *x, OpAttr attr, SrcLoc loc);
 
+// Parameter id's frozen copy for the reference model (reference = copy), made at its first
+// use: loaded from the same checkpoint name, never trained or saved (copy_of).
+static int ref_copy(Elab *e, int id) {
+    while (e->ref_copy.len <= id)
+        vec_push(&e->ref_copy, -1);
+    if (e->ref_copy.at[id] >= 0)
+        return e->ref_copy.at[id];
+    IrTensor p = e->g->tensors.at[id];
+    int c = ir_tensor_add(e->g, arena_printf(e->a, "ref.%s", p.name), TK_PARAM, p.dtype, p.ndim, p.shape, p.loc);
+    IrTensor *t = ir_tensor(e->g, c);
+    t->hf_name = p.hf_name, t->decl = p.decl, t->layer = p.layer;
+    t->trainable = t->requires_grad = false;
+    t->copy_of = id;
+    e->ref_copy.at[id] = c;
+    return c;
+}
+
 static Value add_node(Elab *e, Scope *s, OpKind op, int nin, const int *in, OpAttr attr,
                       const char *name, SrcLoc loc, const Ast *args) {
     IrShapeErr err;
@@ -183,9 +202,19 @@ static Value add_node(Elab *e, Scope *s, OpKind op, int nin, const int *in, OpAt
         return none();
     }
     const char *nm = name ? name : fresh_name(e, s, op_desc(op)->name);
+    int with[IR_MAX_INPUTS];
+    if (e->reference) {   // the reference model's: named apart, on its frozen copy
+        nm = arena_printf(e->a, "ref.%s", nm);
+        if (e->g->reference == REF_COPY) {
+            memcpy(with, in, sizeof(int) * (size_t)nin);
+            for (int k = 0; k < nin; k++)
+                if (with[k] >= 0 && e->g->tensors.at[with[k]].kind == TK_PARAM)
+                    with[k] = ref_copy(e, with[k]);
+            in = with;
+        }
+    }
     // Packed records: every rope turns by the position ids (which restart at each record)
     // and every attention masks the keys of other records, reading them too.
-    int with[IR_MAX_INPUTS];
     if (e->g->packing && ((op == OP_ROPE && nin == 1) || (op == OP_ATTENTION && nin == 3))) {
         memcpy(with, in, sizeof(int) * (size_t)nin);
         with[nin++] = (int)positions(e, loc).i;
@@ -216,6 +245,7 @@ static Value add_node(Elab *e, Scope *s, OpKind op, int nin, const int *in, OpAt
         fe_error(e->src, at, "%s", err.msg);
         return none();
     }
+    e->g->nodes.at[id].reference = e->reference;
     return tensor(e->g->nodes.at[id].out[0]);
 }
 
@@ -873,6 +903,14 @@ static Value eval(Elab *e, Scope *s, const Ast *x, const char *name) {
     }
 }
 
+// The policy's parameter named nm, or -1.
+static int policy_param(Elab *e, const char *nm) {
+    for (int i = 0; i < e->g->tensors.len; i++)
+        if (e->g->tensors.at[i].kind == TK_PARAM && strcmp(e->g->tensors.at[i].name, nm) == 0)
+            return i;
+    return -1;
+}
+
 // Creates the params declared in `items` (a model or block body) in scope `s`.
 static int make_params(Elab *e, Scope *s, const Ast *items) {
     int bad = 0;
@@ -905,6 +943,12 @@ static int make_params(Elab *e, Scope *s, const Ast *items) {
             continue;
         }
         const char *nm = arena_printf(e->a, "%s%s", s->prefix, p->name);
+        if (e->reference) {   // the reference reads the policy's (add_node swaps in a copy)
+            int had = policy_param(e, nm);
+            IR_ASSERT(had >= 0);
+            bind(s, p->name, tensor(had));
+            continue;
+        }
         int id = ir_tensor_add(e->g, nm, TK_PARAM, dt, nd, shape, p->loc);
         IrTensor *t = ir_tensor(e->g, id);
         t->hf_name = arena_printf(e->a, "%s%s", s->hf_prefix, p->str);
@@ -1227,6 +1271,85 @@ static void read_batch_size(Elab *e, Scope *s, const Ast *it, TrainSpec *t, Trai
         t->micro_batch = v.i;
 }
 
+static const char *const ref_names[REF_COUNT] = {"none", "auto", "copy", "lora_off", "precomputed"};
+
+const char *ref_mode_name(RefMode r) { return r < REF_COUNT ? ref_names[r] : "?"; }
+
+// A preference loss's `key = value` into t.
+static void read_pref_arg(Elab *e, Scope *s, const Ast *a, TrainSpec *t) {
+    int kind = t->pref_kind;
+    const char *name = pref_kind_name(kind);
+    bool smooths = kind == PREF_DPO || kind == PREF_SIMPO, simpo = kind == PREF_SIMPO;
+    if (strcmp(a->name, "reference") == 0 && pref_needs_reference(kind)) {
+        int r = REF_AUTO;
+        while (a->lhs->kind == AST_IDENT && r < REF_COUNT && strcmp(a->lhs->name, ref_names[r]) != 0)
+            r++;
+        if (a->lhs->kind != AST_IDENT || r >= REF_COUNT) {
+            fe_error(e->src, a->lhs->loc, "reference must be auto (the planner's choice), copy (a frozen "
+                     "copy of the weights), lora_off (the base without its adapters) or precomputed (an "
+                     "earlier pass over the data)");
+            return;
+        }
+        t->reference = (RefMode)r, t->reference_loc = a->lhs->loc;
+        return;
+    }
+    double lo = 0, hi = INFINITY, *dst = NULL;
+    if (strcmp(a->name, "beta") == 0)
+        dst = &t->pref_beta, lo = 1e-12;
+    else if (strcmp(a->name, "label_smoothing") == 0 && smooths)
+        dst = &t->pref.smoothing, hi = 0.5;
+    else if (strcmp(a->name, "gamma") == 0 && simpo)
+        dst = &t->pref.gamma, lo = -INFINITY;
+    else if (strcmp(a->name, "alpha") == 0 && simpo)
+        dst = &t->pref.alpha;
+    if (!dst) {
+        fe_error(e->src, a->loc, "%s takes beta%s%s%s, not '%s'", name, smooths ? ", label_smoothing" : "",
+                 simpo ? ", gamma, alpha" : "", pref_needs_reference(kind) ? ", reference" : "", a->name);
+        return;
+    }
+    Value v = want(e, s, a->lhs, V_FLOAT, V_INT, a->name);
+    if (v.kind == V_NONE)
+        return;
+    if (!(as_float(v) >= lo && as_float(v) <= hi) || !isfinite(as_float(v)))
+        fe_error(e->src, a->lhs->loc, "%s must be %s, not %g", a->name,
+                 dst == &t->pref_beta ? "positive" : dst == &t->pref.smoothing ? "in [0, 0.5]"
+                                                   : dst == &t->pref.alpha ? "non-negative" : "finite",
+                 as_float(v));
+    else
+        *dst = as_float(v);
+}
+
+// loss = NAME(forward(...), next(tokens), key = value, ...): cross entropy, or a preference
+// loss and its constants (TRL's defaults: beta 0.1, simpo's gamma 0.5). The forward and
+// next arguments are build_loss's to check.
+static void read_loss(Elab *e, Scope *s, const Ast *x, TrainSpec *t) {
+    t->loss_loc = x->loc;
+    t->pref_kind = -1;
+    t->reference = REF_NONE;
+    if (x->kind != AST_CALL || strcmp(x->name, "cross_entropy") == 0)
+        return;
+    int kind;
+    if (!pref_kind_find(x->name, &kind)) {
+        fe_error(e->src, x->loc, "unknown loss '%s' (cross_entropy, or the preference losses dpo, ipo, "
+                 "orpo and simpo)", x->name);
+        return;
+    }
+    t->pref_kind = kind, t->pref_beta = 0.1;
+    t->pref = (OpPref){.kind = kind, .gamma = kind == PREF_SIMPO ? 0.5 : 0.0};
+    t->reference = pref_needs_reference(kind) ? REF_AUTO : REF_NONE, t->reference_loc = x->loc;
+    int k = 0;
+    for (const Ast *a = x->args; a; a = a->next, k++) {
+        if (k < 2 && !a->name)
+            continue;
+        if (!a->name) {
+            fe_error(e->src, a->loc, "%s's arguments after forward(...) and next(...) are named: beta = 0.1",
+                     x->name);
+            continue;
+        }
+        read_pref_arg(e, s, a, t);
+    }
+}
+
 // One train setting, `key = value`.
 static void read_setting(Elab *e, Scope *s, const Ast *it, TrainSpec *t, TrainSeen *seen) {
     const char *k = it->name;
@@ -1238,7 +1361,7 @@ static void read_setting(Elab *e, Scope *s, const Ast *it, TrainSpec *t, TrainSe
             *(k[0] == 'b' ? &t->budget_bytes : &t->host_mem_bytes) = v.i;
     } else if (strcmp(k, "loss") == 0) {
         seen->loss = true;
-        t->loss_loc = it->lhs->loc;
+        read_loss(e, s, it->lhs, t);
     } else if (strcmp(k, "precision") == 0) {
         read_precision(e, it->lhs, t);
     } else if (strcmp(k, "master_weights") == 0 || strcmp(k, "packing") == 0) {
@@ -1294,6 +1417,19 @@ static void check_train(Elab *e, const Ast *train, const TrainSpec *t, const Tra
     if (seen->batch && t->micro_batch && t->batch % t->micro_batch)
         fe_error(e->src, train->loc, "micro_batch %lld does not divide batch %lld",
                  (long long)t->micro_batch, (long long)t->batch);
+    if (t->pref_kind >= 0) {   // rows in pairs, each pair in one micro-batch
+        const char *name = pref_kind_name(t->pref_kind);
+        if (seen->batch && (t->batch % 2 || t->micro_batch % 2))
+            fe_error(e->src, t->loss_loc, "%s trains on pairs, a chosen and a rejected row in the same "
+                     "micro-batch: batch (%lld) and micro_batch (%lld) must be even", name,
+                     (long long)t->batch, (long long)t->micro_batch);
+        if (t->reference == REF_LORA_OFF && !t->lora)
+            fe_error(e->src, t->reference_loc, "reference = lora_off runs the base without its adapters, "
+                     "but this train section has no lora(...): use copy or precomputed");
+        if (t->reference == REF_PRECOMPUTED)
+            fe_error(e->src, t->reference_loc, "reference = precomputed is not available yet: use copy "
+                     "or lora_off");
+    }
 }
 
 // The precision's consequences: fp32 keeps no master copy; the loss scaler, Kahan and
@@ -1424,17 +1560,71 @@ static IrStep step_of(const TrainSpec *t) {
     return st;
 }
 
-// loss = cross_entropy(forward(ARGS), next(tokens)) — the only loss form for now.
+// The forward's body in scope fs (its inputs bound): the tensor it returns, named `name`, or
+// none() after an error.
+static Value eval_forward(Elab *e, Scope *fs, const Ast *fwd, const char *name) {
+    Value logits = none();
+    for (const Ast *st = fwd->body; st; st = st->next) {
+        if (st->kind == AST_ASSIGN) {
+            Value v = eval(e, fs, st->lhs, st->name);
+            if (v.kind == V_NONE)
+                return none();
+            bind(fs, st->name, v);
+        } else if (st->kind == AST_RETURN) {
+            logits = eval(e, fs, st->lhs, name);
+            break;
+        }
+    }
+    if (logits.kind != V_TENSOR && !e->src->errors)
+        fe_error(e->src, fwd->loc, "forward must return a tensor of logits");
+    return logits.kind == V_TENSOR ? logits : none();
+}
+
+// The reference model's log-probabilities of the targets (dpo, ipo): the forward once more,
+// its nodes marked as the reference's; with reference = copy on a frozen copy of every
+// parameter it reads (add_node swaps them in).
+static int reference_logprobs(Elab *e, Scope *fs, const Ast *fwd, int tgt, SrcLoc loc) {
+    Scope rs = {.parent = e->model, .prefix = "", .hf_prefix = "", .layer = -1};
+    for (int i = 0; i < fs->vars.len; i++)   // the batch inputs alone: bound first
+        if (fs->vars.at[i].v.kind == V_TENSOR && e->g->tensors.at[fs->vars.at[i].v.i].kind == TK_INPUT)
+            bind(&rs, fs->vars.at[i].name, fs->vars.at[i].v);
+    // Its blocks are the policy's layers again: their instances counted from 0 once more.
+    for (int i = 0; i < e->model->vars.len; i++)
+        if (strncmp(e->model->vars.at[i].name, "#calls.", 7) == 0)
+            e->model->vars.at[i].v.i = 0;
+    e->reference = true;
+    Value logits = eval_forward(e, &rs, fwd, "logits");
+    int lp = -1;
+    if (logits.kind == V_TENSOR) {
+        int in[2] = {(int)logits.i, tgt};
+        Value v = add_node(e, &rs, OP_LOGPROBS, 2, in, (OpAttr){0}, "logprobs", loc, NULL);
+        lp = v.kind == V_TENSOR ? (int)v.i : -1;
+    }
+    e->reference = false;
+    vec_free(&rs.vars);
+    return lp;
+}
+
+// loss = cross_entropy(forward(ARGS), next(tokens)), or a preference loss of the same two
+// (dpo, ipo, orpo, simpo; read_loss read its constants): the policy's log-probabilities of
+// the targets, the reference's where it has one, and the pairs' loss over their rows.
 static int build_loss(Elab *e, Scope *train, const Ast *loss) {
     const Ast *fwd = find_forward(e->m->program);
-    bool shape_ok = loss->kind == AST_CALL && strcmp(loss->name, "cross_entropy") == 0 &&
-                    ast_count(loss->args) == 2 && loss->args->lhs->kind == AST_CALL &&
+    const TrainSpec *ts = &e->m->train;
+    bool pref = ts->pref_kind >= 0;
+    int nargs = loss->kind == AST_CALL ? ast_count(loss->args) : 0;
+    bool shape_ok = loss->kind == AST_CALL && nargs >= 2 && (pref || nargs == 2) &&
+                    loss->args->lhs->kind == AST_CALL && !loss->args->name &&
                     strcmp(loss->args->lhs->name, "forward") == 0 &&
-                    loss->args->next->lhs->kind == AST_CALL &&
+                    loss->args->next->lhs->kind == AST_CALL && !loss->args->next->name &&
                     strcmp(loss->args->next->lhs->name, "next") == 0 &&
                     ast_count(loss->args->next->lhs->args) == 1;
     if (!shape_ok) {
-        fe_error(e->src, loss->loc, "loss must be cross_entropy(forward(tokens), next(tokens))");
+        if (pref)
+            fe_error(e->src, loss->loc, "loss must be %s(forward(tokens), next(tokens), ...)", loss->name);
+        else
+            fe_error(e->src, loss->loc, "loss must be cross_entropy(forward(tokens), next(tokens)), or a "
+                     "preference loss (dpo, ipo, orpo, simpo) of the same two");
         return -1;
     }
     const Ast *fcall = loss->args->lhs, *ncall = loss->args->next->lhs;
@@ -1464,23 +1654,9 @@ static int build_loss(Elab *e, Scope *train, const Ast *loss) {
         bind(train, a->lhs->name, tensor(id));
         bind(&fs, p->name, tensor(id));
     }
-    Value logits = none();
-    for (const Ast *st = fwd->body; st; st = st->next) {
-        if (st->kind == AST_ASSIGN) {
-            Value v = eval(e, &fs, st->lhs, st->name);
-            if (v.kind == V_NONE)
-                goto fail;
-            bind(&fs, st->name, v);
-        } else if (st->kind == AST_RETURN) {
-            logits = eval(e, &fs, st->lhs, "logits");
-            break;
-        }
-    }
-    if (logits.kind != V_TENSOR) {
-        if (!e->src->errors)
-            fe_error(e->src, fwd->loc, "forward must return a tensor of logits");
+    Value logits = eval_forward(e, &fs, fwd, "logits");
+    if (logits.kind != V_TENSOR)
         goto fail;
-    }
     Value toks = eval(e, train, ncall->args->lhs, NULL);
     if (toks.kind != V_TENSOR || ir_tensor(e->g, (int)toks.i)->kind != TK_INPUT) {
         if (toks.kind != V_NONE)
@@ -1490,16 +1666,34 @@ static int build_loss(Elab *e, Scope *train, const Ast *loss) {
     // Targets are the input shifted by one: the data loader reads seq + 1 tokens.
     IrTensor *tk = ir_tensor(e->g, (int)toks.i);
     int tgt = ir_tensor_add(e->g, "targets", TK_INPUT, tk->dtype, tk->ndim, tk->shape, ncall->loc);
-    // The loss is a mean over the trained targets of the whole optimizer step, however
-    // many micro-steps it takes: the training loop counts them into target_count.
-    int cnt = ir_tensor_add(e->g, "target_count", TK_INPUT, DT_I32, 0, NULL, loss->loc);
-    int in[3] = {(int)logits.i, tgt, cnt};
-    Value l = add_node(e, &fs, OP_CROSS_ENTROPY, 3, in, (OpAttr){0}, "loss", loss->loc, loss->args);
+    // The loss is a mean over the whole optimizer step, however many micro-steps it takes:
+    // the training loop counts its trained targets (a preference loss: its pairs, and its
+    // chosen rows' trained targets) into target_count.
+    int64_t two = 2;
+    int cnt = ir_tensor_add(e->g, "target_count", TK_INPUT, DT_I32, pref ? 1 : 0, pref ? &two : NULL, loss->loc);
+    Value l;
+    if (pref) {
+        int in[4] = {(int)logits.i, tgt, cnt, -1};
+        Value lp = add_node(e, &fs, OP_LOGPROBS, 2, in, (OpAttr){0}, "logprobs", loss->loc, NULL);
+        if (lp.kind != V_TENSOR)
+            goto fail;
+        if (e->g->reference != REF_NONE && (in[3] = reference_logprobs(e, &fs, fwd, tgt, loss->loc)) < 0)
+            goto fail;
+        in[0] = (int)lp.i;
+        OpAttr at = {.f = ts->pref_beta, .pref = ts->pref};
+        l = add_node(e, &fs, OP_PREFERENCE, in[3] >= 0 ? 4 : 3, (int[]){in[0], tgt, cnt, in[3]}, at, "loss",
+                     loss->loc, NULL);
+    } else {
+        int in[3] = {(int)logits.i, tgt, cnt};
+        l = add_node(e, &fs, OP_CROSS_ENTROPY, 3, in, (OpAttr){0}, "loss", loss->loc, loss->args);
+    }
     vec_free(&fs.vars);
     if (l.kind != V_TENSOR)
         return -1;
     e->g->logits = (int)logits.i;
     e->g->loss = (int)l.i;
+    if (pref)
+        e->g->pref_stats = e->g->nodes.at[e->g->tensors.at[l.i].producer].out[1];
     return 0;
 fail:
     vec_free(&fs.vars);
@@ -1539,6 +1733,9 @@ IrGraph *fe_elaborate(FtSource *src, const FtModel *m, int64_t batch, Arena *a) 
     g->batch = batch;
     g->seq = m->train.seq;
     g->packing = m->train.packing;
+    g->pairs = m->train.pref_kind >= 0;
+    // (the planner's choice among the references is the copy or, with LoRA, the base itself)
+    g->reference = m->train.reference == REF_AUTO ? (m->train.lora ? REF_LORA_OFF : REF_COPY) : m->train.reference;
     g->step = step_of(&m->train);
     Elab e = {.src = src, .m = m, .g = g, .a = a, .positions = -1};
     Scope consts = {.prefix = "", .hf_prefix = "", .layer = -1};
@@ -1562,6 +1759,7 @@ IrGraph *fe_elaborate(FtSource *src, const FtModel *m, int64_t batch, Arena *a) 
         check_checkpoint_names(&e);
     vec_free(&consts.vars);
     vec_free(&e.rope_tables);
+    vec_free(&e.ref_copy);
     if (src->errors != errors) {
         ir_graph_free(g);
         return NULL;

@@ -172,6 +172,12 @@ typedef struct TrainSpec {
     // quantize(...)
     bool quantize, double_quant;
     SrcLoc loss_loc;
+    // loss = dpo(...), ipo, orpo, simpo: a preference loss over pairs of rows
+    int pref_kind;              // PrefKind, or -1: cross entropy
+    double pref_beta;
+    OpPref pref;
+    RefMode reference;          // dpo, ipo: how the reference is had (REF_NONE for the others)
+    SrcLoc reference_loc;
 } TrainSpec;
 
 typedef struct FtModel {

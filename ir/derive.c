@@ -291,6 +291,25 @@ static void bwd_cross_entropy(Autodiff *ad, const IrNode *n) {
     ad_add(ad, n, n->in[0], ad_op(ad, n, OP_CROSS_ENTROPY_BWD, counted ? 3 : 2, in, a, "dlogits"));
 }
 
+// A preference loss is the root, over the step's pairs (its count input): each micro-step
+// its own share, so no accumulation scale. Its gradient reaches the policy's
+// log-probabilities alone; a reference's are constants.
+static void bwd_preference(Autodiff *ad, const IrNode *n) {
+    if (!ad_needs(ad, n->in[0]))
+        return;
+    int ref = n->nin > 3 ? n->in[3] : -1;
+    int in[4] = {n->in[0], n->in[1], n->in[2], ref};
+    ad_add(ad, n, n->in[0], ad_op(ad, n, OP_PREFERENCE_BWD, ref >= 0 ? 4 : 3, in, n->attr, "dlp"));
+}
+
+static void bwd_logprobs(Autodiff *ad, const IrNode *n) {
+    int dy = ad_dy(ad, n, 0);
+    if (dy < 0 || !ad_needs(ad, n->in[0]))
+        return;
+    int in[3] = {dy, n->in[0], n->in[1]};
+    ad_add(ad, n, n->in[0], ad_op(ad, n, OP_LOGPROBS_BWD, 3, in, (OpAttr){0}, "dlogits"));
+}
+
 // The fused loss is the root, its gradient the accumulation's scale, known before any
 // backward runs: the forward node itself becomes the _grad op, forming in the same pass
 // over each chunk of logits their gradient, the chunk's rows of dx and its part of dW
@@ -334,6 +353,8 @@ static const AdRule rules[OP_COUNT] = {
     [OP_SOFTCAP] = bwd_activation,
     [OP_GELU_EXACT] = bwd_activation,
     [OP_LINEAR_CE] = bwd_linear_ce,
+    [OP_LOGPROBS] = bwd_logprobs,
+    [OP_PREFERENCE] = bwd_preference,
 };
 
 AdRule ad_rule(OpKind op) { return op < OP_COUNT ? rules[op] : NULL; }

@@ -7,7 +7,7 @@
 IrGraph *ir_graph_new(Arena *a) {
     IrGraph *g = arena_alloc(a, sizeof *g);
     g->arena = a;
-    g->loss = g->logits = g->eval_loss = g->grad_stats = g->grad_factor = -1;
+    g->loss = g->logits = g->eval_loss = g->grad_stats = g->grad_factor = g->pref_stats = -1;
     g->decode_token = g->decode_pos = g->decode_logits = -1;
     g->ranks = 1;
     return g;
@@ -49,7 +49,7 @@ int ir_tensor_add(IrGraph *g, const char *name, TensorKind kind, DType dt, int n
         .cat = kind == TK_PARAM ? MEM_WEIGHTS : kind == TK_INPUT ? MEM_IO
              : kind == TK_GRAD  ? MEM_GRADS   : kind == TK_STATE ? MEM_OPTIMIZER
                                                                  : MEM_TEMPORARIES,
-        .loc = loc, .of = -1, .shard_of = -1, .init = INIT_NORMAL, .init_scale = 0.02,
+        .loc = loc, .of = -1, .copy_of = -1, .shard_of = -1, .init = INIT_NORMAL, .init_scale = 0.02,
         .first = -1, .last = -1, .reuse = -1, .offset = -1,
     };
     for (int i = 0; i < ndim; i++)
@@ -123,6 +123,7 @@ int ir_node_redo(IrGraph *g, const IrNode *src, const int *in, const char *name,
     IR_ASSERT(id >= 0);
     IrNode *n = &g->nodes.at[id];
     n->phase = phase;
+    n->reference = s.reference;
     for (int k = 0; k < IR_MAX_OUTPUTS && n->out[k] >= 0; k++)
         g->tensors.at[n->out[k]].requires_grad = false;
     return id;
@@ -182,7 +183,7 @@ int ir_drop_unused(IrGraph *g) {
     for (int i = 0; i < nt; i++) {   // what a kept tensor names is kept too
         const IrTensor *t = &g->tensors.at[i];
         if (t->kind != TK_VALUE || i == g->loss || i == g->logits || i == g->eval_loss || i == g->decode_logits ||
-            i == g->grad_stats ||
+            i == g->grad_stats || i == g->pref_stats ||
             i == g->grad_factor)
             used[i] = true;
         if (used[i] && t->alias_of >= 0)
@@ -200,6 +201,7 @@ int ir_drop_unused(IrGraph *g) {
         t.id = to[i];
         MAP(t.alias_of);
         MAP(t.of);
+        MAP(t.copy_of);
         MAP(t.shard_of);
         MAP(t.reuse);
         g->tensors.at[to[i]] = t;
@@ -228,6 +230,7 @@ int ir_drop_unused(IrGraph *g) {
     MAP(g->decode_pos);
     MAP(g->decode_logits);
     MAP(g->grad_stats);
+    MAP(g->pref_stats);
     MAP(g->grad_factor);
 #undef MAP
     free(used);

@@ -125,6 +125,9 @@ typedef struct IrTensor {
     int64_t alias_offset;   // a view: where its bytes start in its base's
     int layer;              // repeat index, -1 outside any repeated block
     bool trainable;         // TK_PARAM: gets a gradient and optimizer state
+    int copy_of;            // TK_PARAM: the parameter it is a frozen copy of (a preference
+                            // loss's reference = copy: loaded and initialised as that one,
+                            // never saved), else -1
     const char *decl;       // TK_PARAM: the name in the .ft ("wq"); LoRA targets match it
     bool requires_grad;     // some trainable parameter flows into it
     bool virt;              // an intermediate of a fused kernel: never stored, no bytes
@@ -168,6 +171,8 @@ typedef struct IrNode {
     double est_us;          // the cost model's time for one run of it on the device (cost_stamp,
                             // before the plan is written); 0 unknown or not the device's
     bool recompute;         // a forward node re-run in backward (remat)
+    bool reference;         // of a preference loss's reference model: no LoRA path, no gradient,
+                            // no decode step
     uint8_t stream;         // the Stream it runs on: STREAM_HOST for the CPU (an offloaded
                             // optimizer, a host gradient sum), a copy stream for OP_COPY
     int8_t nwait;           // events it waits for before it starts (set by the streams pass)
@@ -198,6 +203,17 @@ static inline int ir_node_nout(const IrNode *n) {
     return k;
 }
 
+// How a preference loss has its reference model's log-probabilities (dpo, ipo).
+typedef enum RefMode {
+    REF_NONE,           // no reference: cross entropy, orpo, simpo
+    REF_AUTO,           // the planner's choice among the others
+    REF_COPY,           // a frozen copy of the initial weights, run in each micro-step
+    REF_LORA_OFF,       // the policy's own frozen base, its LoRA paths left out
+    REF_PRECOMPUTED,    // each row's sum, written by a pass over the data before training
+    REF_COUNT
+} RefMode;
+const char *ref_mode_name(RefMode r);
+
 // What a training step does with the parameters: the dtypes of each copy.
 typedef struct IrStep {
     DType weight_dt;        // parameters as the forward reads them
@@ -227,6 +243,7 @@ typedef struct IrGraph {
     VEC(IrNode) nodes;      // in a valid execution order (every input made earlier)
     int loss;               // the scalar loss tensor, -1 while there is none
     int logits;             // the tensor fed to the loss, -1 while there is none
+    int pref_stats;         // a preference loss's stats (its out[1]), else -1
     int eval_loss;          // the eval phase's loss (passes/eval.c), -1 while there is none
     int decode_token;       // the decode phase's (passes/decode.c) inputs, i32 [1, 1]: the
     int decode_pos;         // token and its position; its logits [1, 1, V]; -1 while there
@@ -243,6 +260,8 @@ typedef struct IrGraph {
     bool packing;           // windows hold packed records: the position ids restart at each
                             // record and attention masks the others (the runtime fills them)
     int ranks;              // the data-parallel ranks one rank's graph is planned for (1: none)
+    bool pairs;             // a preference loss: rows 2j, 2j+1 a pair's chosen and rejected
+    RefMode reference;      // how its reference is had (REF_NONE: it has none)
 } IrGraph;
 
 // graph.c

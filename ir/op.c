@@ -3,6 +3,7 @@
 // column). Name, class, arity and attributes are the op's row in runtime/ops.def.
 #include "ir.h"
 
+#include <math.h>
 #include <string.h>
 
 #define T(id) (&g->tensors.at[(id)])
@@ -427,6 +428,62 @@ static bool shape_cross_entropy(const IrGraph *g, const IrNode *n, IrTensor *out
     return true;
 }
 
+// logits [..., V], targets i32 [...] -> each target's log-probability, f32 [...].
+static bool shape_logprobs(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
+    const IrTensor *lg = IN(0), *tg = IN(1);
+    bool ok = is_float(lg->dtype) && tg->dtype == DT_I32 && lg->ndim == tg->ndim + 1;
+    for (int i = 0; ok && i < tg->ndim; i++)
+        ok = lg->shape[i] == tg->shape[i];
+    if (!ok)
+        return fail(err, 1, "logprobs: logits %s and targets %s do not match", sh(lg), sh(tg));
+    same_as(out, tg);
+    out->dtype = DT_F32;
+    return true;
+}
+
+// lp f32 [B, ...], targets i32 of its shape, count i32 [2], ref? (lp's shape, or [B]) -> the
+// loss, an f32 scalar; the stats f32 [PREF_STATS]. B holds whole pairs.
+static bool shape_preference(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
+    const IrTensor *lp = IN(0), *tg = IN(1), *cnt = IN(2);
+    const OpPref *p = &n->attr.pref;
+    if (lp->dtype != DT_F32 || lp->ndim < 1 || !ir_same_shape(lp, tg) || tg->dtype != DT_I32)
+        return fail(err, 1, "preference: log-probabilities %s and targets %s do not match", sh(lp), sh(tg));
+    if (lp->shape[0] % 2)
+        return fail(err, 0, "preference: %lld rows do not make pairs (chosen, rejected)",
+                    (long long)lp->shape[0]);
+    if (cnt->dtype != DT_I32 || ir_tensor_elems(cnt) != 2)
+        return fail(err, 2, "preference: the counts %s are not two i32", sh(cnt));
+    if (n->nin > 3 && n->in[3] >= 0) {
+        const IrTensor *r = IN(3);
+        if (r->dtype != DT_F32 || !(ir_same_shape(r, lp) || (r->ndim == 1 && r->shape[0] == lp->shape[0])))
+            return fail(err, 3, "preference: the reference's log-probabilities %s match neither %s nor [%lld]",
+                        sh(r), sh(lp), (long long)lp->shape[0]);
+    }
+    if (p->kind < 0 || p->kind >= PREF_KIND_COUNT)
+        return fail(err, 0, "preference: unknown loss %d", p->kind);
+    if (!(n->attr.f > 0) || !isfinite(n->attr.f))
+        return fail(err, 0, "%s: beta must be positive, got %g", pref_kind_name(p->kind), n->attr.f);
+    if (!(p->smoothing >= 0 && p->smoothing <= 0.5))
+        return fail(err, 0, "%s: label smoothing must be in [0, 0.5], got %g", pref_kind_name(p->kind),
+                    p->smoothing);
+    if (!isfinite(p->gamma) || !(p->alpha >= 0) || !isfinite(p->alpha))
+        return fail(err, 0, "%s: gamma must be finite and alpha non-negative", pref_kind_name(p->kind));
+    out->dtype = DT_F32;
+    out->ndim = 0;
+    out[1].dtype = DT_F32;
+    out[1].ndim = 1;
+    out[1].shape[0] = PREF_STATS;
+    return true;
+}
+
+// The gradient by the log-probabilities: f32 like them.
+static bool shape_preference_bwd(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
+    (void)err;
+    same_as(out, IN(0));
+    out->dtype = DT_F32;
+    return true;
+}
+
 // The fused linear + cross entropy: x [..., K], W [V, K], targets i32 [...] (x's leading
 // dims) -> the loss, an f32 scalar.
 static bool shape_linear_ce(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
@@ -693,6 +750,12 @@ static int64_t flops_cross_entropy(const IrGraph *g, const IrNode *n) {
     return 4 * ir_tensor_elems(IN(0));
 }
 
+static int64_t flops_cross_entropy_bwd(const IrGraph *g, const IrNode *n) {
+    return 4 * ir_tensor_elems(IN(1));
+}
+
+static int64_t flops_in0(const IrGraph *g, const IrNode *n) { return 8 * ir_tensor_elems(IN(0)); }
+
 static int64_t read_embed(const IrGraph *g, const IrNode *n) {
     const IrTensor *ids = IN(1);
     return ir_tensor_bytes(ids) + dtype_bytes(IN(0)->dtype, ir_tensor_elems(T(n->out[0])));
@@ -784,6 +847,9 @@ static int64_t scratch_cross_entropy(const IrGraph *g, const IrNode *n) {
         rows = n->attr.chunk_rows;
     return dtype_bytes(DT_F32, rows * v);
 }
+
+// A preference loss's rows' sums, counts and reference sums, then their gradients: doubles.
+static int64_t scratch_preference(const IrGraph *g, const IrNode *n) { return 5 * 8 * IN(0)->shape[0]; }
 
 // A GEMM runs as a library call (cuBLASLt) with the workspace the GPU preset gives it.
 static int64_t scratch_gemm(const IrGraph *g, const IrNode *n) {
@@ -891,6 +957,9 @@ static const OpInfo ops[OP_COUNT] = {
                        .device = "y = 0.5f * x0 * (1.0f + ftc_erff(x0 * 0.70710678118654752f));"},
     [OP_ROPE_TABLE] = {.shape = shape_rope_table, .flops = flops_8elems},
     // (its gradient is formed in its own pass: backward reads nothing of it)
+    [OP_LOGPROBS] = {.shape = shape_logprobs, .flops = flops_cross_entropy, .grad_needs = {I0 | I1}},
+    [OP_PREFERENCE] = {.shape = shape_preference, .flops = flops_in0, .grad_needs = {I0 | I1 | I2 | I3},
+                       .scratch_bytes = scratch_preference, .aux = "stats"},
     [OP_LINEAR_CE] = {.shape = shape_linear_ce, .flops = flops_linear_ce, .gemm_loss = gemm_loss,
                       .scratch_bytes = scratch_linear_ce},
     [OP_LINEAR_CE_GRAD] = {.shape = shape_linear_ce, .flops = flops_linear_ce, .gemm_loss = gemm_loss,
@@ -926,6 +995,8 @@ static const OpInfo ops[OP_COUNT] = {
                         .device = "y = x1 != 0.0f ? x0 * (1.0f / (1.0f - c)) : 0.0f;"},
     [OP_CROSS_ENTROPY_BWD] = {.shape = shape_like0, .flops = flops_cross_entropy,
                               .scratch_bytes = scratch_cross_entropy},
+    [OP_LOGPROBS_BWD] = {.shape = shape_like1, .flops = flops_cross_entropy_bwd, .inplace_in = 2},
+    [OP_PREFERENCE_BWD] = {.shape = shape_preference_bwd, .flops = flops_in0, .scratch_bytes = scratch_preference},
     [OP_SLICE_BWD] = {.shape = shape_slice_bwd, .flops = flops_zero, .inplace_in = 2, .acc_in = 2},
     [OP_TANH_BWD] = {.shape = shape_like1, .flops = flops_4elems, .device = "y = x0 * (1.0f - x1 * x1);"},
     [OP_SOFTCAP_BWD] = {.shape = shape_like1, .flops = flops_4elems,

@@ -136,7 +136,7 @@ static void count_modes(const CompileOptions *o, CompileResult *r) {
         Arena *a = arena_new();
         Pipeline pipe = {.elaborate = o->modes[i].elaborate, .ctx = o->modes[i].ctx, .spec = o->modes[i].spec,
                          .stop_after = o->program.spec.quantize ? "quantize" : "lora"};
-        PlanChoice one = {.micro = 1, .policy = REMAT_KEEP, .rest = REMAT_KEEP};
+        PlanChoice one = {.micro = pipeline_min_micro(&pipe.spec), .policy = REMAT_KEEP, .rest = REMAT_KEEP};
         BuildStats bs;
         IrGraph *g = pipeline_build(&pipe, &one, a, &bs);
         if (g) {
@@ -242,6 +242,7 @@ static void planner_input(const CompileOptions *o, CompileResult *r, int64_t mic
                       .cm = {&r->gpu, host_adamw_rate(&o->hs), host_sumsq_rate(&o->hs),
                              host_link_bytes_per_s(&o->hs, &r->gpu), r->link}};
     PlannerInput *p = &r->pin;
+    p->pairs = r->pipe.spec.pairs;
     p->global_batch = o->train.batch, p->budget_bytes = r->budget, p->host_budget_bytes = r->host;
     p->reserve_bytes = r->reserve;
     p->build = pipeline_plan_choice, p->ctx = &r->pc, p->nlayers = r->nlayers, p->micro = micro;
@@ -265,7 +266,8 @@ static int tiled_blocks(CompileResult *r, int64_t tiles, const int64_t *per_bloc
     Arena *a = arena_new();
     Pipeline front = r->pipe;
     front.stop_after = "tile";
-    PlanChoice one = {.micro = 1, .policy = REMAT_KEEP, .rest = REMAT_KEEP, .tile = tiles, .tile_blocks = per_block};
+    PlanChoice one = {.micro = pipeline_min_micro(&front.spec), .policy = REMAT_KEEP, .rest = REMAT_KEEP,
+                      .tile = tiles, .tile_blocks = per_block};
     BuildStats bs;
     IrGraph *g = pipeline_build(&front, &one, a, &bs);
     int blocks = g ? bs.tile.blocks : 0;

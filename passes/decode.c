@@ -148,10 +148,12 @@ static int redo(Decode *d, const IrNode *n, int *in) {
 static bool loss_node(Decode *d, const IrNode *n, const int *in, int *status) {
     IrGraph *g = d->g;
     *status = 0;
-    if (n->op == OP_CROSS_ENTROPY) {
+    if (n->op == OP_CROSS_ENTROPY || n->op == OP_LOGPROBS) {
         g->decode_logits = in[0];
         return true;
     }
+    if (n->op == OP_PREFERENCE)
+        return true;
     if (n->op != OP_LINEAR_CE && n->op != OP_LINEAR_CE_GRAD)
         return false;
     int xw[2] = {in[0], in[1]};
@@ -190,8 +192,8 @@ static int build(Decode *d, int nforward) {
     IrGraph *g = d->g;
     for (int i = 0; i < nforward; i++) {
         IrNode n = g->nodes.at[i];   // (adding nodes may move the list)
-        if (n.stream != STREAM_COMPUTE || op_desc(n.op)->cls == OPC_COPY)
-            continue;
+        if (n.stream != STREAM_COMPUTE || op_desc(n.op)->cls == OPC_COPY || n.reference)
+            continue;   // (a preference loss's reference model is no part of a reply)
         int in[IR_MAX_INPUTS], status;
         bool missing = false;
         for (int k = 0; k < n.nin; k++) {

@@ -79,6 +79,8 @@ static void loss_ends(IrGraph *g) {
         g->tensors.at[ir_tensor_base(g, g->decode_logits)].last = decode_end;
     if (g->loss >= 0 && end > g->tensors.at[ir_tensor_base(g, g->loss)].last)
         g->tensors.at[ir_tensor_base(g, g->loss)].last = end;
+    if (g->pref_stats >= 0 && end > g->tensors.at[ir_tensor_base(g, g->pref_stats)].last)   // (read with it)
+        g->tensors.at[ir_tensor_base(g, g->pref_stats)].last = end;
     if (g->eval_loss >= 0 && eval_end > g->tensors.at[ir_tensor_base(g, g->eval_loss)].last)
         g->tensors.at[ir_tensor_base(g, g->eval_loss)].last = eval_end;
 }

@@ -159,8 +159,8 @@ int lora_apply(IrGraph *g, const LoraSpec *spec, PassDiag *d) {
             g->tensors.at[n.out[0]].alias_of = ir_tensor_base(g, n.in[0]);
         ir_rewrite_keep(&rw, &n);
         bool in_out;
-        if ((n.op == OP_LINEAR || n.op == OP_MATMUL) && adaptable(g, &n, &in_out) &&
-            target_of(spec, &g->tensors.at[n.in[1]]) >= 0)
+        if ((n.op == OP_LINEAR || n.op == OP_MATMUL) && !n.reference && adaptable(g, &n, &in_out) &&
+            target_of(spec, &g->tensors.at[n.in[1]]) >= 0)   // (a reference model runs the base alone)
             remap[n.out[0]] = add_adapter(g, spec, &n, in_out);
     }
     ir_rewrite_end(&rw);

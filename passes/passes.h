@@ -527,6 +527,7 @@ typedef struct PlannerInput {
     int64_t budget_bytes, host_budget_bytes;
     int64_t weights_bytes, grads_bytes, states_bytes, reserve_bytes;
     int64_t micro;              // fixed by the user, else 0
+    bool pairs;                 // micro-batches hold whole pairs: even ones alone
     int remat, offload;         // fixed by the user (a RematPolicy, an offload level 0..3), else -1
     int early;                  // each update inside backward (PlanChoice.early_update): 1 always,
                                 // 0 never, -1 the planner's choice; only where the step allows it
@@ -681,7 +682,11 @@ typedef struct PipelineSpec {
                                 // (the what-if analysis)
     bool no_kahan;              // bf16_pure's AdamW without its Kahan buffer (the what-if)
     int64_t decode_len;         // the decode phase's KV cache length (tokens), 0: no phase
+    bool pairs;                 // a preference loss: micro-batches hold whole pairs (even)
 } PipelineSpec;
+
+// The smallest micro-batch a step under spec s may take: one row, or one pair of them.
+static inline int64_t pipeline_min_micro(const PipelineSpec *s) { return s->pairs ? 2 : 1; }
 
 // The frontend's part: the forward graph and loss for micro-batch `micro` and sequence
 // length `seq`, in arena `a`; NULL after reporting errors. Called from several planner

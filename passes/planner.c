@@ -788,7 +788,7 @@ static void settle_smallest(const PlannerInput *in, PlannerResult *r) {
 static int micro_batches(const PlannerInput *in, int64_t per_rank, int64_t *micros) {
     int nm = 0;
     for (int64_t d = 1; d <= per_rank && nm < 64; d++)
-        if (per_rank % d == 0 && (!in->micro || d == in->micro))
+        if (per_rank % d == 0 && (!in->micro || d == in->micro) && (!in->pairs || d % 2 == 0))
             micros[nm++] = d;
     return nm;
 }

@@ -67,7 +67,7 @@ static void find_qv(const PlanCtx *x, WhatIf *w) {
 static WhatIfPlan frugal(const PlanCtx *x, const PipelineSpec *spec, bool keep, int64_t budget,
                          int64_t host_budget) {
     bool dp = spec->ranks > 1;   // several ranks: everything sharded as well
-    const PlanChoice c = {.micro = 1, .policy = REMAT_SWAP, .n_policy = 1 << 30, .rest = REMAT_SWAP,
+    const PlanChoice c = {.micro = pipeline_min_micro(spec), .policy = REMAT_SWAP, .n_policy = 1 << 30, .rest = REMAT_SWAP,
                           .offload = {.optimizer = true, .grads = true, .weights = !keep},
                           .zero = dp ? 3 : 0, .bucket_bytes = dp ? BUCKET_DEFAULT_BYTES : 0};
     Pipeline p = *x->pipeline;
@@ -134,7 +134,7 @@ static IrGraph *states_graph(const Pipeline *p, Arena *a, MemBreakdown *mb) {
     q.stop_after = "quantize";
     q.cache = NULL;
     q.diag = NULL;
-    PlanChoice one = {.micro = 1, .policy = REMAT_KEEP, .rest = REMAT_KEEP};
+    PlanChoice one = {.micro = pipeline_min_micro(&q.spec), .policy = REMAT_KEEP, .rest = REMAT_KEEP};
     BuildStats bs;
     IrGraph *g = pipeline_build(&q, &one, a, &bs);
     if (g)

@@ -47,6 +47,8 @@ static const char *const kinds[OP_COUNT][2] = {
     [OP_ATTENTION_DECODE] = {"FFFI", "FFF"}, [OP_ALL_GATHER] = {"*", "*"},
     [OP_LINEAR_CE] = {"FFII", "F"},     [OP_LINEAR_CE_GRAD] = {"FFII", "FFF"},
     [OP_ADAMW8BIT] = {"FF", "F*FF"},
+    [OP_LOGPROBS] = {"FI", "F"},        [OP_LOGPROBS_BWD] = {"FFI", "F"},
+    [OP_PREFERENCE] = {"FII-", "FF"},   [OP_PREFERENCE_BWD] = {"FII-", "F"},
 };
 
 static bool kind_ok(char k, OpDType t) {
@@ -379,6 +381,34 @@ static int losses(const Check *c, OpKind op, const OpAttr *attr) {
         else
             SAME(o, a);
         return 0;
+    case OP_LOGPROBS:        // logits [..., V], targets [rows] -> f32 [rows]
+        NEED(E(b) == R(a), "%s has %lld targets, %s %lld rows", b->name, (long long)E(b), a->name,
+             (long long)R(a));
+        NEED(o->dtype == OPD_F32 && E(o) == R(a), "%s is not an f32 a row of %s", o->name, a->name);
+        return 0;
+    case OP_LOGPROBS_BWD: {  // dlp [rows], logits, targets -> dlogits like the logits
+        const OpOperand *tg = I(c, 2);
+        NEED(a->dtype == OPD_F32 && E(a) == R(b) && tg && E(tg) == R(b), "%s and the targets are not one a row "
+             "of %s", a->name, b->name);
+        SAME(o, b);
+        return 0;
+    }
+    case OP_PREFERENCE:      // lp [B, ...], targets like it, counts [2], ref? -> loss, stats
+    case OP_PREFERENCE_BWD: {
+        const OpOperand *r = c->nin > 3 ? I(c, 3) : NULL;
+        NEED(a->dtype == OPD_F32 && a->ndim >= 1 && D(a, 0) % 2 == 0, "%s is not f32 rows in pairs", a->name);
+        NEED(E(b) == E(a), "%s has %lld targets, %s %lld", b->name, (long long)E(b), a->name, (long long)E(a));
+        NEED(I(c, 2) && E(I(c, 2)) == 2, "the counts are not two i32 (pairs, chosen targets)");
+        NEED(!r || (r->dtype == OPD_F32 && (E(r) == E(a) || (r->ndim == 1 && E(r) == D(a, 0)))),
+             "the reference's %s is not f32 like %s or a row each", r ? r->name : "", a->name);
+        NEED(attr->pref.kind >= 0 && attr->pref.kind < PREF_KIND_COUNT && attr->f > 0, "loss= or beta= is invalid");
+        if (op == OP_PREFERENCE)
+            NEED(E(o) == 1 && c->nout == 2 && E(O(c, 1)) == PREF_STATS, "it writes the loss and %d stats",
+                 PREF_STATS);
+        else
+            NEED(o->dtype == OPD_F32 && E(o) == E(a), "%s is not f32 like %s", o->name, a->name);
+        return 0;
+    }
     case OP_LINEAR_CE:        // x [rows, K], W [V, K], targets [rows] -> the mean
     case OP_LINEAR_CE_GRAD: { // and dx like x, dW like W (when W trains)
         const OpOperand *tg = I(c, 2);
@@ -495,6 +525,10 @@ static const Rule rules[OP_COUNT] = {
     [OP_DEQUANT] = movement,
     [OP_CROSS_ENTROPY] = losses,
     [OP_CROSS_ENTROPY_BWD] = losses,
+    [OP_LOGPROBS] = losses,
+    [OP_LOGPROBS_BWD] = losses,
+    [OP_PREFERENCE] = losses,
+    [OP_PREFERENCE_BWD] = losses,
     [OP_GRAD_SUMSQ] = optimizer,
     [OP_GRAD_FACTOR] = optimizer,
 };

@@ -90,6 +90,15 @@ int op_attr_format(char *buf, size_t cap, OpKind op, const OpAttr *a, bool exact
     }
     if ((d->attrs & ATTR_PAD) && a->pad > 0)
         PUT(" padding=%lld", (long long)(a->pad - 1));
+    if (d->attrs & ATTR_PREF) {
+        PUT(" loss=%s", pref_kind_name(a->pref.kind));
+        if (a->pref.smoothing != 0)
+            PUTF("smoothing", a->pref.smoothing);
+        if (a->pref.gamma != 0)
+            PUTF("gamma", a->pref.gamma);
+        if (a->pref.alpha != 0)
+            PUTF("alpha", a->pref.alpha);
+    }
 #undef PUTF
     return (int)n;
 }
@@ -183,6 +192,30 @@ static int parse_shape(const char *v, OpAttr *a) {
     return a->ndim > 0 ? 1 : -1;
 }
 
+static const char *pref_names[PREF_KIND_COUNT] = {"dpo", "ipo", "orpo", "simpo"};
+
+const char *pref_kind_name(int kind) {
+    return kind >= 0 && kind < PREF_KIND_COUNT ? pref_names[kind] : "?";
+}
+
+bool pref_kind_find(const char *name, int *out) {
+    for (int i = 0; i < PREF_KIND_COUNT; i++)
+        if (strcmp(name, pref_names[i]) == 0)
+            return *out = i, true;
+    return false;
+}
+
+// One key of a preference loss's attributes into *p, as op_attr_parse answers.
+static int parse_pref(const char *key, const char *v, OpPref *p) {
+    if (strcmp(key, "loss") == 0)
+        return pref_kind_find(v, &p->kind) ? 1 : -1;
+    double *f = !strcmp(key, "smoothing") ? &p->smoothing
+                : !strcmp(key, "gamma")   ? &p->gamma
+                : !strcmp(key, "alpha")   ? &p->alpha
+                                          : NULL;
+    return f ? (parse_real(v, f) ? 1 : -1) : 0;
+}
+
 // One key of a rotary embedding's attributes into *r, as op_attr_parse answers.
 static int parse_rope(const char *key, const char *v, OpRope *r) {
     if (strcmp(key, "rotary") == 0)
@@ -255,6 +288,8 @@ int op_attr_parse(OpKind op, const char *key, const char *v, OpAttr *a) {
         a->pad = i + 1;
         return 1;
     }
+    if (d->attrs & ATTR_PREF)
+        return parse_pref(key, v, &a->pref);
     return d->attrs & ATTR_ROPE ? parse_rope(key, v, &a->rope) : 0;
 }
 

@@ -50,6 +50,7 @@ enum {                  // OpDesc.attrs: the fields of OpAttr an op reads
     ATTR_AXIS = 1 << 11,    // axis alone (concat)
     ATTR_ROPE = 1 << 12,    // rope: its rotary dims and frequency scaling
     ATTR_PAD = 1 << 13,     // pad (embed)
+    ATTR_PREF = 1 << 14,    // pref (preference)
 };
 
 // How rope's frequencies are scaled from the base 1 / theta^(2i/d) (Hugging Face's
@@ -76,6 +77,36 @@ typedef struct OpRope {
     double attn_factor;     // yarn: the factor on cos and sin (0: from factor)
     bool no_truncate;       // yarn: the correction range left unrounded
 } OpRope;
+
+// A preference loss's form (preference, preference_bwd; beta is OpAttr.f): the published
+// formulas, as TRL computes them. Over a pair's sequences' sums of trained log-probabilities
+// c, r (and the reference's, c0, r0), or their means over the trained targets (ipo, orpo,
+// simpo: a, b):
+//   dpo    -(1 - e) logsig(beta z) - e logsig(-beta z),  z = (c - c0) - (r - r0)
+//   ipo    (z - 1 / (2 beta))^2,                          z = (a - a0) - (b - b0)
+//   simpo  -(1 - e) logsig(y) - e logsig(-y) + alpha nll,  y = beta (a - b) - gamma
+//   orpo   nll - beta logsig(log(a/(1-a)) - log(b/(1-b)))  (odds of exp(a), exp(b))
+// e the label smoothing; nll the chosen rows' mean negative log-likelihood per trained
+// target of the step.
+typedef enum PrefKind { PREF_DPO, PREF_IPO, PREF_ORPO, PREF_SIMPO, PREF_KIND_COUNT } PrefKind;
+typedef struct OpPref {
+    int kind;               // PrefKind
+    double smoothing;       // dpo, simpo: label smoothing (0: none)
+    double gamma;           // simpo: the target margin
+    double alpha;           // simpo: the chosen rows' nll weight (0: none)
+} OpPref;
+
+// What a preference loss reports (its stats output, each the step's mean over pairs):
+// rewards as TRL names them (rewards/chosen = beta (c - c0), or beta a without a
+// reference), whether the chosen one's is higher, and the policy's log-probabilities.
+enum {
+    PREF_REWARD_CHOSEN, PREF_REWARD_REJECTED, PREF_ACCURACY, PREF_LOGPS_CHOSEN, PREF_LOGPS_REJECTED,
+    PREF_NLL, PREF_STATS
+};
+const char *pref_kind_name(int kind);
+bool pref_kind_find(const char *name, int *out);
+// Whether kind compares the policy against a reference's log-probabilities.
+static inline bool pref_needs_reference(int kind) { return kind == PREF_DPO || kind == PREF_IPO; }
 
 typedef enum OpKind {
 #define OP(id, name, cls, flags, min_in, max_in, attrs, f_key) OP_##id,
@@ -111,6 +142,7 @@ typedef struct OpAttr {
     OpRope rope;                // rope, rope_bwd
     int64_t pad;                // embed, embed_bwd: 1 + the id whose rows take no gradient
                                 // (torch's padding_idx); 0: none
+    OpPref pref;                // preference, preference_bwd
 } OpAttr;
 
 // grad_sumsq's blocks over a gradient of n elements: each sums 4096 of them (a thread

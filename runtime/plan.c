@@ -400,7 +400,7 @@ static int read_buffer(Reader *r, Plan *p, int i, char *line) {
     char *w[32] = {0};
     int n = words(line, w, 32);
     PlanBuffer *b = &p->buf[i];
-    *b = (PlanBuffer){.id = i, .of = -1, .view = -1, .reuse = -1, .layer = -1, .kind = PK_VALUE,
+    *b = (PlanBuffer){.id = i, .of = -1, .copy_of = -1, .view = -1, .reuse = -1, .layer = -1, .kind = PK_VALUE,
                       .init_scale = 0.02};
     int64_t id;
     if (n < 11 || strcmp(w[0], "buffer") != 0 || !ops_parse_i64(w[1], &id) || id != i)
@@ -449,6 +449,8 @@ static int read_buffer(Reader *r, Plan *p, int i, char *line) {
             b->trainable = strcmp(v, "1") == 0;
         } else if (strcmp(key, "of") == 0) {
             ok = parse_int(v, &b->of);
+        } else if (strcmp(key, "copy_of") == 0) {
+            ok = parse_int(v, &b->copy_of) && b->copy_of >= 0 && b->copy_of != i;
         } else if (strcmp(key, "view") == 0) {
             ok = parse_int(v, &b->view);
         } else if (strcmp(key, "at") == 0) {
@@ -677,11 +679,14 @@ static int check_roles(Reader *r, const Plan *p) {
                            "%lld i32", b->name, plan_role_name(b->role), (long long)plan_elems(b),
                            plan_dtype_name(b->dtype), (long long)(p->micro_batch * p->seq));
         } else if (b->role == PR_TARGET_COUNT) {
-            if (b->dtype != PDT_I32 || b->virt || plan_elems(b) != 1)
-                return bad(r, "buffer %s (target_count): must be one i32", b->name);
+            if (b->dtype != PDT_I32 || b->virt || plan_elems(b) != (p->pairs ? 2 : 1))
+                return bad(r, "buffer %s (target_count): must be %s i32", b->name, p->pairs ? "two" : "one");
         } else if (b->role == PR_LOSS || b->role == PR_EVAL_LOSS) {
             if (b->dtype != PDT_F32 || b->virt || plan_elems(b) != 1)
                 return bad(r, "buffer %s (%s): must be one f32", b->name, plan_role_name(b->role));
+        } else if (b->role == PR_PREF_STATS) {
+            if (b->dtype != PDT_F32 || b->virt || plan_elems(b) != PREF_STATS)
+                return bad(r, "buffer %s (pref_stats): must be %d f32", b->name, PREF_STATS);
         } else if (b->role == PR_GRAD_STATS || b->role == PR_GRAD_FACTOR) {
             if (b->dtype != PDT_F32 || b->virt || b->view >= 0 || plan_elems(b) != 2)
                 return bad(r, "buffer %s (%s): must be two f32", b->name, plan_role_name(b->role));
@@ -866,6 +871,9 @@ static int check_placement(Reader *r, const Plan *p) {
                        (long long)p->arena_bytes[b->arena]);
         if (b->of >= p->nbuf)
             return bad(r, "buffer %s: of=%d out of range", b->name, b->of);
+        if (b->copy_of >= 0 && (b->kind != PK_PARAM || b->copy_of >= p->nbuf || p->buf[b->copy_of].kind != PK_PARAM ||
+                                p->buf[b->copy_of].copy_of >= 0 || plan_elems(&p->buf[b->copy_of]) != plan_elems(b)))
+            return bad(r, "buffer %s: copy_of=%d is not a parameter of its size", b->name, b->copy_of);
     }
     return 0;
 }
@@ -1019,6 +1027,7 @@ static const char *const role_names[PR_COUNT] = {
     [PR_TARGET_COUNT] = "target_count", [PR_LOSS] = "loss", [PR_EVAL_LOSS] = "eval_loss",
     [PR_LOGITS] = "logits", [PR_GRAD_STATS] = "grad_stats", [PR_GRAD_FACTOR] = "grad_factor",
     [PR_DECODE_TOKEN] = "decode_token", [PR_DECODE_POS] = "decode_pos", [PR_DECODE_LOGITS] = "decode_logits",
+    [PR_PREF_STATS] = "pref_stats",
     [PR_NF4_ABSMAX] = "nf4_absmax", [PR_NF4_ABSMAX_CODES] = "nf4_absmax_codes",
     [PR_NF4_ABSMAX_SCALES] = "nf4_absmax_scales", [PR_NF4_ABSMAX_MEAN] = "nf4_absmax_mean",
 };

@@ -170,6 +170,7 @@ typedef enum PlanRole {
     PR_GRAD_STATS, PR_GRAD_FACTOR,                          // f32 [2] each
     PR_DECODE_TOKEN, PR_DECODE_POS,                         // i32 [1, 1]: the decode phase's token
     PR_DECODE_LOGITS,                                       // and position; its logits [1, 1, V]
+    PR_PREF_STATS,                                          // f32 [PREF_STATS]: a preference loss's
     PR_NF4_ABSMAX, PR_NF4_ABSMAX_CODES, PR_NF4_ABSMAX_SCALES, PR_NF4_ABSMAX_MEAN,
     PR_COUNT
 } PlanRole;
@@ -190,6 +191,8 @@ typedef struct PlanBuffer {
     double init_scale;
     bool trainable;
     int of;                 // PK_GRAD, PK_STATE: the parameter's buffer id; else -1
+    int copy_of;            // PK_PARAM: the parameter it is a frozen copy of (a preference
+                            // loss's reference): initialised as that one, never saved; else -1
     int view;               // a view of buffer `view` (shares its bytes); else -1
     int64_t view_at;        // a view: where its bytes start in its base's
     int reuse;              // written in place over buffer `reuse`, which dies as this is

@@ -175,6 +175,13 @@ static void say_step(Console *c, const TrainSession *s) {
     snprintf(line, sizeof line, "step %lld/%lld  loss %.6f%s  tok/s %.0f  lr %.3e  gnorm %.4g  elapsed %.2fs  mem %s",
              (long long)r->step, (long long)s->steps, r->loss, skipped, (double)s->tokens_per_step / r->step_s,
              r->lr, isnan(r->grad_norm) ? NAN : r->grad_norm, r->elapsed_s, s->mems);
+    if (r->pref) {   // (TRL's names)
+        const double *st = r->pref_stats;
+        size_t n = strlen(line);
+        snprintf(line + n, sizeof line - n, "  rewards/chosen %.4g  rewards/rejected %.4g  rewards/margins %.4g  "
+                 "rewards/accuracies %.3f", st[PREF_REWARD_CHOSEN], st[PREF_REWARD_REJECTED],
+                 st[PREF_REWARD_CHOSEN] - st[PREF_REWARD_REJECTED], st[PREF_ACCURACY]);
+    }
     console_step(c, line, r->step, s->done + 1, s->steps, r->skipped,
                  r->elapsed_s / (double)(r->step - s->done) * (double)(s->steps - r->step));
 }

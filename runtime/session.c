@@ -368,6 +368,7 @@ int rt_session_open(TrainSession *s, const RunOptions *o, const Plan *p, Comm *c
 // A step's micro-steps as they went.
 typedef struct MicroSum {
     double loss;            // the finite losses' sum (over the ranks, once summed)
+    double pref[PREF_STATS];    // a preference loss's stats, summed likewise
     int64_t bad;            // micro-steps whose loss was not finite (over the ranks, once summed)
     int64_t bad_micro;      // this rank's first such, or -1
     float bad_loss;         // its loss (NAN: another rank's)
@@ -395,6 +396,13 @@ static int micro_steps(TrainSession *s, uint64_t base, MicroSum *m) {
         rt_read_f32(x, plan_role(p, PR_LOSS)->id, &l);
         if ((!s->early || isfinite(l)) && rt_exec_phase(x, PHASE_BWD, err, sizeof err) != 0)
             return step_failed(s, err);
+        const PlanBuffer *ps = plan_role(p, PR_PREF_STATS);
+        float st[PREF_STATS];
+        if (ps && isfinite(l)) {
+            rt_read_f32(x, ps->id, st);
+            for (int i = 0; i < PREF_STATS; i++)
+                m->pref[i] += st[i];
+        }
         if (isfinite(l))
             m->loss += l;
         else if (!m->bad++)
@@ -406,10 +414,12 @@ static int micro_steps(TrainSession *s, uint64_t base, MicroSum *m) {
 // The step's loss and its non-finite micro-batches, summed over the ranks.
 static int sum_ranks(TrainSession *s, MicroSum *m) {
     char err[1024];
-    double v[2] = {m->loss, (double)m->bad};
-    if (rt_comm_sum(s->comm, v, 2, err, sizeof err) != 0)
+    double v[2 + PREF_STATS] = {m->loss, (double)m->bad};
+    memcpy(v + 2, m->pref, sizeof m->pref);
+    if (rt_comm_sum(s->comm, v, 2 + PREF_STATS, err, sizeof err) != 0)
         return step_failed(s, err);
     m->loss = v[0];
+    memcpy(m->pref, v + 2, sizeof m->pref);
     if (m->bad == 0 && v[1] > 0)
         m->bad_loss = NAN;
     m->bad = (int64_t)v[1];
@@ -542,6 +552,8 @@ static int update(TrainSession *s, const MicroSum *m, bool skip, uint64_t base) 
     char err[1024];
     bool bad_grad = false, skip_loss = skip;
     r->loss = m->loss;
+    r->pref = plan_role(p, PR_PREF_STATS) != NULL;
+    memcpy(r->pref_stats, m->pref, sizeof m->pref);
     if (skip) {
         rt_exec_skip_update(x);
         r->loss = m->bad_loss;

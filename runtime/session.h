@@ -98,6 +98,8 @@ typedef struct StepResult {
     double scale;
     double step_s, elapsed_s;   // the step's wall time; since step one began
     double eval_loss;       // NAN unless it evaluated
+    bool pref;              // a preference loss's step: its stats (PREF_STATS, the step's means
+    double pref_stats[PREF_STATS];  // over its pairs)
 } StepResult;
 
 // An evaluation (EV_EVAL): the mean loss over its trained targets, their number, its time.

@@ -207,8 +207,9 @@ void rt_weights_init(Exec *x, uint64_t seed) {
         if (b->kind != PK_PARAM)
             continue;
         int64_t n = whole_elems(b);   // a shard: the whole tensor's stream, this rank's slice
+        int from = b->copy_of >= 0 ? b->copy_of : i;   // (a frozen copy: its parameter's values)
         float *v = xmalloc(sizeof(float) * (size_t)n);
-        rt_weights_fill(v, n, b->init, b->init_scale, seed, i, 0);
+        rt_weights_fill(v, n, p->buf[from].init, p->buf[from].init_scale, seed, from, 0);
         write_whole(x, i, v);
         free(v);
     }
@@ -437,7 +438,7 @@ int rt_weights_save(Exec *x, const char *dir, bool trainable_only, int64_t shard
             master[p->buf[i].of] = i;
     for (int i = 0; i < p->nbuf; i++) {
         const PlanBuffer *b = &p->buf[i];
-        if (b->kind != PK_PARAM || (trainable_only && !b->trainable))
+        if (b->kind != PK_PARAM || b->copy_of >= 0 || (trainable_only && !b->trainable))
             continue;
         int src = master[i] >= 0 ? master[i] : i;
         float *v = xmalloc(sizeof(float) * (size_t)whole_elems(b));
@@ -567,7 +568,7 @@ int rt_weights_save_merged(Exec *x, const char *dir, int64_t shard_bytes, int *s
     StWrite *w = xcalloc((size_t)p->nbuf + 1, sizeof *w);
     for (int i = 0; i < p->nbuf; i++) {
         const PlanBuffer *b = &p->buf[i];
-        if (b->kind != PK_PARAM || is_adapter(b))
+        if (b->kind != PK_PARAM || b->copy_of >= 0 || is_adapter(b))
             continue;
         float *v = param_values(x, i, err, errlen);
         if (!(gathered = v != NULL))

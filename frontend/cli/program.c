@@ -16,7 +16,7 @@ static PipelineSpec spec_of(const FtModel *m, Arena *a) {
     const TrainSpec *t = &m->train;
     PipelineSpec s = {.global_batch = t->batch, .seq = t->seq, .lora = t->lora,
                       .quantize = t->quantize, .double_quant = t->double_quant,
-                      .fused_loss = true, .loss_chunk_bytes = LOSS_CHUNK_BYTES};
+                      .fused_loss = true, .loss_chunk_bytes = LOSS_CHUNK_BYTES, .pairs = t->pref_kind >= 0};
     if (t->lora) {
         const char **names = arena_alloc(a, sizeof(char *) * (size_t)(t->n_lora_targets + 1));
         SrcLoc *locs = arena_alloc(a, sizeof(SrcLoc) * (size_t)(t->n_lora_targets + 1));

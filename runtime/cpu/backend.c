@@ -327,6 +327,27 @@ static int k_cross_entropy(Call *c) {
     return status(c, st);
 }
 
+static int k_logprobs(Call *c) {
+    return status(c, cpu_logprobs(OUT(0), IN(0), RAW(1), (size_t)rows(B(0)), (size_t)last_dim(B(0))));
+}
+
+// A preference loss and (preference_bwd) its gradient, over the step's pairs and chosen
+// targets (the count input), times the run's loss scale.
+static int k_preference(Call *c) {
+    const PlanInstr *in = c->in;
+    const PlanBuffer *lp = B(0);
+    const int32_t *cnt = RAW(2);
+    bool ref = in->nin > 3 && in->in[3] >= 0;
+    CpuPref p = {in->attr.pref.kind, in->attr.f, in->attr.pref.smoothing, in->attr.pref.gamma, in->attr.pref.alpha};
+    int64_t S = lp->ndim > 1 ? plan_elems(lp) / lp->shape[0] : 1;
+    bool bwd = in->op == OP_PREFERENCE_BWD;
+    float loss, *stats = !bwd && in->nout > 1 ? OUT(1) : NULL;
+    return status(c, cpu_preference(bwd ? &loss : OUT(0), stats, bwd ? OUT(0) : NULL, IN(0), RAW(1),
+                                    ref ? IN(3) : NULL, ref && B(3)->ndim == 1 && lp->ndim > 1,
+                                    (size_t)lp->shape[0], (size_t)S, cnt[0], cnt[1], &p,
+                                    (float)c->x->loss_scale));
+}
+
 //
 // Backward ops.
 //
@@ -483,6 +504,11 @@ static int k_softcap_bwd(Call *c) {
     return 0;
 }
 static int k_gelu_exact_bwd(Call *c) { cpu_gelu_exact_backward(OUT(0), IN(0), IN(1), (size_t)N(0)); return 0; }
+
+static int k_logprobs_bwd(Call *c) {
+    return status(c, cpu_logprobs_backward(OUT(0), IN(0), IN(1), RAW(2), (size_t)rows(B(1)),
+                                           (size_t)last_dim(B(1))));
+}
 
 static int k_cross_entropy_bwd(Call *c) {
     int64_t V = last_dim(B(0)), count = target_count(c);
@@ -735,6 +761,8 @@ static const Kernel kernels[OP_COUNT] = {
     [OP_ATTENTION_BWD] = k_attention_bwd, [OP_DROPOUT_BWD] = k_dropout_bwd,
     [OP_CROSS_ENTROPY_BWD] = k_cross_entropy_bwd,
     [OP_LINEAR_CE] = k_linear_ce_grad,    [OP_LINEAR_CE_GRAD] = k_linear_ce_grad,
+    [OP_LOGPROBS] = k_logprobs,     [OP_LOGPROBS_BWD] = k_logprobs_bwd,
+    [OP_PREFERENCE] = k_preference, [OP_PREFERENCE_BWD] = k_preference,
     [OP_DEQUANT] = k_dequant,
     [OP_ACC] = k_acc,               [OP_ADAMW] = k_adamw,           [OP_SGD] = k_sgd,
     [OP_ADAMW8BIT] = k_adamw8bit,

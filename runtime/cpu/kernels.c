@@ -3,6 +3,7 @@
 // Compile as ISO C11 (-std=c11): GCC then keeps a*b+c unfused, which the bitwise-determinism
 // and torch-arithmetic claims rely on; the one intended fusion is written as fmaf.
 #include "kernels.h"
+#include "../ops.h"
 
 #include <assert.h>
 #include "blas.h"
@@ -997,6 +998,128 @@ int cpu_cross_entropy_backward(float *dlogits, const float *logits, const int32_
                                size_t N, size_t V, float dloss) {
     return cpu_cross_entropy_backward_rows(dlogits, logits, targets, N, V, dloss,
                                            cpu_cross_entropy_count_valid(targets, N));
+}
+
+int cpu_logprobs(float *lp, const float *logits, const int32_t *targets, size_t R, size_t V) {
+    if (!targets_ok(targets, R, V))
+        return CPU_ERR_INDEX;
+    for (size_t r = 0; r < R; r++) {
+        const float *x = logits + r * V;
+        lp[r] = targets[r] < 0 ? 0.0f : (float)((double)x[targets[r]] - row_lse(x, V));
+    }
+    return CPU_OK;
+}
+
+int cpu_logprobs_backward(float *dlogits, const float *dlp, const float *logits, const int32_t *targets,
+                          size_t R, size_t V) {
+    if (!targets_ok(targets, R, V))
+        return CPU_ERR_INDEX;
+    for (size_t r = 0; r < R; r++) {
+        float *d = dlogits + r * V;
+        if (targets[r] < 0) {
+            memset(d, 0, V * sizeof(float));
+            continue;
+        }
+        const float *x = logits + r * V;
+        double l = row_lse(x, V), g = dlp[r];
+        for (size_t j = 0; j < V; j++) {
+            double p = exp((double)x[j] - l);
+            d[j] = (float)(((j == (size_t)targets[r] ? 1.0 : 0.0) - p) * g);
+        }
+    }
+    return CPU_OK;
+}
+
+// log(sigmoid(z)), without overflow for large |z|.
+static double log_sigmoid(double z) { return z >= 0 ? -log1p(exp(-z)) : z - log1p(exp(z)); }
+static double sigmoid(double z) { return z >= 0 ? 1.0 / (1.0 + exp(-z)) : exp(z) / (1.0 + exp(z)); }
+
+// A pair's loss and its derivatives by the chosen and rejected rows' sums (dc, dr), from
+// the policy's sums c, r, their trained targets nc, nr and the reference's sums c0, r0.
+static double pref_pair(const CpuPref *p, double c, double r, double nc, double nr, double c0, double r0,
+                        double *dc, double *dr, double *rc, double *rr) {
+    double b = p->beta, e = p->smoothing;
+    switch (p->kind) {
+    case PREF_DPO: {
+        double z = b * ((c - c0) - (r - r0));
+        double d = -(1 - e) * sigmoid(-z) + e * sigmoid(z);   // d loss / d z
+        *dc = d * b, *dr = -d * b;
+        *rc = b * (c - c0), *rr = b * (r - r0);
+        return -(1 - e) * log_sigmoid(z) - e * log_sigmoid(-z);
+    }
+    case PREF_IPO: {
+        double z = (c / nc - c0 / nc) - (r / nr - r0 / nr), h = z - 1.0 / (2.0 * b);
+        *dc = 2.0 * h / nc, *dr = -2.0 * h / nr;
+        *rc = b * (c - c0) / nc, *rr = b * (r - r0) / nr;
+        return h * h;
+    }
+    case PREF_SIMPO: {
+        double a = c / nc, bb = r / nr, y = b * (a - bb) - p->gamma;
+        double d = -(1 - e) * sigmoid(-y) + e * sigmoid(y);
+        *dc = d * b / nc, *dr = -d * b / nr;
+        *rc = b * a, *rr = b * bb;
+        return -(1 - e) * log_sigmoid(y) - e * log_sigmoid(-y);
+    }
+    default: {   // orpo: the log odds ratio of exp(a) and exp(bb)
+        double a = c / nc, bb = r / nr;
+        double lo = (a - bb) - (log1p(-exp(a)) - log1p(-exp(bb)));
+        double d = -b * sigmoid(-lo);   // d (-beta logsig(lo)) / d lo
+        *dc = d / (1.0 - exp(a)) / nc, *dr = -d / (1.0 - exp(bb)) / nr;
+        *rc = b * a, *rr = b * bb;
+        return -b * log_sigmoid(lo);
+    }
+    }
+}
+
+int cpu_preference(float *loss, float *stats, float *dlp, const float *lp, const int32_t *targets,
+                   const float *ref, bool ref_sums, size_t B, size_t S, int64_t pairs, int64_t chosen,
+                   const CpuPref *p, float scale) {
+    if (B % 2)
+        return CPU_ERR_ARG;
+    double total = 0.0, st[PREF_STATS] = {0};
+    double P = pairs > 0 ? (double)pairs : 0.0, nll_w = p->kind == PREF_ORPO ? 1.0 : p->alpha;
+    for (size_t j = 0; j < B / 2; j++) {
+        double sum[2] = {0}, n[2] = {0}, ref_sum[2] = {0};
+        for (int k = 0; k < 2; k++) {
+            size_t row = 2 * j + (size_t)k;
+            for (size_t t = 0; t < S; t++) {
+                if (targets[row * S + t] < 0)
+                    continue;
+                sum[k] += lp[row * S + t], n[k] += 1;
+                if (ref && !ref_sums)
+                    ref_sum[k] += ref[row * S + t];
+            }
+            if (ref && ref_sums)
+                ref_sum[k] = ref[row];
+        }
+        double dc = 0, dr = 0, rc = 0, rr = 0, l = 0;
+        bool live = n[0] > 0 && n[1] > 0 && P > 0;   // (a pair of padding rows adds nothing)
+        if (live)
+            l = pref_pair(p, sum[0], sum[1], n[0], n[1], ref_sum[0], ref_sum[1], &dc, &dr, &rc, &rr);
+        double nll = live && nll_w > 0 && chosen > 0 ? -sum[0] / (double)chosen : 0.0;
+        if (live) {
+            total += l / P + nll_w * nll;
+            st[PREF_REWARD_CHOSEN] += rc / P, st[PREF_REWARD_REJECTED] += rr / P;
+            st[PREF_ACCURACY] += (rc > rr ? 1.0 : 0.0) / P;
+            st[PREF_LOGPS_CHOSEN] += sum[0] / P, st[PREF_LOGPS_REJECTED] += sum[1] / P;
+            st[PREF_NLL] += nll;
+        }
+        if (!dlp)
+            continue;
+        double g[2] = {live ? dc / P : 0.0, live ? dr / P : 0.0};
+        if (live && nll_w > 0 && chosen > 0)
+            g[0] -= nll_w / (double)chosen;
+        for (int k = 0; k < 2; k++) {
+            size_t row = 2 * j + (size_t)k;
+            for (size_t t = 0; t < S; t++)
+                dlp[row * S + t] = targets[row * S + t] < 0 ? 0.0f : (float)(g[k] * (double)scale);
+        }
+    }
+    *loss = (float)total;
+    if (stats)
+        for (int i = 0; i < PREF_STATS; i++)
+            stats[i] = (float)st[i];
+    return CPU_OK;
 }
 
 // ---------------------------------------------------------------------------------------------

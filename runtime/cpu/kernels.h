@@ -388,6 +388,40 @@ int cpu_cross_entropy_backward(float *dlogits,          // (N, V) =
                                const int32_t *targets,  // (N)
                                size_t N, size_t V, float dloss);
 
+// Each target's log-probability under its row's softmax, lp[r] = x[t] - logsumexp(x) (the
+// logsumexp in double), 0 for an ignored target (< 0).
+int cpu_logprobs(float *lp,                // (R)
+                 const float *logits,      // (R, V)
+                 const int32_t *targets,   // (R)
+                 size_t R, size_t V);
+// Its backward: dlogits[r] = dlp[r] (onehot(t) - softmax(x)), zeros for an ignored row. dlogits
+// may be logits (a row is read whole before it is written).
+int cpu_logprobs_backward(float *dlogits,          // (R, V) =
+                          const float *dlp,        // (R)
+                          const float *logits,     // (R, V)
+                          const int32_t *targets,  // (R)
+                          size_t R, size_t V);
+
+// A preference loss (ops.h's PrefKind) over B rows of S targets, rows 2j and 2j+1 the chosen
+// and the rejected of pair j: the loss and the stats (PREF_STATS), each the sum over this
+// micro-batch's pairs over the step's `pairs`, and, when dlp is not NULL, the loss's gradient
+// by each trained target's log-probability times `scale` (zeros elsewhere). ref: NULL, the
+// reference's per-target log-probabilities (B, S), or with ref_sums its per-row sums (B). Sums
+// in double, in index order. `chosen` is the step's chosen rows' trained targets (orpo's and
+// simpo's nll).
+typedef struct CpuPref {
+    int kind;
+    double beta, smoothing, gamma, alpha;
+} CpuPref;
+int cpu_preference(float *loss,            // (1)
+                   float *stats,           // (PREF_STATS) or NULL
+                   float *dlp,             // (B, S) = or NULL
+                   const float *lp,        // (B, S)
+                   const int32_t *targets, // (B, S)
+                   const float *ref,       // (B, S), (B) or NULL
+                   bool ref_sums, size_t B, size_t S, int64_t pairs, int64_t chosen,
+                   const CpuPref *p, float scale);
+
 // ---------------------------------------------------------------------------------------------
 // Optimizer
 
