@@ -3,7 +3,9 @@
 # cache's buffers and bytes), a reply on the cpu and emu backends (the same greedy ids),
 # --eos stopping it, sampling reproducible by its seed, LoRA applied at generation (the
 # adapter over the base gives the reply the merged weights give), a conversation through a
-# chat template, and every user error: its message, its exit status, nothing on stdout.
+# chat template, a model directory (tests/fixtures/hf, its full save, an adapter over it) and
+# a .ft named in place of the plan, and every user error: its message, its exit status,
+# nothing on stdout.
 # (The tokens themselves against the full forward: tests/test_generate.c.)
 # usage: generate.sh FTC SOURCE_DIR
 set -u

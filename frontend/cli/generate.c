@@ -1,6 +1,7 @@
-// generate.c — ftc generate: its option table, the prompt checked against the plan's
-// decode phase (the tokens its KV cache holds), the runtime's generation (rt_generate), and
-// the reply: its text (or ids) on stdout, what it took on stderr.
+// generate.c — ftc generate: its option table, what a model directory gives where the
+// flags do not (gen_model.c: the operand and the plan made for it), the prompt checked
+// against the plan's decode phase (the tokens its KV cache holds), the runtime's generation
+// (rt_generate), and the reply: its text (or ids) on stdout, what it took on stderr.
 #include "cli.h"
 
 #include <errno.h>
