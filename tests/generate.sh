@@ -3,7 +3,9 @@
 # cache's buffers and bytes), a reply on the cpu and emu backends (the same greedy ids),
 # --eos stopping it, sampling reproducible by its seed, LoRA applied at generation (the
 # adapter over the base gives the reply the merged weights give), a conversation through a
-# chat template, and every user error: its message, its exit status, nothing on stdout.
+# chat template, a model directory (tests/fixtures/hf, its full save, an adapter over it) and
+# a .ft named in place of the plan, and every user error: its message, its exit status,
+# nothing on stdout.
 # (The tokens themselves against the full forward: tests/test_generate.c.)
 # usage: generate.sh FTC SOURCE_DIR
 set -u
@@ -71,6 +73,67 @@ out=$("$ftc" generate "$tmp/v.plan" --tokenizer tests/fixtures/tok/qwen2.json --
       --template "$chatml" --max-new-tokens 5 --ids 2>"$tmp/err") && [ "$(wc -w <<<"$out")" -le 5 ] &&
     grep -q '^[1-9][0-9]* prompt tokens' "$tmp/err" && ok messages-through-template || bad messages-through-template "$(cat "$tmp/err")"
 
+# A Hugging Face model directory, a full save of it, an adapter over it and a .ft, each named
+# where a plan directory goes: imported and planned into a temporary directory (TMPDIR here,
+# empty after every run, an error or a signal ending it). The greedy reply of the fixture's
+# base model is transformers' (tests/fixtures/hf/expected.txt); the saves' replies are those
+# of their plans with --weights, --tokenizer and --adapter.
+fx=tests/fixtures/hf
+mkdir "$tmp/td"
+export TMPDIR=$tmp/td
+hgen() { "$ftc" generate "$@" --messages "$fx/chat.json" --ids --max-new-tokens 24 2>"$tmp/hgen.err"; }
+base=$(sed -n 's/^base reply //p' "$fx/expected.txt")
+out=$(hgen "$fx") && [ "$out" = "$base" ] && grep -q 'a KV cache of 107 tokens' "$tmp/hgen.err" &&
+    grep -q "weights: 26 tensors from $fx\$" "$tmp/hgen.err" && ok model-dir-reply ||
+    bad model-dir-reply "'$out', want '$base': $(cat "$tmp/hgen.err")"
+"$ftc" generate "$fx/" --prompt "Hello" --ids >/dev/null 2>"$tmp/err" &&
+    grep -q 'a KV cache of 256 tokens' "$tmp/err" && ok model-dir-cache-at-max-positions ||
+    bad model-dir-cache-at-max-positions "$(cat "$tmp/err")"
+"$ftc" import "$fx" > "$tmp/hf.ft" && sed -i 's/^  seq *= .*/  seq = 128/; s/^  batch *= .*/  batch = 2/;
+    s/precision *= bf16/precision = fp32/; s/lr = 2e-5/lr = 1e-2/' "$tmp/hf.ft"
+sed 's/^  # lora(/  lora(/; s/lr = 1e-2/lr = 2e-2/' "$tmp/hf.ft" > "$tmp/hfl.ft"
+out=$(hgen "$tmp/hf.ft" --weights "$fx" --tokenizer "$fx") && [ "$out" = "$base" ] &&
+    grep -q 'a KV cache of 128 tokens' "$tmp/hgen.err" && ok ft-file-reply || bad ft-file-reply "'$out': $(cat "$tmp/hgen.err")"
+"$ftc" compile "$tmp/hf.ft" -o "$tmp/hf.plan" >/dev/null 2>&1 && "$ftc" compile "$tmp/hfl.ft" -o "$tmp/hfl.plan" >/dev/null 2>&1 &&
+    "$ftc" data --tokenizer "$fx" "$fx/train.jsonl" -o "$tmp/hf.bin" --pack 128 >/dev/null 2>&1 &&
+    "$ftc" run "$tmp/hf.plan" --data "$tmp/hf.bin" --weights "$fx" --steps 3 --save "$tmp/full" >/dev/null 2>&1 &&
+    "$ftc" run "$tmp/hfl.plan" --data "$tmp/hf.bin" --weights "$fx" --steps 3 --save "$tmp/lora" >/dev/null 2>&1 ||
+    bad hf-saves "the fixture's compile, data or run failed"
+out=$(hgen "$tmp/full") && want=$(hgen "$tmp/hf.plan" --weights "$tmp/full" --tokenizer "$tmp/full") &&
+    [ -n "$out" ] && [ "$out" = "$want" ] && [ "$out" != "$base" ] && ok full-save-reply ||
+    bad full-save-reply "'$out', its plan's '$want'"
+out=$(hgen "$fx" --adapter "$tmp/lora") && dir=$(hgen "$tmp/lora") &&
+    want=$(hgen "$tmp/hfl.plan" --weights "$fx" --tokenizer "$fx" --adapter "$tmp/lora") &&
+    [ -n "$out" ] && [ "$out" = "$want" ] && [ "$dir" = "$want" ] && [ "$out" != "$base" ] && ok adapter-reply ||
+    bad adapter-reply "--adapter '$out', the adapter directory '$dir', its plan's '$want'"
+# errors: their messages, nothing on stdout, nothing left in TMPDIR
+mkdir "$tmp/empty" "$tmp/noweights" "$tmp/bert" "$tmp/farbase"
+cp "$fx"/config.json "$fx"/tokenizer*.json "$tmp/noweights/" && cp "$fx"/* "$tmp/bert/"
+sed -i 's/"qwen2"/"bert"/' "$tmp/bert/config.json"
+sed 's#"base_model_name_or_path": ".*"#"base_model_name_or_path": "Qwen/Qwen2.5-0.5B"#' "$tmp/lora/adapter_config.json" \
+    > "$tmp/farbase/adapter_config.json"
+expect_fail neither-plan-nor-model 1 "'$tmp/empty' is no plan directory (no $tmp/empty/plan), model directory (no config.json)" \
+    generate "$tmp/empty" --prompt hi
+expect_fail model-dir-no-weights 1 "$tmp/noweights has no weights: no model.safetensors" generate "$tmp/noweights" --prompt hi
+expect_fail model-dir-not-imported 1 "$tmp/bert/config.json:19:3: error: unsupported model_type \"bert\"" \
+    generate "$tmp/bert" --prompt hi
+expect_fail adapter-base-not-here 1 "the adapter's base model 'Qwen/Qwen2.5-0.5B'" generate "$tmp/farbase" --prompt hi
+expect_fail adapter-twice 2 "--adapter and the adapter directory" generate "$tmp/lora" --adapter "$tmp/lora" --prompt hi
+expect_fail max-len-past-positions 1 "--max-len 1000 passes the model's max_position_embeddings, 256" \
+    generate "$fx" --prompt hi --max-len 1000
+expect_fail max-len-of-a-plan 2 "--max-len: a plan's KV cache is what ftc compile --max-len made it" \
+    generate "$tmp/t.plan" --bytes --prompt hi --max-len 10
+expect_fail ft-missing 1 "cannot open '$tmp/none.ft'" generate "$tmp/none.ft" --bytes --prompt hi
+# a signal ends it while it generates: the temporary plan goes too
+"$ftc" generate "$tmp/tiny.ft" --bytes --prompt "The " --max-len 100000 --max-new-tokens 99000 >"$tmp/sig.out" 2>"$tmp/sig.err" &
+pid=$!
+for _ in $(seq 100); do grep -q 'KV cache of 100000' "$tmp/sig.err" && break; sleep 0.1; done
+kill -TERM $pid; wait $pid; rc=$?
+[ "$rc" = 143 ] && [ ! -s "$tmp/sig.out" ] && [ -z "$(ls -A "$tmp/td")" ] && ok signal-removes-plan ||
+    bad signal-removes-plan "exit $rc, left: $(ls -A "$tmp/td"), $(cat "$tmp/sig.err")"
+[ -z "$(ls -A "$tmp/td")" ] && ok no-temporary-left || bad no-temporary-left "$(ls -A "$tmp/td")"
+unset TMPDIR
+
 # user errors
 expect_fail no-tokenizer 2 "no --tokenizer" generate "$tmp/t.plan" --prompt hi
 expect_fail no-prompt 2 "no prompt: give --prompt TEXT or --messages FILE" generate "$tmp/t.plan" --bytes
@@ -95,7 +158,8 @@ expect_fail vocab-mismatch 1 "outside the plan's vocabulary of 256" generate "$t
 "$ftc" compile "$tmp/tiny.ft" --max-len 0 -o "$tmp/n.plan" >/dev/null 2>&1
 expect_fail no-decode-phase 1 "has no decode phase" generate "$tmp/n.plan" --bytes --prompt a
 expect_fail no-plan 1 "$tmp/nothing/plan" generate "$tmp/nothing" --bytes --prompt a
-"$ftc" help generate | grep -q -- '--max-new-tokens N' && ok help || bad help "ftc help generate"
+"$ftc" help generate | grep -q -- '--max-new-tokens N' && "$ftc" help generate | grep -q 'MODEL_DIR' && ok help ||
+    bad help "ftc help generate"
 
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

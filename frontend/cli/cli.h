@@ -144,6 +144,17 @@ typedef struct DriverModes {
 void driver_modes(DriverModes *dm, FtSource *src, const FtModel *m, Arena *a);
 
 //
+// compile.c — ftc compile's work for another command.
+//
+
+// The plan of the program in `src` (parsed and checked here), as ftc compile plans it with
+// its defaults, its decode phase's KV cache max_len tokens (< 0: the train section's seq,
+// as ftc compile without --max-len), written to the new directory `dir`. Nothing printed
+// unless it fails: then why (the program's errors at its lines, or why nothing fits) to
+// stderr. The exit status.
+int compile_quietly(FtSource *src, int64_t max_len, const char *dir);
+
+//
 // compile_report.c — what ftc compile prints: the counts and the naive step, the model
 // states per precision, the planner's decision and candidates, or why nothing fits and
 // what would.
@@ -154,6 +165,40 @@ void report_modes(FILE *out, const FtModel *m, const DriverModes *dm, const Comp
 void report_planner(FILE *f, const CompileResult *r, const FtModel *m, const HostSpec *host);
 void report_nofit(FILE *out, const CompileResult *r, const FtModel *m);
 void report_plan_written(FILE *out, const CompileResult *r, const char *dir, bool time_passes);
+
+//
+// gen_model.c — what ftc generate's operand names, and the plan it runs.
+//
+
+typedef enum GenModelKind {
+    GEN_PLAN,           // a plan directory (DIR/plan), run as it is
+    GEN_MODEL_DIR,      // a Hugging Face model directory (DIR/config.json): imported and planned
+    GEN_ADAPTER_DIR,    // an adapter (DIR/adapter_config.json) over the model directory it names
+    GEN_FT,             // a .ft file: planned as ftc compile plans it
+} GenModelKind;
+
+typedef struct GenModel {
+    GenModelKind kind;
+    char model_dir[4096];   // GEN_MODEL_DIR, GEN_ADAPTER_DIR: the model's directory
+    char adapter[4096];     // GEN_ADAPTER_DIR: the adapter's
+    char plan[4200];        // the plan made for it (gen_model_plan)
+    bool tmp;               // the plan is in a temporary directory of its own
+} GenModel;
+
+// What the operand `path` (argv[at]) is; EXIT_NOFIT after saying why at it.
+int gen_model_open(Cmdline *cl, int at, const char *path, GenModel *gm);
+// Whether a model directory holds its weights (model.safetensors, or a sharded set's index).
+bool gen_model_has_weights(const char *dir);
+// The model's max_position_embeddings (GPT-2: n_positions), 0 when not a model directory's
+// or not given.
+int64_t gen_model_max_pos(const GenModel *gm);
+// The plan of a model directory (with the LoRA of `adapter`, a directory or its
+// safetensors, where not NULL) or of the .ft at ft_path, its KV cache max_len tokens (a .ft:
+// < 0 the train section's seq), into gm->plan, a temporary directory; the exit status
+// after saying why (the importer's error, the program's, why nothing fits).
+int gen_model_plan(GenModel *gm, const char *ft_path, const char *adapter, int64_t max_len);
+// Removes the temporary directory, if any (a signal that ends the process removes it too).
+void gen_model_close(GenModel *gm);
 
 //
 // prompt.c — ftc generate's prompt as token ids, and the reply's ids as text.

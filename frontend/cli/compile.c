@@ -266,14 +266,15 @@ static void from_program(CompileOptions *o, const FtModel *m, DriverSource *ds, 
     o->diag = diag;
 }
 
-// A refusal compile_plan explains, pointed at its option (or the file) where it names one.
+// A refusal compile_plan explains, pointed at its option (or the file) where it names one
+// (cl NULL: no command line, the file's name then).
 static void refused(Cmdline *cl, const Parsed *p, const CompileResult *r, const char *path) {
     if (!r->why[0])
         return;
-    int at = !r->bad ? 0 : strcmp(r->bad, "FILE") == 0 ? p->positional_at : parsed_at(&cmd_compile, p, r->bad);
+    int at = !r->bad || !cl ? 0 : strcmp(r->bad, "FILE") == 0 ? p->positional_at : parsed_at(&cmd_compile, p, r->bad);
     if (at > 0)
         arg_error(cl, at, "%s", r->why);
-    else if (r->bad)
+    else if (r->bad && cl)
         fprintf(stderr, "ftc compile: error: %s\n", r->why);
     else
         fprintf(stderr, "%s: %s\n", path, r->why);
@@ -369,9 +370,12 @@ static char *hf_config(FtSource *src, const FtModel *m, Arena *a) {
     return ok ? text : NULL;
 }
 
-// Plans the checked program `m` and writes the plan; the exit status.
+// Plans the checked program `m` and writes the plan; the exit status. What ftc compile
+// prints goes to stdout; with cl NULL (compile_quietly) nothing, unless nothing fits: then
+// the analysis, to stderr.
 static int plan_program(Cmdline *cl, const Parsed *p, CompileArgs *a, FtSource *src, const FtModel *m,
                         const char *dir, Arena *arena) {
+    const char *path = cl ? p->positional : src->path;
     DriverSource ds = {src, m};
     DriverModes *dm = malloc(sizeof *dm);
     if (!dm)
@@ -390,15 +394,15 @@ static int plan_program(Cmdline *cl, const Parsed *p, CompileArgs *a, FtSource *
     fclose(dump_to);
     if (r && (st == COMPILE_OK || st == COMPILE_NOFIT)) {
         char *config = st == COMPILE_OK ? hf_config(src, m, arena) : NULL;
-        rc = finish(r, st, a, m, dm, p->positional, dir, out, dumps, config);
+        rc = finish(r, st, a, m, dm, path, dir, out, dumps, config);
         free(config);
         fclose(out);
-        if (rc == 0 || st == COMPILE_NOFIT)   // (nothing fits: the analysis is the answer)
-            fwrite(text, 1, tlen, stdout);
+        if (st == COMPILE_NOFIT || (rc == 0 && cl))   // (nothing fits: the analysis is the answer)
+            fwrite(text, 1, tlen, cl ? stdout : stderr);
     } else {
         fclose(out);
         if (r)
-            refused(cl, p, r, p->positional);
+            refused(cl, p, r, path);
         rc = st == COMPILE_USAGE ? EXIT_USAGE : EXIT_NOFIT;
     }
     if (r)
@@ -410,9 +414,29 @@ static int plan_program(Cmdline *cl, const Parsed *p, CompileArgs *a, FtSource *
     return rc;
 }
 
+// ftc compile's options before its command line: each the planner's or the train section's.
+static CompileArgs compile_defaults(void) {
+    return (CompileArgs){.o = {.hs = host_default(), .reserve = -1, .ranks = 1, .zero = -1, .remat = -1,
+                               .offload = -1, .update = -1, .max_len = -1}};
+}
+
+int compile_quietly(FtSource *src, int64_t max_len, const char *dir) {
+    CompileArgs a = compile_defaults();
+    a.o.max_len = max_len;
+    char err[1024];
+    if (codegen_plan_dir_check(dir, err, sizeof err) != 0)
+        return fprintf(stderr, "ftc: error: %s\n", err), EXIT_NOFIT;
+    Arena *arena = arena_new();
+    FtModel m;
+    Ast *prog = fe_parse(src, arena);
+    int rc = !prog || fe_check(src, prog, &m, arena) != 0 ? EXIT_NOFIT
+                                                          : plan_program(NULL, NULL, &a, src, &m, dir, arena);
+    arena_free(arena);
+    return rc;
+}
+
 static int compile_main(Cmdline *cl, int first) {
-    CompileArgs a = {.o = {.hs = host_default(), .reserve = -1, .ranks = 1, .zero = -1, .remat = -1,
-                           .offload = -1, .update = -1, .max_len = -1}};
+    CompileArgs a = compile_defaults();
     Parsed p;
     int rc = parse_options(cl, first, &cmd_compile, &a, &p);
     if (rc)
