@@ -299,18 +299,30 @@ static const Family *read_family(Cfg *c) {
 
 // Head counts and head_dim (`dim_key`, `heads_key`, `kv_key` as the family spells them;
 // kv_key NULL: as many as the query heads; head_dim_key NULL: always dim / heads).
+// The heads, the kv heads and head_dim. An absent key is the config class's default as
+// transformers reads it (`kv_dflt`, `head_dim_dflt`; 0: the heads' number, dim / heads), not
+// a null one, which is those: Mistral's 8 kv heads, Qwen2 and Qwen3's 32, Gemma's 16, Gemma
+// 2 and 3's 4; Qwen3's head_dim 128, Gemma's 256.
 static void read_heads(Cfg *c, ImportModel *m, const char *heads_key, const char *kv_key,
-                       const char *head_dim_key, bool dim_ok) {
+                       const char *head_dim_key, int64_t kv_dflt, int64_t head_dim_dflt, bool dim_ok) {
     if (read_int(c, heads_key, true, 0, &m->heads) != 0)
         return;
     m->kv_heads = m->heads;
-    if (kv_key && read_int(c, kv_key, false, m->heads, &m->kv_heads) == 0 &&
-        m->heads % m->kv_heads != 0)
-        fe_error(c->src, key_loc(c->src, kv_key),
-                 "%s (%lld) is not a multiple of %s (%lld)", heads_key, (long long)m->heads, kv_key,
-                 (long long)m->kv_heads);
+    bool kv_absent = kv_key && !json_object_get(c->root, kv_key) && kv_dflt;
+    if (kv_key && read_int(c, kv_key, false, kv_absent ? kv_dflt : m->heads, &m->kv_heads) == 0 &&
+        m->heads % m->kv_heads != 0) {
+        if (kv_absent)
+            fe_error(c->src, key_loc(c->src, heads_key), "%s (%lld) is not a multiple of %s (%lld), "
+                     "%s's default, which transformers takes where the config has none",
+                     heads_key, (long long)m->heads, kv_key, (long long)m->kv_heads, c->fam->model_type);
+        else
+            fe_error(c->src, key_loc(c->src, kv_key),
+                     "%s (%lld) is not a multiple of %s (%lld)", heads_key, (long long)m->heads, kv_key,
+                     (long long)m->kv_heads);
+    }
     m->head_dim = 0;
-    if (head_dim_key && read_int(c, head_dim_key, false, 0, &m->head_dim) != 0)
+    bool hd_absent = head_dim_key && !json_object_get(c->root, head_dim_key);
+    if (head_dim_key && read_int(c, head_dim_key, false, hd_absent ? head_dim_dflt : 0, &m->head_dim) != 0)
         return;
     if (!dim_ok)
         return;
@@ -694,8 +706,13 @@ static void read_decoder(Cfg *c, ImportModel *m) {
     bool dim_ok = read_int(c, f->dim, true, 0, &m->dim) == 0;
     read_int(c, f->ffn, true, 0, &m->ffn);
     read_int(c, f->layers, true, 0, &m->layers);
-    read_heads(c, m, f->heads, f->kv_heads, m->fam == FAM_PHI3 ? NULL : "head_dim", dim_ok);
-    read_real(c, f->eps, true, 1e-6, &m->eps);
+    bool gemma = m->fam == FAM_GEMMA || m->fam == FAM_GEMMA2 || m->fam == FAM_GEMMA3;
+    int64_t kv_dflt = m->fam == FAM_MISTRAL ? 8 : m->fam == FAM_QWEN2 || m->fam == FAM_QWEN3 ? 32
+                    : m->fam == FAM_GEMMA ? 16 : gemma ? 4 : 0;
+    int64_t head_dim_dflt = m->fam == FAM_QWEN3 ? 128 : gemma ? 256 : 0;
+    read_heads(c, m, f->heads, f->kv_heads, m->fam == FAM_PHI3 ? NULL : "head_dim", kv_dflt, head_dim_dflt,
+               dim_ok);
+    read_real(c, f->eps, true, m->fam == FAM_PHI3 ? 1e-5 : 1e-6, &m->eps);   // (Phi3Config's 1e-5)
     read_int(c, f->max_pos, false, 0, &m->max_pos);
     require_no_attn_dropout(c, "attention_dropout");
     // The embedding is built with padding_idx = pad_token_id: that row takes no gradient.
@@ -709,7 +726,6 @@ static void read_decoder(Cfg *c, ImportModel *m) {
     else if (pad)
         m->pad = json_integer_value(pad) + 1;
     else if (!json_object_get(c->root, "pad_token_id")) {
-        bool gemma = m->fam == FAM_GEMMA || m->fam == FAM_GEMMA2 || m->fam == FAM_GEMMA3;
         int64_t dflt = gemma ? 0 : m->fam == FAM_PHI3 ? 32000 : -1;
         if (dflt >= 0 && dflt < m->vocab)
             m->pad = dflt + 1;
@@ -768,7 +784,7 @@ static void read_gpt2(Cfg *c, ImportModel *m) {
     read_int(c, "vocab_size", true, 0, &m->vocab);
     bool dim_ok = read_int(c, f->dim, true, 0, &m->dim) == 0;
     read_int(c, f->layers, true, 0, &m->layers);
-    read_heads(c, m, f->heads, NULL, NULL, dim_ok);
+    read_heads(c, m, f->heads, NULL, NULL, 0, 0, dim_ok);
     read_int(c, f->ffn, false, 4 * m->dim, &m->ffn);
     read_int(c, f->max_pos, true, 0, &m->max_pos);
     read_real(c, f->eps, true, 1e-5, &m->eps);
@@ -798,7 +814,7 @@ static void read_neox(Cfg *c, ImportModel *m) {
     bool dim_ok = read_int(c, f->dim, true, 0, &m->dim) == 0;
     read_int(c, f->ffn, true, 0, &m->ffn);
     read_int(c, f->layers, true, 0, &m->layers);
-    read_heads(c, m, f->heads, NULL, NULL, dim_ok);
+    read_heads(c, m, f->heads, NULL, NULL, 0, 0, dim_ok);
     read_int(c, f->max_pos, false, 0, &m->max_pos);
     read_real(c, f->eps, true, 1e-5, &m->eps);
     read_act(c, "hidden_act", "gelu", false, &m->act);

@@ -2,7 +2,11 @@
 # The Hugging Face round trip, ftc's side, for each family's model directory
 # (tests/fixtures/hf/: Qwen2 with Qwen2.5's chat template; tests/fixtures/hf-llama/: Llama 3,
 # GQA and an untied lm_head, with Llama 3.1's; tests/fixtures/hf-gemma2/: Gemma 2, softcaps and
-# a sliding window on alternate layers, with gemma-2-2b-it's): its config, generation config, fp32 weights,
+# a sliding window on alternate layers, with gemma-2-2b-it's; tests/fixtures/hf-mistral/:
+# Mistral, a sliding window on every layer, with Mistral 7B Instruct v0.3's; tests/fixtures/hf-phi3/:
+# Phi-3, fused qkv and gate_up weights, partial rotary, a window, a vocabulary padded past the
+# tokenizer, with Phi-3 mini's; tests/fixtures/hf-qwen3/: Qwen3, q and k norms, head_dim not
+# dim / heads, with Qwen3's): its config, generation config, fp32 weights,
 # a byte-level BPE and the published chat template, imported, its chat records tokenized
 # through its own template, fine-tuned in full and with LoRA (ftc run --save), then ftc
 # eval's loss and ftc generate's greedy reply of the base model, the full save and the
@@ -16,7 +20,8 @@
 # generation_config.json made for it, transformers' reply from that save ending where ftc's
 # does. Each check's name starts with its fixture directory's.
 # usage: hf_roundtrip.sh FTC SOURCE_DIR [--keep DIR FIXTURE]   (--keep: run FIXTURE's ftc side
-# only, leave it in DIR for make_hf_roundtrip.py, compare nothing)
+# only, leave it in DIR for make_hf_roundtrip.py, compare nothing; FAMS="FIXTURE ...": only
+# these fixture directories)
 set -u
 ftc=$1 src=$2 keep=${4:-}
 cd "$src" || exit 2
@@ -115,6 +120,7 @@ if [ -n "$keep" ]; then
     roundtrip "${5:?usage: hf_roundtrip.sh FTC SOURCE_DIR --keep DIR FIXTURE}"
     exit
 fi
-for fx in tests/fixtures/hf tests/fixtures/hf-llama tests/fixtures/hf-gemma2; do roundtrip "$fx"; done
+for fx in ${FAMS:-tests/fixtures/hf tests/fixtures/hf-llama tests/fixtures/hf-gemma2 tests/fixtures/hf-mistral tests/fixtures/hf-phi3 \
+          tests/fixtures/hf-qwen3}; do roundtrip "$fx"; done
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

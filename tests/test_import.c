@@ -454,6 +454,27 @@ static void family_tests(void) {
                                          "positions, theta, rotary = 8)",
                                          "return x + dropout(linear(silu(slice(gu, 2, 0, ffn)) * slice(gu, 2, ffn, ffn), wd), 0.1)\n",
                                          "window = 2047", NULL});
+    // Keys absent: the config class's defaults, as transformers reads them (Mistral's 8 kv
+    // heads, Qwen3's head_dim 128, Gemma 2's 256 and 4 kv heads, Phi-3's eps 1e-5); null
+    // kv heads: as many as the query heads.
+    check_contains("qwen3-head-dim-default", config_with("qwen3", ""),
+                   (const char *const[]){"  head_dim = 128\n", "  eps      = 1e-6\n", NULL});
+    check_contains("mistral-kv-default", "{\"model_type\": \"mistral\", \"vocab_size\": 1000, \"hidden_size\": 64,\n"
+                   " \"intermediate_size\": 96, \"num_hidden_layers\": 2, \"num_attention_heads\": 16}\n",
+                   (const char *const[]){"  kv_heads = 8\n", "  head_dim = dim / heads\n", NULL});
+    check_contains("mistral-kv-null", "{\"model_type\": \"mistral\", \"vocab_size\": 1000, \"hidden_size\": 64,\n"
+                   " \"intermediate_size\": 96, \"num_hidden_layers\": 2, \"num_attention_heads\": 16,\n"
+                   " \"num_key_value_heads\": null}\n",
+                   (const char *const[]){"  kv_heads = 16\n", NULL});
+    check_contains("gemma2-defaults", "{\"model_type\": \"gemma2\", \"vocab_size\": 1000, \"hidden_size\": 64,\n"
+                   " \"intermediate_size\": 96, \"num_hidden_layers\": 2, \"num_attention_heads\": 8}\n",
+                   (const char *const[]){"  kv_heads = 4\n", "  head_dim = 256\n", NULL});
+    check_contains("phi3-eps-default", config_with("phi3", ""), (const char *const[]){"  eps      = 1e-5\n", NULL});
+    check_error("mistral-kv-default-divide",
+                "{\"model_type\": \"mistral\", \"vocab_size\": 1000, \"hidden_size\": 60,\n"
+                " \"intermediate_size\": 96, \"num_hidden_layers\": 2, \"num_attention_heads\": 12}\n",
+                NULL, 2, 51, "num_attention_heads (12) is not a multiple of num_key_value_heads (8), "
+                "mistral's default");
     check_contains("gpt2", "{\"model_type\": \"gpt2\", \"vocab_size\": 100, \"n_embd\": 64, \"n_layer\": 3,\n"
                    " \"n_head\": 4, \"n_positions\": 128, \"attn_pdrop\": 0.0, \"embd_pdrop\": 0.1,\n"
                    " \"resid_pdrop\": 0.0, \"scale_attn_by_inverse_layer_idx\": true}\n",
