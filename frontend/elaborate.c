@@ -1713,8 +1713,8 @@ static void check_checkpoint_names(Elab *e) {
     int n = 0;
     const IrTensor **t = xmalloc(sizeof *t * (size_t)(g->tensors.len + 1));
     for (int i = 0; i < g->tensors.len; i++)
-        if (g->tensors.at[i].kind == TK_PARAM && g->tensors.at[i].hf_name)
-            t[n++] = &g->tensors.at[i];
+        if (g->tensors.at[i].kind == TK_PARAM && g->tensors.at[i].hf_name && g->tensors.at[i].copy_of < 0)
+            t[n++] = &g->tensors.at[i];   // (a reference's frozen copy shares its parameter's)
     qsort(t, (size_t)n, sizeof *t, by_hf_name);
     for (int i = 1; i < n; i++)
         if (strcmp(t[i - 1]->hf_name, t[i]->hf_name) == 0) {

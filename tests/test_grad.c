@@ -43,10 +43,15 @@ static double urand(void) {   // xorshift64, in [0, 1)
 // absolute error seen, or -1 after a failure to compile or run.
 static const char *train_extra = "";   // lines added to the train section (a case's own)
 
+static const char *loss_expr = NULL;   // the train section's loss in place of cross_entropy's
+
 static double check_case(const char *name, const char *body) {
-    char text[4096];
-    const char *at = strstr(postlude, "  optimizer");
-    snprintf(text, sizeof text, "%s%s%.*s%s%s", prelude, body, (int)(at - postlude), postlude, train_extra, at);
+    char text[4096], post[1024];
+    const char *ce = "cross_entropy(forward(tokens), next(tokens))", *l = strstr(postlude, ce);
+    snprintf(post, sizeof post, "%.*s%s%s", (int)(l - postlude), postlude, loss_expr ? loss_expr : ce,
+             l + strlen(ce));
+    const char *at = strstr(post, "  optimizer");
+    snprintf(text, sizeof text, "%s%s%.*s%s%s", prelude, body, (int)(at - post), post, train_extra, at);
     Harness h;
     double worst = -1;
     if (!harness_compile(&h, name, text, 2)) {
@@ -74,12 +79,20 @@ static double check_case(const char *name, const char *body) {
     for (int r = 0; r < 2; r++)
         for (int64_t k = 0; k < plan_elems(plan_role(p, roles[r])); k++)
             batch[r][k] = (int32_t)(urand() * 7);
+    // Pairs (rows 0 and 1 a chosen and a rejected completion): the chosen row's first
+    // target untrained, as a prompt's; the counts of the step's pairs and chosen targets.
+    int32_t pair_counts[2] = {1, (int32_t)p->seq - 1};
+    if (p->pairs)
+        batch[1][0] = -100;
 #define LOAD_BATCH()                                                                    \
     do {                                                                                \
         for (int r = 0; r < 2; r++)                                                     \
             rt_write_raw(&h.x, plan_role(p, roles[r])->id, batch[r]);                   \
         rt_write_positions(&h.x, NULL);                                                 \
-        rt_write_target_count(&h.x, -1);                                                \
+        if (p->pairs)                                                                   \
+            rt_write_raw(&h.x, plan_role(p, PR_TARGET_COUNT)->id, pair_counts);         \
+        else                                                                            \
+            rt_write_target_count(&h.x, -1);                                            \
     } while (0)
     LOAD_BATCH();
     if (!harness_step(&h)) {
@@ -135,6 +148,26 @@ static double check_case(const char *name, const char *body) {
 static void test_lora_acc(void) {
     train_extra = "  lora(r = 2, alpha = 6, targets = [w1, w2])\n";
     check_case("linear_acc", "    y = linear(x, w1) + linear(silu(x), w2)\n");
+    train_extra = "";
+}
+
+// The preference losses over one pair (rows 0 and 1); dpo's and ipo's reference a frozen
+// copy (perturbing the policy's parameters leaves it as it is: no gradient reaches it), or
+// with LoRA the base alone; beta large enough for gradients finite differences resolve.
+static void pref_case(const char *name, const char *loss) {
+    loss_expr = loss;
+    check_case(name, "    y = silu(linear(x, w1)) * linear(x, w2)\n");
+    loss_expr = NULL;
+}
+static void test_dpo(void) { pref_case("dpo", "dpo(forward(tokens), next(tokens), beta = 2.0, label_smoothing = 0.1)"); }
+static void test_ipo(void) { pref_case("ipo", "ipo(forward(tokens), next(tokens), beta = 0.5)"); }
+static void test_orpo(void) { pref_case("orpo", "orpo(forward(tokens), next(tokens), beta = 0.5)"); }
+static void test_simpo(void) {
+    pref_case("simpo", "simpo(forward(tokens), next(tokens), beta = 2.0, gamma = 0.3, label_smoothing = 0.2, alpha = 0.5)");
+}
+static void test_dpo_lora(void) {   // the reference: the same base, its LoRA paths left out
+    train_extra = "  lora(r = 2, alpha = 6, targets = [w1, w2])\n";
+    pref_case("dpo-lora", "dpo(forward(tokens), next(tokens), beta = 2.0, reference = lora_off)");
     train_extra = "";
 }
 
@@ -213,5 +246,10 @@ int main(void) {
     RUN(test_dropout);
     RUN(test_reuse);
     RUN(test_lora_acc);
+    RUN(test_dpo);
+    RUN(test_ipo);
+    RUN(test_orpo);
+    RUN(test_simpo);
+    RUN(test_dpo_lora);
     return CHECK_DONE();
 }

@@ -418,7 +418,12 @@ static void lockstep_choice(const char *name, const char *text, const PlanChoice
     }
     rt_write_positions(&h.x, pos);
     free(pos);
-    rt_write_target_count(&h.x, rt_write_target_count(&h.x, -1) + 7);
+    if (p->pairs) {   // a preference loss's: the step's pairs and chosen targets, more than these
+        int32_t counts[2] = {(int32_t)(p->micro_batch / 2 + 1), (int32_t)(p->seq + 9)};
+        rt_write_raw(&h.x, plan_role(p, PR_TARGET_COUNT)->id, counts);
+    } else {
+        rt_write_target_count(&h.x, rt_write_target_count(&h.x, -1) + 7);
+    }
     free(ids);
     h.x.step = xe.step = 1;
     h.x.seed = xe.seed = 99;
@@ -512,6 +517,25 @@ static void test_loss(void) {
     snprintf(text, sizeof text, qwen_odd, "");
     lockstep("qwen-odd-unfused-loss", text, 2);
     harness_unfused_loss = false;
+}
+
+// qwen_odd trained with a preference loss in place of cross entropy, `extra` added.
+static void preference(const char *name, const char *loss, const char *extra) {
+    char base[8192], text[8192];
+    snprintf(base, sizeof base, qwen_odd, extra);
+    const char *ce = "cross_entropy(forward(tokens), next(tokens))", *at = strstr(base, ce);
+    snprintf(text, sizeof text, "%.*s%s%s", (int)(at - base), base, loss, at + strlen(ce));
+    lockstep(name, text, 2);
+}
+
+// The preference losses: the targets' log-probabilities and their backward, the pairs'
+// loss and its gradient; the reference a frozen copy, or the base without LoRA.
+static void test_preference(void) {
+    preference("qwen-odd-dpo-copy", "dpo(forward(tokens), next(tokens), beta = 0.5, reference = copy)", "");
+    preference("qwen-odd-ipo-lora-off", "ipo(forward(tokens), next(tokens), reference = lora_off)",
+               "  lora(r = 4, alpha = 8, targets = [wq, wv])\n");
+    preference("qwen-odd-orpo", "orpo(forward(tokens), next(tokens))", "  lora(r = 4, alpha = 8, targets = [wq, wv])\n");
+    preference("qwen-odd-simpo", "simpo(forward(tokens), next(tokens), beta = 2.0, label_smoothing = 0.1, alpha = 0.2)", "");
 }
 
 static void test_qwen_odd_shapes(void) {
@@ -695,6 +719,7 @@ int main(int argc, char **argv) {
     RUN(test_qwen_odd_shapes);
     RUN(test_qwen_full);
     RUN(test_qlora);
+    RUN(test_preference);
     RUN(test_other_ops_fp16);
     RUN(test_bf16_pure);
     RUN(test_fp16_overflow);
