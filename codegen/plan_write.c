@@ -102,6 +102,7 @@ static PlanRole buffer_role(const IrGraph *g, int i) {
                     : i == g->grad_stats  ? PR_GRAD_STATS
                     : i == g->grad_factor ? PR_GRAD_FACTOR
                     : i == g->pref_stats  ? PR_PREF_STATS
+                    : i == g->ref_out     ? PR_REF_OUT
                                           : PR_NONE;
     if (g->tensors.at[i].kind == TK_INPUT && !plan_role_parse(g->tensors.at[i].name, &role))
         role = PR_TOKENS;   // (the batch's inputs by name)
@@ -217,15 +218,15 @@ static void write_instr(FILE *f, const IrGraph *g, const KernelSet *ks, int j, i
 // The phases: "phase NAME N" and the nodes of each in order (an empty eval or decode phase
 // left out).
 static void write_phases(FILE *f, const IrGraph *g, const KernelSet *ks) {
-    static const char *phases[] = {"forward", "backward", "optimizer", "eval", "decode"};
+    static const char *phases[] = {"forward", "backward", "optimizer", "eval", "decode", "reference"};
     int nn = g->nodes.len;
     int *instr = xmalloc(sizeof(int) * (size_t)(nn + 1));   // node -> instruction id
-    for (int ph = PHASE_FORWARD, i = 0; ph <= PHASE_DECODING; ph++)
+    for (int ph = PHASE_FORWARD, i = 0; ph <= PHASE_REFERENCE; ph++)
         for (int j = 0; j < nn; j++)
             if (g->nodes.at[j].phase == (IrPhase)ph)
                 instr[j] = i++;
     int i = 0;
-    for (int ph = PHASE_FORWARD; ph <= PHASE_DECODING; ph++) {
+    for (int ph = PHASE_FORWARD; ph <= PHASE_REFERENCE; ph++) {
         int count = 0;
         for (int j = 0; j < nn; j++)
             count += g->nodes.at[j].phase == (IrPhase)ph;

@@ -1426,9 +1426,6 @@ static void check_train(Elab *e, const Ast *train, const TrainSpec *t, const Tra
         if (t->reference == REF_LORA_OFF && !t->lora)
             fe_error(e->src, t->reference_loc, "reference = lora_off runs the base without its adapters, "
                      "but this train section has no lora(...): use copy or precomputed");
-        if (t->reference == REF_PRECOMPUTED)
-            fe_error(e->src, t->reference_loc, "reference = precomputed is not available yet: use copy "
-                     "or lora_off");
     }
 }
 

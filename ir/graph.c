@@ -8,6 +8,7 @@ IrGraph *ir_graph_new(Arena *a) {
     IrGraph *g = arena_alloc(a, sizeof *g);
     g->arena = a;
     g->loss = g->logits = g->eval_loss = g->grad_stats = g->grad_factor = g->pref_stats = -1;
+    g->ref_out = g->ref_logps = -1;
     g->decode_token = g->decode_pos = g->decode_logits = -1;
     g->ranks = 1;
     return g;
@@ -183,7 +184,7 @@ int ir_drop_unused(IrGraph *g) {
     for (int i = 0; i < nt; i++) {   // what a kept tensor names is kept too
         const IrTensor *t = &g->tensors.at[i];
         if (t->kind != TK_VALUE || i == g->loss || i == g->logits || i == g->eval_loss || i == g->decode_logits ||
-            i == g->grad_stats || i == g->pref_stats ||
+            i == g->grad_stats || i == g->pref_stats || i == g->ref_out ||
             i == g->grad_factor)
             used[i] = true;
         if (used[i] && t->alias_of >= 0)
@@ -231,6 +232,8 @@ int ir_drop_unused(IrGraph *g) {
     MAP(g->decode_logits);
     MAP(g->grad_stats);
     MAP(g->pref_stats);
+    MAP(g->ref_out);
+    MAP(g->ref_logps);
     MAP(g->grad_factor);
 #undef MAP
     free(used);

@@ -153,6 +153,8 @@ typedef enum IrPhase {
                             // the parameters and the batch inputs, saves nothing
     PHASE_DECODING,         // one token of generation (passes/decode.c): the forward at one
                             // position over the KV cache, its logits; run apart from training
+    PHASE_REFERENCE,        // a preference loss's reference model over a batch, before the
+                            // first step (passes/reference.c): its log-probabilities
 } IrPhase;
 
 typedef struct IrNode {
@@ -244,6 +246,8 @@ typedef struct IrGraph {
     int loss;               // the scalar loss tensor, -1 while there is none
     int logits;             // the tensor fed to the loss, -1 while there is none
     int pref_stats;         // a preference loss's stats (its out[1]), else -1
+    int ref_out;            // reference = precomputed: the reference phase's log-probabilities
+    int ref_logps;          // [B, S] and the batch input [B] of their rows' sums; else -1
     int eval_loss;          // the eval phase's loss (passes/eval.c), -1 while there is none
     int decode_token;       // the decode phase's (passes/decode.c) inputs, i32 [1, 1]: the
     int decode_pos;         // token and its position; its logits [1, 1, V]; -1 while there

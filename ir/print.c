@@ -11,7 +11,7 @@ static void tensor_line(FILE *f, const IrGraph *g, const IrTensor *t) {
     fputc('\n', f);
 }
 
-static const char *phase_name[] = {"forward", "backward", "optimizer", "eval", "decode"};
+static const char *phase_name[] = {"forward", "backward", "optimizer", "eval", "decode", "reference"};
 
 void ir_print(FILE *f, const IrGraph *g) {
     fprintf(f, "# ir: B=%lld S=%lld, %d tensors, %d nodes\n", (long long)g->batch,

@@ -62,7 +62,7 @@ static void spans(IrGraph *g) {
 // the eval phase's, the decode logits after the decode phase's; a KV cache lives through
 // the decode phase, keeping its rows from one run to the next.
 static void loss_ends(IrGraph *g) {
-    int end = -1, eval_end = -1, decode_start = -1, decode_end = -1;
+    int end = -1, eval_end = -1, decode_start = -1, decode_end = -1, ref_end = -1;
     for (int i = 0; i < g->nodes.len; i++) {
         IrPhase ph = g->nodes.at[i].phase;
         if (ph == PHASE_FORWARD || ph == PHASE_BACKWARD)
@@ -71,7 +71,11 @@ static void loss_ends(IrGraph *g) {
             eval_end = i;
         else if (ph == PHASE_DECODING)
             decode_end = i, decode_start = decode_start < 0 ? i : decode_start;
+        else if (ph == PHASE_REFERENCE)
+            ref_end = i;
     }
+    if (g->ref_out >= 0 && ref_end > g->tensors.at[ir_tensor_base(g, g->ref_out)].last)
+        g->tensors.at[ir_tensor_base(g, g->ref_out)].last = ref_end;   // (the runtime reads it after)
     for (int t = 0; t < g->tensors.len && decode_start >= 0; t++)
         if (g->tensors.at[t].kind == TK_CACHE)
             g->tensors.at[t].first = decode_start, g->tensors.at[t].last = decode_end;

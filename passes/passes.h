@@ -180,6 +180,20 @@ typedef struct DecodeStats {
 int decode_apply(IrGraph *g, int64_t max_len, DecodeStats *st);
 
 //
+// reference.c — a preference loss's reference precomputed: its forward a phase of its own,
+// run over the data before training, its rows' sums read back as a batch input.
+//
+typedef struct ReferenceStats {
+    int nodes;                  // nodes of the reference phase (0: none)
+} ReferenceStats;
+
+// With g->reference REF_PRECOMPUTED, moves the reference's nodes (marked by the elaborator)
+// to PHASE_REFERENCE at the end of the node list, points the step's and the eval phase's
+// preference loss at the input ref_logps, and drops the eval phase's copies of them (after
+// eval and decode, before shard and offload). 0.
+int reference_apply(IrGraph *g, ReferenceStats *st);
+
+//
 // shard.c — data parallelism: one rank's step, model states sharded (ZeRO stages 0-3).
 //
 
@@ -734,6 +748,7 @@ typedef struct BuildStats {
     OffloadStats offload;
     EvalStats eval;
     DecodeStats decode;
+    ReferenceStats reference;
     FuseStats fuse;
     EarlyUpdateStats early;
     ScheduleStats schedule;

@@ -100,6 +100,7 @@ static int run_decode(PassCtx *x) {
         return 0;
     return decode_apply(x->g, x->p->spec.decode_len, &x->bs->decode);
 }
+static int run_reference(PassCtx *x) { return reference_apply(x->g, &x->bs->reference); }
 static int run_fuse(PassCtx *x) { return x->p->spec.no_fusion ? 0 : fuse_apply(x->g, &x->bs->fuse); }
 static int run_early_update(PassCtx *x) {
     return x->c->early_update ? early_update_apply(x->g, &x->bs->early) : 0;
@@ -126,6 +127,7 @@ enum { PREFIX, CHOICE, PLACE, FINAL };
     X(remat, run_remat, CHOICE)                                                          \
     X(eval, run_eval, CHOICE)                                                            \
     X(decode, run_decode, CHOICE)                                                        \
+    X(reference, run_reference, CHOICE)                                                  \
     X(shard, run_shard, CHOICE)                                                          \
     X(offload, run_offload, CHOICE)                                                      \
     X(fuse, run_fuse, CHOICE)                                                            \

@@ -45,7 +45,7 @@ static const char *projection(const IrGraph *g, int t) {
 static void find_qv(const PlanCtx *x, WhatIf *w) {
     Arena *a = arena_new();
     const Pipeline *p = x->pipeline;
-    IrGraph *g = p->elaborate(p->ctx, 1, p->spec.seq, a);
+    IrGraph *g = p->elaborate(p->ctx, pipeline_min_micro(&p->spec), p->spec.seq, a);
     for (int i = 0; g && i < g->nodes.len; i++) {
         const IrNode *n = &g->nodes.at[i];
         if (op_desc(n->op)->cls != OPC_ATTENTION || n->phase != PHASE_FORWARD)

@@ -15,7 +15,7 @@
 // models; a file far larger than that is not a plan.
 #define PLAN_MAX_BYTES (1 << 30)
 
-static const char *phase_names[PHASE_COUNT] = {"forward", "backward", "optimizer", "eval", "decode"};
+static const char *phase_names[PHASE_COUNT] = {"forward", "backward", "optimizer", "eval", "decode", "reference"};
 
 const char *plan_phase_name(PlanPhase p) { return phase_names[p]; }
 
@@ -684,6 +684,10 @@ static int check_roles(Reader *r, const Plan *p) {
         } else if (b->role == PR_LOSS || b->role == PR_EVAL_LOSS) {
             if (b->dtype != PDT_F32 || b->virt || plan_elems(b) != 1)
                 return bad(r, "buffer %s (%s): must be one f32", b->name, plan_role_name(b->role));
+        } else if (b->role == PR_REF_LOGPS || b->role == PR_REF_OUT) {
+            int64_t want = b->role == PR_REF_LOGPS ? p->micro_batch : p->micro_batch * p->seq;
+            if (b->dtype != PDT_F32 || b->virt || plan_elems(b) != want)
+                return bad(r, "buffer %s (%s): must be %lld f32", b->name, plan_role_name(b->role), (long long)want);
         } else if (b->role == PR_PREF_STATS) {
             if (b->dtype != PDT_F32 || b->virt || plan_elems(b) != PREF_STATS)
                 return bad(r, "buffer %s (pref_stats): must be %d f32", b->name, PREF_STATS);
@@ -938,21 +942,35 @@ static int read_phase_instr(Reader *r, Plan *p, int ph, int i, int id) {
     return 0;
 }
 
-// The phases, each "phase NAME N" and its N instructions (the eval and decode phases
-// optional, in that order), then "end".
+// Whether `line` ("phase NAME N") names a phase other than `name` that may follow it.
+static bool words_phase(const char *line, const char *name) {
+    size_t k = strlen(name);
+    if (strncmp(line, "phase ", 6) != 0 || (strncmp(line + 6, name, k) == 0 && line[6 + k] == ' '))
+        return false;
+    for (int ph = PHASE_EVAL; ph < PHASE_COUNT; ph++) {
+        size_t m = strlen(phase_names[ph]);
+        if (strcmp(phase_names[ph], name) != 0 && strncmp(line + 6, phase_names[ph], m) == 0 && line[6 + m] == ' ')
+            return true;
+    }
+    return false;
+}
+
+// The phases, each "phase NAME N" and its N instructions (the eval, decode and reference
+// phases optional, in that order), then "end".
 static int read_phases(Reader *r, Plan *p) {
     int next_id = 0;
     char *line = next_line(r), *w[4] = {0};
     for (int ph = 0; ph < PHASE_COUNT; ph++, line = next_line(r)) {
         int64_t n;
         if (ph >= PHASE_EVAL && line && strcmp(line, "end") == 0)
-            break;   // (the eval and decode phases are optional)
-        if (ph == PHASE_EVAL && line && strncmp(line, "phase decode ", 13) == 0)
-            ph++;   // no eval phase, a decode phase
+            break;   // (the eval, decode and reference phases are optional)
+        while (ph >= PHASE_EVAL && ph < PHASE_COUNT - 1 && line && words_phase(line, phase_names[ph]))
+            ph++;   // a later optional phase: this one absent
         if (!line || words(line, w, 4) != 3 || strcmp(w[0], "phase") != 0 ||
             strcmp(w[1], phase_names[ph]) != 0 || !ops_parse_i64(w[2], &n) || n < 0 || n > 100000000)
-            return bad(r, ph == PHASE_EVAL     ? "expected 'phase eval N', 'phase decode N' or 'end'"
-                          : ph == PHASE_DECODE ? "expected 'phase decode N' or 'end'"
+            return bad(r, ph == PHASE_EVAL     ? "expected 'phase eval N', 'phase decode N', 'phase reference N' or 'end'"
+                          : ph == PHASE_DECODE ? "expected 'phase decode N', 'phase reference N' or 'end'"
+                          : ph == PHASE_REF    ? "expected 'phase reference N' or 'end'"
                                                : "expected 'phase %s N'",
                        phase_names[ph]);
         p->nins[ph] = (int)n;
@@ -1027,7 +1045,7 @@ static const char *const role_names[PR_COUNT] = {
     [PR_TARGET_COUNT] = "target_count", [PR_LOSS] = "loss", [PR_EVAL_LOSS] = "eval_loss",
     [PR_LOGITS] = "logits", [PR_GRAD_STATS] = "grad_stats", [PR_GRAD_FACTOR] = "grad_factor",
     [PR_DECODE_TOKEN] = "decode_token", [PR_DECODE_POS] = "decode_pos", [PR_DECODE_LOGITS] = "decode_logits",
-    [PR_PREF_STATS] = "pref_stats",
+    [PR_PREF_STATS] = "pref_stats", [PR_REF_LOGPS] = "ref_logps", [PR_REF_OUT] = "ref_out",
     [PR_NF4_ABSMAX] = "nf4_absmax", [PR_NF4_ABSMAX_CODES] = "nf4_absmax_codes",
     [PR_NF4_ABSMAX_SCALES] = "nf4_absmax_scales", [PR_NF4_ABSMAX_MEAN] = "nf4_absmax_mean",
 };

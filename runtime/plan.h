@@ -154,7 +154,10 @@ typedef enum PlanInit { PINIT_NORMAL, PINIT_ONES, PINIT_ZEROS, PINIT_KAIMING_UNI
 // run between steps; it saves nothing for a backward and makes no gradient.
 // PHASE_DECODE (optional): one token of generation, run apart from training: the forward
 // at one position over the KV cache buffers (kind=cache), into its logits.
-typedef enum PlanPhase { PHASE_FWD, PHASE_BWD, PHASE_OPT, PHASE_EVAL, PHASE_DECODE, PHASE_COUNT } PlanPhase;
+// PHASE_REF (optional): a preference loss's reference model over a batch, run over the
+// data before the first step: its log-probabilities (role ref_out), whose rows' sums the
+// step reads back (role ref_logps).
+typedef enum PlanPhase { PHASE_FWD, PHASE_BWD, PHASE_OPT, PHASE_EVAL, PHASE_DECODE, PHASE_REF, PHASE_COUNT } PlanPhase;
 typedef enum PlanSchedule { SCHED_CONSTANT, SCHED_LINEAR, SCHED_COSINE } PlanSchedule;
 
 // What the runtime and the backends look a buffer up by (role= in the plan, parsed once):
@@ -171,6 +174,7 @@ typedef enum PlanRole {
     PR_DECODE_TOKEN, PR_DECODE_POS,                         // i32 [1, 1]: the decode phase's token
     PR_DECODE_LOGITS,                                       // and position; its logits [1, 1, V]
     PR_PREF_STATS,                                          // f32 [PREF_STATS]: a preference loss's
+    PR_REF_LOGPS, PR_REF_OUT,                               // f32 [B], [B, S]: its precomputed reference
     PR_NF4_ABSMAX, PR_NF4_ABSMAX_CODES, PR_NF4_ABSMAX_SCALES, PR_NF4_ABSMAX_MEAN,
     PR_COUNT
 } PlanRole;

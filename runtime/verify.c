@@ -101,10 +101,13 @@ static int check_loss_reads(const Plan *p, FILE *out) {
     int bad = 0, nbuf = p->nbuf;
     int end = p->nins[PHASE_FWD] + p->nins[PHASE_BWD] - 1;
     int eval_end = end + p->nins[PHASE_OPT] + p->nins[PHASE_EVAL];
-    int decode_start = eval_end + 1, decode_end = plan_instr_count(p) - 1;
+    int decode_start = eval_end + 1, decode_end = decode_start + p->nins[PHASE_DECODE] - 1;
+    int ref_end = plan_instr_count(p) - 1;
     for (int i = 0; i < nbuf; i++) {
         const PlanBuffer *b = &p->buf[i];
         bool eval = b->role && b->role == PR_EVAL_LOSS, decode = b->role && b->role == PR_DECODE_LOGITS;
+        if (b->role == PR_REF_OUT && (p->nins[PHASE_REF] == 0 || (b->view >= 0 ? p->buf[b->view].last : b->last) < ref_end))
+            PROBLEM("buffer %s (the ref_out) must live to the reference phase's end, instruction %d", b->name, ref_end);
         if ((eval && p->nins[PHASE_EVAL] == 0) || (decode && p->nins[PHASE_DECODE] == 0))
             PROBLEM("buffer %s is the %s of a plan without an %s phase", b->name, plan_role_name(b->role),
                     eval ? "eval" : "decode");
@@ -177,7 +180,7 @@ static int check_replay(const Plan *p, FILE *out) {
         written[i] = whole_step(b) || b->kind == PK_CACHE ||
                      (b->role && (b->role == PR_TOKENS || b->role == PR_TARGETS || b->role == PR_POSITIONS ||
                                   b->role == PR_TARGET_COUNT || b->role == PR_DECODE_TOKEN ||
-                                  b->role == PR_DECODE_POS));
+                                  b->role == PR_DECODE_POS || b->role == PR_REF_LOGPS));
     }
     for (int id = 0; id < ni; id++) {
         const PlanInstr *in = plan_instr(p, id);

@@ -358,7 +358,7 @@ static int finish(const CompileResult *r, CompileStatus st, const CompileArgs *a
 static char *hf_config(FtSource *src, const FtModel *m, Arena *a) {
     char *text = NULL, why[512];
     size_t len = 0;
-    IrGraph *g = fe_elaborate(src, m, 1, a);
+    IrGraph *g = fe_elaborate(src, m, m->train.pref_kind >= 0 ? 2 : 1, a);   // (pairs: two rows)
     FILE *f = g ? open_memstream(&text, &len) : NULL;
     bool ok = f && fe_hf_config(m, g, f, why, sizeof why) == 0;
     if (f)
