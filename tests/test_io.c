@@ -7,8 +7,8 @@
 // alignment, no gaps), sharded checkpoints through model.safetensors.index.json, every
 // malformed header and index with its message (file and tensor named), read and write errors
 // including I/O failures; token files converted in all three modes, windows and their
-// contents, the shuffle's determinism and pinned values, every malformed token file and
-// converter error.
+// contents, paired files (preference pairs) and their malformed layouts, the shuffle's
+// determinism and pinned values, every malformed token file and converter error.
 //
 // Build and run (one line):
 //   gcc -std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra -Werror -ffp-contract=off -Iruntime
@@ -1158,7 +1158,7 @@ static void test_data_writer_info(void) {
     data_close(d);
     // v2 headers: an unknown flag, reserved bytes, a size that leaves out the info bytes
     static const struct { int at; unsigned char v; size_t size; const char *want; } bad[] = {
-        {24, 3, 64 + 50, "header flags 0x3, only bit 0 (info bytes) is defined"},
+        {24, 5, 64 + 50, "header flags 0x5, only bits 0 (info bytes) and 1 (pairs) are defined"},
         {50, 1, 64 + 50, "reserved header bytes 48..63 are not 0"},
         {0, 0, 64 + 45, "header says 10 tokens of 4 bytes and their info bytes, but 45 bytes follow"},
         {0, 0, 40, "shorter than the 64-byte header of version 2"},
@@ -1179,6 +1179,74 @@ static void test_data_writer_info(void) {
     data_writer_drop(NULL);
     CHECK(access(path, F_OK) == 0);   // the earlier file is still there, and nothing beside it
     CHECK(count_entries(case_dir) == 1);
+}
+
+// A paired file (DATA_PAIRED) through the writer: two pairs of windows of 3, each window
+// one record from its start; the flag, the pair count and the windows read back. Then the
+// layouts a paired file may not have, each refused naming the file.
+static void test_data_paired(void) {
+    char err[512] = "";
+    const char *path = tpath("pairs.tok");
+    enum { W = 3, N = 4 * W + 1 };
+    int32_t ids[N];
+    uint8_t info[N];
+    for (int i = 0; i < N; i++)   // a record of 2 tokens, then one of padding, in every window
+        ids[i] = 10 + i, info[i] = i % W == 0 ? DATA_START : i % W == 1 ? DATA_TRAIN : DATA_START;
+    DataWriter *w = NULL;
+    CHECK_OK(data_writer_open(&w, path, 2, true, err, sizeof err), err);
+    if (!w)
+        return;
+    data_writer_pairs(w);
+    CHECK_OK(data_writer_put(w, ids, info, N, err, sizeof err), err);
+    CHECK_OK(data_writer_close(w, W, 2, err, sizeof err), err);
+    size_t size;
+    unsigned char *b = read_file(path, &size);
+    CHECK(size == 64 + N * 3 && le64(b + 24) == (DATA_HAS_INFO | DATA_PAIRED) && le64(b + 32) == W &&
+          le64(b + 40) == 2);
+    DataFile *d = NULL;
+    CHECK_OK(data_open(&d, path, err, sizeof err), err);
+    if (!d)
+        return;
+    uint64_t nwin = 0, trained = 0;
+    CHECK(data_paired(d) && data_records(d) == 2);
+    CHECK_OK(data_window_count(d, W, &nwin, err, sizeof err), err);
+    CHECK(nwin == 4);
+    CHECK_OK(data_check_vocab(d, 100, &trained, err, sizeof err), err);
+    CHECK(trained == 4);
+    data_close(d);
+    // A window that does not begin a record: found by the pass over every info byte.
+    b[64 + N * 2 + 2 * W] = 0;
+    write_file(path, b, size);
+    CHECK_OK(data_open(&d, path, err, sizeof err), err);
+    if (d)
+        CHECK_ERR(data_check_vocab(d, 100, NULL, err, sizeof err), err, path, NULL,
+                  "token 6 begins window 2 of preference pairs but no record");
+    data_close(d);
+    b[64 + N * 2 + 2 * W] = DATA_START;
+    static const struct { uint64_t flags, window, count; const char *want; } bad[] = {
+        {DATA_PAIRED, W, N, "preference pairs (header flag 1) without info bytes"},
+        {DATA_HAS_INFO | DATA_PAIRED, 0, N, "preference pairs (header flag 1) without a window"},
+        {DATA_HAS_INFO | DATA_PAIRED, W, N - 1, "preference pairs in 12 tokens, not whole windows of 3 and one"},
+        {DATA_HAS_INFO | DATA_PAIRED, W, N - W, "preference pairs in 3 windows, an odd number: a pair is two"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        unsigned char *h = alloc_zeroed(64 + N * 3);
+        memcpy(h, b, 64);
+        for (int i = 0; i < 8; i++)
+            h[16 + i] = (unsigned char)(bad[k].count >> 8 * i), h[24 + i] = (unsigned char)(bad[k].flags >> 8 * i),
+            h[32 + i] = (unsigned char)(bad[k].window >> 8 * i);
+        write_file(path, h, 64 + bad[k].count * (bad[k].flags & DATA_HAS_INFO ? 3 : 2));
+        CHECK_ERR(data_open(&d, path, err, sizeof err), err, path, NULL, bad[k].want);
+    }
+    // The writer refuses pairs it could not mark: without info bytes, or without a window.
+    CHECK_OK(data_writer_open(&w, path, 2, false, err, sizeof err), err);
+    data_writer_pairs(w);
+    CHECK_ERR(data_writer_close(w, W, 1, err, sizeof err), err, path, NULL,
+              "preference pairs need info bytes and a window");
+    CHECK_OK(data_writer_open(&w, path, 2, true, err, sizeof err), err);
+    data_writer_pairs(w);
+    CHECK_ERR(data_writer_close(w, 0, 1, err, sizeof err), err, path, NULL,
+              "preference pairs need info bytes and a window");
 }
 
 static void test_data_shuffle(void) {
@@ -1356,6 +1424,7 @@ int main(void) {
     run("data_writer_info", test_data_writer_info);
     run("data_windows", test_data_windows);
     run("data_token_over_vocab", test_data_token_over_vocab);
+    run("data_paired", test_data_paired);
     run("data_shuffle", test_data_shuffle);
     run("data_bad_files", test_data_bad_files);
     run("data_convert_errors", test_data_convert_errors);
