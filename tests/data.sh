@@ -2,7 +2,8 @@
 # ftc data --tokenizer end to end: the token file a JSONL dataset becomes (ids against
 # tokenizers', the mask of each record kind, packing), the summary, and every bad input:
 # its exact message, exit 1, and nothing left at -o. Then a tiny model trains on it.
-# Preference pairs: each shape's windows and mask, the summary, their errors.
+# Preference pairs: each shape's windows and mask, the summary, their errors, and ftc run
+# matching paired files with plans that read pairs.
 # usage: data.sh FTC SOURCE_DIR
 set -u
 ftc=$1 src=$2
@@ -350,6 +351,12 @@ expect pairs-no-template "ftc data: error: $tmp/p7.jsonl:1: a preference record 
 printf '{"chosen": "b", "rejected": "c", "completion": "d"}\n' > "$tmp/p8.jsonl"
 expect pairs-other-kind "ftc data: error: $tmp/p8.jsonl:1: a preference record holds \"chosen\", \"rejected\" and perhaps \"prompt\", not \"completion\"" \
     --tokenizer "$q" "$tmp/p8.jsonl" --pack 8
+# ftc run: a paired file is for a plan that reads pairs (a preference loss) alone (the other
+# way round: tests/test_io.c, feed_pairs).
+"$ftc" data --tokenizer "$q" "$tmp/pt.jsonl" --pack 16 -o "$tmp/pairs16.bin" > /dev/null
+out=$("$ftc" run "$tmp/t.plan" --data "$tmp/pairs16.bin" --steps 1 2>&1); rc=$?
+[ "$rc" = 1 ] && [ "$out" = "ftc run: error: $tmp/pairs16.bin holds preference pairs; train it with a preference loss (dpo, ipo, orpo, simpo)" ] &&
+    ok run-refuses-pairs || bad run-refuses-pairs "exit $rc: $out"
 
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]
