@@ -47,8 +47,8 @@ static const Option data_opts[] = {
      "\"content\"}]} (only\nthe assistant's content trained), Alpaca's {\"instruction\",\n\"input\", \"output\"} "
      "(a user and an assistant message; without\n--template Alpaca's own prompt) or ShareGPT's "
      "{\"conversations\":\n[{\"from\", \"value\"}]} (human, gpt, system); or preference pairs,\n"
-     "{\"prompt\", \"chosen\", \"rejected\"} (strings, or lists of messages; without\n\"prompt\" the messages "
-     "both begin with), a window each (--pack)", .call = tokenizer, .in_operands = true),
+     "{\"prompt\", \"chosen\", \"rejected\"} (strings, or lists of messages;\nwithout \"prompt\" the messages "
+     "both begin with), a window a\nsequence (--pack)", .call = tokenizer, .in_operands = true),
     OPT(OPT_TEXT, "-o", "OUT.bin", ARG(out), "the token file to write (format in runtime/data.h)", .in_operands = true),
     SECTION("With --tokenizer:"),
     OPT(OPT_TEXT, "--template", "T", ARG(ds.template_text), "how messages are rendered: by default the model's chat\n"
