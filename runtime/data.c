@@ -28,6 +28,7 @@ struct DataFile {
     uint64_t n_tokens;
     uint64_t header;     // bytes before the tokens
     bool info;           // info bytes follow the tokens
+    bool paired;         // the windows are chosen/rejected pairs
     uint64_t window, records;
 };
 
@@ -83,9 +84,9 @@ static int check_header(DataFile *d, uint64_t size, char *err, size_t errlen) {
                           DATA_HEADER_BYTES_V1) < 0)
             return rt_fail(err, errlen, "%s: cannot read: %s", path, rt_read_errstr());
         flags = get_le(h + 24, 8);
-        if (flags & ~(uint64_t)DATA_HAS_INFO)
-            return rt_fail(err, errlen, "%s: header flags 0x%llx, only bit 0 (info bytes) is defined",
-                           path, (unsigned long long)flags);
+        if (flags & ~(uint64_t)(DATA_HAS_INFO | DATA_PAIRED))
+            return rt_fail(err, errlen, "%s: header flags 0x%llx, only bits 0 (info bytes) and 1 (pairs) "
+                           "are defined", path, (unsigned long long)flags);
         if (get_le(h + 48, 8) != 0 || get_le(h + 56, 8) != 0)
             return rt_fail(err, errlen, "%s: reserved header bytes 48..63 are not 0", path);
         d->window = get_le(h + 32, 8);
@@ -93,6 +94,7 @@ static int check_header(DataFile *d, uint64_t size, char *err, size_t errlen) {
         d->header = DATA_HEADER_BYTES;
     }
     d->info = flags & DATA_HAS_INFO;
+    d->paired = flags & DATA_PAIRED;
     uint64_t have = size - d->header, per = width + (d->info ? 1 : 0);
     if (count > UINT64_MAX / per || count * per != have)
         return rt_fail(err, errlen,
@@ -102,6 +104,27 @@ static int check_header(DataFile *d, uint64_t size, char *err, size_t errlen) {
                        d->info ? " and their info bytes" : "", (unsigned long long)have);
     d->token_bytes = (int)width;
     d->n_tokens = count;
+    return 0;
+}
+
+// A paired file's layout (data.h): info bytes, a window, an even number of whole windows and
+// the token after the last, so that pair i is windows 2i and 2i+1 at the file's seq.
+static int check_pairs(const DataFile *d, char *err, size_t errlen) {
+    if (!d->paired)
+        return 0;
+    if (!d->info)
+        return rt_fail(err, errlen, "%s: preference pairs (header flag 1) without info bytes: a pair's "
+                       "windows need their record starts and trained tokens", d->path);
+    if (d->window == 0)
+        return rt_fail(err, errlen, "%s: preference pairs (header flag 1) without a window: each sequence "
+                       "of a pair has a window of its own", d->path);
+    uint64_t n = d->n_tokens ? (d->n_tokens - 1) / d->window : 0;
+    if (d->n_tokens == 0 || (d->n_tokens - 1) % d->window != 0)
+        return rt_fail(err, errlen, "%s: preference pairs in %llu tokens, not whole windows of %llu and one "
+                       "token more", d->path, (unsigned long long)d->n_tokens, (unsigned long long)d->window);
+    if (n % 2 != 0)
+        return rt_fail(err, errlen, "%s: preference pairs in %llu windows, an odd number: a pair is two "
+                       "windows, chosen then rejected", d->path, (unsigned long long)n);
     return 0;
 }
 
@@ -122,6 +145,8 @@ int data_open(DataFile **out, const char *path, char *err, size_t errlen) {
         rc = rt_fail(err, errlen, "%s: cannot open: %s", path, strerror(errno));
     else
         rc = check_header(d, (uint64_t)st.st_size, err, errlen);
+    if (rc == 0)
+        rc = check_pairs(d, err, errlen);
     if (rc) {
         data_close(d);
         return -1;
@@ -141,6 +166,8 @@ bool data_has_info(const DataFile *d) { return d->info; }
 uint64_t data_packed_window(const DataFile *d) { return d->window; }
 
 uint64_t data_records(const DataFile *d) { return d->records; }
+
+bool data_paired(const DataFile *d) { return d->paired; }
 
 int data_window_count(const DataFile *d, int seq, uint64_t *n, char *err, size_t errlen) {
     *n = 0;
@@ -264,6 +291,13 @@ int data_check_vocab(DataFile *d, int32_t vocab, uint64_t *trained, char *err, s
                                  (unsigned long long)(at + i), buf[i]);
                     break;
                 }
+                if (d->paired && (at + i) % d->window == 0 && at + i + 1 < d->n_tokens &&
+                    !(buf[i] & DATA_START)) {
+                    rc = rt_fail(err, errlen, "%s: token %llu begins window %llu of preference pairs but "
+                                 "no record", d->path, (unsigned long long)(at + i),
+                                 (unsigned long long)((at + i) / d->window));
+                    break;
+                }
                 count += (buf[i] & DATA_TRAIN) && at + i > 0;
             }
         }
@@ -318,6 +352,7 @@ struct DataWriter {
     char tmp[4200], info_tmp[4200];
     int fd, info_fd;          // the file, and the unnamed one its info bytes wait in
     int width;
+    bool paired;
     uint64_t count;
     unsigned char *buf, *ibuf; // WRITE_BUF bytes each
     size_t nbuf, nibuf;
@@ -403,7 +438,14 @@ int data_writer_put(DataWriter *w, const int32_t *ids, const uint8_t *info, size
 
 uint64_t data_writer_count(const DataWriter *w) { return w->count; }
 
+void data_writer_pairs(DataWriter *w) { w->paired = true; }
+
 int data_writer_close(DataWriter *w, uint64_t window, uint64_t records, char *err, size_t errlen) {
+    if (w->paired && (w->info_fd < 0 || window == 0)) {
+        rt_fail(err, errlen, "%s: preference pairs need info bytes and a window", w->path);
+        writer_free(w);
+        return -1;
+    }
     if (flush(w, err, errlen) != 0) {
         writer_free(w);
         return -1;
@@ -423,7 +465,7 @@ int data_writer_close(DataWriter *w, uint64_t window, uint64_t records, char *er
     put_le(h + 8, DATA_VERSION, 4);
     put_le(h + 12, (uint64_t)w->width, 4);
     put_le(h + 16, w->count, 8);
-    put_le(h + 24, w->info_fd >= 0 ? DATA_HAS_INFO : 0, 8);
+    put_le(h + 24, (w->info_fd >= 0 ? DATA_HAS_INFO : 0) | (w->paired ? DATA_PAIRED : 0), 8);
     put_le(h + 32, window, 8);
     put_le(h + 40, records, 8);
     ok = ok && pwrite(w->fd, h, sizeof h, 0) == (ssize_t)sizeof h && fsync(w->fd) == 0;

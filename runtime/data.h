@@ -6,7 +6,8 @@
 //        8     4  u32 version = 2
 //       12     4  u32 bytes per token, 2 (uint16 tokens) or 4 (uint32 tokens)
 //       16     8  u64 token count T
-//       24     8  u64 flags: bit 0 (DATA_HAS_INFO) T info bytes follow the tokens; no other bit
+//       24     8  u64 flags: bit 0 (DATA_HAS_INFO) T info bytes follow the tokens; bit 1
+//                 (DATA_PAIRED) the windows are preference pairs (below); no other bit
 //       32     8  u64 window: the seq the records were packed for (no record crosses a multiple
 //                 of it, ftc data --pack), or 0
 //       40     8  u64 the number of records the tokens came from (0 when not known)
@@ -16,6 +17,11 @@
 //                 target the loss counts (its prediction from the token before it is trained),
 //                 bit 1 (DATA_START) it begins a record; no other bit
 // The file is exactly 64 + T * w (+ T) bytes. Without info bytes every token is trained.
+// A paired file (DATA_PAIRED, ftc data of preference records) has info bytes and a window W,
+// and T = 2 P W + 1: its windows come in pairs, window 2i the chosen and 2i+1 the rejected
+// sequence of pair i, each holding one record from its start (padding after it, a record of
+// its own, never trained); the record count is P, the pairs. Readers of version 2 before
+// pairs refuse the flag.
 // Version 1 files are read too: the same first 24 bytes with version 1, then a reserved u64
 // that must be 0, the tokens from offset 32 (no info, window or record count).
 //
@@ -39,6 +45,7 @@ enum {
     DATA_HEADER_BYTES_V1 = 32, // ... of a version 1 file
     DATA_VERSION = 2,          // the version written; 1 and 2 are read
     DATA_HAS_INFO = 1,         // header flag: info bytes follow the tokens
+    DATA_PAIRED = 2,           // header flag: the windows are chosen/rejected pairs
     DATA_TRAIN = 1,            // info bit: the token is a trained target
     DATA_START = 2,            // info bit: the token begins a record
 };
@@ -56,7 +63,8 @@ typedef struct DataFile DataFile;
 // Opens the token file at path into *out, rejecting a file shorter than its header, a wrong
 // magic, a version other than 1 or 2, a width other than 2 or 4, an unknown flag, a non-zero
 // reserved field, and a size other than the header, tokens and info bytes (truncated or
-// trailing bytes). *out is NULL after an error.
+// trailing bytes); a paired file without info bytes, without a window, or whose tokens are
+// not an even number of windows and one token. *out is NULL after an error.
 int data_open(DataFile **out, const char *path, char *err, size_t errlen);
 
 // Returns the number of tokens in d.
@@ -69,8 +77,10 @@ const char *data_path(const DataFile *d);
 bool data_has_info(const DataFile *d);
 // The seq d's records were packed for, or 0.
 uint64_t data_packed_window(const DataFile *d);
-// The number of records d's tokens came from, or 0 when not known.
+// The number of records d's tokens came from (a paired file: its pairs), or 0 when not known.
 uint64_t data_records(const DataFile *d);
+// Whether d's windows are preference pairs (DATA_PAIRED): 2i chosen, 2i+1 rejected.
+bool data_paired(const DataFile *d);
 
 // Sets *n to the number of windows of seq+1 tokens in d, (count - 1) / seq; an error if seq < 1
 // or d holds fewer than seq+1 tokens (*n is 0 then).
@@ -98,7 +108,8 @@ int data_window_trained(DataFile *d, uint64_t window, int seq, uint64_t *n, char
 // Checks every token of d against vocab, and every info byte for bits other than DATA_TRAIN
 // and DATA_START, in one pass, so that a bad id anywhere is found before training starts
 // rather than when its window is drawn; the error names the first (its index in the file and
-// its value), as data_read_window's does. Sets *trained (may be NULL) to the number of tokens
+// its value), as data_read_window's does, and that every window of a paired file begins a
+// record. Sets *trained (may be NULL) to the number of tokens
 // after the first that are trained targets.
 int data_check_vocab(DataFile *d, int32_t vocab, uint64_t *trained, char *err, size_t errlen);
 
@@ -126,8 +137,11 @@ int data_writer_put(DataWriter *w, const int32_t *ids, const uint8_t *info, size
                     size_t errlen);
 // The tokens written so far.
 uint64_t data_writer_count(const DataWriter *w);
+// Marks the file being written paired (DATA_PAIRED): the caller writes each sequence into a
+// window of its own, chosen then rejected, and closes it with that window and the pairs.
+void data_writer_pairs(DataWriter *w);
 // Completes the file with the header's window and record count and renames it into place;
-// frees w, whatever happens.
+// frees w, whatever happens. A paired file needs info bytes and a window.
 int data_writer_close(DataWriter *w, uint64_t window, uint64_t records, char *err, size_t errlen);
 // Drops the file being written (nothing is left at its path) and frees w; w may be NULL.
 void data_writer_drop(DataWriter *w);

@@ -92,6 +92,13 @@ static void template_free(Template *t) {
 // ---------------------------------------------------------------------------------------------
 // Encoding records
 
+// What a line holds: a file's are all records, or all preference pairs.
+typedef enum RecKind {
+    KIND_NONE,                // no record (yet)
+    KIND_RECORD,              // a record of one of the five kinds (dataset.h), one record
+    KIND_PAIR,                // a preference pair: two records, the chosen then the rejected
+} RecKind;
+
 typedef struct Conv {
     Tokenizer *tok;
     const DsOptions *o;
@@ -114,6 +121,8 @@ typedef struct Chunk {
     size_t nrec, rec_cap;
     uint64_t lines;           // lines in the chunk
     uint64_t records;
+    int kind;                 // its first record's RecKind (KIND_NONE: no record)
+    uint64_t kind_line;       // and that record's line, 1-based within the chunk
     uint64_t err_line;        // 1-based within the chunk; 0: no error
     int err_col;              // the JSON error's column, or 0
     char err[MSG];
@@ -202,11 +211,12 @@ static int put_part(Worker *w, Chunk *c, const Part *p, const char *role, size_t
 
 static bool is_str(json_t *v) { return json_is_string(v); }
 
-// One message through the template: its content trained when the role is the assistant's.
-static int put_message(Worker *w, Chunk *c, const char *role, const char *content, size_t ncontent) {
+// One message through the template: its content trained when the role is the assistant's,
+// unless it is `fixed` (a preference pair's prompt, never trained).
+static int put_message(Worker *w, Chunk *c, const char *role, const char *content, size_t ncontent, bool fixed) {
     const Conv *cv = w->cv;
     size_t nr = strlen(role);
-    bool train = nr == 9 && memcmp(role, "assistant", 9) == 0;   // (a chat message's speaker)
+    bool train = !fixed && nr == 9 && memcmp(role, "assistant", 9) == 0;   // (a chat message's speaker)
     if (put_part(w, c, &cv->tmpl.before, role, nr, false) != 0 ||
         put_text(w, c, content, ncontent, train) != 0 || put_part(w, c, &cv->tmpl.after, role, nr, train) != 0)
         return -1;
@@ -222,17 +232,27 @@ static int need_template(const Conv *cv, Chunk *c, const char *what) {
     return -1;
 }
 
+// Whether message m is the assistant's (a chat message's speaker).
+static bool is_assistant(json_t *m) {
+    json_t *role = json_object_get(m, "role");
+    return is_str(role) && strcmp(json_string_value(role), "assistant") == 0;
+}
+
 // A conversation through the model's template: the tokens of its rendering as transformers
 // tokenizes apply_chat_template's text (added tokens matched in it, no post-processor ids),
-// the assistant's spans (chat.h) trained, each part encoded on its own.
-static int put_chat(Worker *w, Chunk *c, json_t *rec, json_t *messages) {
+// the assistant's spans (chat.h) trained but those of its first `fixed` messages (a
+// preference pair's prompt), each part encoded on its own.
+static int put_chat(Worker *w, Chunk *c, json_t *rec, json_t *messages, size_t fixed) {
     ChatRender *r = &w->render;
     if (chat_render(&w->cv->chat, rec, messages, r, c->err, sizeof c->err) != 0)
         return -1;
+    size_t skip = 0;   // the spans of the fixed messages: one per assistant message among them
+    for (size_t i = 0; i < fixed && i < json_array_size(messages); i++)
+        skip += is_assistant(json_array_get(messages, i));
     size_t at = 0;
     for (size_t k = 0; k < r->nspan; k++) {
         if (put_text(w, c, r->whole.text + at, r->span[k][0] - at, false) != 0 ||
-            put_text(w, c, r->whole.text + r->span[k][0], r->span[k][1] - r->span[k][0], true) != 0)
+            put_text(w, c, r->whole.text + r->span[k][0], r->span[k][1] - r->span[k][0], k >= skip) != 0)
             return -1;
         at = r->span[k][1];
     }
@@ -240,10 +260,10 @@ static int put_chat(Worker *w, Chunk *c, json_t *rec, json_t *messages) {
 }
 
 // A list of {"role", "content"} through the template: the model's, else the {role}/{content}
-// one message by message.
-static int put_conversation(Worker *w, Chunk *c, json_t *rec, json_t *messages) {
+// one message by message; nothing of its first `fixed` messages trained.
+static int put_conversation(Worker *w, Chunk *c, json_t *rec, json_t *messages, size_t fixed) {
     if (w->cv->have_chat)
-        return put_chat(w, c, rec, messages);
+        return put_chat(w, c, rec, messages, fixed);
     for (size_t i = 0; i < json_array_size(messages); i++) {
         json_t *m = json_array_get(messages, i), *role = json_object_get(m, "role");
         json_t *content = json_object_get(m, "content");
@@ -251,7 +271,8 @@ static int put_conversation(Worker *w, Chunk *c, json_t *rec, json_t *messages) 
             snprintf(c->err, sizeof c->err, "messages[%zu] needs a \"role\" and a \"content\", both strings", i);
             return -1;
         }
-        if (put_message(w, c, json_string_value(role), json_string_value(content), json_string_length(content)) != 0)
+        if (put_message(w, c, json_string_value(role), json_string_value(content), json_string_length(content),
+                        i < fixed) != 0)
             return -1;
     }
     return 0;
@@ -294,7 +315,7 @@ static int put_alpaca(Worker *w, Chunk *c, json_t *rec) {
         json_t *msgs = json_array();
         json_array_append_new(msgs, message("user", p, strlen(p)));
         json_array_append_new(msgs, message("assistant", json_string_value(outp), json_string_length(outp)));
-        rc = put_conversation(w, c, rec, msgs);
+        rc = put_conversation(w, c, rec, msgs, 0);
         json_decref(msgs);
     } else {
         if (*x)
@@ -334,7 +355,7 @@ static int put_sharegpt(Worker *w, Chunk *c, json_t *rec, json_t *conv) {
         }
         json_array_append_new(msgs, message(role, json_string_value(v), json_string_length(v)));
     }
-    int rc = put_conversation(w, c, rec, msgs);
+    int rc = put_conversation(w, c, rec, msgs, 0);
     json_decref(msgs);
     return rc;
 }
@@ -387,7 +408,7 @@ static int put_messages(Worker *w, Chunk *c, json_t *rec, json_t *messages) {
     }
     if (need_template(w->cv, c, "\"messages\"") != 0)
         return -1;
-    return put_conversation(w, c, rec, messages);
+    return put_conversation(w, c, rec, messages, 0);
 }
 
 // The tokens of rec (of one kind) between the tokenizer's prefix and suffix.
@@ -454,6 +475,145 @@ static int put_record(Worker *w, Chunk *c, json_t *rec) {
     return end_record(w->cv, c, start, true);
 }
 
+// Puts prefix before c->err's message.
+static void err_prefix(Chunk *c, const char *prefix) {
+    size_t n = strlen(prefix), m = strlen(c->err);
+    if (n + 1 >= sizeof c->err)
+        return;
+    if (m + n + 1 > sizeof c->err)
+        m = sizeof c->err - n - 1;
+    memmove(c->err + n, c->err, m);
+    memcpy(c->err, prefix, n);
+    c->err[n + m] = '\0';
+}
+
+// A preference pair of strings: each sequence encoded as a "prompt" and "completion" record
+// of the prompt and that completion (only it trained), or without a prompt as a "text"
+// record of the completion.
+static int put_text_pair(Worker *w, Chunk *c, json_t *prompt, json_t *const side[2]) {
+    for (int k = 0; k < 2; k++) {
+        size_t start = c->ids.n, n;
+        const int32_t *pre = tok_prefix(w->cv->tok, &n);
+        if (put_ids(c, pre, n, 0) != 0 ||
+            (prompt && put_text(w, c, json_string_value(prompt), json_string_length(prompt), false) != 0) ||
+            put_text(w, c, json_string_value(side[k]), json_string_length(side[k]), true) != 0)
+            return -1;
+        const int32_t *suf = tok_suffix(w->cv->tok, &n);
+        if (put_ids(c, suf, n, 0) != 0 || end_record(w->cv, c, start, true) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+// How many leading messages chosen and rejected share, each keeping one at least: the prompt
+// of a pair that has none of its own (TRL's implicit prompt).
+static size_t shared_prefix(json_t *chosen, json_t *rejected) {
+    size_t nc = json_array_size(chosen), nr = json_array_size(rejected), k = 0;
+    while (k + 1 < nc && k + 1 < nr && json_equal(json_array_get(chosen, k), json_array_get(rejected, k)))
+        k++;
+    return k;
+}
+
+// One conversation of a pair as a record, as a "messages" record is one, nothing of its
+// first `fixed` messages (the prompt) trained.
+static int put_conv_record(Worker *w, Chunk *c, json_t *rec, json_t *msgs, size_t fixed) {
+    size_t start = c->ids.n, n;
+    if (w->cv->have_chat)
+        return put_chat(w, c, rec, msgs, fixed) != 0 ? -1 : end_record(w->cv, c, start, false);
+    const int32_t *pre = tok_prefix(w->cv->tok, &n);
+    if (put_ids(c, pre, n, 0) != 0 || put_conversation(w, c, rec, msgs, fixed) != 0)
+        return -1;
+    const int32_t *suf = tok_suffix(w->cv->tok, &n);
+    return put_ids(c, suf, n, 0) != 0 ? -1 : end_record(w->cv, c, start, true);
+}
+
+// A preference pair of messages: each sequence the prompt's messages then the completion's
+// through the template, only the completion's assistant turns trained; without "prompt" the
+// prompt is the messages chosen and rejected begin with alike.
+static int put_conv_pair(Worker *w, Chunk *c, json_t *rec, json_t *prompt, json_t *const side[2]) {
+    static const char *const name[2] = {"chosen", "rejected"};
+    if (need_template(w->cv, c, "preference") != 0)
+        return -1;
+    for (int k = 0; k < 2; k++)
+        if (json_array_size(side[k]) == 0) {
+            snprintf(c->err, sizeof c->err, "\"%s\" is an empty list: a completion holds one message at least",
+                     name[k]);
+            return -1;
+        }
+    size_t fixed = prompt ? json_array_size(prompt) : shared_prefix(side[0], side[1]);
+    for (int k = 0; k < 2; k++) {
+        json_t *msgs = json_array();
+        if (!msgs || (prompt && json_array_extend(msgs, prompt) != 0) || json_array_extend(msgs, side[k]) != 0) {
+            json_decref(msgs);
+            snprintf(c->err, sizeof c->err, "out of memory");
+            return -1;
+        }
+        int rc = put_conv_record(w, c, rec, msgs, fixed);
+        json_decref(msgs);
+        if (rc != 0) {
+            err_prefix(c, k == 0 ? "the chosen conversation: " : "the rejected conversation: ");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+// A preference record ("chosen", "rejected", perhaps "prompt"; TRL's standard,
+// conversational and implicit-prompt shapes): its chosen and its rejected sequence as two
+// records, in that order.
+static int put_pair(Worker *w, Chunk *c, json_t *rec) {
+    static const char *const other[] = {"text", "completion", "messages", "instruction", "conversations"};
+    json_t *prompt = json_object_get(rec, "prompt");
+    json_t *side[2] = {json_object_get(rec, "chosen"), json_object_get(rec, "rejected")};
+    for (size_t k = 0; k < sizeof other / sizeof other[0]; k++)
+        if (json_object_get(rec, other[k])) {
+            snprintf(c->err, sizeof c->err, "a preference record holds \"chosen\", \"rejected\" and perhaps "
+                     "\"prompt\", not \"%s\"", other[k]);
+            return -1;
+        }
+    if (!side[0] || !side[1]) {
+        snprintf(c->err, sizeof c->err, "%s", side[0] ? "a \"chosen\" without a \"rejected\""
+                                                      : "a \"rejected\" without a \"chosen\"");
+        return -1;
+    }
+    if (w->cv->o->pack <= 0) {
+        snprintf(c->err, sizeof c->err, "preference pairs need --pack SEQ: each sequence is padded to its "
+                 "own window");
+        return -1;
+    }
+    if (is_str(side[0]) && is_str(side[1]) && (!prompt || is_str(prompt)))
+        return put_text_pair(w, c, prompt, side);
+    if (json_is_array(side[0]) && json_is_array(side[1]) && (!prompt || json_is_array(prompt)))
+        return put_conv_pair(w, c, rec, prompt, side);
+    snprintf(c->err, sizeof c->err, "\"chosen\", \"rejected\" and \"prompt\" (if any) are all strings or all "
+             "lists of messages");
+    return -1;
+}
+
+// Why a line of the other kind cannot follow lines of kind `file` (KIND_RECORD, KIND_PAIR).
+static const char *mixed_kinds(int file) {
+    return file == KIND_PAIR
+        ? "a record without \"chosen\" and \"rejected\" after preference records: a file holds preference "
+          "pairs alone, or none"
+        : "a preference record (\"chosen\" and \"rejected\") after records that are not: a file holds "
+          "preference pairs alone, or none";
+}
+
+// The record of a line: a preference pair when it has "chosen" or "rejected", else one
+// record; of the kind of the chunk's first.
+static int put_line(Worker *w, Chunk *c, json_t *rec) {
+    int kind = json_object_get(rec, "chosen") || json_object_get(rec, "rejected") ? KIND_PAIR : KIND_RECORD;
+    if (c->kind != KIND_NONE && kind != c->kind) {
+        snprintf(c->err, sizeof c->err, "%s", mixed_kinds(c->kind));
+        return -1;
+    }
+    if ((kind == KIND_PAIR ? put_pair(w, c, rec) : put_record(w, c, rec)) != 0)
+        return -1;
+    if (c->kind == KIND_NONE)
+        c->kind = kind, c->kind_line = c->lines;
+    return 0;
+}
+
 // Encodes every line of chunk c; stops at the first bad one.
 static void do_chunk(Worker *w, Chunk *c) {
     const char *p = c->text, *end = c->text + c->len;
@@ -477,17 +637,17 @@ static void do_chunk(Worker *w, Chunk *c) {
                 return;
             }
             int rc = 0;
-            size_t ids_before = c->ids.n;
+            size_t ids_before = c->ids.n, nrec_before = c->nrec;
             if (!json_is_object(rec)) {
                 snprintf(c->err, sizeof c->err, "a record is a JSON object, this line is %s",
                          json_is_array(rec) ? "a list" : json_is_string(rec) ? "a string" : "a value");
                 rc = -1;
             } else {
-                rc = put_record(w, c, rec);
+                rc = put_line(w, c, rec);
             }
             json_decref(rec);
-            if (rc != 0) {
-                c->ids.n = ids_before;
+            if (rc != 0) {   // (a pair whose rejected sequence failed: its chosen goes too)
+                c->ids.n = ids_before, c->nrec = nrec_before;
                 c->err_line = c->lines;
                 return;
             }
@@ -516,6 +676,7 @@ typedef struct Out {
     DsSummary *sum;
     int32_t eos;
     int64_t fill;             // tokens in the window being packed
+    int kind;                 // the file's RecKind: its first record's
 } Out;
 
 // Pads the rest of the window being packed.
@@ -575,6 +736,77 @@ static int put_out(Out *out, const int32_t *ids, const uint8_t *info, size_t n, 
     return 0;
 }
 
+// One sequence of a pair into a window of its own, padded.
+static int put_window(Out *out, const int32_t *ids, const uint8_t *info, size_t n, char *err, size_t errlen) {
+    if (data_writer_put(out->w, ids, info, n, err, errlen) != 0)
+        return -1;
+    out->fill = (int64_t)n;
+    if (out->fill < out->o->pack)
+        return pad_window(out, err, errlen);
+    out->fill = 0, out->sum->windows++;
+    return 0;
+}
+
+// A preference pair, its chosen sequence of len[0] tokens then its rejected of len[1] from
+// ids and info, each into a window of its own: one longer than the window cut to it (with
+// drop_long, the pair dropped), a pair either of whose sequences trains nothing dropped.
+static int put_pair_out(Out *out, const int32_t *ids, const uint8_t *info, const uint32_t len[2], char *err,
+                        size_t errlen) {
+    size_t seq = (size_t)out->o->pack, n[2] = {len[0], len[1]}, trained[2] = {0, 0};
+    const size_t at[2] = {0, len[0]};
+    if ((n[0] > seq || n[1] > seq) && out->o->drop_long) {
+        out->sum->dropped_long++;
+        return 0;
+    }
+    for (int k = 0; k < 2; k++) {
+        if (n[k] > seq)
+            n[k] = seq, out->sum->cut++;
+        for (size_t i = 0; i < n[k]; i++)
+            trained[k] += info[at[k] + i] & DATA_TRAIN;
+    }
+    if (trained[0] == 0 || trained[1] == 0) {
+        out->sum->dropped_untrained++;
+        return 0;
+    }
+    for (int k = 0; k < 2; k++)
+        if (put_window(out, ids + at[k], info + at[k], n[k], err, errlen) != 0)
+            return -1;
+    out->sum->written++;
+    out->sum->trained += trained[0] + trained[1];
+    return 0;
+}
+
+// The records of chunk c: one by one, or two by two for pairs.
+static int put_chunk_out(Out *out, const Chunk *c, char *err, size_t errlen) {
+    size_t at = 0;
+    int step = out->kind == KIND_PAIR ? 2 : 1;
+    for (size_t r = 0; r + (size_t)step <= c->nrec; r += (size_t)step) {
+        int rc = step == 2 ? put_pair_out(out, c->ids.id + at, c->info + at, c->rec_len + r, err, errlen)
+                           : put_out(out, c->ids.id + at, c->info + at, c->rec_len[r], err, errlen);
+        if (rc != 0)
+            return -1;
+        at += c->rec_len[r] + (step == 2 ? c->rec_len[r + 1] : 0);
+    }
+    return 0;
+}
+
+// The file's kind from its first chunk with a record (a paired file marked so); an error at
+// the first record of a chunk of the other kind (the chunk itself refused any mixing).
+static int check_kind(Out *out, const Chunk *c, uint64_t line0, const char *in_path, char *err, size_t errlen) {
+    if (c->kind == KIND_NONE)
+        return 0;
+    if (out->kind == KIND_NONE) {
+        out->kind = c->kind;
+        out->sum->pairs = c->kind == KIND_PAIR;
+        if (out->sum->pairs)
+            data_writer_pairs(out->w);
+    }
+    if (c->kind == out->kind)
+        return 0;
+    return rt_fail(err, errlen, "%s:%llu: %s", in_path, (unsigned long long)(line0 + c->kind_line),
+                   mixed_kinds(out->kind));
+}
+
 // ---------------------------------------------------------------------------------------------
 // The conversion
 
@@ -608,6 +840,7 @@ static void chunk_reset(Chunk *c) {
     c->ids.n = 0;
     c->nrec = 0;
     c->lines = c->records = c->err_line = 0;
+    c->kind = KIND_NONE, c->kind_line = 0;
     c->err_col = 0;
     c->err[0] = '\0';
 }
@@ -790,11 +1023,9 @@ static int write_chunks(Out *out, const Chunk *chunks, int n, uint64_t *line0, c
     int rc = 0;
     for (int k = 0; rc == 0 && k < n; k++) {
         const Chunk *c = &chunks[k];
-        size_t at = 0;
-        for (size_t r = 0; rc == 0 && r < c->nrec; r++) {
-            rc = put_out(out, c->ids.id + at, c->info + at, c->rec_len[r], err, errlen);
-            at += c->rec_len[r];
-        }
+        rc = check_kind(out, c, *line0, in_path, err, errlen);
+        if (rc == 0)
+            rc = put_chunk_out(out, c, err, errlen);
         if (rc == 0 && c->err_line) {
             uint64_t line = *line0 + c->err_line;
             if (c->err_col)
@@ -835,6 +1066,10 @@ static int finish(Out *out, const char *in_path, char *err, size_t errlen) {
         return sum->input_bytes == 0 ? rt_fail(err, errlen, "%s: is empty, there are no records", in_path)
                                      : rt_fail(err, errlen, "%s: has no records (%llu blank lines)", in_path,
                                                (unsigned long long)sum->lines);
+    if (sum->written == 0 && sum->pairs)
+        return rt_fail(err, errlen, "%s: no pair is left (%llu with a sequence that has no trained token%s)",
+                       in_path, (unsigned long long)sum->dropped_untrained,
+                       sum->dropped_long ? ", the others with one longer than --pack" : "");
     if (sum->written == 0)
         return rt_fail(err, errlen, "%s: no record has a trained token left (%llu without any%s)", in_path,
                        (unsigned long long)sum->dropped_untrained,
@@ -924,65 +1159,105 @@ static int shown_put(Shown *s, const char *b, size_t n) {
     return 0;
 }
 
-int ds_show(const char *path, const char *tok_path, int64_t n, FILE *out, char *err, size_t errlen) {
-    static const char on[] = "\xe2\x9f\xa6", off[] = "\xe2\x9f\xa7";   // ⟦ ⟧
-    Tokenizer *tok = NULL;
-    DataFile *d = NULL;
-    TokPieces *pieces = NULL;
-    Shown s = {0};
-    int rc = -1;
-    if (tok_load(&tok, tok_path, err, errlen) != 0 || data_open(&d, path, err, errlen) != 0)
-        goto done;
-    if (!(pieces = tok_pieces_new(tok))) {
-        snprintf(err, errlen, "%s: its ids cannot be turned back into text here (out of memory)", tok_path);
-        goto done;
-    }
-    uint64_t total = data_count(d), recs = data_records(d);
-    int32_t vocab = (int32_t)tok_vocab_size(tok);
-    int64_t shown = 0;
+static const char SPAN_ON[] = "\xe2\x9f\xa6", SPAN_OFF[] = "\xe2\x9f\xa7";   // ⟦ ⟧
+
+// What ds_show reads and renders with.
+typedef struct Show {
+    DataFile *d;
+    TokPieces *pieces;
+    int32_t vocab;
+    Shown s;
+} Show;
+
+// The record of sh->d from token `at` up to the next record start or token `end`, rendered
+// into sh->s (emptied first), the trained tokens between ⟦ and ⟧; *next: where it stopped.
+static int show_record(Show *sh, uint64_t at, uint64_t end, uint64_t *next, char *err, size_t errlen) {
+    Shown *s = &sh->s;
+    s->n = 0, s->tokens = s->trained = 0;
     bool in_span = false;
-    for (uint64_t i = 0; i <= total && shown < n; i++) {
+    uint64_t i = at;
+    for (; i < end; i++) {
         int32_t id = 0;
-        uint8_t info = DATA_START;
-        if (i < total && token_at(d, i, vocab, &id, &info, err, errlen) != 0)
-            goto done;
-        if ((info & DATA_START) && s.tokens) {   // the record before ends
-            if (in_span && shown_put(&s, off, sizeof off - 1) != 0)
-                goto oom;
-            in_span = false;
-            shown++;
-            char of[40] = "";
-            if (recs)
-                snprintf(of, sizeof of, " of %llu", (unsigned long long)recs);
-            fprintf(out, "record %lld%s: %llu tokens, %llu trained (between %s and %s)\n", (long long)shown, of,
-                    (unsigned long long)s.tokens, (unsigned long long)s.trained, on, off);
-            fwrite(s.text, 1, s.n, out);
-            fputs("\n\n", out);
-            s.n = 0, s.tokens = s.trained = 0;
-        }
-        if (i == total || shown >= n)
+        uint8_t info = 0;
+        if (token_at(sh->d, i, sh->vocab, &id, &info, err, errlen) != 0)
+            return -1;
+        if ((info & DATA_START) && i > at)
             break;
         bool train = info & DATA_TRAIN;
-        if (train != in_span && shown_put(&s, train ? on : off, 3) != 0)
+        if (train != in_span && shown_put(s, train ? SPAN_ON : SPAN_OFF, 3) != 0)
             goto oom;
         in_span = train;
         size_t len = 0;
-        const char *b = tok_piece(pieces, id, &len);
+        const char *b = tok_piece(sh->pieces, id, &len);
         char unknown[32];
         if (!b)
             len = (size_t)snprintf(unknown, sizeof unknown, "<id %d>", (int)id), b = unknown;
-        if (shown_put(&s, b, len) != 0)
+        if (shown_put(s, b, len) != 0)
             goto oom;
-        s.tokens++, s.trained += train;
+        s->tokens++, s->trained += train;
     }
-    rc = 0;
-    goto done;
+    if (in_span && shown_put(s, SPAN_OFF, 3) != 0)
+        goto oom;
+    *next = i;
+    return 0;
 oom:
-    snprintf(err, errlen, "out of memory");
+    return rt_fail(err, errlen, "out of memory");
+}
+
+// The record rendered last, under its title.
+static void print_shown(const Shown *s, const char *title, FILE *out) {
+    fprintf(out, "%s: %llu tokens, %llu trained (between %s and %s)\n", title, (unsigned long long)s->tokens,
+            (unsigned long long)s->trained, SPAN_ON, SPAN_OFF);
+    fwrite(s->text, 1, s->n, out);
+    fputs("\n\n", out);
+}
+
+// The first n records of sh->d, every record start beginning one.
+static int show_records(Show *sh, int64_t n, FILE *out, char *err, size_t errlen) {
+    uint64_t total = data_count(sh->d), recs = data_records(sh->d), at = 0;
+    for (int64_t k = 1; k <= n && at < total; k++) {
+        if (show_record(sh, at, total, &at, err, errlen) != 0)
+            return -1;
+        char title[80], of[40] = "";
+        if (recs)
+            snprintf(of, sizeof of, " of %llu", (unsigned long long)recs);
+        snprintf(title, sizeof title, "record %lld%s", (long long)k, of);
+        print_shown(&sh->s, title, out);
+    }
+    return 0;
+}
+
+// The first n pairs of the paired file sh->d: each window's record, chosen then rejected.
+static int show_pairs(Show *sh, int64_t n, FILE *out, char *err, size_t errlen) {
+    uint64_t win = data_packed_window(sh->d), pairs = (data_count(sh->d) - 1) / win / 2, next;
+    for (uint64_t j = 0; j < pairs && (int64_t)j < n; j++) {
+        fprintf(out, "pair %llu of %llu:\n", (unsigned long long)j + 1, (unsigned long long)pairs);
+        for (uint64_t k = 0; k < 2; k++) {
+            uint64_t at = (2 * j + k) * win;
+            if (show_record(sh, at, at + win, &next, err, errlen) != 0)
+                return -1;
+            print_shown(&sh->s, k == 0 ? "chosen" : "rejected", out);
+        }
+    }
+    return 0;
+}
+
+int ds_show(const char *path, const char *tok_path, int64_t n, FILE *out, char *err, size_t errlen) {
+    Tokenizer *tok = NULL;
+    Show sh = {0};
+    int rc = -1;
+    if (tok_load(&tok, tok_path, err, errlen) != 0 || data_open(&sh.d, path, err, errlen) != 0)
+        goto done;
+    if (!(sh.pieces = tok_pieces_new(tok))) {
+        snprintf(err, errlen, "%s: its ids cannot be turned back into text here (out of memory)", tok_path);
+        goto done;
+    }
+    sh.vocab = (int32_t)tok_vocab_size(tok);
+    rc = data_paired(sh.d) ? show_pairs(&sh, n, out, err, errlen) : show_records(&sh, n, out, err, errlen);
 done:
-    free(s.text);
-    tok_pieces_free(pieces);
+    free(sh.s.text);
+    tok_pieces_free(sh.pieces);
     tok_free(tok);
-    data_close(d);
+    data_close(sh.d);
     return rc;
 }

@@ -6,6 +6,21 @@
 //   {"messages": [{"role": "...", "content": "..."}, ...]}
 //                                         rendered by a template (DsOptions.template_text);
 //                                         only the assistant messages' turns trained
+// or of a fourth, a preference pair (TRL's shapes), a chosen and a rejected completion of one
+// prompt:
+//   {"prompt": "...", "chosen": "...", "rejected": "..."}
+//                                         each sequence as a prompt and completion record
+//   {"chosen": "...", "rejected": "..."}  each as a text record (all of it the completion)
+//   {"prompt": [messages], "chosen": [messages], "rejected": [messages]}
+//                                         prompt + chosen and prompt + rejected as messages
+//                                         records, only the completion's assistant turns
+//                                         trained (not the prompt's own)
+//   {"chosen": [messages], "rejected": [messages]}
+//                                         the same, the prompt the messages both begin with
+//                                         (each keeping one message at least)
+// A file holds pairs alone or none. Pairs need packing: each sequence has a window of its
+// own (chosen, then rejected: a paired token file, runtime/data.h), cut to it or with
+// drop_long the pair dropped; a pair either of whose sequences trains nothing is dropped.
 // Other keys are ignored. A record's tokens are the tokenizer post-processor's ids before it
 // (e.g. Llama 3's BOS), its parts each encoded on their own (so where training starts is a
 // token boundary), the post-processor's ids after it, then the end-of-sequence token unless
@@ -60,6 +75,8 @@ typedef struct DsOptions {
 } DsOptions;
 
 typedef struct DsSummary {
+    bool pairs;                // the records were preference pairs: records, written, dropped_long
+                               // and dropped_untrained count pairs, cut counts sequences
     uint64_t lines, records;   // lines read, records among them (the rest blank)
     uint64_t written;          // records in the file
     uint64_t tokens, trained;  // tokens in the file, and how many of them are trained
@@ -80,9 +97,10 @@ typedef struct DsSummary {
 int ds_convert(const char *in_path, const char *out_path, const DsOptions *o, DsSummary *sum,
                char *err, size_t errlen);
 
-// Prints the first n records of token file `path` to out as the tokenizer at tok_path renders
-// them back, each token's bytes as they are, the trained ones between ⟦ and ⟧ (ftc data
-// --show N): what a user checks a template and its mask by. -1 with err.
+// Prints the first n records of token file `path` (of a paired file, n pairs: the chosen
+// and the rejected sequence each) to out as the tokenizer at tok_path renders them back, each
+// token's bytes as they are, the trained ones between ⟦ and ⟧ (ftc data --show N): what a
+// user checks a template and its mask by. -1 with err.
 int ds_show(const char *path, const char *tok_path, int64_t n, FILE *out, char *err, size_t errlen);
 
 #endif

@@ -329,6 +329,20 @@ int64_t rt_write_target_count(Exec *x, int64_t n) {
     return n;
 }
 
+void rt_write_pair_counts(Exec *x, int64_t pairs, int64_t chosen) {
+    const PlanBuffer *b = plan_role(x->plan, PR_TARGET_COUNT);
+    if (!b)
+        return;
+    // A pairs plan's buffer is i32[2]; staged in one at least that long, so that a plan of
+    // another shape reads no byte from beyond it.
+    int64_t n = plan_elems(b) > 2 ? plan_elems(b) : 2;
+    int32_t *v = xcalloc((size_t)n, sizeof *v);
+    v[0] = pairs > INT32_MAX ? INT32_MAX : (int32_t)pairs;
+    v[1] = chosen > INT32_MAX ? INT32_MAX : (int32_t)chosen;
+    rt_write_raw(x, b->id, v);
+    free(v);
+}
+
 void rt_write_positions(Exec *x, const int32_t *pos) {
     const Plan *p = x->plan;
     const PlanBuffer *b = plan_role(p, PR_POSITIONS);

@@ -678,9 +678,9 @@ static int check_roles(Reader *r, const Plan *p) {
                 return bad(r, "buffer %s (%s): %lld %s elements, the header's micro_batch x seq is "
                            "%lld i32", b->name, plan_role_name(b->role), (long long)plan_elems(b),
                            plan_dtype_name(b->dtype), (long long)(p->micro_batch * p->seq));
-        } else if (b->role == PR_TARGET_COUNT) {
+        } else if (b->role == PR_TARGET_COUNT) {   // (with pairs: the pairs, the chosen targets)
             if (b->dtype != PDT_I32 || b->virt || plan_elems(b) != (p->pairs ? 2 : 1))
-                return bad(r, "buffer %s (target_count): must be %s i32", b->name, p->pairs ? "two" : "one");
+                return bad(r, "buffer %s (target_count): must be %s i32", b->name, p->pairs ? "two (pairs 1)" : "one");
         } else if (b->role == PR_LOSS || b->role == PR_EVAL_LOSS) {
             if (b->dtype != PDT_F32 || b->virt || plan_elems(b) != 1)
                 return bad(r, "buffer %s (%s): must be one f32", b->name, plan_role_name(b->role));

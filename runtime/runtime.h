@@ -242,6 +242,10 @@ bool rt_grad_stats(const Exec *x, double *norm, bool *nonfinite);
 // the trained (non-negative) targets in the targets buffer now, for a step of one
 // micro-batch. Returns the count written.
 int64_t rt_write_target_count(Exec *x, int64_t n);
+// A pairs plan's (plan.h: pairs 1) target_count buffer, i32[2]: the pairs of the optimizer
+// step under way (a preference loss is their mean) and the trained targets of their chosen
+// rows; nothing when the plan has none.
+void rt_write_pair_counts(Exec *x, int64_t pairs, int64_t chosen);
 
 //
 // weights.c — initialisation, checkpoint loading, saving.

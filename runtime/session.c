@@ -307,7 +307,7 @@ static int start_weights(TrainSession *s) {
     // which alone renames and prunes checkpoints).
     if (s->lead && o->save && o->save_every > 0)
         rt_checkpoint_prune(o->save, o->keep > 0 ? o->keep : 2);
-    data_shuffle(s->feed.order, s->feed.nwin, s->seed);
+    rt_feed_shuffle(&s->feed, s->p, s->seed);
     x->seed = s->seed;
     x->data_print = s->data_print;   // (what this run's checkpoints record)
     x->poison = o->poison;

@@ -23,28 +23,38 @@
 typedef struct Feed {
     DataFile *d, *eval;                      // the training file, the eval file (NULL: none)
     uint64_t nwin, eval_nwin;                // their windows of seq + 1 tokens
-    uint64_t *order;                         // (nwin) the training windows, shuffled
+    uint64_t *order;                         // (nwin) the training windows, shuffled (a pairs
+                                             // plan: the first nwin / 2, its pairs)
     int32_t *window;                         // (seq + 1) one window's tokens
     uint8_t *info;                           // (seq + 1) and their info bytes
     int32_t *tokens, *targets, *positions;   // (micro_batch, seq) one micro-batch
     int64_t count;                           // the trained targets of the step under way
+    int64_t pairs, chosen;                   // a pairs plan: the step's pairs, and the trained
+                                             // targets of their chosen rows
 } Feed;
 
 // Opens token file `path` for plan p and checks it before step one: its windows of seq + 1
 // (their shuffled order must fit a quarter of this machine's memory), the seq it was
-// packed for, every token id below the vocabulary, something trained. 0, or -1 with err.
+// packed for, every token id below the vocabulary, something trained; preference pairs
+// (data_paired) exactly when the plan reads pairs, and then an even micro-batch. 0, or -1
+// with err.
 int rt_feed_open(const Plan *p, const char *path, DataFile **out, uint64_t *nwin, char *err, size_t errlen);
 // Allocates f's order and staging for plan p; false when out of memory (what is had is
 // freed by rt_feed_close).
 bool rt_feed_stage(Feed *f, const Plan *p);
-// The trained targets of the step whose windows start at `first` in the order, into
-// f->count: every rank's micro-batches of the global step.
+// The seeded order of the training windows (data_shuffle), for a pairs plan of its pairs:
+// row r of the run is window 2 order[r / 2] + r % 2, a pair never split.
+void rt_feed_shuffle(Feed *f, const Plan *p, uint64_t seed);
+// The trained targets of the step whose rows start at `first` in the order, into f->count
+// (and for a pairs plan its pairs and their chosen rows' trained targets into f->pairs and
+// f->chosen): every rank's micro-batches of the global step.
 int rt_feed_count(const Exec *x, Feed *f, uint64_t first, char *err, size_t errlen);
 // Writes the micro-batch of the windows from position `first` of the order into the plan's
 // buffers, with f->count; -1 with err.
 int rt_feed_batch(Exec *x, Feed *f, uint64_t first, char *err, size_t errlen);
 // Writes the eval file's windows first .. first + micro_batch - 1 (file order) into the
-// plan's buffers; their trained targets into *count. -1 with err.
+// plan's buffers; their trained targets into *count (a pairs plan: their pairs, what its loss
+// is the mean over, rows past the file's end no pair). -1 with err.
 int rt_feed_eval_batch(Exec *x, Feed *f, uint64_t first, int64_t *count, char *err, size_t errlen);
 void rt_feed_close(Feed *f);
 

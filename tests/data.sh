@@ -2,6 +2,8 @@
 # ftc data --tokenizer end to end: the token file a JSONL dataset becomes (ids against
 # tokenizers', the mask of each record kind, packing), the summary, and every bad input:
 # its exact message, exit 1, and nothing left at -o. Then a tiny model trains on it.
+# Preference pairs: each shape's windows and mask, the summary, their errors, and ftc run
+# matching paired files with plans that read pairs.
 # usage: data.sh FTC SOURCE_DIR
 set -u
 ftc=$1 src=$2
@@ -271,6 +273,90 @@ awk -v l="$first" 'BEGIN { exit !(l > 6.7 && l < 7.2) }' && ! grep -q warning <<
 out=$("$ftc" run "$tmp/tp.plan" --data "$tmp/bytes.bin" --steps 1 2>&1); rc=$?
 [ "$rc" = 1 ] && [ "$out" = "ftc run: error: $tmp/bytes.bin has no record starts, but the plan packs records (packing = true): make it with ftc data --tokenizer" ] &&
     ok packing-needs-records || bad packing-needs-records "exit $rc: $out"
+
+# 7. Preference pairs ({"chosen", "rejected"}, perhaps "prompt"): a paired file (header
+# flags 3, info and pairs; the window; the pair count), each sequence a window of its own,
+# chosen then rejected. Strings: a prompt and completion record each (the prompt untrained),
+# without a prompt a text record; ids of the pieces fixture as in 2.
+pieces=$tok/pieces.json
+printf '%s\n' '{"prompt": "ab", "chosen": "cd", "rejected": "xyz"}' '{"chosen": "cd", "rejected": "x"}' > "$tmp/pt.jsonl"
+want="264:2 65:0 283:1 67:1 0:1 0:2 0:0 0:0 264:2 65:0 220:1 87:1 88:1 89:1 0:1 0:2"
+want="$want 283:2 67:1 0:1 0:2 0:0 0:0 0:0 0:0 220:2 87:1 0:1 0:2 0:0 0:0 0:0 0:0 0:2"
+"$ftc" data --tokenizer "$pieces" "$tmp/pt.jsonl" --eos '!' --pack 8 -o "$tmp/pt.bin" > "$tmp/pt.out" 2>&1
+[ "$(dump "$tmp/pt.bin")" = "$want" ] && [ "$(od -An -tu8 -j24 -N24 "$tmp/pt.bin" | tr -s ' \n' ' ')" = " 3 8 2 " ] &&
+    grep -q "^$tmp/pt.bin: 33 tokens, 12 trained, from 2 of 2 pairs in $tmp/pt.jsonl " "$tmp/pt.out" &&
+    grep -q '^packed into 4 windows of 8 tokens, a sequence each: 15 padding tokens (45.5%)$' "$tmp/pt.out" &&
+    ok pairs-text || bad pairs-text "$(cat "$tmp/pt.out"; dump "$tmp/pt.bin")"
+# Messages through the template: prompt + chosen and prompt + rejected, only the
+# completion's assistant turn trained, not the prompt's own (--show N shows N pairs).
+m() { printf '{"role": "%s", "content": "%s"}' "$1" "$2"; }
+pr="$(m user hi), $(m assistant yo), $(m user go)"
+printf '{"prompt": [%s], "chosen": [%s], "rejected": [%s]}\n' "$pr" "$(m assistant a)" "$(m assistant b)" > "$tmp/pc.jsonl"
+"$ftc" data --tokenizer "$pieces" "$tmp/pc.jsonl" --eos '!' --template '<{role}>{content};' --pack 48 -o "$tmp/pc.bin" --show 1 \
+    > "$tmp/pc.out" 2>&1
+want=$(printf '%s\n' 'pair 1 of 1:' 'chosen: 48 tokens, 3 trained (between ⟦ and ⟧)' \
+       ' <user > hi ; <assistant > yo ; <user > go ; <assistant >⟦ a ;!⟧' '' \
+       'rejected: 48 tokens, 3 trained (between ⟦ and ⟧)' ' <user > hi ; <assistant > yo ; <user > go ; <assistant >⟦ b ;!⟧')
+got=$(sed -n '/^pair 1 of 1:/,$p' "$tmp/pc.out")
+[ "$got" = "$want" ] && ok pairs-messages-show || bad pairs-messages-show "$(diff <(echo "$got") <(echo "$want"))"
+# The implicit prompt: chosen and rejected whole conversations, the prompt the messages
+# they begin with alike: the same file.
+printf '{"chosen": [%s, %s], "rejected": [%s, %s]}\n' "$pr" "$(m assistant a)" "$pr" "$(m assistant b)" > "$tmp/pi.jsonl"
+"$ftc" data --tokenizer "$pieces" "$tmp/pi.jsonl" --eos '!' --template '<{role}>{content};' --pack 48 -o "$tmp/pi.bin" > /dev/null 2>&1 &&
+    cmp -s "$tmp/pi.bin" "$tmp/pc.bin" && ok pairs-implicit-prompt || bad pairs-implicit-prompt "$(dump "$tmp/pi.bin")"
+# The model's own chat template: the prompt's assistant turn not trained there either.
+printf '{"prompt": [%s], "chosen": [%s], "rejected": [%s]}\n' "$pr" "$(m assistant Ok)" "$(m assistant No)" > "$tmp/pq.jsonl"
+"$ftc" data --tokenizer "$tmp/qwen2.5" "$tmp/pq.jsonl" --pack 80 -o "$tmp/pq.bin" --show 1 > "$tmp/pq.out" 2>&1
+got=$(sed -n '/^rejected:/,$p' "$tmp/pq.out")
+want=$(printf '%s\n' 'rejected: 76 tokens, 4 trained (between ⟦ and ⟧)' '<|im_start|>system' \
+       'You are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>' '<|im_start|>user' 'hi<|im_end|>' \
+       '<|im_start|>assistant' 'yo<|im_end|>' '<|im_start|>user' 'go<|im_end|>' '<|im_start|>assistant' '⟦No<|im_end|>' '⟧')
+[ "$got" = "$want" ] && ok pairs-chat-template || bad pairs-chat-template "$(cat "$tmp/pq.out")"
+# The summary: sequences cut to the window, pairs dropped (--drop-long; a sequence that
+# trains nothing).
+printf '%s\n' '{"prompt": "ab", "chosen": "cd", "rejected": "a b c d e f g h i j"}' '{"prompt": "ab", "chosen": "", "rejected": "x"}' \
+    '{"chosen": "xy", "rejected": "z"}' > "$tmp/pl.jsonl"
+"$ftc" data --tokenizer "$pieces" "$tmp/pl.jsonl" --eos '!' --pack 8 -o "$tmp/pl.bin" > "$tmp/pl.out" 2>&1
+grep -q "^$tmp/pl.bin: 33 tokens, .* from 2 of 3 pairs in" "$tmp/pl.out" &&
+    grep -q '^1 sequence longer than 8 tokens: cut to the first of them$' "$tmp/pl.out" &&
+    grep -q '^1 pair dropped: no token of its chosen or rejected sequence is trained$' "$tmp/pl.out" &&
+    ok pairs-summary-cut || bad pairs-summary-cut "$(cat "$tmp/pl.out")"
+"$ftc" data --tokenizer "$pieces" "$tmp/pl.jsonl" --eos '!' --pack 8 --drop-long -o "$tmp/pl.bin" > "$tmp/pl.out" 2>&1
+grep -q "^$tmp/pl.bin: 17 tokens, .* from 1 of 3 pairs in" "$tmp/pl.out" &&
+    grep -q '^1 pair with a sequence longer than 8 tokens: dropped (--drop-long)$' "$tmp/pl.out" &&
+    ok pairs-summary-drop || bad pairs-summary-drop "$(cat "$tmp/pl.out")"
+# Bad pairs: the exact message, at the line.
+printf '{"prompt": "a", "chosen": "b", "rejected": "c"}\n' > "$tmp/p1.jsonl"
+expect pairs-need-pack "ftc data: error: $tmp/p1.jsonl:1: preference pairs need --pack SEQ: each sequence is padded to its own window" \
+    --tokenizer "$q" "$tmp/p1.jsonl"
+printf '{"text": "a"}\n\n{"chosen": "b", "rejected": "c"}\n' > "$tmp/p2.jsonl"
+expect pairs-after-records "ftc data: error: $tmp/p2.jsonl:3: a preference record (\"chosen\" and \"rejected\") after records that are not: a file holds preference pairs alone, or none" \
+    --tokenizer "$q" "$tmp/p2.jsonl" --pack 8
+printf '{"chosen": "b", "rejected": "c"}\n{"prompt": "a", "completion": "b"}\n' > "$tmp/p3.jsonl"
+expect records-after-pairs "ftc data: error: $tmp/p3.jsonl:2: a record without \"chosen\" and \"rejected\" after preference records: a file holds preference pairs alone, or none" \
+    --tokenizer "$q" "$tmp/p3.jsonl" --pack 8
+printf '{"prompt": "a", "chosen": "b"}\n' > "$tmp/p4.jsonl"
+expect pairs-no-rejected "ftc data: error: $tmp/p4.jsonl:1: a \"chosen\" without a \"rejected\"" --tokenizer "$q" "$tmp/p4.jsonl" --pack 8
+printf '{"prompt": "a", "chosen": [], "rejected": "c"}\n' > "$tmp/p5.jsonl"
+expect pairs-mixed-shapes "ftc data: error: $tmp/p5.jsonl:1: \"chosen\", \"rejected\" and \"prompt\" (if any) are all strings or all lists of messages" \
+    --tokenizer "$q" "$tmp/p5.jsonl" --pack 8
+printf '{"chosen": [], "rejected": [{"role": "assistant", "content": "c"}]}\n' > "$tmp/p6.jsonl"
+expect pairs-empty-list "ftc data: error: $tmp/p6.jsonl:1: \"chosen\" is an empty list: a completion holds one message at least" \
+    --tokenizer "$q" "$tmp/p6.jsonl" --pack 8 --template chatml
+printf '{"chosen": [{"role": "assistant", "content": "b"}], "rejected": [{"role": "assistant"}]}\n' > "$tmp/p7.jsonl"
+expect pairs-bad-message "ftc data: error: $tmp/p7.jsonl:1: the rejected conversation: messages[0] needs a \"role\" and a \"content\", both strings" \
+    --tokenizer "$q" "$tmp/p7.jsonl" --pack 8 --template chatml
+expect pairs-no-template "ftc data: error: $tmp/p7.jsonl:1: a preference record needs a chat template: --template (chatml, llama3, a string with {role} and {content}, or a .jinja file), or the model's (chat_template in its tokenizer_config.json)" \
+    --tokenizer "$q" "$tmp/p7.jsonl" --pack 8
+printf '{"chosen": "b", "rejected": "c", "completion": "d"}\n' > "$tmp/p8.jsonl"
+expect pairs-other-kind "ftc data: error: $tmp/p8.jsonl:1: a preference record holds \"chosen\", \"rejected\" and perhaps \"prompt\", not \"completion\"" \
+    --tokenizer "$q" "$tmp/p8.jsonl" --pack 8
+# ftc run: a paired file is for a plan that reads pairs (a preference loss) alone (the other
+# way round: tests/test_io.c, feed_pairs).
+"$ftc" data --tokenizer "$q" "$tmp/pt.jsonl" --pack 16 -o "$tmp/pairs16.bin" > /dev/null
+out=$("$ftc" run "$tmp/t.plan" --data "$tmp/pairs16.bin" --steps 1 2>&1); rc=$?
+[ "$rc" = 1 ] && [ "$out" = "ftc run: error: $tmp/pairs16.bin holds preference pairs; train it with a preference loss (dpo, ipo, orpo, simpo)" ] &&
+    ok run-refuses-pairs || bad run-refuses-pairs "exit $rc: $out"
 
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -7,8 +7,9 @@
 // alignment, no gaps), sharded checkpoints through model.safetensors.index.json, every
 // malformed header and index with its message (file and tensor named), read and write errors
 // including I/O failures; token files converted in all three modes, windows and their
-// contents, the shuffle's determinism and pinned values, every malformed token file and
-// converter error.
+// contents, paired files (preference pairs) and their malformed layouts, the feed of a plan
+// that reads pairs (rows, order, counts, refusals), the shuffle's determinism and pinned
+// values, every malformed token file and converter error.
 //
 // Build and run (one line):
 //   gcc -std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra -Werror -ffp-contract=off -Iruntime
@@ -22,6 +23,7 @@
 #include "kernels.h"
 #include "safetensors.h"
 #include "runtime.h"
+#include "session.h"
 
 #include "check.h"
 
@@ -1158,7 +1160,7 @@ static void test_data_writer_info(void) {
     data_close(d);
     // v2 headers: an unknown flag, reserved bytes, a size that leaves out the info bytes
     static const struct { int at; unsigned char v; size_t size; const char *want; } bad[] = {
-        {24, 3, 64 + 50, "header flags 0x3, only bit 0 (info bytes) is defined"},
+        {24, 5, 64 + 50, "header flags 0x5, only bits 0 (info bytes) and 1 (pairs) are defined"},
         {50, 1, 64 + 50, "reserved header bytes 48..63 are not 0"},
         {0, 0, 64 + 45, "header says 10 tokens of 4 bytes and their info bytes, but 45 bytes follow"},
         {0, 0, 40, "shorter than the 64-byte header of version 2"},
@@ -1179,6 +1181,191 @@ static void test_data_writer_info(void) {
     data_writer_drop(NULL);
     CHECK(access(path, F_OK) == 0);   // the earlier file is still there, and nothing beside it
     CHECK(count_entries(case_dir) == 1);
+}
+
+// A paired file (DATA_PAIRED) through the writer: two pairs of windows of 3, each window
+// one record from its start; the flag, the pair count and the windows read back. Then the
+// layouts a paired file may not have, each refused naming the file.
+static void test_data_paired(void) {
+    char err[512] = "";
+    const char *path = tpath("pairs.tok");
+    enum { W = 3, N = 4 * W + 1 };
+    int32_t ids[N];
+    uint8_t info[N];
+    for (int i = 0; i < N; i++)   // a record of 2 tokens, then one of padding, in every window
+        ids[i] = 10 + i, info[i] = i % W == 0 ? DATA_START : i % W == 1 ? DATA_TRAIN : DATA_START;
+    DataWriter *w = NULL;
+    CHECK_OK(data_writer_open(&w, path, 2, true, err, sizeof err), err);
+    if (!w)
+        return;
+    data_writer_pairs(w);
+    CHECK_OK(data_writer_put(w, ids, info, N, err, sizeof err), err);
+    CHECK_OK(data_writer_close(w, W, 2, err, sizeof err), err);
+    size_t size;
+    unsigned char *b = read_file(path, &size);
+    CHECK(size == 64 + N * 3 && le64(b + 24) == (DATA_HAS_INFO | DATA_PAIRED) && le64(b + 32) == W &&
+          le64(b + 40) == 2);
+    DataFile *d = NULL;
+    CHECK_OK(data_open(&d, path, err, sizeof err), err);
+    if (!d)
+        return;
+    uint64_t nwin = 0, trained = 0;
+    CHECK(data_paired(d) && data_records(d) == 2);
+    CHECK_OK(data_window_count(d, W, &nwin, err, sizeof err), err);
+    CHECK(nwin == 4);
+    CHECK_OK(data_check_vocab(d, 100, &trained, err, sizeof err), err);
+    CHECK(trained == 4);
+    data_close(d);
+    // A window that does not begin a record: found by the pass over every info byte.
+    b[64 + N * 2 + 2 * W] = 0;
+    write_file(path, b, size);
+    CHECK_OK(data_open(&d, path, err, sizeof err), err);
+    if (d)
+        CHECK_ERR(data_check_vocab(d, 100, NULL, err, sizeof err), err, path, NULL,
+                  "token 6 begins window 2 of preference pairs but no record");
+    data_close(d);
+    b[64 + N * 2 + 2 * W] = DATA_START;
+    static const struct { uint64_t flags, window, count; const char *want; } bad[] = {
+        {DATA_PAIRED, W, N, "preference pairs (header flag 1) without info bytes"},
+        {DATA_HAS_INFO | DATA_PAIRED, 0, N, "preference pairs (header flag 1) without a window"},
+        {DATA_HAS_INFO | DATA_PAIRED, W, N - 1, "preference pairs in 12 tokens, not whole windows of 3 and one"},
+        {DATA_HAS_INFO | DATA_PAIRED, W, N - W, "preference pairs in 3 windows, an odd number: a pair is two"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        unsigned char *h = alloc_zeroed(64 + N * 3);
+        memcpy(h, b, 64);
+        for (int i = 0; i < 8; i++)
+            h[16 + i] = (unsigned char)(bad[k].count >> 8 * i), h[24 + i] = (unsigned char)(bad[k].flags >> 8 * i),
+            h[32 + i] = (unsigned char)(bad[k].window >> 8 * i);
+        write_file(path, h, 64 + bad[k].count * (bad[k].flags & DATA_HAS_INFO ? 3 : 2));
+        CHECK_ERR(data_open(&d, path, err, sizeof err), err, path, NULL, bad[k].want);
+    }
+    // The writer refuses pairs it could not mark: without info bytes, or without a window.
+    CHECK_OK(data_writer_open(&w, path, 2, false, err, sizeof err), err);
+    data_writer_pairs(w);
+    CHECK_ERR(data_writer_close(w, W, 1, err, sizeof err), err, path, NULL,
+              "preference pairs need info bytes and a window");
+    CHECK_OK(data_writer_open(&w, path, 2, true, err, sizeof err), err);
+    data_writer_pairs(w);
+    CHECK_ERR(data_writer_close(w, 0, 1, err, sizeof err), err, path, NULL,
+              "preference pairs need info bytes and a window");
+}
+
+// The feed of a plan that reads pairs (runtime/feed.c): a plan of the three batch inputs
+// alone (micro_batch rows of seq 4, accum 2, target_count i32[2], without pairs i32[1]), on
+// the cpu backend, over a paired file whose window k holds tokens 10k .. 10k+3 and trains
+// 1 + k % 3 of them.
+enum { FS = 4, FMB = 4 };
+
+static const char *feed_plan(bool pairs, int micro_batch) {
+    const char *path = tpath(pairs ? "pairs.plan" : "plain.plan");
+    int rows = 4 * FS * micro_batch;   // each of tokens and targets, bytes
+    write_text(path, fmt("ftc-plan %d\nmodel feed\nseq %d\nmicro_batch %d\naccum 2\nvocab 128\n%s"
+                         "precision fp32\noptimizer adamw lr=0.1 beta1=0.9 beta2=0.999 eps=1e-08 weight_decay=0\n"
+                         "arena device %d device\nbuffers 3\n"
+                         "buffer 0 tokens io device 0 %d i32 %dx%d 0 0 kind=input role=tokens\n"
+                         "buffer 1 targets io device %d %d i32 %dx%d 0 0 kind=input role=targets\n"
+                         "buffer 2 count io device %d %d i32 %d 0 0 kind=input role=target_count\n"
+                         "phase forward 0\nphase backward 0\nphase optimizer 0\nend\n", PLAN_VERSION, FS,
+                         micro_batch, pairs ? "pairs 1\n" : "", 2 * rows + 8, rows, micro_batch, FS, rows, rows,
+                         micro_batch, FS, 2 * rows, pairs ? 8 : 4, pairs ? 2 : 1));
+    return path;
+}
+
+// A token file of `pairs` pairs (paired unless not), windows of FS as above.
+static const char *feed_file(const char *name, int pairs, bool paired) {
+    const char *path = tpath(name);
+    char err[512] = "";
+    DataWriter *w = NULL;
+    CHECK_OK(data_writer_open(&w, path, 2, true, err, sizeof err), err);
+    if (!w)
+        return path;
+    if (paired)
+        data_writer_pairs(w);
+    for (int k = 0; k < 2 * pairs; k++)
+        for (int i = 0; i < FS; i++) {
+            int32_t id = 10 * k + i;
+            uint8_t info = i == 0 ? DATA_START : i <= 1 + k % 3 ? DATA_TRAIN : 0;
+            CHECK_OK(data_writer_put(w, &id, &info, 1, err, sizeof err), err);
+        }
+    int32_t last = 0;
+    uint8_t start = DATA_START;
+    CHECK_OK(data_writer_put(w, &last, &start, 1, err, sizeof err), err);
+    CHECK_OK(data_writer_close(w, FS, (uint64_t)pairs, err, sizeof err), err);
+    return path;
+}
+
+// Rows 2j and 2j+1 of every micro-batch are one pair's chosen and rejected windows, in the
+// seeded order of pairs; the count is the step's pairs and their chosen rows' trained
+// targets; eval rows past the file's end count no pair; a paired file and a plan without
+// pairs (and the other way round), and an odd micro-batch, are refused.
+static void test_feed_pairs(void) {
+    char err[512] = "";
+    Plan *p = NULL;
+    CHECK_OK(plan_load(&p, feed_plan(true, FMB), err, sizeof err), err);
+    if (!p)
+        return;
+    Backend *be = rt_cpu_backend(), *host = rt_cpu_backend();
+    Exec x;
+    CHECK_OK(rt_exec_init(&x, p, be, host, LAYOUT_UNPLANNED, err, sizeof err), err);
+    Feed f = {0};
+    CHECK_OK(rt_feed_open(p, feed_file("train.tok", 4, true), &f.d, &f.nwin, err, sizeof err), err);
+    CHECK_OK(rt_feed_open(p, feed_file("eval.tok", 3, true), &f.eval, &f.eval_nwin, err, sizeof err), err);
+    CHECK(f.nwin == 8 && f.eval_nwin == 6 && rt_feed_stage(&f, p));
+    rt_feed_shuffle(&f, p, 42);
+    uint64_t want[4];
+    data_shuffle(want, 4, 42);   // the order is over the pairs
+    CHECK(memcmp(f.order, want, sizeof want) == 0);
+    CHECK_OK(rt_feed_count(&x, &f, 0, err, sizeof err), err);
+    // 2 micro-batches of 4 rows: 4 pairs, every window: the chosen 0, 2, 4, 6 train 1 + 3 + 2 + 1,
+    // the rejected 1, 3, 5, 7 train 2 + 1 + 3 + 2
+    CHECK(f.pairs == 4 && f.chosen == 7 && f.count == 7 + 8);
+    int32_t tokens[FMB * FS], targets[FMB * FS], count[2];
+    for (uint64_t first = 0; first < 8; first += FMB) {
+        CHECK_OK(rt_feed_batch(&x, &f, first, err, sizeof err), err);
+        rt_read_raw(&x, plan_role(p, PR_TOKENS)->id, tokens);
+        rt_read_raw(&x, plan_role(p, PR_TARGET_COUNT)->id, count);
+        CHECK(count[0] == 4 && count[1] == 7);
+        for (int b = 0; b < FMB; b++)
+            CHECKF(tokens[b * FS] == 10 * (int32_t)(2 * want[(first + (uint64_t)b) / 2] + (uint64_t)b % 2),
+                   "row %llu: window %d", (unsigned long long)first + (uint64_t)b, tokens[b * FS] / 10);
+    }
+    int64_t n = 0;
+    CHECK_OK(rt_feed_eval_batch(&x, &f, 4, &n, err, sizeof err), err);
+    rt_read_raw(&x, plan_role(p, PR_TARGETS)->id, targets);
+    rt_read_raw(&x, plan_role(p, PR_TARGET_COUNT)->id, count);
+    CHECK(n == 1 && count[0] == 1 && count[1] == 2);   // pair 2 alone: window 4 trains 2
+    for (int i = 2 * FS; i < FMB * FS; i++)
+        CHECK(targets[i] == -100);
+    rt_feed_close(&f);
+    // The refusals, each naming the file first.
+#define CHECK_REFUSED(rc, file, fragment)                                                          \
+    CHECKF((rc) == -1 && strncmp(err, file, strlen(file)) == 0 && strstr(err, fragment), "%s", err)
+    DataFile *d = NULL;
+    uint64_t nw;
+    const char *plain = feed_file("plain.tok", 2, false), *paired = tpath("train.tok");
+    CHECK_REFUSED(rt_feed_open(p, plain, &d, &nw, err, sizeof err), plain,
+                  " holds no preference pairs, but the plan trains on pairs (a preference loss)");
+    p->micro_batch = 3;
+    CHECK_REFUSED(rt_feed_open(p, paired, &d, &nw, err, sizeof err), paired,
+                  ": the plan reads preference pairs, two rows each, but its micro-batch is 3 rows");
+    Feed g = {0};   // a feed opened, then fed to a plan of odd rows: refused, no pair split
+    p->micro_batch = 4;
+    CHECK_OK(rt_feed_open(p, paired, &g.d, &g.nwin, err, sizeof err), err);
+    p->micro_batch = 3;
+    CHECK(rt_feed_stage(&g, p));
+    rt_feed_shuffle(&g, p, 1);
+    CHECK_REFUSED(rt_feed_batch(&x, &g, 0, err, sizeof err), paired, "its micro-batch is 3 rows");
+    rt_feed_close(&g);
+    rt_exec_free(&x);
+    be->destroy(be), host->destroy(host);
+    plan_free(p);
+    CHECK_OK(plan_load(&p, feed_plan(false, FMB), err, sizeof err), err);
+    if (p)
+        CHECK_REFUSED(rt_feed_open(p, paired, &d, &nw, err, sizeof err), paired,
+                      " holds preference pairs; train it with a preference loss (dpo, ipo, orpo, simpo)");
+    plan_free(p);
+#undef CHECK_REFUSED
 }
 
 static void test_data_shuffle(void) {
@@ -1356,6 +1543,8 @@ int main(void) {
     run("data_writer_info", test_data_writer_info);
     run("data_windows", test_data_windows);
     run("data_token_over_vocab", test_data_token_over_vocab);
+    run("data_paired", test_data_paired);
+    run("feed_pairs", test_feed_pairs);
     run("data_shuffle", test_data_shuffle);
     run("data_bad_files", test_data_bad_files);
     run("data_convert_errors", test_data_convert_errors);

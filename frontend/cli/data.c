@@ -46,7 +46,9 @@ static const Option data_opts[] = {
      "{\"text\"}, {\"prompt\", \"completion\"} (only the\ncompletion trained), {\"messages\": [{\"role\", "
      "\"content\"}]} (only\nthe assistant's content trained), Alpaca's {\"instruction\",\n\"input\", \"output\"} "
      "(a user and an assistant message; without\n--template Alpaca's own prompt) or ShareGPT's "
-     "{\"conversations\":\n[{\"from\", \"value\"}]} (human, gpt, system)", .call = tokenizer, .in_operands = true),
+     "{\"conversations\":\n[{\"from\", \"value\"}]} (human, gpt, system); or preference pairs,\n"
+     "{\"prompt\", \"chosen\", \"rejected\"} (strings, or lists of messages;\nwithout \"prompt\" the messages "
+     "both begin with), a window a\nsequence (--pack)", .call = tokenizer, .in_operands = true),
     OPT(OPT_TEXT, "-o", "OUT.bin", ARG(out), "the token file to write (format in runtime/data.h)", .in_operands = true),
     SECTION("With --tokenizer:"),
     OPT(OPT_TEXT, "--template", "T", ARG(ds.template_text), "how messages are rendered: by default the model's chat\n"
@@ -60,7 +62,7 @@ static const Option data_opts[] = {
      .bad = "--pack needs a sequence length from 1 to 2^30"),
     OPT(OPT_FLAG, "--drop-long", NULL, ARG(ds.drop_long), "with --pack: drop a longer record instead of cutting it"),
     OPT(OPT_COUNT, "--threads", "N", ARG(threads), "encoding threads (default: one per CPU)"),
-    OPT(OPT_COUNT, "--show", "N", ARG(show), "then print the first N records as the tokenizer renders them\nback, "
+    OPT(OPT_COUNT, "--show", "N", ARG(show), "then print the first N records (or pairs) as the tokenizer\nrenders them back, "
      "the trained tokens between \xe2\x9f\xa6 and \xe2\x9f\xa7"),
 };
 
@@ -68,6 +70,33 @@ static double now_s(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+// The records cut or dropped for the window, and those dropped for training nothing.
+static void say_records_dropped(const DsSummary *sm, int64_t pack) {
+    char c1[32];
+    uint64_t nlong = sm->cut + sm->dropped_long;
+    if (nlong)
+        printf("%s record%s longer than %lld tokens: %s\n", commas(c1, (int64_t)nlong), nlong == 1 ? "" : "s",
+               (long long)pack, sm->cut ? "cut to the first of them" : "dropped (--drop-long)");
+    if (sm->dropped_untrained)
+        printf("%s record%s dropped: no token of %s is trained\n", commas(c1, (int64_t)sm->dropped_untrained),
+               sm->dropped_untrained == 1 ? "" : "s", sm->dropped_untrained == 1 ? "it" : "theirs");
+}
+
+// The same of preference pairs: sequences cut, pairs dropped.
+static void say_pairs_dropped(const DsSummary *sm, int64_t pack) {
+    char c1[32];
+    if (sm->cut)
+        printf("%s sequence%s longer than %lld tokens: cut to the first of them\n", commas(c1, (int64_t)sm->cut),
+               sm->cut == 1 ? "" : "s", (long long)pack);
+    if (sm->dropped_long)
+        printf("%s pair%s with a sequence longer than %lld tokens: dropped (--drop-long)\n",
+               commas(c1, (int64_t)sm->dropped_long), sm->dropped_long == 1 ? "" : "s", (long long)pack);
+    if (sm->dropped_untrained)
+        printf("%s pair%s dropped: no token of %s chosen or rejected sequence is trained\n",
+               commas(c1, (int64_t)sm->dropped_untrained), sm->dropped_untrained == 1 ? "" : "s",
+               sm->dropped_untrained == 1 ? "its" : "their");
 }
 
 // The records of `in` through the tokenizer into `out`, and what came of them.
@@ -80,23 +109,21 @@ static int tokenize(const DataArgs *a, const char *in) {
         return EXIT_NOFIT;
     }
     double dt = now_s() - t0;
-    printf("%s: %s tokens, %s trained, from %s of %s records in %s (vocab %s, %d bytes a token; "
+    const char *what = sm.pairs ? "pairs" : "records";
+    printf("%s: %s tokens, %s trained, from %s of %s %s in %s (vocab %s, %d bytes a token; "
            "end of sequence %s = %d)\n",
            a->out, commas(c1, (int64_t)sm.tokens), commas(c2, (int64_t)sm.trained), commas(c3, (int64_t)sm.written),
-           commas(c5, (int64_t)sm.records), in, commas(c4, sm.vocab), sm.token_bytes, sm.eos_text, (int)sm.eos);
+           commas(c5, (int64_t)sm.records), what, in, commas(c4, sm.vocab), sm.token_bytes, sm.eos_text, (int)sm.eos);
     if (sm.template_from[0])
         printf("messages through the chat template %s\n", sm.template_from);
     if (a->ds.pack)
-        printf("packed into %s windows of %lld tokens: %s padding tokens (%.1f%%)\n",
-               commas(c1, (int64_t)sm.windows), (long long)a->ds.pack, commas(c2, (int64_t)sm.padding),
-               sm.tokens ? 100.0 * (double)sm.padding / (double)sm.tokens : 0.0);
-    uint64_t nlong = sm.cut + sm.dropped_long;
-    if (nlong)
-        printf("%s record%s longer than %lld tokens: %s\n", commas(c1, (int64_t)nlong), nlong == 1 ? "" : "s",
-               (long long)a->ds.pack, sm.cut ? "cut to the first of them" : "dropped (--drop-long)");
-    if (sm.dropped_untrained)
-        printf("%s record%s dropped: no token of %s is trained\n", commas(c1, (int64_t)sm.dropped_untrained),
-               sm.dropped_untrained == 1 ? "" : "s", sm.dropped_untrained == 1 ? "it" : "theirs");
+        printf("packed into %s windows of %lld tokens%s: %s padding tokens (%.1f%%)\n",
+               commas(c1, (int64_t)sm.windows), (long long)a->ds.pack, sm.pairs ? ", a sequence each" : "",
+               commas(c2, (int64_t)sm.padding), sm.tokens ? 100.0 * (double)sm.padding / (double)sm.tokens : 0.0);
+    if (sm.pairs)
+        say_pairs_dropped(&sm, a->ds.pack);
+    else
+        say_records_dropped(&sm, a->ds.pack);
     printf("%s: %.1f MB in %.2f s, %.1f MB/s\n", in, (double)sm.input_bytes / 1e6, dt,
            dt > 0 ? (double)sm.input_bytes / 1e6 / dt : 0.0);
     if (a->show > 0) {

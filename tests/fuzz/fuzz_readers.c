@@ -9,7 +9,7 @@
 //             character encoded (special tokens, Unicode, digits, white space)
 //   5 jsonl   ds_convert of the input as JSONL with the tokenizer FUZZ_TOKENIZER names
 //             (the Qwen2-style fixture), the chatml template, on two threads: packed
-//             for seq 16 and not, into a temporary directory
+//             for seq 16 and not (preference pairs need it), into a temporary directory
 //   6 ckpt    the input as DIR/checkpoint-000001/state.safetensors of a temporary DIR,
 //             rt_checkpoint_load into an executor on the cpu backend of the plan
 //             FUZZ_CKPT_PLAN names (tests/fuzz/ckpt-plan/plan), read once
