@@ -78,7 +78,8 @@ bool rt_feed_stage(Feed *f, const Plan *p) {
     f->info = malloc((size_t)(p->seq + 1));
     f->tokens = malloc(sizeof(int32_t) * batch_ids), f->targets = malloc(sizeof(int32_t) * batch_ids);
     f->positions = malloc(sizeof(int32_t) * batch_ids);
-    return f->order && f->window && f->info && f->tokens && f->targets && f->positions;
+    f->ref_rows = calloc((size_t)p->micro_batch + 1, sizeof(float));
+    return f->order && f->window && f->info && f->tokens && f->targets && f->positions && f->ref_rows;
 }
 
 void rt_feed_shuffle(Feed *f, const Plan *p, uint64_t seed) {
@@ -130,9 +131,13 @@ static int64_t put_row(Feed *f, int64_t b, int S) {
 }
 
 // The staged micro-batch into the plan's buffers, with the step's count of trained
-// targets, or with pairs its pairs and their chosen rows' trained targets.
+// targets, or with pairs its pairs and their chosen rows' trained targets (and with a
+// precomputed reference, its rows' sums).
 static void write_batch(Exec *x, const Feed *f, int64_t count, int64_t pairs, int64_t chosen) {
     const Plan *p = x->plan;
+    const PlanBuffer *ref = plan_role(p, PR_REF_LOGPS);
+    if (ref)
+        rt_write_raw(x, ref->id, f->ref_rows);
     rt_write_raw(x, plan_role(p, PR_TOKENS)->id, f->tokens);
     rt_write_raw(x, plan_role(p, PR_TARGETS)->id, f->targets);
     rt_write_positions(x, p->packing ? f->positions : NULL);
@@ -152,6 +157,7 @@ int rt_feed_batch(Exec *x, Feed *f, uint64_t first, char *err, size_t errlen) {
         if (data_read_window(f->d, w, S, f->window, f->info, (int32_t)p->vocab, err, errlen) != 0)
             return -1;
         put_row(f, b, S);
+        f->ref_rows[b] = f->ref ? f->ref[w] : 0.0f;
     }
     write_batch(x, f, f->count, f->pairs, f->chosen);
     return 0;
@@ -159,22 +165,26 @@ int rt_feed_batch(Exec *x, Feed *f, uint64_t first, char *err, size_t errlen) {
 
 // A row past the eval file's last window is all ignored targets (with pairs, no pair: the
 // file's windows are whole pairs, and `first` and the micro-batch are even).
-int rt_feed_eval_batch(Exec *x, Feed *f, uint64_t first, int64_t *count, char *err, size_t errlen) {
+// Windows first .. of file d in file order (its sums `ref`, or NULL) into the plan's
+// buffers; the count the loss divides by into *count.
+static int file_batch(Exec *x, Feed *f, DataFile *d, uint64_t nwin, const float *ref, uint64_t first,
+                      int64_t *count, char *err, size_t errlen) {
     const Plan *p = x->plan;
     int S = (int)p->seq;
     int64_t trained = 0, pairs = 0, chosen = 0;
     *count = 0;
-    if (odd_rows(p, data_path(f->eval), err, errlen))
+    if (odd_rows(p, data_path(d), err, errlen))
         return -1;
     for (int64_t b = 0; b < p->micro_batch; b++) {
         uint64_t w = first + (uint64_t)b;
-        if (w >= f->eval_nwin) {
+        f->ref_rows[b] = ref && w < nwin ? ref[w] : 0.0f;
+        if (w >= nwin) {
             memset(f->tokens + b * S, 0, sizeof(int32_t) * (size_t)S);
             for (int j = 0; j < S; j++)
                 f->targets[b * S + j] = IGNORED_TARGET, f->positions[b * S + j] = j;
             continue;
         }
-        if (data_read_window(f->eval, w, S, f->window, f->info, (int32_t)p->vocab, err, errlen) != 0)
+        if (data_read_window(d, w, S, f->window, f->info, (int32_t)p->vocab, err, errlen) != 0)
             return -1;
         int64_t n = put_row(f, b, S);
         trained += n;
@@ -186,10 +196,20 @@ int rt_feed_eval_batch(Exec *x, Feed *f, uint64_t first, int64_t *count, char *e
     return 0;
 }
 
+int rt_feed_eval_batch(Exec *x, Feed *f, uint64_t first, int64_t *count, char *err, size_t errlen) {
+    return file_batch(x, f, f->eval, f->eval_nwin, f->eval_ref, first, count, err, errlen);
+}
+
+int rt_feed_file_batch(Exec *x, Feed *f, DataFile *d, uint64_t nwin, uint64_t first, char *err, size_t errlen) {
+    int64_t count;
+    return file_batch(x, f, d, nwin, NULL, first, &count, err, errlen);
+}
+
 void rt_feed_close(Feed *f) {
     free(f->order);
     free(f->window), free(f->info);
     free(f->tokens), free(f->targets), free(f->positions);
+    free(f->ref), free(f->eval_ref), free(f->ref_rows);
     data_close(f->d);
     data_close(f->eval);
 }

@@ -327,6 +327,28 @@ static int start_weights(TrainSession *s) {
     return 0;
 }
 
+// A precomputed reference's sums (reference.c), before the first step; -1 after saying why.
+static int reference_sums(TrainSession *s) {
+    char err[1024];
+    bool computed;
+    double t = now_s();
+    const char *keep = s->lead ? s->o->save : NULL;
+    if (rt_reference_sums(&s->x, &s->feed, keep, s->o->resume != NULL, s->p->lora_r > 0, &computed, err,
+                          sizeof err) != 0)
+        return rt_run_error("%s", err), -1;
+    if (!s->lead || !s->p->nins[PHASE_REF])
+        return 0;
+    unsigned long long n = s->feed.nwin + (s->feed.eval ? s->feed.eval_nwin : 0);
+    if (!computed)
+        fprintf(s->out, "reference: the log-probabilities of %llu windows read from %s/reference_logps.bin "
+                "(reference = precomputed)\n", n, keep);
+    else
+        fprintf(s->out, "reference: the log-probabilities of %llu windows computed in %.2fs (reference = "
+                "precomputed)%s%s%s\n", n, now_s() - t, keep ? ", kept in " : "", keep ? keep : "",
+                keep ? "/reference_logps.bin" : "");
+    return 0;
+}
+
 int rt_session_open(TrainSession *s, const RunOptions *o, const Plan *p, Comm *comm, FILE *out,
                     const TrainListener *listen) {
     *s = (TrainSession){.o = o, .p = p, .comm = comm, .ranks = comm->ranks, .rank = comm->rank,
@@ -339,7 +361,7 @@ int rt_session_open(TrainSession *s, const RunOptions *o, const Plan *p, Comm *c
         open_exec(s) != 0 || (o->resume && resume(s) != 0))
         return -1;
     say_schedule(s);
-    if (start_weights(s) != 0)
+    if (start_weights(s) != 0 || reference_sums(s) != 0)
         return -1;
     int64_t mem = 0;
     for (int a = 0; a < ARENA_COUNT; a++)

@@ -31,6 +31,9 @@ typedef struct Feed {
     int64_t count;                           // the trained targets of the step under way
     int64_t pairs, chosen;                   // a pairs plan: the step's pairs, and the trained
                                              // targets of their chosen rows
+    float *ref, *eval_ref;                   // reference = precomputed: a window's sum, of each
+                                             // file (reference.c); NULL: none
+    float *ref_rows;                         // (micro_batch) one micro-batch's
 } Feed;
 
 // Opens token file `path` for plan p and checks it before step one: its windows of seq + 1
@@ -56,7 +59,19 @@ int rt_feed_batch(Exec *x, Feed *f, uint64_t first, char *err, size_t errlen);
 // plan's buffers; their trained targets into *count (a pairs plan: their pairs, what its loss
 // is the mean over, rows past the file's end no pair). -1 with err.
 int rt_feed_eval_batch(Exec *x, Feed *f, uint64_t first, int64_t *count, char *err, size_t errlen);
+// Writes windows first .. first + micro_batch - 1 of file d (of nwin windows, file order)
+// into the plan's buffers, rows past its end all ignored targets; -1 with err.
+int rt_feed_file_batch(Exec *x, Feed *f, DataFile *d, uint64_t nwin, uint64_t first, char *err, size_t errlen);
 void rt_feed_close(Feed *f);
+
+// reference.c: with a reference phase in the plan (reference = precomputed), each window's
+// sum of the reference's trained log-probabilities into f->ref and f->eval_ref: read from
+// SAVE/reference_logps.bin when it is there (a resumed run), else computed on the weights
+// as they are (refused for a resumed full fine-tune: its weights have moved; with LoRA the
+// reference is the frozen base) and kept there. *computed says whether the phase ran. 0,
+// or -1 with err.
+int rt_reference_sums(Exec *x, Feed *f, const char *save, bool resumed, bool lora, bool *computed, char *err,
+                      size_t errlen);
 
 //
 // session.c — a training session.
