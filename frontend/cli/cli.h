@@ -166,6 +166,23 @@ void report_planner(FILE *f, const CompileResult *r, const FtModel *m, const Hos
 void report_nofit(FILE *out, const CompileResult *r, const FtModel *m);
 void report_plan_written(FILE *out, const CompileResult *r, const char *dir, bool time_passes);
 
+// A preference loss's reference (dpo, ipo with reference = auto), each way it can be had
+// planned in full: what each plan needs and takes, and which one ftc compile chose.
+typedef struct RefOption {
+    RefMode mode;
+    bool planned, fits;         // planned: the program built (false: refused, why unknown)
+    int64_t device, host;       // the plan's (the smallest tried where none fits)
+    int64_t micro;
+    double step_us;             // its step
+    double pass_us;             // precomputed: the reference's pass over the data, a step's
+                                // share over one epoch (0 for the others)
+} RefOption;
+typedef struct RefChoice {
+    int n, chosen;              // options, and the one chosen (-1: none fits)
+    RefOption opt[3];
+} RefChoice;
+void report_references(FILE *out, const RefChoice *rc, RefMode used);
+
 //
 // gen_model.c — what ftc generate's operand names, and the plan it runs.
 //

@@ -324,8 +324,8 @@ static PlanMeta plan_meta(const CompileResult *r, const FtModel *m, const Compil
 // What ftc compile prints, into `out`: the report, the planner's text (also into
 // `report`, report.txt's), the IR dumps asked for (`dumps`), and the plan's last lines.
 static int finish(const CompileResult *r, CompileStatus st, const CompileArgs *a, const FtModel *m,
-                  const DriverModes *dm, const char *path, const char *dir, FILE *out, const char *dumps,
-                  const char *hf_config) {
+                  const DriverModes *dm, const RefChoice *refs, const char *path, const char *dir, FILE *out,
+                  const char *dumps, const char *hf_config) {
     char *rtext = NULL, err[1024];
     size_t rlen = 0;
     FILE *rep = open_memstream(&rtext, &rlen);
@@ -333,6 +333,8 @@ static int finish(const CompileResult *r, CompileStatus st, const CompileArgs *a
     report_modes(out, m, dm, r);
     report_planner(out, r, m, &a->o.hs);
     report_planner(rep, r, m, &a->o.hs);
+    report_references(out, refs, m->train.reference);
+    report_references(rep, refs, m->train.reference);
     fclose(rep);
     int rc = 0;
     if (st == COMPILE_NOFIT) {
@@ -373,6 +375,60 @@ static char *hf_config(FtSource *src, const FtModel *m, Arena *a) {
 // Plans the checked program `m` and writes the plan; the exit status. What ftc compile
 // prints goes to stdout; with cl NULL (compile_quietly) nothing, unless nothing fits: then
 // the analysis, to stderr.
+// The reference's time in a step: its phase's (reference = precomputed) instructions,
+// once for each micro-batch of a step (the pass covers every window once an epoch).
+static double reference_pass_us(const CompileResult *r) {
+    double us = 0;
+    for (int i = 0; r->graph && i < r->graph->nodes.len; i++)
+        if (r->graph->nodes.at[i].phase == PHASE_REFERENCE)
+            us += r->graph->nodes.at[i].est_us;
+    return us * (double)r->accum;
+}
+
+// With reference = auto, the program planned with each way its loss's reference can be had
+// (the base without LoRA where it has LoRA, a frozen copy, a pass before training): the
+// fastest plan that fits, the pass's time counted, ties (within 1%) to the earlier (lora_off,
+// copy, precomputed: less to hold and nothing to run first). The variants into rc; the chosen
+// way, or REF_AUTO when there is nothing to choose.
+static RefMode choose_reference(CompileArgs *a, FtSource *src, const FtModel *m, const DriverModes *dm,
+                                Arena *arena, RefChoice *rc) {
+    *rc = (RefChoice){.chosen = -1};
+    if (m->train.reference != REF_AUTO)
+        return REF_AUTO;
+    const RefMode modes[] = {REF_LORA_OFF, REF_COPY, REF_PRECOMPUTED};
+    FILE *dump_to = a->o.dump_to;
+    bool emit = a->o.emit_graph;
+    a->o.dump_to = NULL, a->o.emit_graph = false;
+    for (int i = 0; i < 3; i++) {
+        if (modes[i] == REF_LORA_OFF && !m->train.lora)
+            continue;
+        FtModel mm = *m;
+        mm.train.reference = modes[i];
+        DriverSource ds = {src, &mm};
+        PassDiag diag = driver_diag(src);
+        from_program(&a->o, &mm, &ds, dm, &diag, arena);
+        CompileResult *r = malloc(sizeof *r);
+        CompileStatus st = r ? compile_plan(&a->o, r) : COMPILE_REFUSED;
+        RefOption *o = &rc->opt[rc->n++];
+        *o = (RefOption){.mode = modes[i], .planned = st == COMPILE_OK || st == COMPILE_NOFIT, .fits = st == COMPILE_OK};
+        int at = !r ? -1 : st == COMPILE_OK ? r->search.best : r->search.smallest;
+        if (o->planned && at >= 0) {
+            const Candidate *c = &r->search.tried.at[at];
+            o->device = c->o.device_bytes, o->host = c->o.host_bytes, o->micro = c->c.micro;
+            o->step_us = st == COMPILE_OK ? r->cost.step_us : c->o.cost.step_us;
+            o->pass_us = st == COMPILE_OK ? reference_pass_us(r) : 0;
+        }
+        if (o->fits && (rc->chosen < 0 || o->step_us + o->pass_us <
+                                              0.99 * (rc->opt[rc->chosen].step_us + rc->opt[rc->chosen].pass_us)))
+            rc->chosen = rc->n - 1;
+        if (r)
+            compile_result_free(r);
+        free(r);
+    }
+    a->o.dump_to = dump_to, a->o.emit_graph = emit;
+    return rc->chosen >= 0 ? rc->opt[rc->chosen].mode : m->train.lora ? REF_LORA_OFF : REF_COPY;
+}
+
 static int plan_program(Cmdline *cl, const Parsed *p, CompileArgs *a, FtSource *src, const FtModel *m,
                         const char *dir, Arena *arena) {
     const char *path = cl ? p->positional : src->path;
@@ -387,6 +443,11 @@ static int plan_program(Cmdline *cl, const Parsed *p, CompileArgs *a, FtSource *
     FILE *dump_to = open_memstream(&dumps, &dlen), *out = open_memstream(&text, &tlen);
     a->o.dump_to = dump_to;
     a->o.emit_graph = a->emit != NULL;
+    RefChoice refs;
+    FtModel chosen = *m;   // (with reference = auto: the way chosen)
+    RefMode mode = choose_reference(a, src, m, dm, arena, &refs);
+    if (mode != REF_AUTO)
+        chosen.train.reference = mode, m = &chosen, ds.m = &chosen;
     from_program(&a->o, m, &ds, dm, &diag, arena);
     CompileResult *r = malloc(sizeof *r);
     int rc = EXIT_NOFIT;
@@ -394,7 +455,7 @@ static int plan_program(Cmdline *cl, const Parsed *p, CompileArgs *a, FtSource *
     fclose(dump_to);
     if (r && (st == COMPILE_OK || st == COMPILE_NOFIT)) {
         char *config = st == COMPILE_OK ? hf_config(src, m, arena) : NULL;
-        rc = finish(r, st, a, m, dm, path, dir, out, dumps, config);
+        rc = finish(r, st, a, m, dm, &refs, path, dir, out, dumps, config);
         free(config);
         fclose(out);
         if (st == COMPILE_NOFIT || (rc == 0 && cl))   // (nothing fits: the analysis is the answer)

@@ -385,3 +385,44 @@ void report_plan_written(FILE *out, const CompileResult *r, const char *dir, boo
     if (time_passes)
         print_times(out, &r->times);
 }
+
+// A time for people: "1.23s", or "4.56ms" below a second.
+static const char *seconds(char *buf, size_t cap, double us) {
+    if (us < 1e6)
+        snprintf(buf, cap, "%.2fms", us / 1e3);
+    else
+        snprintf(buf, cap, "%.2fs", us / 1e6);
+    return buf;
+}
+
+// What each way of having the reference takes (reference = auto), the chosen one marked,
+// and why.
+void report_references(FILE *out, const RefChoice *rc, RefMode used) {
+    if (rc->n == 0)
+        return;
+    static const char *const what[REF_COUNT] = {
+        [REF_LORA_OFF] = "the base itself, its adapters left out: nothing more held",
+        [REF_COPY] = "a frozen copy of the weights beside the policy",
+        [REF_PRECOMPUTED] = "a pass over the data before the first step: nothing of it in the step"};
+    fprintf(out, "\nreference: each way of having the reference model's log-probabilities, planned\n");
+    fprintf(out, "  %-12s %6s %12s %12s %10s %12s %5s\n", "reference", "micro", "device", "host", "step",
+            "+ pass/step", "fits");
+    for (int i = 0; i < rc->n; i++) {
+        const RefOption *o = &rc->opt[i];
+        if (!o->planned) {
+            fprintf(out, "  %-12s %6s %12s %12s %10s %12s %5s\n", ref_mode_name(o->mode), "-", "-", "-", "-", "-", "no");
+            continue;
+        }
+        char pass[32] = "-", step[32];
+        if (o->mode == REF_PRECOMPUTED && o->fits)
+            seconds(pass, sizeof pass, o->pass_us);
+        fprintf(out, "  %-12s %6lld %12s %12s %10s %12s %5s%s\n", ref_mode_name(o->mode), (long long)o->micro,
+                SIZE(o->device), SIZE(o->host), seconds(step, sizeof step, o->step_us), pass,
+                o->fits ? "yes" : "no", i == rc->chosen ? "  <- chosen" : "");
+    }
+    if (rc->chosen >= 0)
+        fprintf(out, "  chosen: %s, %s; the fastest that fits (its pass over the data counted as a step's share "
+                     "of one epoch)\n", ref_mode_name(rc->opt[rc->chosen].mode), what[rc->opt[rc->chosen].mode]);
+    else
+        fprintf(out, "  none fits: the smallest plan below is %s's\n", ref_mode_name(used));
+}
