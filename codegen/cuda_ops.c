@@ -518,6 +518,26 @@ static void g_lce(const CudaCtx *cx, unsigned *grid, unsigned *block) {
         one_block(grid, block, 256);
 }
 
+// The fused linear + logprobs (pref.cuh): one launch a chunk, its logits at the start of
+// the workspace; the targets (and backward dlp, after them) among the inputs.
+static void a_llp(FILE *f, const CudaCtx *cx) {
+    CTX(cx);
+    long long rows, C, V, terms, count;
+    lce_dims(g, n, &rows, &C, &V, &terms, &count);
+    int nout = ir_node_nout(n), ptg = nout + 2, pws = nout + n->nin;
+    int v8 = V % 8 == 0 && n->ws >= 0 && codegen_aligned16(g, n->ws);
+    if (n->op == OP_LINEAR_LOGPROBS)
+        fprintf(f, "%lldLL, %lldLL, %d, %d, %d, %d", C, V, ptg, pws, DT(IN(0)), v8);
+    else
+        fprintf(f, "%lldLL, %lldLL, %d, %d, %d, %d, %d", C, V, ptg, ptg + 1, pws, DT(IN(0)), v8);
+}
+static void g_llp(const CudaCtx *cx, unsigned *grid, unsigned *block) {
+    CTX(cx);
+    long long rows, C, V, terms, count;
+    lce_dims(g, n, &rows, &C, &V, &terms, &count);
+    row_geometry(C, V, grid, block);
+}
+
 static void a_sum_to(FILE *f, const CudaCtx *cx) {
     CTX(cx);
     int64_t out = ir_tensor_elems(OUT(0));
@@ -660,6 +680,8 @@ static const CudaOp column[OP_COUNT] = {
     // (the loss alone: the same kernels, the gradient they form in the workspace unread)
     [OP_LINEAR_CE] = {{"lce_count", "lce_step", "lce_mean"}, {1, 1, 1}, a_lce, g_lce, .main_launch = 1},
     [OP_LOGPROBS] = {{"lp_rows"}, {1}, a_lp, g_lp},
+    [OP_LINEAR_LOGPROBS] = {{"llp_rows"}, {1}, a_llp, g_llp},
+    [OP_LINEAR_LOGPROBS_BWD] = {{"llp_grad"}, {1}, a_llp, g_llp},
     [OP_LOGPROBS_BWD] = {{"lp_grad"}, {1}, a_lp, g_lp},
     [OP_PREFERENCE] = {{"pref_loss"}, {1}, a_pref, g_pref},
     [OP_PREFERENCE_BWD] = {{"pref_grad"}, {1}, a_pref, g_pref},

@@ -325,6 +325,22 @@ static void bwd_linear_ce(Autodiff *ad, const IrNode *n) {
         ad_add(ad, n, n->in[0], dx);
 }
 
+// The fused linear + logprobs: its backward forms each chunk's logits again (they were
+// never kept), their gradient by dy, the chunk's rows of dx and its part of dW.
+static void bwd_linear_logprobs(Autodiff *ad, const IrNode *n) {
+    int dy = ad_dy(ad, n, 0);
+    bool dx = ad_needs(ad, n->in[0]), dw = ad_needs(ad, n->in[1]);
+    if (dy < 0 || (!dx && !dw))
+        return;
+    int in[4] = {n->in[0], n->in[1], n->in[2], dy};
+    int id = ad_node(ad, n, OP_LINEAR_LOGPROBS_BWD, 4, in, n->attr, "dx");
+    int d = ad->g->nodes.at[id].out[0];
+    if (dw)
+        ad_acc_output(ad, id, 1, n->in[1]);
+    if (dx)
+        ad_add(ad, n, n->in[0], d);
+}
+
 static const AdRule rules[OP_COUNT] = {
     [OP_EMBED] = bwd_embed,
     [OP_LINEAR] = bwd_linear,
@@ -354,6 +370,7 @@ static const AdRule rules[OP_COUNT] = {
     [OP_GELU_EXACT] = bwd_activation,
     [OP_LINEAR_CE] = bwd_linear_ce,
     [OP_LOGPROBS] = bwd_logprobs,
+    [OP_LINEAR_LOGPROBS] = bwd_linear_logprobs,
     [OP_PREFERENCE] = bwd_preference,
 };
 

@@ -476,6 +476,27 @@ static bool shape_preference(const IrGraph *g, const IrNode *n, IrTensor *out, I
     return true;
 }
 
+// The fused linear + logprobs: x [..., K], W [V, K], targets i32 [...] -> f32 [...]; its
+// backward (dlp f32 like the targets, last) -> dx like x.
+static bool shape_linear_logprobs(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
+    const IrTensor *x = IN(0), *w = IN(1), *tg = IN(2);
+    bool ok = x->ndim >= 1 && is_float(x->dtype) && w->ndim == 2 && is_float(w->dtype) &&
+              w->shape[1] == x->shape[x->ndim - 1] && tg->dtype == DT_I32 && tg->ndim == x->ndim - 1;
+    for (int i = 0; ok && i < tg->ndim; i++)
+        ok = tg->shape[i] == x->shape[i];
+    if (n->op == OP_LINEAR_LOGPROBS_BWD)
+        ok = ok && IN(3)->dtype == DT_F32 && ir_same_shape(IN(3), tg);
+    if (!ok)
+        return fail(err, 1, "%s: %s, %s and targets %s do not match", op_desc(n->op)->name, sh(x), sh(w), sh(tg));
+    if (n->op == OP_LINEAR_LOGPROBS_BWD) {
+        same_as(out, x);
+    } else {
+        same_as(out, tg);
+        out->dtype = DT_F32;
+    }
+    return true;
+}
+
 // The gradient by the log-probabilities: f32 like them.
 static bool shape_preference_bwd(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
     (void)err;
@@ -790,10 +811,17 @@ static int64_t loss_chunk(const IrGraph *g, const IrNode *n) {
 
 // The logits' product and the loss over them; with the gradient, also dx and (when W
 // trains) dW's products and the loss's gradient.
+// The output fused-loss node n writes W's gradient into, or -1 (none: no gradient, or W
+// does not train).
+static int loss_dw_out(const IrNode *n) {
+    return n->op == OP_LINEAR_CE_GRAD ? n->out[2] : n->op == OP_LINEAR_LOGPROBS_BWD ? n->out[1] : -1;
+}
+static bool loss_grads(const IrNode *n) { return n->op == OP_LINEAR_CE_GRAD || n->op == OP_LINEAR_LOGPROBS_BWD; }
+
 static int64_t flops_linear_ce(const IrGraph *g, const IrNode *n) {
     int64_t r = loss_rows(g, n), v = IN(1)->shape[0], k = IN(1)->shape[1];
-    int64_t products = n->op == OP_LINEAR_CE ? 1 : n->out[2] >= 0 ? 3 : 2;   // (before autodiff: 1)
-    return products * 2 * r * v * k + (n->op == OP_LINEAR_CE ? 4 : 8) * r * v;
+    int64_t products = !loss_grads(n) ? 1 : loss_dw_out(n) >= 0 ? 3 : 2;   // (before autodiff: 1)
+    return products * 2 * r * v * k + (!loss_grads(n) ? 4 : 8) * r * v;
 }
 
 // Per chunk: the logits [C, V] = x_c [C, K] Wᵀ; with the gradient dx_c [C, K] = dlogits W
@@ -801,11 +829,12 @@ static int64_t flops_linear_ce(const IrGraph *g, const IrNode *n) {
 static int gemm_loss(const IrGraph *g, const IrNode *n, int64_t dims[][3], bool *recompute) {
     int64_t c = loss_chunk(g, n), v = IN(1)->shape[0], k = IN(1)->shape[1];
     int np = 0;
-    dims[np][0] = c, dims[np][1] = v, dims[np][2] = k, recompute[np++] = false;
-    if (n->op == OP_LINEAR_CE)
+    // (the log-probabilities' backward forms again the logits its forward formed)
+    dims[np][0] = c, dims[np][1] = v, dims[np][2] = k, recompute[np++] = n->op == OP_LINEAR_LOGPROBS_BWD;
+    if (!loss_grads(n))
         return np;
     dims[np][0] = c, dims[np][1] = k, dims[np][2] = v, recompute[np++] = false;
-    if (n->out[2] >= 0)
+    if (loss_dw_out(n) >= 0)
         dims[np][0] = v, dims[np][1] = k, dims[np][2] = c, recompute[np++] = false;
     return np;
 }
@@ -964,6 +993,10 @@ static const OpInfo ops[OP_COUNT] = {
                       .scratch_bytes = scratch_linear_ce},
     [OP_LINEAR_CE_GRAD] = {.shape = shape_linear_ce, .flops = flops_linear_ce, .gemm_loss = gemm_loss,
                            .scratch_bytes = scratch_linear_ce},
+    [OP_LINEAR_LOGPROBS] = {.shape = shape_linear_logprobs, .flops = flops_linear_ce, .gemm_loss = gemm_loss,
+                            .scratch_bytes = scratch_linear_ce, .grad_needs = {I0 | I1 | I2, I0 | I2}},
+    [OP_LINEAR_LOGPROBS_BWD] = {.shape = shape_linear_logprobs, .flops = flops_linear_ce, .gemm_loss = gemm_loss,
+                                .scratch_bytes = scratch_linear_ce},
     // backward ops
     [OP_EMBED_BWD] = {.shape = shape_attr, .flops = flops_elems, .scratch_bytes = scratch_embed_bwd},
     [OP_LINEAR_DX] = {.shape = shape_linear_dx, .flops = flops_linear_bwd, .gemm = gemm_dims,

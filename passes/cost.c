@@ -46,7 +46,9 @@ static double loss_us(const IrGraph *g, const IrNode *n, const CostModel *cm, do
         if (again[i])
             again_us += t;
     }
-    double passes = n->op == OP_LINEAR_CE ? 2 : 3;   // the loss's kernels: read (twice), write
+    // the loss's kernels: read (twice), write; the log-probabilities' read, their gradient's
+    // read (twice) and write
+    double passes = n->op == OP_LINEAR_CE ? 2 : n->op == OP_LINEAR_LOGPROBS ? 1 : 3;
     chunk_us += LAUNCH_US + passes * (double)(chunk * v * elt) / hbm * 1e6;
     double chunks = (double)(rows / chunk);
     *recompute_us = again_us * chunks;

@@ -154,7 +154,7 @@ static bool loss_node(Decode *d, const IrNode *n, const int *in, int *status) {
     }
     if (n->op == OP_PREFERENCE)
         return true;
-    if (n->op != OP_LINEAR_CE && n->op != OP_LINEAR_CE_GRAD)
+    if (n->op != OP_LINEAR_CE && n->op != OP_LINEAR_CE_GRAD && n->op != OP_LINEAR_LOGPROBS)
         return false;
     int xw[2] = {in[0], in[1]};
     int id = add(d, n, OP_LINEAR, 2, xw, (OpAttr){0});

@@ -3,7 +3,9 @@
 // become linear_cross_entropy, which forms the logits one row chunk at a time in its
 // workspace (and its backward, from autodiff's rule, forms them again chunk by chunk,
 // writing the chunk's dx rows and adding its part of dW). The full logits and their
-// gradient never exist. Before autodiff, so the backward is the fused op's own.
+// gradient never exist. Before autodiff, so the backward is the fused op's own. A
+// preference loss's log-probabilities fuse alike (linear_logprobs; its backward a node of
+// its own, after the loss: the pairs' loss must be known before any row's gradient).
 #include "passes.h"
 
 // The nodes reading tensor t (through views: any reader of its bytes).
@@ -20,7 +22,48 @@ static int readers(const IrGraph *g, int t, int *only) {
     return count;
 }
 
+// A preference loss's log-probabilities (the policy's and a reference's) likewise: each
+// logprobs of a bias-free linear of a parameter that nothing else reads becomes
+// linear_logprobs, its backward autodiff's. How many were fused.
+static int fuse_logprobs(IrGraph *g) {
+    int n = g->nodes.len, fused = 0;
+    int *skip = xmalloc(sizeof(int) * (size_t)(n + 1));   // node -> skipped (the linear fused)
+    for (int i = 0; i < n; i++)
+        skip[i] = 0;
+    for (int i = 0; i < n; i++) {
+        IrNode *lp = &g->nodes.at[i];
+        const IrTensor *lg = lp->op == OP_LOGPROBS ? &g->tensors.at[lp->in[0]] : NULL;
+        if (!lg || lg->alias_of >= 0 || lg->producer < 0)
+            continue;
+        const IrNode *lin = &g->nodes.at[lg->producer];
+        int reader = -1;
+        if (lin->op != OP_LINEAR || (lin->nin > 2 && lin->in[2] >= 0) || g->tensors.at[lin->in[1]].kind != TK_PARAM ||
+            readers(g, lp->in[0], &reader) != 1 || reader != i)
+            continue;
+        int tg = lp->in[1];
+        lp->op = OP_LINEAR_LOGPROBS, lp->nin = 3;
+        lp->in[0] = lin->in[0], lp->in[1] = lin->in[1], lp->in[2] = tg;
+        lp->attr = (OpAttr){0};
+        skip[lin->id] = 1, fused++;
+        if (lg->id == g->logits)
+            g->logits = -1;
+    }
+    if (fused) {
+        IrRewrite rw;
+        ir_rewrite_begin(&rw, g);
+        for (IrNode nd; ir_rewrite_next(&rw, &nd);)
+            if (!skip[rw.at - 1])
+                ir_rewrite_keep(&rw, &nd);
+        ir_rewrite_end(&rw);
+        ir_drop_unused(g);
+    }
+    free(skip);
+    return fused;
+}
+
 int fuse_loss_apply(IrGraph *g) {
+    if (g->loss >= 0 && g->pref_stats >= 0)
+        return fuse_logprobs(g);
     if (g->loss < 0 || g->logits < 0)
         return 0;
     const IrTensor *lg = &g->tensors.at[g->logits];

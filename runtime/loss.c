@@ -19,11 +19,11 @@ void rt_loss_gemm_shape(const Plan *p, const PlanInstr *in, int which, LossGemm 
         break;
     case LOSS_DX:       // dx_c [C, K] = dlogits [C, V] · W [V, K]
         *g = (LossGemm){.which = which, .m = l.chunk, .n = l.k, .k = l.vocab, .ta = x, .tb = w,
-                        .tc = in->nout > 1 ? p->buf[in->out[1]].dtype : x};
+                        .tc = rt_loss_dx(in) >= 0 ? p->buf[in->out[rt_loss_dx(in)]].dtype : x};
         break;
     default:            // dW [V, K] (+)= dlogits [C, V]ᵀ · x_c [C, K]
         *g = (LossGemm){.which = which, .m = l.vocab, .n = l.k, .k = l.chunk, .trans_a = true, .ta = x,
-                        .tb = x, .tc = in->nout > 2 ? p->buf[in->out[2]].dtype : x};
+                        .tb = x, .tc = rt_loss_dw(in) >= 0 ? p->buf[in->out[rt_loss_dw(in)]].dtype : x};
         break;
     }
 }
@@ -40,7 +40,9 @@ int rt_loss_run(const Exec *x, const PlanInstr *in, const LossOps *ops, char *er
     rt_kernel_args(x, in, &a);
     char *xs = x->ptr[in->in[0]], *ws = x->ptr[in->ws];
     int64_t xrow = plan_dtype_bytes(p->buf[in->in[0]].dtype, l.k);
-    if (ops->launch(ops->ctx, in, 0, &a, err, errlen) != 0)   // the valid targets
+    bool ce = rt_loss_is_ce(in);
+    int step = ce ? 1 : 0, dx = rt_loss_dx(in), dw = rt_loss_dw(in);
+    if (ce && ops->launch(ops->ctx, in, 0, &a, err, errlen) != 0)   // the valid targets
         return -1;
     for (int64_t c = 0; c < l.rows / l.chunk; c++) {
         int64_t r0 = c * l.chunk;
@@ -49,24 +51,24 @@ int rt_loss_run(const Exec *x, const PlanInstr *in, const LossOps *ops, char *er
         g.a = xs + r0 * xrow, g.b = x->ptr[in->in[1]], g.c = ws;
         a.i[3] = c;
         with_lib(&g, ws, &l);
-        if (ops->gemm(ops->ctx, in, &g, err, errlen) != 0 || ops->launch(ops->ctx, in, 1, &a, err, errlen) != 0)
+        if (ops->gemm(ops->ctx, in, &g, err, errlen) != 0 || ops->launch(ops->ctx, in, step, &a, err, errlen) != 0)
             return -1;
-        if (in->op == OP_LINEAR_CE)   // the loss alone
+        if (dx < 0)   // the loss (or the log-probabilities) alone
             continue;
         rt_loss_gemm_shape(p, in, LOSS_DX, &g);   // the chunk's rows of dx
         g.a = ws, g.b = x->ptr[in->in[1]];
-        g.c = (char *)x->ptr[in->out[1]] + r0 * plan_dtype_bytes(p->buf[in->out[1]].dtype, l.k);
+        g.c = (char *)x->ptr[in->out[dx]] + r0 * plan_dtype_bytes(p->buf[in->out[dx]].dtype, l.k);
         with_lib(&g, ws, &l);
         if (ops->gemm(ops->ctx, in, &g, err, errlen) != 0)
             return -1;
-        if (in->nout < 3)
+        if (dw < 0)
             continue;
         rt_loss_gemm_shape(p, in, LOSS_DW, &g);   // the chunk's part of dW
-        g.a = ws, g.b = xs + r0 * xrow, g.c = x->ptr[in->out[2]];
-        g.beta = c > 0 || (in->update & 4u) ? 1.0f : 0.0f;
+        g.a = ws, g.b = xs + r0 * xrow, g.c = x->ptr[in->out[dw]];
+        g.beta = c > 0 || (in->update & (1u << dw)) ? 1.0f : 0.0f;
         with_lib(&g, ws, &l);
         if (ops->gemm(ops->ctx, in, &g, err, errlen) != 0)
             return -1;
     }
-    return ops->launch(ops->ctx, in, 2, &a, err, errlen);   // the mean
+    return ce ? ops->launch(ops->ctx, in, 2, &a, err, errlen) : 0;   // the mean
 }

@@ -28,12 +28,31 @@ typedef struct LossOps {
     void *ctx;
 } LossOps;
 
+// Whether fused-loss instruction `in` forms a gradient, and the outputs it writes dx and
+// (when W trains) dW into; -1 where it has none.
+static inline bool rt_loss_grads(const PlanInstr *in) {
+    return in->op == OP_LINEAR_CE_GRAD || in->op == OP_LINEAR_LOGPROBS_BWD;
+}
+static inline int rt_loss_dx(const PlanInstr *in) {
+    return in->op == OP_LINEAR_CE_GRAD ? 1 : in->op == OP_LINEAR_LOGPROBS_BWD ? 0 : -1;
+}
+static inline int rt_loss_dw(const PlanInstr *in) {
+    int k = rt_loss_dx(in) + 1;
+    return k > 0 && k < in->nout ? k : -1;
+}
+// Whether it is the cross entropy (its launches: the count, a chunk's terms and gradient,
+// the mean), else the targets' log-probabilities (one launch a chunk: their values, or
+// their gradient).
+static inline bool rt_loss_is_ce(const PlanInstr *in) { return in->op == OP_LINEAR_CE || in->op == OP_LINEAR_CE_GRAD; }
+
 // The shape and dtypes of product `which` of fused-loss instruction `in` (no pointers).
 void rt_loss_gemm_shape(const Plan *p, const PlanInstr *in, int which, LossGemm *g);
 // Runs fused-loss instruction `in`: launch 0 (the valid targets), per chunk the logits'
 // product, launch 1 (the chunk's loss terms and their gradient, in place), the chunk's
 // rows of dx and, when W trains, its part of dW (the first chunk assigns unless the
-// instruction updates), then launch 2 (the mean). -1 with err.
+// instruction updates), then launch 2 (the mean). The log-probabilities (linear_logprobs
+// and its backward) have one launch, per chunk: their values, or their gradient in place.
+// -1 with err.
 int rt_loss_run(const Exec *x, const PlanInstr *in, const LossOps *ops, char *err, size_t errlen);
 
 #endif

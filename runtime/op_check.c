@@ -49,6 +49,7 @@ static const char *const kinds[OP_COUNT][2] = {
     [OP_ADAMW8BIT] = {"FF", "F*FF"},
     [OP_LOGPROBS] = {"FI", "F"},        [OP_LOGPROBS_BWD] = {"FFI", "F"},
     [OP_PREFERENCE] = {"FII-", "FF"},   [OP_PREFERENCE_BWD] = {"FII-", "F"},
+    [OP_LINEAR_LOGPROBS] = {"FFI", "F"}, [OP_LINEAR_LOGPROBS_BWD] = {"FFIF", "FF"},
 };
 
 static bool kind_ok(char k, OpDType t) {
@@ -407,6 +408,26 @@ static int losses(const Check *c, OpKind op, const OpAttr *attr) {
                  PREF_STATS);
         else
             NEED(o->dtype == OPD_F32 && E(o) == E(a), "%s is not f32 like %s", o->name, a->name);
+        return 0;
+    }
+    case OP_LINEAR_LOGPROBS:       // x [rows, K], W [V, K], targets [rows] -> f32 a row
+    case OP_LINEAR_LOGPROBS_BWD: { // ..., dlp f32 a row -> dx like x, dW like W (when W trains)
+        const OpOperand *tg = I(c, 2);
+        NEED(b->ndim == 2 && D(b, 1) == L(a), "%s is not [V, %lld]", b->name, (long long)L(a));
+        NEED(D(b, 0) == c->vocab, "%s has %lld rows of logits, the header's vocab is %lld", b->name,
+             (long long)D(b, 0), (long long)c->vocab);
+        NEED(tg && E(tg) == R(a), "the targets are not one a row of %s", a->name);
+        int64_t chunk = attr->chunk_rows ? attr->chunk_rows : R(a);
+        NEED(chunk >= 1 && chunk <= R(a) && R(a) % chunk == 0, "chunk=%lld does not divide the %lld rows",
+             (long long)chunk, (long long)R(a));
+        if (op == OP_LINEAR_LOGPROBS) {
+            NEED(o->dtype == OPD_F32 && E(o) == R(a), "%s is not an f32 a row of %s", o->name, a->name);
+        } else {
+            NEED(I(c, 3) && I(c, 3)->dtype == OPD_F32 && E(I(c, 3)) == R(a), "dlp is not an f32 a row of %s", a->name);
+            NEED(c->nout == 1 || c->nout == 2, "it writes dx and perhaps dW");
+            SAME(o, a);
+            NEED(c->nout == 1 || E(O(c, 1)) == E(b), "dW is not shaped like %s", b->name);
+        }
         return 0;
     }
     case OP_LINEAR_CE:        // x [rows, K], W [V, K], targets [rows] -> the mean

@@ -159,7 +159,12 @@ static void pref_case(const char *name, const char *loss) {
     check_case(name, "    y = silu(linear(x, w1)) * linear(x, w2)\n");
     loss_expr = NULL;
 }
-static void test_dpo(void) { pref_case("dpo", "dpo(forward(tokens), next(tokens), beta = 2.0, label_smoothing = 0.1)"); }
+static void test_dpo(void) {
+    pref_case("dpo", "dpo(forward(tokens), next(tokens), beta = 2.0, label_smoothing = 0.1)");
+    harness_unfused_loss = true;   // the logits whole: logprobs and its backward, not the fused op
+    pref_case("dpo-unfused", "dpo(forward(tokens), next(tokens), beta = 2.0, label_smoothing = 0.1)");
+    harness_unfused_loss = false;
+}
 static void test_ipo(void) { pref_case("ipo", "ipo(forward(tokens), next(tokens), beta = 0.5)"); }
 static void test_orpo(void) { pref_case("orpo", "orpo(forward(tokens), next(tokens), beta = 0.5)"); }
 static void test_simpo(void) {

@@ -536,6 +536,9 @@ static void test_preference(void) {
                "  lora(r = 4, alpha = 8, targets = [wq, wv])\n");
     preference("qwen-odd-orpo", "orpo(forward(tokens), next(tokens))", "  lora(r = 4, alpha = 8, targets = [wq, wv])\n");
     preference("qwen-odd-simpo", "simpo(forward(tokens), next(tokens), beta = 2.0, label_smoothing = 0.1, alpha = 0.2)", "");
+    harness_unfused_loss = true;   // the logits whole: logprobs and its backward
+    preference("qwen-odd-dpo-unfused", "dpo(forward(tokens), next(tokens), reference = copy)", "");
+    harness_unfused_loss = false;
 }
 
 static void test_qwen_odd_shapes(void) {

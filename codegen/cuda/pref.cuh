@@ -41,6 +41,44 @@ FTC_INLINE void lp_grad(FtcArgs a, long long N, long long V, int dtx, int dtd, i
     }
 }
 
+/* The fused linear + logprobs runs the same row code on one chunk of logits at a time:
+ * chunk a.i[3] of C rows, whose logits [C, V] (dtype dtx) the backend has formed at the
+ * start of the workspace a.p[pws]; the targets are a.p[ptg]. Forward, one block a row of
+ * the chunk: lp[row] (a.p[0]). */
+FTC_INLINE void llp_rows(FtcArgs a, long long C, long long V, int ptg, int pws, int dtx, int v8) {
+    __shared__ float red[32];
+    long long r = blockIdx.x, row = a.i[3] * C + r;
+    if (r >= C)
+        return;
+    int t = ((const int *)a.p[ptg])[row];
+    float lse = row_lse(a.p[pws], r * V, V, dtx, red, v8);
+    if (threadIdx.x == 0)
+        ((float *)a.p[0])[row] = t >= 0 && t < V ? ldf(a.p[pws], r * V + t, dtx) - lse : 0.0f;
+}
+
+/* Backward, one block a row of the chunk: its logits become their gradient in place,
+ * dlp[row] (onehot(t) - softmax), zeros for an ignored row (lp_grad's arithmetic); the
+ * backend then forms the chunk's dx rows and its part of dW from them. dlp is a.p[pdlp]. */
+FTC_INLINE void llp_grad(FtcArgs a, long long C, long long V, int ptg, int pdlp, int pws, int dtx, int v8) {
+    __shared__ float red[32];
+    long long r = blockIdx.x, row = a.i[3] * C + r, base = r * V;
+    if (r >= C)
+        return;
+    void *lg = a.p[pws];
+    int t = ((const int *)a.p[ptg])[row];
+    float lse = t < 0 ? 0.0f : row_lse(lg, base, V, dtx, red, v8), g = ((const float *)a.p[pdlp])[row];
+    __syncthreads();   /* every read of the row is done before the first write */
+    int w = v8 ? 8 : 1;
+    for (long long j = threadIdx.x * w; j < V; j += blockDim.x * w) {
+        float x[8];
+        ldn(lg, base + j, dtx, v8, x);
+        FTC_UNROLL
+        for (int e = 0; e < w; e++)
+            x[e] = t < 0 ? 0.0f : ((j + e == t ? 1.0f : 0.0f) - expf(x[e] - lse)) * g;
+        stn(lg, base + j, dtx, v8, x);
+    }
+}
+
 FTC_INLINE double pref_logsig(double z) { return z >= 0 ? -log1p(exp(-z)) : z - log1p(exp(z)); }
 FTC_INLINE double pref_sig(double z) { return z >= 0 ? 1.0 / (1.0 + exp(-z)) : exp(z) / (1.0 + exp(z)); }
 

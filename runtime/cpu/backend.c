@@ -575,6 +575,35 @@ static int k_linear_ce_grad(Call *c) {
     return 0;
 }
 
+// The fused linear + logprobs and its backward, chunk by chunk as the fused loss: the
+// chunk's logits x_c Wᵀ rounded to x's dtype (as the unfused linear stores them); forward
+// their targets' log-probabilities; backward their gradient dlp (onehot - softmax) in place,
+// rounded to x's dtype (as the unfused backward stores it), the chunk's rows of dx and dW +=
+// its part (fp32 over the chunks, rounded once at the end).
+static int k_linear_logprobs(Call *c) {
+    bool grad = c->in->op == OP_LINEAR_LOGPROBS_BWD;
+    PlanLoss l = plan_loss(c->x->plan, c->in);
+    const int32_t *tg = RAW(2);
+    float *lg = scratch(c->s, l.chunk * l.vocab), *dw = grad && c->in->nout > 1 ? OUT(1) : NULL;
+    if (dw)
+        zero_unless_update(c, 1);
+    for (int64_t r0 = 0; r0 < l.rows; r0 += l.chunk) {
+        const float *xc = IN(0) + r0 * l.k;
+        cpu_linear_forward(lg, xc, IN(1), NULL, (size_t)l.chunk, (size_t)l.k, (size_t)l.vocab);
+        round_to(lg, l.chunk * l.vocab, B(0)->dtype);
+        int st = grad ? cpu_logprobs_backward(lg, IN(3) + r0, lg, tg + r0, (size_t)l.chunk, (size_t)l.vocab)
+                      : cpu_logprobs(OUT(0) + r0, lg, tg + r0, (size_t)l.chunk, (size_t)l.vocab);
+        if (st != CPU_OK)
+            return status(c, st);
+        if (!grad)
+            continue;
+        round_to(lg, l.chunk * l.vocab, B(0)->dtype);
+        cpu_linear_backward(OUT(0) + r0 * l.k, dw, NULL, lg, xc, IN(1), (size_t)l.chunk, (size_t)l.k,
+                            (size_t)l.vocab);
+    }
+    return 0;
+}
+
 //
 // Storage.
 //
@@ -762,6 +791,7 @@ static const Kernel kernels[OP_COUNT] = {
     [OP_CROSS_ENTROPY_BWD] = k_cross_entropy_bwd,
     [OP_LINEAR_CE] = k_linear_ce_grad,    [OP_LINEAR_CE_GRAD] = k_linear_ce_grad,
     [OP_LOGPROBS] = k_logprobs,     [OP_LOGPROBS_BWD] = k_logprobs_bwd,
+    [OP_LINEAR_LOGPROBS] = k_linear_logprobs, [OP_LINEAR_LOGPROBS_BWD] = k_linear_logprobs,
     [OP_PREFERENCE] = k_preference, [OP_PREFERENCE_BWD] = k_preference,
     [OP_DEQUANT] = k_dequant,
     [OP_ACC] = k_acc,               [OP_ADAMW] = k_adamw,           [OP_SGD] = k_sgd,

@@ -784,7 +784,7 @@ static int gemm_setup(CudaState *s, const Plan *p, const PlanInstr *in, Gemm *g,
 static int loss_setup(CudaState *s, const Plan *p, const PlanInstr *in, Gemm *g, char *err, size_t errlen) {
     int64_t ws = plan_loss(p, in).lib_bytes;
     for (int w = 0; w < LOSS_GEMMS; w++) {
-        if (w == LOSS_DW && in->nout < 3)
+        if ((w == LOSS_DX && rt_loss_dx(in) < 0) || (w == LOSS_DW && rt_loss_dw(in) < 0))
             break;
         LossGemm lg;
         rt_loss_gemm_shape(p, in, w, &lg);
