@@ -53,7 +53,7 @@ typedef struct PlanMeta {
 // dumps.c — the memory schedule from a plan: memory.txt, .json, .html, trace.json.
 //
 
-enum { MV_CATS = 12 };   // the categories of plan.h, then "other"
+enum { MV_CATS = 13 };   // the categories of plan.h, then "other"
 
 typedef struct MemMeta {
     int64_t budget_bytes, reserve_bytes;

@@ -11,13 +11,13 @@
 
 static const char *cat_names[MV_CATS] = {
     "weights", "grads", "optimizer", "master", "activations", "recompute",
-    "temporaries", "workspace", "io", "reserve", "kv_cache", "other"};
+    "temporaries", "workspace", "io", "reserve", "kv_cache", "reference", "other"};
 
 static const char *cat_colors[MV_CATS] = {
     "#4e79a7", "#f28e2b", "#e15759", "#b07aa1", "#59a14f", "#9c755f",
-    "#edc948", "#bab0ac", "#76b7b2", "#555555", "#86bcb6", "#ff9da7"};
+    "#edc948", "#bab0ac", "#76b7b2", "#555555", "#86bcb6", "#a0cbe8", "#ff9da7"};
 
-static const char cat_letters[MV_CATS + 1] = "WGOMARTXIZK?";
+static const char cat_letters[MV_CATS + 1] = "WGOMARTXIZKF?";
 
 int mv_category(const char *name) {
     for (int c = 0; c < MV_CATS - 1; c++)

@@ -188,6 +188,7 @@ static int ref_copy(Elab *e, int id) {
     t->hf_name = p.hf_name, t->decl = p.decl, t->layer = p.layer;
     t->trainable = t->requires_grad = false;
     t->copy_of = id;
+    t->cat = MEM_REFERENCE;
     e->ref_copy.at[id] = c;
     return c;
 }

@@ -74,6 +74,7 @@ typedef enum MemCategory {
     MEM_WORKSPACE,    // GEMM workspace, kernel scratch
     MEM_IO,           // token batches
     MEM_KV_CACHE,     // the decode step's keys and values of the tokens so far
+    MEM_REFERENCE,    // a preference loss's reference model: its frozen copy of the weights
     MEM_RESERVE,      // modeled CUDA context and library handles
     MEM_COUNT
 } MemCategory;

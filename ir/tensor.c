@@ -12,7 +12,7 @@ static const char *categories[MEM_COUNT] = {
     [MEM_ACTIVATIONS] = "activations", [MEM_RECOMPUTE] = "recompute",
     [MEM_TEMPORARIES] = "temporaries", [MEM_WORKSPACE] = "workspace",
     [MEM_IO] = "io",                   [MEM_RESERVE] = "reserve",
-    [MEM_KV_CACHE] = "kv_cache",
+    [MEM_KV_CACHE] = "kv_cache",       [MEM_REFERENCE] = "reference",
 };
 
 const char *mem_category_name(MemCategory c) { return c < MEM_COUNT ? categories[c] : "?"; }

@@ -96,7 +96,7 @@ static void categorize(const IrGraph *g, IrTensor *t) {
     const IrNode *pn = t->producer >= 0 ? &g->nodes.at[t->producer] : NULL;
     if (pn && pn->op == OP_COPY && pn->stream == STREAM_H2D && pn->in[0] >= 0 &&
         (g->tensors.at[pn->in[0]].kind == TK_PARAM || g->tensors.at[pn->in[0]].kind == TK_QUANT)) {
-        t->cat = MEM_WEIGHTS;
+        t->cat = g->tensors.at[pn->in[0]].cat == MEM_REFERENCE ? MEM_REFERENCE : MEM_WEIGHTS;   // (a weight streamed in)
     } else if (t->kind == TK_VALUE && t->alias_of < 0 && t->producer >= 0 && t->last >= 0 && !persistent(g, t) &&
                op_desc(pn->op)->cls != OPC_COLLECTIVE && t->cat != MEM_GRADS) {
         bool fwd = g->nodes.at[t->producer].phase == PHASE_FORWARD;
