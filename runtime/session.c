@@ -121,7 +121,8 @@ static int open_data(TrainSession *s) {
     s->data_print = data_fingerprint(s->feed.d);
     // Records packed several a window, read without the plan's document masks: each attends
     // to the records before it in its window. Allowed (a pretraining stream does it), said.
-    if (s->lead && !s->p->packing && data_packed_window(s->feed.d))
+    // (Preference pairs hold one sequence a window.)
+    if (s->lead && !s->p->packing && data_packed_window(s->feed.d) && !data_paired(s->feed.d))
         fprintf(s->out, "ftc run: warning: %s was packed several records a window (ftc data --pack %llu), "
                 "but the plan has no packing: each record attends to those before it in its window; "
                 "packing = true in the train section masks them apart\n", o->data,
@@ -332,7 +333,11 @@ static int reference_sums(TrainSession *s) {
     char err[1024];
     bool computed;
     double t = now_s();
-    const char *keep = s->lead ? s->o->save : NULL;
+    char dir[4400];   // --save, else the directory of the checkpoint resumed
+    snprintf(dir, sizeof dir, "%s", s->o->save ? s->o->save : s->o->resume ? s->ckpt : "");
+    if (!s->o->save && s->o->resume && strrchr(dir, '/'))
+        *strrchr(dir, '/') = '\0';
+    const char *keep = s->lead && dir[0] ? dir : NULL;
     if (rt_reference_sums(&s->x, &s->feed, keep, s->o->resume != NULL, s->p->lora_r > 0, &computed, err,
                           sizeof err) != 0)
         return rt_run_error("%s", err), -1;
