@@ -828,6 +828,102 @@ static void test_pref_dpo_lora(void) {
               "  lora(r = 4, alpha = 8, dropout = 0.0, targets = [q_proj, v_proj])");
 }
 
+// Every adapter's B zeroed, the frozen copy's as well: LoRA as it starts (PEFT's and ftc's
+// initialisation), where the base with its adapters is the base.
+static void zero_lora_b(Run *r) {
+    for (int i = 0; i < r->plan->nbuf; i++) {
+        const PlanBuffer *b = &r->plan->buf[i];
+        if (b->kind != PK_PARAM || !strstr(b->hf, "lora_B"))
+            continue;
+        float *z = calloc((size_t)plan_elems(b), sizeof(float));
+        rt_write_f32(&r->x, i, z);
+        free(z);
+    }
+}
+
+// The reference phase of a precomputed reference over pb, each row's sum of its trained
+// targets' log-probabilities (in double, as runtime/reference.c sums them) into sums [8];
+// its log-probabilities into lp [8, 12].
+static bool pref_precompute(Run *r, const PrefBatch *pb, float *sums, float *lp) {
+    char err[1024];
+    const PlanBuffer *ro = plan_role(r->plan, PR_REF_OUT);
+    int64_t rows = r->plan->micro_batch, S = r->plan->seq;
+    static const float none[8];
+    for (int64_t m = 0; m < r->plan->accum; m++) {
+        r->x.micro = m;
+        pref_write(r, pb, m, none);
+        if (!ro || rt_exec_phase(&r->x, PHASE_REF, err, sizeof err) != 0)
+            return printf("  the reference phase: %s\n", ro ? err : "no ref_out"), false;
+        rt_read_f32(&r->x, ro->id, lp + m * rows * S);
+    }
+    for (int64_t b = 0; b < rows * r->plan->accum; b++) {
+        double sum = 0;
+        for (int64_t t = 0; t < S; t++)
+            if (pb->targets[b * S + t] >= 0)
+                sum += lp[b * S + t];
+        sums[b] = (float)sum;
+    }
+    return true;
+}
+
+// The reference of a LoRA run three ways over 3 steps of dpo (ref/qwen2_pref's batch, its
+// adapters' B zero as LoRA starts, the policy moving from the second step): the base without
+// its adapters (lora_off) and a frozen copy of the initial weights (copy: the base's, the
+// reference running no adapter) give the same log-probabilities bit for bit at every step,
+// and so the same loss; the reference phase (precomputed) gives lora_off's log-probabilities
+// bit for bit, its loss within the rounding of each row's sum to a float.
+static void test_pref_reference_modes(void) {
+    static const char *const modes[3] = {"lora_off", "copy", "precomputed"};
+    Run r[3];
+    PrefBatch pb;
+    bool ok = true;
+    for (int k = 0; k < 3; k++) {
+        char loss[256];
+        snprintf(loss, sizeof loss, "  loss = dpo(forward(tokens), next(tokens), beta = 0.5, reference = %s)",
+                 modes[k]);
+        loss_line = loss;
+        ok &= setup_full(&r[k], "qwen2_pref", "fp32", NULL,
+                         "  lora(r = 4, alpha = 8, dropout = 0.0, targets = [q_proj, v_proj])", 8, 4);
+        loss_line = NULL;
+        ok = ok && r[k].plan->accum == 2 && pref_batch(&r[k], &pb);
+        if (ok)
+            zero_lora_b(&r[k]);
+    }
+    CHECK(ok);
+    float sums[8], pre_lp[8 * 12], lp[2][8 * 12];
+    ok = ok && pref_precompute(&r[2], &pb, sums, pre_lp);
+    CHECK(ok);
+    double worst_pre = 0, loss[3] = {0};
+    int same_lp = 0, same_loss = 0;
+    for (int s = 1; s <= 3 && ok && !CASE_FAILED(); s++) {
+        double st[PREF_STATS];
+        for (int k = 0; k < 3; k++) {
+            ok &= pref_step(&r[k], &pb, s, sums, &loss[k], st, k < 2 ? lp[k] : NULL);
+            ok &= pref_update(&r[k], s);
+        }
+        CHECK(ok);
+        int trained = 0, real = 0;   // (not the poison of a buffer past its lifetime)
+        for (int i = 0; i < 8 * 12; i++)
+            if (pb.targets[i] >= 0)
+                trained++, real += isfinite(lp[0][i]) && lp[0][i] < 0 && isfinite(pre_lp[i]);
+        CHECKF(real == trained && trained > 0, "step %d: %d of %d trained targets' reference log-probabilities "
+               "finite and negative", s, real, trained);
+        same_lp += memcmp(lp[0], lp[1], sizeof lp[0]) == 0;
+        same_loss += memcmp(&loss[0], &loss[1], sizeof loss[0]) == 0;
+        CHECKF(memcmp(lp[0], lp[1], sizeof lp[0]) == 0, "step %d: lora_off's and copy's ref.logprobs differ", s);
+        CHECKF(loss[0] == loss[1], "step %d: lora_off's loss %.9g, copy's %.9g", s, loss[0], loss[1]);
+        CHECKF(memcmp(lp[0], pre_lp, sizeof pre_lp) == 0, "step %d: the reference phase's log-probabilities "
+               "are not lora_off's", s);
+        CHECK_NEAR(loss[2], loss[0], 1e-6, 1e-6);
+        worst_pre = fmax(worst_pre, fabs(loss[2] - loss[0]));
+    }
+    printf("  qwen2_pref dpo, LoRA: the reference's log-probabilities bitwise lora_off's and copy's at %d of 3 "
+           "steps (the losses at %d, the last %.7f), the reference phase's lora_off's; precomputed's loss within "
+           "%.1e of lora_off's (tolerance 1e-6 + 1e-6 relative)\n", same_lp, same_loss, loss[0], worst_pre);
+    for (int k = 0; k < 3; k++)
+        teardown(&r[k]);
+}
+
 // PEFT's LoRA (r = 4, alpha = 8 on q_proj, v_proj): logits, loss and the adapters' gradients.
 static void test_qwen2_peft_lora_fp32(void) {
     run_both("qwen2_tiny_lora", "fp32", 1e-4,
@@ -872,5 +968,6 @@ int main(int argc, char **argv) {
     RUN(test_pref_orpo);
     RUN(test_pref_simpo);
     RUN(test_pref_dpo_lora);
+    RUN(test_pref_reference_modes);
     return CHECK_DONE();
 }
