@@ -748,9 +748,9 @@ static int pref_compare(Run *r, PlanKind kind, const char *key, const char *what
     int n = 0;
     for (int i = 0; i < r->plan->nbuf; i++) {
         const PlanBuffer *b = &r->plan->buf[i];
-        const PlanBuffer *p = kind == PK_GRAD ? &r->plan->buf[b->of] : b;
         if (b->kind != kind || (kind == PK_PARAM && (!b->trainable || b->copy_of >= 0)))
             continue;
+        const PlanBuffer *p = kind == PK_GRAD ? &r->plan->buf[b->of] : b;
         char name[512];
         snprintf(name, sizeof name, "%s.%s.%s", key, what, p->hf);
         expect_close(r, i, name, 1e-4, worst);
