@@ -5,7 +5,10 @@
 // logits, the loss and every parameter gradient; then one AdamW step from torch's
 // gradients against torch.optim.AdamW. And the training loop's parts against torch and
 // transformers (tests/fixtures/train, made by make_train_ref.py): the learning rate
-// schedules, and ten steps with the gradients clipped by their global norm.
+// schedules, and ten steps with the gradients clipped by their global norm. And the
+// preference losses (dpo, ipo, orpo, simpo; ref/qwen2_pref, made by make_ref_pref.py from
+// their papers' formulas): the loss and rewards at three steps, the gradients at the first,
+// the weights after the third.
 // Tolerances, per tensor: fp32 plans 1e-4 in max |ftc - torch| / max |torch| (the
 // AdamW step 1e-6). bf16 plans, in ||ftc - exact||₂ / ||exact||₂ with exact the fp32
 // result: 2e-2, or 1.5x PyTorch's own bf16 error where that is larger. Comparing two
@@ -18,6 +21,8 @@
 #include "harness.h"
 
 static const char *refdir = ".", *traindir = ".";
+// The train section's loss line in place of the import's cross entropy (NULL: that one).
+static const char *loss_line;
 
 // Replaces the first line starting with `key` (after spaces) in text with `line`.
 static char *set_line(char *text, const char *key, const char *line) {
@@ -86,6 +91,8 @@ static bool setup_full(Run *r, const char *name, const char *precision, const ch
     char prec[64];
     snprintf(prec, sizeof prec, "  precision = %s", precision);
     text = set_line(text, "precision ", prec);
+    if (loss_line)
+        text = set_line(text, "loss ", loss_line);
     // The import's recipe (packing, the schedule, clipping) out: the fixtures' windows are
     // unpacked and each case sets its own optimizer.
     static const char *const recipe[] = {"packing ", "lr_schedule ", "warmup_steps ", "steps ", "clip "};
@@ -656,6 +663,267 @@ static void test_eval_phase(void) {
     teardown(&r);
 }
 
+// Preference losses against make_ref_pref.py (ref/qwen2_pref): 4 pairs of windows of 12, the
+// prompts and the padding untrained, a step of 2 micro-batches of 2 pairs, the same batch at
+// each of 3 AdamW steps. The fixture's batch, in rows of the global batch.
+typedef struct PrefBatch {
+    int32_t tokens[8 * 12], targets[8 * 12], pairs, chosen;
+} PrefBatch;
+
+static bool pref_batch(Run *r, PrefBatch *pb) {
+    char err[1024];
+    const char *names[4] = {"tokens", "targets", "pairs", "chosen"};
+    int32_t *into[4] = {pb->tokens, pb->targets, &pb->pairs, &pb->chosen};
+    size_t cap[4] = {sizeof pb->tokens, sizeof pb->targets, 4, 4};
+    for (int k = 0; k < 4; k++) {
+        const StTensor *t = st_find(r->expect, names[k]);
+        if (!t || (size_t)st_elems(t) * 4 != cap[k] ||
+            st_read_raw(r->expect, t, into[k], cap[k], err, sizeof err) != 0)
+            return printf("  qwen2_pref: no %s of %zu elements\n", names[k], cap[k] / 4), false;
+    }
+    return r->plan->seq * r->plan->micro_batch * r->plan->accum == 8 * 12;
+}
+
+// Micro-batch m of pb into r's plan, as the feed writes one (ref_logps: the reference's sums
+// of its rows, where the plan reads them).
+static void pref_write(Run *r, const PrefBatch *pb, int64_t m, const float *ref_logps) {
+    int64_t rows = r->plan->micro_batch, S = r->plan->seq;
+    const PlanBuffer *ref = plan_role(r->plan, PR_REF_LOGPS);
+    if (ref)
+        rt_write_raw(&r->x, ref->id, ref_logps + m * rows);
+    rt_write_raw(&r->x, plan_role(r->plan, PR_TOKENS)->id, pb->tokens + m * rows * S);
+    rt_write_raw(&r->x, plan_role(r->plan, PR_TARGETS)->id, pb->targets + m * rows * S);
+    rt_write_positions(&r->x, NULL);
+    rt_write_pair_counts(&r->x, pb->pairs, pb->chosen);
+}
+
+// One optimizer step `s` over pb's micro-batches: its loss (their shares summed) and the
+// stats of each (summed) into loss and stats; ref_out, when not NULL, gets the reference's
+// log-probabilities (ref.logprobs, [rows, S] of the global batch) as the forward leaves them.
+static bool pref_step(Run *r, const PrefBatch *pb, int s, const float *ref_logps, double *loss,
+                      double stats[PREF_STATS], float *ref_out) {
+    char err[1024];
+    const PlanBuffer *st = plan_role(r->plan, PR_PREF_STATS), *ro = NULL;
+    for (int i = 0; ref_out && i < r->plan->nbuf; i++)
+        if (strcmp(r->plan->buf[i].name, "ref.logprobs") == 0)
+            ro = &r->plan->buf[i];
+    if (!st || (ref_out && !ro))
+        return printf("  no %s buffer\n", st ? "ref.logprobs" : "preference stats"), false;
+    *loss = 0;
+    memset(stats, 0, sizeof(double) * PREF_STATS);
+    r->x.step = s;
+    for (int64_t m = 0; m < r->plan->accum; m++) {
+        r->x.micro = m, r->x.last = m == r->plan->accum - 1;
+        pref_write(r, pb, m, ref_logps);
+        if (rt_exec_phase(&r->x, PHASE_FWD, err, sizeof err) != 0)
+            return printf("  %s\n", err), false;
+        if (ref_out)
+            rt_read_f32(&r->x, ro->id, ref_out + m * plan_elems(ro));
+        if (rt_exec_phase(&r->x, PHASE_BWD, err, sizeof err) != 0)
+            return printf("  %s\n", err), false;
+        float l, v[PREF_STATS];
+        rt_read_f32(&r->x, plan_role(r->plan, PR_LOSS)->id, &l);
+        rt_read_f32(&r->x, st->id, v);
+        *loss += l;
+        for (int i = 0; i < PREF_STATS; i++)
+            stats[i] += v[i];
+    }
+    return true;
+}
+
+// The optimizer phase of step s.
+static bool pref_update(Run *r, int s) {
+    char err[1024];
+    r->x.step = s;
+    r->x.lr = rt_lr_at(r->plan, s);
+    if (rt_exec_phase(&r->x, PHASE_OPT, err, sizeof err) == 0)
+        return true;
+    printf("  %s\n", err);
+    return false;
+}
+
+// Compares every buffer of `kind` whose parameter's checkpoint name is P with K.grad.P or
+// K.after.P (`what`), within 1e-4 (max-normalised); the number compared.
+static int pref_compare(Run *r, PlanKind kind, const char *key, const char *what, double *worst) {
+    int n = 0;
+    for (int i = 0; i < r->plan->nbuf; i++) {
+        const PlanBuffer *b = &r->plan->buf[i];
+        if (b->kind != kind || (kind == PK_PARAM && (!b->trainable || b->copy_of >= 0)))
+            continue;
+        const PlanBuffer *p = kind == PK_GRAD ? &r->plan->buf[b->of] : b;
+        char name[512];
+        snprintf(name, sizeof name, "%s.%s.%s", key, what, p->hf);
+        expect_close(r, i, name, 1e-4, worst);
+        n++;
+    }
+    int want = 0;
+    char pre[64];
+    snprintf(pre, sizeof pre, "%s.%s.", key, what);
+    for (int i = 0; i < st_count(r->expect); i++)
+        want += strncmp(st_at(r->expect, i)->name, pre, strlen(pre)) == 0;
+    CHECKF(n == want, "%s: %d of the fixture's %d %s compared", key, n, want, what);
+    return n;
+}
+
+// Case `key` of the fixture: ftc with the loss line `loss` (and `lora`) against torch: the loss
+// and the rewards at each of 3 steps, every gradient at step 1, every trained weight after 3.
+static void pref_case(const char *key, const char *loss, const char *lora) {
+    Run r;
+    PrefBatch pb;
+    loss_line = loss;
+    bool ok = setup_full(&r, "qwen2_pref", "fp32", NULL, lora, 8, 4);
+    loss_line = NULL;
+    CHECK(ok && r.plan->pairs && r.plan->accum == 2 && pref_batch(&r, &pb));
+    if (!ok || CASE_FAILED()) {
+        teardown(&r);
+        return;
+    }
+    char name[512], err[1024];
+    float want[3], want_st[3][3];
+    snprintf(name, sizeof name, "%s.loss", key);
+    CHECK(st_read_f32(r.expect, st_find(r.expect, name), want, 3, err, sizeof err) == 0);
+    snprintf(name, sizeof name, "%s.stats", key);
+    CHECK(st_read_f32(r.expect, st_find(r.expect, name), &want_st[0][0], 9, err, sizeof err) == 0);
+    double worst_loss = 0, worst_stat = 0, worst_grad = 0, worst_after = 0;
+    int grads = 0;
+    for (int s = 1; s <= 3 && !CASE_FAILED(); s++) {
+        double l = 0, st[PREF_STATS] = {0};
+        CHECK(pref_step(&r, &pb, s, NULL, &l, st, NULL));
+        CHECK_NEAR(l, want[s - 1], 0, 1e-5);
+        worst_loss = fmax(worst_loss, fabs(l - want[s - 1]) / want[s - 1]);
+        static const int stat[3] = {PREF_REWARD_CHOSEN, PREF_REWARD_REJECTED, PREF_ACCURACY};
+        for (int k = 0; k < 3; k++) {
+            double w = want_st[s - 1][k];
+            CHECKF(fabs(st[stat[k]] - w) <= 1e-5 + 1e-4 * fabs(w), "%s step %d stat %d: %.7g, torch %.7g", key,
+                   s, k, st[stat[k]], w);
+            worst_stat = fmax(worst_stat, fabs(st[stat[k]] - w));
+        }
+        if (s == 1)
+            grads = pref_compare(&r, PK_GRAD, key, "grad", &worst_grad);
+        CHECK(pref_update(&r, s));
+    }
+    int params = pref_compare(&r, PK_PARAM, key, "after", &worst_after);
+    printf("  qwen2_pref %-8s loss %.7f %.7f %.7f (max rel err %.1e, tolerance 1e-05), rewards within %.1e; "
+           "%d gradients at step 1 worst max rel err %.2e, %d weights after 3 steps %.2e (tolerance 1e-04)\n",
+           key, want[0], want[1], want[2], worst_loss, worst_stat, grads, worst_grad, params, worst_after);
+    teardown(&r);
+}
+
+static void test_pref_dpo(void) {
+    pref_case("dpo", "  loss = dpo(forward(tokens), next(tokens), beta = 0.5, label_smoothing = 0.1, reference = copy)",
+              NULL);
+}
+static void test_pref_ipo(void) {
+    pref_case("ipo", "  loss = ipo(forward(tokens), next(tokens), beta = 0.5, reference = copy)", NULL);
+}
+static void test_pref_orpo(void) {
+    pref_case("orpo", "  loss = orpo(forward(tokens), next(tokens), beta = 0.5)", NULL);
+}
+static void test_pref_simpo(void) {
+    pref_case("simpo", "  loss = simpo(forward(tokens), next(tokens), beta = 2.0, gamma = 0.5, label_smoothing = 0.1, "
+              "alpha = 0.5)", NULL);
+}
+static void test_pref_dpo_lora(void) {
+    pref_case("dpo_lora", "  loss = dpo(forward(tokens), next(tokens), beta = 0.5, reference = lora_off)",
+              "  lora(r = 4, alpha = 8, dropout = 0.0, targets = [q_proj, v_proj])");
+}
+
+// Every adapter's B zeroed, the frozen copy's as well: LoRA as it starts (PEFT's and ftc's
+// initialisation), where the base with its adapters is the base.
+static void zero_lora_b(Run *r) {
+    for (int i = 0; i < r->plan->nbuf; i++) {
+        const PlanBuffer *b = &r->plan->buf[i];
+        if (b->kind != PK_PARAM || !strstr(b->hf, "lora_B"))
+            continue;
+        float *z = calloc((size_t)plan_elems(b), sizeof(float));
+        rt_write_f32(&r->x, i, z);
+        free(z);
+    }
+}
+
+// The reference phase of a precomputed reference over pb, each row's sum of its trained
+// targets' log-probabilities (in double, as runtime/reference.c sums them) into sums [8];
+// its log-probabilities into lp [8, 12].
+static bool pref_precompute(Run *r, const PrefBatch *pb, float *sums, float *lp) {
+    char err[1024];
+    const PlanBuffer *ro = plan_role(r->plan, PR_REF_OUT);
+    int64_t rows = r->plan->micro_batch, S = r->plan->seq;
+    static const float none[8];
+    for (int64_t m = 0; m < r->plan->accum; m++) {
+        r->x.micro = m;
+        pref_write(r, pb, m, none);
+        if (!ro || rt_exec_phase(&r->x, PHASE_REF, err, sizeof err) != 0)
+            return printf("  the reference phase: %s\n", ro ? err : "no ref_out"), false;
+        rt_read_f32(&r->x, ro->id, lp + m * rows * S);
+    }
+    for (int64_t b = 0; b < rows * r->plan->accum; b++) {
+        double sum = 0;
+        for (int64_t t = 0; t < S; t++)
+            if (pb->targets[b * S + t] >= 0)
+                sum += lp[b * S + t];
+        sums[b] = (float)sum;
+    }
+    return true;
+}
+
+// The reference of a LoRA run three ways over 3 steps of dpo (ref/qwen2_pref's batch, its
+// adapters' B zero as LoRA starts, the policy moving from the second step): the base without
+// its adapters (lora_off) and a frozen copy of the initial weights (copy: the base's, the
+// reference running no adapter) give the same log-probabilities bit for bit at every step,
+// and so the same loss; the reference phase (precomputed) gives lora_off's log-probabilities
+// bit for bit, its loss within the rounding of each row's sum to a float.
+static void test_pref_reference_modes(void) {
+    static const char *const modes[3] = {"lora_off", "copy", "precomputed"};
+    Run r[3];
+    PrefBatch pb;
+    bool ok = true;
+    for (int k = 0; k < 3; k++) {
+        char loss[256];
+        snprintf(loss, sizeof loss, "  loss = dpo(forward(tokens), next(tokens), beta = 0.5, reference = %s)",
+                 modes[k]);
+        loss_line = loss;
+        ok &= setup_full(&r[k], "qwen2_pref", "fp32", NULL,
+                         "  lora(r = 4, alpha = 8, dropout = 0.0, targets = [q_proj, v_proj])", 8, 4);
+        loss_line = NULL;
+        ok = ok && r[k].plan->accum == 2 && pref_batch(&r[k], &pb);
+        if (ok)
+            zero_lora_b(&r[k]);
+    }
+    CHECK(ok);
+    float sums[8], pre_lp[8 * 12], lp[2][8 * 12];
+    ok = ok && pref_precompute(&r[2], &pb, sums, pre_lp);
+    CHECK(ok);
+    double worst_pre = 0, loss[3] = {0};
+    int same_lp = 0, same_loss = 0;
+    for (int s = 1; s <= 3 && ok && !CASE_FAILED(); s++) {
+        double st[PREF_STATS];
+        for (int k = 0; k < 3; k++) {
+            ok &= pref_step(&r[k], &pb, s, sums, &loss[k], st, k < 2 ? lp[k] : NULL);
+            ok &= pref_update(&r[k], s);
+        }
+        CHECK(ok);
+        int trained = 0, real = 0;   // (not the poison of a buffer past its lifetime)
+        for (int i = 0; i < 8 * 12; i++)
+            if (pb.targets[i] >= 0)
+                trained++, real += isfinite(lp[0][i]) && lp[0][i] < 0 && isfinite(pre_lp[i]);
+        CHECKF(real == trained && trained > 0, "step %d: %d of %d trained targets' reference log-probabilities "
+               "finite and negative", s, real, trained);
+        same_lp += memcmp(lp[0], lp[1], sizeof lp[0]) == 0;
+        same_loss += memcmp(&loss[0], &loss[1], sizeof loss[0]) == 0;
+        CHECKF(memcmp(lp[0], lp[1], sizeof lp[0]) == 0, "step %d: lora_off's and copy's ref.logprobs differ", s);
+        CHECKF(loss[0] == loss[1], "step %d: lora_off's loss %.9g, copy's %.9g", s, loss[0], loss[1]);
+        CHECKF(memcmp(lp[0], pre_lp, sizeof pre_lp) == 0, "step %d: the reference phase's log-probabilities "
+               "are not lora_off's", s);
+        CHECK_NEAR(loss[2], loss[0], 1e-6, 1e-6);
+        worst_pre = fmax(worst_pre, fabs(loss[2] - loss[0]));
+    }
+    printf("  qwen2_pref dpo, LoRA: the reference's log-probabilities bitwise lora_off's and copy's at %d of 3 "
+           "steps (the losses at %d, the last %.7f), the reference phase's lora_off's; precomputed's loss within "
+           "%.1e of lora_off's (tolerance 1e-6 + 1e-6 relative)\n", same_lp, same_loss, loss[0], worst_pre);
+    for (int k = 0; k < 3; k++)
+        teardown(&r[k]);
+}
+
 // PEFT's LoRA (r = 4, alpha = 8 on q_proj, v_proj): logits, loss and the adapters' gradients.
 static void test_qwen2_peft_lora_fp32(void) {
     run_both("qwen2_tiny_lora", "fp32", 1e-4,
@@ -695,5 +963,11 @@ int main(int argc, char **argv) {
     RUN(test_phi3);
     RUN(test_gpt2);
     RUN(test_neox);
+    RUN(test_pref_dpo);
+    RUN(test_pref_ipo);
+    RUN(test_pref_orpo);
+    RUN(test_pref_simpo);
+    RUN(test_pref_dpo_lora);
+    RUN(test_pref_reference_modes);
     return CHECK_DONE();
 }
