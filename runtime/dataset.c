@@ -234,8 +234,8 @@ static int need_template(const Conv *cv, Chunk *c, const char *what) {
 
 // Whether message m is the assistant's (a chat message's speaker).
 static bool is_assistant(json_t *m) {
-    json_t *role = json_object_get(m, "role");
-    return is_str(role) && strcmp(json_string_value(role), "assistant") == 0;
+    json_t *speaker = json_object_get(m, "role");
+    return is_str(speaker) && strcmp(json_string_value(speaker), "assistant") == 0;
 }
 
 // A conversation through the model's template: the tokens of its rendering as transformers

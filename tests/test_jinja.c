@@ -349,7 +349,7 @@ static void fuzz(void) {
     JinjaOutput o = {0};
     int parsed = 0, rendered = 0;
     for (int round = 0; round < 2400 && vars; round++) {
-        size_t n;
+        size_t n = 0;
         snprintf(path, sizeof path, "%s/%s.jinja", dir, seeds[round % 6]);
         char *src = slurp(path, &n), err[1024];
         size_t cap = n + 4096;
