@@ -56,6 +56,12 @@ static size_t record_line(const RunRecord *r, char *buf, size_t cap) {
         at += (size_t)snprintf(buf + at, cap - at, ", \"skipped\": %s, \"skipped_total\": %lld, \"tokens\": %lld",
                                r->skipped ? "true" : "false", (long long)r->skipped_total, (long long)r->tokens);
     put_num(buf, cap, &at, "elapsed_s", r->elapsed_s, "%.3f");
+    if (r->pref) {   // (TRL's names)
+        put_num(buf, cap, &at, "rewards/chosen", r->rewards[0], "%.9g");
+        put_num(buf, cap, &at, "rewards/rejected", r->rewards[1], "%.9g");
+        put_num(buf, cap, &at, "rewards/margins", r->rewards[0] - r->rewards[1], "%.9g");
+        put_num(buf, cap, &at, "rewards/accuracies", r->rewards[2], "%.9g");
+    }
     if (at < cap)
         at += (size_t)snprintf(buf + at, cap - at, "}\n");
     return at < cap ? at : cap;
@@ -101,7 +107,9 @@ static int keep_until(RunReport *r, int64_t done, char *err, size_t errlen) {
                            .loss_scale = num_of(o, "loss_scale"), .skipped = json_is_true(sk),
                            .skipped_total = json_is_integer(tot) ? json_integer_value(tot) : 0,
                            .tokens = json_is_integer(tok) ? json_integer_value(tok) : 0,
-                           .elapsed_s = num_of(o, "elapsed_s")};
+                           .elapsed_s = num_of(o, "elapsed_s"), .pref = json_object_get(o, "rewards/chosen") != NULL,
+                           .rewards = {num_of(o, "rewards/chosen"), num_of(o, "rewards/rejected"),
+                                       num_of(o, "rewards/accuracies")}};
             if (!isfinite(x.loss_scale))
                 x.loss_scale = 0;
             if (push(r, &x) != 0) {
@@ -415,7 +423,9 @@ static int report_step(RunReport *r, const TrainSession *s, char *err, size_t er
                     .grad_norm = x->skipped ? NAN : x->grad_norm, .lr = x->lr,
                     .tokens_per_s = (double)s->tokens_per_step / x->step_s,
                     .loss_scale = x->scaled ? x->scale : 0, .elapsed_s = x->elapsed_s, .skipped = x->skipped,
-                    .skipped_total = s->x.skipped, .tokens = s->tokens_per_step * x->step};
+                    .skipped_total = s->x.skipped, .tokens = s->tokens_per_step * x->step, .pref = x->pref,
+                    .rewards = {x->pref_stats[PREF_REWARD_CHOSEN], x->pref_stats[PREF_REWARD_REJECTED],
+                                x->pref_stats[PREF_ACCURACY]}};
     bool page = !isnan(x->eval_loss) || (o->save_every > 0 && x->step % o->save_every == 0);
     if (rt_report_step(r, &rr, err, errlen) != 0 || (page && rt_report_html(r, err, errlen) != 0))
         return -1;

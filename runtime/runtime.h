@@ -309,6 +309,8 @@ typedef struct RunRecord {
     double loss, eval_loss, grad_norm, lr, tokens_per_s, loss_scale, elapsed_s;
     bool skipped;
     int64_t skipped_total, tokens;   // steps skipped and tokens trained so far
+    bool pref;              // a preference loss's step: TRL's rewards/chosen, rewards/rejected,
+    double rewards[3];      // rewards/accuracies (rewards/margins the first two's difference)
 } RunRecord;
 
 // Starts the report in DIR (which exists): run.jsonl new, or for a run resumed at step

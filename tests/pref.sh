@@ -83,6 +83,9 @@ first() { sed -n '1s/  gnorm [^ ]*//p' "$tmp/$1.steps"; }
 # step 3 moved the policy away from its reference: the chosen rewarded over the rejected
 grep -q '^step 3/3 .*rewards/accuracies 1.000' "$tmp/run-copy.steps" && ok rewards-move ||
     bad rewards-move "$(cat "$tmp/run-copy.steps")"
+# the report's records, TRL's names
+grep -q '"rewards/chosen": .*"rewards/rejected": .*"rewards/margins": .*"rewards/accuracies": 1' \
+    "$tmp/save-copy/run.jsonl" && ok rewards-in-report || bad rewards-in-report "$(tail -1 "$tmp/save-copy/run.jsonl")"
 # the frozen copy: its weights a category of their own; the buffers named ref.*
 grep -q '^buffer [0-9]* ref\.decoder\.0\.wq reference ' "$tmp/copy/plan" && grep -q 'reference' "$tmp/copy/memory.txt" &&
     ok copy-in-dumps || bad copy-in-dumps "$(grep -m3 'ref\.' "$tmp/copy/plan")"
