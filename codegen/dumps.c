@@ -289,6 +289,7 @@ void mv_write_txt(FILE *f, const MemView *v, const MemMeta *m) {
                     gib(a, v->phase_peak[ph]), v->phase_peak_at[ph],
                     ph == PHASE_EVAL     ? "  (between steps, when asked: forward only, nothing saved)"
                     : ph == PHASE_DECODE ? "  (ftc generate: one token over the KV cache, apart from training)"
+                    : ph == PHASE_REF    ? "  (the reference model over the data, before the first step)"
                                          : "");
     fprintf(f, "\nat the peak, by category\n");
     for (int k = 0; k < MV_CATS; k++) {
@@ -589,10 +590,12 @@ void mv_write_html(FILE *f, const MemView *v, const MemMeta *m) {
         if (v->phase_peak_at[ph] >= 0)
             fprintf(f, "%s %s <b>%s</b> at instruction %d", k++ ? ";" : "", plan_phase_name((PlanPhase)ph),
                     gib(a, v->phase_peak[ph]), v->phase_peak_at[ph]);
-    fprintf(f, "%s%s.</p>\n", v->phase_peak_at[PHASE_EVAL] >= 0
-                                  ? " (eval: the forward alone, between steps, nothing saved for a backward)"
-                                  : "",
-            v->phase_peak_at[PHASE_DECODE] >= 0 ? " (decode: one token of ftc generate over the KV cache)" : "");
+    fprintf(f, "%s%s%s.</p>\n", v->phase_peak_at[PHASE_EVAL] >= 0
+                                    ? " (eval: the forward alone, between steps, nothing saved for a backward)"
+                                    : "",
+            v->phase_peak_at[PHASE_DECODE] >= 0 ? " (decode: one token of ftc generate over the KV cache)" : "",
+            v->phase_peak_at[PHASE_REF] >= 0 ? " (reference: the reference model over the data, before the first step)"
+                                             : "");
     fprintf(f, "<div class=\"lg\">");
     for (int k = 0; k < MV_CATS - 1; k++)
         fprintf(f, "<span style=\"background:%s\"></span>%s", cat_colors[k], cat_names[k]);

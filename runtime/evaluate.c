@@ -58,7 +58,7 @@ static int evaluate(const RunOptions *o, const Plan *p, Comm *comm, FILE *out, v
     if (rc == 0)
         *r = (EvalSummary){.loss = s.eval.loss, .time_s = s.eval.time_s, .targets = s.eval.targets,
                            .tokens = s.eval_tokens, .batches = s.eval_batches, .windows = s.feed.eval_nwin,
-                           .lead = s.lead};
+                           .lead = s.lead, .pairs = p->pairs};
     return rt_session_close(&s, rc);
 }
 

@@ -189,9 +189,13 @@ static void say_step(Console *c, const TrainSession *s) {
 static void say_eval(Console *c, const TrainSession *s) {
     const EvalResult *e = &s->eval;
     double dt = e->time_s;
-    fprintf(c->out, "eval %lld/%lld  loss %.6f  ppl %.4g  targets %lld  tok/s %.0f  time %.2fs\n",
-            (long long)s->step, (long long)s->steps, e->loss, exp(e->loss), (long long)e->targets,
-            dt > 0 ? (double)s->eval_tokens / dt : 0.0, dt);
+    if (s->p->pairs)   // a preference loss: a mean over pairs, no perplexity
+        fprintf(c->out, "eval %lld/%lld  loss %.6f  pairs %lld  tok/s %.0f  time %.2fs\n", (long long)s->step,
+                (long long)s->steps, e->loss, (long long)e->targets, dt > 0 ? (double)s->eval_tokens / dt : 0.0, dt);
+    else
+        fprintf(c->out, "eval %lld/%lld  loss %.6f  ppl %.4g  targets %lld  tok/s %.0f  time %.2fs\n",
+                (long long)s->step, (long long)s->steps, e->loss, exp(e->loss), (long long)e->targets,
+                dt > 0 ? (double)s->eval_tokens / dt : 0.0, dt);
     fflush(c->out);
 }
 

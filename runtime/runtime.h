@@ -477,7 +477,8 @@ int rt_train(const RunOptions *o);
 // the one to print.
 typedef struct EvalSummary {
     double loss, time_s;
-    int64_t targets, tokens, batches;
+    int64_t targets, tokens, batches;   // (a preference loss's: targets counts pairs)
+    bool pairs;
     uint64_t windows;
     bool lead;
 } EvalSummary;

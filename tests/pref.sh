@@ -99,6 +99,12 @@ grep -q '^phase reference ' "$tmp/precomputed/plan" && grep -q 'role=ref_logps' 
 "$ftc" run "$tmp/precomputed" --data "$tmp/pref.tok" --resume "$tmp/save-precomputed" --steps 4 --device cpu \
     > "$tmp/resume.out" 2>&1 && grep -q '^reference: the log-probabilities of 8 windows read from' "$tmp/resume.out" &&
     ok precomputed-resume || bad precomputed-resume "$(tail -3 "$tmp/resume.out")"
+# evaluation: a mean over pairs (the eval file's own reference sums, precomputed too)
+"$ftc" eval "$tmp/lora_off" --data "$tmp/pref.tok" --weights $hf --device cpu 2>/dev/null |
+    grep -q '^loss 0.693147  over 4 pairs' && ok eval-pairs || bad eval-pairs "$("$ftc" eval "$tmp/lora_off" --data "$tmp/pref.tok" --weights $hf --device cpu 2>&1 | tail -2)"
+"$ftc" run "$tmp/precomputed" --data "$tmp/pref.tok" --eval-data "$tmp/pref.tok" --eval-every 1 --steps 1 \
+    --weights $hf --device cpu > "$tmp/pe.out" 2>&1 && grep -q '^reference: the log-probabilities of 16 windows computed' "$tmp/pe.out" &&
+    grep -qE '^eval 1/1  loss 0\.69[0-9]*  pairs 4 ' "$tmp/pe.out" && ok eval-precomputed || bad eval-precomputed "$(cat "$tmp/pe.out")"
 # a full fine-tune's resume without the sums: its weights have moved, refused
 recipe "$tmp/fullpre.ft" "dpo(forward(tokens), next(tokens), reference = precomputed)"
 "$ftc" compile "$tmp/fullpre.ft" -o "$tmp/fullpre" > /dev/null 2>&1

@@ -139,7 +139,7 @@ static void test_eval_phase(void) {
     snprintf(path, sizeof path, "%s/memory.json", h.dir);
     json_error_t je;
     json_t *j = json_load_file(path, 0, &je), *phases = j ? json_object_get(j, "phases") : NULL;
-    CHECK(phases && json_array_size(phases) == 5);   // (forward, backward, optimizer, eval, decode)
+    CHECK(phases && json_array_size(phases) == 6);   // (forward, backward, optimizer, eval, decode, reference)
     json_t *dc = phases ? json_array_get(phases, 4) : NULL;
     CHECK(dc && !strcmp(json_string_value(json_object_get(dc, "name")), "decode"));
     json_t *ev = phases ? json_array_get(phases, 3) : NULL;

@@ -34,7 +34,14 @@ static const Option eval_opts[] = {
 // The answer: a line, or a JSON object for programs.
 static void print_summary(const EvalSummary *r, bool json) {
     double tok_s = r->time_s > 0 ? (double)r->tokens / r->time_s : 0;
-    if (json)
+    if (r->pairs && json)   // a preference loss: a mean over pairs, no perplexity
+        printf("{\"loss\": %.9g, \"pairs\": %lld, \"tokens\": %lld, \"batches\": %lld, \"windows\": %llu, "
+               "\"time_s\": %.3f}\n", r->loss, (long long)r->targets, (long long)r->tokens, (long long)r->batches,
+               (unsigned long long)r->windows, r->time_s);
+    else if (r->pairs)
+        printf("loss %.6f  over %lld pairs (%lld batches, %lld tokens) in %.2fs, %.0f tok/s\n", r->loss,
+               (long long)r->targets, (long long)r->batches, (long long)r->tokens, r->time_s, tok_s);
+    else if (json)
         printf("{\"loss\": %.9g, \"ppl\": %.9g, \"targets\": %lld, \"tokens\": %lld, \"batches\": %lld, "
                "\"windows\": %llu, \"time_s\": %.3f}\n", r->loss, exp(r->loss), (long long)r->targets,
                (long long)r->tokens, (long long)r->batches, (unsigned long long)r->windows, r->time_s);

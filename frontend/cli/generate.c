@@ -81,14 +81,22 @@ static const Option generate_opts[] = {
      .bad = "--device takes cuda, cpu or emu"),
 };
 
-// The arguments against each other; EXIT_USAGE after saying what is missing.
-static int check_args(Cmdline *cl, const Parsed *p, GenArgs *a) {
-    GenPrompt *g = &a->g;
+// The prompt, given once: checked before the operand is looked at (a usage error is the
+// command line's alone); EXIT_USAGE after saying what is wrong.
+static int check_prompt(const GenArgs *a) {
+    const GenPrompt *g = &a->g;
     if (!g->prompt == !g->messages) {
         fprintf(stderr, "ftc generate: error: %s\n", g->prompt ? "--prompt and --messages: give one of them"
                 : "no prompt: give --prompt TEXT or --messages FILE");
         return EXIT_USAGE;
     }
+    return 0;
+}
+
+// The arguments against each other, once the operand gave its defaults; EXIT_USAGE after
+// saying what is missing.
+static int check_args(Cmdline *cl, const Parsed *p, GenArgs *a) {
+    GenPrompt *g = &a->g;
     if (!g->tokenizer && !g->bytes) {
         fprintf(stderr, "ftc generate: error: no --tokenizer: the model's tokenizer.json (or its directory), or "
                 "--bytes for a model whose tokens are bytes\n");
@@ -233,7 +241,7 @@ static int generate_main(Cmdline *cl, int first) {
     if (parsed_at(&cmd_generate, &p, "--seed"))
         a.o.seed = (uint64_t)a.seed, a.o.seed_given = true;
     GenModel gm;
-    if ((rc = gen_model_open(cl, p.positional_at, p.positional, &gm)) != 0)
+    if ((rc = check_prompt(&a)) != 0 || (rc = gen_model_open(cl, p.positional_at, p.positional, &gm)) != 0)
         return rc;
     if (gm.kind == GEN_PLAN && a.max_len) {
         arg_error(cl, parsed_at(&cmd_generate, &p, "--max-len"), "--max-len: a plan's KV cache is what ftc compile "

@@ -1,1 +1,1 @@
-2 generate none.plan --prompt hello
+2 generate tests/fuzz/ckpt-plan --prompt hello
