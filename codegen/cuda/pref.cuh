@@ -19,26 +19,31 @@ FTC_INLINE void lp_rows(FtcArgs a, long long N, long long V, int dtx, int v8) {
         ((float *)a.p[0])[r] = t >= 0 && t < V ? ldf(a.p[1], base + t, dtx) - lse : 0.0f;
 }
 
-/* logprobs_bwd, one block a row: dlogits = dlp[r] (onehot(t) - softmax(row)), zeros for an
- * ignored row; the row is read whole before its first write (dlogits may be the logits).
- * a.p: dlogits, dlp, logits, targets. */
-FTC_INLINE void lp_grad(FtcArgs a, long long N, long long V, int dtx, int dtd, int v8) {
-    __shared__ float red[32];
-    long long r = blockIdx.x, base = r * V;
-    if (r >= N)
-        return;
-    int t = ((const int *)a.p[3])[r];
-    float lse = t < 0 ? 0.0f : row_lse(a.p[2], base, V, dtx, red, v8), g = ((const float *)a.p[1])[r];
+/* One row's gradient, dlp (onehot(t) - softmax(row)) from its logits in `lg` (dtype dtx),
+ * into `d` (dtype dtd; zeros for an ignored row), the row read whole before its first write
+ * (d may be lg). */
+FTC_INLINE void lp_row_grad(const void *lg, void *d, long long base, long long V, int t, float dlp, int dtx,
+                            int dtd, float *red, int v8) {
+    float lse = t < 0 ? 0.0f : row_lse(lg, base, V, dtx, red, v8);
     __syncthreads();   /* every read of the row is done before the first write */
     int w = v8 ? 8 : 1;
     for (long long j = threadIdx.x * w; j < V; j += blockDim.x * w) {
         float x[8];
-        ldn(a.p[2], base + j, dtx, v8, x);
+        ldn(lg, base + j, dtx, v8, x);
         FTC_UNROLL
         for (int e = 0; e < w; e++)
-            x[e] = t < 0 ? 0.0f : ((j + e == t ? 1.0f : 0.0f) - expf(x[e] - lse)) * g;
-        stn(a.p[0], base + j, dtd, v8, x);
+            x[e] = t < 0 ? 0.0f : ((j + e == t ? 1.0f : 0.0f) - expf(x[e] - lse)) * dlp;
+        stn(d, base + j, dtd, v8, x);
     }
+}
+
+/* logprobs_bwd, one block a row: dlogits = dlp[r] (onehot(t) - softmax(row)) (dlogits may
+ * be the logits). a.p: dlogits, dlp, logits, targets. */
+FTC_INLINE void lp_grad(FtcArgs a, long long N, long long V, int dtx, int dtd, int v8) {
+    __shared__ float red[32];
+    long long r = blockIdx.x;
+    if (r < N)
+        lp_row_grad(a.p[2], a.p[0], r * V, V, ((const int *)a.p[3])[r], ((const float *)a.p[1])[r], dtx, dtd, red, v8);
 }
 
 /* The fused linear + logprobs runs the same row code on one chunk of logits at a time:
@@ -56,27 +61,14 @@ FTC_INLINE void llp_rows(FtcArgs a, long long C, long long V, int ptg, int pws, 
         ((float *)a.p[0])[row] = t >= 0 && t < V ? ldf(a.p[pws], r * V + t, dtx) - lse : 0.0f;
 }
 
-/* Backward, one block a row of the chunk: its logits become their gradient in place,
- * dlp[row] (onehot(t) - softmax), zeros for an ignored row (lp_grad's arithmetic); the
- * backend then forms the chunk's dx rows and its part of dW from them. dlp is a.p[pdlp]. */
+/* Backward, one block a row of the chunk: its logits become their gradient in place (the
+ * backend then forms the chunk's dx rows and its part of dW from them); dlp is a.p[pdlp]. */
 FTC_INLINE void llp_grad(FtcArgs a, long long C, long long V, int ptg, int pdlp, int pws, int dtx, int v8) {
     __shared__ float red[32];
-    long long r = blockIdx.x, row = a.i[3] * C + r, base = r * V;
-    if (r >= C)
-        return;
-    void *lg = a.p[pws];
-    int t = ((const int *)a.p[ptg])[row];
-    float lse = t < 0 ? 0.0f : row_lse(lg, base, V, dtx, red, v8), g = ((const float *)a.p[pdlp])[row];
-    __syncthreads();   /* every read of the row is done before the first write */
-    int w = v8 ? 8 : 1;
-    for (long long j = threadIdx.x * w; j < V; j += blockDim.x * w) {
-        float x[8];
-        ldn(lg, base + j, dtx, v8, x);
-        FTC_UNROLL
-        for (int e = 0; e < w; e++)
-            x[e] = t < 0 ? 0.0f : ((j + e == t ? 1.0f : 0.0f) - expf(x[e] - lse)) * g;
-        stn(lg, base + j, dtx, v8, x);
-    }
+    long long r = blockIdx.x, row = a.i[3] * C + r;
+    if (r < C)
+        lp_row_grad(a.p[pws], a.p[pws], r * V, V, ((const int *)a.p[ptg])[row], ((const float *)a.p[pdlp])[row],
+                    dtx, dtx, red, v8);
 }
 
 FTC_INLINE double pref_logsig(double z) { return z >= 0 ? -log1p(exp(-z)) : z - log1p(exp(z)); }
