@@ -83,6 +83,11 @@ first() { sed -n '1s/  gnorm [^ ]*//p' "$tmp/$1.steps"; }
 # step 3 moved the policy away from its reference: the chosen rewarded over the rejected
 grep -q '^step 3/3 .*rewards/accuracies 1.000' "$tmp/run-copy.steps" && ok rewards-move ||
     bad rewards-move "$(cat "$tmp/run-copy.steps")"
+# NVRTC compiles the plan's kernels (the log-probabilities', the pairs' loss) where it is here
+FTC_NO_CUBIN= "$ftc" compile "$tmp/copy.ft" -o "$tmp/cubin" > /dev/null 2>&1
+if grep -q 'not compiled here' "$tmp/cubin/kernels.txt" 2>/dev/null; then ok nvrtc-absent
+else ls "$tmp"/cubin/kernels.sm_*.cubin > /dev/null 2>&1 && grep -q 'pref_grad' "$tmp/cubin/kernels.cu" &&
+    ok nvrtc-compiles || bad nvrtc-compiles "$(cat "$tmp/cubin/kernels.txt" 2>/dev/null | head -3)"; fi
 # the report's records, TRL's names
 grep -q '"rewards/chosen": .*"rewards/rejected": .*"rewards/margins": .*"rewards/accuracies": 1' \
     "$tmp/save-copy/run.jsonl" && ok rewards-in-report || bad rewards-in-report "$(tail -1 "$tmp/save-copy/run.jsonl")"
