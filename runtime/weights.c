@@ -200,8 +200,19 @@ static void zero_state(Exec *x) {
     }
 }
 
+// Per buffer the random stream its initialisation draws from: its index among the buffers
+// that are not a frozen copy, so that a plan holding a reference's copies (a preference
+// loss's `copy`) initialises everything else as the plan without them does (malloc'd).
+static int *init_streams(const Plan *p) {
+    int *s = xmalloc(sizeof(int) * (size_t)(p->nbuf + 1));
+    for (int i = 0, k = 0; i < p->nbuf; i++)
+        s[i] = k, k += p->buf[i].copy_of < 0;
+    return s;
+}
+
 void rt_weights_init(Exec *x, uint64_t seed) {
     const Plan *p = x->plan;
+    int *stream = init_streams(p);
     for (int i = 0; i < p->nbuf; i++) {
         const PlanBuffer *b = &p->buf[i];
         if (b->kind != PK_PARAM)
@@ -209,10 +220,11 @@ void rt_weights_init(Exec *x, uint64_t seed) {
         int64_t n = whole_elems(b);   // a shard: the whole tensor's stream, this rank's slice
         int from = b->copy_of >= 0 ? b->copy_of : i;   // (a frozen copy: its parameter's values)
         float *v = xmalloc(sizeof(float) * (size_t)n);
-        rt_weights_fill(v, n, p->buf[from].init, p->buf[from].init_scale, seed, from, 0);
+        rt_weights_fill(v, n, p->buf[from].init, p->buf[from].init_scale, seed, stream[from], 0);
         write_whole(x, i, v);
         free(v);
     }
+    free(stream);
     zero_state(x);
     sync_masters(x);
 }
@@ -292,7 +304,7 @@ int rt_weights_load(Exec *x, const char *path, uint64_t seed, int *fresh, char *
     StSet *st;
     if (st_open(&st, path, err, errlen) != 0)
         return -1;
-    int rc = 0, *master = masters(p), read = 0, made = 0;
+    int rc = 0, *master = masters(p), *stream = init_streams(p), read = 0, made = 0;
     for (int i = 0; i < p->nbuf && rc == 0; i++) {
         const PlanBuffer *b = &p->buf[i];
         if (b->kind != PK_PARAM)
@@ -305,7 +317,7 @@ int rt_weights_load(Exec *x, const char *path, uint64_t seed, int *fresh, char *
         } else if (is_adapter(b)) {   // a LoRA adapter is new: its seeded initialisation
             int64_t n = whole_elems(b);
             float *v = xmalloc(sizeof(float) * (size_t)n);
-            rt_weights_fill(v, n, b->init, b->init_scale, seed, i, 0);
+            rt_weights_fill(v, n, b->init, b->init_scale, seed, stream[i], 0);
             put_param(x, i, master[i], v);
             free(v);
             made++;
@@ -314,7 +326,7 @@ int rt_weights_load(Exec *x, const char *path, uint64_t seed, int *fresh, char *
         }
     }
     st_close(st);
-    free(master);
+    free(master), free(stream);
     if (rc != 0)
         return -1;
     zero_state(x);
