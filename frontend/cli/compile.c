@@ -412,7 +412,8 @@ static RefMode choose_reference(CompileArgs *a, FtSource *src, const FtModel *m,
         RefOption *o = &rc->opt[rc->n++];
         *o = (RefOption){.mode = modes[i], .planned = st == COMPILE_OK || st == COMPILE_NOFIT, .fits = st == COMPILE_OK};
         int at = !r ? -1 : st == COMPILE_OK ? r->search.best : r->search.smallest;
-        if (o->planned && at >= 0) {
+        o->planned &= at >= 0;   // (nothing tried: not even the model states fit)
+        if (o->planned) {
             const Candidate *c = &r->search.tried.at[at];
             o->device = c->o.device_bytes, o->host = c->o.host_bytes, o->micro = c->c.micro;
             o->step_us = st == COMPILE_OK ? r->cost.step_us : c->o.cost.step_us;

@@ -424,5 +424,5 @@ void report_references(FILE *out, const RefChoice *rc, RefMode used) {
         fprintf(out, "  chosen: %s, %s; the fastest that fits (its pass over the data counted as a step's share "
                      "of one epoch)\n", ref_mode_name(rc->opt[rc->chosen].mode), what[rc->opt[rc->chosen].mode]);
     else
-        fprintf(out, "  none fits: the smallest plan below is %s's\n", ref_mode_name(used));
+        fprintf(out, "  none fits with any of them; what follows is %s's\n", ref_mode_name(used));
 }
