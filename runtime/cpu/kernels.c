@@ -973,11 +973,11 @@ int cpu_cross_entropy_forward(float *loss, float *lse, const float *logits, cons
     return CPU_OK;
 }
 
-int cpu_cross_entropy_backward_rows(float *dlogits, const float *logits, const int32_t *targets,
-                                    size_t R, size_t V, float dloss, size_t n_valid) {
-    if (!targets_ok(targets, R, V))
-        return CPU_ERR_INDEX;
-    double g = n_valid ? (double)dloss / (double)n_valid : 0.0;
+// dlogits = (softmax(row) - onehot(target)) times g, the row's own -row_g[r] where row_g is
+// given, else g; zeros for an ignored row. (The cross entropy's gradient, and the
+// log-probabilities', whose (onehot - softmax) dlp is the same product negated twice.)
+static void softmax_grad_rows(float *dlogits, const float *logits, const int32_t *targets, size_t R, size_t V,
+                              double g, const float *row_g) {
     for (size_t r = 0; r < R; r++) {
         float *d = dlogits + r * V;
         if (targets[r] < 0) {
@@ -985,12 +985,19 @@ int cpu_cross_entropy_backward_rows(float *dlogits, const float *logits, const i
             continue;
         }
         const float *x = logits + r * V;
-        double l = row_lse(x, V);
+        double l = row_lse(x, V), gr = row_g ? -(double)row_g[r] : g;
         for (size_t j = 0; j < V; j++) {
             double p = exp((double)x[j] - l);
-            d[j] = (float)((p - (j == (size_t)targets[r] ? 1.0 : 0.0)) * g);
+            d[j] = (float)((p - (j == (size_t)targets[r] ? 1.0 : 0.0)) * gr);
         }
     }
+}
+
+int cpu_cross_entropy_backward_rows(float *dlogits, const float *logits, const int32_t *targets,
+                                    size_t R, size_t V, float dloss, size_t n_valid) {
+    if (!targets_ok(targets, R, V))
+        return CPU_ERR_INDEX;
+    softmax_grad_rows(dlogits, logits, targets, R, V, n_valid ? (double)dloss / (double)n_valid : 0.0, NULL);
     return CPU_OK;
 }
 
@@ -1014,19 +1021,7 @@ int cpu_logprobs_backward(float *dlogits, const float *dlp, const float *logits,
                           size_t R, size_t V) {
     if (!targets_ok(targets, R, V))
         return CPU_ERR_INDEX;
-    for (size_t r = 0; r < R; r++) {
-        float *d = dlogits + r * V;
-        if (targets[r] < 0) {
-            memset(d, 0, V * sizeof(float));
-            continue;
-        }
-        const float *x = logits + r * V;
-        double l = row_lse(x, V), g = dlp[r];
-        for (size_t j = 0; j < V; j++) {
-            double p = exp((double)x[j] - l);
-            d[j] = (float)(((j == (size_t)targets[r] ? 1.0 : 0.0) - p) * g);
-        }
-    }
+    softmax_grad_rows(dlogits, logits, targets, R, V, 0.0, dlp);
     return CPU_OK;
 }
 
