@@ -70,6 +70,8 @@ for r in lora_off copy precomputed; do
     "$ftc" compile "$tmp/$r.ft" -o "$tmp/$r" > "$tmp/$r.txt" 2>&1 || bad "compile-$r" "$(tail -3 "$tmp/$r.txt")"
     run "run-$r" "$tmp/$r" --save "$tmp/save-$r" --save-every 2 && ok "run-$r"
 done
+grep -q '^reference: precomputed, as the train section asks: a pass over the data before the first step' \
+    "$tmp/precomputed.txt" && ok forced-reference-said || bad forced-reference-said "$(grep reference "$tmp/precomputed.txt")"
 # the policy starts as its reference: log 2, rewards 0
 grep -q '^step 1/3  loss 0.693147  .*rewards/chosen 0  rewards/rejected 0  rewards/margins 0  rewards/accuracies 0.000' \
     "$tmp/run-lora_off.steps" && ok dpo-starts-at-log2 || bad dpo-starts-at-log2 "$(cat "$tmp/run-lora_off.steps")"
@@ -93,6 +95,11 @@ grep -q '"rewards/chosen": .*"rewards/rejected": .*"rewards/margins": .*"rewards
 # the frozen copy: its weights a category of their own; the buffers named ref.*
 grep -q '^buffer [0-9]* ref\.decoder\.0\.wq reference ' "$tmp/copy/plan" && grep -q 'reference' "$tmp/copy/memory.txt" &&
     ok copy-in-dumps || bad copy-in-dumps "$(grep -m3 'ref\.' "$tmp/copy/plan")"
+
+# a reply from a preference plan: its decode phase the policy's alone (no reference, no loss)
+a=$("$ftc" generate "$tmp/lora_off" --weights $hf --tokenizer $hf --prompt "Say hello." --max-new-tokens 8 --ids \
+    --device cpu 2>/dev/null) && b=$("$ftc" generate $hf --prompt "Say hello." --max-new-tokens 8 --ids 2>/dev/null) &&
+    [ -n "$a" ] && [ "$a" = "$b" ] && ok generate-from-pref-plan || bad generate-from-pref-plan "'$a' against '$b'"
 
 # 3. precomputed: the reference's pass before step one, its sums kept for a resumed run
 grep -q '^reference: the log-probabilities of 8 windows computed in .*kept in .*/reference_logps.bin' \

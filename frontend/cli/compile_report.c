@@ -398,12 +398,15 @@ static const char *seconds(char *buf, size_t cap, double us) {
 // What each way of having the reference takes (reference = auto), the chosen one marked,
 // and why.
 void report_references(FILE *out, const RefChoice *rc, RefMode used) {
-    if (rc->n == 0)
-        return;
     static const char *const what[REF_COUNT] = {
         [REF_LORA_OFF] = "the base itself, its adapters left out: nothing more held",
         [REF_COPY] = "a frozen copy of the weights beside the policy",
         [REF_PRECOMPUTED] = "a pass over the data before the first step: nothing of it in the step"};
+    if (rc->n == 0) {   // (the train section chose, or the loss has no reference)
+        if (used > REF_AUTO && used < REF_COUNT)
+            fprintf(out, "\nreference: %s, as the train section asks: %s\n", ref_mode_name(used), what[used]);
+        return;
+    }
     fprintf(out, "\nreference: each way of having the reference model's log-probabilities, planned\n");
     fprintf(out, "  %-12s %6s %12s %12s %10s %12s %5s\n", "reference", "micro", "device", "host", "step",
             "+ pass/step", "fits");
