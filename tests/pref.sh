@@ -89,6 +89,11 @@ FTC_NO_CUBIN= "$ftc" compile "$tmp/copy.ft" -o "$tmp/cubin" > /dev/null 2>&1
 if grep -q 'not compiled here' "$tmp/cubin/kernels.txt" 2>/dev/null; then ok nvrtc-absent
 else ls "$tmp"/cubin/kernels.sm_*.cubin > /dev/null 2>&1 && grep -q 'pref_grad' "$tmp/cubin/kernels.cu" &&
     ok nvrtc-compiles || bad nvrtc-compiles "$(cat "$tmp/cubin/kernels.txt" 2>/dev/null | head -3)"; fi
+# planned against unplanned (every buffer its own bytes) and poisoned on free: the same steps
+run copy-unplanned "$tmp/copy" --unplanned && run copy-poison "$tmp/copy" --poison &&
+    cmp -s "$tmp/copy-unplanned.steps" "$tmp/copy-poison.steps" && grep -q '^step 3/3' "$tmp/copy-poison.steps" &&
+    [ "$(losses < "$tmp/copy-poison.steps")" = "$(losses < "$tmp/run-copy.steps")" ] &&
+    ok planned-unplanned-poison || bad planned-unplanned-poison "$(diff "$tmp/copy-unplanned.steps" "$tmp/copy-poison.steps")"
 # the report's records, TRL's names
 grep -q '"rewards/chosen": .*"rewards/rejected": .*"rewards/margins": .*"rewards/accuracies": 1' \
     "$tmp/save-copy/run.jsonl" && ok rewards-in-report || bad rewards-in-report "$(tail -1 "$tmp/save-copy/run.jsonl")"
