@@ -5,6 +5,9 @@
 #   - Qwen2-7B LoRA (micro-batch 1, seq 2048) and Qwen2-0.5B full (global batch 8), planned
 #     for the h200 preset as run.sh plans them: three steps each with --profile, the memory
 #     line and the steady step, and the profile's largest entries;
+#   - Qwen2-0.5B DPO with LoRA (seq 512, 8 pairs a step, the reference as ftc compile
+#     chooses it), on pairs that tests/fixtures/hf's tokenizer makes: three steps with
+#     --profile, the memory line, the steady step and TRL's rewards;
 #   - torch's flash SDPA at Qwen2-7B's attention shapes (tests/gpu/torch_attention.py).
 # Logs go to --work DIR (default: a temporary directory); the summary to standard output.
 # Exit status 1 when test_kernels fails, 2 on bad usage.
@@ -63,6 +66,26 @@ done <<EOF
 qwen2-7b-lora qwen2 4 --micro-batch,1 lora
 qwen2-0.5b-full qwen2-0.5b 8 - full
 EOF
+
+echo "== qwen2-0.5b-dpo"
+for i in $(seq 64); do
+    printf '{"prompt": "Question %d: what colour is the sky?", "chosen": " The sky is blue, %d.", "rejected": " Green %d."}\n' $i $i $i
+done > "$work/prefs.jsonl"
+"$ftc" data --tokenizer tests/fixtures/hf "$work/prefs.jsonl" --pack 512 -o "$work/prefs.bin" > "$work/dpo-data.log" 2>&1 ||
+    tail -2 "$work/dpo-data.log"
+sed -e 's/^  seq *= *[0-9]*/  seq       = 512/' -e 's/^  batch *= *[0-9]*/  batch     = 16/' \
+    -e 's/cross_entropy(forward(tokens), next(tokens))/dpo(forward(tokens), next(tokens), beta = 0.1)/' \
+    -e "s/^train {/train {\n$lora_line/" models/qwen2-0.5b.ft > "$work/dpo.ft"
+if "$ftc" compile "$work/dpo.ft" --gpu h200 -o "$work/dpo.plan" > "$work/dpo-compile.log" 2>&1; then
+    grep -E '^plan:|<- chosen' "$work/dpo.plan/report.txt" | head -3
+    timeout 300 "$ftc" run "$work/dpo.plan" --data "$work/prefs.bin" --steps 3 --device cuda \
+        --profile "$work/dpo-profile.txt" > "$work/dpo-ftc.log" 2>&1
+    echo "ftc run: exit $?"
+    grep -E '^(device|memory|steady|reference|step 3|ftc run: error)' "$work/dpo-ftc.log"
+    head -10 "$work/dpo-profile.txt" 2>/dev/null
+else
+    echo "compile failed"; tail -3 "$work/dpo-compile.log"
+fi
 
 echo "== torch SDPA at Qwen2-7B's shapes"
 timeout 120 python3 tests/gpu/torch_attention.py --shape 1,2048,28,4,128 2>&1 | tail -3
