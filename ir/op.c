@@ -412,13 +412,27 @@ static bool shape_transpose(const IrGraph *g, const IrNode *n, IrTensor *out, Ir
     return true;
 }
 
-static bool shape_cross_entropy(const IrGraph *g, const IrNode *n, IrTensor *out,
-                                IrShapeErr *err) {
-    const IrTensor *lg = IN(0), *tg = IN(1);
+// Targets i32 [...], a row of logits [..., V] each (the loss's and the log-probabilities').
+static bool logits_targets_ok(const IrTensor *lg, const IrTensor *tg) {
     bool ok = tg->dtype == DT_I32 && lg->ndim == tg->ndim + 1;
     for (int i = 0; ok && i < tg->ndim; i++)
         ok = lg->shape[i] == tg->shape[i];
-    if (!ok)
+    return ok;
+}
+
+// x [..., K], W [V, K], targets i32 [...] (x's leading dims): the fused losses' operands.
+static bool linear_targets_ok(const IrTensor *x, const IrTensor *w, const IrTensor *tg) {
+    bool ok = x->ndim >= 1 && is_float(x->dtype) && w->ndim == 2 && is_float(w->dtype) &&
+              w->shape[1] == x->shape[x->ndim - 1] && tg->dtype == DT_I32 && tg->ndim == x->ndim - 1;
+    for (int i = 0; ok && i < tg->ndim; i++)
+        ok = tg->shape[i] == x->shape[i];
+    return ok;
+}
+
+static bool shape_cross_entropy(const IrGraph *g, const IrNode *n, IrTensor *out,
+                                IrShapeErr *err) {
+    const IrTensor *lg = IN(0), *tg = IN(1);
+    if (!logits_targets_ok(lg, tg))
         return fail(err, 1, "cross_entropy: logits %s and targets %s do not match", sh(lg),
                     sh(tg));
     if (n->nin > 2 && n->in[2] >= 0 && (IN(2)->dtype != DT_I32 || ir_tensor_elems(IN(2)) != 1))
@@ -431,10 +445,7 @@ static bool shape_cross_entropy(const IrGraph *g, const IrNode *n, IrTensor *out
 // logits [..., V], targets i32 [...] -> each target's log-probability, f32 [...].
 static bool shape_logprobs(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
     const IrTensor *lg = IN(0), *tg = IN(1);
-    bool ok = is_float(lg->dtype) && tg->dtype == DT_I32 && lg->ndim == tg->ndim + 1;
-    for (int i = 0; ok && i < tg->ndim; i++)
-        ok = lg->shape[i] == tg->shape[i];
-    if (!ok)
+    if (!is_float(lg->dtype) || !logits_targets_ok(lg, tg))
         return fail(err, 1, "logprobs: logits %s and targets %s do not match", sh(lg), sh(tg));
     same_as(out, tg);
     out->dtype = DT_F32;
@@ -480,10 +491,7 @@ static bool shape_preference(const IrGraph *g, const IrNode *n, IrTensor *out, I
 // backward (dlp f32 like the targets, last) -> dx like x.
 static bool shape_linear_logprobs(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
     const IrTensor *x = IN(0), *w = IN(1), *tg = IN(2);
-    bool ok = x->ndim >= 1 && is_float(x->dtype) && w->ndim == 2 && is_float(w->dtype) &&
-              w->shape[1] == x->shape[x->ndim - 1] && tg->dtype == DT_I32 && tg->ndim == x->ndim - 1;
-    for (int i = 0; ok && i < tg->ndim; i++)
-        ok = tg->shape[i] == x->shape[i];
+    bool ok = linear_targets_ok(x, w, tg);
     if (n->op == OP_LINEAR_LOGPROBS_BWD)
         ok = ok && IN(3)->dtype == DT_F32 && ir_same_shape(IN(3), tg);
     if (!ok)
@@ -509,11 +517,7 @@ static bool shape_preference_bwd(const IrGraph *g, const IrNode *n, IrTensor *ou
 // dims) -> the loss, an f32 scalar.
 static bool shape_linear_ce(const IrGraph *g, const IrNode *n, IrTensor *out, IrShapeErr *err) {
     const IrTensor *x = IN(0), *w = IN(1), *tg = IN(2);
-    bool ok = x->ndim >= 1 && is_float(x->dtype) && w->ndim == 2 && is_float(w->dtype) &&
-              w->shape[1] == x->shape[x->ndim - 1] && tg->dtype == DT_I32 && tg->ndim == x->ndim - 1;
-    for (int i = 0; ok && i < tg->ndim; i++)
-        ok = tg->shape[i] == x->shape[i];
-    if (!ok)
+    if (!linear_targets_ok(x, w, tg))
         return fail(err, 1, "linear_cross_entropy: %s, %s and targets %s do not match", sh(x), sh(w),
                     sh(tg));
     if (n->nin > 3 && n->in[3] >= 0 && (IN(3)->dtype != DT_I32 || ir_tensor_elems(IN(3)) != 1))
